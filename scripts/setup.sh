@@ -1,0 +1,38 @@
+#!/bin/sh
+# Everything ctracer and its tests need on a fresh Debian 12 machine, as root:
+# Debian packages (bcc's Python module, compilers, pahole, graphviz, Chromium, kernel
+# headers for bcc) and a virtual environment in .venv that sees Debian's bcc module.
+# Safe to run again: it installs only what is missing.
+set -eu
+cd "$(dirname "$0")/.."
+
+arch=$(dpkg --print-architecture)
+packages="python3 python3-venv python3-pip python3-bpfcc gcc clang make libc6-dev
+  pahole graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates"
+
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends $missing
+fi
+
+# bcc's module is built for Debian's interpreter; the venv must be made from it.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import bcc' 2>/dev/null; then
+  rm -rf .venv
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.ctracer-installed
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi
+
+make -s -C samples

@@ -1,0 +1,9 @@
+"""ctracer functions (being built)."""
+
+
+def add_arguments(parser):
+    pass
+
+
+def run(args):
+    raise NotImplementedError

@@ -1,0 +1,9 @@
+"""ctracer struct (being built)."""
+
+
+def add_arguments(parser):
+    pass
+
+
+def run(args):
+    raise NotImplementedError

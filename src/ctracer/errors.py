@@ -1,0 +1,42 @@
+"""Errors a user can cause or meet, each printed by the CLI as one line.
+
+Anything raised as a `CtracerError` reaches the user as ``ctracer: error: <message>``
+and a non-zero exit status; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class CtracerError(Exception):
+    """A problem with the user's input or environment, explained in one line."""
+
+    exit_status = 1
+
+
+class UsageError(CtracerError):
+    exit_status = 2
+
+
+class InputFileError(CtracerError):
+    """A file is missing, unreadable or not what it should be (no DWARF, not ELF, ...)."""
+
+
+class UnknownType(CtracerError):
+    """A struct/union name that the debug info does not define."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], where: str):
+        close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        super().__init__(f"no {kind} {name} in {where}{hint}")
+        self.suggestions = close
+
+
+class BPFUnavailable(CtracerError):
+    """Not root, or the kernel refuses what we need (uprobes, maps, BPF itself)."""
+
+
+class TraceFileError(CtracerError):
+    """A trace file that is missing, not a trace file, or of a schema we do not read."""

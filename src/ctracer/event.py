@@ -1,0 +1,262 @@
+"""The one definition of the record a probe writes and the recorder decodes.
+
+A `Layout` is a list of scalar fields at fixed offsets.  From it come both the C struct
+the BPF program fills (`Layout.c_definition`, with static asserts pinning every offset)
+and the Python decoder (`Layout.decode`), so the two sides cannot disagree.
+
+An event is the fixed `HEADER` followed by the traced struct's mini snapshot, whose
+layout `ctracer.mini` builds and the trace file stores (`Layout.to_json`), so a trace
+decodes on a machine that never saw the binary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+#: scalar C types an event field may have: (python struct code, size)
+SCALARS: dict[str, tuple[str, int]] = {
+    "u8": ("B", 1), "s8": ("b", 1),
+    "u16": ("H", 2), "s16": ("h", 2),
+    "u32": ("I", 4), "s32": ("i", 4),
+    "u64": ("Q", 8), "s64": ("q", 8),
+    "float": ("f", 4), "double": ("d", 8),
+}
+
+#: how a value is shown: plain integer, bool, enum name, char, float, address, text
+KINDS = ("int", "uint", "bool", "enum", "char", "float", "pointer", "text")
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ARRAY = re.compile(r"char\[(\d+)\]\Z")
+
+
+def c_identifier(name: str) -> str:
+    """A C identifier for a (possibly dotted) field name; raises ValueError otherwise."""
+    ident = name.replace(".", "__")
+    if not _IDENT.match(ident):
+        raise ValueError(f"not usable as a C identifier: {name!r}")
+    return ident
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a layout.
+
+    ``name`` is the display name (dotted for members of nested structs), ``ctype`` one of
+    `SCALARS` or ``char[N]``; ``enumerators`` maps values to names for ``kind="enum"``.
+    ``source`` records where a mini field comes from in the traced struct (free-form
+    dict: byte offset, bit offset/size, original C type) for collectors and display.
+    """
+
+    name: str
+    ctype: str
+    offset: int
+    kind: str = "int"
+    enumerators: tuple[tuple[int, str], ...] = ()
+    source: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown field kind {self.kind!r}")
+        size_of_ctype(self.ctype)
+        c_identifier(self.name)
+
+    @property
+    def size(self) -> int:
+        return size_of_ctype(self.ctype)
+
+    @property
+    def c_name(self) -> str:
+        return c_identifier(self.name)
+
+
+def size_of_ctype(ctype: str) -> int:
+    if ctype in SCALARS:
+        return SCALARS[ctype][1]
+    m = _ARRAY.match(ctype)
+    if m:
+        return int(m.group(1))
+    raise ValueError(f"unsupported event field type {ctype!r}")
+
+
+def align_of_ctype(ctype: str) -> int:
+    return 1 if _ARRAY.match(ctype) else SCALARS[ctype][1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Fields at explicit offsets, in a struct of ``size`` bytes."""
+
+    name: str
+    fields: tuple[Field, ...]
+    size: int
+
+    def __post_init__(self) -> None:
+        c_identifier(self.name)
+        end = 0
+        for f in sorted(self.fields, key=lambda f: f.offset):
+            if f.offset < end:
+                raise ValueError(f"{self.name}: field {f.name} overlaps the one before")
+            if f.offset % align_of_ctype(f.ctype):
+                raise ValueError(f"{self.name}: field {f.name} is misaligned")
+            end = f.offset + f.size
+        if end > self.size:
+            raise ValueError(f"{self.name}: fields run past the size {self.size}")
+
+    @classmethod
+    def packed_in_order(cls, name: str, fields: Iterable[Field]) -> "Layout":
+        """Place fields one after another at their natural alignment (like a C compiler)."""
+        placed, offset, align = [], 0, 1
+        for f in fields:
+            a = align_of_ctype(f.ctype)
+            align = max(align, a)
+            offset = (offset + a - 1) // a * a
+            placed.append(Field(f.name, f.ctype, offset, f.kind, f.enumerators, dict(f.source)))
+            offset += f.size
+        size = (offset + align - 1) // align * align
+        return cls(name, tuple(placed), size)
+
+    @property
+    def alignment(self) -> int:
+        return max((align_of_ctype(f.ctype) for f in self.fields), default=1)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    # -- C side ---------------------------------------------------------------
+
+    def c_definition(self) -> str:
+        """The C struct, padded explicitly and pinned with static asserts."""
+        lines = [f"struct {self.name} {{"]
+        at, pad = 0, 0
+        for f in sorted(self.fields, key=lambda f: f.offset):
+            if f.offset > at:
+                lines.append(f"\tu8 __pad{pad}[{f.offset - at}];")
+                pad += 1
+            m = _ARRAY.match(f.ctype)
+            decl = f"char {f.c_name}[{m.group(1)}]" if m else f"{f.ctype} {f.c_name}"
+            lines.append(f"\t{decl};")
+            at = f.offset + f.size
+        if self.size > at:
+            lines.append(f"\tu8 __pad{pad}[{self.size - at}];")
+        lines.append("} __attribute__((packed, aligned(%d)));" % self.alignment)
+        lines.append(f'_Static_assert(sizeof(struct {self.name}) == {self.size}, '
+                     f'"{self.name} size");')
+        for f in self.fields:
+            lines.append(f"_Static_assert(__builtin_offsetof(struct {self.name}, {f.c_name})"
+                         f' == {f.offset}, "{self.name}.{f.c_name} offset");')
+        return "\n".join(lines) + "\n"
+
+    # -- Python side ----------------------------------------------------------
+
+    def _struct(self) -> struct.Struct:
+        cached = self.__dict__.get("_struct_cache")
+        if cached is None:
+            fmt, at = ["<"], 0
+            for f in sorted(self.fields, key=lambda f: f.offset):
+                if f.offset > at:
+                    fmt.append(f"{f.offset - at}x")
+                m = _ARRAY.match(f.ctype)
+                fmt.append(f"{m.group(1)}s" if m else SCALARS[f.ctype][0])
+                at = f.offset + f.size
+            if self.size > at:
+                fmt.append(f"{self.size - at}x")
+            cached = struct.Struct("".join(fmt))
+            object.__setattr__(self, "_struct_cache", cached)
+        return cached
+
+    def decode(self, data: bytes, offset: int = 0) -> dict[str, Any]:
+        """Field values by name, in offset order; char arrays become str (up to NUL)."""
+        values = self._struct().unpack_from(data, offset)
+        out = {}
+        for f, v in zip(sorted(self.fields, key=lambda f: f.offset), values):
+            if isinstance(v, bytes):
+                v = v.split(b"\0", 1)[0].decode("utf-8", "replace")
+            out[f.name] = v
+        return out
+
+    def encode(self, values: dict[str, Any]) -> bytes:
+        """Inverse of `decode` (for tests and synthetic traces)."""
+        ordered = []
+        for f in sorted(self.fields, key=lambda f: f.offset):
+            v = values.get(f.name, 0)
+            if _ARRAY.match(f.ctype):
+                v = v.encode() if isinstance(v, str) else bytes(v or b"")
+            ordered.append(v)
+        return self._struct().pack(*ordered)
+
+    # -- storage --------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "name": self.name, "size": self.size,
+            "fields": [{"name": f.name, "ctype": f.ctype, "offset": f.offset, "kind": f.kind,
+                        "enumerators": [list(e) for e in f.enumerators],
+                        "source": f.source} for f in self.fields]})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Layout":
+        d = json.loads(text)
+        return cls(d["name"], tuple(
+            Field(f["name"], f["ctype"], f["offset"], f.get("kind", "int"),
+                  tuple((int(v), str(n)) for v, n in f.get("enumerators", ())),
+                  dict(f.get("source", {})))
+            for f in d["fields"]), d["size"])
+
+
+PHASE_ENTRY = 0
+PHASE_EXIT = 1
+
+#: flags in the header
+FLAG_READ_FAILED = 1   # the object could not be read; the snapshot is garbage
+FLAG_NO_ENTRY = 2      # an exit whose entry was not seen (object unknown)
+
+#: every event starts with this
+HEADER = Layout.packed_in_order("ctracer_header", [
+    Field("ts_ns", "u64", 0, "uint"),
+    Field("object", "u64", 0, "pointer"),
+    Field("retval", "s64", 0, "int"),
+    Field("cpu", "u32", 0, "uint"),
+    Field("pid", "u32", 0, "uint"),
+    Field("tid", "u32", 0, "uint"),
+    Field("function_id", "u32", 0, "uint"),
+    Field("depth", "u16", 0, "uint"),
+    Field("phase", "u8", 0, "uint"),
+    Field("flags", "u8", 0, "uint"),
+    Field("comm", "char[16]", 0, "text"),
+])
+
+
+def event_size(mini: Layout) -> int:
+    """Bytes of one event: header then the mini snapshot, at the mini's alignment."""
+    a = mini.alignment
+    start = (HEADER.size + a - 1) // a * a
+    return start + mini.size
+
+
+def mini_offset(mini: Layout) -> int:
+    a = mini.alignment
+    return (HEADER.size + a - 1) // a * a
+
+
+def c_event_definition(mini: Layout) -> str:
+    """C for the header, the mini struct and ``struct ctracer_event`` holding both."""
+    return (HEADER.c_definition() + "\n" + mini.c_definition() + "\n"
+            f"struct ctracer_event {{\n\tstruct {HEADER.name} h;\n"
+            f"\tstruct {mini.name} m;\n}};\n"
+            f'_Static_assert(__builtin_offsetof(struct ctracer_event, m) == {mini_offset(mini)}, '
+            f'"mini offset");\n')
+
+
+def decode_event(mini: Layout, data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split a raw event into its decoded header and the raw mini snapshot bytes."""
+    header = HEADER.decode(data)
+    start = mini_offset(mini)
+    return header, bytes(data[start:start + mini.size])
+
