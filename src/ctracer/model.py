@@ -17,9 +17,10 @@ Type ids (`TypeId`) are opaque integers meaningful only inside one model (DWARF:
 
 from __future__ import annotations
 
+import abc
 import enum
-from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional, Protocol, Sequence, Union
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
 TypeId = int
 
@@ -279,18 +280,92 @@ class TracepointInfo:
     params: tuple[Parameter, ...]
 
 
-@dataclass(frozen=True)
-class Catalog:
-    functions: tuple[FunctionInfo, ...]
-    structs: tuple[StructInfo, ...]
-    tracepoints: tuple[TracepointInfo, ...] = ()
-    notes: tuple[str, ...] = field(default=())  # reader remarks worth showing a user
+class Catalog(abc.ABC):
+    """Every function, struct summary and tracepoint of a type source, with the lookups
+    method discovery needs.  `MemoryCatalog` holds one in memory; a cache may answer the
+    same questions from disk without loading everything."""
 
-    def struct_named(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]:
-        for s in self.structs:
-            if s.name == name and s.kind == kind:
-                return s
-        return None
+    #: reader remarks worth showing a user (e.g. "412 functions exist only inlined")
+    notes: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def functions(self) -> Iterable[FunctionInfo]:
+        """All functions (may be slow on a kernel: prefer the lookups below)."""
+
+    @abc.abstractmethod
+    def function_count(self) -> int: ...
+
+    @abc.abstractmethod
+    def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
+        """Functions with a parameter or return type whose shape is (kind, name), at any
+        pointer depth (0 = by value)."""
+
+    @abc.abstractmethod
+    def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]: ...
+
+    @abc.abstractmethod
+    def structs_with_member_of(self, kind: ShapeKind, name: str) -> list[StructInfo]:
+        """Structs/unions having a (flattened) member whose shape is (kind, name), at any
+        pointer depth."""
+
+    @abc.abstractmethod
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]: ...
+
+    @abc.abstractmethod
+    def tracepoints(self) -> Iterable[TracepointInfo]: ...
+
+    @abc.abstractmethod
+    def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]: ...
+
+
+class MemoryCatalog(Catalog):
+    """A catalog held in memory, indexed on construction."""
+
+    def __init__(self, functions: Iterable[FunctionInfo], structs: Iterable[StructInfo],
+                 tracepoints: Iterable[TracepointInfo] = (), notes: Iterable[str] = ()):
+        self._functions = tuple(functions)
+        self._tracepoints = tuple(tracepoints)
+        self.notes = tuple(notes)
+        self._structs: dict[tuple[ShapeKind, str], StructInfo] = {}
+        for s in structs:
+            self._structs.setdefault((s.kind, s.name), s)
+        self._fn_index: dict[tuple[ShapeKind, str], list[FunctionInfo]] = {}
+        for f in self._functions:
+            for key in {(p.shape.kind, p.shape.name) for p in f.params} | {
+                    (f.returns.kind, f.returns.name)}:
+                self._fn_index.setdefault(key, []).append(f)
+        self._member_index: dict[tuple[ShapeKind, str], list[StructInfo]] = {}
+        for s in self._structs.values():
+            for key in {(m.shape.kind, m.shape.name) for m in s.members}:
+                self._member_index.setdefault(key, []).append(s)
+        self._tp_index: dict[tuple[ShapeKind, str], list[TracepointInfo]] = {}
+        for t in self._tracepoints:
+            for key in {(p.shape.kind, p.shape.name) for p in t.params}:
+                self._tp_index.setdefault(key, []).append(t)
+
+    def functions(self) -> Iterable[FunctionInfo]:
+        return self._functions
+
+    def function_count(self) -> int:
+        return len(self._functions)
+
+    def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
+        return list(self._fn_index.get((kind, name), ()))
+
+    def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]:
+        return self._structs.get((kind, name))
+
+    def structs_with_member_of(self, kind: ShapeKind, name: str) -> list[StructInfo]:
+        return list(self._member_index.get((kind, name), ()))
+
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
+        return sorted(n for k, n in self._structs if k == kind)
+
+    def tracepoints(self) -> Iterable[TracepointInfo]:
+        return self._tracepoints
+
+    def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]:
+        return list(self._tp_index.get((kind, name), ()))
 
 
 class TypeModel(Protocol):
