@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -75,4 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("ctracer: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: silence the final flush of stdout too
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
