@@ -1,0 +1,750 @@
+"""DWARF (and ELF) reading: the only module of ctracer that imports pyelftools.
+
+`open_elf_types(path)` gives the `TypeModel` of an ELF file: from its DWARF, or from its
+``.BTF`` section (through `ctracer.btf`) when it has no DWARF.  Two levels, as in
+`ctracer.model`:
+
+* the catalog (every function and struct summary) comes from a walk of every compile
+  unit that keeps only top-level DIEs, struct members and function parameters.  Small
+  files are walked with pyelftools; `ctracer.dwarf_scan` does the summarizing;
+* `find_struct` reads one struct definition and what it reaches, on demand, by DIE
+  offset, with pyelftools.
+
+ELF helpers other parts need live here too (`build_id`, `uprobe_offset`), and so does a
+tiny section-header reader that does not import pyelftools, so that cached queries start
+fast.  pyelftools is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from ctracer import dwarf_scan as ds
+from ctracer.errors import CtracerError, InputFileError, UnknownType
+from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
+                           FunctionInfo, FunctionType, Inline, MemberInfo, MemoryCatalog,
+                           Member, Parameter, PointerType, QualifiedType, ShapeKind,
+                           StructInfo, TracepointInfo, TypeGraph, TypeId, TypeShape, Typedef)
+
+ELF_MAGIC = b"\x7fELF"
+SHT_NOTE = 7
+NT_GNU_BUILD_ID = 3
+
+
+# ------------------------------------------------------------------ raw ELF headers
+
+
+@dataclass(frozen=True)
+class SectionHeader:
+    name: str
+    type: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ElfHeaders:
+    """What the ELF header and section headers say, read without pyelftools."""
+
+    path: str
+    is64: bool
+    big_endian: bool
+    sections: tuple[SectionHeader, ...]
+
+    def section(self, name: str) -> Optional[SectionHeader]:
+        for s in self.sections:
+            if s.name == name:
+                return s
+        return None
+
+
+def read_elf_headers(path: str) -> ElfHeaders:
+    """Section headers of an ELF file; `InputFileError` when it is not one."""
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 52 or ident[:4] != ELF_MAGIC or ident[4] not in (1, 2):
+                raise InputFileError(f"{path} is not an ELF file")
+            is64, big = ident[4] == 2, ident[5] == 2
+            e = ">" if big else "<"
+            if is64:
+                shoff, = struct.unpack_from(e + "Q", ident, 0x28)
+                shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", ident, 0x3A)
+            else:
+                shoff, = struct.unpack_from(e + "I", ident, 0x20)
+                shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", ident, 0x2E)
+            f.seek(shoff)
+            table = f.read(shentsize * shnum)
+            if len(table) < shentsize * shnum:
+                raise InputFileError(f"{path} is a truncated ELF file")
+            raw = [_section_fields(table, i * shentsize, is64, e) for i in range(shnum)]
+            names = b""
+            if 0 < shstrndx < shnum:
+                f.seek(raw[shstrndx][3])
+                names = f.read(raw[shstrndx][4])
+    except OSError as err:
+        raise InputFileError(f"cannot read {path}: {err.strerror}") from None
+    sections = tuple(SectionHeader(_cstring(names, name), stype, off, size)
+                     for name, stype, _flags, off, size in raw)
+    return ElfHeaders(path, is64, big, sections)
+
+
+def _section_fields(table: bytes, at: int, is64: bool, e: str) -> tuple:
+    if is64:
+        name, stype, flags, _addr, off, size = struct.unpack_from(e + "IIQQQQ", table, at)
+    else:
+        name, stype, flags, _addr, off, size = struct.unpack_from(e + "IIIIII", table, at)
+    return name, stype, flags, off, size
+
+
+def _cstring(blob: bytes, at: int) -> str:
+    end = blob.find(b"\0", at)
+    return blob[at:end if end >= 0 else len(blob)].decode("utf-8", "replace")
+
+
+def build_id(path: str) -> Optional[str]:
+    """The GNU build-id (hex) of an ELF file, None when it has none."""
+    headers = read_elf_headers(path)
+    e = ">" if headers.big_endian else "<"
+    with open(path, "rb") as f:
+        for s in headers.sections:
+            if s.type != SHT_NOTE or s.size > 1 << 20:
+                continue
+            f.seek(s.offset)
+            found = _find_build_id(f.read(s.size), e)
+            if found:
+                return found
+    return None
+
+
+def _find_build_id(notes: bytes, e: str) -> Optional[str]:
+    at = 0
+    while at + 12 <= len(notes):
+        namesz, descsz, ntype = struct.unpack_from(e + "III", notes, at)
+        name_at = at + 12
+        desc_at = name_at + (namesz + 3) // 4 * 4
+        if ntype == NT_GNU_BUILD_ID and notes[name_at:name_at + namesz].rstrip(b"\0") == b"GNU":
+            return notes[desc_at:desc_at + descsz].hex()
+        at = desc_at + (descsz + 3) // 4 * 4
+    return None
+
+
+def uprobe_offset(path: str, address: int) -> int:
+    """The file offset of a virtual address (e.g. a function's entry), as uprobes want it,
+    from the loadable segment containing it."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for seg in elf.iter_segments():
+            if seg["p_type"] != "PT_LOAD":
+                continue
+            start = seg["p_vaddr"]
+            if start <= address < start + seg["p_filesz"]:
+                return address - start + seg["p_offset"]
+    raise InputFileError(f"address {address:#x} is in no loadable segment of {path}")
+
+
+# ------------------------------------------------------------------ opening
+
+
+def open_elf_types(path: str, use_cache: bool = True):
+    """The type model of an ELF file: its DWARF, else its .BTF section.
+
+    Raises `InputFileError` (one line) for a file that is not ELF or has no debug info.
+    """
+    headers = read_elf_headers(path)
+    info = headers.section(".debug_info")
+    if info is not None and info.size > 0 and info.type != 8:  # 8: SHT_NOBITS (stripped)
+        return DwarfTypes(path, headers, use_cache)
+    btf_section = headers.section(".BTF")
+    if btf_section is not None and btf_section.size > 0:
+        with open(path, "rb") as f:
+            f.seek(btf_section.offset)
+            data = f.read(btf_section.size)
+        from ctracer import btf
+        return btf.model_from_bytes(data, f"BTF of {path}")
+    raise InputFileError(f"{path} has no debug info (DWARF or BTF); rebuild with -g")
+
+
+class DwarfTypes:
+    """The `TypeModel` of an ELF file's DWARF."""
+
+    format = "dwarf"
+
+    def __init__(self, path: str, headers: ElfHeaders, use_cache: bool = True):
+        self.path = path
+        self.description = f"DWARF of {path}"
+        self.headers = headers
+        self.use_cache = use_cache
+        self._catalog: Optional[Catalog] = None
+        self._locations: Optional[Callable[[str, str], Optional[int]]] = None
+        self._dwarf = None
+        self._file = None
+
+    # -- catalog
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog, self._locations = self._build_catalog()
+        return self._catalog
+
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
+        return self.catalog().struct_names(kind)
+
+    def _build_catalog(self):
+        known_structs: set = set()
+        rows = assemble_rows(ds.summarize_unit(tables, known_structs)
+                             for tables in self._walk_units())
+        catalog = catalog_from_rows(rows, self._symbol_names_at)
+        locations = {(kind, name): offset for kind, name, _s, _m, offset in rows.structs}
+        return catalog, lambda kind, name: locations.get((kind, name))
+
+    def _walk_units(self) -> Iterable[ds.UnitTables]:
+        dwarf = self.dwarfinfo()
+        walker = ElftoolsUnitWalker(dwarf, self.headers.big_endian)
+        for cu in dwarf.iter_CUs():
+            yield walker.walk(cu)
+
+    # -- full types
+
+    def find_struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> TypeGraph:
+        kind = ShapeKind(kind)
+        self.catalog()
+        offset = self._locations(kind.value, name)
+        if offset is None:
+            raise UnknownType(kind.value, name, self.struct_names(kind), self.description)
+        return GraphBuilder(self.dwarfinfo(), self.headers.big_endian).build(offset)
+
+    # -- pyelftools access
+
+    def dwarfinfo(self):
+        if self._dwarf is None:
+            from elftools.common.exceptions import ELFError
+            from elftools.elf.elffile import ELFFile
+
+            self._file = open(self.path, "rb")
+            try:
+                elf = ELFFile(self._file)
+                self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
+            except (ELFError, ValueError) as err:
+                raise InputFileError(f"{self.path}: cannot read DWARF ({err})") from None
+        return self._dwarf
+
+    def _symbol_names_at(self) -> dict[int, set]:
+        """Function symbols by address, to tell a function's own entry from its clones'."""
+        from elftools.elf.elffile import ELFFile
+
+        names: dict[int, set] = {}
+        with open(self.path, "rb") as f:
+            for section in ELFFile(f).iter_sections():
+                if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
+                    continue
+                for sym in section.iter_symbols():
+                    if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
+                        names.setdefault(sym["st_value"], set()).add(sym.name)
+        return names
+
+
+# ------------------------------------------------------------------ catalog assembly
+
+
+@dataclass
+class CatalogRows:
+    """All units' summaries merged: plain tuples, as `dwarf_scan.UnitSummary` defines."""
+
+    functions: list
+    structs: list
+    tracepoints: list
+    notes: list
+
+
+def assemble_rows(summaries: Iterable[ds.UnitSummary]) -> CatalogRows:
+    """Merge unit summaries: attach cross-unit concrete copies to their abstract function,
+    fold identical inline-only copies of header functions, keep the first definition of
+    each struct name and of each tracepoint."""
+    functions, orphans, structs, tracepoints = [], [], [], {}
+    seen_structs = set()
+    for s in summaries:
+        functions.extend(s.functions)
+        orphans.extend(s.orphans)
+        for row in s.structs:
+            if (row[0], row[1]) not in seen_structs:
+                seen_structs.add((row[0], row[1]))
+                structs.append(row)
+        for name, params in s.tracepoints:
+            tracepoints.setdefault(name, params)
+    if orphans:
+        functions = _attach_orphans(functions, orphans)
+    functions = _fold_inline_copies(functions)
+    inlined_only = sum(1 for f in functions if not f[2] and f[4] in ("inlined", "declared_inlined"))
+    notes = []
+    if inlined_only:
+        notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
+    statics = {}
+    for f in functions:
+        if not f[3]:
+            statics[f[0]] = statics.get(f[0], 0) + 1
+    shared = sum(1 for n in statics.values() if n > 1)
+    if shared:
+        notes.append(f"{shared} static function names are defined in several compile units;"
+                     " each copy is listed as name@unit")
+    return CatalogRows(functions, structs, sorted(tracepoints.items()), notes)
+
+
+def _attach_orphans(functions: list, orphans: list) -> list:
+    by_offset = {f[11]: i for i, f in enumerate(functions)}
+    functions = list(functions)
+    for origin, address in orphans:
+        i = by_offset.get(origin)
+        if i is not None:
+            f = functions[i]
+            functions[i] = f[:2] + (f[2] + (address,),) + f[3:]
+    return functions
+
+
+def _fold_inline_copies(functions: list) -> list:
+    """A static inline function of a header appears, inlined only, in every unit using it;
+    those copies have no address and the same declaration: keep one."""
+    kept, seen = [], set()
+    for f in functions:
+        if not f[2] and not f[3] and f[4] in ("inlined", "declared_inlined"):
+            key = (f[0], f[7], f[8])
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(f)
+    return kept
+
+
+def shape_from_tuple(t: tuple) -> TypeShape:
+    kind, name, pointers, const, text = t
+    return TypeShape(ShapeKind(kind), name, pointers, const, text)
+
+
+def catalog_from_rows(rows: CatalogRows,
+                      symbols: Optional[Callable[[], dict]] = None) -> MemoryCatalog:
+    """A `MemoryCatalog` of assembled rows.  ``symbols`` (called only when some function
+    has several out-of-line copies) maps addresses to symbol names."""
+    shapes: dict = {}
+
+    def shape(t):
+        s = shapes.get(t)
+        if s is None:
+            s = shapes[t] = shape_from_tuple(t)
+        return s
+
+    symbol_map = None
+    functions = []
+    for (name, unit, addrs, external, inline, variadic, linkage, decl_file, decl_line,
+         params, returns, _offset) in rows.functions:
+        if len(addrs) > 1 and symbols is not None:
+            if symbol_map is None:
+                symbol_map = symbols()
+            address = choose_address(name, linkage, addrs, symbol_map)
+        else:
+            address = addrs[0] if addrs else None
+        functions.append(FunctionInfo(
+            name=name, params=tuple(Parameter(p, shape(s)) for p, s in params),
+            returns=shape(returns), unit=unit, address=address, external=external,
+            inline=Inline(inline),
+            inlined_only=address is None and inline in ("inlined", "declared_inlined"),
+            variadic=variadic, linkage_name=linkage, decl_file=decl_file,
+            decl_line=decl_line))
+    structs = [StructInfo(ShapeKind(kind), name, size,
+                          tuple(MemberInfo(path, shape(s), bits) for path, s, bits in members))
+               for kind, name, size, members, _offset in rows.structs]
+    tracepoints = [TracepointInfo(name, tuple(Parameter(p, shape(s)) for p, s in params))
+                   for name, params in rows.tracepoints]
+    return MemoryCatalog(functions, structs, tracepoints, rows.notes)
+
+
+def choose_address(name: str, linkage: Optional[str], addrs: tuple, symbols: dict) -> int:
+    """Among a function's out-of-line copies, the one whose symbol is the function's own
+    name (the others are compiler clones such as ``name.isra.0``)."""
+    for a in addrs:
+        found = symbols.get(a, ())
+        if name in found or (linkage and linkage in found):
+            return a
+    return addrs[0]
+
+
+# ------------------------------------------------------------------ pyelftools unit walk
+
+_TAG = {  # pyelftools tag names → DWARF numbers, for the tags a unit walk keeps
+    "DW_TAG_array_type": ds.TAG_ARRAY, "DW_TAG_class_type": ds.TAG_CLASS,
+    "DW_TAG_enumeration_type": ds.TAG_ENUMERATION, "DW_TAG_pointer_type": ds.TAG_POINTER,
+    "DW_TAG_reference_type": ds.TAG_REFERENCE, "DW_TAG_structure_type": ds.TAG_STRUCTURE,
+    "DW_TAG_subroutine_type": ds.TAG_SUBROUTINE_TYPE, "DW_TAG_typedef": ds.TAG_TYPEDEF,
+    "DW_TAG_union_type": ds.TAG_UNION, "DW_TAG_ptr_to_member_type": ds.TAG_PTR_TO_MEMBER,
+    "DW_TAG_base_type": ds.TAG_BASE, "DW_TAG_const_type": ds.TAG_CONST,
+    "DW_TAG_volatile_type": ds.TAG_VOLATILE, "DW_TAG_restrict_type": ds.TAG_RESTRICT,
+    "DW_TAG_unspecified_type": ds.TAG_UNSPECIFIED_TYPE,
+    "DW_TAG_rvalue_reference_type": ds.TAG_RVALUE_REFERENCE,
+    "DW_TAG_atomic_type": ds.TAG_ATOMIC, "DW_TAG_subprogram": ds.TAG_SUBPROGRAM,
+    "DW_TAG_namespace": ds.TAG_NAMESPACE,
+}
+_LOCAL_REF_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
+                    "DW_FORM_ref_udata"}
+
+
+def attr_ref(die, name: str) -> Optional[int]:
+    """The absolute .debug_info offset a reference attribute points to."""
+    a = die.attributes.get(name)
+    if a is None:
+        return None
+    if a.form in _LOCAL_REF_FORMS:
+        return a.value + die.cu.cu_offset
+    if a.form in ("DW_FORM_ref_addr", "DW_FORM_GNU_ref_alt"):
+        return a.value
+    return None  # DW_FORM_ref_sig8 (type units) is not followed
+
+
+def attr_str(die, name: str) -> Optional[str]:
+    a = die.attributes.get(name)
+    if a is None or a.value is None:
+        return None
+    v = a.value
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def attr_int(die, name: str) -> Optional[int]:
+    a = die.attributes.get(name)
+    if a is None:
+        return None
+    v = a.value
+    if isinstance(v, list):  # DWARF 2/3 location expression: DW_OP_plus_uconst N
+        return _plus_uconst(v)
+    return int(v) if isinstance(v, (int, bool)) else None
+
+
+def attr_sint(die, name: str) -> Optional[int]:
+    """A constant that may be negative even in a DW_FORM_dataN (e.g. clang's
+    DW_AT_bit_offset of a bitfield straddling its storage unit)."""
+    a = die.attributes.get(name)
+    if a is None or not isinstance(a.value, int):
+        return None
+    return _sign_extend(a.value, a.form)
+
+
+def _sign_extend(value: int, form: str) -> int:
+    if form.startswith("DW_FORM_data") and form[12:].isdigit():
+        bits = int(form[12:]) * 8
+        if value >= 1 << (bits - 1):
+            return value - (1 << bits)
+    return value
+
+
+def _plus_uconst(expr: list) -> Optional[int]:
+    if not expr or expr[0] != 0x23:
+        return None
+    value, shift = 0, 0
+    for byte in expr[1:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value
+    return None
+
+
+def array_dims(die) -> tuple:
+    dims = []
+    for sub in die.iter_children():
+        if sub.tag not in ("DW_TAG_subrange_type", "DW_TAG_enumeration_type"):
+            continue
+        count = attr_int(sub, "DW_AT_count")
+        upper = sub.attributes.get("DW_AT_upper_bound")
+        if count is None and upper is not None and isinstance(upper.value, int) \
+                and upper.form not in ("DW_FORM_exprloc", "DW_FORM_block1"):
+            lower = attr_int(sub, "DW_AT_lower_bound") or 0
+            bound = upper.value
+            if bound >= (1 << 63) or (upper.form == "DW_FORM_data4" and bound == 0xFFFFFFFF):
+                count = 0  # GCC's "-1" upper bound of a zero-length array
+            else:
+                count = bound - lower + 1
+        dims.append(count)
+    return tuple(dims)
+
+
+class ElftoolsUnitWalker:
+    """Fills `dwarf_scan.UnitTables` for a compile unit using pyelftools DIEs (works for
+    every DWARF version and form pyelftools knows; the raw scanner is faster)."""
+
+    def __init__(self, dwarf, big_endian: bool):
+        self.dwarf = dwarf
+        self.big_endian = big_endian
+
+    def walk(self, cu) -> ds.UnitTables:
+        top = cu.get_top_DIE()
+        tables = ds.UnitTables(cu.cu_offset, attr_str(top, "DW_AT_name") or "")
+        tables.files = self._file_names(cu)
+        self._children(top, tables)
+        return tables
+
+    def _file_names(self, cu) -> dict:
+        try:
+            program = self.dwarf.line_program_for_CU(cu)
+        except Exception:  # a broken line table must not hide the types
+            return {}
+        if program is None:
+            return {}
+        header = program.header
+        dirs = [d.decode("utf-8", "replace") if isinstance(d, bytes) else str(d)
+                for d in header["include_directory"]]
+        version = header["version"]
+        if version < 5:
+            dirs.insert(0, attr_str(cu.get_top_DIE(), "DW_AT_comp_dir") or "")
+        base = 0 if version >= 5 else 1
+        names = {}
+        for i, entry in enumerate(header["file_entry"]):
+            name = entry.name.decode("utf-8", "replace")
+            d = entry.dir_index
+            if not name.startswith("/") and 0 <= d < len(dirs) and dirs[d]:
+                name = f"{dirs[d]}/{name}"
+            names[i + base] = name
+        return names
+
+    def _children(self, parent, tables: ds.UnitTables) -> None:
+        for die in parent.iter_children():
+            tag = _TAG.get(die.tag)
+            if tag is None:
+                continue
+            if tag == ds.TAG_NAMESPACE:
+                self._children(die, tables)
+            elif tag == ds.TAG_SUBPROGRAM:
+                tables.subprograms.append(self._subprogram(die))
+            else:
+                self._type(die, tag, tables)
+
+    def _type(self, die, tag: int, tables: ds.UnitTables) -> None:
+        name = attr_str(die, "DW_AT_name")
+        target = attr_ref(die, "DW_AT_type")
+        aux = None
+        if tag in ds.COMPOSITE_TAGS:
+            aux = bool(die.attributes.get("DW_AT_declaration"))
+            if not aux:
+                members = self._members(die, tables)
+                size = attr_int(die, "DW_AT_byte_size") or 0
+                tables.composites[die.offset] = (tag, name, size, members)
+        elif tag == ds.TAG_ENUMERATION:
+            aux = bool(die.attributes.get("DW_AT_declaration"))
+        elif tag == ds.TAG_ARRAY:
+            aux = array_dims(die)
+        elif tag == ds.TAG_SUBROUTINE_TYPE:
+            params, variadic = [], False
+            for child in die.iter_children():
+                if child.tag == "DW_TAG_formal_parameter":
+                    params.append(attr_ref(child, "DW_AT_type"))
+                elif child.tag == "DW_TAG_unspecified_parameters":
+                    variadic = True
+            aux = (tuple(params), variadic)
+        elif tag == ds.TAG_TYPEDEF and name and name.startswith(ds.TRACEPOINT_TYPEDEF_PREFIX):
+            tables.tracepoint_typedefs.append((name, die.offset))
+        tables.types[die.offset] = (tag, name, target, aux)
+
+    def _members(self, die, tables: ds.UnitTables) -> tuple:
+        members = []
+        for child in die.iter_children():
+            if child.tag == "DW_TAG_member":
+                members.append((attr_str(child, "DW_AT_name"), attr_ref(child, "DW_AT_type"),
+                                self.bit_offset(child)))
+            elif child.tag in _TAG:  # nested type definitions (C++), kept like top-level
+                tag = _TAG[child.tag]
+                if tag != ds.TAG_SUBPROGRAM and tag != ds.TAG_NAMESPACE:
+                    self._type(child, tag, tables)
+        return tuple(members)
+
+    def bit_offset(self, member) -> int:
+        bit_size = attr_int(member, "DW_AT_bit_size") or 0
+        be_bit_offset = attr_sint(member, "DW_AT_bit_offset")
+        type_size = 0
+        if be_bit_offset is not None and "DW_AT_byte_size" not in member.attributes:
+            type_size = type_byte_size(self.dwarf, attr_ref(member, "DW_AT_type"))
+        return ds.member_bit_offset(attr_int(member, "DW_AT_data_member_location"),
+                                    attr_int(member, "DW_AT_data_bit_offset"), be_bit_offset,
+                                    attr_int(member, "DW_AT_byte_size"), bit_size, type_size,
+                                    self.big_endian)
+
+    def _subprogram(self, die) -> ds.Subprogram:
+        sp = ds.Subprogram(
+            die.offset, name=attr_str(die, "DW_AT_name"),
+            linkage_name=attr_str(die, "DW_AT_linkage_name")
+            or attr_str(die, "DW_AT_MIPS_linkage_name"),
+            returns=attr_ref(die, "DW_AT_type"),
+            external=bool(die.attributes.get("DW_AT_external")),
+            inline=attr_int(die, "DW_AT_inline"),
+            declaration=bool(die.attributes.get("DW_AT_declaration")),
+            abstract_origin=attr_ref(die, "DW_AT_abstract_origin"),
+            specification=attr_ref(die, "DW_AT_specification"),
+            decl_file=attr_int(die, "DW_AT_decl_file"),
+            decl_line=attr_int(die, "DW_AT_decl_line"))
+        low = die.attributes.get("DW_AT_low_pc")
+        if low is not None and isinstance(low.value, int):
+            sp.low_pc = low.value
+        elif "DW_AT_entry_pc" in die.attributes:
+            sp.low_pc = attr_int(die, "DW_AT_entry_pc")
+        elif "DW_AT_ranges" in die.attributes:
+            sp.has_ranges = True
+            sp.low_pc = self._first_range_start(die)
+        if sp.abstract_origin is None:
+            for child in die.iter_children():
+                if child.tag == "DW_TAG_formal_parameter":
+                    sp.params.append((attr_str(child, "DW_AT_name"),
+                                      attr_ref(child, "DW_AT_type")))
+                elif child.tag == "DW_TAG_unspecified_parameters":
+                    sp.variadic = True
+        return sp
+
+    def _first_range_start(self, die) -> Optional[int]:
+        """Entry of a function split in several ranges (hot/cold): its first range."""
+        try:
+            ranges = self.dwarf.range_lists()
+            if ranges is None:
+                return None
+            attr = die.attributes["DW_AT_ranges"]
+            entries = ranges.get_range_list_at_offset(attr.value, cu=die.cu)
+        except Exception:  # an unreadable range list costs the address, not the catalog
+            return None
+        base = die.cu.get_top_DIE().attributes.get("DW_AT_low_pc")
+        base_address = base.value if base is not None else 0
+        for entry in entries:
+            if hasattr(entry, "begin_offset"):
+                absolute = getattr(entry, "is_absolute", False)
+                return entry.begin_offset + (0 if absolute else base_address)
+            if hasattr(entry, "base_address"):
+                base_address = entry.base_address
+        return None
+
+
+def type_byte_size(dwarf, offset: Optional[int]) -> int:
+    """DW_AT_byte_size of a type, through typedefs and qualifiers."""
+    for _ in range(64):
+        if offset is None:
+            return 0
+        die = dwarf.get_DIE_from_refaddr(offset)
+        size = attr_int(die, "DW_AT_byte_size")
+        if size is not None:
+            return size
+        offset = attr_ref(die, "DW_AT_type")
+    return 0
+
+
+# ------------------------------------------------------------------ type graphs
+
+_ENCODINGS = {0x01: Encoding.UNSIGNED, 0x02: Encoding.BOOL, 0x03: Encoding.COMPLEX_FLOAT,
+              0x04: Encoding.FLOAT, 0x05: Encoding.SIGNED, 0x06: Encoding.SIGNED_CHAR,
+              0x07: Encoding.UNSIGNED, 0x08: Encoding.UNSIGNED_CHAR, 0x10: Encoding.UNSIGNED}
+_QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
+               "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "atomic"}
+_POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type",
+             "DW_TAG_ptr_to_member_type")
+
+
+class GraphBuilder:
+    """Reads a struct definition and every type it reaches into a `TypeGraph`.
+
+    Types reached by value are read whole.  Behind a pointer only the pointee's identity
+    is needed: a struct/union reached only that way appears as a declaration (name and
+    size, no members), which also keeps a kernel struct from pulling in half the kernel.
+    """
+
+    def __init__(self, dwarf, big_endian: bool):
+        self.dwarf = dwarf
+        self.walker = ElftoolsUnitWalker(dwarf, big_endian)
+        self.types: dict[TypeId, object] = {}
+        self.whole: set[int] = set()
+
+    def build(self, root: int) -> TypeGraph:
+        pending = [(root, True)]
+        while pending:
+            offset, whole = pending.pop()
+            if offset in self.whole or (not whole and offset in self.types):
+                continue
+            die = self.dwarf.get_DIE_from_refaddr(offset)
+            self.types[offset], reached = self._convert(die, whole)
+            if whole:
+                self.whole.add(offset)
+            pending.extend((o, w) for o, w in reached if o is not None)
+        return TypeGraph(self.types, root)
+
+    def _convert(self, die, whole: bool):
+        """(model type, [(offset, whole?) it reaches])"""
+        tag = die.tag
+        name = attr_str(die, "DW_AT_name")
+        target = attr_ref(die, "DW_AT_type")
+        if tag == "DW_TAG_base_type":
+            encoding = _ENCODINGS.get(attr_int(die, "DW_AT_encoding") or 0, Encoding.OTHER)
+            return BaseType(name or "?", attr_int(die, "DW_AT_byte_size") or 0, encoding), []
+        if tag in _POINTERS:
+            size = attr_int(die, "DW_AT_byte_size") or die.cu["address_size"]
+            return PointerType(target, size), [(target, False)]
+        if tag in _QUALIFIERS:
+            return QualifiedType(_QUALIFIERS[tag], target), [(target, whole)]
+        if tag == "DW_TAG_typedef":
+            return Typedef(name or "?", target), [(target, whole)]
+        if tag in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type"):
+            return self._composite(die, name, whole)
+        if tag == "DW_TAG_enumeration_type":
+            return self._enum(die, name, target), []
+        if tag == "DW_TAG_array_type":
+            return ArrayType(target, array_dims(die)), [(target, whole)]
+        if tag == "DW_TAG_subroutine_type":
+            return self._function(die, target)
+        # DW_TAG_unspecified_type (C++ nullptr_t) and anything unexpected
+        return BaseType(name or tag, attr_int(die, "DW_AT_byte_size") or 0, Encoding.OTHER), []
+
+    def _composite(self, die, name: Optional[str], whole: bool):
+        kind = "union" if die.tag == "DW_TAG_union_type" else "struct"
+        size = attr_int(die, "DW_AT_byte_size") or 0
+        declaration = bool(die.attributes.get("DW_AT_declaration"))
+        alignment = attr_int(die, "DW_AT_alignment") or 0
+        if not whole or declaration:
+            return CompositeType(kind, name, size, (), True, alignment), []
+        members, reached = [], []
+        for child in die.iter_children():
+            if child.tag != "DW_TAG_member":
+                continue
+            mtype = attr_ref(child, "DW_AT_type")
+            members.append(Member(attr_str(child, "DW_AT_name"), mtype,
+                                  self.walker.bit_offset(child),
+                                  attr_int(child, "DW_AT_bit_size") or 0,
+                                  attr_int(child, "DW_AT_alignment") or 0))
+            reached.append((mtype, True))
+        return CompositeType(kind, name, size, tuple(members), False, alignment), reached
+
+    def _enum(self, die, name: Optional[str], underlying: Optional[int]) -> EnumType:
+        signed = None
+        if underlying is not None:
+            base = self.dwarf.get_DIE_from_refaddr(underlying)
+            while base.tag == "DW_TAG_typedef" or base.tag in _QUALIFIERS:
+                base = base.get_DIE_from_attribute("DW_AT_type")
+            signed = attr_int(base, "DW_AT_encoding") in (0x05, 0x06)
+        size = attr_int(die, "DW_AT_byte_size") or 0
+        values = []
+        for child in die.iter_children():
+            if child.tag == "DW_TAG_enumerator":
+                a = child.attributes["DW_AT_const_value"]
+                values.append((attr_str(child, "DW_AT_name") or "?", a.value, a.form))
+        if signed is None:
+            signed = any(v < 0 for _n, v, _f in values)
+        enumerators = tuple((n, _enum_value(v, f, size, signed)) for n, v, f in values)
+        return EnumType(name, size, enumerators, signed,
+                        bool(die.attributes.get("DW_AT_declaration")))
+
+    def _function(self, die, returns: Optional[int]):
+        params, variadic = [], False
+        for child in die.iter_children():
+            if child.tag == "DW_TAG_formal_parameter":
+                params.append(attr_ref(child, "DW_AT_type"))
+            elif child.tag == "DW_TAG_unspecified_parameters":
+                variadic = True
+        reached = [(returns, False)] + [(p, False) for p in params]
+        return FunctionType(returns, tuple(params), variadic), reached
+
+
+def _enum_value(value: int, form: str, size: int, signed: bool) -> int:
+    """Enumerators in DW_FORM_dataN are raw bits: sign-extend them for a signed enum."""
+    return _sign_extend(value, form) if signed else value

@@ -1,0 +1,398 @@
+"""The DWARF reader against pahole/pfunct and the C source, on fixtures compiled here.
+
+Fixtures (tests/fixtures/dwarf/*.c) are built with gcc and clang, DWARF 2/4/5, -O0/-O2;
+every struct's layout is compared member by member with `pahole -C`, enumerators with
+pahole's enum output, the function set with `pfunct -P` and with the source's own
+definitions, addresses with `nm`, and the ELF helpers with readelf/objdump.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ctracer import dwarf
+from ctracer.errors import InputFileError, UnknownType
+from ctracer.model import (ArrayType, CompositeType, EnumType, FunctionType, Inline,
+                           ShapeKind, TypeGraph)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dwarf"
+SOURCES = sorted(FIXTURES.glob("*.c"))
+
+VARIANTS = {
+    "gcc-dwarf5-O0": ["gcc", "-gdwarf-5", "-O0"],
+    "gcc-dwarf5-O2": ["gcc", "-gdwarf-5", "-O2"],
+    "gcc-dwarf4-O0": ["gcc", "-gdwarf-4", "-O0"],
+    "gcc-dwarf4-O2": ["gcc", "-gdwarf-4", "-O2"],
+    "gcc-dwarf2-O0": ["gcc", "-gdwarf-2", "-O0"],
+    "clang-dwarf5-O0": ["clang", "-gdwarf-5", "-O0"],
+    "clang-dwarf5-O2": ["clang", "-gdwarf-5", "-O2"],
+    "clang-dwarf4-O2": ["clang", "-gdwarf-4", "-O2"],
+}
+
+
+def need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
+
+
+def run(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("dwarf-fixtures")
+
+
+@pytest.fixture(scope="session", params=sorted(VARIANTS))
+def binary(request, build_dir) -> Path:
+    compiler = VARIANTS[request.param]
+    need(compiler[0])
+    out = build_dir / request.param
+    subprocess.run([*compiler, "-o", str(out), *map(str, SOURCES)], check=True)
+    return out
+
+
+# ------------------------------------------------------------------ oracles
+
+COMMENT = re.compile(r"/\*\s*(\d+)(?::\s*(\d+))?\s+(\d+)\s*\*/\s*$")
+
+
+def pahole_layout(path: Path, name: str) -> dict:
+    """Members of `pahole -C name` as (name, absolute bit offset, size), in print order,
+    plus the struct's size and explicit alignments.
+
+    pahole prints a bitfield as ``/* unit_offset: bit_in_unit unit_size */`` where the
+    unit offset is the member's byte offset rounded down to its type's size (so bit can
+    exceed the unit: ``0:20`` for a 20-bit field straddling a packed unit); the
+    absolute bit offset is ``unit_offset * 8 + bit`` for DWARF 4 and 5 alike."""
+    text = run("pahole", "-C", name, str(path))
+    members, size, alignment = [], None, 0
+    lines = text.splitlines()
+    opened = []  # members-list lengths at each nested "{"
+    for line in lines[1:-1]:
+        m = COMMENT.search(line)
+        if line.rstrip().endswith("{"):
+            opened.append(len(members))
+        elif line.strip().startswith("}") and not m:
+            # a nested type definition pahole prints besides the member using it
+            # (clang nests anonymous types inside the struct): not a member
+            del members[opened.pop():]
+        elif line.strip().startswith("}"):
+            opened.pop()
+        if m and not line.strip().startswith("/*"):
+            offset, bit, msize = int(m.group(1)), int(m.group(2) or 0), int(m.group(3))
+            decl = line[:m.start()].strip()
+            members.append((_member_name(decl), offset * 8 + bit, msize,
+                            _aligned(decl)))
+        s = re.search(r"/\* size: (\d+)", line)
+        if s:
+            size = int(s.group(1))
+    alignment = _aligned(lines[-1]) if lines[-1].startswith("}") else 0
+    return {"members": members, "size": size, "alignment": alignment}
+
+
+def _member_name(decl: str):
+    if decl.startswith("}"):
+        return None  # the closing line of an anonymous struct/union member
+    decl = re.sub(r"__attribute__\(\(.*\)\)", "", decl).strip()
+    func = re.search(r"\(\*\s*(\w+)\)", decl)
+    if func:
+        return func.group(1)
+    m = re.search(r"(\w+)\s*(\[[^\]]*\])*\s*(:\s*\d+)?\s*;$", decl)
+    return m.group(1) if m else decl
+
+
+def _aligned(text: str) -> int:
+    m = re.search(r"__aligned__\((\d+)\)", text)
+    return int(m.group(1)) if m else 0
+
+
+def pahole_enum(path: Path, name: str) -> list:
+    text = run("pahole", "-C", name, str(path))
+    return [(m.group(1), int(m.group(2)))
+            for m in re.finditer(r"^\s+(\w+)\s*=\s*(-?\d+),", text, re.M)]
+
+
+def source_structs() -> list[tuple[str, str]]:
+    found = set()
+    for src in SOURCES:
+        for m in re.finditer(r"^(struct|union)\s+(?:__attribute__\(\(\w+\)\)\s+)?(\w+)\s*\{",
+                             src.read_text(), re.M):
+            found.add((m.group(1), m.group(2)))
+    return sorted(found)
+
+
+def source_enums() -> list[str]:
+    names = set()
+    for src in SOURCES:
+        names |= set(re.findall(r"^enum\s+(\w+)\s*\{", src.read_text(), re.M))
+    return sorted(names)
+
+
+FUNC_DEF = re.compile(r"^((?:static\s+|inline\s+|__attribute__\(\(\w+\)\)\s+)*)"
+                      r"([A-Za-z_][\w\s\*]*?)\s*\b(\w+)\(([^)]*)\)\s*\n\{", re.M)
+
+
+def source_functions() -> list[dict]:
+    """Function definitions of the fixture sources: name, file, static, params as
+    (name, type text) — the sources keep one definition per line for this."""
+    funcs = []
+    for src in SOURCES:
+        for m in FUNC_DEF.finditer(src.read_text()):
+            params = []
+            for p in m.group(4).split(","):
+                p = p.strip()
+                if p in ("void", ""):
+                    continue
+                if p == "...":
+                    params.append(("...", "..."))
+                    continue
+                pm = re.match(r"(.*?)(\w+)$", p)
+                params.append((pm.group(2), " ".join(pm.group(1).split())))
+            funcs.append({"name": m.group(3), "file": src.name,
+                          "static": "static" in m.group(1), "params": params})
+    return funcs
+
+
+def nm_functions(path: Path) -> dict[str, set[int]]:
+    symbols: dict[str, set[int]] = {}
+    for line in run("nm", "--defined-only", str(path)).splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "tTwW":
+            symbols.setdefault(parts[2], set()).add(int(parts[0], 16))
+    return symbols
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def pahole_order(graph: TypeGraph, tid: int, base: int = 0):
+    """Our members in pahole's print order: an anonymous struct/union member's own
+    members first, then the member itself (pahole prints it at its closing brace)."""
+    for m in graph[graph.strip(tid)].members:
+        inner = graph.strip(m.type)
+        size = graph.size_of(m.type)
+        if m.name is None and isinstance(graph[inner], CompositeType):
+            yield from pahole_order(graph, inner, base + m.bit_offset)
+        yield (m.name, base + m.bit_offset, size, m.alignment)
+
+
+@pytest.mark.parametrize("kind,name", source_structs())
+def test_layout_matches_pahole(binary, kind, name):
+    need("pahole")
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    graph = model.find_struct(name, ShapeKind(kind))
+    root = graph.root_type
+    expected = pahole_layout(binary, name)
+    assert root.size == expected["size"] or (kind == "union" and expected["size"] is None)
+    assert root.alignment == expected["alignment"]
+    assert list(pahole_order(graph, graph.root)) == expected["members"]
+
+
+@pytest.mark.parametrize("name", source_enums())
+def test_enums_match_pahole(binary, name):
+    need("pahole")
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    graph = model.find_struct("callbacks") if name != "small_state" else model.find_struct("bits")
+    enums = {t.name: t for t in graph.types.values() if isinstance(t, EnumType)}
+    assert list(enums[name].enumerators) == pahole_enum(binary, name)
+    assert enums[name].signed == any(v < 0 for _n, v in enums[name].enumerators)
+
+
+def test_enum_sizes_follow_the_source(binary):
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    types = {**model.find_struct("bits").types, **model.find_struct("callbacks").types}
+    sizes = {t.name: t.size for t in types.values() if isinstance(t, EnumType)}
+    # packed enum → 1 byte; values beyond 32 bits → 8 bytes; plain → int
+    assert sizes == {"small_state": 1, "neg_mode": 4, "wide_mask": 8}
+
+
+def test_arrays_function_pointers_and_bitfields(binary):
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    anon = model.find_struct("with_anon")
+    matrix = {m.name: m for m in anon.root_type.members}["matrix"]
+    assert anon[matrix.type].dims == (2, 3, 4)
+    flex = model.find_struct("flex")
+    dims = {m.name: flex[flex.strip(m.type)].dims for m in flex.root_type.members
+            if isinstance(flex[flex.strip(m.type)], ArrayType)}
+    assert dims["names"] == (0,)
+    assert dims["data"] in ((None,), (0,))  # gcc: no bound; clang: count 0? both flexible
+    cb = model.find_struct("callbacks")
+    members = {m.name: m for m in cb.root_type.members}
+    open_fn = cb[cb[members["open"].type].target]
+    assert isinstance(open_fn, FunctionType) and open_fn.variadic and len(open_fn.params) == 2
+    handlers = cb[members["handlers"].type]
+    assert isinstance(handlers, ArrayType) and handlers.dims == (4,)
+    assert isinstance(cb[cb[handlers.element].target], FunctionType)
+    bits = model.find_struct("bits").root_type
+    assert [(m.name, m.bit_size) for m in bits.members if m.is_bitfield] == [
+        ("a", 3), ("b", 5), ("c", 7), ("d", 1), ("e", 40), ("f", 9), ("g", 2), ("st", 4)]
+
+
+def test_pointer_targets_are_present_as_declarations(binary):
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    graph = model.find_struct("with_anon")
+    op = [t for t in graph.types.values()
+          if isinstance(t, CompositeType) and t.name == "opaque"]
+    assert op and op[0].declaration
+    for t in graph.types.values():  # every referenced id is in the graph
+        for ref in _references(t):
+            assert ref is None or ref in graph.types
+
+
+def _references(t):
+    for attr in ("target", "element", "returns"):
+        if hasattr(t, attr):
+            yield getattr(t, attr)
+    if isinstance(t, CompositeType):
+        yield from (m.type for m in t.members)
+    if isinstance(t, FunctionType):
+        yield from t.params
+
+
+def test_unknown_struct_suggests_close_names(binary):
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    with pytest.raises(UnknownType) as err:
+        model.find_struct("bitz")
+    assert "bits" in err.value.suggestions and "no struct bitz" in str(err.value)
+    with pytest.raises(UnknownType):
+        model.find_struct("opaque")  # declared, never defined
+    with pytest.raises(UnknownType):
+        model.find_struct("bits", ShapeKind.UNION)
+
+
+# ------------------------------------------------------------------ catalog
+
+
+def test_functions_match_the_source(binary):
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    ours = sorted((f.name, Path(f.unit).name, tuple(
+        (p.name, p.shape.text) for p in f.params) + ((("...", "..."),) if f.variadic else ()))
+        for f in catalog.functions())
+    source = source_functions()
+    expected = sorted((f["name"], f["file"], tuple(f["params"])) for f in source)
+    assert set(ours) <= set(expected) and len(ours) == len(set(ours))
+    # the optimizer may leave no trace of a static function (clang -O2 drops an inlined
+    # static helper entirely), never of an external one
+    assert {(f["name"], f["file"], tuple(f["params"])) for f in source
+            if not f["static"]} <= set(ours)
+
+
+def test_functions_match_pfunct(binary):
+    need("pfunct")
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    theirs = sorted(re.match(r".*?(\w+)\(", line).group(1)
+                    for line in run("pfunct", "-P", str(binary)).splitlines() if "(" in line)
+    # pfunct prints an abstract function and each of its concrete copies separately,
+    # so compare the sets of names, not the lists
+    assert {f.name for f in catalog.functions()} == set(theirs)
+
+
+def test_statics_of_the_same_name_stay_apart(binary):
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    helpers = [f for f in catalog.functions() if f.name == "helper"]
+    assert len(helpers) == 2 and len({f.key for f in helpers}) == 2
+    assert {Path(f.unit).name for f in helpers} == {"layouts.c", "second_unit.c"}
+    assert not any(f.external for f in helpers)
+    assert any("several compile units" in n for n in catalog.notes)
+
+
+def test_addresses_match_the_symbol_table(binary):
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    symbols = nm_functions(binary)
+    for f in catalog.functions():
+        if f.address is not None:
+            assert f.address in symbols.get(f.name, set()), f.name
+            assert not f.inlined_only
+        elif f.name in symbols and len(symbols[f.name]) == 1 and f.external:
+            pytest.fail(f"{f.name} has a symbol but no address")
+    total = [f for f in catalog.functions() if f.name == "total"]
+    assert total[0].inlined_only and total[0].address is None  # always_inline
+    assert total[0].inline in (Inline.INLINED, Inline.DECLARED_INLINED)
+    assert any("only inlined" in n for n in catalog.notes)
+
+
+def test_parameter_shapes(binary):
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    funcs = {f.name: f for f in catalog.functions()}
+    cb = {p.name: p.shape for p in funcs["use_callbacks"].params}
+    assert (cb["bp"].kind, cb["bp"].name, cb["bp"].pointers, cb["bp"].const) == (
+        ShapeKind.STRUCT, "bits", 1, True)
+    assert cb["bp"].text == "const_bits_ptr"
+    assert (cb["bpp"].name, cb["bpp"].pointers, cb["bpp"].const) == ("bits", 2, False)
+    assert (cb["v"].kind, cb["v"].pointers) == (ShapeKind.UNION, 0)
+    assert funcs["make_bits"].returns.text == "struct bits *"
+    users = {f.name for f in catalog.functions_referencing(ShapeKind.STRUCT, "bits")}
+    assert users == {"count_bits", "use_bits", "use_callbacks", "make_bits"}
+    assert funcs["sum_ints"].variadic
+
+
+def test_struct_summaries_flatten_anonymous_members(binary):
+    catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
+    graph = dwarf.open_elf_types(str(binary), use_cache=False).find_struct("with_anon")
+    from ctracer.model import iter_members_flat
+    expected = [(path, bits) for path, _m, bits in iter_members_flat(graph, graph.root)]
+    summary = catalog.struct("with_anon")
+    assert [(m.name, m.bit_offset) for m in summary.members] == expected
+    assert "..lo" in {m.name for m in summary.members}
+    holders = {s.name for s in catalog.structs_with_member_of(ShapeKind.STRUCT, "opaque")}
+    assert holders == {"with_anon", "callbacks"}
+    assert catalog.struct_names(ShapeKind.UNION) == ["value_u"]
+    assert set(catalog.struct_names()) >= {n for k, n in source_structs() if k == "struct"}
+
+
+# ------------------------------------------------------------------ ELF helpers and errors
+
+
+def test_build_id_matches_readelf(binary):
+    m = re.search(r"Build ID: ([0-9a-f]+)", run("readelf", "-n", str(binary)))
+    assert dwarf.build_id(str(binary)) == (m.group(1) if m else None)
+
+
+def test_uprobe_offset_matches_objdump(build_dir):
+    need("objdump")
+    out = build_dir / "nopie"
+    subprocess.run(["gcc", "-g", "-no-pie", "-o", str(out), *map(str, SOURCES)], check=True)
+    catalog = dwarf.open_elf_types(str(out), use_cache=False).catalog()
+    main = [f for f in catalog.functions() if f.name == "main"][0]
+    dump = run("objdump", "-d", "-F", "--disassemble=main", str(out))
+    offset = int(re.search(r"<main> \(File Offset: (0x[0-9a-f]+)\)", dump).group(1), 16)
+    assert main.address != offset  # non-PIE: addresses and offsets differ
+    assert dwarf.uprobe_offset(str(out), main.address) == offset
+
+
+def test_not_an_elf_file(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello\n" * 20)
+    with pytest.raises(InputFileError, match="not an ELF file"):
+        dwarf.open_elf_types(str(p))
+
+
+def test_elf_without_debug_info(build_dir):
+    out = build_dir / "nodebug"
+    subprocess.run(["gcc", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    with pytest.raises(InputFileError, match="has no debug info .* rebuild with -g"):
+        dwarf.open_elf_types(str(out))
+
+
+def test_btf_only_elf_goes_to_the_btf_reader(build_dir):
+    need("pahole")
+    need("objcopy")
+    out = build_dir / "btfonly"
+    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    subprocess.run(["pahole", "-J", str(out)], check=True, capture_output=True)
+    subprocess.run(["objcopy", "--strip-debug", str(out)], check=True)
+    try:
+        from ctracer import btf
+        btf.model_from_bytes  # noqa: B018
+    except (ImportError, AttributeError):
+        pytest.skip("ctracer.btf.model_from_bytes is not written yet")
+    model = dwarf.open_elf_types(str(out))
+    assert model.format == "btf"
+    assert model.find_struct("bits").root_type.size == pahole_layout(out, "bits")["size"]
