@@ -1,0 +1,680 @@
+"""BTF into ctracer's type model: the live kernel (/sys/kernel/btf/vmlinux, the default
+type source), a module's split BTF on top of it, raw BTF files and ELF ``.BTF`` sections.
+
+Kernel BTF holds ~150k types, and a query such as "functions taking struct sock" needs a
+small part of them, so nothing is decoded up front: `ctracer.btf_format.BtfData` indexes
+where each record starts in one pass, and this module decodes what a question touches:
+
+* `BtfModel.find_struct` returns a `TypeGraph` whose mapping decodes types on access;
+* `BtfCatalog` answers the catalog lookups from indexes of type ids (functions by the
+  shapes of their parameters, structs by the shapes of their members), built on first use,
+  and materialises `FunctionInfo`/`StructInfo` only for the answers.
+
+BTF specifics, as the model sees them: type tags become ``QualifiedType("type_tag",
+tag=...)``; BTF knows no inlining, compile units or addresses (``address`` is None, every
+function ``Inline.NONE``); FUNC linkage static/global gives ``external``; tracepoints come
+from the ``btf_trace_<name>`` typedefs (a pointer to a prototype whose first parameter, the
+``void *`` context, is dropped).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Iterable, Iterator, Optional, Union
+
+from ctracer import btf_format as bf
+from ctracer.btf_format import BtfData
+from ctracer.errors import InputFileError, UnknownType
+from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
+                           FunctionInfo, FunctionType, Member, MemberInfo, Parameter,
+                           PointerType, QualifiedType, ShapeKind, StructInfo,
+                           TracepointInfo, Type, TypeGraph, TypeShape, Typedef)
+
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+MODULE_BTF_DIR = "/sys/kernel/btf"
+TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
+
+# kinds that only refine another type: followed when reducing a type to its shape
+_QUALIFIERS = {bf.CONST: "const", bf.VOLATILE: "volatile", bf.RESTRICT: "restrict"}
+_TRANSPARENT = (bf.TYPEDEF, bf.VOLATILE, bf.RESTRICT, bf.TYPE_TAG, bf.CONST)
+_MAX_CHAIN = 256
+
+
+class BtfModel:
+    """The `ctracer.model.TypeModel` of one BTF source."""
+
+    format = "btf"
+
+    def __init__(self, data: BtfData, description: str, cache_key: Optional[str] = None,
+                 use_cache: bool = True):
+        self.btf = data
+        self.description = description
+        self.cache_key = cache_key
+        self.use_cache = use_cache
+        self._types: dict[int, Type] = {}
+        self._composites: Optional[dict[tuple[ShapeKind, str], int]] = None
+        self._catalog: Optional[Catalog] = None
+        self._pointer_size: Optional[int] = None
+
+    # -------------------------------------------------------------- TypeModel
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = BtfCatalog(self)
+        return self._catalog
+
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
+        return sorted(n for k, n in self.composites() if k == kind)
+
+    def find_struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> TypeGraph:
+        tid = self.struct_id(name, kind)
+        if tid is None:
+            raise UnknownType(kind.value, name, self.struct_names(kind), self.description)
+        return TypeGraph(LazyTypes(self, tid), tid)
+
+    # -------------------------------------------------------------- lookups
+
+    def composites(self) -> dict[tuple[ShapeKind, str], int]:
+        """(kind, name) → id of the first complete definition of each named struct/union."""
+        if self._composites is None:
+            found: dict[tuple[ShapeKind, str], int] = {}
+            d = self.btf
+            for k, shape in ((bf.STRUCT, ShapeKind.STRUCT), (bf.UNION, ShapeKind.UNION)):
+                for tid in d.ids_of_kind(k):
+                    name = d.name(tid)
+                    if name:
+                        found.setdefault((shape, name), tid)
+            self._composites = found
+        return self._composites
+
+    def struct_id(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[int]:
+        return self.composites().get((kind, name))
+
+    def pointer_size(self) -> int:
+        """BTF does not record it: the size of ``long`` says it (8 when absent)."""
+        if self._pointer_size is None:
+            size = 8
+            d = self.btf
+            for tid in d.ids_of_kind(bf.INT):
+                if d.name(tid) in ("long int", "long unsigned int", "unsigned long", "long"):
+                    size = d.ref(tid)
+                    break
+            self._pointer_size = size
+        return self._pointer_size
+
+    # -------------------------------------------------------------- decoding
+
+    def type_of(self, tid: int) -> Type:
+        """The model type of a BTF type id (FUNC gives its prototype's FunctionType).
+
+        VAR, DATASEC and DECL_TAG records describe no C type: asking for one raises
+        KeyError (no struct reaches them)."""
+        t = self._types.get(tid)
+        if t is None:
+            t = self._decode(tid)
+            self._types[tid] = t
+        return t
+
+    def _decode(self, tid: int) -> Type:
+        d = self.btf
+        r = d.record(tid)
+        k = r.kind
+        if k == bf.INT:
+            encoding, _, _ = r.fixed
+            return BaseType(r.name or "int", r.ref, _int_encoding(r.name or "", encoding))
+        if k == bf.FLOAT:
+            return BaseType(r.name or "float", r.ref, Encoding.FLOAT)
+        if k == bf.PTR:
+            return PointerType(r.ref or None, self.pointer_size())
+        if k in _QUALIFIERS:
+            return QualifiedType(_QUALIFIERS[k], r.ref or None)
+        if k == bf.TYPE_TAG:
+            return QualifiedType("type_tag", r.ref or None, tag=r.name)
+        if k == bf.TYPEDEF:
+            return Typedef(r.name or "", r.ref or None)
+        if k in (bf.STRUCT, bf.UNION):
+            return CompositeType("struct" if k == bf.STRUCT else "union", r.name, r.ref,
+                                 tuple(self._member(m, r.kind_flag) for m in r.items))
+        if k == bf.FWD:
+            return CompositeType("union" if r.kind_flag else "struct", r.name, 0, (),
+                                 declaration=True)
+        if k in (bf.ENUM, bf.ENUM64):
+            return EnumType(r.name, r.ref, r.items, signed=r.kind_flag,
+                            declaration=r.vlen == 0)
+        if k == bf.ARRAY:
+            element, _, count = r.fixed
+            dims = [count]
+            # C's int a[2][3] is an ARRAY of ARRAY in BTF and one array of two dims in DWARF
+            while element and d.kinds[element] == bf.ARRAY:
+                element, _, count = d.record(element).fixed
+                dims.append(count)
+            return ArrayType(element or None, tuple(dims))
+        if k == bf.FUNC_PROTO:
+            return self._function_type(r)
+        if k == bf.FUNC:
+            return self.type_of(r.ref)
+        raise KeyError(f"BTF type {tid} is a {r.kind_name}, which is not a C type")
+
+    def _function_type(self, r: bf.BtfRecord) -> FunctionType:
+        params = [t for _, t in r.items]
+        variadic = bool(r.items) and r.items[-1] == (None, 0)
+        if variadic:
+            params.pop()
+        return FunctionType(r.ref or None, tuple(p or None for p in params), variadic)
+
+    def _member(self, m: tuple, kind_flag: bool) -> Member:
+        name, mtype, bit_offset, bit_size = m
+        if not kind_flag and mtype:
+            # Old encoding: a bitfield's width and extra offset sit in its INT type.
+            base = self._strip_to_int(mtype)
+            if base is not None:
+                encoding, int_offset, bits = self.btf.record(base).fixed
+                if int_offset or bits != self.btf.ref(base) * 8:
+                    bit_offset += int_offset
+                    bit_size = bits
+        return Member(name, mtype or None, bit_offset, bit_size)
+
+    def _strip_to_int(self, tid: int) -> Optional[int]:
+        d = self.btf
+        for _ in range(_MAX_CHAIN):
+            d.check_id(tid)
+            k = d.kinds[tid]
+            if k == bf.INT:
+                return tid
+            if k not in (bf.TYPEDEF, bf.CONST, bf.VOLATILE, bf.RESTRICT, bf.TYPE_TAG):
+                return None
+            tid = d.ref(tid)
+            if not tid:
+                return None
+        return None
+
+    def references(self, tid: int) -> Iterator[int]:
+        """The type ids one type refers to (for walking a graph)."""
+        t = self.type_of(tid)
+        if isinstance(t, (PointerType, QualifiedType, Typedef)):
+            refs: Iterable[Optional[int]] = (t.target,)
+        elif isinstance(t, CompositeType):
+            refs = (m.type for m in t.members)
+        elif isinstance(t, ArrayType):
+            refs = (t.element,)
+        elif isinstance(t, FunctionType):
+            refs = (t.returns, *t.params)
+        else:
+            refs = ()
+        return (r for r in refs if r)
+
+
+class LazyTypes(Mapping):
+    """The types reachable from a root, decoded on access.
+
+    Iterating (or ``len``/``in``) walks the whole closure once; indexing decodes only the
+    type asked for, which is all most users of a `TypeGraph` do.  Indexing any other id of
+    the same BTF also works, which the closure does not forbid."""
+
+    def __init__(self, model: BtfModel, root: int):
+        self._model = model
+        self._root = root
+        self._closure: Optional[list[int]] = None
+
+    def __getitem__(self, tid: int) -> Type:
+        if not isinstance(tid, int) or not 0 < tid < self._model.btf.count:
+            raise KeyError(tid)
+        return self._model.type_of(tid)
+
+    def _ids(self) -> list[int]:
+        if self._closure is None:
+            seen = {self._root}
+            order = [self._root]
+            i = 0
+            while i < len(order):
+                for r in self._model.references(order[i]):
+                    if r not in seen:
+                        seen.add(r)
+                        order.append(r)
+                i += 1
+            self._closure = order
+        return self._closure
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids())
+
+    def __len__(self) -> int:
+        return len(self._ids())
+
+    def __contains__(self, tid: object) -> bool:
+        return tid in set(self._ids())
+
+
+def _int_encoding(name: str, encoding: int) -> Encoding:
+    if encoding & bf.INT_BOOL:
+        return Encoding.BOOL
+    unsigned_name = "unsigned" in name
+    if encoding & bf.INT_CHAR or name in ("char", "signed char", "unsigned char"):
+        return Encoding.SIGNED_CHAR if (encoding & bf.INT_SIGNED) and not unsigned_name \
+            else Encoding.UNSIGNED_CHAR
+    return Encoding.SIGNED if encoding & bf.INT_SIGNED else Encoding.UNSIGNED
+
+
+# ---------------------------------------------------------------- catalog
+
+_ShapeKey = tuple  # (ShapeKind, name)
+
+
+class BtfCatalog(Catalog):
+    """The catalog of a BTF model, answered from id indexes built on first use."""
+
+    def __init__(self, model: BtfModel):
+        self.model = model
+        self.btf = model.btf
+        self.notes = ("BTF records no inlining and no addresses: every function is "
+                      "listed as BTF names it",)
+        self._strip_memo: dict[int, tuple[int, int, bool]] = {}
+        self._key_memo: dict[int, _ShapeKey] = {}
+        self._decl_memo: dict[int, _ShapeKey] = {}
+        self._comp_keys: dict[int, set] = {}
+        self._funcs_by_proto: dict[int, list[int]] = {}
+        self._text_memo: dict[int, str] = {}
+        self._functions: dict[int, FunctionInfo] = {}
+        self._structs: dict[int, StructInfo] = {}
+        self._fn_index: Optional[dict[_ShapeKey, list[int]]] = None
+        self._member_index: Optional[dict[_ShapeKey, list[int]]] = None
+        self._tracepoints: Optional[list[TracepointInfo]] = None
+        self._func_ids: Optional[list[int]] = None
+
+    # ---------------------------------------------------------- shapes
+
+    def _strip(self, tid: int) -> tuple[int, int, bool]:
+        """(type id with a layout, pointer depth, const seen) of a declared type."""
+        r = self._strip_memo.get(tid)
+        if r is None:
+            d = self.btf
+            w, offs, kinds = d.words, d.offsets, d.kinds
+            pointers, const, t = 0, False, tid
+            try:
+                for _ in range(_MAX_CHAIN):
+                    if not t:
+                        break
+                    k = kinds[t]
+                    if k == bf.PTR:
+                        pointers += 1
+                    elif k == bf.CONST:
+                        const = True
+                    elif k not in _TRANSPARENT:
+                        break
+                    t = w[offs[t] + 2]
+                else:
+                    raise InputFileError(f"{d.description}: type chain too long at {tid}")
+            except IndexError:
+                d.check_id(t)
+                raise
+            r = (t, pointers, const)
+            self._strip_memo[tid] = r
+        return r
+
+    def _key(self, root: int) -> _ShapeKey:
+        """(ShapeKind, name) of a stripped type id."""
+        key = self._key_memo.get(root)
+        if key is None:
+            d = self.btf
+            if not root:
+                key = (ShapeKind.VOID, None)
+            else:
+                k = d.kinds[root]
+                if k in (bf.INT, bf.FLOAT):
+                    key = (ShapeKind.BASE, d.name(root))
+                elif k == bf.STRUCT:
+                    key = (ShapeKind.STRUCT, d.name(root))
+                elif k == bf.UNION:
+                    key = (ShapeKind.UNION, d.name(root))
+                elif k == bf.FWD:
+                    key = (ShapeKind.UNION if d.info(root) >> 31 else ShapeKind.STRUCT,
+                           d.name(root))
+                elif k in (bf.ENUM, bf.ENUM64):
+                    key = (ShapeKind.ENUM, d.name(root))
+                elif k == bf.FUNC_PROTO:
+                    key = (ShapeKind.FUNCTION, None)
+                elif k == bf.ARRAY:
+                    key = (ShapeKind.ARRAY, None)
+                else:
+                    key = (ShapeKind.UNKNOWN, d.name(root))
+            self._key_memo[root] = key
+        return key
+
+    def shape(self, tid: int) -> TypeShape:
+        root, pointers, const = self._strip(tid)
+        kind, name = self._key(root)
+        text = self._text_memo.get(tid)
+        if text is None:
+            text = self._text_memo[tid] = c_type_text(self.btf, tid)
+        return TypeShape(kind, name, pointers, const, text)
+
+    # ---------------------------------------------------------- functions
+
+    def _all_func_ids(self) -> list[int]:
+        if self._func_ids is None:
+            self._func_ids = self.btf.ids_of_kind(bf.FUNC)
+        return self._func_ids
+
+    def _function(self, fid: int) -> FunctionInfo:
+        f = self._functions.get(fid)
+        if f is None:
+            d = self.btf
+            r = d.record(fid)
+            proto = d.record(r.ref)
+            items = list(proto.items)
+            variadic = bool(items) and items[-1] == (None, 0)
+            if variadic:
+                items.pop()
+            f = FunctionInfo(
+                name=r.name or "",
+                params=tuple(Parameter(n, self.shape(t)) for n, t in items),
+                returns=self.shape(proto.ref),
+                external=r.vlen != 0,  # linkage: 0 static, 1 global, 2 extern
+                variadic=variadic)
+            self._functions[fid] = f
+        return f
+
+    def functions(self) -> list[FunctionInfo]:
+        return [self._function(fid) for fid in self._all_func_ids()]
+
+    def function_count(self) -> int:
+        return len(self._all_func_ids())
+
+    def _decl_key(self, tid: int) -> _ShapeKey:
+        """(ShapeKind, name) of a declared type: `_key` of `_strip`, memoized."""
+        k = self._decl_memo.get(tid)
+        if k is None:
+            k = self._decl_memo[tid] = self._key(self._strip(tid)[0])
+        return k
+
+    def _function_index(self) -> dict[_ShapeKey, list[int]]:
+        """Shape key → prototype ids having it as a parameter or return shape."""
+        if self._fn_index is None:
+            d = self.btf
+            w, offs = d.words, d.offsets
+            memo, decl_key = self._decl_memo, self._decl_key
+            by_proto: dict[int, list[int]] = {}
+            for fid in self._all_func_ids():
+                proto = w[offs[fid] + 2]
+                lst = by_proto.get(proto)
+                if lst is None:
+                    by_proto[proto] = [fid]
+                else:
+                    lst.append(fid)
+            index: dict[_ShapeKey, list[int]] = {}
+            for proto in by_proto:
+                d.check_id(proto)
+                at = offs[proto]
+                n = w[at + 1] & 0xFFFF
+                # parameter types are every other word after the header, then the return
+                types = set(w[at + 4:at + 3 + 2 * n:2])
+                types.add(w[at + 2])
+                keys = set()
+                for t in types:
+                    k = memo.get(t)
+                    keys.add(decl_key(t) if k is None else k)
+                for k in keys:
+                    lst = index.get(k)
+                    if lst is None:
+                        index[k] = [proto]
+                    else:
+                        lst.append(proto)
+            self._funcs_by_proto = by_proto
+            self._fn_index = index
+        return self._fn_index
+
+    def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
+        protos = self._function_index().get((kind, name), ())
+        fids = sorted(f for p in protos for f in self._funcs_by_proto[p])
+        return [self._function(fid) for fid in fids]
+
+    # ---------------------------------------------------------- structs
+
+    def _flat_members(self, tid: int, prefix: str, base_bits: int,
+                      out: list, names: bool) -> None:
+        """Append (path, member type id, absolute bit offset) of a struct's members,
+        descending into anonymous structs/unions; paths only when ``names``."""
+        d = self.btf
+        w, offs = d.words, d.offsets
+        at = offs[tid]
+        info = w[at + 1]
+        kind_flag = info >> 31
+        p = at + 3
+        for _ in range(info & 0xFFFF):
+            name_off, mtype, moff = w[p], w[p + 1], w[p + 2]
+            p += 3
+            bits = base_bits + (moff & 0xFFFFFF if kind_flag else moff)
+            if not name_off and mtype:
+                inner = self._strip_layout(mtype)
+                if inner and d.kinds[inner] in (bf.STRUCT, bf.UNION):
+                    self._flat_members(inner, prefix + "." if names else "", bits, out, names)
+                    continue
+            if names:
+                out.append((prefix + (d.string(name_off) if name_off else ""), mtype, bits))
+            else:
+                out.append(mtype)
+
+    def _strip_layout(self, tid: int) -> int:
+        """Follow typedefs and qualifiers only (not pointers)."""
+        d = self.btf
+        for _ in range(_MAX_CHAIN):
+            if not tid or d.kinds[tid] not in _TRANSPARENT:
+                return tid
+            tid = d.ref(tid)
+        return tid
+
+    def _struct_info(self, tid: int) -> StructInfo:
+        s = self._structs.get(tid)
+        if s is None:
+            d = self.btf
+            flat: list = []
+            self._flat_members(tid, "", 0, flat, names=True)
+            s = StructInfo(ShapeKind.STRUCT if d.kinds[tid] == bf.STRUCT else ShapeKind.UNION,
+                           d.name(tid) or "", d.ref(tid),
+                           tuple(MemberInfo(path, self.shape(mt), bits)
+                                 for path, mt, bits in flat))
+            self._structs[tid] = s
+        return s
+
+    def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]:
+        tid = self.model.struct_id(name, kind)
+        return None if tid is None else self._struct_info(tid)
+
+    def _composite_keys(self, tid: int) -> set:
+        """Shape keys of a struct's members, flattened through anonymous ones (memoized)."""
+        keys = self._comp_keys.get(tid)
+        if keys is None:
+            d = self.btf
+            w, kinds = d.words, d.kinds
+            memo, decl_key = self._decl_memo, self._decl_key
+            at = d.offsets[tid]
+            end = at + 3 + 3 * (w[at + 1] & 0xFFFF)
+            keys = set()
+            names = w[at + 3:end:3]
+            types = w[at + 4:end:3]
+            if 0 in names:
+                plain = []
+                for name_off, mtype in zip(names, types):
+                    if not name_off and mtype:
+                        inner = self._strip_layout(mtype)
+                        if inner and kinds[inner] in (bf.STRUCT, bf.UNION):
+                            keys |= self._composite_keys(inner)
+                            continue
+                    plain.append(mtype)
+                types = plain
+            for t in set(types):
+                k = memo.get(t)
+                keys.add(decl_key(t) if k is None else k)
+            self._comp_keys[tid] = keys
+        return keys
+
+    def _members_index(self) -> dict[_ShapeKey, list[int]]:
+        if self._member_index is None:
+            index: dict[_ShapeKey, list[int]] = {}
+            composite_keys = self._composite_keys
+            for tid in sorted(self.model.composites().values()):
+                for k in composite_keys(tid):
+                    lst = index.get(k)
+                    if lst is None:
+                        index[k] = [tid]
+                    else:
+                        lst.append(tid)
+            self._member_index = index
+        return self._member_index
+
+    def structs_with_member_of(self, kind: ShapeKind, name: str) -> list[StructInfo]:
+        return [self._struct_info(t) for t in self._members_index().get((kind, name), ())]
+
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
+        return self.model.struct_names(kind)
+
+    # ---------------------------------------------------------- tracepoints
+
+    def tracepoints(self) -> list[TracepointInfo]:
+        if self._tracepoints is None:
+            d = self.btf
+            found = []
+            for tid in d.ids_of_kind(bf.TYPEDEF):
+                name = d.name(tid)
+                if not name or not name.startswith(TRACEPOINT_TYPEDEF_PREFIX):
+                    continue
+                ptr = d.ref(tid)
+                if not ptr or d.kinds[ptr] != bf.PTR:
+                    continue
+                proto = d.ref(ptr)
+                if not proto or d.kinds[proto] != bf.FUNC_PROTO:
+                    continue
+                items = list(d.record(proto).items)
+                if items and self._strip(items[0][1])[:2] == (0, 1):  # the void *ctx
+                    items.pop(0)
+                found.append(TracepointInfo(
+                    name[len(TRACEPOINT_TYPEDEF_PREFIX):],
+                    tuple(Parameter(n, self.shape(t)) for n, t in items)))
+            self._tracepoints = found
+        return self._tracepoints
+
+    def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]:
+        return [t for t in self.tracepoints()
+                if any(p.shape.kind == kind and p.shape.name == name for p in t.params)]
+
+
+# ---------------------------------------------------------------- C spelling
+
+def c_type_text(d: BtfData, tid: int, inner: str = "") -> str:
+    """How C spells a type (``const struct sock *``, ``int (*)(void *)``), optionally
+    declaring ``inner``; type tags are shown as the kernel's ``__tag`` annotations."""
+    for _ in range(_MAX_CHAIN):
+        if not tid:
+            return _join("void", inner)
+        d.check_id(tid)
+        k = d.kinds[tid]
+        if k == bf.PTR:
+            target = d.ref(tid)
+            inner = "*" + inner
+            if target and d.kinds[_skip_tags(d, target)] in (bf.FUNC_PROTO, bf.ARRAY):
+                inner = "(" + inner + ")"
+            tid = target
+        elif k in _QUALIFIERS or k == bf.TYPE_TAG:
+            word = _QUALIFIERS.get(k) or "__" + (d.name(tid) or "tag")
+            target = d.ref(tid)
+            if target and d.kinds[target] == bf.PTR:
+                inner = word + (" " + inner if inner else "")
+                tid = target
+            else:
+                return word + " " + c_type_text(d, target, inner)
+        elif k == bf.ARRAY:
+            element, _, count = d.record(tid).fixed
+            inner = f"{inner}[{count}]" if count else f"{inner}[]"
+            tid = element
+        elif k in (bf.FUNC_PROTO, bf.FUNC):
+            r = d.record(d.ref(tid) if k == bf.FUNC else tid)
+            params = []
+            for pname, ptype in r.items:
+                params.append("..." if (pname, ptype) == (None, 0) else c_type_text(d, ptype))
+            inner = f"{inner}({', '.join(params) or 'void'})"
+            tid = r.ref
+        else:
+            name = d.name(tid) or "<anonymous>"
+            if k in (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64):
+                name = ("struct ", "union ", "enum ", "enum ")[
+                    (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64).index(k)] + name
+            elif k == bf.FWD:
+                name = ("union " if d.info(tid) >> 31 else "struct ") + name
+            return _join(name, inner)
+    raise InputFileError(f"{d.description}: type chain too long at {tid}")
+
+
+def _skip_tags(d: BtfData, tid: int) -> int:
+    while tid and d.kinds[tid] in (bf.TYPE_TAG, bf.CONST, bf.VOLATILE, bf.RESTRICT):
+        tid = d.ref(tid)
+    return tid
+
+
+def _join(base: str, inner: str) -> str:
+    return base + " " + inner if inner else base
+
+
+# ---------------------------------------------------------------- opening
+
+def model_from_bytes(data: bytes, description: str,
+                     base: Union[None, str, BtfModel] = None) -> BtfModel:
+    """A model of BTF held in memory (raw BTF, e.g. an ELF file's .BTF section)."""
+    base_model = _open_base(base, use_cache=False)
+    return BtfModel(BtfData(data, description, base_model.btf if base_model else None),
+                    description, use_cache=False)
+
+
+def _open_base(base: Union[None, str, BtfModel], use_cache: bool) -> Optional[BtfModel]:
+    if base is None or isinstance(base, BtfModel):
+        return base
+    return open_btf(base, use_cache=use_cache)
+
+
+def read_btf_bytes(path: str) -> bytes:
+    """The BTF bytes of a file: the file itself, or its ELF .BTF section."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{path} is a directory") from None
+    except PermissionError:
+        raise InputFileError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise InputFileError(f"{path}: {e.strerror or e}") from None
+    if data[:4] != b"\x7fELF":
+        return data
+    section = _elf_btf_section(path, data)
+    if section is None:
+        raise InputFileError(f"{path} has no .BTF section")
+    return section
+
+
+def _elf_btf_section(path: str, data: bytes) -> Optional[bytes]:
+    try:
+        from ctracer import dwarf
+        section_bytes = getattr(dwarf, "section_bytes", None)
+    except ImportError:
+        section_bytes = None
+    if section_bytes is not None:
+        return section_bytes(path, ".BTF")
+    return bf.elf_section(data, ".BTF")
+
+
+def open_btf(path: str, base: Union[None, str, BtfModel] = None,
+             use_cache: bool = True) -> BtfModel:
+    """Open BTF: /sys/kernel/btf/vmlinux, /sys/kernel/btf/<module> (split on vmlinux,
+    found automatically), a raw BTF file, or an ELF file's .BTF section (split module
+    BTF needs ``base``: a path or an opened model)."""
+    if base is None and os.path.dirname(os.path.abspath(path)) == MODULE_BTF_DIR \
+            and os.path.basename(path) != "vmlinux":
+        base = KERNEL_BTF
+    base_model = _open_base(base, use_cache)
+    data = read_btf_bytes(path)
+    description = f"BTF of {path}"
+    if base_model is not None:
+        description += f" (split on {base_model.description[len('BTF of '):]})"
+    return BtfModel(BtfData(data, description, base_model.btf if base_model else None),
+                    description, use_cache=use_cache)
