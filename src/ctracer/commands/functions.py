@@ -1,9 +1,175 @@
-"""ctracer functions (being built)."""
+"""List the functions (methods) through which a struct can be traced, and how each reaches it.
+
+One row per way a function reaches the object: a parameter `struct X *` (direct), a
+`struct X **` (double_pointer), a pointer to a struct embedding X at offset 0 (alias), a
+pointer to a struct holding a `struct X *` member (holder, with the member path), a
+returned `struct X *` (returns), or a tracepoint argument (tracepoint).  Counts per kind
+and per route follow, then remarks (functions that exist only inlined, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ctracer import sources
+from ctracer.discovery import KINDS
+
+EPILOG = """\
+examples:
+  ctracer functions struct sock                        # the running kernel, from its BTF
+  ctracer functions sock --binary ./sockdemo           # a program's DWARF
+  ctracer functions sk_buff --kind direct --kind tracepoint
+  ctracer functions nfs_fh --binary nfs.ko --json | jq '.methods[].function'
+"""
 
 
-def add_arguments(parser):
-    pass
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sources.add_struct_name_argument(parser)
+    sources.add_type_source_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument("--kind", action="append", metavar="KIND", default=None,
+                        help=f"only these kinds of methods (repeat or comma-separate): "
+                             f"{', '.join(KINDS)}")
+    parser.add_argument("--holder-depth", type=int, default=0, metavar="N",
+                        help="also follow holders embedded at a non-zero offset in other "
+                             "structs, this many levels (default 0)")
 
 
-def run(args):
-    raise NotImplementedError
+def _kinds(args: argparse.Namespace):
+    if not args.kind:
+        return None
+    from ctracer.errors import UsageError
+    kinds = [k.strip() for item in args.kind for k in item.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise UsageError(f"unknown method kind {bad[0]!r}; choose from {', '.join(KINDS)}")
+    return kinds
+
+
+def _is_live_kernel(args: argparse.Namespace) -> bool:
+    if getattr(args, "binary", None):
+        return False
+    btf = getattr(args, "btf", None)
+    return not btf or btf == sources.KERNEL_BTF
+
+
+def _attachable(args: argparse.Namespace):
+    """The running kernel's attachable function names, or None when not applicable."""
+    if not _is_live_kernel(args):
+        return None
+    import importlib.util
+    if importlib.util.find_spec("ctracer.kernel") is None:
+        return None
+    from ctracer import kernel
+    from ctracer.errors import CtracerError
+    getter = getattr(kernel, "attachable_functions", None)
+    if getter is None:
+        return None
+    try:
+        names = getter()
+    except (CtracerError, OSError):
+        return None
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctracer import discovery
+    from ctracer.errors import UnknownType, UsageError
+
+    kind, name = sources.struct_name_from_args(args)
+    kinds = _kinds(args)
+    if args.holder_depth < 0:
+        raise UsageError("--holder-depth must be 0 or more")
+    model = sources.open_type_source(args)
+    catalog = model.catalog()
+    found = discovery.discover(catalog, name, kind, kinds=kinds, holder_depth=args.holder_depth)
+    if found.struct is None and not found.methods:
+        raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
+    attachable = _attachable(args)
+    out = sys.stdout
+    if args.json:
+        json.dump(_as_json(found, model.description, attachable), out, indent=1)
+        out.write("\n")
+    else:
+        out.write(_as_text(found, model.description, attachable))
+    return 0
+
+
+def _is_attachable(method, attachable) -> bool:
+    if method.is_tracepoint:
+        return True
+    return method.name in attachable
+
+
+def _as_json(found, description: str, attachable) -> dict:
+    methods = []
+    for m in found.methods:
+        row = m.to_json()
+        if attachable is not None:
+            row["attachable"] = _is_attachable(m, attachable)
+        methods.append(row)
+    return {
+        "target": {"kind": found.kind.value, "name": found.name,
+                   "size": found.struct.size if found.struct else None,
+                   "defined": found.struct is not None},
+        "source": description,
+        "methods": methods,
+        "counts": {"kind": found.counts_by_kind(),
+                   "route": [{"kind": k, "route": r, "methods": n}
+                             for k, r, n in found.counts_by_route()],
+                   "functions": len(found.functions()),
+                   "tracepoints": len({m.name for m in found.methods if m.is_tracepoint})},
+        "aliases": [[{"kind": link.kind, "name": link.name, "member": link.member}
+                     for link in chain] for chain in found.aliases],
+        "holders": list(found.holders),
+        "by_value": list(found.by_value),
+        "notes": list(found.notes),
+    }
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    lines = []
+    for r in [header] + rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _as_text(found, description: str, attachable) -> str:
+    target = found.target
+    functions = found.functions()
+    tracepoints = sorted({m.name for m in found.methods if m.is_tracepoint})
+    lines = [f"{target} ({description}): {len(found.methods)} methods in "
+             f"{len(functions)} functions and {len(tracepoints)} tracepoints"]
+    if found.struct is None:
+        lines.append(f"  ({target} is only declared: no layout to record)")
+    header = ("FUNCTION", "KIND", "REACHED THROUGH", "PROBE")
+    if attachable is not None:
+        header += ("ATTACHABLE",)
+    rows = []
+    for m in found.methods:
+        probe = "yes" if m.probeable else f"no: {m.not_probeable}"
+        row = (m.key, m.kind, m.reach, probe)
+        if attachable is not None:
+            row += ("yes" if _is_attachable(m, attachable) else "no",)
+        rows.append(row)
+    if rows:
+        lines.append("")
+        lines.extend(_table(rows, header))
+    lines.append("")
+    lines.append("methods per kind:")
+    for k, n in found.counts_by_kind().items():
+        lines.append(f"  {k:<15} {n:>6}")
+    if attachable is not None:
+        n = sum(1 for m in found.methods if _is_attachable(m, attachable))
+        lines.append(f"  {'attachable':<15} {n:>6}")
+    lines.append("methods per route:")
+    for k, route, n in found.counts_by_route():
+        lines.append(f"  {k:<15} {n:>6}  {route}")
+    if found.notes:
+        lines.append("notes:")
+        lines.extend(f"  {note}" for note in found.notes)
+    return "\n".join(lines) + "\n"
