@@ -88,6 +88,8 @@ class Method:
     holder: str = ""
     probeable: bool = True
     not_probeable: str = ""
+    #: how the object is reached, without the parameter (what counts group by)
+    route: str = ""
 
     @property
     def is_tracepoint(self) -> bool:
@@ -103,21 +105,6 @@ class Method:
         if isinstance(self.function, TracepointInfo):
             return f"tp:{self.function.name}"
         return self.function.key
-
-    @property
-    def route(self) -> str:
-        """How the object is reached, without the parameter (what counts group by)."""
-        alias = " ← ".join([self.target] + [link.type_text for link in reversed(self.via)])
-        if self.holder:
-            text = self.holder
-            if self.via:
-                text += f" ({alias})"
-            return text
-        if self.kind == "double_pointer":
-            return f"*({alias} **)"
-        if self.kind == "returns":
-            return f"returns {alias} *"
-        return alias
 
     @property
     def where(self) -> str:
@@ -203,6 +190,18 @@ class _Holder:
     text: str
     path: tuple[Step, ...]
     via: tuple[Link, ...]
+
+
+def route_text(kind: str, target: str, via: Sequence[Link], holder: str) -> str:
+    """``struct sock ← struct inet_sock``, ``socket->sk``, ``*(struct sock **)``..."""
+    alias = " ← ".join([target] + [link.type_text for link in reversed(via)])
+    if holder:
+        return f"{holder} ({alias})" if via else holder
+    if kind == "double_pointer":
+        return f"*({alias} **)"
+    if kind == "returns":
+        return f"returns {alias} *"
+    return alias
 
 
 def _display_member(flat_name: str) -> str:
@@ -352,6 +351,7 @@ def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
     target_text = f"{kind.value} {name}"
     methods = []
     seen = set()
+    routes: dict = {}
     for f, k, i, p, path, via, holder in found:
         if k not in wanted:
             continue
@@ -361,9 +361,12 @@ def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
             continue
         seen.add(ident)
         ok, why = _probeable(f, addresses_known)
+        route = routes.get((k, via, holder))
+        if route is None:
+            route = routes[(k, via, holder)] = route_text(k, target_text, via, holder)
         methods.append(Method(f, k, target_text, i, p.name if p else None,
                               (p.shape.text if p else f.returns.text) or "", path, via,
-                              holder, ok, why))
+                              holder, ok, why, route))
     methods.sort(key=lambda m: (_KIND_ORDER[m.kind], m.name, m.key,
                                 -1 if m.param_index is None else m.param_index, m.route))
     notes = _notes(methods, by_value, catalog, targets, holders)

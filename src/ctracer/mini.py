@@ -22,7 +22,8 @@ The kept fields are then reordered with pahole's algorithm (`ctracer.reorganize`
 become a `ctracer.event.Layout` named ``ctracer__mini_<name>``.  Each `Field.source` says
 where the value comes from in the traced object, for collectors::
 
-    byte_offset, size   bytes to read from the object (a power of two for bitfields)
+    byte_offset, size   bytes to read from the object (for a bitfield, exactly the
+                        1 to 8 bytes holding its bits, read little-endian)
     bit_offset          absolute bit offset of the member in the object
     bit_size            width of a bitfield, 0 for a whole member
     shift               for a bitfield: value = (read_le(size) >> shift) & (2**bit_size-1)
@@ -95,7 +96,9 @@ class _Walk:
 def type_name(graph: TypeGraph, tid: Optional[TypeId], inner: str = "") -> str:
     """C spelling of a type (``inner`` is the declarator it wraps, for pointers/arrays)."""
     def join(base: str) -> str:
-        return f"{base} {inner}" if inner else base
+        if not inner:
+            return base
+        return f"{base}{inner}" if inner.startswith("[") else f"{base} {inner}"
 
     if tid is None:
         return join("void")
@@ -139,18 +142,12 @@ def _int_ctype(size: int, signed: bool) -> Optional[str]:
     return (_SIGNED if signed else _UNSIGNED).get(size)
 
 
-def _bitfield_window(bit_offset: int, bit_size: int, struct_size: int) -> Optional[tuple[int, int, int]]:
-    """(byte offset, load size, shift) of the smallest little-endian load holding the bits,
-    kept inside the struct when it can be."""
-    start = bit_offset // 8
-    for load in (1, 2, 4, 8):
-        if bit_offset - start * 8 + bit_size <= load * 8:
-            if start + load > struct_size:
-                start = max(0, struct_size - load)
-                if bit_offset - start * 8 + bit_size > load * 8:
-                    continue
-            return start, load, bit_offset - start * 8
-    return None
+def _bitfield_window(bit_offset: int, bit_size: int) -> Optional[tuple[int, int, int]]:
+    """(byte offset, bytes to read, shift): exactly the bytes holding the bits, so a read
+    never leaves the object; None when that is more than 8 bytes (packed 64-bit fields)."""
+    start, shift = divmod(bit_offset, 8)
+    size = (shift + bit_size + 7) // 8
+    return (start, size, shift) if size <= 8 else None
 
 
 def _scalar(graph: TypeGraph, tid: Optional[TypeId]) -> Optional[tuple[str, str, bool, tuple]]:
@@ -230,7 +227,7 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
             ctype, kind, signed, enumerators = scalar
             source["signed"] = signed
             if m.is_bitfield:
-                window = _bitfield_window(bit_offset, m.bit_size, _root_size(graph))
+                window = _bitfield_window(bit_offset, m.bit_size)
                 ctype = _int_ctype(_smallest(m.bit_size), signed) if kind != "float" else None
                 if window is None or ctype is None:
                     walk.skipped.append(Skipped(display, "bitfield spans more than 8 bytes"))
@@ -261,11 +258,6 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
                 walk.skipped.append(Skipped(display, "array"))
             continue
         walk.skipped.append(Skipped(display, f"type {ctype_text} has no event field type"))
-
-
-def _root_size(graph: TypeGraph) -> int:
-    root = graph[graph.strip(graph.root)]
-    return root.size if isinstance(root, CompositeType) else 0
 
 
 def _smallest(bits: int) -> int:
@@ -418,13 +410,16 @@ def extract_field(raw: bytes, f: Field) -> object:
 
 
 def _comment_source(f: Field) -> str:
+    """`` /* __sk_common.skc_state: volatile unsigned char, byte 14 */``"""
     src = f.source
     if not src:
         return ""
-    where = f"{src.get('byte_offset', '?')}"
     if src.get("bit_size"):
-        where = f"bit {src['bit_offset']}:{src['bit_size']}"
-    return f" /* {src.get('ctype', '?')} @ {where} */"
+        where = f"bits {src['bit_offset']}+{src['bit_size']}"
+    else:
+        where = f"byte {src.get('byte_offset', '?')}"
+    union = " (in a union)" if src.get("union") else ""
+    return f" /* {f.name}: {src.get('ctype', '?')}, {where}{union} */"
 
 
 def render_mini(layout: Layout, *, sources: bool = True, skipped: Iterable[Skipped] = (),
@@ -453,9 +448,6 @@ def render_mini(layout: Layout, *, sources: bool = True, skipped: Iterable[Skipp
                      + (_comment_source(f) if sources else ""))
         at = f.offset + f.size
     padding = layout.size - at if fields else layout.size
-    if padding:
-        lines.append("")
-        lines.append(f"\t/* XXX {padding} byte{'s' if padding > 1 else ''} padding */")
     lines.append("")
     cachelines = (layout.size + CACHELINE - 1) // CACHELINE
     lines.append(f"\t/* size: {layout.size}, cachelines: {cachelines}, "

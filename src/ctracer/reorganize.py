@@ -15,9 +15,10 @@ follows pahole's ``class__reorganize`` (dwarves_reorganize.c), restarting after 
    the end of the struct (again never the member right after the hole).
 
 pahole's bitfield demotion is compiled out upstream and is not done here.  Unlike pahole,
-a move is kept only when it makes the layout strictly better -- smaller, or as small
-with fewer hole bytes, or as many hole bytes in fewer holes -- so the result is never
-larger than the input and the loop always ends.
+a move is kept only when it does not make the layout worse (larger, or as large with
+more hole bytes or more holes) and leads to an order not seen before, so the result is
+never larger than the input and the loop always ends.  A move that changes nothing in
+size can open the way for the next one (pahole relies on that too).
 """
 
 from __future__ import annotations
@@ -142,15 +143,23 @@ def reorganize(items: Iterable[Item], steps: Optional[list[Placement]] = None) -
     to it, like pahole's ``--show_reorg_steps``.
     """
     layout = place(items)
+    best = layout
+    seen = {tuple(i.name for i in layout.items)}
     if steps is not None:
         steps.append(layout)
     while True:
         for source, after in _candidates(layout):
-            trial = place(_moved(layout.items, source, after))
-            if trial.cost < layout.cost:
+            order = _moved(layout.items, source, after)
+            names = tuple(i.name for i in order)
+            if names in seen:
+                continue
+            trial = place(order)
+            if trial.cost <= layout.cost:
+                seen.add(names)
                 layout = trial
+                best = min(best, layout, key=lambda p: p.cost)
                 if steps is not None:
                     steps.append(layout)
                 break
         else:
-            return layout
+            return best

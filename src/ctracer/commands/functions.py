@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 from ctracer import sources
 from ctracer.discovery import KINDS
@@ -55,23 +56,27 @@ def _is_live_kernel(args: argparse.Namespace) -> bool:
     return not btf or btf == sources.KERNEL_BTF
 
 
-def _attachable(args: argparse.Namespace):
-    """The running kernel's attachable function names, or None when not applicable."""
+def _attach_column(args: argparse.Namespace):
+    """A function giving each method's attachability on the running kernel (``yes``,
+    ``no``, ``clone:<symbol>``, ``unknown``), or None when the types are not the running
+    kernel's or ctracer has no kernel support module."""
     if not _is_live_kernel(args):
         return None
     import importlib.util
     if importlib.util.find_spec("ctracer.kernel") is None:
         return None
     from ctracer import kernel
-    from ctracer.errors import CtracerError
-    getter = getattr(kernel, "attachable_functions", None)
-    if getter is None:
-        return None
-    try:
-        names = getter()
-    except (CtracerError, OSError):
-        return None
-    return names
+    symbols = kernel.kernel_symbols()
+    tracepoints = kernel.tracepoint_names()
+    tp_names = None if tracepoints is None else {t.split(":", 1)[1] for t in tracepoints}
+
+    def status(method) -> str:
+        if method.is_tracepoint:
+            if tp_names is None:
+                return "unknown"
+            return "yes" if method.name in tp_names else "no"
+        return kernel.attach_status(method.function, symbols)
+    return status
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     found = discovery.discover(catalog, name, kind, kinds=kinds, holder_depth=args.holder_depth)
     if found.struct is None and not found.methods:
         raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
-    attachable = _attachable(args)
+    attachable = _attach_column(args)
     out = sys.stdout
     if args.json:
         json.dump(_as_json(found, model.description, attachable), out, indent=1)
@@ -97,18 +102,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_attachable(method, attachable) -> bool:
-    if method.is_tracepoint:
-        return True
-    return method.name in attachable
-
-
 def _as_json(found, description: str, attachable) -> dict:
     methods = []
     for m in found.methods:
         row = m.to_json()
         if attachable is not None:
-            row["attachable"] = _is_attachable(m, attachable)
+            row["attachable"] = attachable(m)
         methods.append(row)
     return {
         "target": {"kind": found.kind.value, "name": found.name,
@@ -146,16 +145,19 @@ def _as_text(found, description: str, attachable) -> str:
              f"{len(functions)} functions and {len(tracepoints)} tracepoints"]
     if found.struct is None:
         lines.append(f"  ({target} is only declared: no layout to record)")
-    header = ("FUNCTION", "KIND", "REACHED THROUGH", "PROBE")
+    header = ("FUNCTION", "KIND", "PROBE")
     if attachable is not None:
         header += ("ATTACHABLE",)
+    header += ("REACHED THROUGH",)
     rows = []
+    status = Counter()
     for m in found.methods:
-        probe = "yes" if m.probeable else f"no: {m.not_probeable}"
-        row = (m.key, m.kind, m.reach, probe)
+        row = (m.key, m.kind, "yes" if m.probeable else f"no ({m.not_probeable})")
         if attachable is not None:
-            row += ("yes" if _is_attachable(m, attachable) else "no",)
-        rows.append(row)
+            state = attachable(m)
+            status[state.split(":")[0]] += 1
+            row += (state,)
+        rows.append(row + (m.reach,))
     if rows:
         lines.append("")
         lines.extend(_table(rows, header))
@@ -164,8 +166,8 @@ def _as_text(found, description: str, attachable) -> str:
     for k, n in found.counts_by_kind().items():
         lines.append(f"  {k:<15} {n:>6}")
     if attachable is not None:
-        n = sum(1 for m in found.methods if _is_attachable(m, attachable))
-        lines.append(f"  {'attachable':<15} {n:>6}")
+        lines.append("attachable on the running kernel: " + ", ".join(
+            f"{k} {n}" for k, n in sorted(status.items())))
     lines.append("methods per route:")
     for k, route, n in found.counts_by_route():
         lines.append(f"  {k:<15} {n:>6}  {route}")
