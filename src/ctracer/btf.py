@@ -8,7 +8,8 @@ where each record starts in one pass, and this module decodes what a question to
 * `BtfModel.find_struct` returns a `TypeGraph` whose mapping decodes types on access;
 * `BtfCatalog` answers the catalog lookups from indexes of type ids (functions by the
   shapes of their parameters, structs by the shapes of their members), built on first use,
-  and materialises `FunctionInfo`/`StructInfo` only for the answers.
+  and materialises `FunctionInfo`/`StructInfo` only for the answers.  For a module (split
+  BTF) the functions and tracepoints are the module's own; structs include its base's.
 
 BTF specifics, as the model sees them: type tags become ``QualifiedType("type_tag",
 tag=...)``; BTF knows no inlining, compile units or addresses (``address`` is None, every
@@ -285,7 +286,8 @@ class BtfCatalog(Catalog):
     # ---------------------------------------------------------- shapes
 
     def _strip(self, tid: int) -> tuple[int, int, bool]:
-        """(type id with a layout, pointer depth, const seen) of a declared type."""
+        """(type id with a layout, pointer depth, const) of a declared type; const
+        qualifies what the innermost pointer points to (``const struct sock *``)."""
         r = self._strip_memo.get(tid)
         if r is None:
             d = self.btf
@@ -298,6 +300,7 @@ class BtfCatalog(Catalog):
                     k = kinds[t]
                     if k == bf.PTR:
                         pointers += 1
+                        const = False  # const now refers to what this pointer points to
                     elif k == bf.CONST:
                         const = True
                     elif k not in _TRANSPARENT:
@@ -353,7 +356,9 @@ class BtfCatalog(Catalog):
 
     def _all_func_ids(self) -> list[int]:
         if self._func_ids is None:
-            self._func_ids = self.btf.ids_of_kind(bf.FUNC)
+            ids = self.btf.ids_of_kind(bf.FUNC)
+            first = self.btf.first_id  # a module's own functions, not its base's
+            self._func_ids = ids if first == 1 else [i for i in ids if i >= first]
         return self._func_ids
 
     def _function(self, fid: int) -> FunctionInfo:
@@ -536,6 +541,8 @@ class BtfCatalog(Catalog):
             d = self.btf
             found = []
             for tid in d.ids_of_kind(bf.TYPEDEF):
+                if tid < d.first_id:
+                    continue
                 name = d.name(tid)
                 if not name or not name.startswith(TRACEPOINT_TYPEDEF_PREFIX):
                     continue
@@ -563,23 +570,26 @@ class BtfCatalog(Catalog):
 
 def c_type_text(d: BtfData, tid: int, inner: str = "") -> str:
     """How C spells a type (``const struct sock *``, ``int (*)(void *)``), optionally
-    declaring ``inner``; type tags are shown as the kernel's ``__tag`` annotations."""
+    wrapped around a declarator ``inner``.  Spelled as `ctracer.dwarf` spells DWARF types,
+    so that both sources print alike: type tags (which DWARF lacks) are left out."""
     for _ in range(_MAX_CHAIN):
         if not tid:
             return _join("void", inner)
         d.check_id(tid)
         k = d.kinds[tid]
-        if k == bf.PTR:
+        if k == bf.TYPE_TAG:
+            tid = d.ref(tid)
+        elif k == bf.PTR:
             target = d.ref(tid)
             inner = "*" + inner
             if target and d.kinds[_skip_tags(d, target)] in (bf.FUNC_PROTO, bf.ARRAY):
                 inner = "(" + inner + ")"
             tid = target
-        elif k in _QUALIFIERS or k == bf.TYPE_TAG:
-            word = _QUALIFIERS.get(k) or "__" + (d.name(tid) or "tag")
+        elif k in _QUALIFIERS:
+            word = _QUALIFIERS[k]
             target = d.ref(tid)
-            if target and d.kinds[target] == bf.PTR:
-                inner = word + (" " + inner if inner else "")
+            if target and d.kinds[_skip_tags(d, target)] == bf.PTR:
+                inner = f" {word} {inner}".rstrip()
                 tid = target
             else:
                 return word + " " + c_type_text(d, target, inner)
@@ -595,24 +605,26 @@ def c_type_text(d: BtfData, tid: int, inner: str = "") -> str:
             inner = f"{inner}({', '.join(params) or 'void'})"
             tid = r.ref
         else:
-            name = d.name(tid) or "<anonymous>"
-            if k in (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64):
-                name = ("struct ", "union ", "enum ", "enum ")[
-                    (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64).index(k)] + name
-            elif k == bf.FWD:
-                name = ("union " if d.info(tid) >> 31 else "struct ") + name
-            return _join(name, inner)
+            name = d.name(tid)
+            if k in (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64, bf.FWD):
+                if k == bf.FWD:
+                    keyword = "union" if d.info(tid) >> 31 else "struct"
+                else:
+                    keyword = {bf.STRUCT: "struct", bf.UNION: "union"}.get(k, "enum")
+                name = f"{keyword} {name}" if name else f"{keyword} {{...}}"
+            return _join(name or "?", inner)
     raise InputFileError(f"{d.description}: type chain too long at {tid}")
 
 
 def _skip_tags(d: BtfData, tid: int) -> int:
-    while tid and d.kinds[tid] in (bf.TYPE_TAG, bf.CONST, bf.VOLATILE, bf.RESTRICT):
+    while tid and d.kinds[tid] == bf.TYPE_TAG:
         tid = d.ref(tid)
     return tid
 
 
 def _join(base: str, inner: str) -> str:
-    return base + " " + inner if inner else base
+    inner = inner.lstrip()
+    return f"{base} {inner}" if inner else base
 
 
 # ---------------------------------------------------------------- opening
@@ -635,7 +647,10 @@ def read_btf_bytes(path: str) -> bytes:
     """The BTF bytes of a file: the file itself, or its ELF .BTF section."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(4)
+            is_elf = data == b"\x7fELF"
+            if not is_elf:
+                data += f.read()
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -644,23 +659,26 @@ def read_btf_bytes(path: str) -> bytes:
         raise InputFileError(f"{path}: permission denied") from None
     except OSError as e:
         raise InputFileError(f"{path}: {e.strerror or e}") from None
-    if data[:4] != b"\x7fELF":
+    if not is_elf:
         return data
-    section = _elf_btf_section(path, data)
+    section = _elf_btf_section(path)
     if section is None:
         raise InputFileError(f"{path} has no .BTF section")
     return section
 
 
-def _elf_btf_section(path: str, data: bytes) -> Optional[bytes]:
-    try:
-        from ctracer import dwarf
-        section_bytes = getattr(dwarf, "section_bytes", None)
-    except ImportError:
-        section_bytes = None
-    if section_bytes is not None:
-        return section_bytes(path, ".BTF")
-    return bf.elf_section(data, ".BTF")
+def _elf_btf_section(path: str) -> Optional[bytes]:
+    # ctracer.dwarf reads ELF section headers without importing pyelftools
+    from ctracer.dwarf import read_elf_headers
+    section = read_elf_headers(path).section(".BTF")
+    if section is None or section.type == 8:  # absent, or SHT_NOBITS
+        return None
+    with open(path, "rb") as f:
+        f.seek(section.offset)
+        data = f.read(section.size)
+    if len(data) != section.size:
+        raise InputFileError(f"{path}: .BTF section runs past the end of the file")
+    return data
 
 
 def open_btf(path: str, base: Union[None, str, BtfModel] = None,

@@ -1,9 +1,10 @@
 """The BTF binary format: header, type records and strings, for every kind current kernels
-emit (INT … ENUM64), split BTF on top of a base, and the ``.BTF`` section of ELF files.
+emit (INT … ENUM64), and split BTF on top of a base.
 
 This module knows bytes, not C: `BtfData` indexes the type section in one quick pass
 (where each record starts and its kind) and decodes single records on request
-(`BtfData.record`).  Turning records into ctracer's type model is `ctracer.btf`'s job.
+(`BtfData.record`).  Turning records into ctracer's type model is `ctracer.btf`'s job;
+finding the ``.BTF`` section of an ELF file is `ctracer.dwarf`'s (`read_elf_headers`).
 
 Format facts (kernel Documentation/bpf/btf.rst, include/uapi/linux/btf.h): a header
 (magic 0xeB9F, version 1, ``hdr_len``, then type/string offsets relative to the end of the
@@ -81,51 +82,9 @@ class BtfRecord:
         return kind_name(self.kind)
 
 
-def elf_section(data: bytes, wanted: str) -> Optional[bytes]:
-    """The contents of the section named ``wanted`` of an ELF image, None when absent.
-
-    A deliberately minimal section-header reader (stdlib ``struct`` only: ELF32/ELF64,
-    either byte order), because only ``ctracer.dwarf`` may import elftools and a BTF
-    reader needs nothing but one section's bytes.
-    """
-    if data[:4] != b"\x7fELF" or len(data) < 52:
-        raise InputFileError("not an ELF file")
-    cls, order = data[4], data[5]
-    if cls not in (1, 2) or order not in (1, 2):
-        raise InputFileError("unsupported ELF class or byte order")
-    e = "<" if order == 1 else ">"
-    try:
-        if cls == 2:
-            shoff, = struct.unpack_from(e + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
-            header = e + "IIQQQQIIQQ"
-        else:
-            shoff, = struct.unpack_from(e + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
-            header = e + "IIIIIIIIII"
-        if shoff == 0:
-            return None
-        if shnum == 0 or shstrndx == 0xFFFF:  # counts too large for the ELF header
-            first = struct.unpack_from(header, data, shoff)
-            shnum = shnum or first[5]
-            if shstrndx == 0xFFFF:
-                shstrndx = first[6]
-        sections = [struct.unpack_from(header, data, shoff + i * shentsize) for i in range(shnum)]
-        names = sections[shstrndx]
-        names_at = names[4]
-        target = wanted.encode()
-        for sh in sections:
-            sh_name, sh_type, offset, size = sh[0], sh[1], sh[4], sh[5]
-            start = names_at + sh_name
-            if data[start:data.index(b"\0", start)] == target:
-                if sh_type == 8:  # SHT_NOBITS: no bytes in the file
-                    return None
-                if offset + size > len(data):
-                    raise InputFileError(f"ELF section {wanted} runs past the end of the file")
-                return data[offset:offset + size]
-    except (struct.error, ValueError, IndexError) as e:
-        raise InputFileError(f"malformed ELF section headers ({e})") from None
-    return None
+def _needs_base(description: str) -> InputFileError:
+    return InputFileError(f"{description} is split BTF (a module's): it needs the BTF it "
+                          "was built on, e.g. /sys/kernel/btf/vmlinux or that vmlinux")
 
 
 class BtfData:
@@ -177,9 +136,8 @@ class BtfData:
         own_strings = data[s0:s0 + str_len]
 
         if base is None:
-            if own_strings[:1] not in (b"", b"\0"):
-                raise InputFileError(f"{description}: BTF string section does not start "
-                                     "with an empty string")
+            if own_strings[:1] not in (b"", b"\0"):  # split BTF continues its base's strings
+                raise _needs_base(description)
             self.first_id = 1
             self.words = words
             self.strings = own_strings
@@ -235,8 +193,7 @@ class BtfData:
         w, offs = self.words, self.offsets
         for tid in range(1, min(self.count, 64)):
             if w[offs[tid]] >= own_str_len:
-                raise InputFileError(f"{self.description} is split BTF (a module's); "
-                                     "it needs its base, e.g. /sys/kernel/btf/vmlinux")
+                raise _needs_base(self.description)
 
     # ------------------------------------------------------------------ access
 

@@ -14,7 +14,7 @@ import os
 import platform
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 from ctracer.errors import CtracerError
 
@@ -294,6 +294,27 @@ def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: i
         return Support(True, f"a {what} program loaded and attached")
     finally:
         os.close(fd)
+
+
+def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
+    """Whether the kernel accepts a raw tracepoint program on each named tracepoint
+    (bare tracepoints, which have no trace event in tracefs, included); None when BPF
+    programs cannot be loaded here (not root, or BPF refused)."""
+    if os.geteuid() != 0:
+        return None
+    fd, _ = _load_program(_PROG_TYPE_RAW_TRACEPOINT)
+    if fd < 0:
+        return None
+    out = {}
+    try:
+        for name in names:
+            link, _ = _raw_tracepoint_open(fd, name.encode())
+            out[name] = link >= 0
+            if link >= 0:
+                os.close(link)
+    finally:
+        os.close(fd)
+    return out
 
 
 def _fentry_target() -> Optional[int]:
