@@ -1,0 +1,444 @@
+"""Writes the report tree: HTML pages (Jinja2, autoescaped), SVG call graphs and PNG plots.
+
+Layout under the output directory (``callgraph/<struct>/`` by default)::
+
+    index.html                 the trace summary and every object
+    <object>/index.html        call graph and the first page of the call timeline
+    <object>/timeline-N.html   further timeline pages (long timelines are split)
+    <object>/changes.html      every field: unchanged, or each change old → new
+    <object>/<field>.png       each field that changed, over time
+    <object>/callgraph.svg
+    many_objects/...           the same pages for all objects interleaved
+    methods/index.html         per-method call counts and durations, a plot per method
+    _static/                   CSS and JS (no network, pages open from file://)
+
+Objects are named by address (``0x55d0c0a0``), plus ``-2``, ``-3``... for later lifetimes
+of a reused address.  Every name read from the trace reaches pages only through Jinja2
+autoescaping, and reaches file names only through `ctracer.report.names`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from ctracer import __version__
+from ctracer.errors import CtracerError
+from ctracer.event import PHASE_ENTRY
+from ctracer.report import graph as graphs
+from ctracer.report import plots
+from ctracer.report.build import build_report
+from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
+                                  ObjectTimeline, ReportData, Row)
+from ctracer.report.names import StemAllocator, safe_component
+from ctracer.report.values import ValueFormatter, format_duration, format_offset
+from ctracer.tracefile import Trace
+
+#: rows per timeline page
+PAGE_ROWS = 2000
+#: changes listed per field on the all-objects changes page (object pages list all)
+MAX_CHANGES_ALL = 2000
+#: the file that says a directory holds a report we wrote (and may replace)
+MARKER = ".ctracer-report"
+ALL_DIR = "many_objects"
+METHODS_DIR = "methods"
+STATIC_DIR = "_static"
+
+
+class OutputDirError(CtracerError):
+    """The output directory exists and holds something other than a ctracer report."""
+
+
+@dataclass
+class RenderResult:
+    out_dir: str
+    index: str
+    objects_total: int
+    objects_rendered: int
+    events: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _prepare(out_dir: str) -> None:
+    """Make ``out_dir`` empty, replacing a previous report but nothing else."""
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        if not os.path.exists(os.path.join(out_dir, MARKER)):
+            raise OutputDirError(f"{out_dir} exists and is not a ctracer report; "
+                                 "choose another directory with -o")
+        shutil.rmtree(out_dir)
+    elif os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise OutputDirError(f"{out_dir} exists and is not a directory")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
+        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n")
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ctracer.report", "templates"),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined)
+    env.filters["duration"] = format_duration
+    env.filters["ms"] = format_offset
+    return env
+
+
+def _copy_static(out_dir: str) -> None:
+    from importlib import resources
+
+    target = os.path.join(out_dir, STATIC_DIR)
+    os.makedirs(target, exist_ok=True)
+    for entry in resources.files("ctracer.report").joinpath("static").iterdir():
+        if entry.is_file():
+            with open(os.path.join(target, entry.name), "wb") as f:
+                f.write(entry.read_bytes())
+
+
+class _Site:
+    """Turns the report model into files; one instance per render."""
+
+    def __init__(self, data: ReportData, trace: Trace, out_dir: str):
+        self.data, self.out_dir = data, out_dir
+        self.env = _environment()
+        self.fmt = ValueFormatter(trace.mini)
+        self.layout = trace.mini
+        self.names = data.function_names
+        self.reach = {fid: f.reach for fid, f in trace.functions.items()}
+        fields = StemAllocator("field")
+        self.field_stem = {f.name: fields.stem(f.name, f.name) for f in trace.mini.fields}
+        functions = StemAllocator("function")
+        self.function_stem = {fid: functions.stem(fid, name) for fid, name in self.names.items()}
+        self.data_objects = {o.key: o for o in data.objects}
+        self.rendered: dict[Any, ObjectTimeline] = {}
+        self.svg_jobs: list[graphs.SvgJob] = []
+        self.plot_jobs: list[Any] = []
+        self.notes: list[str] = []
+        self.dot = graphs.dot_available()
+        if not self.dot:
+            self.notes.append("graphviz's dot is not installed: call graphs are left out")
+        self.generated = time.strftime("%Y-%m-%d %H:%M:%S")
+
+    # ---------------------------------------------------------------- helpers
+
+    def write(self, relpath: str, template: str, **context: Any) -> None:
+        depth = relpath.count("/")
+        context.setdefault("root", "../" * depth)
+        context.update(summary=self.data.summary, version=__version__,
+                       generated=self.generated, static=context["root"] + STATIC_DIR + "/")
+        path = os.path.join(self.out_dir, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.env.get_template(template).stream(**context).dump(path, encoding="utf-8")
+
+    def retval(self, row: Row) -> str:
+        if row.phase == PHASE_ENTRY or row.retval is None:
+            return ""
+        v = row.retval
+        if self.reach.get(row.function_id) == "returns" or abs(v) >= 1 << 32:
+            return "NULL" if v == 0 else f"0x{v & (1 << 64) - 1:x}"
+        return str(v)
+
+    def cause_text(self, c: Change) -> str:
+        if c.cause == CAUSE_DURING:
+            return f"during {c.function}"
+        if c.cause == CAUSE_CALLER:
+            return f"in {c.function}, before it called {c.seen_at}"
+        return f"outside traced calls, seen on entry to {c.seen_at}"
+
+    def object_href(self, row: Row, from_root: str) -> str:
+        obj = self.rendered.get(row.obj)
+        return f"{from_root}{obj.dirname}/index.html" if obj is not None else ""
+
+    # ---------------------------------------------------------------- timelines
+
+    def timeline_pages(self, rows: list[Row], use_object_depth: bool,
+                       show_object: bool) -> tuple[list[list[dict]], dict[int, str]]:
+        """Rows cut into pages of display dicts, and each row's page file by seq."""
+        page_of: dict[int, str] = {}
+        pages: list[list[dict]] = []
+        names, fmt = self.names, self.fmt
+        for start in range(0, max(len(rows), 1), PAGE_ROWS):
+            number = start // PAGE_ROWS + 1
+            filename = "index.html" if number == 1 else f"timeline-{number}.html"
+            page = []
+            for row in rows[start:start + PAGE_ROWS]:
+                page_of[row.seq] = filename
+                entry = row.phase == PHASE_ENTRY
+                changes = []
+                if row.changes:
+                    for c in row.changes:
+                        changes.append((c.field, fmt.show(c.field, c.old),
+                                        fmt.show(c.field, c.new), self.cause_text(c)))
+                classes = ["entry" if entry else "exit"]
+                if changes:
+                    classes.append("changed")
+                if not row.matched:
+                    classes.append("unmatched")
+                if row.unreadable:
+                    classes.append("unreadable")
+                obj_label = obj_link = ""
+                if show_object and row.obj is not None:
+                    obj = self.data_objects[row.obj]
+                    obj_label = obj.label
+                    obj_link = self.object_href(row, "../")
+                page.append({
+                    "seq": row.seq,
+                    "time": format_offset(row.ts_ns - self.data.start_ns),
+                    "thread": f"{row.comm}/{row.tid}" if row.comm else str(row.tid),
+                    "cpu": row.cpu,
+                    "depth": row.object_depth if use_object_depth else row.depth,
+                    "function": names.get(row.function_id, f"function#{row.function_id}"),
+                    "entry": entry,
+                    "duration": format_duration(row.duration_ns),
+                    "retval": self.retval(row),
+                    "changes": changes,
+                    "classes": " ".join(classes),
+                    "matched": row.matched,
+                    "unreadable": row.unreadable,
+                    "object": obj_label,
+                    "object_link": obj_link,
+                })
+            pages.append(page)
+        return pages, page_of
+
+    def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
+                       use_object_depth: bool, show_object: bool, graph_note: str,
+                       has_graph: bool, facts: list[tuple[str, str]],
+                       methods: list[dict]) -> dict[int, str]:
+        pages, page_of = self.timeline_pages(rows, use_object_depth, show_object)
+        files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(len(pages))]
+        for i, page in enumerate(pages):
+            self.write(f"{directory}/{files[i]}", "timeline.html", title=title,
+                       heading=heading, rows=page, page_number=i + 1, page_files=files,
+                       first_page=i == 0, show_object=show_object, has_graph=has_graph,
+                       graph_note=graph_note, facts=facts, methods=methods,
+                       total_rows=len(rows), page_rows=PAGE_ROWS)
+        return page_of
+
+    # ---------------------------------------------------------------- pages
+
+    def method_rows(self, table: dict[int, MethodStats]) -> list[dict]:
+        out = []
+        for stats in sorted(table.values(), key=lambda s: (-s.calls, s.name)):
+            out.append({
+                "name": stats.name, "stem": self.function_stem.get(stats.function_id, ""),
+                "calls": stats.calls, "timed": len(stats.durations),
+                "total": format_duration(stats.total_ns) if stats.durations else "",
+                "mean": format_duration(int(stats.mean_ns)) if stats.durations else "",
+                "median": format_duration(stats.percentile(50)),
+                "p95": format_duration(stats.percentile(95)),
+                "min": format_duration(min(stats.durations)) if stats.durations else "",
+                "max": format_duration(max(stats.durations)) if stats.durations else "",
+                "changes": stats.changed_fields,
+                "has_plot": bool(stats.durations),
+            })
+        return out
+
+    def graph_for(self, directory: str, rows: Iterable[Row], root_label: str,
+                  changes: Iterable[Change]) -> tuple[bool, str]:
+        if not self.dot:
+            return False, "graphviz's dot is not installed, so the call graph was not drawn."
+        changed_by: dict[int, int] = {}
+        for c in changes:
+            if c.function_id >= 0:
+                changed_by[c.function_id] = changed_by.get(c.function_id, 0) + 1
+        g = graphs.call_graph(rows, self.names, root_label, changed_by)
+        if g.number_of_nodes() > graphs.MAX_NODES:
+            return False, (f"{g.number_of_nodes() - 1} functions: too many to draw; "
+                           "see the methods table.")
+        os.makedirs(os.path.join(self.out_dir, directory), exist_ok=True)
+        self.svg_jobs.append(graphs.SvgJob(g, os.path.join(self.out_dir, directory,
+                                                           "callgraph.svg")))
+        return True, ""
+
+    def changes_page(self, directory: str, title: str, heading: str,
+                     changes: list[Change], page_of: dict[int, str],
+                     series: dict[str, list[plots.Series]], show_object: bool,
+                     limit: Optional[int]) -> None:
+        by_field: dict[str, list[Change]] = {}
+        for c in changes:
+            by_field.setdefault(c.field, []).append(c)
+        fields = []
+        for f in self.layout.fields:
+            found = by_field.get(f.name, [])
+            shown = found if limit is None else found[:limit]
+            items = []
+            for c in shown:
+                obj = self.data_objects[c.obj]
+                items.append({
+                    "time": format_offset(c.ts_ns),
+                    "old": self.fmt.show(c.field, c.old), "new": self.fmt.show(c.field, c.new),
+                    "function": c.function or "", "cause": self.cause_text(c),
+                    "href": f"{page_of.get(c.seq, 'index.html')}#e{c.seq}",
+                    "object": obj.label if show_object else "",
+                    "object_href": (f"../{obj.dirname}/changes.html#f-{self.field_stem[c.field]}"
+                                    if show_object and c.obj in self.rendered else ""),
+                })
+            stem = self.field_stem[f.name]
+            has_plot = bool(found) and f.name in series
+            if has_plot:
+                self.plot_jobs.append(plots.FieldPlot(
+                    os.path.join(self.out_dir, directory, f"{stem}.png"), f.name,
+                    f"{f.name} — {title}", series[f.name]))
+            fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
+                           "count": len(found), "changes": items, "stem": stem,
+                           "has_plot": has_plot, "omitted": len(found) - len(shown)})
+        self.write(f"{directory}/changes.html", "changes.html", title=title, heading=heading,
+                   fields=fields, show_object=show_object,
+                   changed=sum(1 for f in fields if f["count"]))
+
+    def object_pages(self, obj: ObjectTimeline) -> None:
+        d = obj.dirname
+        has_graph, note = self.graph_for(d, obj.rows, obj.label, obj.changes)
+        start = self.data.start_ns
+        facts = [
+            ("lifetime", obj.started_by),
+            ("first seen", f"{format_offset(obj.first_ns - start)} ms"),
+            ("last seen", f"{format_offset(obj.last_ns - start)} ms"),
+            ("observed for", format_duration(obj.last_ns - obj.first_ns) or "0 ns"),
+            ("events", str(len(obj.rows))),
+            ("calls", str(obj.calls)),
+            ("field changes", f"{len(obj.changes)} in {len(obj.changed_fields)} fields"),
+            ("threads", ", ".join(str(t) for t in sorted(obj.threads))),
+        ]
+        if obj.unreadable:
+            facts.append(("unreadable snapshots", str(obj.unreadable)))
+        page_of = self.write_timeline(
+            d, obj.rows, title=obj.label, heading=f"{self.struct_title} {obj.label}",
+            use_object_depth=True, show_object=False, graph_note=note, has_graph=has_graph,
+            facts=facts, methods=self.method_rows(obj.methods))
+        series = {name: [plots.Series(obj.label, points, obj.last_ns - start)]
+                  for name, points in obj.series.items() if len(points) > 1}
+        self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
+                          page_of, series, show_object=False, limit=None)
+
+    def all_objects_pages(self) -> None:
+        data = self.data
+        changes = data.changes
+        has_graph, note = self.graph_for(ALL_DIR, data.rows, f"{len(data.objects)} objects",
+                                         changes)
+        facts = [("objects", str(len(data.objects))), ("events", str(len(data.rows))),
+                 ("field changes", str(len(changes)))]
+        page_of = self.write_timeline(
+            ALL_DIR, data.rows, title="all objects",
+            heading=f"{self.struct_title}: all objects", use_object_depth=False,
+            show_object=True, graph_note=note, has_graph=has_graph, facts=facts,
+            methods=self.method_rows(data.methods))
+        series: dict[str, list[plots.Series]] = {}
+        busiest = sorted(data.objects, key=lambda o: -len(o.changes))[:10]
+        for obj in sorted(busiest, key=lambda o: o.first_ns):
+            for name, points in obj.series.items():
+                if len(points) > 1:
+                    series.setdefault(name, []).append(
+                        plots.Series(obj.label, points, obj.last_ns - data.start_ns))
+        self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
+                          changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL)
+
+    def methods_page(self, trace: Trace) -> None:
+        rows = self.method_rows(self.data.methods)
+        for stats in self.data.methods.values():
+            if stats.durations:
+                self.plot_jobs.append(plots.DurationPlot(
+                    os.path.join(self.out_dir, METHODS_DIR,
+                                 f"{self.function_stem[stats.function_id]}.png"),
+                    f"{stats.name}: {len(stats.durations)} timed calls",
+                    stats.call_times, stats.durations))
+        bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40]
+        if bars:
+            self.plot_jobs.append(plots.CallCountPlot(
+                os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
+                "calls per method" + (" (40 busiest)" if len(rows) > 40 else ""), bars))
+        called = {s.function_id for s in self.data.methods.values() if s.calls}
+        functions = [{"name": f.name, "reach": f.reach, "via": f.via, "unit": f.unit,
+                      "attached": f.attached, "called": f.id in called}
+                     for f in self.data.summary.functions]
+        self.write(f"{METHODS_DIR}/index.html", "methods.html", title="methods",
+                   heading=f"{self.struct_title}: methods", methods=rows,
+                   functions=functions, has_bars=bool(bars))
+
+    def index_page(self, objects_total: int) -> None:
+        data, start = self.data, self.data.start_ns
+        objects = []
+        for obj in data.objects:
+            objects.append({
+                "label": obj.label, "address": f"0x{obj.key.address:x}",
+                "lifetime": obj.key.lifetime, "started_by": obj.started_by,
+                "href": f"{obj.dirname}/index.html" if obj.key in self.rendered else "",
+                "changes_href": f"{obj.dirname}/changes.html",
+                "first": format_offset(obj.first_ns - start),
+                "last": format_offset(obj.last_ns - start),
+                "events": len(obj.rows), "calls": obj.calls,
+                "changes": len(obj.changes), "fields": len(obj.changed_fields),
+            })
+        reach_counts: dict[str, int] = {}
+        for f in data.summary.functions:
+            reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
+        duration = (data.rows[-1].ts_ns - start) if data.rows else 0
+        self.write("index.html", "index.html", title=self.struct_title,
+                   heading=self.struct_title, objects=objects,
+                   rendered=len(self.rendered), objects_total=objects_total,
+                   reach_counts=sorted(reach_counts.items()), data=data,
+                   trace_span=format_duration(duration) or "0 ns",
+                   mini_fields=self.layout.fields, notes=self.notes,
+                   trace_name=os.path.basename(data.summary.trace_path))
+
+    @property
+    def struct_title(self) -> str:
+        s = self.data.summary
+        return f"{s.struct_kind} {s.struct_name}"
+
+
+def render(trace_path: str, out_dir: Optional[str] = None, *,
+           max_objects: Optional[int] = None,
+           progress: Optional[Callable[[str], None]] = None) -> RenderResult:
+    """Render a trace file into a report directory (see the module docstring)."""
+    say = progress or (lambda _msg: None)
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+    trace = Trace(trace_path)
+    try:
+        if out_dir is None:
+            out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
+        _prepare(out_dir)
+        data = build_report(trace, say)
+        seconds["model"] = time.perf_counter() - clock
+
+        site = _Site(data, trace, out_dir)
+        chosen = data.objects
+        if max_objects is not None and 0 < max_objects < len(data.objects):
+            busiest = sorted(data.objects, key=lambda o: (-len(o.rows), o.first_ns))
+            keep = {o.key for o in busiest[:max_objects]}
+            chosen = [o for o in data.objects if o.key in keep]
+            site.notes.append(
+                f"pages were written for the {max_objects} busiest of {len(data.objects)} "
+                "objects (--max-objects); all of them are in many_objects/")
+        site.rendered = {o.key: o for o in chosen}
+        _copy_static(out_dir)
+        mark = time.perf_counter()
+        for n, obj in enumerate(chosen, 1):
+            site.object_pages(obj)
+            if n % 100 == 0:
+                say(f"pages for {n}/{len(chosen)} objects")
+        site.all_objects_pages()
+        site.methods_page(trace)
+        site.index_page(len(data.objects))
+        seconds["html"] = time.perf_counter() - mark
+
+        mark = time.perf_counter()
+        say(f"laying out {len(site.svg_jobs)} call graphs")
+        site.notes.extend(graphs.write_svgs(site.svg_jobs))
+        seconds["graphs"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        say(f"drawing {len(site.plot_jobs)} plots")
+        plots.draw_all(site.plot_jobs, trace.mini, progress=say)
+        seconds["plots"] = time.perf_counter() - mark
+    finally:
+        trace.close()
+    seconds["total"] = time.perf_counter() - clock
+    return RenderResult(out_dir, os.path.join(out_dir, "index.html"), len(data.objects),
+                        len(chosen), len(data.rows), seconds, site.notes)

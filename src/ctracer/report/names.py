@@ -1,0 +1,53 @@
+"""Safe file and directory names for report pages.
+
+Names in a trace (struct, function and field names) come from debug info or from a file
+someone handed us; they become part of a path only when they match a conservative
+pattern, otherwise a stable hash stands in for them.  Nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}\Z")
+#: names Windows and some tools treat specially; we never produce them
+_RESERVED = {"index", "changes", "methods", "many_objects", "static", "_static"}
+
+
+def safe_component(name: str, prefix: str = "x") -> str:
+    """``name`` itself when it is a harmless single path component, else a hashed stand-in."""
+    if _SAFE.match(name) and ".." not in name and name.lower() not in _RESERVED:
+        return name
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{prefix}-{digest}"
+
+
+def object_dir(address: int, lifetime: int) -> str:
+    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second..."""
+    base = f"0x{address:x}"
+    return base if lifetime <= 1 else f"{base}-{lifetime}"
+
+
+def object_label(address: int, lifetime: int, lifetimes: int) -> str:
+    """How an object is named on pages: the address, plus ``#n`` when it was reused."""
+    base = f"0x{address:x}"
+    return f"{base} #{lifetime}" if lifetimes > 1 else base
+
+
+class StemAllocator:
+    """Hands out distinct file stems for names that may repeat (static functions of the
+    same name in several compile units) or may not be safe."""
+
+    def __init__(self, prefix: str = "x"):
+        self.prefix = prefix
+        self._used: dict[str, object] = {}
+
+    def stem(self, key: object, name: str) -> str:
+        base = safe_component(name, self.prefix)
+        stem, n = base, 2
+        while stem in self._used and self._used[stem] != key:
+            stem = f"{base}-{n}"
+            n += 1
+        self._used[stem] = key
+        return stem

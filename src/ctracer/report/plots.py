@@ -1,0 +1,226 @@
+"""PNG plots with matplotlib (Agg, no pyplot): fields over time and method durations.
+
+Plots are described as picklable jobs (`FieldPlot`, `DurationPlot`, `CallCountPlot`) so
+`draw_all` can spread them over worker processes; each process keeps one figure and
+reuses it, since building figures and ticks is most of matplotlib's cost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from ctracer.event import Layout
+
+#: one sober look for every plot
+_INK = "#1d2733"
+_GRID = "#e3e7ec"
+_BLUE = "#2b5d8a"
+_PALETTE = ("#2b5d8a", "#c0392b", "#2e8b57", "#8e44ad", "#d35400", "#16a085", "#7f8c8d",
+            "#b7950b", "#34495e", "#a93226")
+_WIDTH_IN, _DPI = 8.0, 100
+_LEFT_PX, _RIGHT_PX, _TOP_PX, _BOTTOM_PX = 150, 20, 34, 46
+_LEGEND_PX = 150  # right margin when a legend names the objects
+
+
+@dataclass
+class Series:
+    label: str
+    points: list[tuple[int, Any]]  # (ns since trace start, value), first value then changes
+    end_ns: int                    # the last time the object was seen
+
+
+@dataclass
+class FieldPlot:
+    path: str
+    field: str
+    title: str
+    series: list[Series]
+
+
+@dataclass
+class DurationPlot:
+    path: str
+    title: str
+    call_times: list[int]  # ns since trace start
+    durations: list[int]   # ns
+
+
+@dataclass
+class CallCountPlot:
+    path: str
+    title: str
+    bars: list[tuple[str, int]] = field(default_factory=list)  # (function, calls)
+
+
+class _Painter:
+    """A process's figures, one per size, reused from plot to plot."""
+
+    def __init__(self, layout: Layout):
+        from ctracer.report.values import ValueFormatter
+
+        self.fmt = ValueFormatter(layout)
+        self._canvases: dict[tuple[float, int, int], Any] = {}
+
+    def _frame(self, height_in: float, left_px: int = _LEFT_PX,
+               right_px: int = _RIGHT_PX) -> Any:
+        """Axes of the wanted size, emptied of the previous plot but keeping their
+        styling and ticks (building those is most of matplotlib's cost)."""
+        key = (round(height_in * 4) / 4, left_px, right_px)
+        ax = self._canvases.get(key)
+        if ax is None:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            height = key[0]
+            fig = Figure(figsize=(_WIDTH_IN, height), dpi=_DPI, facecolor="white")
+            FigureCanvasAgg(fig)
+            h, w = height * _DPI, _WIDTH_IN * _DPI
+            fig.subplots_adjust(left=left_px / w, right=1 - right_px / w,
+                                top=1 - _TOP_PX / h, bottom=_BOTTOM_PX / h)
+            ax = fig.add_subplot()
+            ax.set_facecolor("white")
+            ax.set_axisbelow(True)
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)
+            for side in ("left", "bottom"):
+                ax.spines[side].set_color("#9aa5b1")
+            ax.tick_params(colors=_INK, labelsize=8.5, length=3)
+            self._canvases[key] = ax
+        for artist in list(ax.lines) + list(ax.collections) + list(ax.patches):
+            artist.remove()
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+        if ax.get_yscale() != "linear":
+            ax.set_yscale("linear")
+        ax.set_ylabel("")
+        ax.grid(True, color=_GRID, linewidth=0.8)
+        ax.relim()
+        ax.autoscale(True)
+        return ax
+
+    def _save(self, ax: Any, path: str) -> None:
+        # fast deflate: these plots are mostly flat colour and compress well anyway
+        ax.figure.savefig(path, facecolor="white", metadata={"Software": None},
+                          pil_kwargs={"compress_level": 2})
+
+    def field_plot(self, job: FieldPlot) -> None:
+        from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, ScalarFormatter
+
+        values = [v for s in job.series for _, v in s.points]
+        numbers, ticks = self.fmt.plot_axis(job.field, values)
+        levels = len(ticks) if ticks else 6
+        many = len(job.series) > 1
+        ax = self._frame(min(6.5, max(2.4, 0.24 * levels + 1.0)),
+                         right_px=_LEGEND_PX if many else _RIGHT_PX)
+        at = 0
+        for i, s in enumerate(job.series):
+            ys = numbers[at:at + len(s.points)]
+            at += len(s.points)
+            xs = [t / 1e6 for t, _ in s.points]
+            end = max(s.end_ns / 1e6, xs[-1])
+            color = _PALETTE[i % len(_PALETTE)] if many else _BLUE
+            ax.plot(xs + [end], ys + [ys[-1]], drawstyle="steps-post", color=color,
+                    linewidth=1.0 if many else 1.5, alpha=0.85 if many else 1.0,
+                    label=s.label)
+            if len(s.points) <= 80:
+                ax.plot(xs, ys, linestyle="none", marker="o", markersize=3 if many else 3.5,
+                        color=color)
+        if ticks:
+            ax.yaxis.set_major_locator(FixedLocator([p for p, _ in ticks]))
+            ax.yaxis.set_major_formatter(FixedFormatter([t for _, t in ticks]))
+            lo, hi = min(p for p, _ in ticks), max(p for p, _ in ticks)
+            ax.set_ylim(lo - 0.5, hi + 0.5)
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+            plain = ScalarFormatter(useOffset=False)
+            plain.set_scientific(False)
+            ax.yaxis.set_major_formatter(plain)
+            lo, hi = min(numbers), max(numbers)
+            pad = (hi - lo) * 0.08 or max(1.0, abs(hi) * 0.05)
+            ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xlabel("ms since the trace started", fontsize=8.5, color=_INK)
+        ax.set_title(job.title, loc="left", fontsize=10, color=_INK)
+        if many:
+            ax.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      handlelength=1.2, borderaxespad=0.2)
+        self._save(ax, job.path)
+
+    def duration_plot(self, job: DurationPlot) -> None:
+        ax = self._frame(2.6, left_px=80)
+        xs = [t / 1e6 for t in job.call_times]
+        ys = [max(d, 1) / 1e3 for d in job.durations]
+        ax.plot(xs, ys, linestyle="none", marker="o", markersize=3, color=_BLUE,
+                alpha=0.6 if len(xs) > 200 else 0.9)
+        if ys and max(ys) / min(ys) > 50:
+            ax.set_yscale("log")
+        ordered = sorted(ys)
+        if ordered:
+            median = ordered[len(ordered) // 2]
+            ax.axhline(median, color="#c0392b", linewidth=1, linestyle="--",
+                       label=f"median {median:.1f} µs")
+            ax.legend(fontsize=7.5, frameon=False, loc="upper right")
+        ax.set_xlabel("call start, ms since the trace started", fontsize=8.5, color=_INK)
+        ax.set_ylabel("duration (µs)", fontsize=8.5, color=_INK)
+        ax.set_title(job.title, loc="left", fontsize=10, color=_INK)
+        self._save(ax, job.path)
+
+    def call_count_plot(self, job: CallCountPlot) -> None:
+        bars = job.bars[::-1]
+        longest = max((len(n) for n, _ in bars), default=8)
+        ax = self._frame(min(12.0, 0.22 * len(bars) + 1.1),
+                         left_px=min(320, 24 + 7 * longest))
+        ax.grid(False, axis="y")
+        ax.barh(range(len(bars)), [c for _, c in bars], color=_BLUE, height=0.65)
+        ax.set_yticks(range(len(bars)), [n for n, _ in bars])
+        ax.set_ylim(-0.6, len(bars) - 0.4)
+        ax.set_xlabel("calls", fontsize=8.5, color=_INK)
+        ax.set_title(job.title, loc="left", fontsize=10, color=_INK)
+        self._save(ax, job.path)
+
+
+_painter: Optional[_Painter] = None
+
+
+def _init_worker(layout_json: str) -> None:
+    global _painter
+    _painter = _Painter(Layout.from_json(layout_json))
+
+
+def _draw_chunk(jobs: Sequence[Any]) -> int:
+    assert _painter is not None
+    for job in jobs:
+        if isinstance(job, FieldPlot):
+            _painter.field_plot(job)
+        elif isinstance(job, DurationPlot):
+            _painter.duration_plot(job)
+        else:
+            _painter.call_count_plot(job)
+    return len(jobs)
+
+
+def draw_all(jobs: list[Any], layout: Layout, workers: Optional[int] = None,
+             progress: Optional[Any] = None) -> None:
+    """Draw every plot job, in parallel worker processes when there are enough."""
+    if not jobs:
+        return
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if workers == 1 or len(jobs) < 40:
+        _init_worker(layout.to_json())
+        _draw_chunk(jobs)
+        return
+    size = max(10, math.ceil(len(jobs) / (workers * 8)))
+    chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+    import multiprocessing
+
+    done = 0
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                             initargs=(layout.to_json(),)) as pool:
+        for n in pool.map(_draw_chunk, chunks):
+            done += n
+            if progress:
+                progress(f"plots {done}/{len(jobs)}")
