@@ -60,13 +60,29 @@ def test_bitfields_read_exactly_their_bytes():
     mini = build_mini(GRAPH)
     flag, mid = mini.layout.field("flag"), mini.layout.field("mid")
     assert (flag.source["byte_offset"], flag.source["size"], flag.source["shift"]) == (71, 1, 5)
-    assert (mid.source["byte_offset"], mid.source["size"], mid.source["shift"]) == (60, 3, 4)
+    assert (mid.source["byte_offset"], mid.source["size"], mid.source["shift"]) == (60, 4, 4)
     assert (flag.ctype, mid.ctype) == ("u8", "s32")
     value = -12345  # 17-bit two's complement at bit 484
     raw = bytearray(72)
     bits = int.from_bytes(raw, "little") | ((value & (2**17 - 1)) << 484) | (0b110 << 573)
     raw = bits.to_bytes(72, "little")
     assert extract_field(raw, mid) == value and extract_field(raw, flag) == 0b110
+
+
+def test_bitfield_windows_stay_inside_the_object():
+    # 17 bits at bit 556 (bytes 69..71) of a 72-byte object: a 4-byte load at 69 would
+    # leave it, one at 68 does not
+    graph = TypeGraph({1: BaseType("unsigned int", 4, Encoding.UNSIGNED),
+                       2: CompositeType("struct", "tail", 72, (Member("t", 1, 556, 17),))}, 2)
+    src = build_mini(graph).layout.field("t").source
+    assert (src["byte_offset"], src["size"], src["shift"]) == (68, 4, 556 - 68 * 8)
+    tiny = TypeGraph({1: BaseType("unsigned int", 4, Encoding.UNSIGNED),
+                      2: CompositeType("struct", "tiny", 3, (Member("t", 1, 4, 17),),
+                                       )}, 2)
+    src = build_mini(tiny).layout.field("t").source
+    assert (src["byte_offset"], src["size"], src["shift"]) == (0, 3, 4)
+    raw = ((0x1abcd << 4) | 0xf).to_bytes(3, "little")
+    assert extract_field(raw, build_mini(tiny).layout.field("t")) == 0x1abcd
 
 
 def test_selection_errors_suggest_names():

@@ -288,9 +288,9 @@ def _probeable(f: Union[FunctionInfo, TracepointInfo], addresses_known: bool) ->
     if isinstance(f, TracepointInfo):
         return True, ""
     if f.inlined_only:
-        return False, "inline only (no out-of-line copy)"
+        return False, "inline only: no out-of-line copy"
     if f.address is None and addresses_known:
-        return False, "no address (declaration only)"
+        return False, "no address: declaration only"
     return True, ""
 
 
@@ -404,5 +404,5 @@ def _notes(methods: Sequence[Method], by_value: set[str], catalog: Catalog,
     if holders:
         notes.append(f"{len(holders)} holder member path{'s' if len(holders) != 1 else ''} "
                      "point to the target")
-    notes.extend(catalog.notes)
+    notes.extend(f"type source: {n}" for n in catalog.notes)
     return notes

@@ -22,8 +22,9 @@ The kept fields are then reordered with pahole's algorithm (`ctracer.reorganize`
 become a `ctracer.event.Layout` named ``ctracer__mini_<name>``.  Each `Field.source` says
 where the value comes from in the traced object, for collectors::
 
-    byte_offset, size   bytes to read from the object (for a bitfield, exactly the
-                        1 to 8 bytes holding its bits, read little-endian)
+    byte_offset, size   bytes to read from the object; for a bitfield a 1, 2, 4 or 8-byte
+                        little-endian window holding its bits inside the object (only
+                        in an object smaller than that, exactly the bytes holding them)
     bit_offset          absolute bit offset of the member in the object
     bit_size            width of a bitfield, 0 for a whole member
     shift               for a bitfield: value = (read_le(size) >> shift) & (2**bit_size-1)
@@ -86,6 +87,7 @@ class _Options:
 class _Walk:
     graph: TypeGraph
     options: _Options
+    object_size: int = 0
     fields: list[Field] = dc_field(default_factory=list)
     skipped: list[Skipped] = dc_field(default_factory=list)
 
@@ -142,12 +144,19 @@ def _int_ctype(size: int, signed: bool) -> Optional[str]:
     return (_SIGNED if signed else _UNSIGNED).get(size)
 
 
-def _bitfield_window(bit_offset: int, bit_size: int) -> Optional[tuple[int, int, int]]:
-    """(byte offset, bytes to read, shift): exactly the bytes holding the bits, so a read
-    never leaves the object; None when that is more than 8 bytes (packed 64-bit fields)."""
-    start, shift = divmod(bit_offset, 8)
-    size = (shift + bit_size + 7) // 8
-    return (start, size, shift) if size <= 8 else None
+def _bitfield_window(bit_offset: int, bit_size: int, object_size: int
+                     ) -> Optional[tuple[int, int, int]]:
+    """(byte offset, bytes to read, shift) of the smallest 1, 2, 4 or 8-byte little-endian
+    load that holds the bits and stays inside the object; exactly the bytes holding the
+    bits when no such load exists (an object smaller than the load); None when the bits
+    span more than 8 bytes (a packed 64-bit bitfield)."""
+    first, last = bit_offset // 8, (bit_offset + bit_size - 1) // 8
+    for load in (1, 2, 4, 8):
+        start = min(first, object_size - load)
+        if start >= 0 and start + load > last:
+            return start, load, bit_offset - start * 8
+    size = last - first + 1
+    return (first, size, bit_offset - first * 8) if size <= 8 else None
 
 
 def _scalar(graph: TypeGraph, tid: Optional[TypeId]) -> Optional[tuple[str, str, bool, tuple]]:
@@ -227,7 +236,7 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
             ctype, kind, signed, enumerators = scalar
             source["signed"] = signed
             if m.is_bitfield:
-                window = _bitfield_window(bit_offset, m.bit_size)
+                window = _bitfield_window(bit_offset, m.bit_size, walk.object_size)
                 ctype = _int_ctype(_smallest(m.bit_size), signed) if kind != "float" else None
                 if window is None or ctype is None:
                     walk.skipped.append(Skipped(display, "bitfield spans more than 8 bytes"))
@@ -325,7 +334,7 @@ def candidate_fields(graph: TypeGraph, *, pointers: bool = False, char_arrays: b
     t = graph[root] if root is not None else None
     if not isinstance(t, CompositeType):
         raise ValueError("the type graph's root is not a struct or union")
-    walk = _Walk(graph, _Options(pointers, char_arrays, max_text, unions))
+    walk = _Walk(graph, _Options(pointers, char_arrays, max_text, unions), t.size)
     _walk(walk, root, "", 0, False)
     fields = _dedupe(walk.fields, walk.skipped)
     return fields, walk.skipped

@@ -152,7 +152,7 @@ def _as_text(found, description: str, attachable) -> str:
     rows = []
     status = Counter()
     for m in found.methods:
-        row = (m.key, m.kind, "yes" if m.probeable else f"no ({m.not_probeable})")
+        row = (m.key, m.kind, "yes" if m.probeable else f"no: {m.not_probeable}")
         if attachable is not None:
             state = attachable(m)
             status[state.split(":")[0]] += 1
