@@ -546,3 +546,37 @@ def test_corpus_vmlinux_and_nfs_split_btf():
     check_against_bpftool(nfs, CORPUS_NFS, CORPUS_VMLINUX)
     assert our_leaves(nfs, "nfs_fh") == pahole_leaves(CORPUS_NFS, "nfs_fh", "dwarf")
     assert nfs.catalog().functions_referencing(ShapeKind.STRUCT, "nfs_fh")
+
+
+def assert_lookups_equal_full_scan(model: btf.BtfModel, keys) -> None:
+    """The indexed lookups answer what a scan of every function and struct answers."""
+    cat = model.catalog()
+    functions = cat.functions()
+    structs = [cat.struct(n, k) for k in (ShapeKind.STRUCT, ShapeKind.UNION)
+               for n in cat.struct_names(k)]
+    for key in keys:
+        scan = sorted(f.name for f in functions
+                      if key in {(p.shape.kind, p.shape.name) for p in f.params}
+                      or (f.returns.kind, f.returns.name) == key)
+        assert sorted(f.name for f in cat.functions_referencing(*key)) == scan, key
+        scan = sorted((s.kind, s.name) for s in structs
+                      if key in {(m.shape.kind, m.shape.name) for m in s.members})
+        assert sorted((s.kind, s.name) for s in cat.structs_with_member_of(*key)) == scan, key
+
+
+def test_lookups_equal_full_scan(gcc_obj):
+    model = btf.open_btf(str(gcc_obj))
+    shapes = {(p.shape.kind, p.shape.name) for f in model.catalog().functions()
+              for p in f.params}
+    shapes |= {(m.shape.kind, m.shape.name) for n in model.struct_names()
+               for m in model.catalog().struct(n).members}
+    assert_lookups_equal_full_scan(model, sorted(shapes, key=repr))
+
+
+@pytest.mark.kernel
+def test_kernel_lookups_equal_full_scan(kernel_model):
+    assert_lookups_equal_full_scan(kernel_model, [
+        (ShapeKind.STRUCT, "sock"), (ShapeKind.STRUCT, "sk_buff"), (ShapeKind.STRUCT, None),
+        (ShapeKind.UNION, None), (ShapeKind.UNION, "bpf_attr"), (ShapeKind.ENUM, None),
+        (ShapeKind.BASE, "char"), (ShapeKind.VOID, None), (ShapeKind.FUNCTION, None),
+        (ShapeKind.ARRAY, None), (ShapeKind.STRUCT, "list_head")])

@@ -21,6 +21,7 @@ from the ``btf_trace_<name>`` typedefs (a pointer to a prototype whose first par
 from __future__ import annotations
 
 import os
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from typing import Iterable, Iterator, Optional, Union
 
@@ -272,14 +273,20 @@ class BtfCatalog(Catalog):
                       "listed as BTF names it",)
         self._strip_memo: dict[int, tuple[int, int, bool]] = {}
         self._key_memo: dict[int, _ShapeKey] = {}
-        self._decl_memo: dict[int, _ShapeKey] = {}
-        self._comp_keys: dict[int, set] = {}
-        self._funcs_by_proto: dict[int, list[int]] = {}
-        self._text_memo: dict[int, str] = {}
+        self._reducing: dict[tuple, set[int]] = {}
+        self._ref_index: Optional[_Inverse] = None
+        self._by_name: dict[ShapeKind, dict[Optional[str], list[int]]] = {}
+        self._named_structs: Optional[set[int]] = None
+        self._members: Optional[_Inverse] = None
+        self._member_names: list[int] = []
+        self._member_owner: list[int] = []
+        self._member_types: list[int] = []
+        self._shape_memo: dict[int, TypeShape] = {}
+        self._proto_memo: dict[int, tuple] = {}
+        self._tp_index: Optional[dict[_ShapeKey, list[TracepointInfo]]] = None
         self._functions: dict[int, FunctionInfo] = {}
         self._structs: dict[int, StructInfo] = {}
-        self._fn_index: Optional[dict[_ShapeKey, list[int]]] = None
-        self._member_index: Optional[dict[_ShapeKey, list[int]]] = None
+        self._fn_index: Optional[tuple[_Inverse, _Inverse]] = None
         self._tracepoints: Optional[list[TracepointInfo]] = None
         self._func_ids: Optional[list[int]] = None
 
@@ -345,12 +352,32 @@ class BtfCatalog(Catalog):
         return key
 
     def shape(self, tid: int) -> TypeShape:
-        root, pointers, const = self._strip(tid)
-        kind, name = self._key(root)
-        text = self._text_memo.get(tid)
-        if text is None:
-            text = self._text_memo[tid] = c_type_text(self.btf, tid)
-        return TypeShape(kind, name, pointers, const, text)
+        s = self._shape_memo.get(tid)
+        if s is None:
+            root, pointers, const = self._strip(tid)
+            kind, name = self._key(root)
+            s = TypeShape(kind, name, pointers, const, c_type_text(self.btf, tid))
+            self._shape_memo[tid] = s
+        return s
+
+    def _parameters(self, proto: int) -> tuple[tuple[Parameter, ...], TypeShape, bool]:
+        """(parameters, return shape, variadic) of a FUNC_PROTO, memoized."""
+        found = self._proto_memo.get(proto)
+        if found is None:
+            d = self.btf
+            d.check_id(proto)
+            w = d.words
+            at = d.offsets[proto]
+            n = w[at + 1] & 0xFFFF
+            pairs = [(w[p], w[p + 1]) for p in range(at + 3, at + 3 + 2 * n, 2)]
+            variadic = bool(pairs) and pairs[-1] == (0, 0)
+            if variadic:
+                pairs.pop()
+            string, shape = d.string, self.shape
+            params = tuple(Parameter(string(name) if name else None, shape(t))
+                           for name, t in pairs)
+            found = self._proto_memo[proto] = (params, shape(w[at + 2]), variadic)
+        return found
 
     # ---------------------------------------------------------- functions
 
@@ -365,17 +392,14 @@ class BtfCatalog(Catalog):
         f = self._functions.get(fid)
         if f is None:
             d = self.btf
-            r = d.record(fid)
-            proto = d.record(r.ref)
-            items = list(proto.items)
-            variadic = bool(items) and items[-1] == (None, 0)
-            if variadic:
-                items.pop()
+            w = d.words
+            at = d.offsets[fid]
+            params, returns, variadic = self._parameters(w[at + 2])
             f = FunctionInfo(
-                name=r.name or "",
-                params=tuple(Parameter(n, self.shape(t)) for n, t in items),
-                returns=self.shape(proto.ref),
-                external=r.vlen != 0,  # linkage: 0 static, 1 global, 2 extern
+                name=d.string(w[at]),
+                params=params,
+                returns=returns,
+                external=(w[at + 1] & 0xFFFF) != 0,  # linkage: 0 static, 1 global, 2 extern
                 variadic=variadic)
             self._functions[fid] = f
         return f
@@ -386,52 +410,82 @@ class BtfCatalog(Catalog):
     def function_count(self) -> int:
         return len(self._all_func_ids())
 
-    def _decl_key(self, tid: int) -> _ShapeKey:
-        """(ShapeKind, name) of a declared type: `_key` of `_strip`, memoized."""
-        k = self._decl_memo.get(tid)
-        if k is None:
-            k = self._decl_memo[tid] = self._key(self._strip(tid)[0])
-        return k
+    def _types_reducing_to(self, kind: ShapeKind, name: Optional[str]) -> set[int]:
+        """Every type id whose shape is (kind, name): the types that have that layout and
+        every pointer, typedef, qualifier or type tag leading to them (memoized)."""
+        key = (kind, name)
+        found = self._reducing.get(key)
+        if found is None:
+            refs = self._refs()
+            found = set(self._roots(kind, name))
+            todo = list(found)
+            while todo:
+                for t in refs.get(todo.pop()):
+                    if t not in found:
+                        found.add(t)
+                        todo.append(t)
+            self._reducing[key] = found
+        return found
 
-    def _function_index(self) -> dict[_ShapeKey, list[int]]:
-        """Shape key → prototype ids having it as a parameter or return shape."""
+    def _refs(self) -> "_Inverse":
+        """target id → ids of the pointers, typedefs, qualifiers and tags naming it."""
+        if self._ref_index is None:
+            d = self.btf
+            w, offs = d.words, d.offsets
+            ids: list[int] = []
+            for k in (bf.PTR, bf.TYPEDEF, bf.CONST, bf.VOLATILE, bf.RESTRICT, bf.TYPE_TAG):
+                ids += d.ids_of_kind(k)
+            self._ref_index = _Inverse([w[offs[t] + 2] for t in ids], ids)
+        return self._ref_index
+
+    def _roots(self, kind: ShapeKind, name: Optional[str]) -> list[int]:
+        """Ids of the types with a layout whose shape is (kind, name)."""
+        if kind == ShapeKind.VOID:
+            return [0]
+        d = self.btf
+        if kind in (ShapeKind.FUNCTION, ShapeKind.ARRAY):
+            return d.ids_of_kind(bf.FUNC_PROTO if kind == ShapeKind.FUNCTION else bf.ARRAY) \
+                if name is None else []
+        group = _SHAPE_KINDS.get(kind)
+        if group is None:
+            return []
+        table = self._by_name.get(kind)
+        if table is None:
+            by_offset: dict[int, list[int]] = {}
+            for k in group:
+                for tid in d.ids_of_kind(k):
+                    by_offset.setdefault(d.words[d.offsets[tid]], []).append(tid)
+            table = self._by_name[kind] = {}
+            for off, ids in by_offset.items():
+                table.setdefault(d.string(off) if off else None, []).extend(ids)
+        return [t for t in table.get(name, ()) if self._key(t) == (kind, name)]
+
+    def _function_index(self) -> tuple["_Inverse", "_Inverse"]:
+        """(declared type → prototypes using it as a parameter or return type,
+        prototype → functions having it)."""
         if self._fn_index is None:
             d = self.btf
             w, offs = d.words, d.offsets
-            memo, decl_key = self._decl_memo, self._decl_key
-            by_proto: dict[int, list[int]] = {}
-            for fid in self._all_func_ids():
-                proto = w[offs[fid] + 2]
-                lst = by_proto.get(proto)
-                if lst is None:
-                    by_proto[proto] = [fid]
-                else:
-                    lst.append(fid)
-            index: dict[_ShapeKey, list[int]] = {}
-            for proto in by_proto:
+            fids = self._all_func_ids()
+            protos_of = [w[offs[f] + 2] for f in fids]
+            types: list[int] = []
+            owners: list[int] = []
+            for proto in set(protos_of):
                 d.check_id(proto)
                 at = offs[proto]
                 n = w[at + 1] & 0xFFFF
-                # parameter types are every other word after the header, then the return
-                types = set(w[at + 4:at + 3 + 2 * n:2])
-                types.add(w[at + 2])
-                keys = set()
-                for t in types:
-                    k = memo.get(t)
-                    keys.add(decl_key(t) if k is None else k)
-                for k in keys:
-                    lst = index.get(k)
-                    if lst is None:
-                        index[k] = [proto]
-                    else:
-                        lst.append(proto)
-            self._funcs_by_proto = by_proto
-            self._fn_index = index
+                if n and not w[at + 1 + 2 * n] and not w[at + 2 + 2 * n]:
+                    n -= 1  # the "..." of a variadic function is no void parameter
+                types.append(w[at + 2])
+                types += w[at + 4:at + 3 + 2 * n:2]
+                owners += [proto] * (n + 1)
+            self._fn_index = (_Inverse(types, owners), _Inverse(protos_of, fids))
         return self._fn_index
 
     def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
-        protos = self._function_index().get((kind, name), ())
-        fids = sorted(f for p in protos for f in self._funcs_by_proto[p])
+        by_type, by_proto = self._function_index()
+        protos = {p for t in self._types_reducing_to(kind, name) for p in by_type.get(t)}
+        fids = sorted({f for p in protos for f in by_proto.get(p)})
         return [self._function(fid) for fid in fids]
 
     # ---------------------------------------------------------- structs
@@ -450,11 +504,10 @@ class BtfCatalog(Catalog):
             name_off, mtype, moff = w[p], w[p + 1], w[p + 2]
             p += 3
             bits = base_bits + (moff & 0xFFFFFF if kind_flag else moff)
-            if not name_off and mtype:
-                inner = self._strip_layout(mtype)
-                if inner and d.kinds[inner] in (bf.STRUCT, bf.UNION):
-                    self._flat_members(inner, prefix + "." if names else "", bits, out, names)
-                    continue
+            if not name_off and mtype and self._is_flattened(mtype):
+                self._flat_members(self._strip_layout(mtype), prefix + "." if names else "",
+                                   bits, out, names)
+                continue
             if names:
                 out.append((prefix + (d.string(name_off) if name_off else ""), mtype, bits))
             else:
@@ -486,50 +539,66 @@ class BtfCatalog(Catalog):
         tid = self.model.struct_id(name, kind)
         return None if tid is None else self._struct_info(tid)
 
-    def _composite_keys(self, tid: int) -> set:
-        """Shape keys of a struct's members, flattened through anonymous ones (memoized)."""
-        keys = self._comp_keys.get(tid)
-        if keys is None:
+    def _member_index(self) -> "_Inverse":
+        """member type → positions in ``_member_names``/``_member_owner`` (all structs and
+        unions, anonymous ones included)."""
+        if self._members is None:
             d = self.btf
-            w, kinds = d.words, d.kinds
-            memo, decl_key = self._decl_memo, self._decl_key
-            at = d.offsets[tid]
-            end = at + 3 + 3 * (w[at + 1] & 0xFFFF)
-            keys = set()
-            names = w[at + 3:end:3]
-            types = w[at + 4:end:3]
-            if 0 in names:
-                plain = []
-                for name_off, mtype in zip(names, types):
-                    if not name_off and mtype:
-                        inner = self._strip_layout(mtype)
-                        if inner and kinds[inner] in (bf.STRUCT, bf.UNION):
-                            keys |= self._composite_keys(inner)
-                            continue
-                    plain.append(mtype)
-                types = plain
-            for t in set(types):
-                k = memo.get(t)
-                keys.add(decl_key(t) if k is None else k)
-            self._comp_keys[tid] = keys
-        return keys
-
-    def _members_index(self) -> dict[_ShapeKey, list[int]]:
-        if self._member_index is None:
-            index: dict[_ShapeKey, list[int]] = {}
-            composite_keys = self._composite_keys
-            for tid in sorted(self.model.composites().values()):
-                for k in composite_keys(tid):
-                    lst = index.get(k)
-                    if lst is None:
-                        index[k] = [tid]
-                    else:
-                        lst.append(tid)
-            self._member_index = index
-        return self._member_index
+            w, offs = d.words, d.offsets
+            types: list[int] = []
+            names: list[int] = []
+            owners: list[int] = []
+            for k in (bf.STRUCT, bf.UNION):
+                for tid in d.ids_of_kind(k):
+                    at = offs[tid]
+                    end = at + 3 + 3 * (w[at + 1] & 0xFFFF)
+                    types += w[at + 4:end:3]
+                    names += w[at + 3:end:3]
+                    owners += [tid] * ((end - at - 3) // 3)
+            self._member_names, self._member_owner = names, owners
+            self._member_types = types
+            self._members = _Inverse(types, list(range(len(types))))
+        return self._members
 
     def structs_with_member_of(self, kind: ShapeKind, name: str) -> list[StructInfo]:
-        return [self._struct_info(t) for t in self._members_index().get((kind, name), ())]
+        index = self._member_index()
+        names, owners = self._member_names, self._member_owner
+        if self._named_structs is None:
+            self._named_structs = set(self.model.composites().values())
+        named = self._named_structs
+        found: set[int] = set()
+        seen: set[int] = set()
+        types = self._member_types
+        todo = [pos for t in self._types_reducing_to(kind, name) for pos in index.get(t)
+                if names[pos] or not self._is_flattened(types[pos])]
+        while todo:
+            owner = owners[todo.pop()]
+            if owner in seen:
+                continue
+            seen.add(owner)
+            if owner in named:
+                found.add(owner)
+            # members of a struct/union held as an unnamed member (an anonymous struct,
+            # directly or through typedefs) count as members of the holder
+            for t in self._types_reaching_layout(owner):
+                todo.extend(pos for pos in index.get(t) if not names[pos])
+        return [self._struct_info(t) for t in sorted(found)]
+
+    def _is_flattened(self, tid: int) -> bool:
+        """Whether an unnamed member of this type is flattened into its holder."""
+        inner = self._strip_layout(tid)
+        return bool(inner) and self.btf.kinds[inner] in (bf.STRUCT, bf.UNION)
+
+    def _types_reaching_layout(self, tid: int) -> list[int]:
+        """``tid`` and the typedefs/qualifiers (not pointers) naming it."""
+        refs, d = self._refs(), self.btf
+        out, todo = [tid], [tid]
+        while todo:
+            for t in refs.get(todo.pop()):
+                if d.kinds[t] != bf.PTR:
+                    out.append(t)
+                    todo.append(t)
+        return out
 
     def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
         return self.model.struct_names(kind)
@@ -552,18 +621,42 @@ class BtfCatalog(Catalog):
                 proto = d.ref(ptr)
                 if not proto or d.kinds[proto] != bf.FUNC_PROTO:
                     continue
-                items = list(d.record(proto).items)
-                if items and self._strip(items[0][1])[:2] == (0, 1):  # the void *ctx
-                    items.pop(0)
-                found.append(TracepointInfo(
-                    name[len(TRACEPOINT_TYPEDEF_PREFIX):],
-                    tuple(Parameter(n, self.shape(t)) for n, t in items)))
+                params = self._parameters(proto)[0]
+                first = params[0].shape if params else None
+                if first and (first.kind, first.pointers) == (ShapeKind.VOID, 1):  # void *ctx
+                    params = params[1:]
+                found.append(TracepointInfo(name[len(TRACEPOINT_TYPEDEF_PREFIX):], params))
             self._tracepoints = found
         return self._tracepoints
 
     def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]:
-        return [t for t in self.tracepoints()
-                if any(p.shape.kind == kind and p.shape.name == name for p in t.params)]
+        if self._tp_index is None:
+            index: dict[_ShapeKey, list[TracepointInfo]] = {}
+            for t in self.tracepoints():
+                for key in {(p.shape.kind, p.shape.name) for p in t.params}:
+                    index.setdefault(key, []).append(t)
+            self._tp_index = index
+        return list(self._tp_index.get((kind, name), ()))
+
+
+# the BTF kinds whose types have each (named) shape kind
+_SHAPE_KINDS = {ShapeKind.STRUCT: (bf.STRUCT, bf.FWD), ShapeKind.UNION: (bf.UNION, bf.FWD),
+                ShapeKind.BASE: (bf.INT, bf.FLOAT), ShapeKind.ENUM: (bf.ENUM, bf.ENUM64)}
+
+
+class _Inverse:
+    """key → values for parallel lists, answered by binary search over one C-speed sort
+    (building a dict of lists in Python costs several times more on kernel BTF)."""
+
+    def __init__(self, keys: list[int], values: list[int]):
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        self._keys = [keys[i] for i in order]
+        self._values = [values[i] for i in order]
+
+    def get(self, key: int) -> list[int]:
+        lo = bisect_left(self._keys, key)
+        hi = bisect_right(self._keys, key, lo)
+        return self._values[lo:hi]
 
 
 # ---------------------------------------------------------------- C spelling

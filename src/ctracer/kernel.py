@@ -140,15 +140,20 @@ def _parse_filter_functions(text: str) -> dict[str, Optional[str]]:
     return out
 
 
-_KALLSYMS_TEXT = re.compile(r"^\S+ [tTwW] (\S+)(?:\t\[(\S+)\])?$", re.M)
+# text symbols ("t", "T", and weak "w"/"W"), not the __pfx_ padding before each function
+_KALLSYMS_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)$", re.M)
+_KALLSYMS_MODULE_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)\t\[(\S+)\]$", re.M)
 
 
 def _parse_kallsyms(text: str) -> dict[str, Optional[str]]:
-    out: dict[str, Optional[str]] = {}
-    for name, module in _KALLSYMS_TEXT.findall(text):
-        if name.startswith("__pfx_"):  # padding before a function, not a function
-            continue
-        out.setdefault(name, module or None)
+    # vmlinux symbols come first, module symbols (with "\t[module]") after them
+    split = text.find("\t[")
+    split = len(text) if split < 0 else text.rfind("\n", 0, split) + 1
+    out: dict[str, Optional[str]] = dict.fromkeys(_KALLSYMS_TEXT.findall(text, 0, split))
+    for name, module in _KALLSYMS_MODULE_TEXT.findall(text, split):
+        out.setdefault(name, module)
+    for name in _KALLSYMS_TEXT.findall(text, split):  # module part without "[module]"
+        out.setdefault(name, None)
     return out
 
 
@@ -171,6 +176,31 @@ def kernel_symbols(tracefs: Optional[str] = None) -> Optional[KernelSymbols]:
         return None
     symbols = _parse_kallsyms(text)
     return KernelSymbols(KALLSYMS, symbols) if symbols else None
+
+
+class SymbolsLoader:
+    """`kernel_symbols` read in a background thread: reading /proc/kallsyms is mostly
+    kernel time, which overlaps with parsing BTF.  ``result()`` waits for it."""
+
+    def __init__(self, tracefs: Optional[str] = None):
+        import threading
+        self._value: Optional[KernelSymbols] = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._load, args=(tracefs,), daemon=True,
+                                        name="ctracer-kernel-symbols")
+        self._thread.start()
+
+    def _load(self, tracefs: Optional[str]) -> None:
+        try:
+            self._value = kernel_symbols(tracefs)
+        except BaseException as e:  # handed to the caller of result()
+            self._error = e
+
+    def result(self) -> Optional[KernelSymbols]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def attachable_functions(tracefs: Optional[str] = None) -> Optional[set[str]]:
