@@ -43,6 +43,8 @@ class SectionHeader:
     type: int
     offset: int
     size: int
+    link: int = 0
+    info: int = 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class ElfHeaders:
     is64: bool
     big_endian: bool
     sections: tuple[SectionHeader, ...]
+    type: int = 0      # e_type: 1 relocatable (.o, .ko), 2 executable, 3 shared/PIE
+    machine: int = 0   # e_machine: 62 x86-64, 183 AArch64, ...
 
     def section(self, name: str) -> Optional[SectionHeader]:
         for s in self.sections:
@@ -70,6 +74,7 @@ def read_elf_headers(path: str) -> ElfHeaders:
                 raise InputFileError(f"{path} is not an ELF file")
             is64, big = ident[4] == 2, ident[5] == 2
             e = ">" if big else "<"
+            etype, machine = struct.unpack_from(e + "HH", ident, 16)
             if is64:
                 shoff, = struct.unpack_from(e + "Q", ident, 0x28)
                 shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", ident, 0x3A)
@@ -87,17 +92,19 @@ def read_elf_headers(path: str) -> ElfHeaders:
                 names = f.read(raw[shstrndx][4])
     except OSError as err:
         raise InputFileError(f"cannot read {path}: {err.strerror}") from None
-    sections = tuple(SectionHeader(_cstring(names, name), stype, off, size)
-                     for name, stype, _flags, off, size in raw)
-    return ElfHeaders(path, is64, big, sections)
+    sections = tuple(SectionHeader(_cstring(names, name), stype, off, size, link, info)
+                     for name, stype, _flags, off, size, link, info in raw)
+    return ElfHeaders(path, is64, big, sections, etype, machine)
 
 
 def _section_fields(table: bytes, at: int, is64: bool, e: str) -> tuple:
     if is64:
-        name, stype, flags, _addr, off, size = struct.unpack_from(e + "IIQQQQ", table, at)
+        name, stype, flags, _addr, off, size, link, info = struct.unpack_from(
+            e + "IIQQQQII", table, at)
     else:
-        name, stype, flags, _addr, off, size = struct.unpack_from(e + "IIIIII", table, at)
-    return name, stype, flags, off, size
+        name, stype, flags, _addr, off, size, link, info = struct.unpack_from(
+            e + "IIIIIIII", table, at)
+    return name, stype, flags, off, size, link, info
 
 
 def _cstring(blob: bytes, at: int) -> str:
@@ -148,6 +155,67 @@ def uprobe_offset(path: str, address: int) -> int:
     raise InputFileError(f"address {address:#x} is in no loadable segment of {path}")
 
 
+# ------------------------------------------------------------------ raw sections
+
+ET_REL = 1
+#: relocation types that write S + A into debug sections: (machine, type) → width
+_ABS_RELOCATIONS = {(62, 1): 8, (62, 10): 4, (62, 11): 4,      # x86-64: 64, 32, 32S
+                    (183, 257): 8, (183, 258): 4}               # AArch64: ABS64, ABS32
+_SCANNED_SECTIONS = {"info": ".debug_info", "abbrev": ".debug_abbrev", "str": ".debug_str",
+                     "line_str": ".debug_line_str", "str_offsets": ".debug_str_offsets",
+                     "addr": ".debug_addr", "line": ".debug_line",
+                     "rnglists": ".debug_rnglists", "ranges": ".debug_ranges"}
+
+
+def dwarf_sections(headers: ElfHeaders) -> ds.Sections:
+    """The DWARF sections the raw scanner reads: views into the mapped file, or, in a
+    relocatable file (.o, .ko), copies with their relocations applied."""
+    import mmap
+
+    with open(headers.path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    parts = {}
+    for field, name in _SCANNED_SECTIONS.items():
+        section = headers.section(name)
+        if section is None or section.type == 8:
+            continue
+        rela = headers.section(".rela" + name)
+        if headers.type == ET_REL and rela is not None:
+            parts[field] = (_relocated(headers, mapped, section, rela), 0)
+        else:
+            parts[field] = (mapped, section.offset)
+    if "info" not in parts or "abbrev" not in parts:
+        raise InputFileError(f"{headers.path} has .debug_info but no .debug_abbrev")
+    return ds.Sections(**parts, info_size=headers.section(".debug_info").size,
+                       big_endian=headers.big_endian)
+
+
+def _relocated(headers: ElfHeaders, mapped, section: SectionHeader,
+               rela: SectionHeader) -> bytearray:
+    data = bytearray(mapped[section.offset:section.offset + section.size])
+    e = ">" if headers.big_endian else "<"
+    if not headers.is64:
+        raise ds.UnsupportedDwarf("relocations of a 32-bit ELF")
+    symtab = headers.sections[rela.link]
+    values = [v for _n, _i, _o, _s, v, _z in struct.iter_unpack(
+        e + "IBBHQQ", mapped[symtab.offset:symtab.offset + symtab.size])]
+    for offset, info, addend in struct.iter_unpack(
+            e + "QQq", mapped[rela.offset:rela.offset + rela.size]):
+        width = _ABS_RELOCATIONS.get((headers.machine, info & 0xFFFFFFFF))
+        if width is None:
+            raise ds.UnsupportedDwarf(f"relocation type {info & 0xFFFFFFFF}")
+        value = (values[info >> 32] + addend) & ((1 << (8 * width)) - 1)
+        data[offset:offset + width] = value.to_bytes(width, "big" if e == ">" else "little")
+    return data
+
+
+def scan_workers(info_size: int) -> int:
+    """Processes for the raw scan: forking pays off only on big inputs."""
+    if info_size < 8 << 20:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
 # ------------------------------------------------------------------ opening
 
 
@@ -170,6 +238,10 @@ def open_elf_types(path: str, use_cache: bool = True):
     raise InputFileError(f"{path} has no debug info (DWARF or BTF); rebuild with -g")
 
 
+#: the reader's version in cache files: bump when the catalog it writes changes
+CACHE_PRODUCER = "dwarf-1"
+
+
 class DwarfTypes:
     """The `TypeModel` of an ELF file's DWARF."""
 
@@ -181,27 +253,75 @@ class DwarfTypes:
         self.headers = headers
         self.use_cache = use_cache
         self._catalog: Optional[Catalog] = None
-        self._locations: Optional[Callable[[str, str], Optional[int]]] = None
+        self._locations: dict = {}
         self._dwarf = None
         self._file = None
 
     # -- catalog
 
     def catalog(self) -> Catalog:
+        """From the cache when it holds this file, else built (and cached)."""
         if self._catalog is None:
-            self._catalog, self._locations = self._build_catalog()
+            if self.use_cache:
+                self._catalog = self._cached() or self._build_cached()
+            if self._catalog is None:
+                rows = self.catalog_rows()
+                self._catalog = catalog_from_rows(rows)
+                self._locations = {(k, n): off for k, n, _s, _m, off in rows.structs}
         return self._catalog
 
     def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
         return self.catalog().struct_names(kind)
 
-    def _build_catalog(self):
-        known_structs: set = set()
-        rows = assemble_rows(ds.summarize_unit(tables, known_structs)
-                             for tables in self._walk_units())
-        catalog = catalog_from_rows(rows, self._symbol_names_at)
-        locations = {(kind, name): offset for kind, name, _s, _m, offset in rows.structs}
-        return catalog, lambda kind, name: locations.get((kind, name))
+    def _cache_identity(self):
+        from ctracer import cache
+
+        bid = build_id(self.path)
+        return cache.source_key(self.path, bid), cache.source_identity(self.path, bid)
+
+    def _cached(self):
+        from ctracer import cache
+
+        key, identity = self._cache_identity()
+        return cache.open_cached(key, "dwarf", CACHE_PRODUCER, identity)
+
+    def _build_cached(self):
+        """Build the catalog into the cache; None when the cache cannot be written (the
+        caller then keeps the catalog in memory)."""
+        import sqlite3
+
+        from ctracer import cache
+
+        rows = self.catalog_rows()
+        key, identity = self._cache_identity()
+        try:
+            with cache.CatalogWriter(key, "dwarf", CACHE_PRODUCER, identity,
+                                     self.description) as writer:
+                store_rows(rows, writer)
+            return cache.SqliteCatalog(cache.cache_path(key, "dwarf"))
+        except (OSError, sqlite3.Error):
+            self._locations = {(k, n): off for k, n, _s, _m, off in rows.structs}
+            return catalog_from_rows(rows)
+
+    def catalog_rows(self) -> "CatalogRows":
+        """Every unit summarized and merged, each function with its chosen address."""
+        rows = assemble_rows(self._summaries())
+        symbols = function_symbols(self.headers) if any(
+            len(f[2]) > 1 for f in rows.functions) else {}
+        rows.functions = [f[:2] + (choose_address(f[0], f[6], f[2], symbols),) + f[3:]
+                          for f in rows.functions]
+        return rows
+
+    def _summaries(self) -> list[ds.UnitSummary]:
+        """Every unit summarized: by the raw scanner, or by pyelftools for DWARF the
+        scanner does not read."""
+        try:
+            sections = dwarf_sections(self.headers)
+            units = ds.list_units(sections)
+            return ds.scan_units(sections, units, scan_workers(sections.info_size))
+        except ds.UnsupportedDwarf:
+            known_structs: set = set()
+            return [ds.summarize_unit(tables, known_structs) for tables in self._walk_units()]
 
     def _walk_units(self) -> Iterable[ds.UnitTables]:
         dwarf = self.dwarfinfo()
@@ -211,10 +331,17 @@ class DwarfTypes:
 
     # -- full types
 
+    def struct_location(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[int]:
+        """The .debug_info offset of a struct's definition, None when there is none."""
+        catalog = self.catalog()
+        location = getattr(catalog, "location", None)
+        if location is not None:
+            return location(name, kind)
+        return self._locations.get((ShapeKind(kind).value, name))
+
     def find_struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> TypeGraph:
         kind = ShapeKind(kind)
-        self.catalog()
-        offset = self._locations(kind.value, name)
+        offset = self.struct_location(name, kind)
         if offset is None:
             raise UnknownType(kind.value, name, self.struct_names(kind), self.description)
         return GraphBuilder(self.dwarfinfo(), self.headers.big_endian).build(offset)
@@ -229,24 +356,38 @@ class DwarfTypes:
             self._file = open(self.path, "rb")
             try:
                 elf = ELFFile(self._file)
-                self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
+                # a vmlinux carries .rela.debug_* whose values are already applied;
+                # only relocatable files (.o, .ko) need them
+                self._dwarf = elf.get_dwarf_info(
+                    relocate_dwarf_sections=self.headers.type == ET_REL)
             except (ELFError, ValueError) as err:
                 raise InputFileError(f"{self.path}: cannot read DWARF ({err})") from None
         return self._dwarf
 
-    def _symbol_names_at(self) -> dict[int, set]:
-        """Function symbols by address, to tell a function's own entry from its clones'."""
-        from elftools.elf.elffile import ELFFile
 
-        names: dict[int, set] = {}
-        with open(self.path, "rb") as f:
-            for section in ELFFile(f).iter_sections():
-                if section["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                    continue
-                for sym in section.iter_symbols():
-                    if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
-                        names.setdefault(sym["st_value"], set()).add(sym.name)
-        return names
+def function_symbols(headers: ElfHeaders) -> dict[int, set]:
+    """Function symbols (.symtab and .dynsym) by address, read without pyelftools."""
+    e = ">" if headers.big_endian else "<"
+    layout = e + ("IBBHQQ" if headers.is64 else "IIIBBH")
+    names: dict[int, set] = {}
+    with open(headers.path, "rb") as f:
+        for section in headers.sections:
+            if section.type not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            strtab = headers.sections[section.link]
+            f.seek(strtab.offset)
+            strings = f.read(strtab.size)
+            f.seek(section.offset)
+            table = f.read(section.size)
+            for entry in struct.iter_unpack(layout, table[:len(table) // struct.calcsize(layout)
+                                                          * struct.calcsize(layout)]):
+                if headers.is64:
+                    name, info, _other, _shndx, value, _size = entry
+                else:
+                    name, value, _size, info, _other, _shndx = entry
+                if info & 0xF == 2 and value:  # STT_FUNC
+                    names.setdefault(value, set()).add(_cstring(strings, name))
+    return names
 
 
 # ------------------------------------------------------------------ catalog assembly
@@ -325,10 +466,8 @@ def shape_from_tuple(t: tuple) -> TypeShape:
     return TypeShape(ShapeKind(kind), name, pointers, const, text)
 
 
-def catalog_from_rows(rows: CatalogRows,
-                      symbols: Optional[Callable[[], dict]] = None) -> MemoryCatalog:
-    """A `MemoryCatalog` of assembled rows.  ``symbols`` (called only when some function
-    has several out-of-line copies) maps addresses to symbol names."""
+def catalog_from_rows(rows: CatalogRows) -> MemoryCatalog:
+    """A `MemoryCatalog` of assembled rows (functions carrying their chosen address)."""
     shapes: dict = {}
 
     def shape(t):
@@ -337,21 +476,13 @@ def catalog_from_rows(rows: CatalogRows,
             s = shapes[t] = shape_from_tuple(t)
         return s
 
-    symbol_map = None
     functions = []
-    for (name, unit, addrs, external, inline, variadic, linkage, decl_file, decl_line,
+    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
          params, returns, _offset) in rows.functions:
-        if len(addrs) > 1 and symbols is not None:
-            if symbol_map is None:
-                symbol_map = symbols()
-            address = choose_address(name, linkage, addrs, symbol_map)
-        else:
-            address = addrs[0] if addrs else None
         functions.append(FunctionInfo(
             name=name, params=tuple(Parameter(p, shape(s)) for p, s in params),
             returns=shape(returns), unit=unit, address=address, external=external,
-            inline=Inline(inline),
-            inlined_only=address is None and inline in ("inlined", "declared_inlined"),
+            inline=Inline(inline), inlined_only=_inlined_only(address, inline),
             variadic=variadic, linkage_name=linkage, decl_file=decl_file,
             decl_line=decl_line))
     structs = [StructInfo(ShapeKind(kind), name, size,
@@ -362,9 +493,31 @@ def catalog_from_rows(rows: CatalogRows,
     return MemoryCatalog(functions, structs, tracepoints, rows.notes)
 
 
-def choose_address(name: str, linkage: Optional[str], addrs: tuple, symbols: dict) -> int:
+def _inlined_only(address: Optional[int], inline: str) -> bool:
+    return address is None and inline in ("inlined", "declared_inlined")
+
+
+def store_rows(rows: CatalogRows, writer) -> None:
+    """Feed assembled rows to a `ctracer.cache.CatalogWriter`."""
+    writer.notes = list(rows.notes)
+    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
+         params, returns, _offset) in rows.functions:
+        writer.add_function(name, unit, address, external, inline,
+                            _inlined_only(address, inline), variadic, linkage, decl_file,
+                            decl_line, params, returns)
+    for kind, name, size, members, offset in rows.structs:
+        writer.add_struct(kind, name, size, members, offset)
+    for name, params in rows.tracepoints:
+        writer.add_tracepoint(name, params)
+
+
+def choose_address(name: str, linkage: Optional[str], addrs: tuple,
+                   symbols: dict) -> Optional[int]:
     """Among a function's out-of-line copies, the one whose symbol is the function's own
-    name (the others are compiler clones such as ``name.isra.0``)."""
+    name (the others are compiler clones such as ``name.isra.0``); None when there is
+    no copy at all."""
+    if len(addrs) < 2:
+        return addrs[0] if addrs else None
     for a in addrs:
         found = symbols.get(a, ())
         if name in found or (linkage and linkage in found):
@@ -409,6 +562,12 @@ def attr_str(die, name: str) -> Optional[str]:
         return None
     v = a.value
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def attr_flag(die, name: str) -> bool:
+    """A flag attribute (DW_FORM_flag may say 0: absent and false alike)."""
+    a = die.attributes.get(name)
+    return a is not None and bool(a.value)
 
 
 def attr_int(die, name: str) -> Optional[int]:
@@ -524,13 +683,13 @@ class ElftoolsUnitWalker:
         target = attr_ref(die, "DW_AT_type")
         aux = None
         if tag in ds.COMPOSITE_TAGS:
-            aux = bool(die.attributes.get("DW_AT_declaration"))
+            aux = attr_flag(die, "DW_AT_declaration")
             if not aux:
                 members = self._members(die, tables)
                 size = attr_int(die, "DW_AT_byte_size") or 0
                 tables.composites[die.offset] = (tag, name, size, members)
         elif tag == ds.TAG_ENUMERATION:
-            aux = bool(die.attributes.get("DW_AT_declaration"))
+            aux = attr_flag(die, "DW_AT_declaration")
         elif tag == ds.TAG_ARRAY:
             aux = array_dims(die)
         elif tag == ds.TAG_SUBROUTINE_TYPE:
@@ -574,9 +733,9 @@ class ElftoolsUnitWalker:
             linkage_name=attr_str(die, "DW_AT_linkage_name")
             or attr_str(die, "DW_AT_MIPS_linkage_name"),
             returns=attr_ref(die, "DW_AT_type"),
-            external=bool(die.attributes.get("DW_AT_external")),
+            external=attr_flag(die, "DW_AT_external"),
             inline=attr_int(die, "DW_AT_inline"),
-            declaration=bool(die.attributes.get("DW_AT_declaration")),
+            declaration=attr_flag(die, "DW_AT_declaration"),
             abstract_origin=attr_ref(die, "DW_AT_abstract_origin"),
             specification=attr_ref(die, "DW_AT_specification"),
             decl_file=attr_int(die, "DW_AT_decl_file"),
@@ -699,7 +858,7 @@ class GraphBuilder:
     def _composite(self, die, name: Optional[str], whole: bool):
         kind = "union" if die.tag == "DW_TAG_union_type" else "struct"
         size = attr_int(die, "DW_AT_byte_size") or 0
-        declaration = bool(die.attributes.get("DW_AT_declaration"))
+        declaration = attr_flag(die, "DW_AT_declaration")
         alignment = attr_int(die, "DW_AT_alignment") or 0
         if not whole or declaration:
             return CompositeType(kind, name, size, (), True, alignment), []
@@ -732,7 +891,7 @@ class GraphBuilder:
             signed = any(v < 0 for _n, v, _f in values)
         enumerators = tuple((n, _enum_value(v, f, size, signed)) for n, v, f in values)
         return EnumType(name, size, enumerators, signed,
-                        bool(die.attributes.get("DW_AT_declaration")))
+                        attr_flag(die, "DW_AT_declaration"))
 
     def _function(self, die, returns: Optional[int]):
         params, variadic = [], False
