@@ -349,26 +349,23 @@ def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
         addresses_known = any(isinstance(f, FunctionInfo) and f.address is not None
                               for f, *_ in found)
     target_text = f"{kind.value} {name}"
-    methods = []
-    seen = set()
+    keyed = {}
     routes: dict = {}
     for f, k, i, p, path, via, holder in found:
         if k not in wanted:
             continue
-        ident = ((f"tp:{f.name}" if isinstance(f, TracepointInfo) else f.key),
-                 k, i, path, via, holder)
-        if ident in seen:
-            continue
-        seen.add(ident)
-        ok, why = _probeable(f, addresses_known)
+        key = f"tp:{f.name}" if isinstance(f, TracepointInfo) else f.key
         route = routes.get((k, via, holder))
         if route is None:
             route = routes[(k, via, holder)] = route_text(k, target_text, via, holder)
-        methods.append(Method(f, k, target_text, i, p.name if p else None,
+        order = (_KIND_ORDER[k], f.name, key, -1 if i is None else i, route)
+        if order in keyed:
+            continue
+        ok, why = _probeable(f, addresses_known)
+        keyed[order] = Method(f, k, target_text, i, p.name if p else None,
                               (p.shape.text if p else f.returns.text) or "", path, via,
-                              holder, ok, why, route))
-    methods.sort(key=lambda m: (_KIND_ORDER[m.kind], m.name, m.key,
-                                -1 if m.param_index is None else m.param_index, m.route))
+                              holder, ok, why, route)
+    methods = [keyed[o] for o in sorted(keyed)]
     notes = _notes(methods, by_value, catalog, targets, holders)
     return Discovery(kind, name, catalog.struct(name, kind), tuple(methods),
                      tuple(t.via for t in targets[1:]), tuple(h.text for h in holders),
@@ -399,10 +396,10 @@ def _notes(methods: Sequence[Method], by_value: set[str], catalog: Catalog,
         notes.append(f"{len(by_value)} function{'s take' if len(by_value) != 1 else ' takes'} "
                      "the struct by value (a copy: not methods)")
     if len(targets) > 1:
-        notes.append(f"{len(targets) - 1} alias struct{'s' if len(targets) != 2 else ''} "
-                     "embed the target at offset 0")
+        n = len(targets) - 1
+        notes.append(f"{n} alias struct{'s embed' if n != 1 else ' embeds'} the target at offset 0")
     if holders:
-        notes.append(f"{len(holders)} holder member path{'s' if len(holders) != 1 else ''} "
-                     "point to the target")
+        n = len(holders)
+        notes.append(f"{n} holder member path{'s point' if n != 1 else ' points'} to the target")
     notes.extend(f"type source: {n}" for n in catalog.notes)
     return notes
