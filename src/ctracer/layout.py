@@ -34,16 +34,19 @@ UNION_NAME_SPACING = 21
 _TABS = "\t" * 16  # pahole never indents deeper than this
 
 
-def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, alignment_info: bool = True,
+def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, source_format: str = "dwarf",
            cacheline_size: int = CACHELINE_SIZE, pointer_size: int = 8) -> str:
     """pahole's text for the struct/union ``tid`` (default: the graph's root), ending in
     ``};\\n`` like ``pahole -C``.
 
-    ``alignment_info`` says whether the type source records alignment (DWARF does, BTF
-    does not); pahole prints its "Force padding" section only when it does.
+    ``source_format`` is the model's origin ("dwarf" or "btf", `TypeModel.format`): pahole
+    prints a few things differently for BTF, which records no alignment (no "Force
+    padding" section) and whose enumerator values pahole 1.24 prints unsigned.
     """
+    if source_format not in ("dwarf", "btf"):
+        raise ValueError(f"unknown type source format {source_format!r}")
     tid = graph.root if tid is None else tid
-    state = _LayoutState(graph, alignment_info, cacheline_size, pointer_size)
+    state = _LayoutState(graph, source_format, cacheline_size, pointer_size)
     return state.print_top(tid) + ";\n"
 
 
@@ -59,6 +62,7 @@ class _Slot:
     byte_size: int
     bitfield_offset: int
     bitfield_size: int
+    alignment: int = 0  # explicit (DWARF) or inferred (BTF) __aligned__ of the member
     hole: int = 0
     bit_hole: int = 0
 
@@ -78,6 +82,7 @@ class _Holes:
     nr_bit_holes: int = 0
     padding: int = 0
     bit_padding: int = 0
+    alignment: int = 0  # of the type itself, explicit (DWARF) or inferred (BTF)
     is_packed: bool = False
     packed_inferred: bool = False
 
@@ -105,6 +110,11 @@ def _plural(n: int) -> str:
     return "s" if n != 1 else ""
 
 
+def _left(text: str, width: int) -> str:
+    """C's ``printf("%-*s", width, text)`` (a negative width also left-justifies)."""
+    return text.ljust(abs(width))
+
+
 def _pad_field(width: int) -> str:
     """C's ``printf("%*s", width, " ")``: at least one space, |width| when wider."""
     return " " * max(abs(width), 1)
@@ -113,10 +123,11 @@ def _pad_field(width: int) -> str:
 class _LayoutState:
     """Everything one `render` call learns about the types it prints."""
 
-    def __init__(self, graph: TypeGraph, alignment_info: bool, cacheline_size: int,
+    def __init__(self, graph: TypeGraph, source_format: str, cacheline_size: int,
                  pointer_size: int):
         self.g = graph
-        self.alignment_info = alignment_info
+        self.btf = source_format == "btf"
+        self.alignment_info = not self.btf
         self.cacheline_size = cacheline_size
         self.pointer_size = pointer_size
         self._holes: dict[TypeId, _Holes] = {}
@@ -193,10 +204,40 @@ class _LayoutState:
                 else:
                     byte_offset = m.bit_offset // 8
                 slots.append(_Slot(m, byte_offset, byte_size, m.bit_offset - byte_offset * 8,
-                                   m.bit_size))
+                                   m.bit_size, m.alignment))
             else:
-                slots.append(_Slot(m, m.bit_offset // 8, self._size(m.type), 0, 0))
+                slots.append(_Slot(m, m.bit_offset // 8, self._size(m.type), 0, 0,
+                                   m.alignment))
         return slots
+
+    def _infer_btf_alignments(self, tid: TypeId, info: _Holes) -> None:
+        """BTF records no alignment; pahole guesses ``__aligned__`` attributes from gaps
+        that natural alignment does not explain (its BTF loader does this for every
+        struct and union).  Explicit values in the model, if any, are ignored, as pahole
+        never sees them in BTF."""
+        smallest = 0
+        for pos in info.slots:
+            pos.alignment = 0
+            if pos.member.type is None or pos.byte_size == 0:
+                continue
+            natural = self._natural_alignment(self._strip(pos.member.type))
+            pos.alignment = self._guess_alignment(pos.byte_offset, natural, smallest)
+            smallest = pos.byte_offset + pos.byte_size
+        natural = self._natural_alignment(tid)
+        info.alignment = self._guess_alignment(self.g[tid].size, natural, smallest)
+
+    def _guess_alignment(self, byte_offset: int, natural: int, smallest: int) -> int:
+        delta = (byte_offset - smallest) & 0xFFFFFFFF
+        alignment = 0
+        if delta and byte_offset % 2 == 0:
+            # the power of two above delta; a shift by 32 wraps to 1 on x86
+            alignment = 1 << (delta.bit_length() & 31)
+        if alignment <= natural or alignment == 1:
+            return 0
+        line = self.cacheline_size
+        if alignment < line and line % alignment == 0 and byte_offset % line == 0:
+            return line
+        return alignment
 
     def holes(self, tid: TypeId) -> _Holes:
         """pahole's hole search: per-member byte and bit holes, padding, bit padding."""
@@ -204,8 +245,10 @@ class _LayoutState:
         if found is not None:
             return found
         t = self.g[tid]
-        info = _Holes(self._slots(t))
+        info = _Holes(self._slots(t), alignment=t.alignment)
         self._holes[tid] = info
+        if self.btf:
+            self._infer_btf_alignments(tid, info)
         if t.kind != "struct":
             return info
         cur_bitfield_end = t.size * 8
@@ -298,7 +341,7 @@ class _LayoutState:
             if pos.byte_offset % natural != 0:
                 info.is_packed = True
                 return True
-        if (max_natural != 1 and t.alignment == 1) or t.size % max_natural != 0:
+        if (max_natural != 1 and info.alignment == 1) or t.size % max_natural != 0:
             info.is_packed = True
         return info.is_packed
 
@@ -359,7 +402,7 @@ class _LayoutState:
               type_spacing: int) -> str:
         """pahole's ``ret (*name)(params)`` for a function type."""
         ret = self.tag_name(f.returns)
-        head = f"{'inline ' if inlined else ''}{ret:<{type_spacing}} " \
+        head = f"{'inline ' if inlined else ''}{_left(ret, type_spacing)} " \
                f"({'*' if is_pointer else ''}{name or ''})"
         return head + self._params(f)
 
@@ -391,7 +434,7 @@ class _LayoutState:
         prefix = ""  # modifiers already printed, each narrowing the type column
         while True:
             if t is None:
-                return prefix + f"{'void':<{tconf.type_spacing}} {name or ''}"
+                return prefix + f"{_left('void', tconf.type_spacing)} {name or ''}"
             if isinstance(t, PointerType):
                 target = self._skip_type_tags(t.target)
                 pt = self._type(target)
@@ -405,7 +448,7 @@ class _LayoutState:
                     self._inner_conf(tconf, name)
                     tid, t = target, pt
                     continue
-                return prefix + f"{self.tag_name(tid):<{tconf.type_spacing}} {name or ''}"
+                return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
             if isinstance(t, FunctionType):
                 return prefix + self.ftype(t, name, inlined=False, is_pointer=False,
                                            type_spacing=tconf.type_spacing)
@@ -414,12 +457,12 @@ class _LayoutState:
                 prefix += modifier
                 tconf.type_spacing -= len(modifier)
                 if t.target is None:
-                    return prefix + f"{self.tag_name(tid):<{tconf.type_spacing}} {name or ''}"
+                    return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
                 tid, t = t.target, self.g[t.target]
                 continue
             if isinstance(t, QualifiedType) and t.qualifier == "type_tag":
                 if t.target is None:
-                    return prefix + f"{'<ERROR':<{tconf.type_spacing}}> {name or ''}"
+                    return prefix + f"{_left('<ERROR', tconf.type_spacing)}> {name or ''}"
                 tid, t = t.target, self.g[t.target]
                 continue
             if isinstance(t, ArrayType):
@@ -427,16 +470,16 @@ class _LayoutState:
             if isinstance(t, CompositeType):
                 if t.name is not None:
                     width = tconf.type_spacing - len(t.kind) - 1
-                    return prefix + f"{t.kind} {t.name:<{width}} {name or ''}"
+                    return prefix + f"{t.kind} {_left(t.name, width)} {name or ''}"
                 tconf.type_spacing -= 8
                 if t.kind == "struct":
                     return prefix + self.class_text(tid, tconf)
                 return prefix + self.union_text(tid, tconf)
             if isinstance(t, EnumType):
                 if t.name is not None:
-                    return prefix + f"enum {t.name:<{tconf.type_spacing - 5}} {name or ''}"
+                    return prefix + f"enum {_left(t.name, tconf.type_spacing - 5)} {name or ''}"
                 return prefix + self.enum_text(t, tconf)
-            return prefix + f"{self.tag_name(tid):<{tconf.type_spacing}} {name or ''}"
+            return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
 
     @staticmethod
     def _inner_conf(tconf: _Conf, name: Optional[str]) -> None:
@@ -475,7 +518,9 @@ class _LayoutState:
         text += " {\n"
         width = max(len(n) for n, _ in t.enumerators)
         for n, v in t.enumerators:
-            value = v if t.signed else v & 0xFFFFFFFFFFFFFFFF
+            value = v
+            if self.btf and v < 0:
+                value = v & (0xFFFFFFFF if t.size <= 4 else 0xFFFFFFFFFFFFFFFF)
             text += f"{indent}\t{n:<{width}} = {value},\n"
         text += f"{indent}}}"
         if t.size != 4:
@@ -524,8 +569,8 @@ class _LayoutState:
         if slot.bitfield_size:
             text += f":{slot.bitfield_size}"
         align_text = ""
-        if m.alignment:
-            align_text = f" __attribute__((__aligned__({m.alignment})))"
+        if slot.alignment:
+            align_text = f" __attribute__((__aligned__({slot.alignment})))"
             text += align_text
         text += ";"
         if is_tagged and t.name is None:
@@ -592,7 +637,7 @@ class _LayoutState:
         last_size = 0
         for i, pos in enumerate(info.slots):
             m = pos.member
-            if m.alignment:
+            if pos.alignment:
                 forced_hole = last.hole if last is not None else info.pre_hole
                 if forced_hole:
                     nr_forced_holes += 1
@@ -661,7 +706,7 @@ class _LayoutState:
                 last_size = pos.byte_size
             last = pos
 
-        if info.padding != 0 and t.alignment == 0 and self.alignment_info and last is not None:
+        if info.padding != 0 and info.alignment == 0 and self.alignment_info and last is not None:
             size = self._size(last.member.type)
             if size and size & (size - 1) == 0 and info.padding > self.pointer_size:
                 out.append(f"\n{tabs}/* Force padding: */\n")
@@ -677,8 +722,8 @@ class _LayoutState:
             out.append(" __attribute__((__packed__))")
         if cconf.suffix:
             out.append(f" {cconf.suffix}")
-        if t.alignment and not is_packed:
-            out.append(f" __attribute__((__aligned__({t.alignment})))")
+        if info.alignment and not is_packed:
+            out.append(f" __attribute__((__aligned__({info.alignment})))")
         return "".join(out)
 
     def _stats(self, t: CompositeType, info: _Holes, cconf: _Conf, sum_bytes: int,
