@@ -49,6 +49,12 @@ def run(*cmd: str) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Saved BTF indexes go to a directory of the test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 # ------------------------------------------------------------------ building BTF
 
 @pytest.fixture(scope="module")
@@ -580,3 +586,45 @@ def test_kernel_lookups_equal_full_scan(kernel_model):
         (ShapeKind.UNION, None), (ShapeKind.UNION, "bpf_attr"), (ShapeKind.ENUM, None),
         (ShapeKind.BASE, "char"), (ShapeKind.VOID, None), (ShapeKind.FUNCTION, None),
         (ShapeKind.ARRAY, None), (ShapeKind.STRUCT, "list_head")])
+
+
+def test_saved_indexes_answer_like_a_fresh_parse(gcc_obj, tmp_path):
+    from ctracer import btf_cache
+    fresh = btf.open_btf(str(gcc_obj), use_cache=False)
+    first = btf.open_btf(str(gcc_obj))
+    assert first.saved is None and first.catalog()  # builds and saves
+    files = list(Path(btf_cache.cache_dir()).glob("btf-index-*"))
+    assert len(files) == 1
+    second = btf.open_btf(str(gcc_obj))
+    assert second.saved is not None  # loaded: no pass over the records
+    assert list(second.btf.offsets) == list(fresh.btf.offsets)
+    keys = sorted({(p.shape.kind, p.shape.name) for f in fresh.catalog().functions()
+                   for p in f.params}, key=repr)
+    for key in keys:
+        assert second.catalog().functions_referencing(*key) == \
+            fresh.catalog().functions_referencing(*key)
+        assert second.catalog().structs_with_member_of(*key) == \
+            fresh.catalog().structs_with_member_of(*key)
+    assert second.struct_names() == fresh.struct_names()
+    assert second.find_struct("thing").root_type == fresh.find_struct("thing").root_type
+    # a damaged file is ignored (and replaced)
+    files[0].write_bytes(b"not marshal data")
+    third = btf.open_btf(str(gcc_obj))
+    assert third.saved is None
+    assert third.catalog().function_count() == fresh.catalog().function_count()
+    # other bytes, other key
+    raw = bytearray(btf.read_btf_bytes(str(gcc_obj)))
+    assert btf_cache.digest(bytes(raw)) != btf_cache.digest(bytes(raw[:-1]) + b"x")
+
+
+@pytest.mark.kernel
+def test_kernel_saved_indexes_answer_like_a_fresh_parse(kernel_model):
+    btf.open_btf(str(KERNEL_BTF)).catalog()  # builds and saves
+    warm = btf.open_btf(str(KERNEL_BTF))
+    assert warm.saved is not None
+    for struct in ("sock", "sk_buff", "socket"):
+        key = (ShapeKind.STRUCT, struct)
+        assert warm.catalog().functions_referencing(*key) == \
+            kernel_model.catalog().functions_referencing(*key)
+        assert warm.catalog().structs_with_member_of(*key) == \
+            kernel_model.catalog().structs_with_member_of(*key)

@@ -49,11 +49,13 @@ class BtfModel:
     format = "btf"
 
     def __init__(self, data: BtfData, description: str, cache_key: Optional[str] = None,
-                 use_cache: bool = True):
+                 use_cache: bool = True, saved: Optional[dict] = None):
         self.btf = data
         self.description = description
+        #: SHA-256 of the BTF bytes (and the base's), naming the saved indexes
         self.cache_key = cache_key
-        self.use_cache = use_cache
+        self.use_cache = use_cache and cache_key is not None
+        self.saved = saved  # indexes loaded from ctracer.btf_cache, if any
         self._types: dict[int, Type] = {}
         self._composites: Optional[dict[tuple[ShapeKind, str], int]] = None
         self._catalog: Optional[Catalog] = None
@@ -275,7 +277,7 @@ class BtfCatalog(Catalog):
         self._key_memo: dict[int, _ShapeKey] = {}
         self._reducing: dict[tuple, set[int]] = {}
         self._ref_index: Optional[_Inverse] = None
-        self._by_name: dict[ShapeKind, dict[Optional[str], list[int]]] = {}
+        self._by_name: dict[ShapeKind, _NameTable] = {}
         self._named_structs: Optional[set[int]] = None
         self._members: Optional[_Inverse] = None
         self._member_names: list[int] = []
@@ -289,6 +291,45 @@ class BtfCatalog(Catalog):
         self._fn_index: Optional[tuple[_Inverse, _Inverse]] = None
         self._tracepoints: Optional[list[TracepointInfo]] = None
         self._func_ids: Optional[list[int]] = None
+        if model.saved is not None and "fn_types" in model.saved:
+            self._restore(model.saved)
+        elif model.use_cache:
+            self._save()
+
+    # ---------------------------------------------------------- saved indexes
+
+    def _save(self) -> None:
+        """Build every index now and keep them for the next run (`ctracer.btf_cache`)."""
+        from ctracer import btf_cache as bc
+        d = self.btf
+        refs = self._refs()
+        by_type, by_proto = self._function_index()
+        members = self._member_index()
+        for kind in _SHAPE_KINDS:
+            self._roots(kind, "")
+        bc.save(self.model.cache_key, {
+            "offsets": bc.pack(d.offsets), "kinds": bytes(d.kinds),
+            "refs": refs.packed(), "fn_types": by_type.packed(), "fn_protos": by_proto.packed(),
+            "members": members.packed(), "member_names": bc.pack(self._member_names),
+            "member_owner": bc.pack(self._member_owner),
+            "member_types": bc.pack(self._member_types),
+            "func_ids": bc.pack(self._all_func_ids()),
+            "composites": _pack_composites(self.model.composites()),
+            "names": {k.value: table.packed() for k, table in self._by_name.items()}})
+
+    def _restore(self, saved: dict) -> None:
+        from ctracer import btf_cache as bc
+        self._ref_index = _Inverse.unpacked(saved["refs"])
+        self._fn_index = (_Inverse.unpacked(saved["fn_types"]),
+                          _Inverse.unpacked(saved["fn_protos"]))
+        self._members = _Inverse.unpacked(saved["members"])
+        self._member_names = bc.unpack(saved["member_names"])
+        self._member_owner = bc.unpack(saved["member_owner"])
+        self._member_types = bc.unpack(saved["member_types"])
+        self._func_ids = bc.unpack(saved["func_ids"])
+        self._by_name = {ShapeKind(k): _NameTable.unpacked(t) for k, t in saved["names"].items()}
+        if self.model._composites is None:
+            self.model._composites = _unpack_composites(saved["composites"])
 
     # ---------------------------------------------------------- shapes
 
@@ -455,10 +496,11 @@ class BtfCatalog(Catalog):
             for k in group:
                 for tid in d.ids_of_kind(k):
                     by_offset.setdefault(d.words[d.offsets[tid]], []).append(tid)
-            table = self._by_name[kind] = {}
+            by_name: dict[Optional[str], list[int]] = {}
             for off, ids in by_offset.items():
-                table.setdefault(d.string(off) if off else None, []).extend(ids)
-        return [t for t in table.get(name, ()) if self._key(t) == (kind, name)]
+                by_name.setdefault(d.string(off) if off else None, []).extend(ids)
+            table = self._by_name[kind] = _NameTable.built(by_name)
+        return [t for t in table.get(name) if self._key(t) == (kind, name)]
 
     def _function_index(self) -> tuple["_Inverse", "_Inverse"]:
         """(declared type → prototypes using it as a parameter or return type,
@@ -653,10 +695,73 @@ class _Inverse:
         self._keys = [keys[i] for i in order]
         self._values = [values[i] for i in order]
 
+    def packed(self) -> tuple[bytes, bytes]:
+        from ctracer.btf_cache import pack
+        return pack(self._keys), pack(self._values)
+
+    @classmethod
+    def unpacked(cls, saved: tuple[bytes, bytes]) -> "_Inverse":
+        from ctracer.btf_cache import unpack
+        inverse = cls.__new__(cls)
+        inverse._keys, inverse._values = unpack(saved[0]), unpack(saved[1])
+        return inverse
+
     def get(self, key: int) -> list[int]:
         lo = bisect_left(self._keys, key)
         hi = bisect_right(self._keys, key, lo)
         return self._values[lo:hi]
+
+
+class _NameTable:
+    """name (None: anonymous) → type ids, kept as positions into one packed id array so
+    that it saves and loads as three flat values."""
+
+    def __init__(self, names: list[str], starts, ids):
+        self._where = dict(zip(names, range(len(names))))  # "" stands for anonymous
+        self._names, self._starts, self._ids = names, starts, ids
+
+    @classmethod
+    def built(cls, table: dict) -> "_NameTable":
+        names, starts, ids = [], [0], []
+        for name, found in table.items():
+            names.append(name or "")
+            ids += found
+            starts.append(len(ids))
+        return cls(names, starts, ids)
+
+    def get(self, name: Optional[str]) -> list[int]:
+        i = self._where.get(name or "")
+        return [] if i is None else list(self._ids[self._starts[i]:self._starts[i + 1]])
+
+    def packed(self) -> tuple:
+        from ctracer.btf_cache import pack
+        return "\0".join(self._names), pack(self._starts), pack(self._ids)
+
+    @classmethod
+    def unpacked(cls, saved: tuple) -> "_NameTable":
+        from ctracer.btf_cache import unpack
+        joined, starts, ids = saved
+        names = joined.split("\0") if joined or len(unpack(starts)) > 1 else []
+        return cls(names, unpack(starts), unpack(ids))
+
+
+def _pack_composites(composites: dict) -> dict:
+    from ctracer.btf_cache import pack
+    out = {}
+    for kind in (ShapeKind.STRUCT, ShapeKind.UNION):
+        items = [(n, t) for (k, n), t in composites.items() if k == kind]
+        out[kind.value] = ("\0".join(n for n, _ in items), pack(t for _, t in items))
+    return out
+
+
+def _unpack_composites(saved: dict) -> dict:
+    from ctracer.btf_cache import unpack
+    out: dict = {}
+    for kind, (joined, tids) in saved.items():
+        k = ShapeKind(kind)
+        names = joined.split("\0") if joined else []
+        out.update(zip(((k, n) for n in names), unpack(tids)))
+    return out
 
 
 # ---------------------------------------------------------------- C spelling
@@ -723,11 +828,22 @@ def _join(base: str, inner: str) -> str:
 # ---------------------------------------------------------------- opening
 
 def model_from_bytes(data: bytes, description: str,
-                     base: Union[None, str, BtfModel] = None) -> BtfModel:
-    """A model of BTF held in memory (raw BTF, e.g. an ELF file's .BTF section)."""
-    base_model = _open_base(base, use_cache=False)
-    return BtfModel(BtfData(data, description, base_model.btf if base_model else None),
-                    description, use_cache=False)
+                     base: Union[None, str, BtfModel] = None,
+                     use_cache: bool = False) -> BtfModel:
+    """A model of BTF held in memory (raw BTF, e.g. an ELF file's .BTF section).
+
+    With ``use_cache`` the reader's indexes are saved for the next run and reused when
+    saved before (`ctracer.btf_cache`, keyed by a hash of the bytes)."""
+    base_model = _open_base(base, use_cache)
+    key = saved = known = None
+    if use_cache and (base_model is None or base_model.cache_key):
+        from ctracer import btf_cache
+        key = btf_cache.digest(data, base_model.cache_key if base_model else None)
+        saved = btf_cache.load(key)
+        if saved is not None:
+            known = (btf_cache.unpack(saved["offsets"]), saved["kinds"])
+    d = BtfData(data, description, base_model.btf if base_model else None, known)
+    return BtfModel(d, description, cache_key=key, use_cache=use_cache, saved=saved)
 
 
 def _open_base(base: Union[None, str, BtfModel], use_cache: bool) -> Optional[BtfModel]:
@@ -787,5 +903,4 @@ def open_btf(path: str, base: Union[None, str, BtfModel] = None,
     description = f"BTF of {path}"
     if base_model is not None:
         description += f" (split on {base_model.description[len('BTF of '):]})"
-    return BtfModel(BtfData(data, description, base_model.btf if base_model else None),
-                    description, use_cache=use_cache)
+    return model_from_bytes(data, description, base_model, use_cache)

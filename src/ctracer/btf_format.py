@@ -82,6 +82,14 @@ class BtfRecord:
         return kind_name(self.kind)
 
 
+def _fits(index: tuple[array, bytes], prefix: array, n_words: int) -> bool:
+    """Whether saved (offsets, kinds) can describe these words: same base part, and the
+    last record starting inside them."""
+    offsets, kinds = index
+    return len(offsets) == len(kinds) >= len(prefix) and offsets[:len(prefix)] == prefix \
+        and (len(offsets) == 1 or offsets[-1] < n_words)
+
+
 def _needs_base(description: str) -> InputFileError:
     return InputFileError(f"{description} is split BTF (a module's): it needs the BTF it "
                           "was built on, e.g. /sys/kernel/btf/vmlinux or that vmlinux")
@@ -97,7 +105,10 @@ class BtfData:
     string offsets (which continue the base's) index it directly.
     """
 
-    def __init__(self, data: bytes, description: str, base: Optional["BtfData"] = None):
+    def __init__(self, data: bytes, description: str, base: Optional["BtfData"] = None,
+                 known_index: Optional[tuple[array, bytes]] = None):
+        """``known_index``: (offsets, kinds) saved from an earlier pass over the same
+        bytes (`ctracer.btf_cache`), used instead of a new pass when it fits them."""
         self.description = description
         self.base = base
         if len(data) < 24:
@@ -141,16 +152,19 @@ class BtfData:
             self.first_id = 1
             self.words = words
             self.strings = own_strings
-            offsets, kinds = [0], bytearray(1)
+            offsets, kinds = array("I", [0]), bytearray(1)
             start_word = 0
         else:
             self.first_id = base.count
             self.words = base.words + words
             self.strings = base.strings + own_strings
-            offsets, kinds = list(base.offsets), bytearray(base.kinds)
+            offsets, kinds = array("I", base.offsets), bytearray(base.kinds)
             start_word = len(base.words)
-        self._scan(offsets, kinds, start_word, layout)
-        self.offsets: list[int] = offsets
+        if known_index is not None and _fits(known_index, offsets, len(self.words)):
+            offsets, kinds = known_index[0], bytearray(known_index[1])
+        else:
+            self._scan(offsets, kinds, start_word, layout)
+        self.offsets: array = offsets
         self.kinds = kinds
         self.count = len(offsets)  # ids 0 .. count-1
         if base is None:
@@ -159,7 +173,7 @@ class BtfData:
 
     # ------------------------------------------------------------------ first pass
 
-    def _scan(self, offsets: list, kinds: bytearray, start: int,
+    def _scan(self, offsets: array, kinds: bytearray, start: int,
               layout: Optional[Sequence[tuple[int, int]]]) -> None:
         """Record where each type starts and its kind (the only full pass over the data)."""
         head = [0] * 128  # words of the header and fixed part
