@@ -333,17 +333,20 @@ def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
     holders: list[_Holder] = []
     if wanted & {"holder", "tracepoint"}:
         holders = find_holders(catalog, targets, holder_depth)
+        by_struct: dict[tuple[ShapeKind, str], list[_Holder]] = {}
         for h in holders:
+            by_struct.setdefault((h.kind, h.name), []).append(h)
+        for (hkind, hname), paths in by_struct.items():
+            users: list = []
             if "holder" in wanted:
-                for f in catalog.functions_referencing(h.kind, h.name):
-                    for i, p in enumerate(f.params):
-                        if _is(p.shape, h.kind, h.name, 1):
-                            found.append((f, "holder", i, p, h.path, h.via, h.text))
+                users += [(f, "holder") for f in catalog.functions_referencing(hkind, hname)]
             if "tracepoint" in wanted:
-                for tp in catalog.tracepoints_referencing(h.kind, h.name):
-                    for i, p in enumerate(tp.params):
-                        if _is(p.shape, h.kind, h.name, 1):
-                            found.append((tp, "tracepoint", i, p, h.path, h.via, h.text))
+                users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
+            for f, k in users:
+                for i, p in enumerate(f.params):
+                    if _is(p.shape, hkind, hname, 1):
+                        for h in paths:
+                            found.append((f, k, i, p, h.path, h.via, h.text))
 
     if addresses_known is None:
         addresses_known = any(isinstance(f, FunctionInfo) and f.address is not None

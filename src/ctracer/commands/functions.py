@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections import Counter
+from typing import Optional
 
 from ctracer import sources
 from ctracer.discovery import KINDS
@@ -56,25 +57,45 @@ def _is_live_kernel(args: argparse.Namespace) -> bool:
     return not btf or btf == sources.KERNEL_BTF
 
 
-def _attach_column(args: argparse.Namespace):
-    """A function giving each method's attachability on the running kernel (``yes``,
-    ``no``, ``clone:<symbol>``, ``unknown``), or None when the types are not the running
-    kernel's or ctracer has no kernel support module."""
+def _kernel_symbols_loader(args: argparse.Namespace):
+    """Start reading the running kernel's symbols in the background (it overlaps with
+    loading the types), or None when the types are not the running kernel's."""
     if not _is_live_kernel(args):
         return None
     import importlib.util
     if importlib.util.find_spec("ctracer.kernel") is None:
         return None
     from ctracer import kernel
-    symbols = kernel.kernel_symbols()
-    tracepoints = kernel.tracepoint_names()
-    tp_names = None if tracepoints is None else {t.split(":", 1)[1] for t in tracepoints}
+    return kernel.SymbolsLoader()
+
+
+def _attach_column(loader, found):
+    """A function giving each method's attachability on the running kernel (``yes``,
+    ``no``, ``clone:<symbol>``, ``unknown``), or None without a loader."""
+    if loader is None:
+        return None
+    from ctracer import kernel
+    symbols = loader.result()
+    tp_names = sorted({m.name for m in found.methods if m.is_tracepoint})
+    tp_ok: Optional[dict] = {}
+    if tp_names:
+        # tracefs lists the tracepoints with a trace event; ask the kernel itself (a raw
+        # tracepoint attach, ~10 ms each) only about the others, the bare tracepoints
+        events = kernel.tracepoint_names()
+        listed = set() if events is None else {e.split(":", 1)[1] for e in events}
+        tp_ok = {n: True for n in tp_names if n in listed}
+        others = [n for n in tp_names if n not in listed]
+        raw = kernel.raw_tracepoints_attachable(others) if others else {}
+        if raw is None and events is None:
+            tp_ok = None
+        else:
+            tp_ok.update(raw or {n: False for n in others})
 
     def status(method) -> str:
         if method.is_tracepoint:
-            if tp_names is None:
+            if tp_ok is None:
                 return "unknown"
-            return "yes" if method.name in tp_names else "no"
+            return "yes" if tp_ok.get(method.name) else "no"
         return kernel.attach_status(method.function, symbols)
     return status
 
@@ -87,16 +108,16 @@ def run(args: argparse.Namespace) -> int:
     kinds = _kinds(args)
     if args.holder_depth < 0:
         raise UsageError("--holder-depth must be 0 or more")
+    loader = _kernel_symbols_loader(args)
     model = sources.open_type_source(args)
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind, kinds=kinds, holder_depth=args.holder_depth)
     if found.struct is None and not found.methods:
         raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
-    attachable = _attach_column(args)
+    attachable = _attach_column(loader, found)
     out = sys.stdout
     if args.json:
-        json.dump(_as_json(found, model.description, attachable), out, indent=1)
-        out.write("\n")
+        _write_json(_as_json(found, model.description, attachable), out)
     else:
         out.write(_as_text(found, model.description, attachable))
     return 0
@@ -126,6 +147,21 @@ def _as_json(found, description: str, attachable) -> dict:
         "by_value": list(found.by_value),
         "notes": list(found.notes),
     }
+
+
+def _write_json(doc: dict, out) -> None:
+    """JSON with one method per line: readable, and written by the C encoder (an indented
+    dump of ten thousand methods costs more than finding them)."""
+    out.write("{\n")
+    items = list(doc.items())
+    for n, (key, value) in enumerate(items):
+        out.write(f" {json.dumps(key)}: ")
+        if key == "methods":
+            out.write("[\n" + ",\n".join("  " + json.dumps(m) for m in value) + "\n ]")
+        else:
+            out.write(json.dumps(value))
+        out.write(",\n" if n + 1 < len(items) else "\n")
+    out.write("}\n")
 
 
 def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
