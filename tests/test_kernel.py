@@ -21,6 +21,12 @@ from ctracer.model import FunctionInfo, ShapeKind, TypeShape
 pytestmark = pytest.mark.kernel
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Saved symbol lists go to a directory of the test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def tracefs_or_skip() -> str:
     try:
         return kernel.ensure_tracefs()
@@ -64,6 +70,9 @@ def test_kernel_symbols_match_the_kernels_lists():
         assert symbols.modules == expect
     assert kernel.attachable_functions() == symbols.names()
     print(f"\n{len(symbols)} attachable functions from {symbols.source}")
+    # the saved copy (second call) and a fresh read agree
+    assert kernel.kernel_symbols() == symbols == kernel.kernel_symbols(use_cache=False)
+    assert list(Path(os.environ["XDG_CACHE_HOME"]).rglob("kernel-symbols-*"))
 
 
 def test_available_filter_functions_preferred_when_readable():

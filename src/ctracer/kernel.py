@@ -121,11 +121,13 @@ class KernelSymbols:
         symbols that exist when the function itself was specialised away."""
         if not self._clones and self.modules:
             table: dict[str, list[str]] = {}
-            for sym in self.modules:
-                m = _CLONE_SUFFIX.search(sym)
+            search = _CLONE_SUFFIX.search
+            for sym in [s for s in self.modules if "." in s]:
+                m = search(sym)
                 if m:
                     table.setdefault(sym[:m.start()], []).append(sym)
             self._clones.update({k: tuple(sorted(v)) for k, v in table.items()})
+            self._clones.setdefault("", ())  # built, even when there are none
         return self._clones.get(name, ())
 
 
@@ -157,42 +159,132 @@ def _parse_kallsyms(text: str) -> dict[str, Optional[str]]:
     return out
 
 
-def kernel_symbols(tracefs: Optional[str] = None) -> Optional[KernelSymbols]:
+def kernel_symbols(tracefs: Optional[str] = None,
+                   use_cache: bool = True) -> Optional[KernelSymbols]:
     """The probe-able functions: available_filter_functions when readable, else the text
-    symbols of /proc/kallsyms; None when neither can be read."""
+    symbols of /proc/kallsyms; None when neither can be read.
+
+    Reading and parsing those lists takes ~0.1 s, so the names are kept in ctracer's
+    cache directory, keyed by the boot id, the loaded modules (name and size) and which
+    list was readable: loading a module, or a reboot, gives a new key."""
     tracefs = tracefs or find_tracefs()
-    if tracefs:
+    filters = os.path.join(tracefs, "available_filter_functions") if tracefs else None
+    filters_readable = _openable(filters)
+    key = _symbols_key(filters_readable) if use_cache else None
+    if key:
+        cached = _load_symbols(key)
+        if cached is not None:
+            return cached
+    symbols = None
+    if filters_readable:
         try:
-            with open(os.path.join(tracefs, "available_filter_functions")) as f:
+            with open(filters) as f:  # type: ignore[arg-type]
                 text = f.read()
             if text.strip():
-                return KernelSymbols("available_filter_functions", _parse_filter_functions(text))
+                symbols = KernelSymbols("available_filter_functions",
+                                        _parse_filter_functions(text))
         except OSError:
             pass
+    if symbols is None:
+        try:
+            with open(KALLSYMS) as f:
+                text = f.read()
+        except OSError:
+            return None
+        parsed = _parse_kallsyms(text)
+        symbols = KernelSymbols(KALLSYMS, parsed) if parsed else None
+    if key and symbols is not None:
+        _save_symbols(key, symbols)
+    return symbols
+
+
+def _openable(path: Optional[str]) -> bool:
+    if not path:
+        return False
     try:
-        with open(KALLSYMS) as f:
-            text = f.read()
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
+
+
+def _symbols_key(filters_readable: bool) -> Optional[str]:
+    import hashlib
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
     except OSError:
         return None
-    symbols = _parse_kallsyms(text)
-    return KernelSymbols(KALLSYMS, symbols) if symbols else None
+    try:
+        with open("/proc/modules") as f:
+            modules = "\n".join(" ".join(line.split()[:2]) for line in f)
+    except FileNotFoundError:
+        modules = ""  # a kernel without module support
+    except OSError:
+        return None
+    ident = f"{boot}\0{filters_readable}\0{os.uname().release}\0{modules}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:40]
+
+
+_SYMBOLS_VERSION = 1
+
+
+def _symbols_path(key: str) -> str:
+    from ctracer.btf_cache import cache_dir
+    return os.path.join(cache_dir(), f"kernel-symbols-{key}.marshal")
+
+
+def _load_symbols(key: str) -> Optional[KernelSymbols]:
+    import marshal
+    try:
+        with open(_symbols_path(key), "rb") as f:
+            saved = marshal.load(f)
+        if saved.get("version") != _SYMBOLS_VERSION or saved.get("key") != key:
+            return None
+        names = saved["vmlinux"].split("\n") if saved["vmlinux"] else []
+        modules: dict[str, Optional[str]] = dict.fromkeys(names)
+        modules.update(saved["modules"])
+        return KernelSymbols(saved["source"], modules)
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _save_symbols(key: str, symbols: KernelSymbols) -> None:
+    import marshal
+    import tempfile
+    path = _symbols_path(key)
+    saved = {"version": _SYMBOLS_VERSION, "key": key, "source": symbols.source,
+             "vmlinux": "\n".join(n for n, m in symbols.modules.items() if m is None),
+             "modules": {n: m for n, m in symbols.modules.items() if m is not None}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-symbols-", dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                marshal.dump(saved, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass  # no cache is no error
 
 
 class SymbolsLoader:
     """`kernel_symbols` read in a background thread: reading /proc/kallsyms is mostly
     kernel time, which overlaps with parsing BTF.  ``result()`` waits for it."""
 
-    def __init__(self, tracefs: Optional[str] = None):
+    def __init__(self, tracefs: Optional[str] = None, use_cache: bool = True):
         import threading
         self._value: Optional[KernelSymbols] = None
         self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._load, args=(tracefs,), daemon=True,
-                                        name="ctracer-kernel-symbols")
+        self._thread = threading.Thread(target=self._load, args=(tracefs, use_cache),
+                                        daemon=True, name="ctracer-kernel-symbols")
         self._thread.start()
 
-    def _load(self, tracefs: Optional[str]) -> None:
+    def _load(self, tracefs: Optional[str], use_cache: bool) -> None:
         try:
-            self._value = kernel_symbols(tracefs)
+            self._value = kernel_symbols(tracefs, use_cache)
         except BaseException as e:  # handed to the caller of result()
             self._error = e
 
