@@ -133,13 +133,17 @@ def _ordered(quals: tuple[str, ...]) -> list[str]:
     return [q for q in _QUALIFIER_ORDER if q in quals]
 
 
+_COMPLEX_PARTS = {8: ["float"], 16: ["double"], 32: ["long", "double"]}
+
+
 def _base_name(t: BaseType) -> str:
-    """A base type's name as C spells it (DWARF says ``complex float``, C ``_Complex float``)."""
+    """A base type's name as C spells it: gcc's DWARF says ``complex float``, clang's just
+    ``complex`` whatever the size; C says ``_Complex float``."""
     words = t.name.split() if t.name else []
     if not words:
         raise UnsafeName(f"nameless base type of {t.size} bytes")
     if t.encoding == Encoding.COMPLEX_FLOAT and words[0] == "complex":
-        words[0] = "_Complex"
+        words = ["_Complex"] + (words[1:] or _COMPLEX_PARTS.get(t.size, []))
     for w in words:
         identifier(w)
     return " ".join(words)

@@ -42,16 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctracer.errors import UsageError
+    from ctracer.errors import UnknownType, UsageError
+    from ctracer.model import ShapeKind
 
     kind, name = sources.struct_name_from_args(args)
+    kind_given = len(args.target) == 2
     mini_only = (args.field or args.exclude or args.cacheline or args.pointers
                  or args.no_reorganize)
     if mini_only and not args.mini:
         raise UsageError("--field, --exclude, --cacheline, --pointers and --no-reorganize "
                          "need --mini")
     model = sources.open_type_source(args)
-    graph = model.find_struct(name, kind)
+    try:
+        graph = model.find_struct(name, kind)
+    except UnknownType:
+        if kind_given:
+            raise
+        # like pahole -C, a bare name may be a union's
+        try:
+            graph = model.find_struct(name, ShapeKind.UNION)
+        except UnknownType:
+            raise UnknownType("struct", name, model.struct_names(ShapeKind.STRUCT),
+                              model.description) from None
     if args.mini:
         print(_mini_text(graph, args), end="")
         return 0
