@@ -628,3 +628,49 @@ def test_kernel_saved_indexes_answer_like_a_fresh_parse(kernel_model):
             kernel_model.catalog().functions_referencing(*key)
         assert warm.catalog().structs_with_member_of(*key) == \
             kernel_model.catalog().structs_with_member_of(*key)
+
+
+def canonical(g, tid, depth: int = 0) -> str:
+    """A type as text, for comparing graphs of two readers.  Arrays are compared by
+    element count: pahole 1.24 writes int[2][3][4] to BTF as one array of 24, and BTF
+    has no way to tell a flexible array (DWARF: no bound) from a zero-length one."""
+    from ctracer.model import BaseType, PointerType, Typedef
+    if tid is None:
+        return "void"
+    t = g[tid]
+    if isinstance(t, QualifiedType):
+        return f"{t.qualifier}({canonical(g, t.target, depth)})"
+    if isinstance(t, Typedef):
+        return f"typedef {t.name}"
+    if isinstance(t, PointerType):
+        inner = canonical(g, t.target, depth + 1) if depth < 2 else "..."
+        return f"ptr{t.size}({inner})"
+    if isinstance(t, BaseType):
+        return f"base {t.name} {t.size} {t.encoding.value}"
+    if isinstance(t, EnumType):
+        return f"enum {t.name} {t.size} {t.signed} {t.enumerators}"
+    if isinstance(t, ArrayType):
+        count = 1
+        for d in t.dims:
+            count *= d or 0
+        return f"array[{count}] of {canonical(g, t.element, depth)}"
+    if isinstance(t, FunctionType):
+        params = ", ".join(canonical(g, p, depth + 1) for p in t.params)
+        return f"fn {canonical(g, t.returns, depth + 1)} ({params}) {t.variadic}"
+    if isinstance(t, CompositeType):
+        if depth > 0 and t.name:
+            return f"{t.kind} {t.name}"
+        members = "; ".join(f"{m.name}@{m.bit_offset}:{m.bit_size}="
+                            f"{canonical(g, m.type, depth + 1)}" for m in t.members)
+        return f"{t.kind} {t.name} {t.size} {t.declaration} [{members}]"
+    raise AssertionError(f"unexpected type {t!r}")
+
+
+@pytest.mark.parametrize("name", FIXTURE_STRUCTS)
+def test_struct_graphs_match_dwarf_reader(gcc_obj, name):
+    """find_struct from the .BTF section and from the DWARF of the same object describe
+    the same types (names, sizes, encodings, offsets, bitfields, qualifiers, typedefs)."""
+    from ctracer import dwarf
+    ours = btf.open_btf(str(gcc_obj)).find_struct(name)
+    theirs = dwarf.open_elf_types(str(gcc_obj), use_cache=False).find_struct(name)
+    assert canonical(ours, ours.root) == canonical(theirs, theirs.root)
