@@ -9,7 +9,9 @@ where each record starts in one pass, and this module decodes what a question to
 * `BtfCatalog` answers the catalog lookups from indexes of type ids (functions by the
   shapes of their parameters, structs by the shapes of their members), built on first use,
   and materialises `FunctionInfo`/`StructInfo` only for the answers.  For a module (split
-  BTF) the functions and tracepoints are the module's own; structs include its base's.
+  BTF) the functions and tracepoints are the module's own; structs include its base's;
+* with ``use_cache`` those integer indexes are saved (`ctracer.btf_cache`), so the next
+  run of the same BTF loads them instead of passing over every record again.
 
 BTF specifics, as the model sees them: type tags become ``QualifiedType("type_tag",
 tag=...)``; BTF knows no inlining, compile units or addresses (``address`` is None, every
@@ -220,6 +222,7 @@ class LazyTypes(Mapping):
         self._model = model
         self._root = root
         self._closure: Optional[list[int]] = None
+        self._members: Optional[set[int]] = None
 
     def __getitem__(self, tid: int) -> Type:
         if not isinstance(tid, int) or not 0 < tid < self._model.btf.count:
@@ -247,7 +250,9 @@ class LazyTypes(Mapping):
         return len(self._ids())
 
     def __contains__(self, tid: object) -> bool:
-        return tid in set(self._ids())
+        if self._members is None:
+            self._members = set(self._ids())
+        return tid in self._members
 
 
 def _int_encoding(name: str, encoding: int) -> Encoding:
