@@ -162,7 +162,7 @@ def test_dwarf_layouts_equal_pahole(capsys, build_dir, variant, source):
     assert not differ, _report(differ)
 
 
-@pytest.mark.parametrize("variant", ["gcc-dwarf5-O2", "clang-dwarf4-O0"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_btf_layouts_equal_pahole(capsys, build_dir, variant, source):
     need("pahole")

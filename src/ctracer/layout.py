@@ -103,7 +103,7 @@ class _Conf:
     union_member: bool = False
     first_member: bool = False
     last_member: bool = False
-    cacheline: Optional[list[int]] = field(default=None)
+    cacheline: Optional[list[int]] = field(default=None)  # last boundary printed
 
 
 def _plural(n: int) -> str:
@@ -576,9 +576,9 @@ class _LayoutState:
         if is_tagged and t.name is None:
             if not sconf.suppress_offset_comment:
                 slen = len(align_text) + (len(m.name) if m.name else -1)
-                if t.kind == "struct" if isinstance(t, CompositeType) else False:
-                    if self.infer_packed(tid):
-                        slen += len("__attribute__((__packed__))") + 1
+                if self._is_struct(tid) and self.infer_packed(tid):
+                    # pahole counts the attribute with its C string terminator
+                    slen += len("__attribute__((__packed__))") + 1
                 width = sconf.type_spacing + sconf.name_spacing - slen - 3
                 text += _pad_field(width) + self._offset_comment(slot, offset)
         else:
