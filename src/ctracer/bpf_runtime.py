@@ -1,0 +1,236 @@
+"""Running generated probes with bcc: the only module of ctracer that imports bcc.
+
+`ProbeSession` compiles a `ctracer.probes.ProbeProgram`, attaches its entry and exit
+probes to a binary (one function at a time: a function that fails is recorded and the
+others go on), follows process ids, hands every event to a callback, reports the lost
+count and detaches cleanly.  Before bcc is imported, `prepare` makes sure bcc will
+work here: root (or CAP_BPF + CAP_PERFMON), kernel headers (`ctracer.headers` builds a
+merged tree when the running kernel has none) and tracefs mounted
+(`ctracer.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure a user can meet becomes a one-line
+`ctracer.errors.BPFUnavailable`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+from ctracer.errors import BPFUnavailable
+from ctracer.probes import ProbedFunction, ProbeProgram
+
+_CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
+
+
+def _effective_caps() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_privileges() -> None:
+    if os.geteuid() == 0:
+        return
+    caps = _effective_caps()
+    if caps >> _CAP_SYS_ADMIN & 1 or (caps >> _CAP_BPF & 1 and caps >> _CAP_PERFMON & 1):
+        return
+    raise BPFUnavailable("tracing needs root (BPF programs and uprobes): run ctracer trace "
+                         "as root, e.g. with sudo")
+
+
+def prepare() -> None:
+    """Everything bcc needs before it is imported and compiles anything."""
+    check_privileges()
+    from ctracer.headers import kernel_source_for_bcc
+    source = kernel_source_for_bcc()
+    if source:
+        os.environ["BCC_KERNEL_SOURCE"] = source
+    from ctracer.kernel import ensure_tracefs  # bcc picks its tracefs path on import
+    ensure_tracefs()
+
+
+def _import_bcc():
+    try:
+        import bcc
+    except ImportError:
+        raise BPFUnavailable("bcc's Python module is missing: apt-get install python3-bpfcc "
+                             "and run ctracer from a Python that sees it (scripts/setup.sh "
+                             "makes one)") from None
+    return bcc
+
+
+@contextmanager
+def _captured_fd2() -> Iterator[io.StringIO]:
+    """bcc and clang print diagnostics straight to file descriptor 2: keep them so an
+    error can quote them in one line instead of spilling a page on the terminal."""
+    out = io.StringIO()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out.write(tmp.read().decode("utf-8", "replace"))
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if "error:" in line:
+            return line.split("error:", 1)[1].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class AttachResult:
+    function: ProbedFunction
+    entry: str = ""   # "" when attached, else why not
+    exit: str = ""
+
+    @property
+    def attached(self) -> str:
+        if not self.entry and not self.exit:
+            return "entry,exit"
+        if self.entry:
+            return f"failed: {self.entry}"
+        return f"entry only; exit failed: {self.exit}"
+
+    @property
+    def ok(self) -> bool:
+        return not self.entry
+
+
+class ProbeSession:
+    """One compiled program and its attachments; use as a context manager."""
+
+    def __init__(self, program: ProbeProgram, binary: str,
+                 on_event: Callable[[bytes], None]):
+        self.program = program
+        self.binary = os.path.realpath(binary)
+        self.on_event = on_event
+        self.bpf = None
+        self.results: list[AttachResult] = []
+        self.compile_seconds = 0.0
+        self.attach_seconds = 0.0
+        self._callback = None
+
+    # -- set-up ---------------------------------------------------------------
+
+    def compile(self) -> None:
+        prepare()
+        bcc = _import_bcc()
+        start = time.monotonic()
+        with _captured_fd2() as diagnostics:
+            try:
+                self.bpf = bcc.BPF(text=self.program.text.encode())
+            except Exception as e:  # bcc raises plain Exception
+                failure = str(e)
+            else:
+                failure = ""
+        if failure:
+            detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
+            raise BPFUnavailable(f"bcc could not compile or load the probes: {detail}")
+        self.compile_seconds = time.monotonic() - start
+
+        def deliver(_ctx, data, size):
+            self.on_event(ctypes.string_at(data, size))
+            return 0
+
+        self._callback = deliver
+        self.bpf["ctracer_events"].open_ring_buffer(deliver)
+
+    def follow(self, pid: int) -> None:
+        """Record process ``pid`` (and the children it forks from now on)."""
+        if not self.program.filtered:
+            raise ValueError("the program was built without a process filter")
+        self.bpf["ctracer_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+
+    def attach(self) -> list[AttachResult]:
+        """Entry then exit probe of every function; failures are kept, not raised,
+        unless nothing at all could be attached."""
+        start = time.monotonic()
+        self.results = []
+        for f in self.program.functions:
+            r = AttachResult(f)
+            r.entry = self._attach_one(f, f.entry_probe, retprobe=False)
+            if not r.entry:
+                r.exit = self._attach_one(f, f.exit_probe, retprobe=True)
+            self.results.append(r)
+        self.attach_seconds = time.monotonic() - start
+        if self.results and not any(r.ok for r in self.results):
+            first = self.results[0]
+            raise BPFUnavailable(f"no probe could be attached (e.g. {first.function.name}: "
+                                 f"{first.entry})")
+        return self.results
+
+    def _attach_one(self, f: ProbedFunction, probe: str, retprobe: bool) -> str:
+        attach = self.bpf.attach_uretprobe if retprobe else self.bpf.attach_uprobe
+        with _captured_fd2() as diagnostics:
+            try:
+                attach(name=self.binary.encode(), addr=f.address, fn_name=probe.encode())
+            except Exception as e:
+                failure = str(e).splitlines()[0] if str(e) else type(e).__name__
+            else:
+                failure = ""
+        if failure:
+            detail = _first_error(diagnostics.getvalue())
+            return f"{failure}{': ' + detail if detail else ''}"
+        return ""
+
+    # -- running --------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 100) -> None:
+        self.bpf.ring_buffer_poll(timeout_ms)
+
+    def drain(self) -> None:
+        """Deliver every event already in the buffer."""
+        self.bpf.ring_buffer_consume()
+
+    def lost(self) -> int:
+        table = self.bpf["ctracer_lost"]
+        return int(sum(table[ctypes.c_int(0)]))
+
+    def close(self) -> None:
+        if self.bpf is not None:
+            bpf, self.bpf = self.bpf, None
+            with _captured_fd2():
+                try:
+                    bpf.cleanup()
+                except Exception:
+                    pass
+
+    def __enter__(self) -> "ProbeSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def attach_summary(results: Sequence[AttachResult]) -> tuple[int, int]:
+    """(functions attached, functions that failed)."""
+    ok = sum(1 for r in results if r.ok)
+    return ok, len(results) - ok
+
+
+def row_attachments(program: ProbeProgram,
+                    results: Sequence[AttachResult]) -> dict[int, str]:
+    """The ``attached`` text for every function-table row id."""
+    out = {row.id: row.attached for row in program.rows}
+    for r in results:
+        for row_id in r.function.row_ids:
+            out[row_id] = r.attached
+    return out
+
