@@ -176,6 +176,23 @@ def test_btf_layouts_equal_pahole(capsys, build_dir, variant, source):
     assert not differ, _report(differ)
 
 
+# ------------------------------------------------------------------ the bundled sample
+
+SAMPLE_DIR = Path(__file__).parent.parent / "samples" / "sock"
+
+
+@pytest.mark.parametrize("program", ["sockdemo", "sockdemo-O2"])
+def test_sample_structs_equal_pahole(capsys, program):
+    need("pahole")
+    need("make")
+    subprocess.run(["make", "-s", "-C", str(SAMPLE_DIR)], check=True)
+    path = SAMPLE_DIR / "build" / program
+    model = dwarf.open_elf_types(str(path), use_cache=False)
+    identical, differ = _compare_all(capsys, path, model, ["--binary"], [], {})
+    assert identical >= 4  # sock_common, sock, inet_sock, socket at least
+    assert not differ, _report(differ)
+
+
 # ------------------------------------------------------------------ the running kernel
 
 
