@@ -2,7 +2,8 @@
 
 * ``--binary PATH``: an ELF file (program, library, vmlinux, module); its DWARF, or its
   ``.BTF`` section when it has no DWARF;
-* ``--btf PATH``: raw BTF (``/sys/kernel/btf/vmlinux``) or an ELF file's ``.BTF`` section;
+* ``--btf PATH``: raw BTF (``/sys/kernel/btf/vmlinux``) or an ELF file's ``.BTF`` section,
+  with ``--btf-base PATH`` when it is split BTF (a module's, on top of vmlinux);
 * ``--module NAME``: a loaded module's split BTF on top of the kernel's;
 * nothing: the running kernel's BTF, ``/sys/kernel/btf/vmlinux``.
 """
@@ -24,6 +25,8 @@ def add_type_source_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--binary", "-b", metavar="PATH",
                    help="ELF file whose DWARF (or .BTF section) describes the types")
     g.add_argument("--btf", metavar="PATH", help="raw BTF file, or ELF file with .BTF")
+    g.add_argument("--btf-base", metavar="PATH",
+                   help="the BTF a split --btf was built on (e.g. vmlinux for a module)")
     g.add_argument("--module", metavar="NAME",
                    help=f"kernel module whose BTF ({MODULE_BTF_DIR}/NAME) to read")
     g.add_argument("--no-cache", action="store_true",
@@ -63,6 +66,8 @@ def open_type_source(args: argparse.Namespace) -> TypeModel:
     """The type model the options name (readers are imported only when needed)."""
     use_cache = not getattr(args, "no_cache", False)
     chosen = [o for o in ("binary", "btf", "module") if getattr(args, o, None)]
+    if getattr(args, "btf_base", None) and not getattr(args, "btf", None):
+        raise UsageError("--btf-base goes with --btf")
     if len(chosen) > 1:
         raise UsageError(f"choose one type source, not {' and '.join('--' + c for c in chosen)}")
     if args.binary:
@@ -70,7 +75,10 @@ def open_type_source(args: argparse.Namespace) -> TypeModel:
         return dwarf.open_elf_types(_readable_file(args.binary, "binary"), use_cache=use_cache)
     if args.btf:
         from ctracer import btf
-        return btf.open_btf(_readable_file(args.btf, "BTF file"), use_cache=use_cache)
+        base = getattr(args, "btf_base", None)
+        return btf.open_btf(_readable_file(args.btf, "BTF file"),
+                            base=_readable_file(base, "BTF base") if base else None,
+                            use_cache=use_cache)
     from ctracer import btf
     if args.module:
         if not args.module.replace("-", "_").isidentifier():
