@@ -49,13 +49,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (start-up
+    time matters for cached queries), the others keep their one-line help."""
     parser = _Parser(prog="ctracer", description="Trace a C struct through the functions that touch it.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ctracer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=mod.__doc__,
                            epilog=getattr(mod, "EPILOG", None),
@@ -65,8 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subcommand(argv: Sequence[str]) -> Optional[str]:
+    """The subcommand named in argv, if its first non-option word is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = build_parser(_subcommand(argv)).parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except CtracerError as e:
