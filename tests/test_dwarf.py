@@ -139,24 +139,38 @@ FUNC_DEF = re.compile(r"^((?:static\s+|inline\s+|__attribute__\(\(\w+\)\)\s+)*)"
                       r"([A-Za-z_][\w\s\*]*?)\s*\b(\w+)\(([^)]*)\)\s*\n\{", re.M)
 
 
+EXTERN_DECL = re.compile(r"^extern\s+[A-Za-z_][\w\s\*]*?\b(\w+)\(([^)]*)\);", re.M)
+
+
+def _params(text: str) -> list:
+    params = []
+    for p in text.split(","):
+        p = p.strip()
+        if p in ("void", ""):
+            continue
+        if p == "...":
+            params.append(("...", "..."))
+            continue
+        pm = re.match(r"(.*?)(\w+)$", p)
+        params.append((pm.group(2), " ".join(pm.group(1).split())))
+    return params
+
+
 def source_functions() -> list[dict]:
-    """Function definitions of the fixture sources: name, file, static, params as
-    (name, type text) — the sources keep one definition per line for this."""
+    """Functions of the fixture sources: name, file, static, declared (an extern
+    declaration of a function no source defines, e.g. one written in assembly), params
+    as (name, type text) — the sources keep one definition per line for this."""
     funcs = []
     for src in SOURCES:
         for m in FUNC_DEF.finditer(src.read_text()):
-            params = []
-            for p in m.group(4).split(","):
-                p = p.strip()
-                if p in ("void", ""):
-                    continue
-                if p == "...":
-                    params.append(("...", "..."))
-                    continue
-                pm = re.match(r"(.*?)(\w+)$", p)
-                params.append((pm.group(2), " ".join(pm.group(1).split())))
-            funcs.append({"name": m.group(3), "file": src.name,
-                          "static": "static" in m.group(1), "params": params})
+            funcs.append({"name": m.group(3), "file": src.name, "declared": False,
+                          "static": "static" in m.group(1), "params": _params(m.group(4))})
+    defined = {f["name"] for f in funcs}
+    for src in SOURCES:
+        for m in EXTERN_DECL.finditer(src.read_text()):
+            if m.group(1) not in defined:
+                funcs.append({"name": m.group(1), "file": src.name, "declared": True,
+                              "static": False, "params": _params(m.group(2))})
     return funcs
 
 
@@ -272,16 +286,23 @@ def test_unknown_struct_suggests_close_names(binary):
 
 def test_functions_match_the_source(binary):
     catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
-    ours = sorted((f.name, Path(f.unit).name, tuple(
-        (p.name, p.shape.text) for p in f.params) + ((("...", "..."),) if f.variadic else ()))
-        for f in catalog.functions())
     source = source_functions()
-    expected = sorted((f["name"], f["file"], tuple(f["params"])) for f in source)
+    declared = {f["name"] for f in source if f["declared"]}
+
+    def param_name(function: str, name):  # declarations often leave parameters unnamed
+        return None if function in declared else name
+
+    ours = sorted((f.name, Path(f.unit).name, tuple(
+        (param_name(f.name, p.name), p.shape.text) for p in f.params)
+        + ((("...", "..."),) if f.variadic else ())) for f in catalog.functions())
+    expected = sorted((f["name"], f["file"], tuple((param_name(f["name"], n), t)
+                                                   for n, t in f["params"])) for f in source)
     assert set(ours) <= set(expected) and len(ours) == len(set(ours))
     # the optimizer may leave no trace of a static function (clang -O2 drops an inlined
-    # static helper entirely), never of an external one
+    # static helper entirely), never of an external one; a function only declared
+    # appears when the compiler describes the call (pfunct checks those)
     assert {(f["name"], f["file"], tuple(f["params"])) for f in source
-            if not f["static"]} <= set(ours)
+            if not f["static"] and not f["declared"]} <= set(ours)
 
 
 def test_functions_match_pfunct(binary):
@@ -306,8 +327,12 @@ def test_statics_of_the_same_name_stay_apart(binary):
 def test_addresses_match_the_symbol_table(binary):
     catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
     symbols = nm_functions(binary)
+    declared_only = {f["name"] for f in source_functions() if f["declared"]}
     for f in catalog.functions():
-        if f.address is not None:
+        if f.name in declared_only:
+            assert f.address is None and f.inline == Inline.NONE and not f.inlined_only
+            assert any("only declared" in n for n in catalog.notes)
+        elif f.address is not None:
             assert f.address in symbols.get(f.name, set()), f.name
             assert not f.inlined_only
         elif f.name in symbols and len(symbols[f.name]) == 1 and f.external:

@@ -6,8 +6,9 @@ else a hash of its path, size and modification time (`source_key`).  A file hold
 
 * ``meta``: schema version, the reader's own version, what the source was (path, size,
   build-id), its description and notes;
-* ``functions`` / ``structs`` / ``tracepoints``: one row each, parameters and members
-  kept as JSON;
+* ``functions`` / ``structs`` / ``tracepoints``: one row each, the details (parameters,
+  members) packed with `marshal` (fastest to load; the Python version is part of the
+  cache's identity, so a file written by another Python is simply rebuilt);
 * ``function_refs`` / ``member_refs`` / ``tracepoint_refs``: (kind, name) → row, indexed,
   so that `SqliteCatalog` answers each `ctracer.model.Catalog` lookup with one query and
   builds objects only for the answer;
@@ -23,37 +24,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import sqlite3
+import sys
 import tempfile
 from typing import Iterable, Optional
 
 from ctracer.model import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
                            StructInfo, TracepointInfo, TypeShape)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
+#: what else must match for a cache file to be read: the packing of its blobs
+PACKING = f"marshal-{marshal.version}-py{sys.version_info[0]}.{sys.version_info[1]}"
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE functions (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL, unit TEXT, address INTEGER,
-    external INTEGER, inline TEXT, inlined_only INTEGER, variadic INTEGER,
-    linkage_name TEXT, decl_file TEXT, decl_line INTEGER,
-    returns TEXT NOT NULL, params TEXT NOT NULL);
-CREATE TABLE function_refs (kind TEXT, name TEXT, function INTEGER);
+CREATE TABLE functions (id INTEGER PRIMARY KEY, name TEXT NOT NULL, data BLOB NOT NULL);
+CREATE TABLE function_refs (kind TEXT, name TEXT, function INTEGER,
+                            PRIMARY KEY (kind, name, function)) WITHOUT ROWID;
 CREATE TABLE structs (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, size INTEGER,
-    location INTEGER, members TEXT NOT NULL);
-CREATE TABLE member_refs (kind TEXT, name TEXT, struct INTEGER);
-CREATE TABLE tracepoints (id INTEGER PRIMARY KEY, name TEXT NOT NULL, params TEXT NOT NULL);
-CREATE TABLE tracepoint_refs (kind TEXT, name TEXT, tracepoint INTEGER);
+    location INTEGER, members BLOB NOT NULL);
+CREATE TABLE member_refs (kind TEXT, name TEXT, struct INTEGER,
+                          PRIMARY KEY (kind, name, struct)) WITHOUT ROWID;
+CREATE TABLE tracepoints (id INTEGER PRIMARY KEY, name TEXT NOT NULL, params BLOB NOT NULL);
+CREATE TABLE tracepoint_refs (kind TEXT, name TEXT, tracepoint INTEGER,
+                              PRIMARY KEY (kind, name, tracepoint)) WITHOUT ROWID;
 """
 
 INDEXES = """
-CREATE INDEX function_refs_by_shape ON function_refs (kind, name);
 CREATE UNIQUE INDEX structs_by_name ON structs (kind, name);
-CREATE INDEX member_refs_by_shape ON member_refs (kind, name);
-CREATE INDEX tracepoint_refs_by_shape ON tracepoint_refs (kind, name);
 """
 
 #: a TypeShape as plain data: (kind, name, pointers, const, text)
@@ -97,7 +98,7 @@ def open_cached(key: str, kind: str, producer: str, identity: dict) -> Optional[
         catalog = SqliteCatalog(path)
         meta = catalog.meta
         fresh = (meta.get("schema") == str(SCHEMA_VERSION) and meta.get("producer") == producer
-                 and meta.get("complete") == "1"
+                 and meta.get("packing") == PACKING and meta.get("complete") == "1"
                  and meta.get("size") == str(identity.get("size"))
                  and meta.get("build_id", "") == identity.get("build_id", ""))
         if fresh:
@@ -116,21 +117,9 @@ def _remove(path: str) -> None:
         pass
 
 
-def _to_sqlite_int(value: Optional[int]) -> Optional[int]:
-    """SQLite integers are signed 64-bit; kernel addresses use the top bit."""
-    return value - (1 << 64) if value is not None and value >= 1 << 63 else value
-
-
-def _from_sqlite_int(value: Optional[int]) -> Optional[int]:
-    return value + (1 << 64) if value is not None and value < 0 else value
-
-
-def _shape(t) -> TypeShape:
-    return TypeShape(ShapeKind(t[0]), t[1], t[2], bool(t[3]), t[4])
-
-
 class SqliteCatalog(Catalog):
-    """A `Catalog` answered from a cache file, one indexed query per lookup."""
+    """A `Catalog` answered from a cache file, one indexed query per lookup; objects are
+    built only for the answer, and shared between answers."""
 
     def __init__(self, path: str):
         self.path = path
@@ -138,48 +127,51 @@ class SqliteCatalog(Catalog):
         self.meta = dict(self.db.execute("SELECT key, value FROM meta"))
         self.notes = tuple(json.loads(self.meta.get("notes", "[]")))
         self._shapes: dict = {}
+        self._params: dict = {}
+        self._functions: dict = {}
 
     def close(self) -> None:
         self.db.close()
 
-    def _shape(self, t) -> TypeShape:
-        key = tuple(t)
-        s = self._shapes.get(key)
+    def _shape(self, t: tuple) -> TypeShape:
+        s = self._shapes.get(t)
         if s is None:
-            s = self._shapes[key] = _shape(key)
+            s = self._shapes[t] = TypeShape(ShapeKind(t[0]), t[1], t[2], t[3], t[4])
         return s
+
+    def _param(self, p: tuple) -> Parameter:
+        found = self._params.get(p)
+        if found is None:
+            found = self._params[p] = Parameter(p[0], self._shape(p[1]))
+        return found
 
     # -- functions
 
-    _FUNCTION_COLUMNS = ("f.name, f.unit, f.address, f.external, f.inline, f.inlined_only, "
-                         "f.variadic, f.linkage_name, f.decl_file, f.decl_line, f.returns, "
-                         "f.params")
-
-    def _function(self, row) -> FunctionInfo:
+    def _function(self, fid: int, data: bytes) -> FunctionInfo:
+        found = self._functions.get(fid)
+        if found is not None:
+            return found
         (name, unit, address, external, inline, inlined_only, variadic, linkage, decl_file,
-         decl_line, returns, params) = row
-        return FunctionInfo(
-            name=name, unit=unit or "", address=_from_sqlite_int(address),
-            external=bool(external),
-            inline=Inline(inline), inlined_only=bool(inlined_only), variadic=bool(variadic),
+         decl_line, returns, params) = marshal.loads(data)
+        found = self._functions[fid] = FunctionInfo(
+            name=name, unit=unit, address=address, external=external,
+            inline=Inline(inline), inlined_only=inlined_only, variadic=variadic,
             linkage_name=linkage, decl_file=decl_file, decl_line=decl_line,
-            returns=self._shape(json.loads(returns)),
-            params=tuple(Parameter(p[0], self._shape(p[1])) for p in json.loads(params)))
+            returns=self._shape(returns), params=tuple(self._param(p) for p in params))
+        return found
 
     def functions(self) -> Iterable[FunctionInfo]:
-        for row in self.db.execute(f"SELECT {self._FUNCTION_COLUMNS} FROM functions f "
-                                   "ORDER BY f.id"):
-            yield self._function(row)
+        for fid, data in self.db.execute("SELECT id, data FROM functions ORDER BY id"):
+            yield self._function(fid, data)
 
     def function_count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM functions").fetchone()[0]
 
     def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
         rows = self.db.execute(
-            f"SELECT {self._FUNCTION_COLUMNS} FROM function_refs r "
-            "JOIN functions f ON f.id = r.function WHERE r.kind = ? AND r.name = ? "
-            "ORDER BY f.id", (ShapeKind(kind).value, name))
-        return [self._function(row) for row in rows]
+            "SELECT f.id, f.data FROM function_refs r JOIN functions f ON f.id = r.function "
+            "WHERE r.kind = ? AND r.name = ? ORDER BY f.id", (ShapeKind(kind).value, name))
+        return [self._function(fid, data) for fid, data in rows]
 
     # -- structs
 
@@ -187,7 +179,7 @@ class SqliteCatalog(Catalog):
         kind, name, size, members = row
         return StructInfo(ShapeKind(kind), name, size,
                           tuple(MemberInfo(m[0], self._shape(m[1]), m[2])
-                                for m in json.loads(members)))
+                                for m in marshal.loads(members)))
 
     def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]:
         row = self.db.execute("SELECT kind, name, size, members FROM structs "
@@ -216,8 +208,7 @@ class SqliteCatalog(Catalog):
 
     def _tracepoint(self, row) -> TracepointInfo:
         name, params = row
-        return TracepointInfo(name, tuple(Parameter(p[0], self._shape(p[1]))
-                                          for p in json.loads(params)))
+        return TracepointInfo(name, tuple(self._param(p) for p in marshal.loads(params)))
 
     def tracepoints(self) -> Iterable[TracepointInfo]:
         return [self._tracepoint(r) for r in
@@ -250,6 +241,7 @@ class CatalogWriter:
         self.db = sqlite3.connect(self.tmp)
         self.db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + SCHEMA)
         self.meta = {"schema": str(SCHEMA_VERSION), "producer": producer, "kind": kind,
+                     "packing": PACKING,
                      "description": description, "complete": "0",
                      **{k: str(v) for k, v in identity.items()}}
         self.notes: list[str] = []
@@ -278,9 +270,10 @@ class CatalogWriter:
                      decl_line: Optional[int], params, returns: ShapeTuple) -> None:
         """``params``: (name, shape tuple) pairs."""
         fid = len(self._functions) + 1
-        self._functions.append((fid, name, unit, _to_sqlite_int(address), int(external), inline,
-                                int(inlined_only), int(variadic), linkage_name, decl_file,
-                                decl_line, json.dumps(returns), json.dumps(params)))
+        params = tuple((p, tuple(s)) for p, s in params)
+        self._functions.append((fid, name, marshal.dumps((
+            name, unit or "", address, bool(external), inline, bool(inlined_only),
+            bool(variadic), linkage_name, decl_file, decl_line, tuple(returns), params))))
         refs = {(s[0], s[1]) for _p, s in params}
         refs.add((returns[0], returns[1]))
         self._function_refs.extend((k, n, fid) for k, n in refs if n is not None)
@@ -289,25 +282,27 @@ class CatalogWriter:
                    location: Optional[int] = None) -> None:
         """``members``: (dotted path, shape tuple, bit offset) triples."""
         sid = len(self._structs) + 1
-        self._structs.append((sid, kind, name, size, location, json.dumps(members)))
+        members = tuple((p, tuple(s), b) for p, s, b in members)
+        self._structs.append((sid, kind, name, size, location, marshal.dumps(members)))
         refs = {(s[0], s[1]) for _p, s, _b in members}
         self._member_refs.extend((k, n, sid) for k, n in refs if n is not None)
 
     def add_tracepoint(self, name: str, params) -> None:
         tid = len(self._tracepoints) + 1
-        self._tracepoints.append((tid, name, json.dumps(params)))
+        params = tuple((p, tuple(s)) for p, s in params)
+        self._tracepoints.append((tid, name, marshal.dumps(params)))
         refs = {(s[0], s[1]) for _p, s in params}
         self._tracepoint_refs.extend((k, n, tid) for k, n in refs if n is not None)
 
     def finish(self) -> str:
         db = self.db
-        db.executemany("INSERT INTO functions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                       self._functions)
-        db.executemany("INSERT INTO function_refs VALUES (?,?,?)", self._function_refs)
+        db.executemany("INSERT INTO functions VALUES (?,?,?)", self._functions)
+        db.executemany("INSERT INTO function_refs VALUES (?,?,?)", sorted(self._function_refs))
         db.executemany("INSERT INTO structs VALUES (?,?,?,?,?,?)", self._structs)
-        db.executemany("INSERT INTO member_refs VALUES (?,?,?)", self._member_refs)
+        db.executemany("INSERT INTO member_refs VALUES (?,?,?)", sorted(self._member_refs))
         db.executemany("INSERT INTO tracepoints VALUES (?,?,?)", self._tracepoints)
-        db.executemany("INSERT INTO tracepoint_refs VALUES (?,?,?)", self._tracepoint_refs)
+        db.executemany("INSERT INTO tracepoint_refs VALUES (?,?,?)",
+                       sorted(self._tracepoint_refs))
         db.executescript(INDEXES)
         self.meta["notes"] = json.dumps(self.notes)
         self.meta["complete"] = "1"

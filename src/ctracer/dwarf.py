@@ -239,7 +239,7 @@ def open_elf_types(path: str, use_cache: bool = True):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-1"
+CACHE_PRODUCER = "dwarf-2"
 
 
 class DwarfTypes:
@@ -305,23 +305,39 @@ class DwarfTypes:
 
     def catalog_rows(self) -> "CatalogRows":
         """Every unit summarized and merged, each function with its chosen address."""
-        rows = assemble_rows(self._summaries())
+        summaries, declared_rows = self._summaries()
+        rows = assemble_rows(summaries, declared_rows)
         symbols = function_symbols(self.headers) if any(
             len(f[2]) > 1 for f in rows.functions) else {}
         rows.functions = [f[:2] + (choose_address(f[0], f[6], f[2], symbols),) + f[3:]
                           for f in rows.functions]
         return rows
 
-    def _summaries(self) -> list[ds.UnitSummary]:
-        """Every unit summarized: by the raw scanner, or by pyelftools for DWARF the
-        scanner does not read."""
+    def _summaries(self):
+        """Every unit summarized, and a function giving the rows of declared functions
+        by offset: by the raw scanner, or by pyelftools for DWARF the scanner does not
+        read."""
         try:
             sections = dwarf_sections(self.headers)
             units = ds.list_units(sections)
-            return ds.scan_units(sections, units, scan_workers(sections.info_size))
+            summaries = ds.scan_units(sections, units, scan_workers(sections.info_size))
+            return summaries, lambda offsets: ds.declared_function_rows(sections, units,
+                                                                        offsets)
         except ds.UnsupportedDwarf:
             known_structs: set = set()
-            return [ds.summarize_unit(tables, known_structs) for tables in self._walk_units()]
+            summaries = [ds.summarize_unit(tables, known_structs)
+                         for tables in self._walk_units()]
+            return summaries, self._declared_rows_elftools
+
+    def _declared_rows_elftools(self, offsets: list) -> list:
+        dwarf = self.dwarfinfo()
+        walker = ElftoolsUnitWalker(dwarf, self.headers.big_endian)
+        rows = []
+        for offset in offsets:
+            tables = walker.walk(dwarf.get_CU_containing(offset))
+            sp = next(sp for sp in tables.subprograms if sp.offset == offset)
+            rows.append(ds.function_row(tables, ds.ShapeResolver(tables.types), sp))
+        return rows
 
     def _walk_units(self) -> Iterable[ds.UnitTables]:
         dwarf = self.dwarfinfo()
@@ -403,15 +419,20 @@ class CatalogRows:
     notes: list
 
 
-def assemble_rows(summaries: Iterable[ds.UnitSummary]) -> CatalogRows:
+def assemble_rows(summaries: Iterable[ds.UnitSummary],
+                  declared_rows: Optional[Callable[[list], list]] = None) -> CatalogRows:
     """Merge unit summaries: attach cross-unit concrete copies to their abstract function,
     fold identical inline-only copies of header functions, keep the first definition of
-    each struct name and of each tracepoint."""
-    functions, orphans, structs, tracepoints = [], [], [], {}
+    each struct name and of each tracepoint.  Functions that are declared but defined
+    nowhere in the DWARF (assembly, static-call trampolines, other objects) are added
+    from their declarations by ``declared_rows(offsets)``."""
+    functions, orphans, structs, tracepoints, declared = [], [], [], {}, {}
     seen_structs = set()
     for s in summaries:
         functions.extend(s.functions)
         orphans.extend(s.orphans)
+        for name, offset in s.declarations:
+            declared.setdefault(name, offset)
         for row in s.structs:
             if (row[0], row[1]) not in seen_structs:
                 seen_structs.add((row[0], row[1]))
@@ -423,6 +444,12 @@ def assemble_rows(summaries: Iterable[ds.UnitSummary]) -> CatalogRows:
     functions = _fold_inline_copies(functions)
     inlined_only = sum(1 for f in functions if not f[2] and f[4] in ("inlined", "declared_inlined"))
     notes = []
+    defined = {f[0] for f in functions}
+    undefined = sorted(off for name, off in declared.items() if name not in defined)
+    if undefined and declared_rows is not None:
+        functions.extend(declared_rows(undefined))
+        notes.append(f"{len(undefined)} functions are only declared (defined in assembly or"
+                     " outside this file's DWARF); they are listed without an address")
     if inlined_only:
         notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
     statics = {}
@@ -674,7 +701,10 @@ class ElftoolsUnitWalker:
             if tag == ds.TAG_NAMESPACE:
                 self._children(die, tables)
             elif tag == ds.TAG_SUBPROGRAM:
-                tables.subprograms.append(self._subprogram(die))
+                sp = self._subprogram(die)
+                tables.subprograms.append(sp)
+                if sp.declaration and sp.external and sp.name:
+                    tables.declarations.append((sp.name, sp.offset))
             else:
                 self._type(die, tag, tables)
 

@@ -107,6 +107,8 @@ class UnitTables:
     composites: dict = field(default_factory=dict)
     subprograms: list = field(default_factory=list)
     tracepoint_typedefs: list = field(default_factory=list)  # (name, offset)
+    #: external functions only declared here: (name, offset)
+    declarations: list = field(default_factory=list)
     #: loads a struct/union definition missing from ``composites`` (e.g. an anonymous
     #: one), for walks that read members only on demand
     load_composite: Optional[object] = None
@@ -242,6 +244,7 @@ class UnitSummary:
     ``structs``: ``(kind, name, size, members, die_offset)``, members being
     ``(dotted path, shape, bit_offset)``.
     ``tracepoints``: ``(name, params)``.
+    ``declarations``: ``(name, offset)`` of external functions this unit only declares.
     """
 
     unit: str
@@ -249,6 +252,7 @@ class UnitSummary:
     orphans: list
     structs: list
     tracepoints: list
+    declarations: list = field(default_factory=list)
 
 
 def summarize_unit(tables: UnitTables, known_structs: set) -> UnitSummary:
@@ -265,7 +269,8 @@ def summarize_unit(tables: UnitTables, known_structs: set) -> UnitSummary:
         params = _tracepoint_params(tables.types, offset, shapes)
         if params is not None:
             tracepoints.append((name[len(TRACEPOINT_TYPEDEF_PREFIX):], params))
-    return UnitSummary(tables.name, functions, orphans, structs, tracepoints)
+    return UnitSummary(tables.name, functions, orphans, structs, tracepoints,
+                       tables.declarations)
 
 
 def _summarize_functions(tables: UnitTables, shapes: ShapeResolver) -> tuple[list, list]:
@@ -290,14 +295,14 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver) -> tuple[lis
         if sp.declaration:
             continue
         decl = by_offset.get(sp.specification) if sp.specification is not None else None
-        row = _function_row(tables, shapes, sp, decl, addresses.get(sp.offset, ()))
+        row = function_row(tables, shapes, sp, decl, addresses.get(sp.offset, ()))
         if row is not None:
             rows.append(row)
     return rows, orphans
 
 
-def _function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
-                  decl: Optional[Subprogram], copies) -> Optional[tuple]:
+def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
+                 decl: Optional[Subprogram] = None, copies=()) -> Optional[tuple]:
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None
@@ -854,12 +859,20 @@ class UnitScanner:
         self.cu_low_pc = 0
 
     def scan(self) -> UnitTables:
+        children = self.read_unit_die()
+        if children is not None:
+            self._children(children)
+        return self.tables
+
+    def read_unit_die(self) -> Optional[int]:
+        """Read the unit DIE (name, bases, file names); the position of its children,
+        None when it has none or is not a compile unit."""
         r = self.r
         pos = r.base + r.unit.die_start
         code, after = read_uleb(r.buf, pos)
         plan = r.plans.get(code)
         if plan is None or plan.tag not in (TAG_COMPILE_UNIT, TAG_PARTIAL_UNIT):
-            return self.tables  # type units and the like carry no functions
+            return None  # type units and the like carry no functions
         values, end = r.decode(after, plan)
         if AT_STR_OFFSETS_BASE in values or AT_ADDR_BASE in values:
             r.str_offsets_base = values.get(AT_STR_OFFSETS_BASE, r.str_offsets_base)
@@ -874,9 +887,15 @@ class UnitScanner:
                                                     values.get(AT_COMP_DIR) or "")
             except (IndexError, KeyError, ValueError, _struct.error):
                 self.tables.files = {}  # a damaged line table costs file names only
-        if plan.children:
-            self._children(end)
-        return self.tables
+        return end if plan.children else None
+
+    def subprogram_at(self, offset: int) -> Subprogram:
+        """A subprogram DIE with its parameters, declaration or not."""
+        plan, values, end = self.r.die_at(offset)
+        values = dict(values)
+        values.pop(AT_DECLARATION, None)
+        self._subprogram(offset, plan, values, end)
+        return self.tables.subprograms.pop()
 
     def _children(self, pos: int) -> int:
         """Handle the children starting at ``pos``; the position after their end."""
@@ -1031,6 +1050,8 @@ class UnitScanner:
     def _subprogram(self, offset: int, plan: Plan, values: dict, end: int) -> int:
         r = self.r
         if values.get(AT_DECLARATION):
+            if values.get(AT_EXTERNAL) and AT_NAME in values:
+                self.tables.declarations.append((values[AT_NAME], offset))
             return r.next_sibling(plan, values, end)
         sp = Subprogram(
             offset, name=values.get(AT_NAME),
@@ -1337,3 +1358,24 @@ def _scan_chunk(sec: Sections, chunk: list) -> list:
         tables = UnitScanner(reader, known, first_range_start).scan()
         out.append((index, summarize_unit(tables, known)))
     return out
+
+
+def declared_function_rows(sec: Sections, units: list, offsets: list) -> list:
+    """Function rows (as `UnitSummary.functions`) for subprogram declarations, read on
+    demand: functions a file declares but whose definition its DWARF lacks."""
+    import bisect
+
+    starts = [u.offset for u in units]
+    by_unit: dict = {}
+    for offset in offsets:
+        by_unit.setdefault(bisect.bisect_right(starts, offset) - 1, []).append(offset)
+    rows = []
+    for index, unit_offsets in sorted(by_unit.items()):
+        unit = units[index]
+        scanner = UnitScanner(UnitReader(sec, unit, read_abbrevs(sec, unit), {}), set())
+        scanner.read_unit_die()
+        shapes = ShapeResolver(scanner.tables.types)
+        for offset in unit_offsets:
+            sp = scanner.subprogram_at(offset)
+            rows.append(function_row(scanner.tables, shapes, sp))
+    return rows
