@@ -92,6 +92,10 @@ class Progress:
         self.last = 0.0
         self.started = time.monotonic()
 
+    def start(self) -> None:
+        """The recording begins: the clock shown starts now."""
+        self.started = time.monotonic()
+
     def show(self, counts: Counts, force: bool = False) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self.last < self.every):
@@ -210,6 +214,9 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
     session.compile()
     writer = TraceWriter(output)
+    # Commits mark progress for a reader; syncing each to disk would only slow the
+    # recorder (a crash of the machine loses the trace either way).
+    writer.db.execute("PRAGMA synchronous=OFF")
     sink = EventSink(program, writer, counts)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
@@ -235,6 +242,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         if on_attached:
             on_attached()
         started = time.monotonic()
+        progress.start()
         if gated:
             gated.release()
         stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration, started)
@@ -243,6 +251,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
             raise
         stopped_by = "ctrl-c"
     finally:
+        seconds = time.monotonic() - started
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
         try:
             if recording:
@@ -267,7 +276,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     ok, failed = bpf_runtime.attach_summary(results)
     return RecordResult(
         output, writer.events_written, len(counts.objects), counts.lost, ok, failed, skipped,
-        session.compile_seconds, session.attach_seconds, time.monotonic() - started,
+        session.compile_seconds, session.attach_seconds, seconds,
         stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if r.attached != "entry,exit"])
 

@@ -213,7 +213,7 @@ def _check_source(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    kind, name = _struct_name(args)
+    kind, name = target_from_args(args)
     _check_source(args)
     if args.print_bpf:
         program, _ = build(args, kind, name)
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _struct_name(args: argparse.Namespace):
+def target_from_args(args: argparse.Namespace):
     from ctracer.errors import UsageError
     words = args.target
     if len(words) > 2 or (len(words) == 2 and words[0] not in ("struct", "union")):
