@@ -16,6 +16,7 @@ import ctypes
 import fcntl
 import io
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -73,18 +74,24 @@ def _import_bcc():
 
 
 @contextmanager
-def _captured_fd2() -> Iterator[io.StringIO]:
-    """bcc and clang print diagnostics straight to file descriptor 2: keep them so an
-    error can quote them in one line instead of spilling a page on the terminal."""
+def _captured_output() -> Iterator[io.StringIO]:
+    """bcc and clang print diagnostics straight to file descriptors 1 and 2: keep them
+    so an error can quote them in one line instead of spilling a page on the terminal."""
     out = io.StringIO()
-    saved = os.dup(2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
+        for fd in saved:
+            os.dup2(tmp.fileno(), fd)
         try:
             yield out
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
             tmp.seek(0)
             out.write(tmp.read().decode("utf-8", "replace"))
 
@@ -136,7 +143,7 @@ class ProbeSession:
         prepare()
         bcc = _import_bcc()
         start = time.monotonic()
-        with _captured_fd2() as diagnostics:
+        with _captured_output() as diagnostics:
             try:
                 self.bpf = bcc.BPF(text=self.program.text.encode())
             except Exception as e:  # bcc raises plain Exception
@@ -181,7 +188,7 @@ class ProbeSession:
 
     def _attach_one(self, f: ProbedFunction, probe: str, retprobe: bool) -> str:
         attach = self.bpf.attach_uretprobe if retprobe else self.bpf.attach_uprobe
-        with _captured_fd2() as diagnostics:
+        with _captured_output() as diagnostics:
             try:
                 attach(name=self.binary.encode(), addr=f.address, fn_name=probe.encode())
             except Exception as e:
@@ -224,7 +231,7 @@ class ProbeSession:
         if fds and os.path.exists(_UPROBE_PMU):
             _close_via_background([fd for _, fd in fds])
             bpf.uprobe_fds.clear()
-        with _captured_fd2():
+        with _captured_output():
             try:
                 bpf.cleanup()
             except Exception:
