@@ -13,7 +13,7 @@ from PIL import Image, ImageStat
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report import html as report_html
 from ctracer.report import render_report
-from ctracer.report.synthetic import MINI, write_synthetic_trace
+from ctracer.report.synthetic import write_synthetic_trace
 from ctracer.tracefile import FunctionRow, TraceWriter
 
 
@@ -216,3 +216,14 @@ def test_cli_bad_input_is_one_line(tmp_path):
     done = ctracer("callgraph", str(junk), cwd=tmp_path)
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
     assert "not a ctracer trace file" in done.stderr
+
+
+def test_without_plots_no_png_is_drawn_or_referenced(tmp_path):
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=2, sends=2)
+    out = tmp_path / "out"
+    render_report(str(trace), str(out), plots=False)
+    assert list(out.rglob("*.png")) == []
+    assert list(out.glob("0x*/changes.html"))
+    for html in out.rglob("*.html"):
+        assert ".png" not in read(html), html

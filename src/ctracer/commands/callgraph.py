@@ -8,11 +8,15 @@ import argparse
 import os
 import sys
 
+#: a trace of sk_buffs can hold many thousands of objects; pages (and plots) for each
+#: would take long and help nobody, so by default only the busiest get their own
+DEFAULT_MAX_OBJECTS = 200
+
 EPILOG = """\
 examples:
   ctracer callgraph sock.ctrace                   # → callgraph/sock/index.html
   ctracer callgraph sock.ctrace -o /tmp/report    # somewhere else
-  ctracer callgraph skb.ctrace --max-objects 200  # pages for the 200 busiest objects only
+  ctracer callgraph skb.ctrace --max-objects 0    # pages for every object, however many
 """
 
 
@@ -21,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="where to write the report (default: callgraph/<struct>/ "
                              "under the current directory); a previous report there is replaced")
-    parser.add_argument("--max-objects", type=int, default=None, metavar="N",
-                        help="write per-object pages only for the N objects with the most "
-                             "events (all objects still appear in the index and many_objects/)")
+    parser.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS, metavar="N",
+                        help="write per-object pages (timeline, changes, plots) for the N "
+                             "objects with the most events; 0 for all (default: "
+                             f"{DEFAULT_MAX_OBJECTS}); every object is still listed in the "
+                             "index and shown in many_objects/")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="draw no PNG plots (the slowest part on big traces); pages still "
+                             "list every change")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only where to look")
 
 
@@ -31,14 +40,14 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UsageError
     from ctracer.report import render_report
 
-    if args.max_objects is not None and args.max_objects < 1:
-        raise UsageError("--max-objects needs a positive number")
-    progress = None
-    if not args.quiet and sys.stderr.isatty():
-        def progress(message: str) -> None:
-            print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
-    result = render_report(args.trace, args.output, max_objects=args.max_objects,
-                           progress=progress)
+    if args.max_objects < 0:
+        raise UsageError("--max-objects needs a number of objects, or 0 for all")
+    def show_progress(message: str) -> None:
+        print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
+
+    progress = show_progress if not args.quiet and sys.stderr.isatty() else None
+    result = render_report(args.trace, args.output, max_objects=args.max_objects or None,
+                           plots=not args.no_plots, progress=progress)
     if progress:
         print("\r\033[K", end="", file=sys.stderr)
     index = os.path.abspath(result.index)

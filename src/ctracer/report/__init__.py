@@ -24,10 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def render_report(trace_path: str, out_dir: Optional[str] = None, *,
-                  max_objects: Optional[int] = None,
+                  max_objects: Optional[int] = None, plots: bool = True,
                   progress: Optional[Callable[[str], None]] = None) -> "RenderResult":
     """Render the trace at ``trace_path`` into ``out_dir`` (default
     ``callgraph/<struct>`` under the current directory) and say what was written."""
     from ctracer.report.html import render
 
-    return render(trace_path, out_dir, max_objects=max_objects, progress=progress)
+    return render(trace_path, out_dir, max_objects=max_objects, plots=plots,
+                  progress=progress)

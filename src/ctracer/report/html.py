@@ -29,11 +29,12 @@ from ctracer import __version__
 from ctracer.errors import CtracerError
 from ctracer.event import PHASE_ENTRY
 from ctracer.report import graph as graphs
-from ctracer.report import plots
+from ctracer.report import plots as plotting
 from ctracer.report.build import build_report
 from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
 from ctracer.report.names import StemAllocator, safe_component
+from ctracer.report.timeline import RowFormatter
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
 
@@ -103,8 +104,8 @@ def _copy_static(out_dir: str) -> None:
 class _Site:
     """Turns the report model into files; one instance per render."""
 
-    def __init__(self, data: ReportData, trace: Trace, out_dir: str):
-        self.data, self.out_dir = data, out_dir
+    def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
+        self.data, self.out_dir, self.plots = data, out_dir, plots
         self.env = _environment()
         self.fmt = ValueFormatter(trace.mini)
         self.layout = trace.mini
@@ -123,6 +124,8 @@ class _Site:
         if not self.dot:
             self.notes.append("graphviz's dot is not installed: call graphs are left out")
         self.generated = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.rows = RowFormatter(self.names, self.fmt, data.start_ns, self.retval,
+                                 self.cause_text)
 
     # ---------------------------------------------------------------- helpers
 
@@ -133,7 +136,9 @@ class _Site:
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.env.get_template(template).stream(**context).dump(path, encoding="utf-8")
+        text = self.env.get_template(template).render(**context)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
 
     def retval(self, row: Row) -> str:
         if row.phase == PHASE_ENTRY or row.retval is None:
@@ -157,52 +162,23 @@ class _Site:
     # ---------------------------------------------------------------- timelines
 
     def timeline_pages(self, rows: list[Row], use_object_depth: bool,
-                       show_object: bool) -> tuple[list[list[dict]], dict[int, str]]:
-        """Rows cut into pages of display dicts, and each row's page file by seq."""
+                       show_object: bool) -> tuple[list[list[Any]], dict[int, str]]:
+        """Rows cut into pages of finished ``<tr>`` markup, and each row's page by seq."""
         page_of: dict[int, str] = {}
-        pages: list[list[dict]] = []
-        names, fmt = self.names, self.fmt
+        pages: list[list[Any]] = []
+        render = self.rows.row
         for start in range(0, max(len(rows), 1), PAGE_ROWS):
             number = start // PAGE_ROWS + 1
             filename = "index.html" if number == 1 else f"timeline-{number}.html"
             page = []
             for row in rows[start:start + PAGE_ROWS]:
                 page_of[row.seq] = filename
-                entry = row.phase == PHASE_ENTRY
-                changes = []
-                if row.changes:
-                    for c in row.changes:
-                        changes.append((c.field, fmt.show(c.field, c.old),
-                                        fmt.show(c.field, c.new), self.cause_text(c)))
-                classes = ["entry" if entry else "exit"]
-                if changes:
-                    classes.append("changed")
-                if not row.matched:
-                    classes.append("unmatched")
-                if row.unreadable:
-                    classes.append("unreadable")
-                obj_label = obj_link = ""
-                if show_object and row.obj is not None:
-                    obj = self.data_objects[row.obj]
-                    obj_label = obj.label
-                    obj_link = self.object_href(row, "../")
-                page.append({
-                    "seq": row.seq,
-                    "time": format_offset(row.ts_ns - self.data.start_ns),
-                    "thread": f"{row.comm}/{row.tid}" if row.comm else str(row.tid),
-                    "cpu": row.cpu,
-                    "depth": row.object_depth if use_object_depth else row.depth,
-                    "function": names.get(row.function_id, f"function#{row.function_id}"),
-                    "entry": entry,
-                    "duration": format_duration(row.duration_ns),
-                    "retval": self.retval(row),
-                    "changes": changes,
-                    "classes": " ".join(classes),
-                    "matched": row.matched,
-                    "unreadable": row.unreadable,
-                    "object": obj_label,
-                    "object_link": obj_link,
-                })
+                cell = None
+                if show_object:
+                    obj = self.data_objects.get(row.obj) if row.obj is not None else None
+                    cell = (obj.label, self.object_href(row, "../")) if obj else ("", "")
+                page.append(render(row, row.object_depth if use_object_depth else row.depth,
+                                   cell))
             pages.append(page)
         return pages, page_of
 
@@ -235,7 +211,7 @@ class _Site:
                 "min": format_duration(min(stats.durations)) if stats.durations else "",
                 "max": format_duration(max(stats.durations)) if stats.durations else "",
                 "changes": stats.changed_fields,
-                "has_plot": bool(stats.durations),
+                "has_plot": self.plots and bool(stats.durations),
             })
         return out
 
@@ -258,7 +234,7 @@ class _Site:
 
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: list[Change], page_of: dict[int, str],
-                     series: dict[str, list[plots.Series]], show_object: bool,
+                     series: dict[str, list[plotting.Series]], show_object: bool,
                      limit: Optional[int]) -> None:
         by_field: dict[str, list[Change]] = {}
         for c in changes:
@@ -280,9 +256,9 @@ class _Site:
                                     if show_object and c.obj in self.rendered else ""),
                 })
             stem = self.field_stem[f.name]
-            has_plot = bool(found) and f.name in series
+            has_plot = self.plots and bool(found) and f.name in series
             if has_plot:
-                self.plot_jobs.append(plots.FieldPlot(
+                self.plot_jobs.append(plotting.FieldPlot(
                     os.path.join(self.out_dir, directory, f"{stem}.png"), f.name,
                     f"{f.name} — {title}", series[f.name]))
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
@@ -312,7 +288,7 @@ class _Site:
             d, obj.rows, title=obj.label, heading=f"{self.struct_title} {obj.label}",
             use_object_depth=True, show_object=False, graph_note=note, has_graph=has_graph,
             facts=facts, methods=self.method_rows(obj.methods))
-        series = {name: [plots.Series(obj.label, points, obj.last_ns - start)]
+        series = {name: [plotting.Series(obj.label, points, obj.last_ns - start)]
                   for name, points in obj.series.items() if len(points) > 1}
         self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
                           page_of, series, show_object=False, limit=None)
@@ -329,28 +305,28 @@ class _Site:
             heading=f"{self.struct_title}: all objects", use_object_depth=False,
             show_object=True, graph_note=note, has_graph=has_graph, facts=facts,
             methods=self.method_rows(data.methods))
-        series: dict[str, list[plots.Series]] = {}
+        series: dict[str, list[plotting.Series]] = {}
         busiest = sorted(data.objects, key=lambda o: -len(o.changes))[:10]
         for obj in sorted(busiest, key=lambda o: o.first_ns):
             for name, points in obj.series.items():
                 if len(points) > 1:
                     series.setdefault(name, []).append(
-                        plots.Series(obj.label, points, obj.last_ns - data.start_ns))
+                        plotting.Series(obj.label, points, obj.last_ns - data.start_ns))
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
                           changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL)
 
     def methods_page(self, trace: Trace) -> None:
         rows = self.method_rows(self.data.methods)
-        for stats in self.data.methods.values():
+        for stats in self.data.methods.values() if self.plots else ():
             if stats.durations:
-                self.plot_jobs.append(plots.DurationPlot(
+                self.plot_jobs.append(plotting.DurationPlot(
                     os.path.join(self.out_dir, METHODS_DIR,
                                  f"{self.function_stem[stats.function_id]}.png"),
                     f"{stats.name}: {len(stats.durations)} timed calls",
                     stats.call_times, stats.durations))
-        bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40]
+        bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40] if self.plots else []
         if bars:
-            self.plot_jobs.append(plots.CallCountPlot(
+            self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
                 "calls per method" + (" (40 busiest)" if len(rows) > 40 else ""), bars))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
@@ -394,9 +370,10 @@ class _Site:
 
 
 def render(trace_path: str, out_dir: Optional[str] = None, *,
-           max_objects: Optional[int] = None,
+           max_objects: Optional[int] = None, plots: bool = True,
            progress: Optional[Callable[[str], None]] = None) -> RenderResult:
-    """Render a trace file into a report directory (see the module docstring)."""
+    """Render a trace file into a report directory (see the module docstring); without
+    ``plots`` no PNG is drawn (pages then list changes without pictures)."""
     say = progress or (lambda _msg: None)
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -408,7 +385,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         data = build_report(trace, say)
         seconds["model"] = time.perf_counter() - clock
 
-        site = _Site(data, trace, out_dir)
+        site = _Site(data, trace, out_dir, plots)
         chosen = data.objects
         if max_objects is not None and 0 < max_objects < len(data.objects):
             busiest = sorted(data.objects, key=lambda o: (-len(o.rows), o.first_ns))
@@ -435,7 +412,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         seconds["graphs"] = time.perf_counter() - mark
         mark = time.perf_counter()
         say(f"drawing {len(site.plot_jobs)} plots")
-        plots.draw_all(site.plot_jobs, trace.mini, progress=say)
+        plotting.draw_all(site.plot_jobs, trace.mini, progress=say)
         seconds["plots"] = time.perf_counter() - mark
     finally:
         trace.close()
