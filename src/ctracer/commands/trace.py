@@ -73,6 +73,9 @@ def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
             at = words.index("--")
             words, command = words[:at], words[at + 1:]
         namespace, extras = parse(words, namespace)
+        if extras and not command:
+            parser.error(f"unrecognized arguments: {' '.join(extras)} "
+                         "(put the command to run after --)")
         namespace.command = command
         return namespace, extras
 
