@@ -67,6 +67,9 @@ def _to_sql_u64(v: Optional[int]) -> Optional[int]:
     return v - _U64 if v >= 1 << 63 else v
 
 
+to_sql_u64 = _to_sql_u64
+
+
 def _from_sql_u64(v: Optional[int]) -> Optional[int]:
     if v is None:
         return None
@@ -135,6 +138,13 @@ class TraceWriter:
                   depth: int, flags: int, snapshot: Optional[bytes]) -> None:
         self._pending.append((ts_ns, cpu, pid, tid, comm, function_id, phase,
                               _to_sql_u64(object), retval, depth, flags, snapshot))
+        if len(self._pending) >= self.batch:
+            self.flush()
+
+    def add_events(self, rows: Iterable[tuple]) -> None:
+        """Many events at once, each a tuple in `add_event`'s parameter order with the
+        object already converted by `to_sql_u64` (the recorder's fast path)."""
+        self._pending.extend(rows)
         if len(self._pending) >= self.batch:
             self.flush()
 
