@@ -18,7 +18,7 @@ import pytest
 from ctracer import dwarf
 from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, CompositeType, EnumType, FunctionType, Inline,
-                           ShapeKind, TypeGraph)
+                           QualifiedType, ShapeKind, TypeGraph)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dwarf"
 SOURCES = sorted(FIXTURES.glob("*.c"))
@@ -71,9 +71,13 @@ def pahole_layout(path: Path, name: str) -> dict:
     unit offset is the member's byte offset rounded down to its type's size (so bit can
     exceed the unit: ``0:20`` for a 20-bit field straddling a packed unit); the
     absolute bit offset is ``unit_offset * 8 + bit`` for DWARF 4 and 5 alike."""
-    text = run("pahole", "-C", name, str(path))
+    return parse_pahole_struct(run("pahole", "-C", name, str(path)))
+
+
+def parse_pahole_struct(text: str) -> dict:
+    """One struct/union as pahole prints it (see `pahole_layout`)."""
     members, size, alignment = [], None, 0
-    lines = text.splitlines()
+    lines = text.strip().splitlines()
     opened = []  # members-list lengths at each nested "{"
     for line in lines[1:-1]:
         m = COMMENT.search(line)
@@ -97,10 +101,14 @@ def pahole_layout(path: Path, name: str) -> dict:
     return {"members": members, "size": size, "alignment": alignment}
 
 
+ATTRIBUTE = re.compile(r"__attribute__\(\(\w+(?:\(\d+\))?\)\)")
+
+
 def _member_name(decl: str):
-    if decl.startswith("}"):
-        return None  # the closing line of an anonymous struct/union member
-    decl = re.sub(r"__attribute__\(\(.*\)\)", "", decl).strip()
+    if decl.startswith("}"):  # the closing line of a member defined in place
+        m = re.match(r"\}\s*(\w+)", ATTRIBUTE.sub("", decl))
+        return m.group(1) if m else None
+    decl = ATTRIBUTE.sub("", decl).strip()
     func = re.search(r"\(\*\s*(\w+)\)", decl)
     if func:
         return func.group(1)
@@ -187,14 +195,24 @@ def nm_functions(path: Path) -> dict[str, set[int]]:
 
 
 def pahole_order(graph: TypeGraph, tid: int, base: int = 0):
-    """Our members in pahole's print order: an anonymous struct/union member's own
-    members first, then the member itself (pahole prints it at its closing brace)."""
+    """Our members in pahole's print order.  pahole writes out the definition of a
+    member whose type has no name (``union { ... };`` or ``struct { ... } flags;``)
+    in place: its members first, then the member itself at the closing brace."""
     for m in graph[graph.strip(tid)].members:
-        inner = graph.strip(m.type)
         size = graph.size_of(m.type)
-        if m.name is None and isinstance(graph[inner], CompositeType):
-            yield from pahole_order(graph, inner, base + m.bit_offset)
+        inline = _unnamed_composite(graph, m.type)
+        if inline is not None:
+            yield from pahole_order(graph, inline, base + m.bit_offset)
         yield (m.name, base + m.bit_offset, size, m.alignment)
+
+
+def _unnamed_composite(graph: TypeGraph, tid):
+    """The struct/union a member is declared with, when it has no name (qualifiers
+    pass through, a typedef does not: pahole prints the typedef's name)."""
+    while tid is not None and isinstance(graph[tid], QualifiedType):
+        tid = graph[tid].target
+    t = graph[tid] if tid is not None else None
+    return tid if isinstance(t, CompositeType) and t.name is None else None
 
 
 @pytest.mark.parametrize("kind,name", source_structs())
