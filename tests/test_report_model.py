@@ -257,6 +257,49 @@ def test_names_decide_lifetimes_when_no_creation_function_was_traced(tmp_path):
     assert report.objects[1].started_by == "foo_new after foo_free (by name)"
 
 
+def test_one_call_reaching_objects_several_ways(tmp_path):
+    # A function with several table rows (a holder and a direct parameter; two
+    # parameters) emits one event per row, one after the other: that is one call.
+    # f(A) { sock_init_data(sock whose sk is still NULL, A); sk_clone(B, A) }
+    fns = [(1, "sock_init_data", "holder"), (2, "sock_init_data", "direct"),
+           (3, "sk_clone", "direct"), (4, "sk_clone", "direct"), (5, "f", "direct")]
+    report = write_trace(tmp_path / "t", fns, [
+        (100, 5, 5, "in", A, up()),
+        (110, 5, 1, "in", 0, None, None, FLAG_READ_FAILED),
+        (111, 5, 2, "in", A, up()),
+        (120, 5, 1, "out", A, up(1)),
+        (121, 5, 2, "out", A, up(1)),
+        (130, 5, 3, "in", B, up()),
+        (131, 5, 4, "in", A, up(1)),
+        (140, 5, 3, "out", B, up(2)),
+        (141, 5, 4, "out", A, up(1)),
+        (150, 5, 5, "out", A, up(1)),
+    ])
+    assert (report.unmatched_exits, report.unfinished_calls) == (0, 0)
+    a, b = report.objects
+    # on A's page each call shows once, by its readable event
+    assert [(r.ts_ns, r.object_depth) for r in a.rows] == [
+        (100, 0), (111, 1), (120, 1), (131, 1), (141, 1), (150, 0)]
+    assert not any(r.unreadable for r in a.rows)
+    assert [r.ts_ns for r in b.rows] == [130, 140]
+    calls = {m.name: (m.calls, m.durations) for m in report.methods.values()}
+    assert calls == {"f": (1, [50]), "sock_init_data": (1, [10]), "sk_clone": (1, [10])}
+    assert [(c.field, c.new, c.function) for c in a.changes] == [("count", 1, "sock_init_data")]
+    assert [(c.field, c.new, c.function) for c in b.changes] == [("count", 2, "sk_clone")]
+
+
+def test_recursion_is_not_mistaken_for_a_second_slot(tmp_path):
+    report = write_trace(tmp_path / "t", [(1, "walk", "direct")], [
+        (100, 5, 1, "in", A, up()),
+        (110, 5, 1, "in", A, up()),
+        (120, 5, 1, "out", A, up()),
+        (150, 5, 1, "out", A, up()),
+    ])
+    assert [r.depth for r in report.rows] == [0, 1, 1, 0]
+    assert [r.duration_ns for r in report.rows] == [None, None, 10, 50]
+    assert report.methods[1].calls == 2
+
+
 def test_error_pointers_are_not_objects(tmp_path):
     fns = [(1, "obj_alloc", "returns")]
     report = write_trace(tmp_path / "t", fns, [

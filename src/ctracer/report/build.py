@@ -20,7 +20,7 @@ import bisect
 import datetime
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY
@@ -28,7 +28,7 @@ from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Cha
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
-from ctracer.tracefile import Trace
+from ctracer.tracefile import FunctionRow, Trace
 
 _U64_MASK = (1 << 64) - 1
 _ERR_PTR_LOWEST = (1 << 64) - 4095  # the kernel's ERR_PTR(-MAX_ERRNO)
@@ -42,10 +42,27 @@ _LOOKUP_LIKE = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|la
 
 @dataclass(slots=True)
 class _Frame:
+    """One call on a thread.  A function reaching the object in several ways (a holder
+    and a direct parameter, two parameters, a parameter and its return value) has one
+    functions-table row per way, and each row ("slot") emits its own entry and exit
+    event, one after the other: they all belong to this one call."""
+
     function_id: int
-    index: int        # of the entry row in the global (time-ordered) row list
-    address: int      # 0 while a creation function has not returned yet
     ts_ns: int
+    index: int        # first entry row (position in the time-ordered rows)
+    depth: int
+    caller: int
+    entries: dict[int, int] = field(default_factory=dict)  # slot -> entry row index
+    exits: dict[int, int] = field(default_factory=dict)    # slot -> exit row index
+
+
+class _Thread:
+    __slots__ = ("stack", "last_entry", "last_exit")
+
+    def __init__(self) -> None:
+        self.stack: list[_Frame] = []
+        self.last_entry: Optional[_Frame] = None  # the frame the thread's last event opened
+        self.last_exit: Optional[_Frame] = None   # the frame the thread's last event closed
 
 
 class _Lifetimes:
@@ -127,16 +144,24 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
             return [v]
         if isinstance(decoded, list):
             return [str(x) for x in decoded]
-        return [str(decoded)]
+        return [] if decoded is None else [str(decoded)]
 
-    def when(key: str) -> str:
-        v = trace.meta.get(key)
-        if v is None:
+    def when(*keys: str) -> str:
+        key = next((k for k in keys if trace.meta.get(k) is not None), None)
+        if key is None:
             return ""
+        v = trace.meta[key]
         try:
             number = float(json.loads(v))
         except (ValueError, TypeError):
-            return text(key)
+            try:  # ISO 8601, as the recorder writes it
+                stamp = datetime.datetime.fromisoformat(text(key))
+            except ValueError:
+                return text(key)
+            if stamp.tzinfo is not None:
+                stamp = stamp.astimezone(datetime.timezone.utc)
+                return stamp.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+            return stamp.strftime("%Y-%m-%d %H:%M:%S")
         if number > 1e12:  # ns since the epoch
             number /= 1e9
         stamp = datetime.datetime.fromtimestamp(number, tz=datetime.timezone.utc)
@@ -155,9 +180,11 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
     failed = [f for f in functions if f.attached and not _attached_fully(f.attached)]
     return TraceSummary(
         struct_name=trace.struct_name, struct_kind=trace.struct_kind,
-        target=text("target"), host=text("host"), kernel_release=text("kernel_release"),
-        argv=words("argv"), command=words("command"),
-        started_at=when("started_at"), ended_at=when("ended_at"),
+        target=text("target") or text("binary"), host=text("host"),
+        kernel_release=text("kernel_release"), argv=words("argv"), command=words("command"),
+        pid=text("pid") if text("pid") not in ("", "null") else "",
+        stopped_by=text("stopped_by"),
+        started_at=when("started_at", "start_time"), ended_at=when("ended_at", "end_time"),
         events=events, events_claimed=count("events"),
         lost_events=count("lost_events") or 0, full_layout=text("full_layout"),
         trace_path=trace.path, functions=functions, failed_probes=failed)
@@ -168,16 +195,47 @@ def _attached_fully(attached: str) -> bool:
     return {"entry", "exit"} <= parts
 
 
+def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:
+    """Functions-table rows of the same function (same name, unit and address) → the
+    smallest of their ids, which then stands for the function."""
+    first: dict[tuple, int] = {}
+    out = {}
+    for fid in sorted(functions):
+        f = functions[fid]
+        out[fid] = first.setdefault((f.name, f.unit, f.address), fid)
+    return out
+
+
+def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> dict[int, str]:
+    """Names to show, telling apart different functions of the same name (statics of
+    several compile units): ``sk_check (tcp.c)``."""
+    by_name: dict[str, set[int]] = {}
+    for fid, c in canon.items():
+        by_name.setdefault(functions[fid].name, set()).add(c)
+    out = {}
+    for fid, c in canon.items():
+        f = functions[c]
+        if len(by_name[f.name]) == 1:
+            out[fid] = f.name
+        elif f.unit and len({functions[o].unit for o in by_name[f.name]}) == len(by_name[f.name]):
+            out[fid] = f"{f.name} ({f.unit})"
+        else:
+            out[fid] = f"{f.name} @0x{f.address or 0:x}" if f.address else f"{f.name} #{c}"
+    return out
+
+
 def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None) -> ReportData:
     """Read every event of ``trace`` once and build the report model."""
     say = progress or (lambda _msg: None)
-    names: dict[int, str] = {fid: f.name for fid, f in trace.functions.items()}
+    canon = _canonical_ids(trace.functions)
+    raw: dict[int, str] = {fid: f.name for fid, f in trace.functions.items()}
+    names = _display_names(trace.functions, canon)
     reach: dict[int, str] = {fid: f.reach for fid, f in trace.functions.items()}
-    creators = {fid for fid, r in reach.items()
-                if r == "returns" and not _LOOKUP_LIKE.search(names[fid])}
+    creators = {fid for fid, r in reach.items()  # slots, not functions
+                if r == "returns" and not _LOOKUP_LIKE.search(raw[fid])}
     use_names = not any(r == "returns" for r in reach.values())
-    free_like = {fid for fid, n in names.items() if _FREE_LIKE.search(n)}
-    alloc_like = {fid for fid, n in names.items() if _ALLOC_LIKE.search(n)}
+    free_like = {fid for fid, n in raw.items() if _FREE_LIKE.search(n)}
+    alloc_like = {fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)}
 
     def name_of(fid: int) -> str:
         n = names.get(fid)
@@ -185,91 +243,148 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
             n = names[fid] = f"function#{fid}"
         return n
 
-    # ---- pass 1: pair calls, resolve creation functions' objects, find lifetimes
+    # ---- pass 1: pair calls, resolve objects known only at exit, find lifetimes
     rows: list[Row] = []
-    stacks: dict[int, list[_Frame]] = {}
-    open_on: dict[tuple[int, int], int] = {}  # (tid, address) -> open calls on it
+    frames: list[_Frame] = []
+    threads: dict[int, _Thread] = {}
     lifetimes = _Lifetimes()
-    unmatched_exits = unfinished = 0
+    #: rows whose object became known at their call's exit: that exit's position decides
+    #: which lifetime they belong to (the object was made during the call)
+    lifetime_at: dict[int, int] = {}
+    unmatched_exits = 0
 
     # recording order across CPUs is not time order; a thread's events are in time order
     ordered = sorted(trace.events(), key=lambda e: (e.ts_ns, e.seq))
     for index, ev in enumerate(ordered):
-        row = Row(ev.seq, ev.ts_ns, ev.cpu, ev.pid, ev.tid, ev.comm, ev.function_id,
-                  ev.phase, ev.object, ev.retval, ev.flags)
-        stack = stacks.setdefault(ev.tid, [])
-        fid = ev.function_id
+        slot = ev.function_id
+        fid = canon.get(slot, slot)
+        row = Row(ev.seq, ev.ts_ns, ev.cpu, ev.pid, ev.tid, ev.comm, fid, ev.phase,
+                  ev.object, ev.retval, ev.flags, slot=slot)
+        th = threads.get(ev.tid)
+        if th is None:
+            th = threads[ev.tid] = _Thread()
+        stack = th.stack
         if ev.phase == PHASE_ENTRY:
-            row.depth = len(stack)
-            if stack:
-                row.caller_id = stack[-1].function_id
-            address = ev.object
-            if address:
-                key = (ev.tid, address)
-                row.object_depth = open_on.get(key, 0)
-                open_on[key] = row.object_depth + 1
-                lifetimes.seen(address, index, name_of(fid))
-                if use_names and fid in alloc_like:
-                    lifetimes.maybe_reallocated(address, index, name_of(fid))
-            stack.append(_Frame(fid, index, address, ev.ts_ns))
+            frame = th.last_entry
+            if not (frame is not None and stack and stack[-1] is frame
+                    and frame.function_id == fid and slot not in frame.entries):
+                frame = _Frame(fid, ev.ts_ns, index, len(stack),
+                               stack[-1].function_id if stack else -1)
+                stack.append(frame)
+                frames.append(frame)
+            frame.entries[slot] = index
+            row.depth, row.caller_id = frame.depth, frame.caller
+            th.last_entry, th.last_exit = frame, None
+            if ev.object:
+                lifetimes.seen(ev.object, index, name_of(fid))
+                if use_names and slot in alloc_like:
+                    lifetimes.maybe_reallocated(ev.object, index, name_of(fid))
         else:
-            at = -1
+            frame = None
             if not ev.flags & FLAG_NO_ENTRY:
-                for i in range(len(stack) - 1, -1, -1):
-                    if stack[i].function_id == fid:
-                        at = i
-                        break
-            if at < 0:
+                last = th.last_exit
+                if (last is not None and last.function_id == fid and slot in last.entries
+                        and slot not in last.exits):
+                    frame = last  # the next slot of the call that just returned
+                else:
+                    for i in range(len(stack) - 1, -1, -1):
+                        if stack[i].function_id == fid:
+                            frame = stack[i]
+                            del stack[i:]  # frames above it lost their exits
+                            break
+            th.last_entry = None
+            th.last_exit = frame
+            if frame is None:
                 row.matched = False
                 row.depth = len(stack)
                 unmatched_exits += 1
                 if ev.object:
-                    row.object_depth = open_on.get((ev.tid, ev.object), 0)
                     lifetimes.seen(ev.object, index, name_of(fid))
             else:
-                for lost in stack[at + 1:]:
-                    rows[lost.index].matched = False
-                    unfinished += 1
-                    _close(open_on, ev.tid, lost.address)
-                frame = stack[at]
-                del stack[at:]
-                row.depth = at
-                row.duration_ns = ev.ts_ns - frame.ts_ns
-                address = ev.object or frame.address
-                if not address and fid in creators and _is_pointer(ev.retval):
+                frame.exits[slot] = index
+                row.depth = frame.depth
+                entry_index = frame.entries.get(slot)
+                entry = rows[entry_index] if entry_index is not None else None
+                row.duration_ns = ev.ts_ns - (entry.ts_ns if entry else frame.ts_ns)
+                address = ev.object or (entry.address if entry else 0)
+                if not address and slot in creators and _is_pointer(ev.retval):
                     address = ev.retval & _U64_MASK
                 row.address = address
-                if frame.address:
-                    _close(open_on, ev.tid, frame.address)
-                elif address:
-                    _resolve_pending(rows, frame, index, ev.tid, address, open_on)
+                if entry is not None and not entry.address and address:
+                    entry.address = address
+                    lifetime_at[entry_index] = index
                 if address:
-                    row.object_depth = open_on.get((ev.tid, address), 0)
                     lifetimes.seen(address, index, name_of(fid))
-                if fid in creators and _is_pointer(ev.retval):
+                if slot in creators and _is_pointer(ev.retval):
                     returned = ev.retval & _U64_MASK
                     lifetimes.seen(returned, frame.index, name_of(fid))
                     lifetimes.returned(returned, frame.index, name_of(fid))
-                if use_names and address and fid in free_like:
+                if use_names and address and slot in free_like:
                     lifetimes.freed(address, name_of(fid))
         rows.append(row)
         if len(rows) % 100_000 == 0:
             say(f"read {len(rows)} events")
-    for stack in stacks.values():
-        for frame in stack:
-            rows[frame.index].matched = False
-            unfinished += 1
+
+    # ---- calls: one per frame, however many slots it had
+    all_methods: dict[int, MethodStats] = {}
+    start_ns = rows[0].ts_ns if rows else 0  # rows are in time order
+    unfinished = 0
+    duplicate: set[int] = set()
+    for frame in frames:
+        stats = all_methods.get(frame.function_id)
+        if stats is None:
+            stats = all_methods[frame.function_id] = MethodStats(
+                frame.function_id, name_of(frame.function_id))
+        stats.calls += 1
+        if frame.exits:
+            end = min(rows[i].ts_ns for i in frame.exits.values())
+            stats.durations.append(end - frame.ts_ns)
+            stats.call_times.append(frame.ts_ns - start_ns)
+        for slot, i in frame.entries.items():
+            if slot not in frame.exits:
+                rows[i].matched = False
+                unfinished += 1
+        # slots of one call that reach the same object show it once, by a readable event
+        for table in (frame.entries, frame.exits):
+            if len(table) > 1:
+                kept: dict[int, int] = {}
+                for i in table.values():
+                    address = rows[i].address
+                    if not address:
+                        continue
+                    j = kept.get(address)
+                    if j is None:
+                        kept[address] = i
+                    elif rows[j].flags & FLAG_READ_FAILED and not rows[i].flags & FLAG_READ_FAILED:
+                        duplicate.add(j)
+                        kept[address] = i
+                    else:
+                        duplicate.add(i)
+    for row in rows:
+        if not row.matched and row.phase != PHASE_ENTRY:
+            stats = all_methods.get(row.function_id)
+            if stats is None:
+                stats = all_methods[row.function_id] = MethodStats(
+                    row.function_id, name_of(row.function_id))
+            stats.calls += 1  # an exit whose entry was lost: the call happened
 
     # ---- objects, in order of first appearance
     objects: dict[ObjectKey, ObjectTimeline] = {}
     lifetimes_per_address: dict[int, int] = {
         a: 1 + len(lifetimes.starts.get(a, ())) for a in lifetimes.first_seen}
     null_events = 0
+    kept_rows: list[Row] = []
+    kept_events = []
     for index, row in enumerate(rows):
+        if index in duplicate:
+            continue
+        kept_rows.append(row)
+        kept_events.append(ordered[index])
         if not row.address:
             null_events += 1
             continue
-        key = ObjectKey(row.address, lifetimes.lifetime_of(row.address, index))
+        at = lifetime_at.get(index, index)
+        key = ObjectKey(row.address, lifetimes.lifetime_of(row.address, at))
         row.obj = key
         obj = objects.get(key)
         if obj is None:
@@ -279,25 +394,26 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
                 object_dir(key.address, key.lifetime), lifetimes.reason(key))
         obj.rows.append(row)
         obj.threads.add(row.tid)
+    rows = kept_rows
+    for obj in objects.values():
+        _object_depths(obj.rows)
 
-    # ---- pass 2: field changes and method statistics
-    all_methods: dict[int, MethodStats] = {}
+    # ---- pass 2: field changes and per-object method statistics
     last_bytes: dict[ObjectKey, Optional[bytes]] = {}
     last_values: dict[ObjectKey, dict[str, Any]] = {}
-    start_ns = rows[0].ts_ns if rows else 0  # rows are in time order
     fields = [f.name for f in trace.mini.fields]
-    for row, ev in zip(rows, ordered):
-        _count_call(all_methods, row, name_of, start_ns)
+    for row, ev in zip(rows, kept_events):
         key = row.obj
         if key is None:
             continue
         obj = objects[key]
         _count_call(obj.methods, row, name_of, start_ns)
         if ev.flags & FLAG_READ_FAILED:
-            row.unreadable = True
-            obj.unreadable += 1
+            if ev.object:  # an object the probe could not read (no object yet is normal)
+                row.unreadable = True
+                obj.unreadable += 1
             continue
-        if ev.snapshot is None:  # e.g. the entry of a creation function: no object yet
+        if ev.snapshot is None:
             continue
         if last_bytes.get(key) == ev.snapshot:
             continue
@@ -324,8 +440,8 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
             row.changes.append(change)
             obj.changes.append(change)
             obj.series[name].append((ts, values[name]))
-        if function_id >= 0:
-            for table in (obj.methods, all_methods):
+        for table in (obj.methods, all_methods):
+            if function_id >= 0:
                 stats = table.get(function_id)
                 if stats is None:  # a caller working on this object through another one
                     stats = table[function_id] = MethodStats(function_id, name_of(function_id))
@@ -340,11 +456,28 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
         rule = "none: the traced creation functions all look like lookups"
     say(f"{len(rows)} events, {len(objects)} objects")
     return ReportData(
-        summary=_summary(trace, len(rows)),
+        summary=_summary(trace, len(ordered)),
         objects=list(objects.values()),
-        rows=rows, methods=all_methods, function_names=names, start_ns=start_ns,
+        rows=rows, methods=all_methods, function_names=names, canonical=canon,
+        start_ns=start_ns,
         lifetime_rule=rule, null_object_events=null_events,
         unmatched_exits=unmatched_exits, unfinished_calls=unfinished)
+
+
+def _object_depths(rows: list[Row]) -> None:
+    """Nesting among one object's calls, per thread: a call on the object made inside
+    another call on it is one level deeper."""
+    stacks: dict[int, list[int]] = {}
+    for row in rows:
+        stack = stacks.setdefault(row.tid, [])
+        if row.phase == PHASE_ENTRY:
+            row.object_depth = len(stack)
+            stack.append(row.function_id)
+        else:
+            if row.function_id in stack:
+                while stack.pop() != row.function_id:
+                    pass
+            row.object_depth = len(stack)
 
 
 def _is_pointer(retval: Optional[int]) -> bool:
@@ -352,30 +485,6 @@ def _is_pointer(retval: Optional[int]) -> bool:
     if not retval:
         return False
     return (retval & _U64_MASK) < _ERR_PTR_LOWEST
-
-
-def _close(open_on: dict[tuple[int, int], int], tid: int, address: int) -> None:
-    if not address:
-        return
-    key = (tid, address)
-    n = open_on.get(key, 0) - 1
-    if n > 0:
-        open_on[key] = n
-    else:
-        open_on.pop(key, None)
-
-
-def _resolve_pending(rows: list[Row], frame: _Frame, exit_index: int, tid: int,
-                     address: int, open_on: dict[tuple[int, int], int]) -> None:
-    """A creation function returned ``address``: its entry row is on that object, and
-    the calls on the object it made meanwhile nest inside it."""
-    entry = rows[frame.index]
-    entry.address = address
-    entry.object_depth = open_on.get((tid, address), 0)
-    for i in range(frame.index + 1, exit_index):
-        r = rows[i]
-        if r.tid == tid and r.address == address:
-            r.object_depth += 1
 
 
 def _count_call(table: dict[int, MethodStats], row: Row,

@@ -114,7 +114,9 @@ class _Site:
         fields = StemAllocator("field")
         self.field_stem = {f.name: fields.stem(f.name, f.name) for f in trace.mini.fields}
         functions = StemAllocator("function")
-        self.function_stem = {fid: functions.stem(fid, name) for fid, name in self.names.items()}
+        self.function_stem = {fid: functions.stem(fid, f.name)
+                              for fid, f in sorted(trace.functions.items())
+                              if data.canonical.get(fid, fid) == fid}
         self.data_objects = {o.key: o for o in data.objects}
         self.rendered: dict[Any, ObjectTimeline] = {}
         self.svg_jobs: list[graphs.SvgJob] = []
@@ -330,8 +332,10 @@ class _Site:
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
                 "calls per method" + (" (40 busiest)" if len(rows) > 40 else ""), bars))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
-        functions = [{"name": f.name, "reach": f.reach, "via": f.via, "unit": f.unit,
-                      "attached": f.attached, "called": f.id in called}
+        canonical = self.data.canonical
+        functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
+                      "unit": f.unit, "attached": f.attached,
+                      "called": canonical.get(f.id, f.id) in called}
                      for f in self.data.summary.functions]
         self.write(f"{METHODS_DIR}/index.html", "methods.html", title="methods",
                    heading=f"{self.struct_title}: methods", methods=rows,
@@ -354,11 +358,13 @@ class _Site:
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
+        distinct = len({(f.name, f.unit, f.address) for f in data.summary.functions})
         duration = (data.rows[-1].ts_ns - start) if data.rows else 0
         self.write("index.html", "index.html", title=self.struct_title,
                    heading=self.struct_title, objects=objects,
                    rendered=len(self.rendered), objects_total=objects_total,
                    reach_counts=sorted(reach_counts.items()), data=data,
+                   function_count=distinct,
                    trace_span=format_duration(duration) or "0 ns",
                    mini_fields=self.layout.fields, notes=self.notes,
                    trace_name=os.path.basename(data.summary.trace_path))

@@ -59,7 +59,7 @@ class Row:
     pid: int
     tid: int
     comm: str
-    function_id: int
+    function_id: int        # the function (one id even when it has several table rows)
     phase: int
     address: int            # the object address (resolved at exit for creation functions)
     retval: Optional[int]
@@ -72,6 +72,7 @@ class Row:
     obj: Optional[ObjectKey] = None
     changes: Optional[list[Change]] = None
     unreadable: bool = False  # the probe could not read the object
+    slot: int = -1          # the functions-table row the event came from (the object's reach)
 
     @property
     def is_entry(self) -> bool:
@@ -148,6 +149,8 @@ class TraceSummary:
     kernel_release: str
     argv: list[str]
     command: list[str]
+    pid: str               # the process followed (-p), when one was
+    stopped_by: str        # why the recording ended
     started_at: str
     ended_at: str
     events: int            # rows in the trace
@@ -167,7 +170,8 @@ class ReportData:
     objects: list[ObjectTimeline]          # by first appearance
     rows: list[Row]                        # every event, in recording order
     methods: dict[int, MethodStats]        # over all objects
-    function_names: dict[int, str]
+    function_names: dict[int, str]        # display names, by functions-table id
+    canonical: dict[int, int]              # functions-table id -> the id standing for its function
     start_ns: int                          # timestamp of the first event
     lifetime_rule: str                     # how address reuse was detected
     null_object_events: int = 0            # events with no object address

@@ -11,6 +11,9 @@ from typing import Any, Optional, Sequence
 
 from ctracer.event import Field, Layout
 
+#: numeric fields taking at most this many values are plotted as labelled levels
+FEW_VALUES = 5
+
 #: the y axis of a plot: numeric positions and, for categorical kinds, their labels
 AxisTicks = Optional[list[tuple[float, str]]]
 
@@ -67,6 +70,8 @@ class ValueFormatter:
             return repr(value) if isinstance(value, str) else str(value)
         if kind == "float":
             return f"{value:g}"
+        if kind == "uint" and value >= 1 << 32:
+            return f"0x{value:x}"  # address pairs, masks, cookies: hex reads better
         return str(value)
 
     def is_categorical(self, field: str) -> bool:
@@ -94,10 +99,12 @@ class ValueFormatter:
                 order[v] = float(len(order))
             return ([order[v] for v in values],
                     [(p, _shorten(self.show(field, v))) for v, p in order.items()])
-        if kind == "char":
-            distinct = sorted(set(values))
-            ticks = [(float(v), _char(v)) for v in distinct] if len(distinct) <= 16 else None
-            return [float(v) for v in values], ticks
+        distinct = sorted(set(values))
+        if len(distinct) <= FEW_VALUES or (kind == "char" and len(distinct) <= 16):
+            # a field that takes a handful of values reads best as labelled levels
+            pos = {v: float(i) for i, v in enumerate(distinct)}
+            return [pos[v] for v in values], [(pos[v], _shorten(self.show(field, v)))
+                                              for v in distinct]
         return [float(v) for v in values], None
 
 
