@@ -27,6 +27,7 @@ import pytest
 
 from ctracer import dwarf
 from ctracer import dwarf_scan as ds
+from ctracer import dwarf_units as du
 from ctracer.model import ShapeKind
 from test_dwarf import need, pahole_order, parse_pahole_struct
 
@@ -78,7 +79,7 @@ def units_defining(path: Path, unit_names: set, kind: str, name: str) -> dict:
         scanner.read_unit_die()
         if scanner.tables.name in unit_names:
             tables = scanner.scan()
-            answer[tables.name] = any(c[1] == name and ds.COMPOSITE_TAGS[c[0]] == kind
+            answer[tables.name] = any(c[1] == name and du.COMPOSITE_TAGS[c[0]] == kind
                                       for c in tables.composites.values())
     return answer
 

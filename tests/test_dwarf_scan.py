@@ -14,6 +14,7 @@ import pytest
 
 from ctracer import dwarf
 from ctracer import dwarf_scan as ds
+from ctracer import dwarf_units as du
 from test_dwarf import SOURCES, VARIANTS, need
 
 
@@ -45,7 +46,7 @@ def scanned(path: Path, workers: int = 1) -> list:
 def walked(path: Path) -> list:
     model = dwarf.DwarfTypes(str(path), dwarf.read_elf_headers(str(path)), use_cache=False)
     known: set = set()
-    return [ds.summarize_unit(tables, known) for tables in model._walk_units()]
+    return [du.summarize_unit(tables, known) for tables in model._walk_units()]
 
 
 def assert_same_summaries(fast: list, reference: list) -> None:
@@ -86,7 +87,7 @@ def test_parallel_scan_matches_serial(scan_dir):
     serial, parallel = scanned(out, 1), scanned(out, 2)
     # each worker keeps its own first definitions; merged, the first unit's wins
     assert [s.unit for s in parallel] == [s.unit for s in serial]
-    merged, reference = dwarf.assemble_rows(parallel), dwarf.assemble_rows(serial)
+    merged, reference = du.assemble_rows(parallel), du.assemble_rows(serial)
     assert merged.functions == reference.functions
     assert merged.structs == reference.structs
     assert [r[1] for r in merged.structs].count("shared") == 1
@@ -110,10 +111,10 @@ def test_unsupported_dwarf_falls_back_to_pyelftools(variant, monkeypatch):
 
 def test_member_bit_offsets_follow_both_conventions():
     # DWARF 5 / clang: data_bit_offset is the answer
-    assert ds.member_bit_offset(None, 75, None, None, 4, 0, False) == 75
+    assert du.member_bit_offset(None, 75, None, None, 4, 0, False) == 75
     # GCC DWARF 4: 4-byte unit at byte 8, bit_offset 30 counted from the MSB, 2 bits wide
-    assert ds.member_bit_offset(8, None, 30, 4, 2, 0, False) == 64 + 32 - 30 - 2
+    assert du.member_bit_offset(8, None, 30, 4, 2, 0, False) == 64 + 32 - 30 - 2
     # clang DWARF 4 straddling a packed unit: negative bit_offset
-    assert ds.member_bit_offset(0, None, -8, 4, 20, 0, False) == 20
+    assert du.member_bit_offset(0, None, -8, 4, 20, 0, False) == 20
     # big-endian targets count from the MSB already
-    assert ds.member_bit_offset(8, None, 30, 4, 2, 0, True) == 64 + 30
+    assert du.member_bit_offset(8, None, 30, 4, 2, 0, True) == 64 + 30

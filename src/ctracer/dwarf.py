@@ -20,14 +20,14 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from ctracer import dwarf_scan as ds
-from ctracer.errors import CtracerError, InputFileError, UnknownType
+from ctracer import dwarf_units as du
+from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
-                           FunctionInfo, FunctionType, Inline, MemberInfo, MemoryCatalog,
-                           Member, Parameter, PointerType, QualifiedType, ShapeKind,
-                           StructInfo, TracepointInfo, TypeGraph, TypeId, TypeShape, Typedef)
+                           FunctionType, Member, PointerType, QualifiedType, ShapeKind,
+                           TypeGraph, TypeId, Typedef)
 
 ELF_MAGIC = b"\x7fELF"
 SHT_NOTE = 7
@@ -239,7 +239,7 @@ def open_elf_types(path: str, use_cache: bool = True):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-2"
+CACHE_PRODUCER = "dwarf-3"
 
 
 class DwarfTypes:
@@ -266,7 +266,7 @@ class DwarfTypes:
                 self._catalog = self._cached() or self._build_cached()
             if self._catalog is None:
                 rows = self.catalog_rows()
-                self._catalog = catalog_from_rows(rows)
+                self._catalog = du.catalog_from_rows(rows)
                 self._locations = {(k, n): off for k, n, _s, _m, off in rows.structs}
         return self._catalog
 
@@ -297,19 +297,19 @@ class DwarfTypes:
         try:
             with cache.CatalogWriter(key, "dwarf", CACHE_PRODUCER, identity,
                                      self.description) as writer:
-                store_rows(rows, writer)
+                du.store_rows(rows, writer)
             return cache.SqliteCatalog(cache.cache_path(key, "dwarf"))
         except (OSError, sqlite3.Error):
             self._locations = {(k, n): off for k, n, _s, _m, off in rows.structs}
-            return catalog_from_rows(rows)
+            return du.catalog_from_rows(rows)
 
-    def catalog_rows(self) -> "CatalogRows":
+    def catalog_rows(self) -> "du.CatalogRows":
         """Every unit summarized and merged, each function with its chosen address."""
         summaries, declared_rows = self._summaries()
-        rows = assemble_rows(summaries, declared_rows)
+        rows = du.assemble_rows(summaries, declared_rows)
         symbols = function_symbols(self.headers) if any(
             len(f[2]) > 1 for f in rows.functions) else {}
-        rows.functions = [f[:2] + (choose_address(f[0], f[6], f[2], symbols),) + f[3:]
+        rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
                           for f in rows.functions]
         return rows
 
@@ -325,7 +325,7 @@ class DwarfTypes:
                                                                         offsets)
         except ds.UnsupportedDwarf:
             known_structs: set = set()
-            summaries = [ds.summarize_unit(tables, known_structs)
+            summaries = [du.summarize_unit(tables, known_structs)
                          for tables in self._walk_units()]
             return summaries, self._declared_rows_elftools
 
@@ -336,10 +336,10 @@ class DwarfTypes:
         for offset in offsets:
             tables = walker.walk(dwarf.get_CU_containing(offset))
             sp = next(sp for sp in tables.subprograms if sp.offset == offset)
-            rows.append(ds.function_row(tables, ds.ShapeResolver(tables.types), sp))
+            rows.append(du.function_row(tables, du.ShapeResolver(tables.types), sp))
         return rows
 
-    def _walk_units(self) -> Iterable[ds.UnitTables]:
+    def _walk_units(self) -> Iterable[du.UnitTables]:
         dwarf = self.dwarfinfo()
         walker = ElftoolsUnitWalker(dwarf, self.headers.big_endian)
         for cu in dwarf.iter_CUs():
@@ -406,166 +406,20 @@ def function_symbols(headers: ElfHeaders) -> dict[int, set]:
     return names
 
 
-# ------------------------------------------------------------------ catalog assembly
-
-
-@dataclass
-class CatalogRows:
-    """All units' summaries merged: plain tuples, as `dwarf_scan.UnitSummary` defines."""
-
-    functions: list
-    structs: list
-    tracepoints: list
-    notes: list
-
-
-def assemble_rows(summaries: Iterable[ds.UnitSummary],
-                  declared_rows: Optional[Callable[[list], list]] = None) -> CatalogRows:
-    """Merge unit summaries: attach cross-unit concrete copies to their abstract function,
-    fold identical inline-only copies of header functions, keep the first definition of
-    each struct name and of each tracepoint.  Functions that are declared but defined
-    nowhere in the DWARF (assembly, static-call trampolines, other objects) are added
-    from their declarations by ``declared_rows(offsets)``."""
-    functions, orphans, structs, tracepoints, declared = [], [], [], {}, {}
-    seen_structs = set()
-    for s in summaries:
-        functions.extend(s.functions)
-        orphans.extend(s.orphans)
-        for name, offset in s.declarations:
-            declared.setdefault(name, offset)
-        for row in s.structs:
-            if (row[0], row[1]) not in seen_structs:
-                seen_structs.add((row[0], row[1]))
-                structs.append(row)
-        for name, params in s.tracepoints:
-            tracepoints.setdefault(name, params)
-    if orphans:
-        functions = _attach_orphans(functions, orphans)
-    functions = _fold_inline_copies(functions)
-    inlined_only = sum(1 for f in functions if not f[2] and f[4] in ("inlined", "declared_inlined"))
-    notes = []
-    defined = {f[0] for f in functions}
-    undefined = sorted(off for name, off in declared.items() if name not in defined)
-    if undefined and declared_rows is not None:
-        functions.extend(declared_rows(undefined))
-        notes.append(f"{len(undefined)} functions are only declared (defined in assembly or"
-                     " outside this file's DWARF); they are listed without an address")
-    if inlined_only:
-        notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
-    statics = {}
-    for f in functions:
-        if not f[3]:
-            statics[f[0]] = statics.get(f[0], 0) + 1
-    shared = sum(1 for n in statics.values() if n > 1)
-    if shared:
-        notes.append(f"{shared} static function names are defined in several compile units;"
-                     " each copy is listed as name@unit")
-    return CatalogRows(functions, structs, sorted(tracepoints.items()), notes)
-
-
-def _attach_orphans(functions: list, orphans: list) -> list:
-    by_offset = {f[11]: i for i, f in enumerate(functions)}
-    functions = list(functions)
-    for origin, address in orphans:
-        i = by_offset.get(origin)
-        if i is not None:
-            f = functions[i]
-            functions[i] = f[:2] + (f[2] + (address,),) + f[3:]
-    return functions
-
-
-def _fold_inline_copies(functions: list) -> list:
-    """A static inline function of a header appears, inlined only, in every unit using it;
-    those copies have no address and the same declaration: keep one."""
-    kept, seen = [], set()
-    for f in functions:
-        if not f[2] and not f[3] and f[4] in ("inlined", "declared_inlined"):
-            key = (f[0], f[7], f[8])
-            if key in seen:
-                continue
-            seen.add(key)
-        kept.append(f)
-    return kept
-
-
-def shape_from_tuple(t: tuple) -> TypeShape:
-    kind, name, pointers, const, text = t
-    return TypeShape(ShapeKind(kind), name, pointers, const, text)
-
-
-def catalog_from_rows(rows: CatalogRows) -> MemoryCatalog:
-    """A `MemoryCatalog` of assembled rows (functions carrying their chosen address)."""
-    shapes: dict = {}
-
-    def shape(t):
-        s = shapes.get(t)
-        if s is None:
-            s = shapes[t] = shape_from_tuple(t)
-        return s
-
-    functions = []
-    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
-         params, returns, _offset) in rows.functions:
-        functions.append(FunctionInfo(
-            name=name, params=tuple(Parameter(p, shape(s)) for p, s in params),
-            returns=shape(returns), unit=unit, address=address, external=external,
-            inline=Inline(inline), inlined_only=_inlined_only(address, inline),
-            variadic=variadic, linkage_name=linkage, decl_file=decl_file,
-            decl_line=decl_line))
-    structs = [StructInfo(ShapeKind(kind), name, size,
-                          tuple(MemberInfo(path, shape(s), bits) for path, s, bits in members))
-               for kind, name, size, members, _offset in rows.structs]
-    tracepoints = [TracepointInfo(name, tuple(Parameter(p, shape(s)) for p, s in params))
-                   for name, params in rows.tracepoints]
-    return MemoryCatalog(functions, structs, tracepoints, rows.notes)
-
-
-def _inlined_only(address: Optional[int], inline: str) -> bool:
-    return address is None and inline in ("inlined", "declared_inlined")
-
-
-def store_rows(rows: CatalogRows, writer) -> None:
-    """Feed assembled rows to a `ctracer.cache.CatalogWriter`."""
-    writer.notes = list(rows.notes)
-    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
-         params, returns, _offset) in rows.functions:
-        writer.add_function(name, unit, address, external, inline,
-                            _inlined_only(address, inline), variadic, linkage, decl_file,
-                            decl_line, params, returns)
-    for kind, name, size, members, offset in rows.structs:
-        writer.add_struct(kind, name, size, members, offset)
-    for name, params in rows.tracepoints:
-        writer.add_tracepoint(name, params)
-
-
-def choose_address(name: str, linkage: Optional[str], addrs: tuple,
-                   symbols: dict) -> Optional[int]:
-    """Among a function's out-of-line copies, the one whose symbol is the function's own
-    name (the others are compiler clones such as ``name.isra.0``); None when there is
-    no copy at all."""
-    if len(addrs) < 2:
-        return addrs[0] if addrs else None
-    for a in addrs:
-        found = symbols.get(a, ())
-        if name in found or (linkage and linkage in found):
-            return a
-    return addrs[0]
-
-
 # ------------------------------------------------------------------ pyelftools unit walk
 
 _TAG = {  # pyelftools tag names → DWARF numbers, for the tags a unit walk keeps
-    "DW_TAG_array_type": ds.TAG_ARRAY, "DW_TAG_class_type": ds.TAG_CLASS,
-    "DW_TAG_enumeration_type": ds.TAG_ENUMERATION, "DW_TAG_pointer_type": ds.TAG_POINTER,
-    "DW_TAG_reference_type": ds.TAG_REFERENCE, "DW_TAG_structure_type": ds.TAG_STRUCTURE,
-    "DW_TAG_subroutine_type": ds.TAG_SUBROUTINE_TYPE, "DW_TAG_typedef": ds.TAG_TYPEDEF,
-    "DW_TAG_union_type": ds.TAG_UNION, "DW_TAG_ptr_to_member_type": ds.TAG_PTR_TO_MEMBER,
-    "DW_TAG_base_type": ds.TAG_BASE, "DW_TAG_const_type": ds.TAG_CONST,
-    "DW_TAG_volatile_type": ds.TAG_VOLATILE, "DW_TAG_restrict_type": ds.TAG_RESTRICT,
-    "DW_TAG_unspecified_type": ds.TAG_UNSPECIFIED_TYPE,
-    "DW_TAG_rvalue_reference_type": ds.TAG_RVALUE_REFERENCE,
-    "DW_TAG_atomic_type": ds.TAG_ATOMIC, "DW_TAG_subprogram": ds.TAG_SUBPROGRAM,
-    "DW_TAG_namespace": ds.TAG_NAMESPACE,
+    "DW_TAG_array_type": du.TAG_ARRAY, "DW_TAG_class_type": du.TAG_CLASS,
+    "DW_TAG_enumeration_type": du.TAG_ENUMERATION, "DW_TAG_pointer_type": du.TAG_POINTER,
+    "DW_TAG_reference_type": du.TAG_REFERENCE, "DW_TAG_structure_type": du.TAG_STRUCTURE,
+    "DW_TAG_subroutine_type": du.TAG_SUBROUTINE_TYPE, "DW_TAG_typedef": du.TAG_TYPEDEF,
+    "DW_TAG_union_type": du.TAG_UNION, "DW_TAG_ptr_to_member_type": du.TAG_PTR_TO_MEMBER,
+    "DW_TAG_base_type": du.TAG_BASE, "DW_TAG_const_type": du.TAG_CONST,
+    "DW_TAG_volatile_type": du.TAG_VOLATILE, "DW_TAG_restrict_type": du.TAG_RESTRICT,
+    "DW_TAG_unspecified_type": du.TAG_UNSPECIFIED_TYPE,
+    "DW_TAG_rvalue_reference_type": du.TAG_RVALUE_REFERENCE,
+    "DW_TAG_atomic_type": du.TAG_ATOMIC, "DW_TAG_subprogram": du.TAG_SUBPROGRAM,
+    "DW_TAG_namespace": du.TAG_NAMESPACE,
 }
 _LOCAL_REF_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
                     "DW_FORM_ref_udata"}
@@ -663,9 +517,9 @@ class ElftoolsUnitWalker:
         self.dwarf = dwarf
         self.big_endian = big_endian
 
-    def walk(self, cu) -> ds.UnitTables:
+    def walk(self, cu) -> du.UnitTables:
         top = cu.get_top_DIE()
-        tables = ds.UnitTables(cu.cu_offset, attr_str(top, "DW_AT_name") or "")
+        tables = du.UnitTables(cu.cu_offset, attr_str(top, "DW_AT_name") or "")
         tables.files = self._file_names(cu)
         self._children(top, tables)
         return tables
@@ -693,14 +547,14 @@ class ElftoolsUnitWalker:
             names[i + base] = name
         return names
 
-    def _children(self, parent, tables: ds.UnitTables) -> None:
+    def _children(self, parent, tables: du.UnitTables) -> None:
         for die in parent.iter_children():
             tag = _TAG.get(die.tag)
             if tag is None:
                 continue
-            if tag == ds.TAG_NAMESPACE:
+            if tag == du.TAG_NAMESPACE:
                 self._children(die, tables)
-            elif tag == ds.TAG_SUBPROGRAM:
+            elif tag == du.TAG_SUBPROGRAM:
                 sp = self._subprogram(die)
                 tables.subprograms.append(sp)
                 if sp.declaration and sp.external and sp.name:
@@ -708,21 +562,21 @@ class ElftoolsUnitWalker:
             else:
                 self._type(die, tag, tables)
 
-    def _type(self, die, tag: int, tables: ds.UnitTables) -> None:
+    def _type(self, die, tag: int, tables: du.UnitTables) -> None:
         name = attr_str(die, "DW_AT_name")
         target = attr_ref(die, "DW_AT_type")
         aux = None
-        if tag in ds.COMPOSITE_TAGS:
+        if tag in du.COMPOSITE_TAGS:
             aux = attr_flag(die, "DW_AT_declaration")
             if not aux:
                 members = self._members(die, tables)
                 size = attr_int(die, "DW_AT_byte_size") or 0
                 tables.composites[die.offset] = (tag, name, size, members)
-        elif tag == ds.TAG_ENUMERATION:
+        elif tag == du.TAG_ENUMERATION:
             aux = attr_flag(die, "DW_AT_declaration")
-        elif tag == ds.TAG_ARRAY:
+        elif tag == du.TAG_ARRAY:
             aux = array_dims(die)
-        elif tag == ds.TAG_SUBROUTINE_TYPE:
+        elif tag == du.TAG_SUBROUTINE_TYPE:
             params, variadic = [], False
             for child in die.iter_children():
                 if child.tag == "DW_TAG_formal_parameter":
@@ -730,11 +584,11 @@ class ElftoolsUnitWalker:
                 elif child.tag == "DW_TAG_unspecified_parameters":
                     variadic = True
             aux = (tuple(params), variadic)
-        elif tag == ds.TAG_TYPEDEF and name and name.startswith(ds.TRACEPOINT_TYPEDEF_PREFIX):
+        elif tag == du.TAG_TYPEDEF and name and name.startswith(du.TRACEPOINT_TYPEDEF_PREFIX):
             tables.tracepoint_typedefs.append((name, die.offset))
         tables.types[die.offset] = (tag, name, target, aux)
 
-    def _members(self, die, tables: ds.UnitTables) -> tuple:
+    def _members(self, die, tables: du.UnitTables) -> tuple:
         members = []
         for child in die.iter_children():
             if child.tag == "DW_TAG_member":
@@ -742,7 +596,7 @@ class ElftoolsUnitWalker:
                                 self.bit_offset(child)))
             elif child.tag in _TAG:  # nested type definitions (C++), kept like top-level
                 tag = _TAG[child.tag]
-                if tag != ds.TAG_SUBPROGRAM and tag != ds.TAG_NAMESPACE:
+                if tag != du.TAG_SUBPROGRAM and tag != du.TAG_NAMESPACE:
                     self._type(child, tag, tables)
         return tuple(members)
 
@@ -752,13 +606,13 @@ class ElftoolsUnitWalker:
         type_size = 0
         if be_bit_offset is not None and "DW_AT_byte_size" not in member.attributes:
             type_size = type_byte_size(self.dwarf, attr_ref(member, "DW_AT_type"))
-        return ds.member_bit_offset(attr_int(member, "DW_AT_data_member_location"),
+        return du.member_bit_offset(attr_int(member, "DW_AT_data_member_location"),
                                     attr_int(member, "DW_AT_data_bit_offset"), be_bit_offset,
                                     attr_int(member, "DW_AT_byte_size"), bit_size, type_size,
                                     self.big_endian)
 
-    def _subprogram(self, die) -> ds.Subprogram:
-        sp = ds.Subprogram(
+    def _subprogram(self, die) -> du.Subprogram:
+        sp = du.Subprogram(
             die.offset, name=attr_str(die, "DW_AT_name"),
             linkage_name=attr_str(die, "DW_AT_linkage_name")
             or attr_str(die, "DW_AT_MIPS_linkage_name"),

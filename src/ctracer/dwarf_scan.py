@@ -1,386 +1,31 @@
-"""Turning a compile unit's DIEs into catalog rows, without pyelftools.
+"""A fast DIE scanner over raw DWARF bytes (never imports pyelftools).
 
-Two things live here, both working on plain Python data so that they run in forked
-worker processes and never import elftools:
-
-* **unit tables** (`UnitTables`): what a walk of one compile unit keeps — its type DIEs
-  reduced to ``(tag, name, target, aux)``, its struct/union definitions with their
-  members, its subprograms.  `ctracer.dwarf` fills them either with pyelftools (the
-  reference walk, for any DWARF) or with `scan_unit` below (a fast walk over raw bytes);
-* **unit summaries** (`summarize_unit`): the tables reduced to compact tuples — functions
-  with their parameter shapes, flattened struct summaries, tracepoints — which
-  `ctracer.dwarf` turns into a `Catalog`.
-
-Offsets are absolute ``.debug_info`` offsets; tags and forms are the DWARF numbers.
+Per compile unit, each abbreviation is compiled once into a `Plan`: the attributes its
+tag needs, grouped in runs of fixed-size attributes read with one `struct.unpack_from`,
+separated by the variable-size ones (inline strings, LEB128s, blocks), plus where its
+DW_AT_sibling and DW_AT_name sit.  Most DIEs then cost one table lookup and an add or an
+unpack: subtrees that are not needed are jumped over with DW_AT_sibling (or walked, size
+by size, when the producer left it out), and types are decoded only when a shape needs
+them.  `UnitScanner` fills the same `ctracer.dwarf_units.UnitTables` as the pyelftools
+walk in `ctracer.dwarf`, and `scan_units` spreads the units over forked processes that
+share the mapped file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
-
-# ------------------------------------------------------------------ DWARF numbers
-
-TAG_ARRAY = 0x01
-TAG_CLASS = 0x02
-TAG_ENUMERATION = 0x04
-TAG_FORMAL_PARAMETER = 0x05
-TAG_MEMBER = 0x0D
-TAG_POINTER = 0x0F
-TAG_REFERENCE = 0x10
-TAG_COMPILE_UNIT = 0x11
-TAG_STRUCTURE = 0x13
-TAG_SUBROUTINE_TYPE = 0x15
-TAG_TYPEDEF = 0x16
-TAG_UNION = 0x17
-TAG_UNSPECIFIED_PARAMETERS = 0x18
-TAG_INLINED_SUBROUTINE = 0x1D
-TAG_PTR_TO_MEMBER = 0x1F
-TAG_SUBRANGE = 0x21
-TAG_BASE = 0x24
-TAG_CONST = 0x26
-TAG_ENUMERATOR = 0x28
-TAG_SUBPROGRAM = 0x2E
-TAG_VOLATILE = 0x35
-TAG_RESTRICT = 0x37
-TAG_NAMESPACE = 0x39
-TAG_UNSPECIFIED_TYPE = 0x3B
-TAG_RVALUE_REFERENCE = 0x42
-TAG_ATOMIC = 0x47
-
-COMPOSITE_TAGS = {TAG_STRUCTURE: "struct", TAG_CLASS: "struct", TAG_UNION: "union"}
-QUALIFIER_TAGS = {TAG_CONST: "const", TAG_VOLATILE: "volatile", TAG_RESTRICT: "restrict",
-                  TAG_ATOMIC: "_Atomic"}
-POINTER_TAGS = {TAG_POINTER: "*", TAG_REFERENCE: "&", TAG_RVALUE_REFERENCE: "&&",
-                TAG_PTR_TO_MEMBER: "*"}
-#: type DIEs a unit walk records in `UnitTables.types`
-TYPE_TAGS = frozenset({TAG_ARRAY, TAG_CLASS, TAG_ENUMERATION, TAG_POINTER, TAG_REFERENCE,
-                       TAG_STRUCTURE, TAG_SUBROUTINE_TYPE, TAG_TYPEDEF, TAG_UNION,
-                       TAG_PTR_TO_MEMBER, TAG_BASE, TAG_CONST, TAG_VOLATILE, TAG_RESTRICT,
-                       TAG_UNSPECIFIED_TYPE, TAG_RVALUE_REFERENCE, TAG_ATOMIC})
-
-#: DW_AT_inline values, as `ctracer.model.Inline` values (index = DWARF code)
-INLINE_NAMES = ("not_inlined", "inlined", "declared_not_inlined", "declared_inlined")
-
-TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
-
-
-# ------------------------------------------------------------------ unit tables
-
-
-@dataclass(slots=True)
-class Subprogram:
-    """One DW_TAG_subprogram as a unit walk found it (unset attributes stay None)."""
-
-    offset: int
-    name: Optional[str] = None
-    linkage_name: Optional[str] = None
-    returns: Optional[int] = None
-    params: list = field(default_factory=list)  # (name, type offset) pairs
-    variadic: bool = False
-    low_pc: Optional[int] = None
-    has_ranges: bool = False
-    external: bool = False
-    inline: Optional[int] = None
-    declaration: bool = False
-    abstract_origin: Optional[int] = None
-    specification: Optional[int] = None
-    decl_file: Optional[int] = None
-    decl_line: Optional[int] = None
-
-
-@dataclass(slots=True)
-class UnitTables:
-    """What one compile unit contributes, before summarizing.
-
-    ``types`` maps a type DIE offset to ``(tag, name, target, aux)`` where ``aux`` is:
-    the declaration flag for struct/union/enum, the dims tuple for arrays,
-    ``(param type offsets, variadic)`` for subroutine types, None otherwise.
-    ``composites`` maps a struct/union *definition* offset to
-    ``(tag, name, size, members)``, members being ``(name, type, bit_offset)``.
-    """
-
-    offset: int
-    name: str = ""
-    files: dict = field(default_factory=dict)  # decl_file index -> path
-    types: object = field(default_factory=dict)  # a dict, or anything with get/in/[]
-    composites: dict = field(default_factory=dict)
-    subprograms: list = field(default_factory=list)
-    tracepoint_typedefs: list = field(default_factory=list)  # (name, offset)
-    #: external functions only declared here: (name, offset)
-    declarations: list = field(default_factory=list)
-    #: loads a struct/union definition missing from ``composites`` (e.g. an anonymous
-    #: one), for walks that read members only on demand
-    load_composite: Optional[object] = None
-
-    def composite(self, offset: Optional[int]) -> Optional[tuple]:
-        found = self.composites.get(offset)
-        if found is None and offset is not None and self.load_composite is not None:
-            found = self.load_composite(offset)
-        return found
-
-
-def member_bit_offset(location: Optional[int], data_bit_offset: Optional[int],
-                      be_bit_offset: Optional[int], storage_bytes: Optional[int],
-                      bit_size: int, type_size: int, big_endian: bool) -> int:
-    """Absolute bit offset of a member from the start of its struct.
-
-    DWARF 5 (and clang's DWARF 4) give ``DW_AT_data_bit_offset`` directly.  GCC's DWARF 4
-    bitfields give the storage unit's byte offset (``DW_AT_data_member_location``), its
-    size (``DW_AT_byte_size``, else the member type's size) and ``DW_AT_bit_offset``,
-    counted from the most significant bit of that unit.
-    """
-    if data_bit_offset is not None:
-        return data_bit_offset
-    base = (location or 0) * 8
-    if be_bit_offset is None:
-        return base
-    if big_endian:
-        return base + be_bit_offset
-    unit_bits = (storage_bytes or type_size) * 8
-    return base + unit_bits - be_bit_offset - bit_size
-
-
-# ------------------------------------------------------------------ shapes
-
-#: a TypeShape as a tuple: (kind, name, pointers, const, text)
-VOID_SHAPE = ("void", None, 0, False, "void")
-
-
-class ShapeResolver:
-    """Shapes (`ctracer.model.TypeShape` as tuples) of the types of one unit, memoized."""
-
-    def __init__(self, types: dict):
-        self.types = types
-        self._memo: dict = {}
-
-    def shape(self, offset: Optional[int]) -> tuple:
-        if offset is None:
-            return VOID_SHAPE
-        found = self._memo.get(offset)
-        if found is None:
-            found = self._memo[offset] = self._compute(offset)
-        return found
-
-    def _compute(self, offset: int) -> tuple:
-        pointers, const = 0, False
-        tid: Optional[int] = offset
-        for _ in range(64):
-            if tid is None:
-                return ("void", None, pointers, const, self.text(offset))
-            t = self.types.get(tid)
-            if t is None:
-                return ("unknown", None, pointers, const, self.text(offset))
-            tag = t[0]
-            if tag == TAG_TYPEDEF or tag in QUALIFIER_TAGS:
-                const = const or tag == TAG_CONST
-            elif tag in POINTER_TAGS:
-                pointers += 1
-                const = False  # const now refers to what this pointer points to
-            else:
-                return (_shape_kind(tag), t[1], pointers, const, self.text(offset))
-            tid = t[2]
-        return ("unknown", None, pointers, const, self.text(offset))
-
-    def text(self, offset: Optional[int], declarator: str = "", depth: int = 0) -> str:
-        """The C spelling of a type, wrapped around ``declarator`` (a name or ``*``s)."""
-        if offset is None:
-            return _join("void", declarator)
-        t = self.types.get(offset)
-        if t is None or depth > 32:
-            return _join("?", declarator)
-        tag, name, target, aux = t
-        if tag in POINTER_TAGS:
-            inner = self.types.get(target) if target is not None else None
-            wrap = inner is not None and inner[0] in (TAG_SUBROUTINE_TYPE, TAG_ARRAY)
-            star = POINTER_TAGS[tag] + declarator
-            return self.text(target, f"({star})" if wrap else star, depth + 1)
-        if tag in QUALIFIER_TAGS:
-            inner = self.types.get(target) if target is not None else None
-            if inner is not None and inner[0] in POINTER_TAGS:
-                return self.text(target, f" {QUALIFIER_TAGS[tag]} {declarator}".rstrip(),
-                                 depth + 1)
-            return f"{QUALIFIER_TAGS[tag]} " + self.text(target, declarator, depth + 1)
-        if tag == TAG_ARRAY:
-            dims = "".join(f"[{d if d is not None else ''}]" for d in (aux or ()))
-            return self.text(target, declarator + dims, depth + 1)
-        if tag == TAG_SUBROUTINE_TYPE:
-            params, variadic = aux
-            words = [self.text(p, "", depth + 1) for p in params]
-            if variadic:
-                words.append("...")
-            return self.text(target, f"{declarator}({', '.join(words) or 'void'})", depth + 1)
-        if tag in COMPOSITE_TAGS or tag == TAG_ENUMERATION:
-            keyword = "enum" if tag == TAG_ENUMERATION else COMPOSITE_TAGS[tag]
-            return _join(f"{keyword} {name}" if name else f"{keyword} {{...}}", declarator)
-        return _join(name or "?", declarator)
-
-
-def _shape_kind(tag: int) -> str:
-    if tag in COMPOSITE_TAGS:
-        return COMPOSITE_TAGS[tag]
-    return {TAG_ENUMERATION: "enum", TAG_BASE: "base", TAG_SUBROUTINE_TYPE: "function",
-            TAG_ARRAY: "array"}.get(tag, "unknown")
-
-
-def _join(base: str, declarator: str) -> str:
-    declarator = declarator.lstrip()
-    return f"{base} {declarator}" if declarator else base
-
-
-# ------------------------------------------------------------------ unit summaries
-
-
-@dataclass(slots=True)
-class UnitSummary:
-    """A unit reduced to compact tuples (cheap to send between processes).
-
-    ``functions``: ``(name, unit, addresses, external, inline, variadic, linkage_name,
-    decl_file, decl_line, params, returns, die_offset)`` — ``addresses`` holds the entry
-    of every out-of-line copy (the function itself and its clones), ``params`` are
-    ``(name, shape)`` pairs.
-    ``orphans``: ``(abstract_origin, low_pc)`` of concrete copies whose abstract DIE
-    lies in another unit.
-    ``structs``: ``(kind, name, size, members, die_offset)``, members being
-    ``(dotted path, shape, bit_offset)``.
-    ``tracepoints``: ``(name, params)``.
-    ``declarations``: ``(name, offset)`` of external functions this unit only declares.
-    """
-
-    unit: str
-    functions: list
-    orphans: list
-    structs: list
-    tracepoints: list
-    declarations: list = field(default_factory=list)
-
-
-def summarize_unit(tables: UnitTables, known_structs: set) -> UnitSummary:
-    """Functions, struct summaries and tracepoints of one unit.
-
-    ``known_structs`` holds ``(kind, name)`` already summarized by earlier units; this
-    unit adds its own new ones to it and skips the rest (first definition wins).
-    """
-    shapes = ShapeResolver(tables.types)
-    functions, orphans = _summarize_functions(tables, shapes)
-    structs = _summarize_structs(tables, shapes, known_structs)
-    tracepoints = []
-    for name, offset in tables.tracepoint_typedefs:
-        params = _tracepoint_params(tables.types, offset, shapes)
-        if params is not None:
-            tracepoints.append((name[len(TRACEPOINT_TYPEDEF_PREFIX):], params))
-    return UnitSummary(tables.name, functions, orphans, structs, tracepoints,
-                       tables.declarations)
-
-
-def _summarize_functions(tables: UnitTables, shapes: ShapeResolver) -> tuple[list, list]:
-    by_offset = {sp.offset: sp for sp in tables.subprograms}
-    addresses: dict[int, list] = {}
-    orphans = []
-    completed: set = set()  # declarations completed by a DW_AT_specification definition
-    for sp in tables.subprograms:
-        if sp.abstract_origin is not None:
-            if sp.low_pc is None:
-                continue
-            if sp.abstract_origin in by_offset:
-                addresses.setdefault(sp.abstract_origin, []).append(sp.low_pc)
-            else:
-                orphans.append((sp.abstract_origin, sp.low_pc))
-        elif sp.specification is not None and sp.specification in by_offset:
-            completed.add(sp.specification)
-    rows = []
-    for sp in tables.subprograms:
-        if sp.abstract_origin is not None or sp.offset in completed:
-            continue
-        if sp.declaration:
-            continue
-        decl = by_offset.get(sp.specification) if sp.specification is not None else None
-        row = function_row(tables, shapes, sp, decl, addresses.get(sp.offset, ()))
-        if row is not None:
-            rows.append(row)
-    return rows, orphans
-
-
-def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
-                 decl: Optional[Subprogram] = None, copies=()) -> Optional[tuple]:
-    name = sp.name or (decl.name if decl else None)
-    if not name:
-        return None
-    params = sp.params or (decl.params if decl else [])
-    variadic = sp.variadic or (decl.variadic if decl else False)
-    returns = sp.returns if sp.returns is not None or decl is None else decl.returns
-    external = sp.external or (decl.external if decl else False)
-    linkage = sp.linkage_name or (decl.linkage_name if decl else None)
-    decl_file = sp.decl_file if sp.decl_file is not None else (decl.decl_file if decl else None)
-    decl_line = sp.decl_line if sp.decl_line is not None else (decl.decl_line if decl else None)
-    addrs = tuple(([sp.low_pc] if sp.low_pc is not None else []) + list(copies))
-    inline = INLINE_NAMES[sp.inline] if sp.inline is not None and 0 <= sp.inline < 4 else "none"
-    return (name, tables.name, addrs, external, inline, variadic, linkage,
-            tables.files.get(decl_file) if decl_file is not None else None, decl_line,
-            tuple((pname, shapes.shape(ptype)) for pname, ptype in params),
-            shapes.shape(returns), sp.offset)
-
-
-def _summarize_structs(tables: UnitTables, shapes: ShapeResolver, known: set) -> list:
-    rows = []
-    for offset, (tag, name, size, _members) in list(tables.composites.items()):
-        if not name:
-            continue
-        key = (COMPOSITE_TAGS[tag], name)
-        if key in known:
-            continue
-        known.add(key)
-        members = tuple(_flatten_members(tables, shapes, offset, "", 0, 0))
-        rows.append((key[0], name, size, members, offset))
-    return rows
-
-
-def _flatten_members(tables: UnitTables, shapes: ShapeResolver, offset: int, prefix: str,
-                     base_bits: int, depth: int):
-    composite = tables.composite(offset)
-    if composite is None or depth > 16:
-        return
-    for name, mtype, bit_offset in composite[3]:
-        inner = _strip(tables.types, mtype)
-        if name is None and tables.composite(inner) is not None:
-            yield from _flatten_members(tables, shapes, inner, prefix + ".",
-                                        base_bits + bit_offset, depth + 1)
-        else:
-            yield (prefix + (name or ""), shapes.shape(mtype), base_bits + bit_offset)
-
-
-def _strip(types: dict, offset: Optional[int]) -> Optional[int]:
-    for _ in range(64):
-        t = types.get(offset) if offset is not None else None
-        if t is None or not (t[0] == TAG_TYPEDEF or t[0] in QUALIFIER_TAGS):
-            return offset
-        offset = t[2]
-    return offset
-
-
-def _tracepoint_params(types: dict, typedef_offset: int, shapes: ShapeResolver):
-    """Params of ``typedef void (*btf_trace_X)(void *__data, args...)``, minus __data."""
-    pointer = types.get(types[typedef_offset][2]) if typedef_offset in types else None
-    if pointer is None or pointer[0] != TAG_POINTER:
-        return None
-    func = types.get(pointer[2])
-    if func is None or func[0] != TAG_SUBROUTINE_TYPE:
-        return None
-    params = func[3][0][1:]
-    return tuple((None, shapes.shape(p)) for p in params)
-
-
-# ================================================================== the raw scanner
-#
-# Everything below reads DWARF from raw section bytes.  Per compile unit, each
-# abbreviation is compiled once into a `Plan`: the attributes a tag needs, grouped in
-# runs of fixed-size attributes read with one `struct.unpack_from`, separated by the
-# variable-size ones (inline strings, LEB128s, blocks).  A DIE then costs one table
-# lookup and an unpack; subtrees that are not needed are jumped over with DW_AT_sibling
-# (or walked, size by size, when the producer left it out).
-
 import functools
 import struct as _struct
+from dataclasses import dataclass
+from typing import Optional
+
+from ctracer.dwarf_units import (COMPOSITE_TAGS, TAG_ARRAY, TAG_CLASS, TAG_COMPILE_UNIT,
+                                 TAG_ENUMERATION, TAG_FORMAL_PARAMETER, TAG_MEMBER,
+                                 TAG_NAMESPACE, TAG_STRUCTURE, TAG_SUBPROGRAM, TAG_SUBRANGE,
+                                 TAG_SUBROUTINE_TYPE, TAG_TYPEDEF, TAG_UNION,
+                                 TAG_UNSPECIFIED_PARAMETERS,
+                                 TRACEPOINT_TYPEDEF_PREFIX, TYPE_TAGS, ShapeResolver,
+                                 Subprogram, UnitTables, function_row, member_bit_offset,
+                                 summarize_unit)
 
 AT_SIBLING = 0x01
 AT_NAME = 0x03
@@ -472,7 +117,7 @@ class Plan:
     ``variable`` is the variable-size ``(attr or None, form)`` ending the run."""
 
     __slots__ = ("tag", "children", "fixed_size", "runs", "consts", "skip_runs",
-                 "sibling_at")
+                 "sibling_at", "name_at", "has_name", "declaration")
 
     def __init__(self, tag: int, children: bool, attrs: tuple, fmt: tuple):
         self.tag = tag
@@ -485,22 +130,36 @@ class Plan:
         self.skip_runs = _compile_runs(attrs, frozenset(), table, fmt[3])
         sizes = [r[0].size for r in self.skip_runs if r[3] is None]
         self.fixed_size = sum(sizes) if len(sizes) == len(self.skip_runs) else None
-        self.sibling_at = _sibling_position(attrs, table, fmt[3])
+        self.sibling_at = _locate(attrs, table, fmt[3], AT_SIBLING)
+        if self.sibling_at is not None and self.sibling_at[3] != _REF:
+            self.sibling_at = None
+        self.name_at = _locate(attrs, table, fmt[3], AT_NAME)
+        self.has_name = any(at == AT_NAME for at, _f, _v in attrs)
+        self.declaration = any(at == AT_DECLARATION and form == 0x19 for at, form, _v in attrs)
 
 
-def _sibling_position(attrs: tuple, table: dict, big_endian: bool):
-    """(byte position, Struct) of a DW_AT_sibling among the fixed-size attributes that
-    open a DIE, so that skipping the DIE needs one unpack; None when it is not there."""
-    at_byte = 0
+def _locate(attrs: tuple, table: dict, big_endian: bool, wanted: int):
+    """Where an attribute sits, to read it without decoding the DIE:
+    ``(runs before it, byte offset in its run, Struct or None, conversion or form)``
+    — the Struct is None for an inline string; None when it cannot be located so."""
+    runs, offset = 0, 0
     for at, form, _value in attrs:
+        if form in (0x21, 0x19):  # no bytes in the DIE
+            if at == wanted:
+                return None
+            continue
         fixed = table.get(form)
+        if at == wanted:
+            if fixed is None:
+                return (runs, offset, None, form) if form == 0x08 else None
+            code, conv = fixed
+            if code in ("", "16x"):
+                return None
+            return (runs, offset, _struct_of((">" if big_endian else "<") + code), conv)
         if fixed is None:
-            return None
-        code = fixed[0]
-        if at == AT_SIBLING:
-            return (at_byte, _struct_of((">" if big_endian else "<") + code)) \
-                if fixed[1] == _REF else None
-        at_byte += _struct_of("<" + code).size if code else 0
+            runs, offset = runs + 1, 0
+        elif fixed[0]:
+            offset += _struct_of("<" + fixed[0]).size
     return None
 
 
@@ -641,27 +300,47 @@ def list_units(sec: Sections) -> list[UnitFormat]:
 
 
 def read_abbrevs(sec: Sections, unit: UnitFormat) -> dict[int, Plan]:
+    """The unit's abbreviation table as plans, by code.  (A kernel has one table per
+    unit, of hundreds of entries: LEB128 values below 128, nearly all of them, are read
+    inline.)"""
     buf, base = sec.abbrev
     pos = base + unit.abbrev_offset
     fmt = (unit.offset_size, unit.addr_size, unit.version, unit.big_endian)
     plans = {}
     while True:
-        code, pos = read_uleb(buf, pos)
+        code = buf[pos]
+        if code < 0x80:
+            pos += 1
+        else:
+            code, pos = read_uleb(buf, pos)
         if code == 0:
             return plans
-        tag, pos = read_uleb(buf, pos)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = read_uleb(buf, pos)
         children = buf[pos] != 0
         pos += 1
         attrs = []
         while True:
-            at, pos = read_uleb(buf, pos)
-            form, pos = read_uleb(buf, pos)
+            at = buf[pos]
+            if at < 0x80:
+                pos += 1
+            else:
+                at, pos = read_uleb(buf, pos)
+            form = buf[pos]
+            if form < 0x80:
+                pos += 1
+            else:
+                form, pos = read_uleb(buf, pos)
             if at == 0 and form == 0:
                 break
-            value = None
             if form == 0x21:
                 value, pos = read_sleb(buf, pos)
-            attrs.append((at, form, value))
+                attrs.append((at, form, value))
+            else:
+                attrs.append((at, form, None))
         plans[code] = plan_for(tag, children, tuple(attrs), fmt)
 
 
@@ -787,6 +466,41 @@ class UnitReader:
 
     # -- trees
 
+    def _advance(self, pos: int, plan: Plan, runs: int) -> int:
+        """Position after the first ``runs`` runs of a DIE's attributes."""
+        for st, _ats, _convs, var in plan.skip_runs[:runs]:
+            pos = self._skip_variable(var[1], pos + st.size)
+        return pos
+
+    def jump(self, after: int, plan: Plan) -> int:
+        """Position of the DIE after this one (attributes at ``after``) and its children,
+        decoding as little as possible."""
+        if not plan.children:
+            return after + plan.fixed_size if plan.fixed_size is not None \
+                else self.skip(after, plan)
+        loc = plan.sibling_at
+        if loc is not None:
+            runs, offset, st, _conv = loc
+            pos = self._advance(after, plan, runs) if runs else after
+            return self.cu_pos + st.unpack_from(self.buf, pos + offset)[0]
+        return self.skip_children(self.skip(after, plan))
+
+    def peek_name(self, after: int, plan: Plan) -> Optional[str]:
+        """DW_AT_name without decoding the DIE; None when it cannot be read so."""
+        loc = plan.name_at
+        if loc is None:
+            return None
+        runs, offset, st, conv = loc
+        pos = (self._advance(after, plan, runs) if runs else after) + offset
+        if st is None:  # inline string
+            end = self.buf.find(b"\0", pos)
+            return bytes(self.buf[pos:end]).decode("utf-8", "replace")
+        if conv == _STRP:
+            return self.string(st.unpack_from(self.buf, pos)[0])
+        if conv in (_LINE_STRP, _STRX):
+            return self._convert(conv, st.unpack_from(self.buf, pos)[0])
+        return None
+
     def next_sibling(self, plan: Plan, values: dict, end: int) -> int:
         """Position of the DIE after this one and its children."""
         if not plan.children:
@@ -883,7 +597,7 @@ class UnitScanner:
         stmt_list = values.get(AT_STMT_LIST)
         if stmt_list is not None and r.sec.line[0]:
             try:
-                self.tables.files = line_file_names(r.sec, stmt_list, r.unit,
+                self.tables.files = line_file_names(r.sec, stmt_list, r.unit, r.strings,
                                                     values.get(AT_COMP_DIR) or "")
             except (IndexError, KeyError, ValueError, _struct.error):
                 self.tables.files = {}  # a damaged line table costs file names only
@@ -900,7 +614,7 @@ class UnitScanner:
     def _children(self, pos: int) -> int:
         """Handle the children starting at ``pos``; the position after their end."""
         r, buf, plans, handlers = self.r, self.r.buf, self.r.plans, self.handlers
-        unit_base = r.base + r.unit.offset
+        known = self.known
         while True:
             code = buf[pos]
             if code >= 0x80:
@@ -910,19 +624,27 @@ class UnitScanner:
             if code == 0:
                 return after
             plan = plans[code]
-            handler = handlers.get(plan.tag)
-            if handler is not None:
-                values, end = r.decode(after, plan)
-                pos = handler(pos - r.base, plan, values, end)
-            elif not plan.children:
-                pos = after + plan.fixed_size if plan.fixed_size is not None \
-                    else r.skip(after, plan)
-            elif plan.sibling_at is not None:
-                at, st = plan.sibling_at
-                pos = unit_base + st.unpack_from(buf, after + at)[0]
+            tag = plan.tag
+            if tag in COMPOSITE_TAGS:
+                # most are declarations, anonymous (read on demand) or already summarized
+                if not plan.has_name or plan.declaration:
+                    pos = r.jump(after, plan)
+                    continue
+                name = r.peek_name(after, plan)
+                if name is not None and (COMPOSITE_TAGS[tag], name) in known:
+                    pos = r.jump(after, plan)
+                    continue
+            elif tag == TAG_TYPEDEF:
+                name = r.peek_name(after, plan)
+                if name is not None and not name.startswith(TRACEPOINT_TYPEDEF_PREFIX):
+                    pos = r.jump(after, plan)
+                    continue
+            handler = handlers.get(tag)
+            if handler is None:
+                pos = r.jump(after, plan)
             else:
                 values, end = r.decode(after, plan)
-                pos = r.next_sibling(plan, values, end)
+                pos = handler(pos - r.base, plan, values, end)
 
     def _namespace(self, offset, plan, values, end) -> int:
         return self._children(end) if plan.children else end
@@ -1166,8 +888,10 @@ def _plus_uconst(expr: bytes) -> Optional[int]:
 # ------------------------------------------------------------------ line table files
 
 
-def line_file_names(sec: Sections, stmt_list: int, unit: UnitFormat, comp_dir: str) -> dict:
-    """decl_file index → path, from the header of a unit's line program."""
+def line_file_names(sec: Sections, stmt_list: int, unit: UnitFormat, memo: dict,
+                    comp_dir: str) -> dict:
+    """decl_file index → path, from the header of a unit's line program.  ``memo``
+    keeps strings already decoded (units share most header paths)."""
     buf, base = sec.line
     e = ">" if unit.big_endian else "<"
     pos = base + stmt_list
@@ -1186,7 +910,7 @@ def line_file_names(sec: Sections, stmt_list: int, unit: UnitFormat, comp_dir: s
     opcode_base = buf[pos]
     pos += opcode_base  # opcode_base itself, then standard_opcode_lengths
     if version >= 5:
-        return _v5_file_names(sec, buf, pos, offset_size, e)
+        return _v5_file_names(sec, buf, pos, offset_size, e, memo)
     dirs = [comp_dir]
     while buf[pos]:
         end = buf.find(b"\0", pos)
@@ -1206,14 +930,15 @@ def line_file_names(sec: Sections, stmt_list: int, unit: UnitFormat, comp_dir: s
     return names
 
 
-def _v5_file_names(sec: Sections, buf, pos: int, offset_size: int, e: str) -> dict:
-    dirs, pos = _v5_entries(sec, buf, pos, offset_size, e)
-    files, pos = _v5_entries(sec, buf, pos, offset_size, e)
+def _v5_file_names(sec: Sections, buf, pos: int, offset_size: int, e: str,
+                   memo: dict) -> dict:
+    dirs, pos = _v5_entries(sec, buf, pos, offset_size, e, memo)
+    files, pos = _v5_entries(sec, buf, pos, offset_size, e, memo)
     dir_names = [d.get(1, "") for d in dirs]
     return {i: _join_dir(dir_names, f.get(2, 0), f.get(1, "")) for i, f in enumerate(files)}
 
 
-def _v5_entries(sec: Sections, buf, pos: int, offset_size: int, e: str):
+def _v5_entries(sec: Sections, buf, pos: int, offset_size: int, e: str, memo: dict):
     count = buf[pos]
     pos += 1
     formats = []
@@ -1233,7 +958,10 @@ def _v5_entries(sec: Sections, buf, pos: int, offset_size: int, e: str):
             elif form in (0x1F, 0x0E):
                 off, = _struct.unpack_from(e + o, buf, pos)
                 pos += offset_size
-                value = _cstr(sec.line_str if form == 0x1F else sec.str, off)
+                key = (form, off)
+                value = memo.get(key)
+                if value is None:
+                    value = memo[key] = _cstr(sec.line_str if form == 0x1F else sec.str, off)
             elif form == 0x0F:
                 value, pos = read_uleb(buf, pos)
             elif form in (0x0B, 0x05, 0x06, 0x07, 0x1E):

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""How fast ctracer finds the methods of struct sock, against pfunct in the same run.
+
+    bench/bench_types.py [VMLINUX] [--phases] [--warm-runs N]
+
+Runs, each as its own process, timing wall clock and peak memory (wait4):
+
+1. the anchor, ``pfunct --class=sock VMLINUX``;
+2. ``ctracer functions struct sock --binary VMLINUX`` cold (empty cache directory),
+   then warm (the cache just written), N times;
+3. ``ctracer functions struct sock`` on the running kernel's BTF, when it has one.
+
+and prints each time, its ratio to the anchor and the goals of issue 3: cold ≤ pfunct,
+warm ≤ 0.3 s, BTF ≤ 0.5 s, peak memory ≤ 2 GB.  ``--phases`` adds, in process, where
+the cold build spends its time.  The load average is printed because a busy machine
+slows every line alike; compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DEFAULT_VMLINUX = "/work/corpus/x/usr/lib/debug/boot/vmlinux-6.1.0-50-cloud-amd64"
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+GOAL_WARM_S = 0.3
+GOAL_BTF_S = 0.5
+GOAL_RSS_MB = 2048
+
+
+def run_measured(argv: list[str], env: dict) -> dict:
+    """Run a command; its wall time, CPU time and peak RSS (wait4 on the child: the
+    largest process of its tree, forked workers included)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - start
+        if proc.returncode:
+            err.seek(0)
+            sys.exit(f"bench: {' '.join(argv)} failed ({proc.returncode}): "
+                     f"{err.read().decode(errors='replace').strip()[-500:]}")
+        out.seek(0)
+        lines = out.read().count(b"\n")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+            "rss_mb": usage.ru_maxrss / 1024, "lines": lines}
+
+
+def ctracer(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ctracer", *args]
+
+
+def row(label: str, m: dict, anchor: float) -> str:
+    return (f"{label:<44} {m['wall']:8.2f} s {m['wall'] / anchor:7.2f}x "
+            f"{m['cpu']:8.2f} s {m['rss_mb']:8.0f} MB")
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def phases(vmlinux: str) -> None:
+    """Where a cold catalog build spends its time, in this process."""
+    import resource
+
+    from ctracer import cache, dwarf
+    from ctracer import dwarf_scan as ds
+    from ctracer import dwarf_units as du
+
+    t0 = time.perf_counter()
+    headers = dwarf.read_elf_headers(vmlinux)
+    sections = dwarf.dwarf_sections(headers)
+    units = ds.list_units(sections)
+    t1 = time.perf_counter()
+    summaries = ds.scan_units(sections, units, dwarf.scan_workers(sections.info_size))
+    t2 = time.perf_counter()
+    rows = du.assemble_rows(summaries, lambda offsets: ds.declared_function_rows(
+        sections, units, offsets))
+    t3 = time.perf_counter()
+    symbols = dwarf.function_symbols(headers)
+    rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
+                      for f in rows.functions]
+    t4 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["XDG_CACHE_HOME"] = tmp
+        with cache.CatalogWriter("bench", "dwarf", "bench", {"size": 0}) as writer:
+            du.store_rows(rows, writer)
+        size = os.path.getsize(cache.cache_path("bench", "dwarf"))
+    t5 = time.perf_counter()
+    self_usage = resource.getrusage(resource.RUSAGE_SELF)
+    child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"\ncold build phases ({len(units)} units, {sections.info_size / 1e6:.0f} MB "
+          f".debug_info, {dwarf.scan_workers(sections.info_size)} scanning processes):")
+    print(f"  unit headers        {t1 - t0:6.2f} s")
+    print(f"  scan + summarize    {t2 - t1:6.2f} s")
+    print(f"  merge + declared    {t3 - t2:6.2f} s   ({len(rows.functions)} functions, "
+          f"{len(rows.structs)} structs, {len(rows.tracepoints)} tracepoints)")
+    print(f"  symbols, addresses  {t4 - t3:6.2f} s")
+    print(f"  cache write         {t5 - t4:6.2f} s   ({size / 1e6:.1f} MB)")
+    print(f"  CPU: this process {self_usage.ru_utime + self_usage.ru_stime:.2f} s, "
+          f"workers {child_usage.ru_utime + child_usage.ru_stime:.2f} s; peak RSS this "
+          f"process {self_usage.ru_maxrss / 1024:.0f} MB, worker "
+          f"{child_usage.ru_maxrss / 1024:.0f} MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("vmlinux", nargs="?", default=DEFAULT_VMLINUX)
+    parser.add_argument("--warm-runs", type=int, default=5)
+    parser.add_argument("--phases", action="store_true",
+                        help="also time the phases of a cold build (in a fresh process)")
+    parser.add_argument("--phases-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phases_only:
+        phases(args.vmlinux)
+        return 0
+    if not os.path.isfile(args.vmlinux):
+        sys.exit(f"bench: {args.vmlinux} not found; get it with `apt-get download "
+                 "linux-image-6.1.0-50-cloud-amd64-dbg` and `dpkg-deb -x` the .deb, then "
+                 "pass the path of usr/lib/debug/boot/vmlinux-*")
+    if shutil.which("pfunct") is None:
+        sys.exit("bench: pfunct (Debian package pahole) is needed for the anchor")
+
+    cache_home = tempfile.mkdtemp(prefix="ctracer-bench-")
+    # an installed ctracer has its bytecode compiled: let the children cache theirs
+    # (under the temporary directory) even where PYTHONDONTWRITEBYTECODE is set
+    env = {**os.environ, "XDG_CACHE_HOME": cache_home,
+           "PYTHONPYCACHEPREFIX": os.path.join(cache_home, "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    try:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+              f"{len(os.sched_getaffinity(0))} CPUs")
+        print(f"{'':<44} {'wall':>10} {'ratio':>8} {'cpu':>10} {'peak RSS':>11}")
+        anchor = run_measured(["pfunct", "--class=sock", args.vmlinux], env)
+        print(row("pfunct --class=sock (anchor)", anchor, anchor["wall"]))
+        query = ["functions", "struct", "sock", "--binary", args.vmlinux]
+        cold = run_measured(ctracer(*query), env)
+        print(row("ctracer functions, cold (builds the cache)", cold, anchor["wall"]))
+        warm = [run_measured(ctracer(*query), env) for _ in range(args.warm_runs)]
+        warm_best = min(warm, key=lambda m: m["wall"])
+        warm_median = statistics.median(m["wall"] for m in warm)
+        print(row(f"ctracer functions, warm (best of {len(warm)})", warm_best, anchor["wall"]))
+        btf = None
+        if os.path.exists(KERNEL_BTF):
+            run_measured(ctracer("functions", "struct", "sock"), env)  # its cache, if any
+            runs = [run_measured(ctracer("functions", "struct", "sock"), env)
+                    for _ in range(args.warm_runs)]
+            btf = min(runs, key=lambda m: m["wall"])
+            print(row(f"ctracer functions on {KERNEL_BTF} (best of {len(runs)})", btf,
+                      anchor["wall"]))
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\ngoals (issue 3):")
+        print(f"  cold ≤ pfunct:      {cold['wall']:.2f} s vs {anchor['wall']:.2f} s  "
+              f"ratio {cold['wall'] / anchor['wall']:.2f}  "
+              f"{verdict(cold['wall'] <= anchor['wall'])}")
+        print(f"  warm ≤ {GOAL_WARM_S} s:       best {warm_best['wall']:.3f} s, median "
+              f"{warm_median:.3f} s  {verdict(warm_best['wall'] <= GOAL_WARM_S)}")
+        if btf is not None:
+            print(f"  BTF ≤ {GOAL_BTF_S} s:        {btf['wall']:.3f} s  "
+                  f"{verdict(btf['wall'] <= GOAL_BTF_S)}")
+        print(f"  peak RSS ≤ {GOAL_RSS_MB} MB:  cold {cold['rss_mb']:.0f} MB per process "
+              f"(pfunct {anchor['rss_mb']:.0f} MB)  {verdict(cold['rss_mb'] <= GOAL_RSS_MB)}")
+        if cold["lines"] != warm_best["lines"]:
+            print(f"  WARNING: cold printed {cold['lines']} lines, warm {warm_best['lines']}")
+    finally:
+        shutil.rmtree(cache_home, ignore_errors=True)
+    if args.phases:
+        subprocess.run([sys.executable, __file__, "--phases-only", args.vmlinux], check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
