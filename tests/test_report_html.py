@@ -89,8 +89,8 @@ def test_timeline_marks_changes_with_old_and_new(report):
     assert 'class="exit changed"' in page
     assert re.search(r'title="sk_common.skc_state: TCP_CLOSE → TCP_SYN_SENT \(during '
                      r'inet_sk_set_state\)"', page)
-    assert re.search(r'<span class="arrow">→</span> sk_alloc', page)
-    assert re.search(r'<span class="arrow">←</span> sk_alloc', page)
+    assert re.search(r'<i>→</i> sk_alloc', page)
+    assert re.search(r'<i>←</i> sk_alloc', page)
 
 
 def test_call_graph_svg_names_the_methods(report):
