@@ -64,12 +64,13 @@ def locate(directory: Path, release: str) -> Optional[Corpus]:
 
 
 def candidate_dirs(explicit: Optional[Path] = None) -> list[Path]:
-    """Where to look, in order: the given directory, else $CTRACER_CORPUS, the user's
-    cache directory and the development machines' shared tree."""
+    """Where to look: the given directory, else $CTRACER_CORPUS when set, else the
+    user's cache directory and then the development machines' shared tree."""
     if explicit is not None:
         return [explicit]
-    dirs = [Path(os.environ[ENV])] if os.environ.get(ENV) else []
-    return dirs + [default_corpus_dir(), SHARED_TREE]
+    if os.environ.get(ENV):
+        return [Path(os.environ[ENV])]
+    return [default_corpus_dir(), SHARED_TREE]
 
 
 def find_corpus(explicit: Optional[Path] = None, package: str = PACKAGE) -> Optional[Corpus]:
