@@ -161,7 +161,8 @@ class CorpusRun:
                   self.check_module(found, rendered, pahole_out, syms, cli_findings)]
         wall = time.perf_counter() - self.start
         rss = {"this process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-               "largest tool": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+               "largest child (a tool or a scan worker)":
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
         return Report(c, checks, self.timings, wall, rss)
 
     # -- ctracer's side
@@ -364,7 +365,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ctracer-cold-") as empty:
         if args.cold:
             os.environ["XDG_CACHE_HOME"] = empty
-        report = run_checks(corpus, options, progress)
+        try:
+            report = run_checks(corpus, options, progress)
+        except RuntimeError as e:  # a reference tool failed: nothing to compare with
+            print(f"check_corpus: {e}", file=sys.stderr)
+            return 2
     print(report.text())
     return 0 if report.ok else 1
 
