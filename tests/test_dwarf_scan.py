@@ -45,8 +45,8 @@ def scanned(path: Path, workers: int = 1) -> list:
 
 def walked(path: Path) -> list:
     model = dwarf.DwarfTypes(str(path), dwarf.read_elf_headers(str(path)), use_cache=False)
-    known: set = set()
-    return [du.summarize_unit(tables, known) for tables in model._walk_units()]
+    known, seen_inline = set(), set()
+    return [du.summarize_unit(tables, known, seen_inline) for tables in model._walk_units()]
 
 
 def assert_same_summaries(fast: list, reference: list) -> None:

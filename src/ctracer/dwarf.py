@@ -239,7 +239,7 @@ def open_elf_types(path: str, use_cache: bool = True):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-3"
+CACHE_PRODUCER = "dwarf-4"
 
 
 class DwarfTypes:
@@ -325,7 +325,8 @@ class DwarfTypes:
                                                                         offsets)
         except ds.UnsupportedDwarf:
             known_structs: set = set()
-            summaries = [du.summarize_unit(tables, known_structs)
+            seen_inline: set = set()
+            summaries = [du.summarize_unit(tables, known_structs, seen_inline)
                          for tables in self._walk_units()]
             return summaries, self._declared_rows_elftools
 

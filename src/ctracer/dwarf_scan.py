@@ -117,7 +117,8 @@ class Plan:
     ``variable`` is the variable-size ``(attr or None, form)`` ending the run."""
 
     __slots__ = ("tag", "children", "fixed_size", "runs", "consts", "skip_runs",
-                 "sibling_at", "name_at", "has_name", "declaration")
+                 "sibling_at", "name_at", "has_name", "declaration", "step", "kind",
+                 "sibling_ref", "name_strp")
 
     def __init__(self, tag: int, children: bool, attrs: tuple, fmt: tuple):
         self.tag = tag
@@ -136,6 +137,16 @@ class Plan:
         self.name_at = _locate(attrs, table, fmt[3], AT_NAME)
         self.has_name = any(at == AT_NAME for at, _f, _v in attrs)
         self.declaration = any(at == AT_DECLARATION and form == 0x19 for at, form, _v in attrs)
+        #: bytes to the next DIE when that is all there is to know (fixed size, no children)
+        self.step = self.fixed_size if not children else None
+        #: what a unit's top level does with such a DIE: skip it, look at its name first
+        #: (struct/union: summarized already? typedef: a tracepoint?), or decode it
+        self.kind = _TOP_LEVEL.get(tag, _SKIP)
+        #: the common cases of both, at a fixed position in the first run: (offset, Struct)
+        self.sibling_ref = self.sibling_at[1:3] if self.sibling_at and not self.sibling_at[0] \
+            else None
+        self.name_strp = self.name_at[1:3] if self.name_at and not self.name_at[0] \
+            and self.name_at[3] == _STRP else None
 
 
 def _locate(attrs: tuple, table: dict, big_endian: bool, wanted: int):
@@ -162,6 +173,10 @@ def _locate(attrs: tuple, table: dict, big_endian: bool, wanted: int):
             offset += _struct_of("<" + fixed[0]).size
     return None
 
+
+_SKIP, _COMPOSITE, _TYPEDEF, _DECODE = range(4)
+_TOP_LEVEL = {TAG_STRUCTURE: _COMPOSITE, TAG_CLASS: _COMPOSITE, TAG_UNION: _COMPOSITE,
+              TAG_TYPEDEF: _TYPEDEF, TAG_SUBPROGRAM: _DECODE, TAG_NAMESPACE: _DECODE}
 
 _plan_cache: dict = {}
 
@@ -300,12 +315,16 @@ def list_units(sec: Sections) -> list[UnitFormat]:
 
 
 def read_abbrevs(sec: Sections, unit: UnitFormat) -> dict[int, Plan]:
-    """The unit's abbreviation table as plans, by code.  (A kernel has one table per
-    unit, of hundreds of entries: LEB128 values below 128, nearly all of them, are read
-    inline.)"""
+    """The unit's abbreviation table as plans, by code.
+
+    A kernel has one table per unit, of hundreds of entries, nearly all of which other
+    units declare byte for byte too: each entry is only measured (LEB128 values below
+    128, nearly all, read inline) and looked up by its bytes; it is parsed into a plan
+    the first time those bytes are seen."""
     buf, base = sec.abbrev
     pos = base + unit.abbrev_offset
     fmt = (unit.offset_size, unit.addr_size, unit.version, unit.big_endian)
+    by_bytes = _plans_by_bytes.setdefault(fmt, {})
     plans = {}
     while True:
         code = buf[pos]
@@ -315,33 +334,55 @@ def read_abbrevs(sec: Sections, unit: UnitFormat) -> dict[int, Plan]:
             code, pos = read_uleb(buf, pos)
         if code == 0:
             return plans
-        tag = buf[pos]
-        if tag < 0x80:
-            pos += 1
-        else:
-            tag, pos = read_uleb(buf, pos)
-        children = buf[pos] != 0
+        start = pos
+        pos = _abbrev_end(buf, pos)
+        key = buf[start:pos]
+        plan = by_bytes.get(key)
+        if plan is None:
+            plan = by_bytes[key] = _parse_abbrev(buf, start, fmt)
+        plans[code] = plan
+
+
+_plans_by_bytes: dict = {}
+
+
+def _abbrev_end(buf, pos: int) -> int:
+    """Position after one abbreviation declaration (its code already read)."""
+    while buf[pos] & 0x80:  # tag
         pos += 1
-        attrs = []
-        while True:
-            at = buf[pos]
-            if at < 0x80:
-                pos += 1
-            else:
-                at, pos = read_uleb(buf, pos)
-            form = buf[pos]
-            if form < 0x80:
-                pos += 1
-            else:
-                form, pos = read_uleb(buf, pos)
+    pos += 2  # last tag byte, children flag
+    while True:
+        at = buf[pos]
+        form = buf[pos + 1]
+        if at < 0x80 and form < 0x80:
+            pos += 2
             if at == 0 and form == 0:
-                break
-            if form == 0x21:
-                value, pos = read_sleb(buf, pos)
-                attrs.append((at, form, value))
-            else:
-                attrs.append((at, form, None))
-        plans[code] = plan_for(tag, children, tuple(attrs), fmt)
+                return pos
+            if form == 0x21:  # implicit_const: a SLEB128 value follows
+                while buf[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            continue
+        at, pos = read_uleb(buf, pos)
+        form, pos = read_uleb(buf, pos)
+        if form == 0x21:
+            _value, pos = read_sleb(buf, pos)
+
+
+def _parse_abbrev(buf, pos: int, fmt: tuple) -> Plan:
+    tag, pos = read_uleb(buf, pos)
+    children = buf[pos] != 0
+    pos += 1
+    attrs = []
+    while True:
+        at, pos = read_uleb(buf, pos)
+        form, pos = read_uleb(buf, pos)
+        if at == 0 and form == 0:
+            return plan_for(tag, children, tuple(attrs), fmt)
+        value = None
+        if form == 0x21:
+            value, pos = read_sleb(buf, pos)
+        attrs.append((at, form, value))
 
 
 class UnitReader:
@@ -567,6 +608,7 @@ class UnitScanner:
         self.tables = UnitTables(reader.unit.offset)
         self.tables.types = LazyTypes(self)
         self.tables.load_composite = self.composite_at
+        self.tables.load_params = self.load_params
         self.handlers = {TAG_SUBPROGRAM: self._subprogram, TAG_NAMESPACE: self._namespace,
                          TAG_STRUCTURE: self._composite, TAG_CLASS: self._composite,
                          TAG_UNION: self._composite, TAG_TYPEDEF: self._typedef}
@@ -596,11 +638,8 @@ class UnitScanner:
         self.tables.name = values.get(AT_NAME) or ""
         stmt_list = values.get(AT_STMT_LIST)
         if stmt_list is not None and r.sec.line[0]:
-            try:
-                self.tables.files = line_file_names(r.sec, stmt_list, r.unit, r.strings,
-                                                    values.get(AT_COMP_DIR) or "")
-            except (IndexError, KeyError, ValueError, _struct.error):
-                self.tables.files = {}  # a damaged line table costs file names only
+            self.tables.files = LineFiles(r.sec, stmt_list, r.unit, r.strings,
+                                          values.get(AT_COMP_DIR) or "")
         return end if plan.children else None
 
     def subprogram_at(self, offset: int) -> Subprogram:
@@ -612,9 +651,14 @@ class UnitScanner:
         return self.tables.subprograms.pop()
 
     def _children(self, pos: int) -> int:
-        """Handle the children starting at ``pos``; the position after their end."""
+        """Handle the children starting at ``pos``; the position after their end.
+
+        The hot loop of a kernel scan (millions of DIEs): most DIEs are skipped with a
+        fixed step or their DW_AT_sibling; structs already summarized, declarations,
+        anonymous ones (read on demand) and typedefs other than tracepoints are skipped
+        after a look at their plan or name."""
         r, buf, plans, handlers = self.r, self.r.buf, self.r.plans, self.handlers
-        known = self.known
+        known, strings, unit_pos = self.known, self.r.strings, self.r.cu_pos
         while True:
             code = buf[pos]
             if code >= 0x80:
@@ -624,27 +668,37 @@ class UnitScanner:
             if code == 0:
                 return after
             plan = plans[code]
-            tag = plan.tag
-            if tag in COMPOSITE_TAGS:
-                # most are declarations, anonymous (read on demand) or already summarized
-                if not plan.has_name or plan.declaration:
-                    pos = r.jump(after, plan)
+            kind = plan.kind
+            if kind != _DECODE:
+                if kind == _SKIP:
+                    skip = True
+                elif kind == _COMPOSITE and (not plan.has_name or plan.declaration):
+                    skip = True
+                else:
+                    name_strp = plan.name_strp
+                    if name_strp is not None:
+                        offset = name_strp[1].unpack_from(buf, after + name_strp[0])[0]
+                        name = strings.get(offset) or r.string(offset)
+                    else:
+                        name = r.peek_name(after, plan)
+                    if name is None:
+                        skip = False
+                    elif kind == _COMPOSITE:
+                        skip = (COMPOSITE_TAGS[plan.tag], name) in known
+                    else:
+                        skip = not name.startswith(TRACEPOINT_TYPEDEF_PREFIX)
+                if skip:
+                    step = plan.step
+                    if step is not None:
+                        pos = after + step
+                    elif plan.sibling_ref is not None:
+                        at, st = plan.sibling_ref
+                        pos = unit_pos + st.unpack_from(buf, after + at)[0]
+                    else:
+                        pos = r.jump(after, plan)
                     continue
-                name = r.peek_name(after, plan)
-                if name is not None and (COMPOSITE_TAGS[tag], name) in known:
-                    pos = r.jump(after, plan)
-                    continue
-            elif tag == TAG_TYPEDEF:
-                name = r.peek_name(after, plan)
-                if name is not None and not name.startswith(TRACEPOINT_TYPEDEF_PREFIX):
-                    pos = r.jump(after, plan)
-                    continue
-            handler = handlers.get(tag)
-            if handler is None:
-                pos = r.jump(after, plan)
-            else:
-                values, end = r.decode(after, plan)
-                pos = handler(pos - r.base, plan, values, end)
+            values, end = r.decode(after, plan)
+            pos = handlers[plan.tag](pos - r.base, plan, values, end)
 
     def _namespace(self, offset, plan, values, end) -> int:
         return self._children(end) if plan.children else end
@@ -796,7 +850,15 @@ class UnitScanner:
             return end
         if sp.abstract_origin is not None:  # a concrete copy: the abstract DIE has all
             return r.next_sibling(plan, values, end)
+        if AT_SIBLING in values:  # read the parameters later, if the function is kept
+            sp.params_at = end
+            return r.base + values[AT_SIBLING]
         return self._parameters(sp, values, end)
+
+    def load_params(self, sp: Subprogram) -> None:
+        """The parameters of a function whose DIE was jumped over (GCC: they come first)."""
+        self._parameters(sp, {AT_SIBLING: 0}, sp.params_at)
+        sp.params_at = None
 
     def _complete_from_declaration(self, sp: Subprogram, spec: int) -> None:
         _plan, decl, _end = self.r.die_at(spec)
@@ -888,57 +950,99 @@ def _plus_uconst(expr: bytes) -> Optional[int]:
 # ------------------------------------------------------------------ line table files
 
 
-def line_file_names(sec: Sections, stmt_list: int, unit: UnitFormat, memo: dict,
-                    comp_dir: str) -> dict:
-    """decl_file index → path, from the header of a unit's line program.  ``memo``
-    keeps strings already decoded (units share most header paths)."""
-    buf, base = sec.line
-    e = ">" if unit.big_endian else "<"
-    pos = base + stmt_list
-    length, = _struct.unpack_from(e + "I", buf, pos)
-    offset_size = 4
-    pos += 4
-    if length == 0xFFFFFFFF:
-        offset_size, pos = 8, pos + 8
-    version, = _struct.unpack_from(e + "H", buf, pos)
-    pos += 2
-    if version >= 5:
-        pos += 2  # address_size, segment_selector_size
-    pos += offset_size  # header_length
-    pos += 4 if version >= 4 else 3  # min_inst_length, [max_ops], default_is_stmt, line_base
-    pos += 1  # line_range
-    opcode_base = buf[pos]
-    pos += opcode_base  # opcode_base itself, then standard_opcode_lengths
-    if version >= 5:
-        return _v5_file_names(sec, buf, pos, offset_size, e, memo)
-    dirs = [comp_dir]
-    while buf[pos]:
-        end = buf.find(b"\0", pos)
-        dirs.append(bytes(buf[pos:end]).decode("utf-8", "replace"))
-        pos = end + 1
-    pos += 1
-    names, index = {}, 1
-    while buf[pos]:
-        end = buf.find(b"\0", pos)
-        name = bytes(buf[pos:end]).decode("utf-8", "replace")
-        pos = end + 1
-        d, pos = read_uleb(buf, pos)
-        _mtime, pos = read_uleb(buf, pos)
-        _size, pos = read_uleb(buf, pos)
-        names[index] = _join_dir(dirs, d, name)
-        index += 1
-    return names
+class LineFiles:
+    """decl_file index → path, from the header of a unit's line program, read when
+    first asked and joined per file on demand (a unit declares hundreds of header files
+    and its functions use a few).  ``memo`` keeps strings already decoded: units share
+    most header paths."""
+
+    def __init__(self, sec: Sections, stmt_list: int, unit: UnitFormat, memo: dict,
+                 comp_dir: str):
+        self.sec, self.stmt_list, self.unit, self.memo = sec, stmt_list, unit, memo
+        self.comp_dir = comp_dir
+        self.dirs: Optional[list] = None
+        self.files: dict = {}   # index → (dir index, raw path)
+        self.joined: dict = {}
+
+    def get(self, index, default=None):
+        found = self.joined.get(index)
+        if found is not None:
+            return found
+        if self.dirs is None:
+            try:
+                self.dirs, self.files = self._read()
+            except (IndexError, KeyError, ValueError, _struct.error):
+                self.dirs, self.files = [], {}  # a damaged line table costs names only
+        entry = self.files.get(index)
+        if entry is None:
+            return default
+        d, raw = entry
+        directory = self._text(self.dirs[d]) if 0 <= d < len(self.dirs) else ""
+        name = self._text(raw)
+        if directory and not name.startswith("/"):
+            name = f"{directory}/{name}"
+        found = self.joined[index] = name
+        return found
+
+    def _text(self, raw) -> str:
+        if isinstance(raw, str):
+            return raw
+        found = self.memo.get(raw)
+        if found is None:
+            form, offset = raw
+            found = self.memo[raw] = _cstr(self.sec.line_str if form == 0x1F else self.sec.str,
+                                           offset)
+        return found
+
+    def _read(self) -> tuple[list, dict]:
+        buf, base = self.sec.line
+        e = ">" if self.unit.big_endian else "<"
+        pos = base + self.stmt_list
+        length, = _struct.unpack_from(e + "I", buf, pos)
+        offset_size = 4
+        pos += 4
+        if length == 0xFFFFFFFF:
+            offset_size, pos = 8, pos + 8
+        version, = _struct.unpack_from(e + "H", buf, pos)
+        pos += 2
+        if version >= 5:
+            pos += 2  # address_size, segment_selector_size
+        pos += offset_size  # header_length
+        pos += 4 if version >= 4 else 3  # min_inst_length, [max_ops], default_is_stmt, line_base
+        pos += 1  # line_range
+        pos += buf[pos]  # opcode_base itself, then standard_opcode_lengths
+        if version >= 5:
+            dirs, pos = _v5_entries(buf, pos, offset_size, e)
+            files, pos = _v5_entries(buf, pos, offset_size, e)
+            return [path for _d, path in dirs], dict(enumerate(files))
+        return self._v4_entries(buf, pos)
+
+    def _v4_entries(self, buf, pos: int) -> tuple[list, dict]:
+        dirs = [self.comp_dir]
+        while buf[pos]:
+            end = buf.find(b"\0", pos)
+            dirs.append(bytes(buf[pos:end]).decode("utf-8", "replace"))
+            pos = end + 1
+        pos += 1
+        files, index = {}, 1
+        while buf[pos]:
+            end = buf.find(b"\0", pos)
+            name = bytes(buf[pos:end]).decode("utf-8", "replace")
+            pos = end + 1
+            d, pos = read_uleb(buf, pos)
+            _mtime, pos = read_uleb(buf, pos)
+            _size, pos = read_uleb(buf, pos)
+            files[index] = (d, name)
+            index += 1
+        return dirs, files
 
 
-def _v5_file_names(sec: Sections, buf, pos: int, offset_size: int, e: str,
-                   memo: dict) -> dict:
-    dirs, pos = _v5_entries(sec, buf, pos, offset_size, e, memo)
-    files, pos = _v5_entries(sec, buf, pos, offset_size, e, memo)
-    dir_names = [d.get(1, "") for d in dirs]
-    return {i: _join_dir(dir_names, f.get(2, 0), f.get(1, "")) for i, f in enumerate(files)}
+_LNCT_PATH, _LNCT_DIRECTORY_INDEX = 1, 2
 
 
-def _v5_entries(sec: Sections, buf, pos: int, offset_size: int, e: str, memo: dict):
+def _v5_entries(buf, pos: int, offset_size: int, e: str) -> tuple[list, int]:
+    """DWARF 5 directory or file entries as (directory index, raw path), where a raw
+    path is a str (inline) or ``(form, offset)`` into a string section."""
     count = buf[pos]
     pos += 1
     formats = []
@@ -948,40 +1052,41 @@ def _v5_entries(sec: Sections, buf, pos: int, offset_size: int, e: str, memo: di
         formats.append((content, form))
     n, pos = read_uleb(buf, pos)
     entries = []
-    o = "I" if offset_size == 4 else "Q"
+    offset_struct = _struct_of(e + ("I" if offset_size == 4 else "Q"))
+    order = "big" if e == ">" else "little"
     for _ in range(n):
-        entry = {}
+        path, directory = "", 0
         for content, form in formats:
-            if form == 0x08:
+            if form == 0x1F or form == 0x0E:   # line_strp, strp
+                value = (form, offset_struct.unpack_from(buf, pos)[0])
+                pos += offset_size
+            elif form == 0x0F:                 # udata
+                value = buf[pos]
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = read_uleb(buf, pos)
+            elif form == 0x08:                 # string
                 end = buf.find(b"\0", pos)
                 value, pos = bytes(buf[pos:end]).decode("utf-8", "replace"), end + 1
-            elif form in (0x1F, 0x0E):
-                off, = _struct.unpack_from(e + o, buf, pos)
-                pos += offset_size
-                key = (form, off)
-                value = memo.get(key)
-                if value is None:
-                    value = memo[key] = _cstr(sec.line_str if form == 0x1F else sec.str, off)
-            elif form == 0x0F:
-                value, pos = read_uleb(buf, pos)
-            elif form in (0x0B, 0x05, 0x06, 0x07, 0x1E):
-                size = {0x0B: 1, 0x05: 2, 0x06: 4, 0x07: 8, 0x1E: 16}[form]
-                value = int.from_bytes(buf[pos:pos + size], "big" if e == ">" else "little")
+            elif form in _LINE_DATA_SIZES:     # data1/2/4/8/16
+                size = _LINE_DATA_SIZES[form]
+                value = int.from_bytes(buf[pos:pos + size], order)
                 pos += size
-            elif form == 0x09:
+            elif form == 0x09:                 # block
                 size, pos = read_uleb(buf, pos)
                 value, pos = None, pos + size
             else:
                 raise ValueError(f"line table form {form:#x}")
-            entry[content] = value
-        entries.append(entry)
+            if content == _LNCT_PATH:
+                path = value
+            elif content == _LNCT_DIRECTORY_INDEX:
+                directory = value
+        entries.append((directory, path))
     return entries, pos
 
 
-def _join_dir(dirs: list, index: int, name: str) -> str:
-    if not name.startswith("/") and 0 <= index < len(dirs) and dirs[index]:
-        return f"{dirs[index]}/{name}"
-    return name
+_LINE_DATA_SIZES = {0x0B: 1, 0x05: 2, 0x06: 4, 0x07: 8, 0x1E: 16}
 
 
 # ------------------------------------------------------------------ address ranges
@@ -1074,6 +1179,7 @@ def _scan_shared_chunk(chunk: list) -> list:
 
 def _scan_chunk(sec: Sections, chunk: list) -> list:
     known: set = set()
+    seen_inline: set = set()
     strings: dict = {}
     plans_by_abbrev: dict = {}
     out = []
@@ -1084,7 +1190,7 @@ def _scan_chunk(sec: Sections, chunk: list) -> list:
             plans = plans_by_abbrev[key] = read_abbrevs(sec, unit)
         reader = UnitReader(sec, unit, plans, strings)
         tables = UnitScanner(reader, known, first_range_start).scan()
-        out.append((index, summarize_unit(tables, known)))
+        out.append((index, summarize_unit(tables, known, seen_inline)))
     return out
 
 

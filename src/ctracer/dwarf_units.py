@@ -92,6 +92,8 @@ class Subprogram:
     specification: Optional[int] = None
     decl_file: Optional[int] = None
     decl_line: Optional[int] = None
+    #: where the parameters start, for walks that read them only when needed
+    params_at: Optional[int] = None
 
 
 @dataclass(slots=True)
@@ -117,6 +119,8 @@ class UnitTables:
     #: loads a struct/union definition missing from ``composites`` (e.g. an anonymous
     #: one), for walks that read members only on demand
     load_composite: Optional[object] = None
+    #: reads the parameters of a `Subprogram` whose ``params_at`` is set
+    load_params: Optional[object] = None
 
     def composite(self, offset: Optional[int]) -> Optional[tuple]:
         found = self.composites.get(offset)
@@ -260,14 +264,17 @@ class UnitSummary:
     declarations: list = field(default_factory=list)
 
 
-def summarize_unit(tables: UnitTables, known_structs: set) -> UnitSummary:
+def summarize_unit(tables: UnitTables, known_structs: set, seen_inline: set) -> UnitSummary:
     """Functions, struct summaries and tracepoints of one unit.
 
     ``known_structs`` holds ``(kind, name)`` already summarized by earlier units; this
     unit adds its own new ones to it and skips the rest (first definition wins).
+    ``seen_inline`` does the same for static inline functions that exist only inlined
+    (a header's inlines appear in every unit using them, identical): only the first
+    copy becomes a row (see `fold_key`).
     """
     shapes = ShapeResolver(tables.types)
-    functions, orphans = _summarize_functions(tables, shapes)
+    functions, orphans = _summarize_functions(tables, shapes, seen_inline)
     structs = _summarize_structs(tables, shapes, known_structs)
     tracepoints = []
     for name, offset in tables.tracepoint_typedefs:
@@ -278,7 +285,8 @@ def summarize_unit(tables: UnitTables, known_structs: set) -> UnitSummary:
                        tables.declarations)
 
 
-def _summarize_functions(tables: UnitTables, shapes: ShapeResolver) -> tuple[list, list]:
+def _summarize_functions(tables: UnitTables, shapes: ShapeResolver,
+                         seen_inline: set) -> tuple[list, list]:
     by_offset = {sp.offset: sp for sp in tables.subprograms}
     addresses: dict[int, list] = {}
     orphans = []
@@ -300,7 +308,14 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver) -> tuple[lis
         if sp.declaration:
             continue
         decl = by_offset.get(sp.specification) if sp.specification is not None else None
-        row = function_row(tables, shapes, sp, decl, addresses.get(sp.offset, ()))
+        copies = addresses.get(sp.offset, ())
+        if sp.low_pc is None and not copies and not sp.external and sp.inline in (1, 3) \
+                and sp.name:
+            key = fold_key(sp.name, tables.files.get(sp.decl_file), sp.decl_line)
+            if key in seen_inline:
+                continue
+            seen_inline.add(key)
+        row = function_row(tables, shapes, sp, decl, copies)
         if row is not None:
             rows.append(row)
     return rows, orphans
@@ -311,6 +326,8 @@ def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None
+    if sp.params_at is not None and tables.load_params is not None:
+        tables.load_params(sp)
     params = sp.params or (decl.params if decl else [])
     variadic = sp.variadic or (decl.variadic if decl else False)
     returns = sp.returns if sp.returns is not None or decl is None else decl.returns
@@ -443,13 +460,18 @@ def _attach_orphans(functions: list, orphans: list) -> list:
     return functions
 
 
+def fold_key(name: str, decl_file: Optional[str], decl_line: Optional[int]) -> tuple:
+    """What makes two inline-only copies of a static function the same function."""
+    return (name, decl_file, decl_line)
+
+
 def _fold_inline_copies(functions: list) -> list:
     """A static inline function of a header appears, inlined only, in every unit using it;
     those copies have no address and the same declaration: keep one."""
     kept, seen = [], set()
     for f in functions:
         if not f[2] and not f[3] and f[4] in ("inlined", "declared_inlined"):
-            key = (f[0], f[7], f[8])
+            key = fold_key(f[0], f[7], f[8])
             if key in seen:
                 continue
             seen.add(key)
