@@ -20,6 +20,7 @@ import bisect
 import datetime
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -28,7 +29,7 @@ from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Cha
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
-from ctracer.tracefile import FunctionRow, Trace
+from ctracer.tracefile import Event, FunctionRow, Trace
 
 _U64_MASK = (1 << 64) - 1
 _ERR_PTR_LOWEST = (1 << 64) - 4095  # the kernel's ERR_PTR(-MAX_ERRNO)
@@ -54,6 +55,26 @@ class _Frame:
     caller: int
     entries: dict[int, int] = field(default_factory=dict)  # slot -> entry row index
     exits: dict[int, int] = field(default_factory=dict)    # slot -> exit row index
+
+
+class _Compact:
+    """An event as the report keeps it while building: the trace's `Event` minus what it
+    no longer needs, in a fraction of the memory (a big trace holds millions)."""
+
+    __slots__ = ("seq", "ts_ns", "cpu", "pid", "tid", "comm", "function_id", "phase",
+                 "object", "retval", "depth", "flags", "snapshot")
+
+    def __init__(self, e: Event):
+        self.seq, self.ts_ns, self.cpu, self.pid, self.tid = e.seq, e.ts_ns, e.cpu, e.pid, e.tid
+        self.comm = sys.intern(e.comm)
+        self.function_id, self.phase, self.object, self.retval = (
+            e.function_id, e.phase, e.object, e.retval)
+        self.depth, self.flags, self.snapshot = e.depth, e.flags, e.snapshot
+
+    def event(self) -> Event:
+        return Event(self.seq, self.ts_ns, self.cpu, self.pid, self.tid, self.comm,
+                     self.function_id, self.phase, self.object, self.retval, self.depth,
+                     self.flags, self.snapshot)
 
 
 class _Thread:
@@ -254,7 +275,7 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
     unmatched_exits = 0
 
     # recording order across CPUs is not time order; a thread's events are in time order
-    ordered = sorted(trace.events(), key=lambda e: (e.ts_ns, e.seq))
+    ordered = sorted((_Compact(e) for e in trace.events()), key=lambda e: (e.ts_ns, e.seq))
     for index, ev in enumerate(ordered):
         slot = ev.function_id
         fid = canon.get(slot, slot)
@@ -418,7 +439,7 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
         if last_bytes.get(key) == ev.snapshot:
             continue
         last_bytes[key] = ev.snapshot
-        values = trace.values(ev)
+        values = trace.values(ev.event())
         if values is None:
             continue
         previous = last_values.get(key)

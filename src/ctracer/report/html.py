@@ -163,37 +163,28 @@ class _Site:
 
     # ---------------------------------------------------------------- timelines
 
-    def timeline_pages(self, rows: list[Row], use_object_depth: bool,
-                       show_object: bool) -> tuple[list[list[Any]], dict[int, str]]:
-        """Rows cut into pages of finished ``<tr>`` markup, and each row's page by seq."""
-        page_of: dict[int, str] = {}
-        pages: list[list[Any]] = []
+    def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
+                       use_object_depth: bool, show_object: bool, graph_note: str,
+                       has_graph: bool, facts: list[tuple[str, str]],
+                       methods: list[dict]) -> dict[int, str]:
+        """Write the timeline, PAGE_ROWS rows a page, one page at a time; return the page
+        file of every row (by seq) for links to it."""
+        count = max(1, -(-len(rows) // PAGE_ROWS))
+        files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(count)]
+        page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)}
         render = self.rows.row
-        for start in range(0, max(len(rows), 1), PAGE_ROWS):
-            number = start // PAGE_ROWS + 1
-            filename = "index.html" if number == 1 else f"timeline-{number}.html"
+        for number in range(count):
             page = []
-            for row in rows[start:start + PAGE_ROWS]:
-                page_of[row.seq] = filename
+            for row in rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]:
                 cell = None
                 if show_object:
                     obj = self.data_objects.get(row.obj) if row.obj is not None else None
                     cell = (obj.label, self.object_href(row, "../")) if obj else ("", "")
                 page.append(render(row, row.object_depth if use_object_depth else row.depth,
                                    cell))
-            pages.append(page)
-        return pages, page_of
-
-    def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
-                       use_object_depth: bool, show_object: bool, graph_note: str,
-                       has_graph: bool, facts: list[tuple[str, str]],
-                       methods: list[dict]) -> dict[int, str]:
-        pages, page_of = self.timeline_pages(rows, use_object_depth, show_object)
-        files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(len(pages))]
-        for i, page in enumerate(pages):
-            self.write(f"{directory}/{files[i]}", "timeline.html", title=title,
-                       heading=heading, rows=page, page_number=i + 1, page_files=files,
-                       first_page=i == 0, show_object=show_object, has_graph=has_graph,
+            self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
+                       heading=heading, rows=page, page_number=number + 1, page_files=files,
+                       first_page=number == 0, show_object=show_object, has_graph=has_graph,
                        graph_note=graph_note, facts=facts, methods=methods,
                        total_rows=len(rows), page_rows=PAGE_ROWS)
         return page_of
@@ -221,6 +212,10 @@ class _Site:
                   changes: Iterable[Change]) -> tuple[bool, str]:
         if not self.dot:
             return False, "graphviz's dot is not installed, so the call graph was not drawn."
+        if not isinstance(rows, list):
+            rows = list(rows)
+        if not rows:
+            return False, "No calls were recorded."
         changed_by: dict[int, int] = {}
         for c in changes:
             if c.function_id >= 0:
