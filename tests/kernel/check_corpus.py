@@ -119,6 +119,7 @@ class CorpusRun:
         self.timings = Timings()
         self.start = time.perf_counter()
         self._progress = progress
+        self._btf_sizes: dict[str, dict[str, list[int]]] = {}
 
     def log(self, message: str) -> None:
         self._progress(f"[{time.perf_counter() - self.start:6.1f} s] {message}")
@@ -164,6 +165,19 @@ class CorpusRun:
                "largest child (a tool or a scan worker)":
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
         return Report(c, checks, self.timings, wall, rss)
+
+    def btf_sizes(self, where: str) -> Callable[[str], list[int]]:
+        """Sizes of the BTF structs of a name in ``where`` ("vmlinux" or "nfs.ko"),
+        from bpftool, asked once and only when needed."""
+        def lookup(name: str) -> list[int]:
+            if where not in self._btf_sizes:
+                c = self.corpus
+                result = (oracles.btf_struct_sizes(c.vmlinux) if where == "vmlinux"
+                          else oracles.btf_struct_sizes(c.nfs_ko, base=c.vmlinux))
+                self.timings.add(f"bpftool btf dump file {where}", result.seconds)
+                self._btf_sizes[where] = result.sizes
+            return self._btf_sizes[where].get(name, [])
+        return lookup
 
     # -- ctracer's side
 
@@ -296,7 +310,9 @@ class CorpusRun:
                                            "vmlinux .BTF layouts against pahole -F btf -C")
         part.say(layouts.timing_line(rendered["vmlinux btf"]))
         check.extend(part)
-        check.extend(layouts.compare_formats(rendered["vmlinux dwarf"], rendered["vmlinux btf"]))
+        check.extend(layouts.compare_formats(rendered["vmlinux dwarf"], rendered["vmlinux btf"],
+                                             self.btf_sizes("vmlinux"),
+                                             layouts.KNOWN_DWARF_GAPS))
         return check
 
     def check_module(self, found: dict, rendered: dict, pahole: dict, syms: dict,
@@ -314,7 +330,9 @@ class CorpusRun:
         check.extend(layouts.compare_with_pahole(rendered["nfs.ko btf"], pahole["nfs.ko btf"],
                                                  f"{names}: split BTF against pahole -F btf "
                                                  "--btf_base"))
-        check.extend(layouts.compare_formats(rendered["nfs.ko dwarf"], rendered["nfs.ko btf"]))
+        check.extend(layouts.compare_formats(rendered["nfs.ko dwarf"], rendered["nfs.ko btf"],
+                                             self.btf_sizes("nfs.ko"),
+                                             layouts.KNOWN_DWARF_GAPS))
         return check
 
 

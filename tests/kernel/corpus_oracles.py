@@ -5,12 +5,16 @@
 * ``pahole -C A,B,...``: layouts from DWARF or BTF (``--btf_base`` for split BTF);
 * ``llvm-dwarfdump --name``: which compile units define a struct or a function;
 * ``nm``: the symbol table (which functions exist only as compiler clones, such as
-  ``foo.constprop.0``).
+  ``foo.constprop.0``);
+* ``bpftool btf dump``: the sizes of every struct of a name in BTF (kernels reuse some
+  struct names for different structs).
 
 pahole 1.24 quirk: with several names, ``-C`` looks them up while it streams compile
 units, in the order given, and stops at the first it cannot find among the units left
 (``type 'X' not found``), so names must be given in the order of their first definition
-in .debug_info.  `pahole_layouts` does that, and retries a refused name on its own.
+in .debug_info.  `pahole_layouts` does that, and retries a refused name on its own.  And
+where a typedef has the struct's name (``typedef struct bridge_id bridge_id;``), ``-C``
+prints the typedef line, not the struct: such names are reported as shadowed.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def dwarfdump_command() -> Optional[str]:
 
 def missing_tools() -> list[str]:
     """Tools the checks need that are not installed."""
-    missing = [t for t in ("pahole", "pfunct", "nm") if shutil.which(t) is None]
+    missing = [t for t in ("pahole", "pfunct", "nm", "bpftool") if shutil.which(t) is None]
     if dwarfdump_command() is None:
         missing.append("llvm-dwarfdump (Debian package llvm)")
     return missing
@@ -85,6 +89,7 @@ def pfunct_class(binary: Path, struct: str) -> PfunctResult:
 
 
 _BLOCK_START = re.compile(r"(struct|union) (\S+) \{\n\Z")
+_SAME_NAME_TYPEDEF = re.compile(r"^typedef (?:struct|union) (\w+) \1;$", re.M)
 
 
 def split_layouts(text: str) -> dict[str, str]:
@@ -110,6 +115,8 @@ class PaholeResult:
     texts: dict[str, str] = field(default_factory=dict)
     #: names pahole -C does not find even on their own
     not_found: list[str] = field(default_factory=list)
+    #: names for which pahole -C prints a same-named typedef instead of the struct
+    typedef_shadowed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     runs: int = 0
 
@@ -143,10 +150,12 @@ def pahole_layouts(binary: Path, names: Sequence[str], fmt: str,
         out.runs += 1
         printed = split_layouts(run.stdout)
         out.texts.update((n, t) for n, t in printed.items() if n in chunk)
+        shadowed = set(_SAME_NAME_TYPEDEF.findall(run.stdout)) & set(chunk) - set(printed)
+        out.typedef_shadowed.extend(sorted(shadowed))
         refused = re.search(r"type '([^']+)' not found", run.stderr)
         if refused is None and run.returncode != 0:
             _checked(run)
-        settled = set(printed)
+        settled = set(printed) | shadowed
         if refused:
             name = refused.group(1)
             settled.add(name)
@@ -154,10 +163,12 @@ def pahole_layouts(binary: Path, names: Sequence[str], fmt: str,
             out.seconds += alone.seconds
             out.runs += 1
             text = split_layouts(alone.stdout).get(name)
-            if text is None:
-                out.not_found.append(name)
-            else:
+            if text is not None:
                 out.texts[name] = text
+            elif name in _SAME_NAME_TYPEDEF.findall(alone.stdout):
+                out.typedef_shadowed.append(name)
+            else:
+                out.not_found.append(name)
         elif not settled & set(chunk):
             out.not_found.extend(chunk)  # pahole printed nothing and said nothing
             settled.update(chunk)
@@ -266,3 +277,28 @@ def unit_facts(binary: Path, names: Iterable[str]) -> UnitFacts:
     run = _checked(run_tool([tool, "--debug-info", "--show-parents"]
                             + [f"--name={n}" for n in wanted] + [str(binary)]))
     return UnitFacts(parse_dwarfdump(run.stdout), run.seconds)
+
+
+# ------------------------------------------------------------------ bpftool
+
+
+_BTF_STRUCT = re.compile(r"^\[\d+\] (STRUCT|UNION) '([^']+)' size=(\d+)", re.M)
+
+
+@dataclass
+class BtfStructSizes:
+    """The size of every struct (or union) record of each name in a BTF."""
+
+    sizes: dict[str, list[int]]
+    seconds: float = 0.0
+
+
+def btf_struct_sizes(binary: Path, base: Optional[Path] = None) -> BtfStructSizes:
+    argv = ["bpftool"] + (["-B", str(base)] if base else []) + [
+        "btf", "dump", "file", str(binary)]
+    run = _checked(run_tool(argv))
+    sizes: dict[str, list[int]] = defaultdict(list)
+    for kind, name, size in _BTF_STRUCT.findall(run.stdout):
+        if kind == "STRUCT":
+            sizes[name].append(int(size))
+    return BtfStructSizes(dict(sizes), run.seconds)

@@ -21,10 +21,13 @@ DEFINES = """\
 struct s { int a; long b __attribute__((aligned(16))); int m[2][3]; };
 struct t { char c; struct s *p; };
 struct r { struct s x; char c; long d __attribute__((aligned(8))); };
+typedef struct sh sh;  /* a typedef named like its struct, before the struct */
+struct sh { int x; };
 int f(struct s *x) { return x->a; }
 int h(const struct s *x) { return x->a; }
 int u(struct t *y) { return y->c; }
 int v(struct r *z) { return z->c; }
+int w(sh *p) { return p->x; }
 int main(void) { return 0; }
 """
 DECLARES = """\
@@ -85,18 +88,23 @@ def test_pfunct_rules_explain_what_pfunct_leaves_out(program):
 
 def test_pahole_layouts_in_any_order_equal_single_runs(program):
     need("pahole")
-    got = oracles.pahole_layouts(program, ["t", "s", "no_such_struct"], "dwarf")
+    got = oracles.pahole_layouts(program, ["t", "s", "no_such_struct", "sh"], "dwarf")
     for name in ("s", "t"):
         alone = subprocess.run(["pahole", "-F", "dwarf", "-C", name, str(program)],
                                capture_output=True, text=True, check=True).stdout
         assert got.texts[name] == alone
     assert got.not_found == ["no_such_struct"]
+    assert got.typedef_shadowed == ["sh"]  # pahole -C sh prints "typedef struct sh sh;"
+    rendered = layouts.render_structs(dwarf.open_elf_types(str(program)), ["s", "t", "sh"])
+    findings = layouts.compare_with_pahole(rendered, got, "test")
+    assert findings.ok, findings.failures
+    assert "2 of 2 identical to pahole" in findings.lines[0]
 
 
 def test_dwarf_and_btf_texts_differ_only_where_pahole_prints_them_differently(
         program, tmp_path):
     """t prints the same from both; r differs only in alignment (DWARF records it, BTF
-    does not); s also has a 2-D array, which pahole prints flattened from BTF.  The
+    does not); s also in a 2-D array, which pahole prints flattened from BTF.  The
     model facts are equal for all three."""
     need("pahole")
     with_btf = tmp_path / "prog.btf"
@@ -113,16 +121,25 @@ def test_dwarf_and_btf_texts_differ_only_where_pahole_prints_them_differently(
     assert "__aligned__" not in b["r"].text
     findings = layouts.compare_formats(d, b)
     assert findings.ok, findings.failures
-    assert ("rendered text: 1 identical, 1 identical apart from alignment DWARF records "
-            "and BTF does not, 1 otherwise different (s)") in findings.lines
+    assert "m[2][3];" in d["s"].text and "m[6];" in b["s"].text
+    assert ("rendered text: 1 identical, 2 identical apart from what pahole prints "
+            "differently from DWARF and BTF, none otherwise different") in findings.lines
 
 
-def test_facts_differences_are_reported():
+def test_facts_differences_fail_unless_the_name_is_shared():
     d = layouts.Rendered("x", (8, (("a", 0, 0, 4), ("b", 32, 0, 4))), 0.0)
     b = layouts.Rendered("x", (8, (("a", 0, 0, 4), ("b", 40, 0, 4))), 0.0)
     findings = layouts.compare_formats({"x": d}, {"x": b})
     assert findings.failures == ["x: member b: DWARF (bit offset, bit size, size) "
                                  "(32, 0, 4), BTF (40, 0, 4)"]
+    # BTF holding one struct x only: still a failure
+    assert not layouts.compare_formats({"x": d}, {"x": b}, lambda name: [8]).ok
+    # two structs named x, one of DWARF's size: the other is BTF's first
+    bigger = layouts.Rendered("y", (16, (("c", 0, 0, 16),)), 0.0)
+    shared = layouts.compare_formats({"x": d}, {"x": bigger}, lambda name: [16, 8])
+    assert shared.ok, shared.failures
+    assert any("x (8, 16)" in line for line in shared.lines)
+    assert not layouts.compare_formats({"x": d}, {"x": bigger}, lambda name: [16, 12]).ok
 
 
 def test_nm_symbols_and_clones(tmp_path):
