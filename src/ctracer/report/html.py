@@ -232,7 +232,7 @@ class _Site:
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: list[Change], page_of: dict[int, str],
                      series: dict[str, list[plotting.Series]], show_object: bool,
-                     limit: Optional[int]) -> None:
+                     limit: Optional[int], plot_title: Optional[str] = None) -> None:
         by_field: dict[str, list[Change]] = {}
         for c in changes:
             by_field.setdefault(c.field, []).append(c)
@@ -257,7 +257,7 @@ class _Site:
             if has_plot:
                 self.plot_jobs.append(plotting.FieldPlot(
                     os.path.join(self.out_dir, directory, f"{stem}.png"), f.name,
-                    f"{f.name} — {title}", series[f.name]))
+                    f"{f.name} — {plot_title or title}", series[f.name]))
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
                            "count": len(found), "changes": items, "stem": stem,
                            "has_plot": has_plot, "omitted": len(found) - len(shown)})
@@ -309,8 +309,11 @@ class _Site:
                 if len(points) > 1:
                     series.setdefault(name, []).append(
                         plotting.Series(obj.label, points, obj.last_ns - data.start_ns))
+        plotted = "all objects" if len(data.objects) <= len(busiest) else \
+            f"the {len(busiest)} objects with most changes"
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
-                          changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL)
+                          changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL,
+                          plot_title=plotted)
 
     def methods_page(self, trace: Trace) -> None:
         rows = self.method_rows(self.data.methods)
