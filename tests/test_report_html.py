@@ -112,8 +112,10 @@ def hostile_trace(path):
                                  attached="entry,exit"),
                      FunctionRow(2, "../../../etc/passwd", reach="direct",
                                  attached="entry,exit")])
+    # function 9 is not in the functions table (a damaged or hand-made trace)
     for ts, fid, phase, state in ((1, 1, PHASE_ENTRY, 1), (2, 1, PHASE_EXIT, 2),
-                                  (3, 2, PHASE_ENTRY, 2), (4, 2, PHASE_EXIT, 1)):
+                                  (3, 2, PHASE_ENTRY, 2), (4, 2, PHASE_EXIT, 1),
+                                  (5, 9, PHASE_ENTRY, 1), (6, 9, PHASE_EXIT, 1)):
         w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="<svg onload=x>",
                     function_id=fid, phase=phase, object=0x1000, retval=None, depth=0,
                     flags=0, snapshot=mini.encode({"state": state, "n": 0}))
@@ -137,6 +139,8 @@ def test_names_from_the_trace_are_escaped_and_never_paths(tmp_path, monkeypatch)
                     "<y>"):
             assert raw not in text, (html, raw)
     page = read(out / "0x1000" / "index.html")
+    assert "function#9" in page
+    assert (out / "methods" / "function-9.png").is_file()
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;svg onload=x&gt;" in page
     assert "&lt;b&gt;UP&lt;/b&gt; → A&amp;B" in page

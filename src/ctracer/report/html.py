@@ -117,6 +117,8 @@ class _Site:
         self.function_stem = {fid: functions.stem(fid, f.name)
                               for fid, f in sorted(trace.functions.items())
                               if data.canonical.get(fid, fid) == fid}
+        for fid in sorted(set(data.methods) - set(self.function_stem)):  # not in the table
+            self.function_stem[fid] = functions.stem(fid, f"function-{fid}")
         self.data_objects = {o.key: o for o in data.objects}
         self.rendered: dict[Any, ObjectTimeline] = {}
         self.svg_jobs: list[graphs.SvgJob] = []
