@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import struct as _struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ctracer.dwarf_units import (COMPOSITE_TAGS, TAG_ARRAY, TAG_CLASS, TAG_COMPILE_UNIT,
@@ -1147,24 +1147,38 @@ def _first_rnglist_start(r: UnitReader, value: int, cu_low_pc: int) -> Optional[
 
 # ------------------------------------------------------------------ all units
 
-_SHARED: Optional[Sections] = None  # inherited by forked workers
+@dataclass
+class ScanState:
+    """What a scan learns as it goes and reuses: structs and inline functions already
+    summarized, decoded strings, plans by abbreviation table."""
+
+    known_structs: set = field(default_factory=set)
+    seen_inline: set = field(default_factory=set)
+    strings: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
+
+
+_SHARED: Optional[tuple] = None  # (sections, state), inherited by forked workers
 
 
 def scan_units(sec: Sections, units: list, workers: int = 2) -> list:
-    """Summaries of every unit, in unit order, scanned by ``workers`` processes
-    (this one included; the others are forked and share the mapped file)."""
+    """Summaries of every unit, in unit order, scanned by ``workers`` processes (this
+    one included; the others are forked and share the mapped file).  Each process
+    keeps its own `ScanState`; merging keeps the first unit's struct definitions."""
     global _SHARED
     indexed = list(enumerate(units))
+    state = ScanState()
     if workers <= 1 or len(units) < 2 * workers:
-        return [s for _i, s in _scan_chunk(sec, indexed)]
+        return [s for _i, s in _scan_chunk(sec, indexed, state)]
     chunks = [indexed[i::workers] for i in range(workers)]
+    results: list = []
     import multiprocessing
 
-    _SHARED = sec
+    _SHARED = (sec, state)
     try:
         with multiprocessing.get_context("fork").Pool(workers - 1) as pool:
             pending = pool.map_async(_scan_shared_chunk, chunks[1:])
-            results = _scan_chunk(sec, chunks[0])
+            results.extend(_scan_chunk(sec, chunks[0], state))
             for part in pending.get():
                 results.extend(part)
     finally:
@@ -1174,23 +1188,20 @@ def scan_units(sec: Sections, units: list, workers: int = 2) -> list:
 
 
 def _scan_shared_chunk(chunk: list) -> list:
-    return _scan_chunk(_SHARED, chunk)
+    sec, state = _SHARED
+    return _scan_chunk(sec, chunk, state)
 
 
-def _scan_chunk(sec: Sections, chunk: list) -> list:
-    known: set = set()
-    seen_inline: set = set()
-    strings: dict = {}
-    plans_by_abbrev: dict = {}
+def _scan_chunk(sec: Sections, chunk: list, state: ScanState) -> list:
     out = []
     for index, unit in chunk:
         key = (unit.abbrev_offset, unit.version, unit.offset_size, unit.addr_size)
-        plans = plans_by_abbrev.get(key)
+        plans = state.plans.get(key)
         if plans is None:
-            plans = plans_by_abbrev[key] = read_abbrevs(sec, unit)
-        reader = UnitReader(sec, unit, plans, strings)
-        tables = UnitScanner(reader, known, first_range_start).scan()
-        out.append((index, summarize_unit(tables, known, seen_inline)))
+            plans = state.plans[key] = read_abbrevs(sec, unit)
+        reader = UnitReader(sec, unit, plans, state.strings)
+        tables = UnitScanner(reader, state.known_structs, first_range_start).scan()
+        out.append((index, summarize_unit(tables, state.known_structs, state.seen_inline)))
     return out
 
 
