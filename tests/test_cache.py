@@ -85,16 +85,16 @@ def test_find_struct_from_the_cache(program):
         assert warm.find_struct(name) == memory.find_struct(name)
 
 
-def test_warm_query_does_not_import_pyelftools(program, cache_home):
+def test_warm_query_imports_neither_pyelftools_nor_the_scanner(program, cache_home):
     dwarf.open_elf_types(str(program)).catalog()
     code = ("import sys; from ctracer import dwarf, cache;"
             f"c = dwarf.open_elf_types({str(program)!r}).catalog();"
             "assert isinstance(c, cache.SqliteCatalog);"
             "assert c.functions_referencing('struct', 'bits');"
-            "print('elftools' in sys.modules)")
+            "print('elftools' in sys.modules, 'ctracer.dwarf_scan' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache_home)})
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"  # neither pyelftools nor the scanner
 
 
 @pytest.mark.parametrize("key,value", [("schema", "0"), ("producer", "dwarf-0"),

@@ -4,15 +4,18 @@
 ``.BTF`` section (through `ctracer.btf`) when it has no DWARF.  Two levels, as in
 `ctracer.model`:
 
-* the catalog (every function and struct summary) comes from a walk of every compile
-  unit that keeps only top-level DIEs, struct members and function parameters.  Small
-  files are walked with pyelftools; `ctracer.dwarf_scan` does the summarizing;
-* `find_struct` reads one struct definition and what it reaches, on demand, by DIE
-  offset, with pyelftools.
+* the catalog (every function, struct summary and tracepoint) comes from a walk of every
+  compile unit that keeps only top-level DIEs, struct members and function parameters:
+  `ctracer.dwarf_scan` reads raw bytes, fast, in forked workers; `ElftoolsUnitWalker`
+  here does the same with pyelftools (the reference in tests, and the fallback for DWARF
+  the scanner does not read).  `ctracer.dwarf_units` merges the units into rows, and
+  `ctracer.cache` keeps them, keyed by build-id, for the next query;
+* `find_struct` reads one struct definition and what it reaches, on demand, by the DIE
+  offset the catalog remembered, with pyelftools.
 
-ELF helpers other parts need live here too (`build_id`, `uprobe_offset`), and so does a
-tiny section-header reader that does not import pyelftools, so that cached queries start
-fast.  pyelftools is imported inside functions only.
+ELF helpers other parts need live here too (`build_id`, `uprobe_offset`,
+`function_symbols`), with a small section-header reader that needs no pyelftools, so
+that a cached query never imports it.  pyelftools is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ctracer import dwarf_scan as ds
 from ctracer import dwarf_units as du
 from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
@@ -167,10 +169,12 @@ _SCANNED_SECTIONS = {"info": ".debug_info", "abbrev": ".debug_abbrev", "str": ".
                      "rnglists": ".debug_rnglists", "ranges": ".debug_ranges"}
 
 
-def dwarf_sections(headers: ElfHeaders) -> ds.Sections:
+def dwarf_sections(headers: ElfHeaders) -> "ds.Sections":
     """The DWARF sections the raw scanner reads: views into the mapped file, or, in a
     relocatable file (.o, .ko), copies with their relocations applied."""
     import mmap
+
+    from ctracer import dwarf_scan as ds
 
     with open(headers.path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -192,6 +196,8 @@ def dwarf_sections(headers: ElfHeaders) -> ds.Sections:
 
 def _relocated(headers: ElfHeaders, mapped, section: SectionHeader,
                rela: SectionHeader) -> bytearray:
+    from ctracer import dwarf_scan as ds
+
     data = bytearray(mapped[section.offset:section.offset + section.size])
     e = ">" if headers.big_endian else "<"
     if not headers.is64:
@@ -317,6 +323,8 @@ class DwarfTypes:
         """Every unit summarized, and a function giving the rows of declared functions
         by offset: by the raw scanner, or by pyelftools for DWARF the scanner does not
         read."""
+        from ctracer import dwarf_scan as ds
+
         try:
             sections = dwarf_sections(self.headers)
             units = ds.list_units(sections)
