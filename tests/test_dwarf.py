@@ -32,6 +32,9 @@ VARIANTS = {
     "clang-dwarf5-O0": ["clang", "-gdwarf-5", "-O0"],
     "clang-dwarf5-O2": ["clang", "-gdwarf-5", "-O2"],
     "clang-dwarf4-O2": ["clang", "-gdwarf-4", "-O2"],
+    # link-time optimization: out-of-line copies sit in their own unit and point to
+    # their abstract function in another one (DW_FORM_ref_addr)
+    "gcc-lto-O2": ["gcc", "-g", "-O2", "-flto"],
 }
 
 
@@ -351,14 +354,18 @@ def test_addresses_match_the_symbol_table(binary):
             assert f.address is None and f.inline == Inline.NONE and not f.inlined_only
             assert any("only declared" in n for n in catalog.notes)
         elif f.address is not None:
-            assert f.address in symbols.get(f.name, set()), f.name
+            # the compiler may rename a local copy (helper.lto_priv.0, f.isra.0)
+            at_address = {n for n, addrs in symbols.items() if f.address in addrs}
+            assert any(n == f.name or n.startswith(f.name + ".") for n in at_address), f.name
             assert not f.inlined_only
         elif f.name in symbols and len(symbols[f.name]) == 1 and f.external:
             pytest.fail(f"{f.name} has a symbol but no address")
     total = [f for f in catalog.functions() if f.name == "total"]
-    assert total[0].inlined_only and total[0].address is None  # always_inline
-    assert total[0].inline in (Inline.INLINED, Inline.DECLARED_INLINED)
-    assert any("only inlined" in n for n in catalog.notes)
+    assert total[0].address is None  # always_inline
+    if total[0].inline != Inline.NONE:  # (gcc -flto records no DW_AT_inline at all)
+        assert total[0].inlined_only
+        assert total[0].inline in (Inline.INLINED, Inline.DECLARED_INLINED)
+        assert any("only inlined" in n for n in catalog.notes)
 
 
 def test_parameter_shapes(binary):
