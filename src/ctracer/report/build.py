@@ -2,12 +2,14 @@
 
 Two passes, both linear in the number of events:
 
-1. **Calls and lifetimes.**  Events are read once in recording order.  Per thread a
+1. **Calls and lifetimes.**  Events are read once and put in time order.  Per thread a
    stack pairs each exit with its entry (a lost event closes the frames above it),
-   giving depths and durations.  Creation functions (``reach = returns`` in the
-   functions table) resolve the object they hand out at their exit; that exit, and
-   failing it an allocator-looking call after a free-looking one, marks where a new
-   lifetime of a reused address starts.
+   giving depths and durations; the events of one call that reaches objects several
+   ways (one functions-table row, or "slot", per way) are one call.  Objects known only
+   at exit (what a creation function returns, a holder filled in during the call) are
+   resolved there.  A creation function (``reach = returns``) returning an address,
+   and failing any such function an allocator-looking call after a free-looking one,
+   marks where a new lifetime of a reused address starts.
 2. **Changes.**  With lifetimes known, every object's snapshots are compared with its
    previous one (raw bytes first, so unchanged snapshots are never decoded) and each
    difference is attributed: at an exit, to the function exiting; at an entry, to the
