@@ -446,3 +446,18 @@ def test_btf_only_elf_goes_to_the_btf_reader(build_dir):
     model = dwarf.open_elf_types(str(out))
     assert model.format == "btf"
     assert model.find_struct("bits").root_type.size == pahole_layout(out, "bits")["size"]
+
+
+def test_clones_do_not_take_the_address(build_dir):
+    """With a compiler clone (scale.constprop.0) beside the function itself, the address
+    is the function's own entry, found through the symbol table."""
+    need("gcc")
+    out = build_dir / "clone"
+    subprocess.run(["gcc", "-g", "-O3", "-o", str(out), str(FIXTURES / "clones" / "clone.c")],
+                   check=True)
+    symbols = nm_functions(out)
+    if not any(n.startswith("scale.") for n in symbols):
+        pytest.skip("this gcc made no clone of scale()")
+    scale = [f for f in dwarf.open_elf_types(str(out), use_cache=False).catalog().functions()
+             if f.name == "scale"]
+    assert len(scale) == 1 and {scale[0].address} == symbols["scale"]

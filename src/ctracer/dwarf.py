@@ -313,8 +313,8 @@ class DwarfTypes:
         """Every unit summarized and merged, each function with its chosen address."""
         summaries, declared_rows = self._summaries()
         rows = du.assemble_rows(summaries, declared_rows)
-        symbols = function_symbols(self.headers) if any(
-            len(f[2]) > 1 for f in rows.functions) else {}
+        ambiguous = {a for f in rows.functions if len(f[2]) > 1 for a in f[2]}
+        symbols = function_symbols(self.headers, ambiguous) if ambiguous else {}
         rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
                           for f in rows.functions]
         return rows
@@ -390,10 +390,12 @@ class DwarfTypes:
         return self._dwarf
 
 
-def function_symbols(headers: ElfHeaders) -> dict[int, set]:
-    """Function symbols (.symtab and .dynsym) by address, read without pyelftools."""
+def function_symbols(headers: ElfHeaders,
+                     addresses: Optional[set] = None) -> dict[int, set]:
+    """Function symbols (.symtab and .dynsym) by address, read without pyelftools; only
+    at ``addresses`` when given (names are decoded for those only)."""
     e = ">" if headers.big_endian else "<"
-    layout = e + ("IBBHQQ" if headers.is64 else "IIIBBH")
+    layout = struct.Struct(e + ("IBBHQQ" if headers.is64 else "IIIBBH"))
     names: dict[int, set] = {}
     with open(headers.path, "rb") as f:
         for section in headers.sections:
@@ -403,14 +405,13 @@ def function_symbols(headers: ElfHeaders) -> dict[int, set]:
             f.seek(strtab.offset)
             strings = f.read(strtab.size)
             f.seek(section.offset)
-            table = f.read(section.size)
-            for entry in struct.iter_unpack(layout, table[:len(table) // struct.calcsize(layout)
-                                                          * struct.calcsize(layout)]):
+            table = f.read(section.size // layout.size * layout.size)
+            for entry in layout.iter_unpack(table):
                 if headers.is64:
                     name, info, _other, _shndx, value, _size = entry
                 else:
                     name, value, _size, info, _other, _shndx = entry
-                if info & 0xF == 2 and value:  # STT_FUNC
+                if info & 0xF == 2 and value and (addresses is None or value in addresses):
                     names.setdefault(value, set()).add(_cstring(strings, name))
     return names
 
