@@ -15,6 +15,7 @@ import pytest
 from ctracer import dwarf
 from ctracer import dwarf_scan as ds
 from ctracer import dwarf_units as du
+from ctracer.model import iter_members_flat
 from test_dwarf import SOURCES, VARIANTS, need
 
 
@@ -118,3 +119,52 @@ def test_member_bit_offsets_follow_both_conventions():
     assert du.member_bit_offset(0, None, -8, 4, 20, 0, False) == 20
     # big-endian targets count from the MSB already
     assert du.member_bit_offset(8, None, 30, 4, 2, 0, True) == 64 + 30
+
+
+def test_dwz_compressed_file_reads_like_the_original(scan_dir):
+    """dwz (as distributions run on their debug files) moves shared DIEs into partial
+    units that the others reference with DW_FORM_ref_addr: the catalog must not change."""
+    need("dwz")
+    need("gcc")
+    original = scan_dir / "before-dwz"
+    subprocess.run(["gcc", "-g", "-O2", "-o", str(original), *map(str, SOURCES)], check=True)
+    compressed = scan_dir / "after-dwz"
+    compressed.write_bytes(original.read_bytes())
+    done = subprocess.run(["dwz", str(compressed)], capture_output=True, text=True)
+    if done.returncode != 0 or compressed.read_bytes() == original.read_bytes():
+        pytest.skip(f"dwz left the file as it was: {done.stderr.strip()}")
+    assert len(ds.list_units(dwarf.dwarf_sections(dwarf.read_elf_headers(str(compressed))))) > \
+        len(ds.list_units(dwarf.dwarf_sections(dwarf.read_elf_headers(str(original)))))
+    assert_same_summaries(scanned(compressed), walked(compressed))
+
+    def described(path):
+        catalog = dwarf.open_elf_types(str(path), use_cache=False).catalog()
+        functions = sorted((f.name, f.unit, f.address, f.returns, f.params)
+                           for f in catalog.functions())
+        structs = {n: catalog.struct(n) for n in catalog.struct_names()}
+        return functions, structs
+
+    assert described(compressed) == described(original)
+
+    def layout(path, name):  # type ids are DIE offsets and differ; the layout must not
+        graph = dwarf.open_elf_types(str(path), use_cache=False).find_struct(name)
+        return [(p, bits, m.bit_size, graph.size_of(m.type))
+                for p, m, bits in iter_members_flat(graph, graph.root)]
+
+    for name in ("with_anon", "bits", "callbacks", "flex"):
+        assert layout(compressed, name) == layout(original, name)
+
+
+def test_dwz_supplementary_file_is_refused_in_one_line(scan_dir):
+    need("dwz")
+    need("gcc")
+    first, second = scan_dir / "multi1", scan_dir / "multi2"
+    for out in (first, second):
+        subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    done = subprocess.run(["dwz", "-m", str(scan_dir / "common.debug"), str(first), str(second)],
+                          capture_output=True, text=True)
+    if done.returncode != 0 or dwarf.read_elf_headers(str(first)).section(
+            ".gnu_debugaltlink") is None:
+        pytest.skip(f"dwz -m made no supplementary file: {done.stderr.strip()}")
+    with pytest.raises(dwarf.InputFileError, match="supplementary file .*common.debug"):
+        dwarf.open_elf_types(str(first))

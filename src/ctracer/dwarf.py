@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Optional
 
 from ctracer import dwarf_units as du
 from ctracer.errors import InputFileError, UnknownType
@@ -233,6 +233,7 @@ def open_elf_types(path: str, use_cache: bool = True):
     headers = read_elf_headers(path)
     info = headers.section(".debug_info")
     if info is not None and info.size > 0 and info.type != 8:  # 8: SHT_NOBITS (stripped)
+        _refuse_supplementary_dwarf(headers)
         return DwarfTypes(path, headers, use_cache)
     btf_section = headers.section(".BTF")
     if btf_section is not None and btf_section.size > 0:
@@ -245,7 +246,21 @@ def open_elf_types(path: str, use_cache: bool = True):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-4"
+CACHE_PRODUCER = "dwarf-5"
+
+
+def _refuse_supplementary_dwarf(headers: ElfHeaders) -> None:
+    """DWARF split with ``dwz -m`` keeps shared types and names in another file, which
+    ctracer does not read: say so rather than list a catalog with holes."""
+    for name in (".gnu_debugaltlink", ".debug_sup"):
+        section = headers.section(name)
+        if section is not None and section.size:
+            with open(headers.path, "rb") as f:
+                f.seek(section.offset)
+                target = f.read(section.size).split(b"\0", 1)[0].decode("utf-8", "replace")
+            raise InputFileError(
+                f"{headers.path} keeps part of its DWARF in a supplementary file "
+                f"({target or name}, made by dwz -m), which ctracer cannot read yet")
 
 
 class DwarfTypes:
@@ -339,20 +354,28 @@ class DwarfTypes:
             return summaries, self._declared_rows_elftools
 
     def _declared_rows_elftools(self, offsets: list) -> list:
-        dwarf = self.dwarfinfo()
-        walker = ElftoolsUnitWalker(dwarf, self.headers.big_endian)
+        wanted = set(offsets)
         rows = []
-        for offset in offsets:
-            tables = walker.walk(dwarf.get_CU_containing(offset))
-            sp = next(sp for sp in tables.subprograms if sp.offset == offset)
-            rows.append(du.function_row(tables, du.ShapeResolver(tables.types), sp))
+        for tables in self._walk_units():
+            for sp in tables.subprograms:
+                if sp.offset in wanted:
+                    rows.append(du.function_row(tables, du.ShapeResolver(tables.types), sp))
         return rows
 
-    def _walk_units(self) -> Iterable[du.UnitTables]:
+    def _walk_units(self) -> list:
+        """Every unit's tables by pyelftools, their types and struct definitions shared
+        so that references from one unit into another (DW_FORM_ref_addr) resolve."""
+        import collections
+
         dwarf = self.dwarfinfo()
         walker = ElftoolsUnitWalker(dwarf, self.headers.big_endian)
-        for cu in dwarf.iter_CUs():
-            yield walker.walk(cu)
+        units = [walker.walk(cu) for cu in dwarf.iter_CUs()]
+        all_types = collections.ChainMap(*(t.types for t in units))
+        all_composites = collections.ChainMap(*(t.composites for t in units))
+        for tables in units:
+            tables.types = collections.ChainMap(tables.types, all_types)
+            tables.load_composite = all_composites.get
+        return units
 
     # -- full types
 
@@ -442,9 +465,9 @@ def attr_ref(die, name: str) -> Optional[int]:
         return None
     if a.form in _LOCAL_REF_FORMS:
         return a.value + die.cu.cu_offset
-    if a.form in ("DW_FORM_ref_addr", "DW_FORM_GNU_ref_alt"):
+    if a.form == "DW_FORM_ref_addr":
         return a.value
-    return None  # DW_FORM_ref_sig8 (type units) is not followed
+    return None  # type units (ref_sig8) and supplementary files (ref_alt) are not followed
 
 
 def attr_str(die, name: str) -> Optional[str]:
@@ -452,7 +475,9 @@ def attr_str(die, name: str) -> Optional[str]:
     if a is None or a.value is None:
         return None
     v = a.value
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v if isinstance(v, str) else None  # e.g. a string in a missing alt file
 
 
 def attr_flag(die, name: str) -> bool:

@@ -95,10 +95,11 @@ def _form_table(offset_size: int, addr_size: int, version: int) -> dict:
         0x0B: ("B", _RAW), 0x0C: ("B", _FLAG), 0x0E: (o, _STRP),
         0x10: (o if version >= 3 else a, _RAW), 0x11: ("B", _REF), 0x12: ("H", _REF),
         0x13: ("I", _REF), 0x14: ("Q", _REF), 0x17: (o, _RAW), 0x19: ("", _FLAG),
-        0x1C: ("I", _RAW), 0x1D: (o, _RAW), 0x1E: ("16x", _RAW), 0x1F: (o, _LINE_STRP),
-        0x20: ("Q", _RAW), 0x24: ("Q", _RAW), 0x25: ("B", _STRX), 0x26: ("H", _STRX),
-        0x27: ("3s", _STRX), 0x28: ("I", _STRX), 0x29: ("B", _ADDRX), 0x2A: ("H", _ADDRX),
-        0x2B: ("3s", _ADDRX), 0x2C: ("I", _ADDRX), 0x1F20: (o, _RAW), 0x1F21: (o, _RAW),
+        0x1E: ("16x", _RAW), 0x1F: (o, _LINE_STRP), 0x20: ("Q", _RAW),
+        0x25: ("B", _STRX), 0x26: ("H", _STRX), 0x27: ("3s", _STRX), 0x28: ("I", _STRX),
+        0x29: ("B", _ADDRX), 0x2A: ("H", _ADDRX), 0x2B: ("3s", _ADDRX), 0x2C: ("I", _ADDRX),
+        # not here, so that the scanner declines them: references and strings in a
+        # supplementary file (DW_FORM_ref_sup4/8, strp_sup, GNU_ref_alt, GNU_strp_alt)
     }
 
 
@@ -601,10 +602,13 @@ class UnitScanner:
     decoded later, on demand, when a shape or an anonymous member needs them
     (`LazyTypes`): a unit references a small part of the types its headers declare."""
 
-    def __init__(self, reader: UnitReader, known_structs: set, ranges=None):
+    def __init__(self, reader: UnitReader, known_structs: set, ranges=None, other=None):
         self.r = reader
         self.known = known_structs
         self.ranges = ranges  # callable(unit reader, DW_AT_ranges value, base) → entry
+        #: callable(offset) → the `UnitScanner` of another unit holding that offset, for
+        #: DW_FORM_ref_addr into it (partial units of dwz, link-time optimization)
+        self.other = other
         self.tables = UnitTables(reader.unit.offset)
         self.tables.types = LazyTypes(self)
         self.tables.load_composite = self.composite_at
@@ -724,7 +728,8 @@ class UnitScanner:
     def composite_at(self, offset: int) -> Optional[tuple]:
         """A struct/union definition read on demand (anonymous members' types)."""
         if not self._in_unit(offset):
-            return None
+            other = self.other(offset) if self.other is not None else None
+            return other.composite_at(offset) if other is not None else None
         plan, values, end = self.r.die_at(offset)
         if plan.tag not in COMPOSITE_TAGS or values.get(AT_DECLARATION):
             return None
@@ -736,7 +741,8 @@ class UnitScanner:
     def type_at(self, offset: int) -> Optional[tuple]:
         """``(tag, name, target, aux)`` of a type DIE, as `UnitTables.types` holds."""
         if not self._in_unit(offset):
-            return None
+            other = self.other(offset) if self.other is not None else None
+            return other.type_at(offset) if other is not None else None
         plan, values, end = self.r.die_at(offset)
         tag = plan.tag
         if tag not in TYPE_TAGS:
@@ -782,8 +788,11 @@ class UnitScanner:
 
     def _type_size(self, offset: Optional[int]) -> int:
         for _ in range(64):
-            if offset is None or not self._in_unit(offset):
+            if offset is None:
                 return 0
+            if not self._in_unit(offset):
+                other = self.other(offset) if self.other is not None else None
+                return other._type_size(offset) if other is not None else 0
             _plan, values, _end = self.r.die_at(offset)
             if values.get(AT_BYTE_SIZE) is not None:
                 return values[AT_BYTE_SIZE]
@@ -1156,6 +1165,36 @@ class ScanState:
     seen_inline: set = field(default_factory=set)
     strings: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
+    #: every unit, and scanners of units looked into from others (DW_FORM_ref_addr)
+    units: list = field(default_factory=list)
+    foreign: dict = field(default_factory=dict)
+    starts: list = field(default_factory=list)
+
+    def unit_plans(self, sec: Sections, unit: UnitFormat) -> dict:
+        key = (unit.abbrev_offset, unit.version, unit.offset_size, unit.addr_size)
+        plans = self.plans.get(key)
+        if plans is None:
+            plans = self.plans[key] = read_abbrevs(sec, unit)
+        return plans
+
+    def scanner_for(self, sec: Sections, offset: int) -> Optional["UnitScanner"]:
+        """A scanner of the unit holding a .debug_info offset (kept for reuse)."""
+        import bisect
+
+        if len(self.starts) != len(self.units):
+            self.starts = [u.offset for u in self.units]
+        index = bisect.bisect_right(self.starts, offset) - 1
+        if index < 0:
+            return None
+        scanner = self.foreign.get(index)
+        if scanner is None:
+            unit = self.units[index]
+            reader = UnitReader(sec, unit, self.unit_plans(sec, unit), self.strings)
+            scanner = UnitScanner(reader, set(), first_range_start,
+                                  lambda off: self.scanner_for(sec, off))
+            scanner.read_unit_die()
+            self.foreign[index] = scanner
+        return scanner
 
 
 _SHARED: Optional[tuple] = None  # (sections, state), inherited by forked workers
@@ -1167,7 +1206,7 @@ def scan_units(sec: Sections, units: list, workers: int = 2) -> list:
     keeps its own `ScanState`; merging keeps the first unit's struct definitions."""
     global _SHARED
     indexed = list(enumerate(units))
-    state = ScanState()
+    state = ScanState(units=units)
     if workers <= 1 or len(units) < 2 * workers:
         return [s for _i, s in _scan_chunk(sec, indexed, state)]
     chunks = [indexed[i::workers] for i in range(workers)]
@@ -1194,13 +1233,13 @@ def _scan_shared_chunk(chunk: list) -> list:
 
 def _scan_chunk(sec: Sections, chunk: list, state: ScanState) -> list:
     out = []
+
+    def other(offset: int) -> Optional[UnitScanner]:
+        return state.scanner_for(sec, offset)
+
     for index, unit in chunk:
-        key = (unit.abbrev_offset, unit.version, unit.offset_size, unit.addr_size)
-        plans = state.plans.get(key)
-        if plans is None:
-            plans = state.plans[key] = read_abbrevs(sec, unit)
-        reader = UnitReader(sec, unit, plans, state.strings)
-        tables = UnitScanner(reader, state.known_structs, first_range_start).scan()
+        reader = UnitReader(sec, unit, state.unit_plans(sec, unit), state.strings)
+        tables = UnitScanner(reader, state.known_structs, first_range_start, other).scan()
         out.append((index, summarize_unit(tables, state.known_structs, state.seen_inline)))
     return out
 
@@ -1215,10 +1254,9 @@ def declared_function_rows(sec: Sections, units: list, offsets: list) -> list:
     for offset in offsets:
         by_unit.setdefault(bisect.bisect_right(starts, offset) - 1, []).append(offset)
     rows = []
+    state = ScanState(units=units)
     for index, unit_offsets in sorted(by_unit.items()):
-        unit = units[index]
-        scanner = UnitScanner(UnitReader(sec, unit, read_abbrevs(sec, unit), {}), set())
-        scanner.read_unit_die()
+        scanner = state.scanner_for(sec, units[index].offset)
         shapes = ShapeResolver(scanner.tables.types)
         for offset in unit_offsets:
             sp = scanner.subprogram_at(offset)
