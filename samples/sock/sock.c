@@ -1,6 +1,9 @@
 /* Core socket object: allocation from a free list, references, locking, memory
  * accounting, hashing.  Freed sockets go back on a LIFO free list, so the next
- * allocation reuses the address of the last freed socket. */
+ * allocation reuses the address of the last freed socket.  The free list and the hash
+ * table are per thread (like the kernel's per-CPU slab caches): a socket is only ever
+ * touched by the thread that allocated it, so what a method logs just before it
+ * returns is still what a probe reads right after, even for a socket just freed. */
 #include <pthread.h>
 #include <string.h>
 
@@ -10,12 +13,11 @@
 #define HASH_SIZE 16
 
 static struct tcp_sock sock_pool[POOL_SIZE];
-static struct sock *free_list;
+static __thread struct sock *free_list;
 static int pool_used;
 static pthread_mutex_t pool_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-static struct sock *hash_table[HASH_SIZE];
-static pthread_mutex_t hash_mutex = PTHREAD_MUTEX_INITIALIZER;
+static __thread struct sock *hash_table[HASH_SIZE];
 
 /* Same name as a static function in tcp.c: two distinct functions to probe. */
 static METHOD int sk_check(const struct sock *sk)
@@ -42,14 +44,15 @@ METHOD struct sock *sk_alloc(int family, const char *name)
 	struct sock *sk = NULL;
 
 	GT_ENTRY(NULL);
-	pthread_mutex_lock(&pool_mutex);
 	if (free_list) {
 		sk = free_list;
 		free_list = sk->sk_next;
-	} else if (pool_used < POOL_SIZE) {
-		sk = &sock_pool[pool_used++].inet.sk;
+	} else {
+		pthread_mutex_lock(&pool_mutex);
+		if (pool_used < POOL_SIZE)
+			sk = &sock_pool[pool_used++].inet.sk;
+		pthread_mutex_unlock(&pool_mutex);
 	}
-	pthread_mutex_unlock(&pool_mutex);
 	if (sk) {
 		memset(sk, 0, sizeof(struct tcp_sock));
 		sk->__sk_common.skc_family = family;
@@ -73,10 +76,8 @@ METHOD void sk_free(struct sock *sk)
 	GT_ENTRY(sk);
 	sk->sk_dead = true;
 	sk->sk_socket = NULL;
-	pthread_mutex_lock(&pool_mutex);
 	sk->sk_next = free_list;
 	free_list = sk;
-	pthread_mutex_unlock(&pool_mutex);
 	GT_EXIT(sk);
 }
 
@@ -157,11 +158,9 @@ METHOD void sk_hash_add(struct sock *sk)
 
 	GT_ENTRY(sk);
 	slot = sk->__sk_common.skc_num % HASH_SIZE;
-	pthread_mutex_lock(&hash_mutex);
 	sk->__sk_common.skc_hash = slot;
 	sk->sk_next = hash_table[slot];
 	hash_table[slot] = sk;
-	pthread_mutex_unlock(&hash_mutex);
 	GT_EXIT(sk);
 }
 
@@ -182,7 +181,6 @@ METHOD void sk_unhash(struct sock *sk)
 	struct sock **pprev;
 
 	GT_ENTRY(sk);
-	pthread_mutex_lock(&hash_mutex);
 	for (pprev = &hash_table[sk->__sk_common.skc_hash % HASH_SIZE]; *pprev;
 	     pprev = &(*pprev)->sk_next) {
 		if (*pprev == sk) {
@@ -190,7 +188,6 @@ METHOD void sk_unhash(struct sock *sk)
 			break;
 		}
 	}
-	pthread_mutex_unlock(&hash_mutex);
 	GT_EXIT(sk);
 }
 

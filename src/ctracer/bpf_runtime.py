@@ -136,6 +136,11 @@ class ProbeSession:
         self.compile_seconds = 0.0
         self.attach_seconds = 0.0
         self._callback = None
+        #: events delivered since the current poll began, and when a poll must yield
+        self._delivered = 0
+        self._budget = 0
+        #: set (e.g. from a signal handler) to make the current poll return at once
+        self.interrupted = False
 
     # -- set-up ---------------------------------------------------------------
 
@@ -157,6 +162,11 @@ class ProbeSession:
 
         def deliver(_ctx, data, size):
             self.on_event(ctypes.string_at(data, size))
+            self._delivered += 1
+            # A negative return makes libbpf stop consuming (this event is consumed):
+            # without it, a poll keeps going as long as producers keep up with us.
+            if self.interrupted or (self._budget and self._delivered >= self._budget):
+                return -1
             return 0
 
         self._callback = deliver
@@ -202,11 +212,26 @@ class ProbeSession:
 
     # -- running --------------------------------------------------------------
 
-    def poll(self, timeout_ms: int = 100) -> None:
+    def poll(self, timeout_ms: int = 100, budget: int = 20000) -> int:
+        """Wait up to ``timeout_ms`` for events and deliver them, at most about
+        ``budget`` before returning; the number delivered."""
+        self._delivered, self._budget = 0, budget
         self.bpf.ring_buffer_poll(timeout_ms)
+        return self._delivered
+
+    def stop_probes(self) -> None:
+        """Stop every uprobe from firing (at once; `close` detaches them)."""
+        for fd in list(self.bpf.uprobe_fds.values()) if self.bpf is not None else ():
+            try:
+                fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
+            except OSError:
+                pass
 
     def drain(self) -> None:
-        """Deliver every event already in the buffer."""
+        """Deliver every event in the buffer (stop the probes first, or this runs as
+        long as they keep producing)."""
+        self._delivered, self._budget = 0, 0
+        self.interrupted = False
         self.bpf.ring_buffer_consume()
 
     def lost(self) -> int:
@@ -221,13 +246,9 @@ class ProbeSession:
         the user wait (a 1000-function trace would otherwise take minutes to end)."""
         if self.bpf is None:
             return
+        self.stop_probes()
         bpf, self.bpf = self.bpf, None
         fds = list(bpf.uprobe_fds.items())
-        for _, fd in fds:
-            try:
-                fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
-            except OSError:
-                pass
         if fds and os.path.exists(_UPROBE_PMU):
             _close_via_background([fd for _, fd in fds])
             bpf.uprobe_fds.clear()

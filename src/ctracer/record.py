@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 from ctracer.errors import InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_EXIT, mini_offset
 from ctracer.probes import ProbeProgram
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import FunctionRow, TraceWriter, to_sql_u64
 
 
 @dataclass
@@ -54,30 +54,56 @@ class RecordResult:
 
 
 class EventSink:
-    """Decodes each raw event's header and appends it to the trace file."""
+    """Collects raw events from the ring buffer callback and writes them in batches:
+    the callback only keeps the bytes (it runs once per event, inside bcc's poll), and
+    `flush` decodes a whole batch in one tight loop into trace-file rows."""
+
+    BATCH = 4096
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts):
         self.writer = writer
         self.counts = counts
-        self.names = [f.name for f in HEADER.ordered_fields]
+        self.pending: list[bytes] = []
         self.start = mini_offset(program.mini)
         self.end = self.start + program.mini.size
-        self.returns = {s.id for f in program.functions if f.return_ctype for s in f.slots}
-        self.returns |= {s.id for f in program.functions for s in f.slots if s.arg is None}
+        #: rows whose exit events carry a return value
+        self.returns = frozenset(
+            [s.id for f in program.functions if f.return_ctype for s in f.slots]
+            + [s.id for f in program.functions for s in f.slots if s.arg is None])
+        order = [f.name for f in HEADER.ordered_fields]
+        expected = ["ts_ns", "object", "retval", "cpu", "pid", "tid", "function_id",
+                    "depth", "phase", "flags", "comm"]
+        if order != expected:  # flush() unpacks by position
+            raise ValueError(f"the event header changed: {order}")
+        self._comms: dict[bytes, str] = {}
 
     def __call__(self, raw: bytes) -> None:
-        h = dict(zip(self.names, HEADER.unpack(raw)))
-        flags = h["flags"]
-        retval = h["retval"] if h["phase"] == PHASE_EXIT and h["function_id"] in self.returns \
-            else None
-        obj = h["object"]
-        self.writer.add_event(h["ts_ns"], h["cpu"], h["pid"], h["tid"],
-                              h["comm"].split(b"\0", 1)[0].decode("utf-8", "replace"),
-                              h["function_id"], h["phase"], obj, retval, h["depth"], flags,
-                              None if flags & FLAG_READ_FAILED else raw[self.start:self.end])
-        self.counts.events += 1
-        if obj and not flags & FLAG_READ_FAILED:
-            self.counts.objects.add(obj)
+        self.pending.append(raw)
+        if len(self.pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        unpack, start, end = HEADER.unpack, self.start, self.end
+        returns, comms, objects = self.returns, self._comms, self.counts.objects
+        rows = []
+        for raw in batch:
+            ts, obj, retval, cpu, pid, tid, fid, depth, phase, flags, comm = unpack(raw)
+            name = comms.get(comm)
+            if name is None:
+                name = comms[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+            if flags & FLAG_READ_FAILED:
+                snapshot = None
+            else:
+                snapshot = raw[start:end]
+                objects.add(obj)
+            rows.append((ts, cpu, pid, tid, name, fid, phase, to_sql_u64(obj),
+                         retval if phase == PHASE_EXIT and fid in returns else None,
+                         depth, flags, snapshot))
+        self.writer.add_events(rows)
+        self.counts.events += len(rows)
 
 
 class Progress:
@@ -180,6 +206,30 @@ def _stop_like_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM while recording: remembered, never raised.  An
+    exception would surface inside the ring buffer callback, where ctypes swallows it;
+    the flag also makes the poll in progress return (`ProbeSession.interrupted`)."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.reason: Optional[str] = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.reason = "ctrl-c" if signum == signal.SIGINT else "terminated"
+        self.session.interrupted = True
+
+    def __enter__(self) -> "StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -239,13 +289,15 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
                                          attached_text[r.id]) for r in program.rows)
         recording = True
-        if on_attached:
-            on_attached()
-        started = time.monotonic()
-        progress.start()
-        if gated:
-            gated.release()
-        stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration, started)
+        with StopRequest(session) as stop:
+            if on_attached:
+                on_attached()
+            started = time.monotonic()
+            progress.start()
+            if gated:
+                gated.release()
+            stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration,
+                                          started, stop)
     except KeyboardInterrupt:
         if not recording:
             raise
@@ -255,7 +307,9 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
         try:
             if recording:
+                session.stop_probes()
                 session.drain()
+                sink.flush()
                 counts.lost = session.lost()
             status = gated.stop() if gated else None
             session.close()
@@ -283,10 +337,13 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
 
 def _poll_until_done(session, counts: Counts, progress: Progress,
                      gated: Optional[GatedCommand], pid: Optional[int],
-                     duration: Optional[float], started: float) -> str:
+                     duration: Optional[float], started: float, stop: StopRequest) -> str:
     next_check = 0.0
     while True:
         session.poll(100)
+        session.on_event.flush()
+        if stop.reason:
+            return stop.reason
         now = time.monotonic()
         if now >= next_check:
             counts.lost = session.lost()

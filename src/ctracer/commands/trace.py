@@ -186,8 +186,8 @@ def trace(args: argparse.Namespace, kind, name: str, *, out=None):
 def print_summary(result, out=None) -> None:
     out = out or sys.stderr
     how = {"command exited": "the command exited", "process exited": "the process exited",
-           "duration": "the duration ended", "ctrl-c": "Ctrl-C"}.get(result.stopped_by,
-                                                                        result.stopped_by)
+           "duration": "the duration ended", "ctrl-c": "Ctrl-C",
+           "terminated": "SIGTERM"}.get(result.stopped_by, result.stopped_by)
     status = ""
     if result.command_status:
         status = f", exit status {result.command_status}"

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""What recording costs, on the bundled sample, as ratios to anchors measured in the same
+run (needs root; run with the project's venv):
+
+    .venv/bin/python bench/bench_trace.py [--loops N] [--threads T]
+
+* set-up: bcc compile of the generated program against the compile of a one-line program
+  (the anchor: bcc's fixed cost), then attach and detach time per probe;
+* throughput: the -O2 sample (no ground-truth log) run under the probes with the events
+  consumed (a) by a callback that only counts them (the anchor: what bcc's ring buffer
+  delivers to Python) and (b) by the recorder (decode + SQLite); events/s delivered and
+  lost, and the sample's slowdown against running it untraced;
+* the recorder's own cost per event, offline (synthetic events, no BPF).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from ctracer import bpf_runtime, discovery, dwarf, event, mini, probes, record  # noqa: E402
+from ctracer.tracefile import TraceWriter  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SAMPLE = os.path.join(ROOT, "samples", "sock", "build", "sockdemo-O2")
+
+
+def program_for(binary: str) -> probes.ProbeProgram:
+    types = dwarf.open_elf_types(binary)
+    found = discovery.discover(types.catalog(), "sock")
+    layout = mini.build_mini(types.find_struct("sock")).layout
+    return probes.build_program(found.methods, layout, filtered=True)
+
+
+def anchor_compile_seconds() -> float:
+    import bcc  # the anchor uses bcc directly: the cost any bcc tool pays
+    start = time.perf_counter()
+    b = bcc.BPF(text=b"int probe(void *ctx) { return 0; }")
+    seconds = time.perf_counter() - start
+    b.cleanup()
+    return seconds
+
+
+def run_sample(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def traced_run(program, argv, consumer: str, out_dir: str) -> dict:
+    counts = record.Counts()
+    writer = None
+    session = bpf_runtime.ProbeSession(program, SAMPLE, lambda raw: None)
+    session.compile()
+    if consumer == "count":
+        def count(raw: bytes) -> None:
+            counts.events += 1
+        session.on_event = count
+    else:
+        writer = TraceWriter(os.path.join(out_dir, "bench.ctrace"))
+        writer.db.execute("PRAGMA synchronous=OFF")
+        session.on_event = record.EventSink(program, writer, counts)
+    command = record.GatedCommand(argv)
+    session.follow(command.pid)
+    start = time.perf_counter()
+    session.attach()
+    attach = time.perf_counter() - start
+    start = time.perf_counter()
+    command.release()
+    while command.poll() is None:
+        session.poll(100)
+    session.drain()
+    wall = time.perf_counter() - start
+    lost = session.lost()
+    start = time.perf_counter()
+    session.close()
+    detach = time.perf_counter() - start
+    if writer:
+        writer.close()
+    return dict(events=counts.events, lost=lost, wall=wall, attach=attach, detach=detach,
+                compile=session.compile_seconds)
+
+
+def offline_sink_us(program, n: int = 200_000) -> float:
+    raw = event.HEADER.encode({"ts_ns": 1, "object": 0x1000, "function_id": 1, "phase": 1,
+                               "comm": "bench"})
+    raw += bytes(event.event_size(program.mini) - len(raw))
+    with tempfile.TemporaryDirectory() as d:
+        writer = TraceWriter(os.path.join(d, "x.ctrace"))
+        writer.db.execute("PRAGMA synchronous=OFF")
+        sink = record.EventSink(program, writer, record.Counts())
+        start = time.perf_counter()
+        for _ in range(n):
+            sink(raw)
+        writer.flush()
+        seconds = time.perf_counter() - start
+        writer.close()
+    return seconds / n * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loops", type=int, default=3000)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_trace: needs root", file=sys.stderr)
+        return 1
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
+    bpf_runtime.prepare()
+    program = program_for(SAMPLE)
+    nprobes = 2 * len(program.functions)
+    argv = [SAMPLE, "--loops", str(args.loops), "--threads", str(args.threads)]
+
+    anchor = anchor_compile_seconds()
+    untraced = min(run_sample(argv) for _ in range(3))
+    with tempfile.TemporaryDirectory() as d:
+        counted = traced_run(program, argv, "count", d)
+        recorded = traced_run(program, argv, "record", d)
+    print(f"set-up: bcc compile {recorded['compile']:.2f} s = {recorded['compile'] / anchor:.1f}x "
+          f"a one-line program ({anchor:.2f} s); attach {recorded['attach'] * 1000:.0f} ms for "
+          f"{nprobes} probes ({recorded['attach'] / nprobes * 1000:.1f} ms each); "
+          f"detach {recorded['detach'] * 1000:.0f} ms")
+    emitted = counted["events"] + counted["lost"]
+    print(f"workload: {emitted} events; untraced run {untraced:.3f} s")
+    for name, r in (("count-only callback (anchor)", counted), ("recorder", recorded)):
+        total = r["events"] + r["lost"]
+        print(f"{name}: {r['events'] / r['wall']:,.0f} events/s delivered, {r['lost']} lost "
+              f"({100 * r['lost'] / max(total, 1):.1f}%), run {r['wall']:.2f} s = "
+              f"{r['wall'] / untraced:.1f}x untraced")
+    ratio = (recorded["events"] / recorded["wall"]) / (counted["events"] / counted["wall"])
+    print(f"recorder / anchor delivered events/s: {ratio:.2f}")
+    us = offline_sink_us(program)
+    print(f"recorder alone (decode + SQLite, no BPF): {us:.1f} us/event = {1e6 / us:,.0f} events/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
