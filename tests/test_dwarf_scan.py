@@ -168,3 +168,13 @@ def test_dwz_supplementary_file_is_refused_in_one_line(scan_dir):
         pytest.skip(f"dwz -m made no supplementary file: {done.stderr.strip()}")
     with pytest.raises(dwarf.InputFileError, match="supplementary file .*common.debug"):
         dwarf.open_elf_types(str(first))
+
+
+@pytest.mark.parametrize("version", ["-gdwarf-4", "-gdwarf-5"])
+def test_type_units_are_refused_in_one_line(scan_dir, version):
+    need("gcc")
+    out = scan_dir / f"type-units{version}"
+    subprocess.run(["gcc", "-g", version, "-fdebug-types-section", "-o", str(out),
+                    *map(str, SOURCES)], check=True)
+    with pytest.raises(dwarf.InputFileError, match="type units"):
+        dwarf.open_elf_types(str(out), use_cache=False).catalog()

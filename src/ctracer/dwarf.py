@@ -246,7 +246,17 @@ def open_elf_types(path: str, use_cache: bool = True):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-5"
+CACHE_PRODUCER = "dwarf-6"
+
+
+def _refuse_type_units(headers: ElfHeaders, units: list) -> None:
+    """Types moved into type units (-fdebug-types-section) are not read: say so rather
+    than list functions whose parameters are all '?'."""
+    if headers.section(".debug_types") is not None or any(u.unit_type in (2, 6)
+                                                          for u in units):
+        raise InputFileError(f"{headers.path} keeps its types in DWARF type units "
+                             "(-fdebug-types-section), which ctracer cannot read yet; "
+                             "rebuild without that option")
 
 
 def _refuse_supplementary_dwarf(headers: ElfHeaders) -> None:
@@ -343,6 +353,7 @@ class DwarfTypes:
         try:
             sections = dwarf_sections(self.headers)
             units = ds.list_units(sections)
+            _refuse_type_units(self.headers, units)
             summaries = ds.scan_units(sections, units, scan_workers(sections.info_size))
             return summaries, lambda offsets: ds.declared_function_rows(sections, units,
                                                                         offsets)
@@ -467,7 +478,7 @@ def attr_ref(die, name: str) -> Optional[int]:
         return a.value + die.cu.cu_offset
     if a.form == "DW_FORM_ref_addr":
         return a.value
-    return None  # type units (ref_sig8) and supplementary files (ref_alt) are not followed
+    return du.UNRESOLVED  # type units (ref_sig8), supplementary files (ref_alt)
 
 
 def attr_str(die, name: str) -> Optional[str]:
@@ -700,7 +711,7 @@ class ElftoolsUnitWalker:
 def type_byte_size(dwarf, offset: Optional[int]) -> int:
     """DW_AT_byte_size of a type, through typedefs and qualifiers."""
     for _ in range(64):
-        if offset is None:
+        if offset is None or offset == du.UNRESOLVED:
             return 0
         die = dwarf.get_DIE_from_refaddr(offset)
         size = attr_int(die, "DW_AT_byte_size")
@@ -740,6 +751,9 @@ class GraphBuilder:
         while pending:
             offset, whole = pending.pop()
             if offset in self.whole or (not whole and offset in self.types):
+                continue
+            if offset == du.UNRESOLVED:
+                self.types[offset] = BaseType("?", 0, Encoding.OTHER)  # see attr_ref
                 continue
             die = self.dwarf.get_DIE_from_refaddr(offset)
             self.types[offset], reached = self._convert(die, whole)

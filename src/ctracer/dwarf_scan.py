@@ -23,7 +23,8 @@ from ctracer.dwarf_units import (COMPOSITE_TAGS, TAG_ARRAY, TAG_CLASS, TAG_COMPI
                                  TAG_NAMESPACE, TAG_STRUCTURE, TAG_SUBPROGRAM, TAG_SUBRANGE,
                                  TAG_SUBROUTINE_TYPE, TAG_TYPEDEF, TAG_UNION,
                                  TAG_UNSPECIFIED_PARAMETERS,
-                                 TRACEPOINT_TYPEDEF_PREFIX, TYPE_TAGS, ShapeResolver,
+                                 TRACEPOINT_TYPEDEF_PREFIX, TYPE_TAGS, UNRESOLVED,
+                                 ShapeResolver,
                                  Subprogram, UnitTables, function_row, member_bit_offset,
                                  summarize_unit)
 
@@ -81,7 +82,7 @@ class UnsupportedDwarf(Exception):
 
 
 # value conversions applied after unpacking a fixed-size attribute
-_RAW, _REF, _STRP, _LINE_STRP, _STRX, _ADDRX, _FLAG = range(7)
+_RAW, _REF, _STRP, _LINE_STRP, _STRX, _ADDRX, _FLAG, _SIGNATURE = range(8)
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,7 +96,7 @@ def _form_table(offset_size: int, addr_size: int, version: int) -> dict:
         0x0B: ("B", _RAW), 0x0C: ("B", _FLAG), 0x0E: (o, _STRP),
         0x10: (o if version >= 3 else a, _RAW), 0x11: ("B", _REF), 0x12: ("H", _REF),
         0x13: ("I", _REF), 0x14: ("Q", _REF), 0x17: (o, _RAW), 0x19: ("", _FLAG),
-        0x1E: ("16x", _RAW), 0x1F: (o, _LINE_STRP), 0x20: ("Q", _RAW),
+        0x1E: ("16x", _RAW), 0x1F: (o, _LINE_STRP), 0x20: ("Q", _SIGNATURE),
         0x25: ("B", _STRX), 0x26: ("H", _STRX), 0x27: ("3s", _STRX), 0x28: ("I", _STRX),
         0x29: ("B", _ADDRX), 0x2A: ("H", _ADDRX), 0x2B: ("3s", _ADDRX), 0x2C: ("I", _ADDRX),
         # not here, so that the scanner declines them: references and strings in a
@@ -234,6 +235,7 @@ class UnitFormat:
     die_start: int       # .debug_info offset of the unit DIE
     end: int             # .debug_info offset just past the unit
     big_endian: bool
+    unit_type: int = 1   # DW_UT_compile; 2 and 6 are type units
 
 
 @dataclass
@@ -310,7 +312,8 @@ def list_units(sec: Sections) -> list[UnitFormat]:
             addr_size = buf[at + 2 + offset_size]
             die = at + 3 + offset_size
         units.append(UnitFormat(offset, version, offset_size, addr_size, abbrev,
-                                die - base, end, sec.big_endian))
+                                die - base, end, sec.big_endian,
+                                unit_type if version >= 5 else 1))
         offset = end
     return units
 
@@ -438,6 +441,8 @@ class UnitReader:
             return bool(v)
         if conv == _LINE_STRP:
             return _cstr(self.sec.line_str, v)
+        if conv == _SIGNATURE:
+            return UNRESOLVED  # a type in a type unit (-fdebug-types-section)
         if isinstance(v, bytes):  # 3-byte index
             v = int.from_bytes(v, "big" if self.unit.big_endian else "little")
         if conv == _STRX:
@@ -1184,7 +1189,7 @@ class ScanState:
         if len(self.starts) != len(self.units):
             self.starts = [u.offset for u in self.units]
         index = bisect.bisect_right(self.starts, offset) - 1
-        if index < 0:
+        if index < 0 or not self.units[index].die_start <= offset < self.units[index].end:
             return None
         scanner = self.foreign.get(index)
         if scanner is None:
@@ -1256,7 +1261,7 @@ def declared_function_rows(sec: Sections, units: list, offsets: list) -> list:
     rows = []
     state = ScanState(units=units)
     for index, unit_offsets in sorted(by_unit.items()):
-        scanner = state.scanner_for(sec, units[index].offset)
+        scanner = state.scanner_for(sec, units[index].die_start)
         shapes = ShapeResolver(scanner.tables.types)
         for offset in unit_offsets:
             sp = scanner.subprogram_at(offset)

@@ -69,6 +69,10 @@ INLINE_NAMES = ("not_inlined", "inlined", "declared_not_inlined", "declared_inli
 
 TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
 
+#: stands for a type reference that is not followed (a type unit's signature, a DIE in a
+#: supplementary file): its shape is "unknown", never "void"
+UNRESOLVED = -1
+
 
 # ------------------------------------------------------------------ unit tables
 
@@ -438,6 +442,11 @@ def assemble_rows(summaries: Iterable[UnitSummary],
                      " outside this file's DWARF); they are listed without an address")
     if inlined_only:
         notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
+    unknown = sum(1 for f in functions if f[10][0] == "unknown"
+                  or any(shape[0] == "unknown" for _n, shape in f[9]))
+    if unknown:
+        notes.append(f"{unknown} functions have parameter or return types that could not be"
+                     " followed (type units, another file): shown as '?'")
     statics = {}
     for f in functions:
         if not f[3]:
