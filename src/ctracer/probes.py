@@ -21,7 +21,9 @@ What each probe does:
 Snapshots: the span of the object that the mini fields cover is copied once into a
 per-CPU scratch buffer with ``bpf_probe_read_user`` (or ``_kernel``: the collectors'
 `ObjectReader`), then `ctracer.collectors` move each field into the event.  A NULL or
-unreadable object gives an event flagged `FLAG_READ_FAILED` with a zeroed snapshot.
+unreadable object gives an event flagged `FLAG_READ_FAILED` with a zeroed snapshot:
+the entry event of a ``returns`` method, and of a holder whose member is still NULL,
+has object 0 (there is no object yet), so that every exit still has its entry.
 
 Pairing entry and exit: the saved state is keyed by (thread id, nesting depth, stack
 pointer at entry).  The stack pointer alone cannot tell a function from one it
