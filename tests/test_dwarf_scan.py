@@ -178,3 +178,13 @@ def test_type_units_are_refused_in_one_line(scan_dir, version):
                     *map(str, SOURCES)], check=True)
     with pytest.raises(dwarf.InputFileError, match="type units"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
+
+
+@pytest.mark.parametrize("version", ["-gdwarf-4", "-gdwarf-5"])
+def test_split_dwarf_is_refused_in_one_line(scan_dir, version):
+    need("gcc")
+    out = scan_dir / f"split{version}"
+    subprocess.run(["gcc", "-g", version, "-gsplit-dwarf", "-o", str(out),
+                    *map(str, SOURCES)], check=True, cwd=scan_dir)
+    with pytest.raises(dwarf.InputFileError, match="split DWARF"):
+        dwarf.open_elf_types(str(out), use_cache=False).catalog()

@@ -259,6 +259,18 @@ def _refuse_type_units(headers: ElfHeaders, units: list) -> None:
                              "rebuild without that option")
 
 
+def _refuse_empty_catalog(headers: ElfHeaders, units: list, summaries: list) -> None:
+    """Split DWARF (-gsplit-dwarf) leaves only skeleton units here, the types being in
+    .dwo files: an empty catalog would look like a program without functions."""
+    if any(s.functions or s.structs or s.declarations for s in summaries):
+        return
+    if any(u.unit_type in (4, 5) for u in units) or not units:
+        raise InputFileError(f"{headers.path} has split DWARF (-gsplit-dwarf: the types are "
+                             "in .dwo files), which ctracer cannot read yet; rebuild without it")
+    raise InputFileError(f"{headers.path} has DWARF but no function or struct in it "
+                         "(split DWARF? -gsplit-dwarf is not read yet)")
+
+
 def _refuse_supplementary_dwarf(headers: ElfHeaders) -> None:
     """DWARF split with ``dwz -m`` keeps shared types and names in another file, which
     ctracer does not read: say so rather than list a catalog with holes."""
@@ -355,6 +367,7 @@ class DwarfTypes:
             units = ds.list_units(sections)
             _refuse_type_units(self.headers, units)
             summaries = ds.scan_units(sections, units, scan_workers(sections.info_size))
+            _refuse_empty_catalog(self.headers, units, summaries)
             return summaries, lambda offsets: ds.declared_function_rows(sections, units,
                                                                         offsets)
         except ds.UnsupportedDwarf:
