@@ -261,3 +261,28 @@ def test_bcc_failure_is_one_line(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ctracer: error: bcc could not compile")
+
+
+def test_without_command_or_pid_every_process_of_the_binary_is_recorded(tmp_path):
+    out = tmp_path / "all.ctrace"
+    tracer = subprocess.Popen(ctracer_argv("trace", "sock", "--binary", gt.SOCKDEMO, "-d", "4",
+                                           "-o", str(out)),
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    try:
+        _wait_for_line(tracer.stderr, "in every process running")
+        for log in logs:
+            subprocess.run([gt.SOCKDEMO, "--loops", "3"], check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, gt.LOG_ENV: str(log)})
+        assert tracer.wait(timeout=120) == 0
+    finally:
+        tracer.kill()
+    trace = Trace(str(out))
+    names = {f.name for f in trace.mini.fields}
+    got = gt.by_thread(gt.trace_calls(trace))
+    for log in logs:
+        for tid, calls in gt.by_thread(gt.restrict_fields(gt.parse_log(str(log)), names)).items():
+            assert not gt.differences(calls, got.get(tid, [])), tid
+    ours = {gt.parse_log(str(log))[0].tid for log in logs}  # single-threaded: tid = pid
+    assert len(ours) == 2 and ours <= {e.pid for e in trace.events()}
+    assert trace.meta["stopped_by"] == "duration"
