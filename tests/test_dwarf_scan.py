@@ -188,3 +188,16 @@ def test_split_dwarf_is_refused_in_one_line(scan_dir, version):
                     *map(str, SOURCES)], check=True, cwd=scan_dir)
     with pytest.raises(dwarf.InputFileError, match="split DWARF"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
+
+
+def test_damaged_dwarf_is_one_line(scan_dir):
+    need("gcc")
+    out = scan_dir / "damaged"
+    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    info = dwarf.read_elf_headers(str(out)).section(".debug_info")
+    data = bytearray(out.read_bytes())
+    for at in range(info.offset + 40, info.offset + info.size, 7):
+        data[at] = 0xFF  # abbreviation codes and sizes that make no sense
+    out.write_bytes(bytes(data))
+    with pytest.raises(dwarf.InputFileError, match="DWARF cannot be read"):
+        dwarf.open_elf_types(str(out), use_cache=False).catalog()

@@ -20,13 +20,14 @@ that a cached query never imports it.  pyelftools is imported inside functions o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from dataclasses import dataclass
 from typing import Optional
 
 from ctracer import dwarf_units as du
-from ctracer.errors import InputFileError, UnknownType
+from ctracer.errors import CtracerError, InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
                            FunctionType, Member, PointerType, QualifiedType, ShapeKind,
                            TypeGraph, TypeId, Typedef)
@@ -245,6 +246,24 @@ def open_elf_types(path: str, use_cache: bool = True):
     raise InputFileError(f"{path} has no debug info (DWARF or BTF); rebuild with -g")
 
 
+@contextlib.contextmanager
+def _reading_dwarf(path: str):
+    """DWARF that does not parse (a damaged or truncated file) is the user's problem to
+    hear about in one line, not a traceback."""
+    try:
+        yield
+    except (KeyError, IndexError, ValueError, struct.error, UnicodeDecodeError) as err:
+        if isinstance(err, CtracerError):
+            raise
+        raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
+                             f"{err}); is the file damaged?") from None
+    except Exception as err:  # pyelftools' own exceptions, imported only when used
+        if not type(err).__module__.startswith("elftools"):
+            raise
+        raise InputFileError(f"{path}: its DWARF cannot be read ({err}); "
+                             "is the file damaged?") from None
+
+
 #: the reader's version in cache files: bump when the catalog it writes changes
 CACHE_PRODUCER = "dwarf-6"
 
@@ -348,8 +367,9 @@ class DwarfTypes:
 
     def catalog_rows(self) -> "du.CatalogRows":
         """Every unit summarized and merged, each function with its chosen address."""
-        summaries, declared_rows = self._summaries()
-        rows = du.assemble_rows(summaries, declared_rows)
+        with _reading_dwarf(self.path):
+            summaries, declared_rows = self._summaries()
+            rows = du.assemble_rows(summaries, declared_rows)
         ambiguous = {a for f in rows.functions if len(f[2]) > 1 for a in f[2]}
         symbols = function_symbols(self.headers, ambiguous) if ambiguous else {}
         rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
@@ -416,7 +436,8 @@ class DwarfTypes:
         offset = self.struct_location(name, kind)
         if offset is None:
             raise UnknownType(kind.value, name, self.struct_names(kind), self.description)
-        return GraphBuilder(self.dwarfinfo(), self.headers.big_endian).build(offset)
+        with _reading_dwarf(self.path):
+            return GraphBuilder(self.dwarfinfo(), self.headers.big_endian).build(offset)
 
     # -- pyelftools access
 
