@@ -265,7 +265,7 @@ def _reading_dwarf(path: str):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-6"
+CACHE_PRODUCER = "dwarf-7"
 
 
 def _refuse_type_units(headers: ElfHeaders, units: list) -> None:

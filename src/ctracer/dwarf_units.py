@@ -72,6 +72,8 @@ TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
 #: stands for a type reference that is not followed (a type unit's signature, a DIE in a
 #: supplementary file): its shape is "unknown", never "void"
 UNRESOLVED = -1
+#: the name in the shape of such a type (no C type is named so)
+UNRESOLVED_NAME = "?"
 
 
 # ------------------------------------------------------------------ unit tables
@@ -182,8 +184,8 @@ class ShapeResolver:
             if tid is None:
                 return ("void", None, pointers, const, self.text(offset))
             t = self.types.get(tid)
-            if t is None:
-                return ("unknown", None, pointers, const, self.text(offset))
+            if t is None:  # a reference not followed: its name says so (see UNRESOLVED)
+                return ("unknown", UNRESOLVED_NAME, pointers, const, self.text(offset))
             tag = t[0]
             if tag == TAG_TYPEDEF or tag in QUALIFIER_TAGS:
                 const = const or tag == TAG_CONST
@@ -442,8 +444,8 @@ def assemble_rows(summaries: Iterable[UnitSummary],
                      " outside this file's DWARF); they are listed without an address")
     if inlined_only:
         notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
-    unknown = sum(1 for f in functions if f[10][0] == "unknown"
-                  or any(shape[0] == "unknown" for _n, shape in f[9]))
+    unknown = sum(1 for f in functions if f[10][1] == UNRESOLVED_NAME
+                  or any(shape[1] == UNRESOLVED_NAME for _n, shape in f[9]))
     if unknown:
         notes.append(f"{unknown} functions have parameter or return types that could not be"
                      " followed (type units, another file): shown as '?'")
