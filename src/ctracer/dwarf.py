@@ -386,10 +386,12 @@ class DwarfTypes:
             sections = dwarf_sections(self.headers)
             units = ds.list_units(sections)
             _refuse_type_units(self.headers, units)
-            summaries = ds.scan_units(sections, units, scan_workers(sections.info_size))
+            state = ds.ScanState(units=units)
+            summaries = ds.scan_units(sections, units, scan_workers(sections.info_size),
+                                      state)
             _refuse_empty_catalog(self.headers, units, summaries)
             return summaries, lambda offsets: ds.declared_function_rows(sections, units,
-                                                                        offsets)
+                                                                        offsets, state)
         except ds.UnsupportedDwarf:
             known_structs: set = set()
             seen_inline: set = set()

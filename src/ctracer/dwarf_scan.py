@@ -1205,13 +1205,14 @@ class ScanState:
 _SHARED: Optional[tuple] = None  # (sections, state), inherited by forked workers
 
 
-def scan_units(sec: Sections, units: list, workers: int = 2) -> list:
+def scan_units(sec: Sections, units: list, workers: int = 2,
+               state: Optional[ScanState] = None) -> list:
     """Summaries of every unit, in unit order, scanned by ``workers`` processes (this
     one included; the others are forked and share the mapped file).  Each process
     keeps its own `ScanState`; merging keeps the first unit's struct definitions."""
     global _SHARED
     indexed = list(enumerate(units))
-    state = ScanState(units=units)
+    state = state or ScanState(units=units)
     if workers <= 1 or len(units) < 2 * workers:
         return [s for _i, s in _scan_chunk(sec, indexed, state)]
     chunks = [indexed[i::workers] for i in range(workers)]
@@ -1249,9 +1250,11 @@ def _scan_chunk(sec: Sections, chunk: list, state: ScanState) -> list:
     return out
 
 
-def declared_function_rows(sec: Sections, units: list, offsets: list) -> list:
+def declared_function_rows(sec: Sections, units: list, offsets: list,
+                           state: Optional[ScanState] = None) -> list:
     """Function rows (as `UnitSummary.functions`) for subprogram declarations, read on
-    demand: functions a file declares but whose definition its DWARF lacks."""
+    demand: functions a file declares but whose definition its DWARF lacks.  ``state``
+    (that of the scan, for its plans and strings) saves reading them again."""
     import bisect
 
     starts = [u.offset for u in units]
@@ -1259,7 +1262,8 @@ def declared_function_rows(sec: Sections, units: list, offsets: list) -> list:
     for offset in offsets:
         by_unit.setdefault(bisect.bisect_right(starts, offset) - 1, []).append(offset)
     rows = []
-    state = ScanState(units=units)
+    state = ScanState(units=units, strings=state.strings, plans=state.plans) if state \
+        else ScanState(units=units)
     for index, unit_offsets in sorted(by_unit.items()):
         scanner = state.scanner_for(sec, units[index].die_start)
         shapes = ShapeResolver(scanner.tables.types)
