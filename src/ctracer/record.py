@@ -16,13 +16,15 @@ import os
 import shutil
 import signal
 import socket
+import struct
+import tempfile
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.errors import InputFileError
-from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_EXIT, mini_offset
+from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_EXIT, event_size, mini_offset
 from ctracer.probes import ProbeProgram
 from ctracer.tracefile import FunctionRow, TraceWriter, to_sql_u64
 
@@ -54,28 +56,22 @@ class RecordResult:
 
 
 class EventSink:
-    """Collects raw events from the ring buffer callback and writes them in batches:
-    the callback only keeps the bytes (it runs once per event, inside bcc's poll), and
-    `flush` decodes a whole batch in one tight loop into trace-file rows."""
+    """Takes the raw events from the ring buffer callback and spools them to a file:
+    while recording, the callback's work is only to keep the bytes (so the consumer
+    keeps up with busy programs and loses less); `write_trace` decodes the spool into
+    the trace file when the recording is over."""
 
     BATCH = 4096
 
-    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts):
-        self.writer = writer
+    def __init__(self, program: ProbeProgram, spool, counts: Counts):
+        self.spool = spool
         self.counts = counts
         self.pending: list[bytes] = []
-        self.start = mini_offset(program.mini)
-        self.end = self.start + program.mini.size
-        #: rows whose exit events carry a return value
-        self.returns = frozenset(
-            [s.id for f in program.functions if f.return_ctype for s in f.slots]
-            + [s.id for f in program.functions for s in f.slots if s.arg is None])
-        order = [f.name for f in HEADER.ordered_fields]
-        expected = ["ts_ns", "object", "retval", "cpu", "pid", "tid", "function_id",
-                    "depth", "phase", "flags", "comm"]
-        if order != expected:  # flush() unpacks by position
-            raise ValueError(f"the event header changed: {order}")
-        self._comms: dict[bytes, str] = {}
+        self.size = event_size(program.mini)
+        obj, flags = HEADER.field("object"), HEADER.field("flags")
+        # object address and flags of each event of a batch, unpacked in one C loop
+        self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
+                                    f"{self.size - flags.offset - 1}x")
 
     def __call__(self, raw: bytes) -> None:
         self.pending.append(raw)
@@ -85,25 +81,52 @@ class EventSink:
     def flush(self) -> None:
         if not self.pending:
             return
-        batch, self.pending = self.pending, []
-        unpack, start, end = HEADER.unpack, self.start, self.end
-        returns, comms, objects = self.returns, self._comms, self.counts.objects
+        batch, self.pending = b"".join(self.pending), []
+        if len(batch) % self.size:
+            raise RuntimeError("an event of unexpected size came out of the ring buffer")
+        self.spool.write(batch)
+        objects = self.counts.objects
+        for obj, flags in self._brief.iter_unpack(batch):
+            if not flags & FLAG_READ_FAILED:
+                objects.add(obj)
+        self.counts.events += len(batch) // self.size
+
+
+def write_trace(program: ProbeProgram, spool, writer: TraceWriter,
+                progress: Optional[Callable[[int], None]] = None) -> None:
+    """Decode the spooled events into the trace file's events table."""
+    order = [f.name for f in HEADER.ordered_fields]
+    if order != ["ts_ns", "object", "retval", "cpu", "pid", "tid", "function_id", "depth",
+                 "phase", "flags", "comm"]:  # unpacked by position below
+        raise ValueError(f"the event header changed: {order}")
+    size = event_size(program.mini)
+    start = mini_offset(program.mini)
+    end = start + program.mini.size
+    returns = frozenset(  # rows whose exit events carry a return value
+        [s.id for f in program.functions if f.return_ctype for s in f.slots]
+        + [s.id for f in program.functions for s in f.slots if s.arg is None])
+    unpack = HEADER.unpack
+    comms: dict[bytes, str] = {}
+    spool.seek(0)
+    done = 0
+    while True:
+        chunk = spool.read(size * 8192)
+        if not chunk:
+            break
         rows = []
-        for raw in batch:
+        for at in range(0, len(chunk), size):
+            raw = chunk[at:at + size]
             ts, obj, retval, cpu, pid, tid, fid, depth, phase, flags, comm = unpack(raw)
             name = comms.get(comm)
             if name is None:
                 name = comms[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
-            if flags & FLAG_READ_FAILED:
-                snapshot = None
-            else:
-                snapshot = raw[start:end]
-                objects.add(obj)
             rows.append((ts, cpu, pid, tid, name, fid, phase, to_sql_u64(obj),
                          retval if phase == PHASE_EXIT and fid in returns else None,
-                         depth, flags, snapshot))
-        self.writer.add_events(rows)
-        self.counts.events += len(rows)
+                         depth, flags, None if flags & FLAG_READ_FAILED else raw[start:end]))
+        writer.add_events(rows)
+        done += len(rows)
+        if progress:
+            progress(done)
 
 
 class Progress:
@@ -134,6 +157,14 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def writing(self, total: int) -> Callable[[int], None]:
+        """A callback showing how far writing the trace file is."""
+        def show(done: int) -> None:
+            if self.enabled and self.tty and total:
+                self.stream.write(f"\r\033[Kwriting the trace file: {100 * done // total}%")
+                self.stream.flush()
+        return show
 
     def done(self) -> None:
         if self.enabled and self.tty:
@@ -267,7 +298,9 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     # Commits mark progress for a reader; syncing each to disk would only slow the
     # recorder (a crash of the machine loses the trace either way).
     writer.db.execute("PRAGMA synchronous=OFF")
-    sink = EventSink(program, writer, counts)
+    spool = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(output)),
+                                   prefix=".ctracer-spool-")
+    sink = EventSink(program, spool, counts)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     stopped_by = "ctrl-c"
@@ -304,7 +337,9 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         stopped_by = "ctrl-c"
     finally:
         seconds = time.monotonic() - started
+        end_time, end_ns = _now_iso(), time.monotonic_ns()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if recording:
                 session.stop_probes()
@@ -314,11 +349,14 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
             status = gated.stop() if gated else None
             session.close()
             if recording:
-                writer.set_meta(end_time=_now_iso(), end_monotonic_ns=time.monotonic_ns(),
+                progress.done()
+                write_trace(program, spool, writer, progress.writing(counts.events))
+                writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
                                 lost_events=counts.lost, stopped_by=stopped_by)
                 writer.flush()
                 writer.set_meta(events=writer.events_written)
             writer.close()
+            spool.close()
             if not recording:
                 os.unlink(output)
         finally:
