@@ -3,9 +3,12 @@
 `record` compiles and attaches the probes (`ctracer.bpf_runtime`), starts the command
 (held at a gate until the probes are in place, so its first call is seen) or follows a
 running process, and polls the ring buffer until the command exits, the process goes
-away, the duration ends or the user presses Ctrl-C.  It then drains the buffer, so no
-event already emitted is left behind, and completes the trace file's meta table
-(`ctracer.tracefile`): everything the report needs, so that it renders on any machine.
+away, the duration ends or the user presses Ctrl-C (or sends SIGTERM).  While
+recording, events are only spooled to a temporary file next to the output, which keeps
+the consumer as fast as the ring buffer can deliver; once the probes are stopped and
+the buffer drained, `write_trace` decodes the spool into the trace file and the meta
+table (`ctracer.tracefile`) gets everything the report needs, so that the trace
+renders on any machine.
 """
 
 from __future__ import annotations

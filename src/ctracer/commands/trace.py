@@ -100,7 +100,7 @@ def select_methods(methods: Sequence, patterns: Sequence[str]) -> list:
 
 
 def build(args: argparse.Namespace, kind, name: str):
-    """(program, meta, struct text) for the options: types, methods, mini struct,
+    """(probe program, trace meta) for the options: types, methods, mini struct,
     probes."""
     from ctracer import discovery, mini, probes, record
     from ctracer.errors import CtracerError, UsageError
