@@ -4,10 +4,14 @@
 probes to a binary (one function at a time: a function that fails is recorded and the
 others go on), follows process ids, hands every event to a callback, reports the lost
 count and detaches cleanly.  Before bcc is imported, `prepare` makes sure bcc will
-work here: root (or CAP_BPF + CAP_PERFMON), kernel headers (`ctracer.headers` builds a
-merged tree when the running kernel has none) and tracefs mounted
-(`ctracer.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure a user can meet becomes a one-line
-`ctracer.errors.BPFUnavailable`.
+work here: root (or CAP_BPF + CAP_PERFMON), kernel headers (`ctracer.headers` builds
+a merged tree when the running kernel has none) and tracefs mounted
+(`ctracer.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure
+a user can meet becomes a one-line `ctracer.errors.BPFUnavailable`.
+
+bcc and clang print diagnostics on file descriptors 1 and 2; they are captured while
+compiling and attaching and quoted in the error.  (An LLVM fatal error, which only a
+generator bug can cause, still exits the process from inside clang.)
 """
 
 from __future__ import annotations
