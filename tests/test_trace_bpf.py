@@ -52,12 +52,20 @@ def _skip_reason() -> str:
 @pytest.fixture(scope="module", autouse=True)
 def bpf_available(tmp_path_factory):
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
-    cache = tmp_path_factory.mktemp("cache")
-    os.environ["XDG_CACHE_HOME"] = str(cache)  # the header tree is built once, here
-    reason = _skip_reason()
-    if reason:
-        print(f"skipping real BPF tests: {reason}", file=sys.stderr)
-        pytest.skip(reason)
+    saved = os.environ.get("XDG_CACHE_HOME")
+    # the header tree is built once, here, for this module's ctracer runs
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        reason = _skip_reason()
+        if reason:
+            print(f"skipping real BPF tests: {reason}", file=sys.stderr)
+            pytest.skip(reason)
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
 
 
 def ctracer_argv(*args) -> list[str]:
