@@ -350,9 +350,11 @@ def test_addresses_match_the_symbol_table(binary):
     symbols = nm_functions(binary)
     declared_only = {f["name"] for f in source_functions() if f["declared"]}
     for f in catalog.functions():
-        if f.name in declared_only:
-            assert f.address is None and f.inline == Inline.NONE and not f.inlined_only
+        if f.name in declared_only:  # written in assembly: the address of its symbol
+            assert {f.address} == symbols[f.name]
+            assert f.inline == Inline.NONE and not f.inlined_only
             assert any("only declared" in n for n in catalog.notes)
+            assert any("ELF symbol" in n for n in catalog.notes)
         elif f.address is not None:
             # the compiler may rename a local copy (helper.lto_priv.0, f.isra.0)
             at_address = {n for n, addrs in symbols.items() if f.address in addrs}

@@ -265,7 +265,7 @@ def _reading_dwarf(path: str):
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes
-CACHE_PRODUCER = "dwarf-7"
+CACHE_PRODUCER = "dwarf-8"
 
 
 def _refuse_type_units(headers: ElfHeaders, units: list) -> None:
@@ -374,7 +374,29 @@ class DwarfTypes:
         symbols = function_symbols(self.headers, ambiguous) if ambiguous else {}
         rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
                           for f in rows.functions]
+        self._addresses_from_symbols(rows)
         return rows
+
+    def _addresses_from_symbols(self, rows) -> None:
+        """Functions whose DWARF gives no entry although they are not inline — aliases
+        made by identical-code folding, functions written in assembly — take the address
+        of the one function symbol of that name, when there is exactly one."""
+        wanted = {f[0] for f in rows.functions if f[2] is None and f[4] in _NOT_INLINE}
+        if not wanted:
+            return
+        by_name: dict = {}
+        for address, names in function_symbols(self.headers, names=wanted).items():
+            for name in names & wanted:
+                by_name.setdefault(name, set()).add(address)
+        found = 0
+        for i, f in enumerate(rows.functions):
+            addresses = by_name.get(f[0]) if f[2] is None and f[4] in _NOT_INLINE else None
+            if addresses is not None and len(addresses) == 1:
+                rows.functions[i] = f[:2] + (next(iter(addresses)),) + f[3:]
+                found += 1
+        if found:
+            rows.notes.append(f"{found} functions without an entry address in the DWARF "
+                              "(aliases, assembly) take that of their ELF symbol")
 
     def _summaries(self):
         """Every unit summarized, and a function giving the rows of declared functions
@@ -460,13 +482,16 @@ class DwarfTypes:
         return self._dwarf
 
 
-def function_symbols(headers: ElfHeaders,
-                     addresses: Optional[set] = None) -> dict[int, set]:
+_NOT_INLINE = ("none", "not_inlined", "declared_not_inlined")
+
+
+def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
+                     names: Optional[set] = None) -> dict[int, set]:
     """Function symbols (.symtab and .dynsym) by address, read without pyelftools; only
-    at ``addresses`` when given (names are decoded for those only)."""
+    at ``addresses`` (names decoded for those only) or of ``names`` when given."""
     e = ">" if headers.big_endian else "<"
     layout = struct.Struct(e + ("IBBHQQ" if headers.is64 else "IIIBBH"))
-    names: dict[int, set] = {}
+    found: dict[int, set] = {}
     with open(headers.path, "rb") as f:
         for section in headers.sections:
             if section.type not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
@@ -481,9 +506,13 @@ def function_symbols(headers: ElfHeaders,
                     name, info, _other, _shndx, value, _size = entry
                 else:
                     name, value, _size, info, _other, _shndx = entry
-                if info & 0xF == 2 and value and (addresses is None or value in addresses):
-                    names.setdefault(value, set()).add(_cstring(strings, name))
-    return names
+                if info & 0xF != 2 or not value or (addresses is not None
+                                                     and value not in addresses):
+                    continue
+                text = _cstring(strings, name)
+                if names is None or text in names:
+                    found.setdefault(value, set()).add(text)
+    return found
 
 
 # ------------------------------------------------------------------ pyelftools unit walk

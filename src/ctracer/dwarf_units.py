@@ -441,7 +441,7 @@ def assemble_rows(summaries: Iterable[UnitSummary],
     if undefined and declared_rows is not None:
         functions.extend(declared_rows(undefined))
         notes.append(f"{len(undefined)} functions are only declared (defined in assembly or"
-                     " outside this file's DWARF); they are listed without an address")
+                     " outside this file's DWARF)")
     if inlined_only:
         notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
     unknown = sum(1 for f in functions if f[10][1] == UNRESOLVED_NAME
