@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ctracer import dwarf_units as du
-from ctracer.errors import CtracerError, InputFileError, UnknownType
+from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
                            FunctionType, Member, PointerType, QualifiedType, ShapeKind,
                            TypeGraph, TypeId, Typedef)
@@ -253,8 +253,6 @@ def _reading_dwarf(path: str):
     try:
         yield
     except (KeyError, IndexError, ValueError, struct.error, UnicodeDecodeError) as err:
-        if isinstance(err, CtracerError):
-            raise
         raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
                              f"{err}); is the file damaged?") from None
     except Exception as err:  # pyelftools' own exceptions, imported only when used
