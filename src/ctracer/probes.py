@@ -134,6 +134,8 @@ class ProbedFunction:
 
 @dataclass(frozen=True)
 class ProbeProgram:
+    """The generated C and what it probes."""
+
     text: str
     mini: Layout
     functions: tuple[ProbedFunction, ...]
@@ -142,17 +144,9 @@ class ProbeProgram:
     filtered: bool
     ring_bytes: int
 
-    def returns_value(self, function_id: int) -> bool:
-        """Whether exit events of this function-table row carry a return value."""
-        return self._returns.get(function_id, False)
-
-    @property
-    def _returns(self) -> dict[int, bool]:
-        cached = self.__dict__.get("_returns_cache")
-        if cached is None:
-            cached = {s.id: f.return_ctype is not None for f in self.functions for s in f.slots}
-            object.__setattr__(self, "_returns_cache", cached)
-        return cached
+    def rows_with_return_value(self) -> frozenset[int]:
+        """Function-table rows whose exit events carry a return value."""
+        return frozenset(s.id for f in self.functions if f.return_ctype for s in f.slots)
 
 
 # ------------------------------------------------------------------ C types of values

@@ -105,9 +105,7 @@ def write_trace(program: ProbeProgram, spool, writer: TraceWriter,
     size = event_size(program.mini)
     start = mini_offset(program.mini)
     end = start + program.mini.size
-    returns = frozenset(  # rows whose exit events carry a return value
-        [s.id for f in program.functions if f.return_ctype for s in f.slots]
-        + [s.id for f in program.functions for s in f.slots if s.arg is None])
+    returns = program.rows_with_return_value()
     unpack = HEADER.unpack
     comms: dict[bytes, str] = {}
     spool.seek(0)
