@@ -305,3 +305,25 @@ def test_without_command_or_pid_every_process_of_the_binary_is_recorded(tmp_path
     ours = {gt.parse_log(str(log))[0].tid for log in logs}  # single-threaded: tid = pid
     assert len(ours) == 2 and ours <= {e.pid for e in trace.events()}
     assert trace.meta["stopped_by"] == "duration"
+
+
+def test_a_probe_that_cannot_attach_is_recorded_and_the_others_go_on():
+    import dataclasses
+
+    from ctracer import bpf_runtime, discovery, dwarf, mini, probes
+    types = dwarf.open_elf_types(gt.SOCKDEMO)
+    found = discovery.discover(types.catalog(), "sock")
+    program = probes.build_program(found.methods, mini.build_mini(types.find_struct("sock")).layout)
+    broken = dataclasses.replace(program.functions[0], address=0x7ffffff0)  # in no segment
+    program = dataclasses.replace(program, functions=(broken,) + program.functions[1:])
+    session = bpf_runtime.ProbeSession(program, gt.SOCKDEMO, lambda raw: None)
+    try:
+        session.compile()
+        results = session.attach()
+    finally:
+        session.close()
+    assert not results[0].ok and results[0].attached.startswith("failed: ")
+    assert all(r.attached == "entry,exit" for r in results[1:])
+    attached = bpf_runtime.row_attachments(program, results)
+    assert all(attached[i].startswith("failed: ") for i in broken.row_ids)
+    assert bpf_runtime.attach_summary(results) == (len(results) - 1, 1)

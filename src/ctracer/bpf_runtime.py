@@ -174,13 +174,13 @@ class ProbeSession:
             return 0
 
         self._callback = deliver
-        self.bpf["ctracer_events"].open_ring_buffer(deliver)
+        self.bpf[b"ctracer_events"].open_ring_buffer(deliver)
 
     def follow(self, pid: int) -> None:
         """Record process ``pid`` (and the children it forks from now on)."""
         if not self.program.filtered:
             raise ValueError("the program was built without a process filter")
-        self.bpf["ctracer_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self.bpf[b"ctracer_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
 
     def attach(self) -> list[AttachResult]:
         """Entry then exit probe of every function; failures are kept, not raised,
@@ -239,7 +239,7 @@ class ProbeSession:
         self.bpf.ring_buffer_consume()
 
     def lost(self) -> int:
-        table = self.bpf["ctracer_lost"]
+        table = self.bpf[b"ctracer_lost"]
         return int(sum(table[ctypes.c_int(0)]))
 
     def close(self) -> None:
