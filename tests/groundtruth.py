@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_DIR = os.path.join(ROOT, "samples", "sock")
 SOCKDEMO = os.path.join(SAMPLE_DIR, "build", "sockdemo")
 SOCKDEMO_O2 = os.path.join(SAMPLE_DIR, "build", "sockdemo-O2")
+SOCKDEMO_NOPIE = os.path.join(SAMPLE_DIR, "build", "sockdemo-nopie")
 LOG_ENV = "CTRACER_SAMPLE_LOG"
 
 

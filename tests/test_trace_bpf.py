@@ -131,6 +131,17 @@ def test_trace_equals_ground_truth(tmp_path):
     assert "0 lost" in r.stderr and f"callgraph {out}" in r.stderr
 
 
+def test_fixed_address_executable(tmp_path):
+    """A non-PIE program: DWARF addresses are virtual addresses, not file offsets."""
+    out, log = tmp_path / "nopie.ctrace", tmp_path / "truth.log"
+    r = run_trace(tmp_path, "trace", "sock", "--binary", gt.SOCKDEMO_NOPIE, "-o", str(out),
+                  "--", gt.SOCKDEMO_NOPIE, "--loops", "4", log=log)
+    assert r.returncode == 0, r.stderr
+    trace, calls = compare_with_log(out, log)
+    assert trace.event_count() == len(calls) > 0
+    assert min(row.address for row in trace.functions.values()) >= 0x400000
+
+
 def test_optimized_build_matches_on_what_is_probed(tmp_path):
     out, log = tmp_path / "o2.ctrace", tmp_path / "truth.log"
     r = run_trace(tmp_path, "trace", "sock", "--binary", gt.SOCKDEMO_O2, "-o", str(out),
