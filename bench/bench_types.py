@@ -81,17 +81,15 @@ def phases(vmlinux: str) -> None:
 
     t0 = time.perf_counter()
     headers = dwarf.read_elf_headers(vmlinux)
+    model = dwarf.DwarfTypes(vmlinux, headers, use_cache=False)
     sections = dwarf.dwarf_sections(headers)
     units = ds.list_units(sections)
     t1 = time.perf_counter()
-    summaries = ds.scan_units(sections, units, dwarf.scan_workers(sections.info_size))
+    summaries, declared_rows = model.unit_summaries()
     t2 = time.perf_counter()
-    rows = du.assemble_rows(summaries, lambda offsets: ds.declared_function_rows(
-        sections, units, offsets))
+    rows = du.assemble_rows(summaries, declared_rows)
     t3 = time.perf_counter()
-    symbols = dwarf.function_symbols(headers)
-    rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
-                      for f in rows.functions]
+    model.resolve_addresses(rows)
     t4 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CACHE_HOME"] = tmp

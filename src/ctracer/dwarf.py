@@ -366,14 +366,19 @@ class DwarfTypes:
     def catalog_rows(self) -> "du.CatalogRows":
         """Every unit summarized and merged, each function with its chosen address."""
         with _reading_dwarf(self.path):
-            summaries, declared_rows = self._summaries()
+            summaries, declared_rows = self.unit_summaries()
             rows = du.assemble_rows(summaries, declared_rows)
+        self.resolve_addresses(rows)
+        return rows
+
+    def resolve_addresses(self, rows) -> None:
+        """One address per function: its own entry among its out-of-line copies (the
+        others being compiler clones), else that of its ELF symbol."""
         ambiguous = {a for f in rows.functions if len(f[2]) > 1 for a in f[2]}
         symbols = function_symbols(self.headers, ambiguous) if ambiguous else {}
         rows.functions = [f[:2] + (du.choose_address(f[0], f[6], f[2], symbols),) + f[3:]
                           for f in rows.functions]
         self._addresses_from_symbols(rows)
-        return rows
 
     def _addresses_from_symbols(self, rows) -> None:
         """Functions whose DWARF gives no entry although they are not inline — aliases
@@ -396,7 +401,7 @@ class DwarfTypes:
             rows.notes.append(f"{found} functions without an entry address in the DWARF "
                               "(aliases, assembly) take that of their ELF symbol")
 
-    def _summaries(self):
+    def unit_summaries(self):
         """Every unit summarized, and a function giving the rows of declared functions
         by offset: by the raw scanner, or by pyelftools for DWARF the scanner does not
         read."""
