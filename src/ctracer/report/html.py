@@ -279,7 +279,7 @@ class _Site:
             ("events", str(len(obj.rows))),
             ("calls", str(obj.calls)),
             ("field changes", f"{len(obj.changes)} in {len(obj.changed_fields)} fields"),
-            ("threads", ", ".join(str(t) for t in sorted(obj.threads))),
+            ("thread ids", ", ".join(str(t) for t in sorted(obj.threads))),
         ]
         if obj.unreadable:
             facts.append(("unreadable snapshots", str(obj.unreadable)))
