@@ -463,3 +463,28 @@ def test_clones_do_not_take_the_address(build_dir):
     scale = [f for f in dwarf.open_elf_types(str(out), use_cache=False).catalog().functions()
              if f.name == "scale"]
     assert len(scale) == 1 and {scale[0].address} == symbols["scale"]
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang"])
+def test_anonymous_pointee_is_read_whole(build_dir, compiler):
+    """An anonymous struct/union behind a pointer has no name to print, so pahole
+    expands it inline (``struct { ... } * parts;``): it must come with its members,
+    while a named pointee stays a declaration."""
+    need(compiler)
+    out = build_dir / f"anon-pointer-{compiler}"
+    subprocess.run([compiler, "-g", "-O0", "-o", str(out),
+                    str(FIXTURES / "pointers" / "anon_pointer.c")], check=True)
+    graph = dwarf.open_elf_types(str(out), use_cache=False).find_struct(
+        "anon_pointer_holder")
+    members = {m.name: m for m in graph.root_type.members}
+
+    def pointee(name):
+        return graph[graph.strip(graph[members[name].type].target)]
+
+    parts, view, named = pointee("parts"), pointee("view"), pointee("named")
+    assert parts.name is None and not parts.declaration
+    assert [m.name for m in parts.members] == ["from", "len", "owner"]
+    assert view.kind == "union" and [m.name for m in view.members] == ["bytes", "word"]
+    assert named.name == "named_target" and named.declaration
+    owner = {m.name: m for m in parts.members}["owner"]
+    assert graph[graph[owner.type].target].declaration  # named, behind a pointer

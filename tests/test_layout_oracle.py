@@ -38,11 +38,7 @@ VARIANTS = {f"{cc}-dwarf{v}-O{o}": [cc, f"-gdwarf-{v}", f"-O{o}"]
             for cc in ("gcc", "clang") for v in (4, 5) for o in (0, 2)}
 
 #: structs whose text differs because of a known limitation elsewhere, with the reason
-KNOWN_DWARF_GAPS = {
-    "ptr_to_anon": "the DWARF reader stubs an anonymous struct reached through a pointer "
-                   "as a declaration, so its members cannot be expanded inline as pahole "
-                   "does (`struct { ... } * inner;`)",
-}
+KNOWN_DWARF_GAPS: dict[str, str] = {}
 
 
 def need(tool: str) -> None:

@@ -804,8 +804,9 @@ class GraphBuilder:
     """Reads a struct definition and every type it reaches into a `TypeGraph`.
 
     Types reached by value are read whole.  Behind a pointer only the pointee's identity
-    is needed: a struct/union reached only that way appears as a declaration (name and
-    size, no members), which also keeps a kernel struct from pulling in half the kernel.
+    is needed: a named struct/union reached only that way appears as a declaration (name
+    and size, no members), which also keeps a kernel struct from pulling in half the
+    kernel.  An anonymous one is read whole wherever it is reached, as pahole expands it.
     """
 
     def __init__(self, dwarf, big_endian: bool):
@@ -861,7 +862,9 @@ class GraphBuilder:
         size = attr_int(die, "DW_AT_byte_size") or 0
         declaration = attr_flag(die, "DW_AT_declaration")
         alignment = attr_int(die, "DW_AT_alignment") or 0
-        if not whole or declaration:
+        # an anonymous one can be named by nothing else: it is printed inline even
+        # behind a pointer (`struct { ... } * parts;`), so it is read whole too
+        if declaration or (not whole and name is not None):
             return CompositeType(kind, name, size, (), True, alignment), []
         members, reached = [], []
         for child in die.iter_children():

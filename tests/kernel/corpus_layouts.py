@@ -33,13 +33,7 @@ from ctracer.model import ShapeKind, TypeGraph, iter_members_flat
 
 #: structs whose DWARF layout text differs from pahole's because of a known reader gap,
 #: with the reason; reported, not failed, and failed once they match (drop them then)
-_ANON_THROUGH_POINTER = ("the DWARF reader stubs an anonymous struct reached through a "
-                         "pointer as a declaration, so it is not expanded inline "
-                         "(`struct { ... } * member;`) as pahole does")
-KNOWN_DWARF_GAPS = {
-    "parsed_partitions": _ANON_THROUGH_POINTER,   # vmlinux: parts
-    "nfs_inode": _ANON_THROUGH_POINTER,           # nfs.ko: ooo
-}
+KNOWN_DWARF_GAPS: dict[str, str] = {}
 
 DIFFS_SHOWN = 3
 DIFF_LINES = 30
