@@ -54,7 +54,9 @@ from corpus_report import Findings, Timings
 
 VMLINUX_STRUCTS = ("sock", "sk_buff")
 MODULE_STRUCT = "nfs_fh"
-ALWAYS_SAMPLED = ("sock", "sk_buff", "nfs_fh", "task_struct") + tuple(layouts.KNOWN_DWARF_GAPS)
+#: parsed_partitions: an anonymous struct behind a pointer (`struct { ... } * parts;`)
+ALWAYS_SAMPLED = ("sock", "sk_buff", "nfs_fh", "task_struct", "parsed_partitions") \
+    + tuple(layouts.KNOWN_DWARF_GAPS)
 MODULE_LAYOUTS = ("nfs_fh", "nfs_inode", "nfs_server", "nfs_client", "nfs_open_context")
 CLI_CHECKED = ("sock", "sk_buff", "nfs_fh", "task_struct")
 SAMPLE = 500
