@@ -249,3 +249,35 @@ def test_damaged_dwarf_is_one_line(scan_dir):
     out.write_bytes(bytes(data))
     with pytest.raises(dwarf.InputFileError, match="DWARF cannot be read"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
+
+
+@pytest.mark.parametrize("relocatable", [False, True], ids=["program", "module"])
+def test_compressed_debug_sections_read_like_plain_ones(scan_dir, relocatable):
+    """``-gz`` (SHF_COMPRESSED, zlib) sections are decompressed, then relocated in a
+    relocatable file: the catalog and the layouts are those of the plain build."""
+    need("gcc")
+
+    def build(extra):  # (ld -r writes its output uncompressed: one object then)
+        out = scan_dir / f"{'object' if relocatable else 'program'}{''.join(extra)}"
+        sources = [str(SOURCES[0])] if relocatable else list(map(str, SOURCES))
+        subprocess.run(["gcc", "-g", "-O2", *extra, *(["-c"] if relocatable else []),
+                        "-o", str(out), *sources], check=True)
+        return out
+
+    plain, compressed = build(()), build(("-gz",))
+    info = dwarf.read_elf_headers(str(compressed)).section(".debug_info")
+    if not info.flags & dwarf.SHF_COMPRESSED:
+        pytest.skip("this toolchain wrote no compressed .debug_info with -gz")
+    assert_same_summaries(scanned(compressed), scanned(plain))
+
+    def described(path):
+        model = dwarf.open_elf_types(str(path), use_cache=False)
+        catalog = model.catalog()
+        graphs = {}
+        for name in catalog.struct_names():
+            graph = model.find_struct(name)
+            graphs[name] = [(p, bits, m.bit_size, graph.size_of(m.type))
+                            for p, m, bits in iter_members_flat(graph, graph.root)]
+        return sorted((f.name, f.returns, f.params) for f in catalog.functions()), graphs
+
+    assert described(compressed) == described(plain)
