@@ -257,6 +257,12 @@ def test_every_event_is_recorded_or_counted_lost(tmp_path):
                               env={**os.environ, gt.LOG_ENV: str(log)})
     try:
         _wait_for_line(tracer.stderr, "recording struct sock")
+        # stop the recorder only once the sample is producing events (it is released from
+        # its start gate after that line; stopping earlier would just hold it at the gate)
+        deadline = time.monotonic() + 120
+        while not (log.exists() and log.stat().st_size > 100_000):
+            assert time.monotonic() < deadline, "the sample never started logging"
+            time.sleep(0.01)
         tracer.send_signal(signal.SIGSTOP)
         time.sleep(1.0)
         tracer.send_signal(signal.SIGCONT)
