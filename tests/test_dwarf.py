@@ -488,3 +488,64 @@ def test_anonymous_pointee_is_read_whole(build_dir, compiler):
     assert named.name == "named_target" and named.declaration
     owner = {m.name: m for m in parts.members}["owner"]
     assert graph[graph[owner.type].target].declaration  # named, behind a pointer
+
+
+def test_folded_function_takes_its_symbol_address(build_dir):
+    """A function folded into an identical one (gcc -fipa-icf) has a DWARF definition
+    without code but a symbol of its own: it is probeable there."""
+    need("gcc")
+    out = build_dir / "folded"
+    subprocess.run(["gcc", "-g", "-O2", "-o", str(out),
+                    str(FIXTURES / "clones" / "folded.c")], check=True)
+    model = dwarf.open_elf_types(str(out), use_cache=False)
+    summaries, _declared = model.unit_summaries()
+    without_code = {f[0] for s in summaries for f in s.functions if not f[2]}
+    if "second" not in without_code:
+        pytest.skip("this gcc did not fold second() into first()")
+    symbols = nm_functions(out)
+    second = [f for f in model.catalog().functions() if f.name == "second"]
+    assert len(second) == 1 and {second[0].address} == symbols["second"]
+    assert not second[0].inlined_only
+
+
+def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
+    """The catalog build and find_struct run with the cyclic collector paused (on a
+    vmlinux its full collections cost seconds), and it is running again afterwards, also
+    when the build fails; on a big file what find_struct left alive is frozen."""
+    import gc
+
+    from ctracer import dwarf_scan as ds
+
+    seen = []
+    scan, build = ds.scan_units, dwarf.GraphBuilder.build
+
+    def scan_watched(*args, **kwargs):
+        seen.append(("scan", gc.isenabled()))
+        return scan(*args, **kwargs)
+
+    def build_watched(self, root):
+        seen.append(("build", gc.isenabled()))
+        return build(self, root)
+
+    monkeypatch.setattr(ds, "scan_units", scan_watched)
+    monkeypatch.setattr(dwarf.GraphBuilder, "build", build_watched)
+    assert gc.isenabled()
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    model.catalog()
+    frozen = gc.get_freeze_count()
+    model.find_struct("bits")
+    assert gc.get_freeze_count() == frozen  # a small file: nothing frozen
+    monkeypatch.setattr(dwarf, "BIG_DEBUG_INFO", 0)
+    try:
+        model.find_struct("with_anon")
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
+    assert seen == [("scan", False), ("build", False), ("build", False)]
+    assert gc.isenabled()
+    with pytest.raises(UnknownType):
+        model.find_struct("opaque")
+    monkeypatch.setattr(dwarf.GraphBuilder, "build", lambda self, root: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        model.find_struct("bits")
+    assert gc.isenabled()
