@@ -151,7 +151,7 @@ class Progress:
         if not self.enabled or (not force and now - self.last < self.every):
             return
         self.last = now
-        line = (f"recording: {counts.events} events, {len(counts.objects)} objects, "
+        line = (f"recording: {counts.events} events, {len(counts.objects)} object addresses, "
                 f"{counts.lost} lost, {now - self.started:.0f} s")
         if self.tty:
             self.stream.write(f"\r\033[K{line}")

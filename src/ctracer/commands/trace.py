@@ -191,8 +191,9 @@ def print_summary(result, out=None) -> None:
     status = ""
     if result.command_status:
         status = f", exit status {result.command_status}"
-    print(f"ctracer: {result.events} events, {result.objects} objects, {result.lost} lost "
-          f"in {result.seconds:.1f} s (stopped: {how}{status})", file=out)
+    took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
+    print(f"ctracer: {result.events} events, {result.objects} object addresses, "
+          f"{result.lost} lost in {took} (stopped: {how}{status})", file=out)
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
     print(f"ctracer: probes on {result.attached} functions, {result.failed} failed{skipped} "
           f"(bcc compile {result.compile_seconds:.1f} s, attach {result.attach_seconds:.1f} s)",
