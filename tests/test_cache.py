@@ -207,3 +207,22 @@ def test_any_catalog_round_trips(tmp_path):
     reopened = cache.open_cached("test-key", "btf", "btf-1", ident)
     assert reopened is not None and list(reopened.functions()) == functions
     assert cache.open_cached("test-key", "btf", "btf-2", ident) is None  # other producer
+
+
+def test_decoding_pauses_the_garbage_collector(program, monkeypatch):
+    """Thousands of rows decoded for one query all survive: the collector is paused
+    while they are built, and running again afterwards."""
+    import gc
+
+    dwarf.open_elf_types(str(program)).catalog()  # fills the cache
+    cached = dwarf.open_elf_types(str(program)).catalog()
+    seen = []
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        return FunctionInfo(*args)
+
+    monkeypatch.setattr(cache, "FunctionInfo", watched)
+    assert cached.functions_referencing(ShapeKind.STRUCT, "bits")
+    assert seen and not any(seen)
+    assert gc.isenabled()

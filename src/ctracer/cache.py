@@ -32,6 +32,7 @@ import sqlite3
 import sys
 from typing import Iterable, Optional
 
+from ctracer.gcpause import collector_paused
 from ctracer.model import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
                            StructInfo, TracepointInfo, TypeShape)
 
@@ -168,16 +169,17 @@ class SqliteCatalog(Catalog):
         """Functions of (id, data) rows, each decoded once for the catalog's life."""
         known, param, shape = self._functions, self._param, self._shape
         out = []
-        for fid, data in rows:
-            found = known.get(fid)
-            if found is None:
-                (name, unit, address, external, inline, inlined_only, variadic, linkage,
-                 decl_file, decl_line, returns, params) = marshal.loads(data)
-                found = known[fid] = FunctionInfo(
-                    name, tuple([param(p) for p in params]), shape(returns), unit, address,
-                    external, _INLINE[inline], inlined_only, variadic, linkage, decl_file,
-                    decl_line)
-            out.append(found)
+        with collector_paused():
+            for fid, data in rows:
+                found = known.get(fid)
+                if found is None:
+                    (name, unit, address, external, inline, inlined_only, variadic, linkage,
+                     decl_file, decl_line, returns, params) = marshal.loads(data)
+                    found = known[fid] = FunctionInfo(
+                        name, tuple([param(p) for p in params]), shape(returns), unit, address,
+                        external, _INLINE[inline], inlined_only, variadic, linkage, decl_file,
+                        decl_line)
+                out.append(found)
         return out
 
     def functions(self) -> Iterable[FunctionInfo]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ctracer import dwarf_units as du
+from ctracer.gcpause import collector_paused
 from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
                            FunctionType, Member, PointerType, QualifiedType, ShapeKind,
@@ -314,27 +315,6 @@ def open_elf_types(path: str, use_cache: bool = True):
         from ctracer import btf
         return btf.model_from_bytes(data, f"BTF of {path}")
     raise InputFileError(f"{path} has no debug info (DWARF or BTF); rebuild with -g")
-
-
-@contextlib.contextmanager
-def collector_paused(freeze: bool = False):
-    """Python's cyclic garbage collector paused during a bulk build of objects that
-    outlive it (catalog rows; pyelftools' DIE caches).  Each full collection walks every
-    object alive, and a build allocating millions triggers many: on a vmlinux they cost
-    0.7-1.3 s of a cold catalog and up to 0.2 s pauses in single `find_struct` calls.
-    With ``freeze``, what is alive afterwards leaves the collector's sight (`gc.freeze`):
-    later collections skip it."""
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if freeze:
-                gc.freeze()
-            gc.enable()
 
 
 @contextlib.contextmanager
