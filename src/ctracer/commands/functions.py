@@ -165,12 +165,9 @@ def _write_json(doc: dict, out) -> None:
 
 
 def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    lines = []
-    for r in [header] + rows:
-        cells = [c.ljust(w) for c, w in zip(r, widths)]
-        lines.append("  ".join(cells).rstrip())
-    return lines
+    widths = [max(map(len, column)) for column in zip(header, *rows)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)  # (one format a row: 12k rows for sock)
+    return [line.format(*r).rstrip() for r in [header] + rows]
 
 
 def _as_text(found, description: str, attachable) -> str:
