@@ -226,3 +226,14 @@ def test_decoding_pauses_the_garbage_collector(program, monkeypatch):
     assert cached.functions_referencing(ShapeKind.STRUCT, "bits")
     assert seen and not any(seen)
     assert gc.isenabled()
+
+
+def test_structs_are_decoded_once(program):
+    """Discovery asks for the same structs again and again (sock: 455 lookups, 172
+    structs): each is built once and shared."""
+    dwarf.open_elf_types(str(program)).catalog()  # fills the cache
+    cached = dwarf.open_elf_types(str(program)).catalog()
+    first = cached.struct("with_anon")
+    assert cached.struct("with_anon") is first
+    holders = cached.structs_with_member_of(ShapeKind.STRUCT, "nested_stats")
+    assert first in holders and any(s is first for s in holders)
