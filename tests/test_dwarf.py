@@ -549,3 +549,31 @@ def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         model.find_struct("bits")
     assert gc.isenabled()
+
+
+def test_section_file_is_a_stream_of_one_section(tmp_path):
+    path = tmp_path / "blob"
+    path.write_bytes(b"HEADER" + b"0123456789" + b"TRAILER")
+    s = dwarf.SectionFile(str(path), 6, 10)
+    assert s.tell() == 0 and s.read(4) == b"0123" and s.tell() == 4
+    assert s.seek(2, 1) == 6 and s.read(2) == b"67"
+    assert s.seek(0, 2) == 10 and s.tell() == 10
+    assert s.seek(-3, 2) == 7 and s.read(3) == b"789"
+    assert s.seek(1) == 1 and s.read(3) == b"123"
+    s.close()
+
+
+def test_types_are_read_in_place(binary):
+    """pyelftools copies every debug section into memory before the first DIE (a
+    vmlinux: 0.3 s and 300 MB); find_struct reads them in place instead, and reads the
+    same types."""
+    from elftools.elf.elffile import ELFFile
+
+    model = dwarf.open_elf_types(str(binary), use_cache=False)
+    with open(binary, "rb") as f:
+        copied = ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)
+        reference = {name: dwarf.GraphBuilder(copied, False).build(
+            model.struct_location(name)) for name in model.struct_names()}
+    for name, graph in reference.items():
+        assert model.find_struct(name) == graph
+    assert isinstance(model.dwarfinfo().debug_info_sec.stream, dwarf.SectionFile)

@@ -560,13 +560,17 @@ class DwarfTypes:
 
             self._file = open(self.path, "rb")
             try:
-                elf = ELFFile(self._file)
-                # a vmlinux carries .rela.debug_* whose values are already applied; only
-                # relocatable files (.o, .ko) need them, applied here: pyelftools takes
-                # ~100 µs a relocation (nfs.ko: 228,000 in .debug_info alone)
-                self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
-                if self.headers.type == ET_REL and not self._relocate(self._dwarf):
-                    self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=True)
+                if self.headers.type == ET_REL:
+                    elf = ELFFile(self._file)
+                    # only relocatable files (.o, .ko) need their .rela.debug_* (a
+                    # vmlinux's are applied already), applied here: pyelftools takes
+                    # ~100 µs a relocation (nfs.ko: 228,000 in .debug_info alone)
+                    self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
+                    if not self._relocate(self._dwarf):
+                        self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=True)
+                else:
+                    elf = _elffile_reading_in_place(ELFFile)(self._file)
+                    self._dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
             except (ELFError, ValueError) as err:
                 raise InputFileError(f"{self.path}: cannot read DWARF ({err})") from None
         return self._dwarf
@@ -595,6 +599,56 @@ class DwarfTypes:
         finally:
             mapped.close()
         return True
+
+
+def _elffile_reading_in_place(elffile_class):
+    """pyelftools' ELFFile, but debug sections stored as they are (neither compressed
+    nor to relocate) are read in place, through a `SectionFile` each, instead of being
+    copied into memory first (a vmlinux: 0.3 s and 300 MB before its first struct)."""
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor
+
+    class InPlace(elffile_class):
+        def _read_dwarf_section(self, section, relocate_dwarf_sections):
+            if section["sh_flags"] & SHF_COMPRESSED or section.name.startswith(".z") \
+                    or section["sh_type"] == "SHT_NOBITS" or self.has_phantom_bytes():
+                return super()._read_dwarf_section(section, relocate_dwarf_sections)
+            return DebugSectionDescriptor(
+                stream=SectionFile(self.stream.name, section["sh_offset"],
+                                   section["sh_size"]),
+                name=section.name, global_offset=section["sh_offset"],
+                size=section["sh_size"], address=section["sh_addr"])
+
+    return InPlace
+
+
+class SectionFile:
+    """One section of a file as a stream of its own (seek, tell and read, as pyelftools
+    reads DWARF), read in place: the file is opened on first use and ``read`` is then
+    the file's own (a find_struct reads thousands of times)."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        self.path, self.offset, self.size = path, offset, size
+
+    def __getattr__(self, name: str):
+        if name not in ("read", "file"):
+            raise AttributeError(name)
+        self.file = open(self.path, "rb")
+        self.file.seek(self.offset)
+        self.read = self.file.read
+        return getattr(self, name)
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        if whence == 1:
+            return self.file.seek(position, 1) - self.offset
+        base = self.offset + (self.size if whence == 2 else 0)
+        return self.file.seek(base + position) - self.offset
+
+    def tell(self) -> int:
+        return self.file.tell() - self.offset
+
+    def close(self) -> None:
+        if "file" in self.__dict__:
+            self.file.close()
 
 
 _NOT_INLINE = ("none", "not_inlined", "declared_not_inlined")
