@@ -92,12 +92,12 @@ def test_warm_query_imports_neither_pyelftools_nor_the_scanner(program, cache_ho
             "assert isinstance(c, cache.SqliteCatalog);"
             "assert c.functions_referencing('struct', 'bits');"
             "print(*(m in sys.modules for m in ('elftools', 'ctracer.dwarf_scan',"
-            " 'hashlib', 'tempfile')))")
+            " 'ctracer.dwarf_units', 'hashlib', 'tempfile')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache_home)})
-    # neither pyelftools nor the scanner; nor what only writing a cache or keying a
-    # file without build-id needs (start-up time is most of a warm query)
-    assert out.stdout.strip() == "False False False False"
+    # neither pyelftools nor the scanner nor the unit tables; nor what only writing a
+    # cache or keying a file without build-id needs (start-up is most of a warm query)
+    assert out.stdout.strip() == "False False False False False"
 
 
 def test_each_shape_is_stored_once(program):

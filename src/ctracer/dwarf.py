@@ -25,17 +25,32 @@ that a cached query never imports it.  pyelftools is imported inside functions o
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 from dataclasses import dataclass
 from typing import Optional
 
-from ctracer import dwarf_units as du
 from ctracer.gcpause import collector_paused
 from ctracer.errors import InputFileError, UnknownType
 from ctracer.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
                            FunctionType, Member, PointerType, QualifiedType, ShapeKind,
                            TypeGraph, TypeId, Typedef)
+
+
+
+class _DwarfUnits:
+    """`ctracer.dwarf_units`, imported on first use (a cached query never needs it:
+    3 ms of start-up); the first use puts the module itself in its place."""
+
+    def __getattr__(self, name: str):
+        from ctracer import dwarf_units
+
+        globals()["du"] = dwarf_units
+        return getattr(dwarf_units, name)
+
+
+du = _DwarfUnits()
 
 ELF_MAGIC = b"\x7fELF"
 SHT_NOTE = 7
@@ -686,19 +701,22 @@ def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
 
 # ------------------------------------------------------------------ pyelftools unit walk
 
-_TAG = {  # pyelftools tag names → DWARF numbers, for the tags a unit walk keeps
-    "DW_TAG_array_type": du.TAG_ARRAY, "DW_TAG_class_type": du.TAG_CLASS,
-    "DW_TAG_enumeration_type": du.TAG_ENUMERATION, "DW_TAG_pointer_type": du.TAG_POINTER,
-    "DW_TAG_reference_type": du.TAG_REFERENCE, "DW_TAG_structure_type": du.TAG_STRUCTURE,
-    "DW_TAG_subroutine_type": du.TAG_SUBROUTINE_TYPE, "DW_TAG_typedef": du.TAG_TYPEDEF,
-    "DW_TAG_union_type": du.TAG_UNION, "DW_TAG_ptr_to_member_type": du.TAG_PTR_TO_MEMBER,
-    "DW_TAG_base_type": du.TAG_BASE, "DW_TAG_const_type": du.TAG_CONST,
-    "DW_TAG_volatile_type": du.TAG_VOLATILE, "DW_TAG_restrict_type": du.TAG_RESTRICT,
-    "DW_TAG_unspecified_type": du.TAG_UNSPECIFIED_TYPE,
-    "DW_TAG_rvalue_reference_type": du.TAG_RVALUE_REFERENCE,
-    "DW_TAG_atomic_type": du.TAG_ATOMIC, "DW_TAG_subprogram": du.TAG_SUBPROGRAM,
-    "DW_TAG_namespace": du.TAG_NAMESPACE,
-}
+@functools.lru_cache(maxsize=None)
+def _tag_numbers() -> dict:
+    """pyelftools tag names → DWARF numbers, for the tags a unit walk keeps."""
+    return {
+        "DW_TAG_array_type": du.TAG_ARRAY, "DW_TAG_class_type": du.TAG_CLASS,
+        "DW_TAG_enumeration_type": du.TAG_ENUMERATION, "DW_TAG_pointer_type": du.TAG_POINTER,
+        "DW_TAG_reference_type": du.TAG_REFERENCE, "DW_TAG_structure_type": du.TAG_STRUCTURE,
+        "DW_TAG_subroutine_type": du.TAG_SUBROUTINE_TYPE, "DW_TAG_typedef": du.TAG_TYPEDEF,
+        "DW_TAG_union_type": du.TAG_UNION, "DW_TAG_ptr_to_member_type": du.TAG_PTR_TO_MEMBER,
+        "DW_TAG_base_type": du.TAG_BASE, "DW_TAG_const_type": du.TAG_CONST,
+        "DW_TAG_volatile_type": du.TAG_VOLATILE, "DW_TAG_restrict_type": du.TAG_RESTRICT,
+        "DW_TAG_unspecified_type": du.TAG_UNSPECIFIED_TYPE,
+        "DW_TAG_rvalue_reference_type": du.TAG_RVALUE_REFERENCE,
+        "DW_TAG_atomic_type": du.TAG_ATOMIC, "DW_TAG_subprogram": du.TAG_SUBPROGRAM,
+        "DW_TAG_namespace": du.TAG_NAMESPACE,
+    }
 _LOCAL_REF_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
                     "DW_FORM_ref_udata"}
 
@@ -796,6 +814,7 @@ class ElftoolsUnitWalker:
     def __init__(self, dwarf, big_endian: bool):
         self.dwarf = dwarf
         self.big_endian = big_endian
+        self.tags = _tag_numbers()
 
     def walk(self, cu) -> du.UnitTables:
         top = cu.get_top_DIE()
@@ -829,7 +848,7 @@ class ElftoolsUnitWalker:
 
     def _children(self, parent, tables: du.UnitTables) -> None:
         for die in parent.iter_children():
-            tag = _TAG.get(die.tag)
+            tag = self.tags.get(die.tag)
             if tag is None:
                 continue
             if tag == du.TAG_NAMESPACE:
@@ -874,8 +893,8 @@ class ElftoolsUnitWalker:
             if child.tag == "DW_TAG_member":
                 members.append((attr_str(child, "DW_AT_name"), attr_ref(child, "DW_AT_type"),
                                 self.bit_offset(child)))
-            elif child.tag in _TAG:  # nested type definitions (C++), kept like top-level
-                tag = _TAG[child.tag]
+            elif child.tag in self.tags:  # nested type definitions (C++), kept like top-level
+                tag = self.tags[child.tag]
                 if tag != du.TAG_SUBPROGRAM and tag != du.TAG_NAMESPACE:
                     self._type(child, tag, tables)
         return tuple(members)
