@@ -73,12 +73,14 @@ def verdict(ok: bool) -> str:
 
 def phases(vmlinux: str) -> None:
     """Where a cold catalog build spends its time, in this process."""
+    import gc
     import resource
 
     from ctracer import cache, dwarf
     from ctracer import dwarf_scan as ds
     from ctracer import dwarf_units as du
 
+    gc.disable()  # as DwarfTypes.catalog builds (ctracer.gcpause); this process ends here
     t0 = time.perf_counter()
     headers = dwarf.read_elf_headers(vmlinux)
     model = dwarf.DwarfTypes(vmlinux, headers, use_cache=False)
