@@ -50,6 +50,26 @@ def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, source_format: str
     return state.print_top(tid) + ";\n"
 
 
+class _CommentRun:
+    """pahole's comment runs between members: a blank line opens a run of ``XXX``
+    comments, and another closes it before the next member is printed."""
+
+    def __init__(self, out: list[str]):
+        self.out = out
+        self.open = False
+
+    def add(self, text: str) -> None:
+        if not self.open:
+            self.out.append("\n")
+            self.open = True
+        self.out.append(text)
+
+    def close(self) -> None:
+        if self.open:
+            self.out.append("\n")
+            self.open = False
+
+
 # ------------------------------------------------------------------ per-member facts
 
 
@@ -615,22 +635,16 @@ class _LayoutState:
         tabs = _TABS[:cconf.indent]
         is_packed = self.infer_packed(tid)
         info = self.holes(tid)
-        newline = 0
+        notes = _CommentRun(out)
         sum_bytes = sum_bits = sum_holes = sum_bit_holes = 0
         nr_paddings = sum_paddings = 0
         nr_forced = nr_forced_holes = sum_forced_holes = 0
         if info.pre_bit_hole > 0:
-            if not newline:
-                out.append("\n")
-            newline += 1
-            out.append(f"{tabs}/* XXX {info.pre_bit_hole} bit{_plural(info.pre_bit_hole)} "
+            notes.add(f"{tabs}/* XXX {info.pre_bit_hole} bit{_plural(info.pre_bit_hole)} "
                        f"hole, try to pack */\n")
             sum_bit_holes += info.pre_bit_hole
         if info.pre_hole > 0:
-            if not newline:
-                out.append("\n")
-            newline += 1
-            out.append(f"{tabs}/* XXX {info.pre_hole} byte{_plural(info.pre_hole)} hole, "
+            notes.add(f"{tabs}/* XXX {info.pre_hole} byte{_plural(info.pre_hole)} hole, "
                        f"try to pack */\n")
             sum_holes += info.pre_hole
         last: Optional[_Slot] = None
@@ -653,20 +667,12 @@ class _LayoutState:
                 if pos.byte_offset < last.byte_offset or (
                         pos.byte_offset == last.byte_offset and last.bitfield_size == 0
                         and pos.bitfield_size != 0):
-                    if not newline:
-                        out.append("\n")
-                    newline += 1
-                    out.append(f"{tabs}/* Bitfield combined with previous fields */\n")
+                    notes.add(f"{tabs}/* Bitfield combined with previous fields */\n")
                 else:
                     step = pos.byte_offset - last.byte_offset
                     if 0 < step < last_size:
-                        if not newline:
-                            out.append("\n")
-                        newline += 1
-                        out.append(f"{tabs}/* Bitfield combined with next fields */\n")
-            if newline:
-                out.append("\n")
-                newline = 0
+                        notes.add(f"{tabs}/* Bitfield combined with next fields */\n")
+            notes.close()
             cconf.last_member = i == len(info.slots) - 1
             cconf.first_member = last is None
             out.append(tabs + self.member_text(pos, False, cconf))
@@ -676,23 +682,14 @@ class _LayoutState:
                 if padding > 0:
                     nr_paddings += 1
                     sum_paddings += padding
-                    if not newline:
-                        out.append("\n")
-                    newline += 1
-                    out.append(f"\n{tabs}/* XXX last struct has {padding} "
+                    notes.add(f"\n{tabs}/* XXX last struct has {padding} "
                                f"byte{_plural(padding)} of padding */")
             if pos.bit_hole != 0:
-                if not newline:
-                    out.append("\n")
-                newline += 1
-                out.append(f"\n{tabs}/* XXX {pos.bit_hole} bit{_plural(pos.bit_hole)} hole, "
+                notes.add(f"\n{tabs}/* XXX {pos.bit_hole} bit{_plural(pos.bit_hole)} hole, "
                            f"try to pack */")
                 sum_bit_holes += pos.bit_hole
             if pos.hole > 0:
-                if not newline:
-                    out.append("\n")
-                newline += 1
-                out.append(f"\n{tabs}/* XXX {pos.hole} byte{_plural(pos.hole)} hole, "
+                notes.add(f"\n{tabs}/* XXX {pos.hole} byte{_plural(pos.hole)} hole, "
                            f"try to pack */")
                 sum_holes += pos.hole
             out.append("\n")
