@@ -163,6 +163,9 @@ def _pairs(found: Discovery) -> dict[tuple[str, str], list[Method]]:
     return pairs
 
 
+TRAMPOLINE_ONLY = ("a static-call trampoline (__SCT__*): declared in C, defined in assembly, "
+                   "so it has a symbol but no DWARF definition, and pahole encodes BTF only "
+                   "for functions DWARF defines")
 CLONE_ONLY = ("its code has only a compiler clone's symbol (name.constprop.0, .isra.0, "
               ".part.0): pahole puts functions in BTF under their exact symbol name")
 
@@ -171,6 +174,8 @@ def btf_miss(m: Method, symbols: Symbols) -> Optional[str]:
     """Why BTF lacks a method DWARF has, or None when it should have it."""
     if not m.probeable:
         return f"not probeable ({m.not_probeable}): BTF describes functions with code only"
+    if m.name.startswith(TRAMPOLINE_PREFIX) and m.name in symbols.by_name:
+        return TRAMPOLINE_ONLY
     address = getattr(m.function, "address", None)
     clones = symbols.clones_at(m.name, address)
     if m.name not in symbols.by_name and clones:
