@@ -721,6 +721,17 @@ _LOCAL_REF_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref
                     "DW_FORM_ref_udata"}
 
 
+
+def _prototype(die) -> tuple[list, bool]:
+    """A subprogram's or subroutine type's parameter types, and whether it is variadic."""
+    params, variadic = [], False
+    for child in die.iter_children():
+        if child.tag == "DW_TAG_formal_parameter":
+            params.append(attr_ref(child, "DW_AT_type"))
+        elif child.tag == "DW_TAG_unspecified_parameters":
+            variadic = True
+    return params, variadic
+
 def attr_ref(die, name: str) -> Optional[int]:
     """The absolute .debug_info offset a reference attribute points to."""
     a = die.attributes.get(name)
@@ -876,12 +887,7 @@ class ElftoolsUnitWalker:
         elif tag == du.TAG_ARRAY:
             aux = array_dims(die)
         elif tag == du.TAG_SUBROUTINE_TYPE:
-            params, variadic = [], False
-            for child in die.iter_children():
-                if child.tag == "DW_TAG_formal_parameter":
-                    params.append(attr_ref(child, "DW_AT_type"))
-                elif child.tag == "DW_TAG_unspecified_parameters":
-                    variadic = True
+            params, variadic = _prototype(die)
             aux = (tuple(params), variadic)
         elif tag == du.TAG_TYPEDEF and name and name.startswith(du.TRACEPOINT_TYPEDEF_PREFIX):
             tables.tracepoint_typedefs.append((name, die.offset))
@@ -1083,12 +1089,7 @@ class GraphBuilder:
                         attr_flag(die, "DW_AT_declaration"))
 
     def _function(self, die, returns: Optional[int]):
-        params, variadic = [], False
-        for child in die.iter_children():
-            if child.tag == "DW_TAG_formal_parameter":
-                params.append(attr_ref(child, "DW_AT_type"))
-            elif child.tag == "DW_TAG_unspecified_parameters":
-                variadic = True
+        params, variadic = _prototype(die)
         reached = [(returns, False)] + [(p, False) for p in params]
         return FunctionType(returns, tuple(params), variadic), reached
 
