@@ -16,7 +16,7 @@ from ctracer import dwarf
 from ctracer import dwarf_scan as ds
 from ctracer import dwarf_units as du
 from ctracer.model import iter_members_flat
-from test_dwarf import SOURCES, VARIANTS, need
+from test_dwarf import SOURCES, binary, build_dir, need  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +29,10 @@ def scan_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("dwarf-scan")
 
 
-@pytest.fixture(scope="session", params=sorted(VARIANTS))
-def variant(request, scan_dir) -> Path:
-    compiler = VARIANTS[request.param]
-    need(compiler[0])
-    out = scan_dir / request.param
-    subprocess.run([*compiler, "-o", str(out), *map(str, SOURCES)], check=True)
-    return out
+@pytest.fixture
+def variant(binary) -> Path:
+    """Each fixture variant, built once for the session by test_dwarf's fixture."""
+    return binary
 
 
 def scanned(path: Path, workers: int = 1) -> list:
