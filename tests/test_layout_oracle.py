@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel.pahole_blocks import pahole_blocks
+
 from ctracer import btf, cli, dwarf, layout
 from ctracer.model import ShapeKind
 
@@ -210,17 +212,8 @@ def test_kernel_struct_equals_pahole(capsys, words):
 def split_pahole_dump(text: str) -> dict[tuple[str, str], str]:
     """pahole's dump of every type, cut into ``(kind, name) -> text`` (first of a name)."""
     blocks: dict[tuple[str, str], str] = {}
-    current = None
-    for line in text.splitlines(True):
-        if current is None:
-            m = re.match(r"(struct|union) (\S+) \{\n\Z", line)
-            if m:
-                current = ((m.group(1), m.group(2)), [line])
-            continue
-        current[1].append(line)
-        if line.startswith("}"):
-            blocks.setdefault(current[0], "".join(current[1]))
-            current = None
+    for kind, name, block in pahole_blocks(text):
+        blocks.setdefault((kind, name), block)
     return blocks
 
 

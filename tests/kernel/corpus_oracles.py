@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from pahole_blocks import pahole_blocks
+
 #: one command-line argument may not exceed 128 KiB (MAX_ARG_STRLEN); stay below
 _MAX_NAMES_ARG = 100_000
 DWARFDUMP_NAMES = ("llvm-dwarfdump", "llvm-dwarfdump-14")
@@ -88,25 +90,15 @@ def pfunct_class(binary: Path, struct: str) -> PfunctResult:
 # ------------------------------------------------------------------ pahole
 
 
-_BLOCK_START = re.compile(r"(struct|union) (\S+) \{\n\Z")
 _SAME_NAME_TYPEDEF = re.compile(r"^typedef (?:struct|union) (\w+) \1;$", re.M)
 
 
 def split_layouts(text: str) -> dict[str, str]:
-    """pahole's output cut into ``name -> text`` (each ``struct NAME {`` ... ``}...;``
-    block; the first of a name wins, as with ``pahole -C NAME``)."""
+    """pahole's output cut into ``name -> text`` (the first block of a name wins, as
+    with ``pahole -C NAME``)."""
     blocks: dict[str, str] = {}
-    current: Optional[tuple[str, list[str]]] = None
-    for line in text.splitlines(True):
-        if current is None:
-            m = _BLOCK_START.match(line)
-            if m:
-                current = (m.group(2), [line])
-            continue
-        current[1].append(line)
-        if line.startswith("}"):
-            blocks.setdefault(current[0], "".join(current[1]))
-            current = None
+    for _kind, name, block in pahole_blocks(text):
+        blocks.setdefault(name, block)
     return blocks
 
 
