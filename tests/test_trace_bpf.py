@@ -30,22 +30,12 @@ pytestmark = pytest.mark.bpf
 def _skip_reason() -> str:
     if os.geteuid() != 0:
         return "not root: loading BPF programs and uprobes needs root"
-    try:
-        import bcc
-    except ImportError:
-        return "bcc's Python module (python3-bpfcc) is not importable"
     from ctracer import bpf_runtime
     from ctracer.errors import CtracerError
     try:
-        bpf_runtime.prepare()
+        bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
     except CtracerError as e:
         return str(e)
-    try:
-        b = bcc.BPF(text=b"int probe(void *ctx) { return 0; }")
-        b.attach_uprobe(name=gt.SOCKDEMO.encode(), sym=b"main", fn_name=b"probe")
-        b.cleanup()
-    except Exception as e:
-        return f"the kernel or bcc refuses a trivial uprobe program: {e}"
     return ""
 
 

@@ -77,6 +77,19 @@ def _import_bcc():
     return bcc
 
 
+
+def uprobe_self_test(binary: str, symbol: str) -> None:
+    """Load a one-line program and attach it as a uprobe on ``symbol`` of ``binary``:
+    raises `BPFUnavailable` saying why when this machine cannot trace user space."""
+    prepare()
+    bcc = _import_bcc()
+    try:
+        b = bcc.BPF(text=b"int probe(void *ctx) { return 0; }")
+        b.attach_uprobe(name=binary.encode(), sym=symbol.encode(), fn_name=b"probe")
+        b.cleanup()
+    except Exception as e:  # bcc raises bare Exceptions for refusals
+        raise BPFUnavailable(f"the kernel or bcc refuses a trivial uprobe program: {e}") from None
+
 @contextmanager
 def _captured_output() -> Iterator[io.StringIO]:
     """bcc and clang print diagnostics straight to file descriptors 1 and 2: keep them
