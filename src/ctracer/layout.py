@@ -50,6 +50,11 @@ def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, source_format: str
     return state.print_top(tid) + ";\n"
 
 
+
+def _hole(size: int, unit: str) -> str:
+    """pahole's comment on a hole of ``size`` bytes or bits (``unit``)."""
+    return f"/* XXX {size} {unit}{_plural(size)} hole, try to pack */"
+
 class _CommentRun:
     """pahole's comment runs between members: a blank line opens a run of ``XXX``
     comments, and another closes it before the next member is printed."""
@@ -640,12 +645,10 @@ class _LayoutState:
         nr_paddings = sum_paddings = 0
         nr_forced = nr_forced_holes = sum_forced_holes = 0
         if info.pre_bit_hole > 0:
-            notes.add(f"{tabs}/* XXX {info.pre_bit_hole} bit{_plural(info.pre_bit_hole)} "
-                       f"hole, try to pack */\n")
+            notes.add(f"{tabs}{_hole(info.pre_bit_hole, 'bit')}\n")
             sum_bit_holes += info.pre_bit_hole
         if info.pre_hole > 0:
-            notes.add(f"{tabs}/* XXX {info.pre_hole} byte{_plural(info.pre_hole)} hole, "
-                       f"try to pack */\n")
+            notes.add(f"{tabs}{_hole(info.pre_hole, 'byte')}\n")
             sum_holes += info.pre_hole
         last: Optional[_Slot] = None
         last_size = 0
@@ -683,14 +686,12 @@ class _LayoutState:
                     nr_paddings += 1
                     sum_paddings += padding
                     notes.add(f"\n{tabs}/* XXX last struct has {padding} "
-                               f"byte{_plural(padding)} of padding */")
+                              f"byte{_plural(padding)} of padding */")
             if pos.bit_hole != 0:
-                notes.add(f"\n{tabs}/* XXX {pos.bit_hole} bit{_plural(pos.bit_hole)} hole, "
-                           f"try to pack */")
+                notes.add(f"\n{tabs}{_hole(pos.bit_hole, 'bit')}")
                 sum_bit_holes += pos.bit_hole
             if pos.hole > 0:
-                notes.add(f"\n{tabs}/* XXX {pos.hole} byte{_plural(pos.hole)} hole, "
-                           f"try to pack */")
+                notes.add(f"\n{tabs}{_hole(pos.hole, 'byte')}")
                 sum_holes += pos.hole
             out.append("\n")
             if pos.bitfield_size:
