@@ -733,7 +733,7 @@ class UnitScanner:
     def composite_at(self, offset: int) -> Optional[tuple]:
         """A struct/union definition read on demand (anonymous members' types)."""
         if not self._in_unit(offset):
-            other = self.other(offset) if self.other is not None else None
+            other = self._owner_elsewhere(offset)
             return other.composite_at(offset) if other is not None else None
         plan, values, end = self.r.die_at(offset)
         if plan.tag not in COMPOSITE_TAGS or values.get(AT_DECLARATION):
@@ -746,7 +746,7 @@ class UnitScanner:
     def type_at(self, offset: int) -> Optional[tuple]:
         """``(tag, name, target, aux)`` of a type DIE, as `UnitTables.types` holds."""
         if not self._in_unit(offset):
-            other = self.other(offset) if self.other is not None else None
+            other = self._owner_elsewhere(offset)
             return other.type_at(offset) if other is not None else None
         plan, values, end = self.r.die_at(offset)
         tag = plan.tag
@@ -796,7 +796,7 @@ class UnitScanner:
             if offset is None:
                 return 0
             if not self._in_unit(offset):
-                other = self.other(offset) if self.other is not None else None
+                other = self._owner_elsewhere(offset)
                 return other._type_size(offset) if other is not None else 0
             _plan, values, _end = self.r.die_at(offset)
             if values.get(AT_BYTE_SIZE) is not None:
@@ -806,6 +806,10 @@ class UnitScanner:
 
     def _in_unit(self, offset: int) -> bool:
         return self.r.unit.die_start <= offset < self.r.unit.end
+
+    def _owner_elsewhere(self, offset: int) -> Optional["UnitScanner"]:
+        """The scanner of the other unit holding ``offset`` (None when unknown)."""
+        return self.other(offset) if self.other is not None else None
 
     def _dims(self, pos: int) -> tuple:
         r, buf, plans = self.r, self.r.buf, self.r.plans
