@@ -96,8 +96,9 @@ class Layout:
 
     def __post_init__(self) -> None:
         c_identifier(self.name)
+        object.__setattr__(self, "_ordered", tuple(sorted(self.fields, key=lambda f: f.offset)))
         end = 0
-        for f in sorted(self.fields, key=lambda f: f.offset):
+        for f in self.ordered_fields:
             if f.offset < end:
                 raise ValueError(f"{self.name}: field {f.name} overlaps the one before")
             if f.offset % align_of_ctype(f.ctype):
@@ -135,7 +136,7 @@ class Layout:
         """The C struct, padded explicitly and pinned with static asserts."""
         lines = [f"struct {self.name} {{"]
         at, pad = 0, 0
-        for f in sorted(self.fields, key=lambda f: f.offset):
+        for f in self.ordered_fields:
             if f.offset > at:
                 lines.append(f"\tu8 __pad{pad}[{f.offset - at}];")
                 pad += 1
@@ -159,7 +160,7 @@ class Layout:
         cached = self.__dict__.get("_struct_cache")
         if cached is None:
             fmt, at = ["<"], 0
-            for f in sorted(self.fields, key=lambda f: f.offset):
+            for f in self.ordered_fields:
                 if f.offset > at:
                     fmt.append(f"{f.offset - at}x")
                 m = _ARRAY.match(f.ctype)
@@ -174,7 +175,7 @@ class Layout:
     @property
     def ordered_fields(self) -> tuple[Field, ...]:
         """The fields in offset order: the order of `unpack`'s values."""
-        return tuple(sorted(self.fields, key=lambda f: f.offset))
+        return self.__dict__["_ordered"]
 
     def unpack(self, data: bytes, offset: int = 0) -> tuple:
         """Raw values in offset order, char arrays as bytes: the fast path of `decode`
@@ -183,9 +184,8 @@ class Layout:
 
     def decode(self, data: bytes, offset: int = 0) -> dict[str, Any]:
         """Field values by name, in offset order; char arrays become str (up to NUL)."""
-        values = self._struct().unpack_from(data, offset)
         out = {}
-        for f, v in zip(sorted(self.fields, key=lambda f: f.offset), values):
+        for f, v in zip(self.ordered_fields, self.unpack(data, offset)):
             if isinstance(v, bytes):
                 v = v.split(b"\0", 1)[0].decode("utf-8", "replace")
             out[f.name] = v
@@ -194,7 +194,7 @@ class Layout:
     def encode(self, values: dict[str, Any]) -> bytes:
         """Inverse of `decode` (for tests and synthetic traces)."""
         ordered = []
-        for f in sorted(self.fields, key=lambda f: f.offset):
+        for f in self.ordered_fields:
             v = values.get(f.name, 0)
             if _ARRAY.match(f.ctype):
                 v = v.encode() if isinstance(v, str) else bytes(v or b"")

@@ -60,14 +60,11 @@ CREATE INDEX events_by_object ON events(object, seq);
 _U64 = 1 << 64
 
 
-def _to_sql_u64(v: Optional[int]) -> Optional[int]:
+def to_sql_u64(v: Optional[int]) -> Optional[int]:
     """SQLite integers are signed 64-bit; store u64 addresses in two's complement."""
     if v is None:
         return None
     return v - _U64 if v >= 1 << 63 else v
-
-
-to_sql_u64 = _to_sql_u64
 
 
 def _from_sql_u64(v: Optional[int]) -> Optional[int]:
@@ -129,7 +126,7 @@ class TraceWriter:
     def add_functions(self, rows: Iterable[FunctionRow]) -> None:
         self.db.executemany(
             "INSERT OR REPLACE INTO functions VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(r.id, r.name, r.unit, r.reach, r.via, _to_sql_u64(r.address), r.attached)
+            [(r.id, r.name, r.unit, r.reach, r.via, to_sql_u64(r.address), r.attached)
              for r in rows])
         self.db.commit()
 
@@ -137,7 +134,7 @@ class TraceWriter:
                   function_id: int, phase: int, object: int, retval: Optional[int],
                   depth: int, flags: int, snapshot: Optional[bytes]) -> None:
         self._pending.append((ts_ns, cpu, pid, tid, comm, function_id, phase,
-                              _to_sql_u64(object), retval, depth, flags, snapshot))
+                              to_sql_u64(object), retval, depth, flags, snapshot))
         if len(self._pending) >= self.batch:
             self.flush()
 
@@ -206,7 +203,7 @@ class Trace:
         args: tuple = ()
         if object is not None:
             sql += " WHERE object = ?"
-            args = (_to_sql_u64(object),)
+            args = (to_sql_u64(object),)
         for r in self.db.execute(sql + " ORDER BY seq", args):
             yield Event(r[0], r[1], r[2], r[3], r[4], r[5] or "", r[6], r[7],
                         _from_sql_u64(r[8]), r[9], r[10], r[11], r[12])
