@@ -51,7 +51,7 @@ def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, source_format: str
 
 
 
-def _hole(size: int, unit: str) -> str:
+def hole_comment(size: int, unit: str) -> str:
     """pahole's comment on a hole of ``size`` bytes or bits (``unit``)."""
     return f"/* XXX {size} {unit}{_plural(size)} hole, try to pack */"
 
@@ -645,10 +645,10 @@ class _LayoutState:
         nr_paddings = sum_paddings = 0
         nr_forced = nr_forced_holes = sum_forced_holes = 0
         if info.pre_bit_hole > 0:
-            notes.add(f"{tabs}{_hole(info.pre_bit_hole, 'bit')}\n")
+            notes.add(f"{tabs}{hole_comment(info.pre_bit_hole, 'bit')}\n")
             sum_bit_holes += info.pre_bit_hole
         if info.pre_hole > 0:
-            notes.add(f"{tabs}{_hole(info.pre_hole, 'byte')}\n")
+            notes.add(f"{tabs}{hole_comment(info.pre_hole, 'byte')}\n")
             sum_holes += info.pre_hole
         last: Optional[_Slot] = None
         last_size = 0
@@ -688,10 +688,10 @@ class _LayoutState:
                     notes.add(f"\n{tabs}/* XXX last struct has {padding} "
                               f"byte{_plural(padding)} of padding */")
             if pos.bit_hole != 0:
-                notes.add(f"\n{tabs}{_hole(pos.bit_hole, 'bit')}")
+                notes.add(f"\n{tabs}{hole_comment(pos.bit_hole, 'bit')}")
                 sum_bit_holes += pos.bit_hole
             if pos.hole > 0:
-                notes.add(f"\n{tabs}{_hole(pos.hole, 'byte')}")
+                notes.add(f"\n{tabs}{hole_comment(pos.hole, 'byte')}")
                 sum_holes += pos.hole
             out.append("\n")
             if pos.bitfield_size:

@@ -43,6 +43,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from ctracer.errors import UsageError
 from ctracer.event import Field, Layout, c_identifier, size_of_ctype
+from ctracer.layout import hole_comment
 from ctracer.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                            FunctionType, PointerType, QualifiedType, TypeGraph, TypeId,
                            Typedef)
@@ -437,13 +438,12 @@ def render_mini(layout: Layout, *, sources: bool = True, skipped: Iterable[Skipp
     cacheline boundaries and the summary; each member's origin in the traced struct
     follows as a comment when ``sources``."""
     lines = [f"struct {layout.name} {{"]
-    fields = sorted(layout.fields, key=lambda f: f.offset)
+    fields = layout.ordered_fields
     at, holes, hole_bytes, boundary = 0, 0, 0, CACHELINE
     for f in fields:
         if f.offset > at:
             lines.append("")
-            lines.append(f"\t/* XXX {f.offset - at} byte{'s' if f.offset - at > 1 else ''} "
-                         "hole, try to pack */")
+            lines.append(f"\t{hole_comment(f.offset - at, 'byte')}")
             lines.append("")
             holes += 1
             hole_bytes += f.offset - at
