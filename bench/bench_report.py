@@ -18,9 +18,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 from ctracer.report import render_report  # noqa: E402
-from ctracer.report.synthetic import write_synthetic_trace  # noqa: E402
+from synthetic_trace import write_synthetic_trace  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402
 
 #: name -> (threads, lifecycles per thread, sends per lifecycle, addresses per thread)

@@ -24,7 +24,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from ctracer import bpf_runtime, discovery, dwarf, mini, probes, record  # noqa: E402
+from ctracer.record import bpf_runtime
+from ctracer.plan import discovery
+from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.plan import mini
+from ctracer.probes import program as probes
+from ctracer.record import recorder as record
 from ctracer.tracefile import TraceWriter  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")

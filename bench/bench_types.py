@@ -76,11 +76,12 @@ def phases(vmlinux: str) -> None:
     import gc
     import resource
 
-    from ctracer import cache, dwarf
-    from ctracer import dwarf_scan as ds
-    from ctracer import dwarf_units as du
+    from ctracer.debuginfo.dwarf import cache
+    from ctracer.debuginfo.dwarf import reader as dwarf
+    from ctracer.debuginfo.dwarf import scan as ds
+    from ctracer.debuginfo.dwarf import units as du
 
-    gc.disable()  # as DwarfTypes.catalog builds (ctracer.gcpause); this process ends here
+    gc.disable()  # as DwarfTypes.catalog builds (ctracer.debuginfo.gcpause); this process ends here
     t0 = time.perf_counter()
     headers = dwarf.read_elf_headers(vmlinux)
     model = dwarf.DwarfTypes(vmlinux, headers, use_cache=False)

@@ -55,8 +55,9 @@ def best(cmd: list[str], runs: int, env: dict, fresh_cache: bool = False) -> tup
 def stages() -> None:
     """The reader's stages in this process, without saved indexes."""
     sys.path.insert(0, str(ROOT / "src"))
-    from ctracer import btf, kernel
-    from ctracer.model import ShapeKind
+    from ctracer.debuginfo.btf import reader as btf
+    from ctracer.record import kernel
+    from ctracer.debuginfo.model import ShapeKind
     t = time.process_time
     t0 = t()
     model = btf.open_btf(KERNEL_BTF, use_cache=False)

@@ -5,7 +5,7 @@ the BPF program fills (`Layout.c_definition`, with static asserts pinning every 
 and the Python decoder (`Layout.decode`), so the two sides cannot disagree.
 
 An event is the fixed `HEADER` followed by the traced struct's mini snapshot, whose
-layout `ctracer.mini` builds and the trace file stores (`Layout.to_json`), so a trace
+layout `ctracer.plan.mini` builds and the trace file stores (`Layout.to_json`), so a trace
 decodes on a machine that never saw the binary.
 """
 

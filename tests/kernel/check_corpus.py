@@ -105,7 +105,8 @@ def _cli_output(argv: list[str]) -> tuple[int, str]:
 
 
 def _dwarf_cache_state(path: Path) -> str:
-    from ctracer import cache, dwarf
+    from ctracer.debuginfo.dwarf import cache
+    from ctracer.debuginfo.dwarf import reader as dwarf
     key = cache.source_key(str(path), dwarf.build_id(str(path)))
     return "cached" if os.path.exists(cache.cache_path(key, "dwarf")) else "cold"
 
@@ -184,7 +185,8 @@ class CorpusRun:
     # -- ctracer's side
 
     def open_models(self) -> dict:
-        from ctracer import btf, dwarf
+        from ctracer.debuginfo.btf import reader as btf
+        from ctracer.debuginfo.dwarf import reader as dwarf
         c = self.corpus
         state = _dwarf_cache_state(c.vmlinux)
         models = {}
@@ -203,7 +205,7 @@ class CorpusRun:
         return models
 
     def discover(self, models: dict) -> dict:
-        from ctracer.discovery import discover
+        from ctracer.plan.discovery import discover
         found = {}
         for fmt in ("dwarf", "btf"):
             with self.timings.measure(f"ctracer: discovery of {', '.join(VMLINUX_STRUCTS)}, "

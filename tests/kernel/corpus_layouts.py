@@ -28,8 +28,8 @@ from typing import Callable, Iterable, Optional, Sequence
 from corpus_oracles import PaholeResult
 from corpus_report import Findings, plural
 
-from ctracer import layout
-from ctracer.model import ShapeKind, TypeGraph, iter_members_flat
+from ctracer.plan import pahole as layout
+from ctracer.debuginfo.model import ShapeKind, TypeGraph, iter_members_flat
 
 #: structs whose DWARF layout text differs from pahole's because of a known reader gap,
 #: with the reason; reported, not failed, and failed once they match (drop them then)

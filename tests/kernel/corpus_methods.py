@@ -23,7 +23,7 @@ from typing import Optional
 from corpus_oracles import Symbols, UnitFacts
 from corpus_report import Findings, plural
 
-from ctracer.discovery import KINDS, Discovery, Method
+from ctracer.plan.discovery import KINDS, Discovery, Method
 
 #: static-call trampolines (DEFINE_STATIC_CALL): declarations with no body, which pfunct
 #: may list but nothing can probe

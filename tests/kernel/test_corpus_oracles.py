@@ -14,8 +14,9 @@ import corpus_methods as methods
 import corpus_oracles as oracles
 import pytest
 
-from ctracer import btf, dwarf
-from ctracer.discovery import discover
+from ctracer.debuginfo.btf import reader as btf
+from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.plan.discovery import discover
 
 DEFINES = """\
 struct s { int a; long b __attribute__((aligned(16))); int m[2][3]; };

@@ -4,7 +4,7 @@ A probe first copies the byte span of the traced object that its fields cover in
 per-CPU scratch buffer (one read, with the helper `ObjectReader` names: user or kernel
 memory), then each collector emits the C statements that move its fields from the
 scratch copy into the event's mini snapshot.  What a field's bytes are comes from
-``Field.source`` as `ctracer.mini` documents it (byte_offset, size, bit_size, shift,
+``Field.source`` as `ctracer.plan.mini` documents it (byte_offset, size, bit_size, shift,
 signed).
 
 `collectors_for` gives each field of a mini layout to the first factory in `FACTORIES`

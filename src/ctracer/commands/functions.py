@@ -15,8 +15,8 @@ import sys
 from collections import Counter
 from typing import Optional
 
-from ctracer import sources
-from ctracer.discovery import KINDS
+from ctracer.debuginfo import sources
+from ctracer.plan.discovery import KINDS
 
 EPILOG = """\
 examples:
@@ -63,9 +63,9 @@ def _kernel_symbols_loader(args: argparse.Namespace):
     if not _is_live_kernel(args):
         return None
     import importlib.util
-    if importlib.util.find_spec("ctracer.kernel") is None:
+    if importlib.util.find_spec("ctracer.record.kernel") is None:
         return None
-    from ctracer import kernel
+    from ctracer.record import kernel
     return kernel.SymbolsLoader()
 
 
@@ -74,7 +74,7 @@ def _attach_column(loader, found):
     ``no``, ``clone:<symbol>``, ``unknown``), or None without a loader."""
     if loader is None:
         return None
-    from ctracer import kernel
+    from ctracer.record import kernel
     symbols = loader.result()
     tp_names = sorted({m.name for m in found.methods if m.is_tracepoint})
     tp_ok: Optional[dict] = {}
@@ -101,7 +101,7 @@ def _attach_column(loader, found):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctracer import discovery
+    from ctracer.plan import discovery
     from ctracer.errors import UnknownType, UsageError
 
     kind, name = sources.struct_name_from_args(args)

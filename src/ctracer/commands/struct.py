@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ctracer import sources
+from ctracer.debuginfo import sources
 
 EPILOG = """\
 examples:
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType, UsageError
-    from ctracer.model import ShapeKind
+    from ctracer.debuginfo.model import ShapeKind
 
     kind, name = sources.struct_name_from_args(args)
     kind_given = len(args.target) == 2
@@ -67,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.mini:
         print(_mini_text(graph, args), end="")
         return 0
-    from ctracer import layout
+    from ctracer.plan import pahole as layout
     print(layout.render(graph, source_format=model.format), end="")
     return 0
 
 
 def _mini_text(graph, args: argparse.Namespace) -> str:
-    from ctracer import mini
+    from ctracer.plan import mini
     built = mini.build_mini(graph, include=args.field, exclude=args.exclude,
                             cachelines=args.cacheline, pointers=args.pointers,
                             reorganize_fields=not args.no_reorganize)

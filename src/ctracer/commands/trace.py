@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from ctracer import sources
+from ctracer.debuginfo import sources
 
 EPILOG = """\
 examples:
@@ -102,7 +102,10 @@ def select_methods(methods: Sequence, patterns: Sequence[str]) -> list:
 def build(args: argparse.Namespace, kind, name: str):
     """(probe program, trace meta) for the options: types, methods, mini struct,
     probes."""
-    from ctracer import discovery, mini, probes, record
+    from ctracer.plan import discovery
+    from ctracer.plan import mini
+    from ctracer.probes import program as probes
+    from ctracer.record import recorder as record
     from ctracer.errors import CtracerError, UsageError
 
     model = sources.open_type_source(args)
@@ -122,7 +125,7 @@ def build(args: argparse.Namespace, kind, name: str):
     program = probes.build_program(methods, built.layout,
                                    filtered=bool(args.pid or args.command), ring_bytes=ring)
     try:
-        from ctracer import layout
+        from ctracer.plan import pahole as layout
         full = layout.render(graph, source_format=model.format)
     except Exception as e:  # the layout printer is a nicety here; never lose a trace to it
         full = f"/* layout unavailable: {e} */\n"
@@ -147,8 +150,8 @@ def _check_process_maps(pid: int, binary: str) -> Optional[str]:
 
 
 def trace(args: argparse.Namespace, kind, name: str, *, out=None):
-    """Record as the options say; returns the `ctracer.record.RecordResult`."""
-    from ctracer import record
+    """Record as the options say; returns the `ctracer.record.recorder.RecordResult`."""
+    from ctracer.record import recorder as record
     from ctracer.errors import UsageError
 
     out = out or sys.stderr

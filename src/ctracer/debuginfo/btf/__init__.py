@@ -1,0 +1,2 @@
+"""The BTF reader: the raw record `format`, the `reader` that builds the type model, and the
+index `cache` keyed by content hash."""

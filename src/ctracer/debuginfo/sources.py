@@ -1,0 +1,93 @@
+"""Where types come from: the command-line options that choose a type source, and opening it.
+
+* ``--binary PATH``: an ELF file (program, library, vmlinux, module); its DWARF, or its
+  ``.BTF`` section when it has no DWARF;
+* ``--btf PATH``: raw BTF (``/sys/kernel/btf/vmlinux``) or an ELF file's ``.BTF`` section,
+  with ``--btf-base PATH`` when it is split BTF (a module's, on top of vmlinux);
+* ``--module NAME``: a loaded module's split BTF on top of the kernel's;
+* nothing: the running kernel's BTF, ``/sys/kernel/btf/vmlinux``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ctracer.errors import InputFileError, UsageError
+from ctracer.debuginfo.model import ShapeKind, TypeModel
+
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+MODULE_BTF_DIR = "/sys/kernel/btf"
+
+
+def add_type_source_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("type source (default: the running kernel's BTF)")
+    g.add_argument("--binary", "-b", metavar="PATH",
+                   help="ELF file whose DWARF (or .BTF section) describes the types")
+    g.add_argument("--btf", metavar="PATH", help="raw BTF file, or ELF file with .BTF")
+    g.add_argument("--btf-base", metavar="PATH",
+                   help="the BTF a split --btf was built on (e.g. vmlinux for a module)")
+    g.add_argument("--module", metavar="NAME",
+                   help=f"kernel module whose BTF ({MODULE_BTF_DIR}/NAME) to read")
+    g.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the type cache")
+
+
+def add_struct_name_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", nargs="+", metavar="[struct|union] NAME",
+                        help="the struct (or union) to work on, e.g. 'struct sock' or 'sock'")
+
+
+def struct_name_from_args(args: argparse.Namespace) -> tuple[ShapeKind, str]:
+    words = list(args.target)
+    kind = ShapeKind.STRUCT
+    if len(words) == 2 and words[0] in ("struct", "union"):
+        kind = ShapeKind(words[0])
+        words = words[1:]
+    if len(words) != 1:
+        raise UsageError(f"expected '[struct|union] NAME', got {' '.join(args.target)!r}")
+    name = words[0]
+    if not name.isidentifier():
+        raise UsageError(f"{name!r} is not a C struct name")
+    return kind, name
+
+
+def _readable_file(path: str, what: str) -> str:
+    if not os.path.exists(path):
+        raise InputFileError(f"{what} {path}: no such file")
+    if os.path.isdir(path):
+        raise InputFileError(f"{what} {path} is a directory")
+    if not os.access(path, os.R_OK):
+        raise InputFileError(f"{what} {path}: permission denied")
+    return path
+
+
+def open_type_source(args: argparse.Namespace) -> TypeModel:
+    """The type model the options name (readers are imported only when needed)."""
+    use_cache = not getattr(args, "no_cache", False)
+    chosen = [o for o in ("binary", "btf", "module") if getattr(args, o, None)]
+    if getattr(args, "btf_base", None) and not getattr(args, "btf", None):
+        raise UsageError("--btf-base goes with --btf")
+    if len(chosen) > 1:
+        raise UsageError(f"choose one type source, not {' and '.join('--' + c for c in chosen)}")
+    if args.binary:
+        from ctracer.debuginfo.dwarf import reader as dwarf
+        return dwarf.open_elf_types(_readable_file(args.binary, "binary"), use_cache=use_cache)
+    if args.btf:
+        from ctracer.debuginfo.btf import reader as btf
+        base = getattr(args, "btf_base", None)
+        return btf.open_btf(_readable_file(args.btf, "BTF file"),
+                            base=_readable_file(base, "BTF base") if base else None,
+                            use_cache=use_cache)
+    from ctracer.debuginfo.btf import reader as btf
+    if args.module:
+        if not args.module.replace("-", "_").isidentifier():
+            raise UsageError(f"{args.module!r} is not a module name")
+        path = os.path.join(MODULE_BTF_DIR, args.module)
+        if not os.path.exists(path):
+            raise InputFileError(f"module {args.module} has no BTF at {path} (is it loaded?)")
+        return btf.open_btf(path, base=_readable_file(KERNEL_BTF, "kernel BTF"),
+                            use_cache=use_cache)
+    if not os.path.exists(KERNEL_BTF):
+        raise InputFileError(f"this kernel has no BTF ({KERNEL_BTF}); give --binary PATH")
+    return btf.open_btf(KERNEL_BTF, use_cache=use_cache)

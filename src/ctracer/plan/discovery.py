@@ -1,0 +1,408 @@
+"""Method discovery: every function and tracepoint through which a struct can be followed.
+
+Works only on a `ctracer.debuginfo.model.Catalog` and its indexed lookups, so a cached catalog can
+answer from disk.  For a target struct X, a *method* is one way a function reaches an
+object of type X; a function reaching X in several ways (two parameters, a parameter and
+its return value...) gives one `Method` per way.  The kinds, in display order:
+
+``direct``          a parameter of type ``struct X *`` (any position; const, volatile and
+                    typedefs do not matter)
+``double_pointer``  a parameter ``struct X **`` (the object is ``*param``)
+``alias``           a parameter pointing to a struct that embeds X at offset 0, at any
+                    depth (tcp_sock → inet_connection_sock → inet_sock → sock): the same
+                    address is an X
+``holder``          a parameter pointing to a struct with a member ``struct X *`` (or a
+                    pointer to an alias of X): the object is ``param->member``; members of
+                    anonymous structs/unions count; a struct starting with a holder is one
+                    too (``socket_alloc->socket.sk``), and ``holder_depth`` levels of holders
+                    embedded further in (``net->ipv4.fibnl``)
+``returns``         the function returns ``struct X *`` (or an alias pointer): creation
+                    points; the object is known at exit only
+``tracepoint``      a tracepoint argument is a pointer to X, to an alias or to a holder
+
+Each method carries the structured `path` from the argument to the object (a tuple of
+`Step`), so probe generators never parse display text.  Parameters taking X by value are
+not methods (the callee has a copy) but are counted in the notes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence, Union
+
+from ctracer.debuginfo.model import (Catalog, FunctionInfo, Parameter, ShapeKind, StructInfo,
+                           TracepointInfo, TypeShape)
+
+KINDS = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
+_KIND_ORDER = {k: i for i, k in enumerate(KINDS)}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step from an argument value (an address) to the object's address.
+
+    ``op="deref"``: read the pointer stored at ``address + offset``;
+    ``op="offset"``: add ``offset`` to the address (an embedded member).
+    ``member`` names the step for display.
+    """
+
+    op: str
+    offset: int
+    member: str = ""
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "offset": self.offset, "member": self.member}
+
+
+@dataclass(frozen=True)
+class Link:
+    """A struct that embeds the next one (or the target) at offset 0 as ``member``."""
+
+    kind: str
+    name: str
+    member: str
+
+    @property
+    def type_text(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way a function (or tracepoint) reaches an object of the target struct.
+
+    ``param_index`` counts from 0 (None for ``returns``); ``via`` lists, from the
+    parameter's (or member's) type inward, the alias structs crossed to reach the target;
+    ``holder`` is the member path for holders (``socket->sk``).
+    """
+
+    function: Union[FunctionInfo, TracepointInfo]
+    kind: str
+    target: str
+    param_index: Optional[int]
+    param_name: Optional[str]
+    param_type: str
+    path: tuple[Step, ...] = ()
+    via: tuple[Link, ...] = ()
+    holder: str = ""
+    probeable: bool = True
+    not_probeable: str = ""
+    #: how the object is reached, without the parameter (what counts group by)
+    route: str = ""
+
+    @property
+    def is_tracepoint(self) -> bool:
+        return isinstance(self.function, TracepointInfo)
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+    @property
+    def key(self) -> str:
+        """Unique name: statics carry their compile unit, tracepoints a ``tp:`` prefix."""
+        if isinstance(self.function, TracepointInfo):
+            return f"tp:{self.function.name}"
+        return self.function.key
+
+    @property
+    def where(self) -> str:
+        if self.param_index is None:
+            return "return value"
+        name = f" {self.param_name}" if self.param_name else ""
+        return f"param {self.param_index + 1}{name}"
+
+    @property
+    def reach(self) -> str:
+        """Human description, e.g. ``socket->sk (param 1 sock)``."""
+        return f"{self.route} ({self.where})"
+
+    def to_json(self) -> dict:
+        f = self.function
+        out = {
+            "function": f.name, "key": self.key, "kind": self.kind,
+            "tracepoint": self.is_tracepoint, "target": self.target,
+            "param_index": self.param_index, "param_name": self.param_name,
+            "param_type": self.param_type, "route": self.route, "reach": self.reach,
+            "path": [s.to_json() for s in self.path],
+            "via": [{"kind": link.kind, "name": link.name, "member": link.member}
+                    for link in self.via],
+            "holder": self.holder or None,
+            "probeable": self.probeable, "not_probeable": self.not_probeable or None,
+        }
+        if isinstance(f, FunctionInfo):
+            out.update(unit=f.unit or None, external=f.external, address=f.address,
+                       inline=f.inline.value, decl_file=f.decl_file, decl_line=f.decl_line)
+        return out
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Everything `discover` found for one target struct."""
+
+    kind: ShapeKind
+    name: str
+    struct: Optional[StructInfo]
+    methods: tuple[Method, ...]
+    aliases: tuple[tuple[Link, ...], ...]
+    holders: tuple[str, ...]
+    by_value: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def target(self) -> str:
+        return f"{self.kind.value} {self.name}"
+
+    def counts_by_kind(self) -> dict[str, int]:
+        c = Counter(m.kind for m in self.methods)
+        return {k: c[k] for k in KINDS if c[k]}
+
+    def counts_by_route(self) -> list[tuple[str, str, int]]:
+        """(kind, route, number of methods), in display order."""
+        c = Counter((m.kind, m.route) for m in self.methods)
+        return [(k, r, n) for (k, r), n in sorted(c.items(),
+                                                    key=lambda i: (_KIND_ORDER[i[0][0]], -i[1], i[0][1]))]
+
+    def functions(self) -> list[str]:
+        """Distinct function keys (not tracepoints), sorted."""
+        return sorted({m.key for m in self.methods if not m.is_tracepoint})
+
+
+# ---------------------------------------------------------------- the search
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A type whose pointer is a pointer to the target: the target or one of its aliases."""
+
+    kind: ShapeKind
+    name: str
+    via: tuple[Link, ...]
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """A struct from whose address ``path`` leads to a target (display: ``text``)."""
+
+    kind: ShapeKind
+    name: str
+    text: str
+    path: tuple[Step, ...]
+    via: tuple[Link, ...]
+
+
+def route_text(kind: str, target: str, via: Sequence[Link], holder: str) -> str:
+    """``struct sock ← struct inet_sock``, ``socket->sk``, ``*(struct sock **)``..."""
+    alias = " ← ".join([target] + [link.type_text for link in reversed(via)])
+    if holder:
+        return f"{holder} ({alias})" if via else holder
+    if kind == "double_pointer":
+        return f"*({alias} **)"
+    if kind == "returns":
+        return f"returns {alias} *"
+    return alias
+
+
+def _display_member(flat_name: str) -> str:
+    """A flattened member name without its empty anonymous steps (``.sk`` → ``sk``)."""
+    return ".".join(p for p in flat_name.split(".") if p)
+
+
+def find_aliases(catalog: Catalog, kind: ShapeKind, name: str) -> list[_Target]:
+    """The target and every struct embedding it (recursively) at offset 0."""
+    found = [_Target(kind, name, ())]
+    seen = {(kind, name)}
+    queue = [found[0]]
+    while queue:
+        inner = queue.pop(0)
+        for s in sorted(catalog.structs_with_member_of(inner.kind, inner.name),
+                        key=lambda s: (s.kind.value, s.name)):
+            if not s.name or (s.kind, s.name) in seen:
+                continue
+            for m in s.members:
+                if (m.bit_offset == 0 and m.shape.pointers == 0
+                        and m.shape.kind == inner.kind and m.shape.name == inner.name):
+                    link = Link(s.kind.value, s.name, _display_member(m.name))
+                    alias = _Target(s.kind, s.name, (link,) + inner.via)
+                    seen.add((s.kind, s.name))
+                    found.append(alias)
+                    queue.append(alias)
+                    break
+    return found
+
+
+def find_holders(catalog: Catalog, targets: Sequence[_Target], depth: int = 0) -> list[_Holder]:
+    """Structs with a member pointing to a target, and structs embedding those by value.
+
+    A struct embedding a holder at offset 0 is the holder's alias (``socket_alloc``
+    starts with a ``socket``) and is always followed, recursively; embedding at another
+    offset (``net`` holds a ``netns_ipv4`` holding sockets) is followed ``depth`` levels.
+    The target and its aliases are not holders of themselves (a ``next`` pointer leads
+    to another object).
+    """
+    own = {(t.kind, t.name) for t in targets}
+    holders: dict[tuple[ShapeKind, str, str], _Holder] = {}
+    queue: list[tuple[_Holder, int]] = []
+
+    def add(h: _Holder, level: int) -> None:
+        if (h.kind, h.name, h.text) not in holders:
+            holders[(h.kind, h.name, h.text)] = h
+            queue.append((h, level))
+
+    for t in targets:
+        for s in catalog.structs_with_member_of(t.kind, t.name):
+            if not s.name or (s.kind, s.name) in own:
+                continue
+            for m in s.members:
+                if m.shape.pointers == 1 and m.shape.kind == t.kind and m.shape.name == t.name:
+                    member = _display_member(m.name)
+                    add(_Holder(s.kind, s.name, f"{s.name}->{member}",
+                                (Step("deref", m.bit_offset // 8, member),), t.via), 0)
+    while queue:
+        h, level = queue.pop(0)
+        for s in catalog.structs_with_member_of(h.kind, h.name):
+            if not s.name or (s.kind, s.name) in own:
+                continue
+            for m in s.members:
+                if (m.shape.pointers or m.shape.kind != h.kind or m.shape.name != h.name
+                        or m.bit_offset % 8):
+                    continue
+                nested = level + (1 if m.bit_offset else 0)
+                if nested > depth:
+                    continue
+                member = _display_member(m.name)
+                first = h.path[0]
+                path = (Step("deref", first.offset + m.bit_offset // 8,
+                             f"{member}.{first.member}"),) + h.path[1:]
+                inner = h.text.split("->", 1)[1]
+                add(_Holder(s.kind, s.name, f"{s.name}->{member}.{inner}", path, h.via), nested)
+    return sorted(holders.values(), key=lambda h: (h.name, h.text))
+
+
+def _is(shape: TypeShape, kind: ShapeKind, name: str, pointers: int) -> bool:
+    return shape.kind == kind and shape.name == name and shape.pointers == pointers
+
+
+def _probeable(f: Union[FunctionInfo, TracepointInfo], addresses_known: bool) -> tuple[bool, str]:
+    if isinstance(f, TracepointInfo):
+        return True, ""
+    if f.inlined_only:
+        return False, "inline only: no out-of-line copy"
+    if f.address is None and addresses_known:
+        return False, "no address: declaration only"
+    return True, ""
+
+
+def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
+             kinds: Optional[Iterable[str]] = None, holder_depth: int = 0,
+             addresses_known: Optional[bool] = None) -> Discovery:
+    """All methods of ``kind name`` in the catalog (see the module docstring).
+
+    ``kinds`` limits the search to some method kinds; ``addresses_known`` says whether a
+    function without an address is a declaration (DWARF) or just unaddressed (BTF); by
+    default it is true when any function examined has an address.
+    """
+    wanted = set(kinds) if kinds is not None else set(KINDS)
+    unknown = wanted - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown method kinds {sorted(unknown)}")
+    targets = find_aliases(catalog, kind, name)
+    found: list[tuple[Union[FunctionInfo, TracepointInfo], str, Optional[int], Optional[Parameter],
+                      tuple[Step, ...], tuple[Link, ...], str]] = []
+    by_value: set[str] = set()
+
+    for t in targets:
+        for f in catalog.functions_referencing(t.kind, t.name):
+            for i, p in enumerate(f.params):
+                if _is(p.shape, t.kind, t.name, 1):
+                    found.append((f, "alias" if t.via else "direct", i, p, (), t.via, ""))
+                elif _is(p.shape, t.kind, t.name, 2):
+                    found.append((f, "double_pointer", i, p,
+                                  (Step("deref", 0, "*"),), t.via, ""))
+                elif _is(p.shape, t.kind, t.name, 0) and not t.via:
+                    by_value.add(f.key)
+            if _is(f.returns, t.kind, t.name, 1):
+                found.append((f, "returns", None, None, (), t.via, ""))
+        if "tracepoint" in wanted:
+            for tp in catalog.tracepoints_referencing(t.kind, t.name):
+                for i, p in enumerate(tp.params):
+                    if _is(p.shape, t.kind, t.name, 1):
+                        found.append((tp, "tracepoint", i, p, (), t.via, ""))
+
+    holders: list[_Holder] = []
+    if wanted & {"holder", "tracepoint"}:
+        holders = find_holders(catalog, targets, holder_depth)
+        by_struct: dict[tuple[ShapeKind, str], list[_Holder]] = {}
+        for h in holders:
+            by_struct.setdefault((h.kind, h.name), []).append(h)
+        for (hkind, hname), paths in by_struct.items():
+            users: list = []
+            if "holder" in wanted:
+                users += [(f, "holder") for f in catalog.functions_referencing(hkind, hname)]
+            if "tracepoint" in wanted:
+                users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
+            for f, k in users:
+                for i, p in enumerate(f.params):
+                    if _is(p.shape, hkind, hname, 1):
+                        for h in paths:
+                            found.append((f, k, i, p, h.path, h.via, h.text))
+
+    if addresses_known is None:
+        addresses_known = any(isinstance(f, FunctionInfo) and f.address is not None
+                              for f, *_ in found)
+    target_text = f"{kind.value} {name}"
+    keyed = {}
+    routes: dict = {}
+    for f, k, i, p, path, via, holder in found:
+        if k not in wanted:
+            continue
+        key = f"tp:{f.name}" if isinstance(f, TracepointInfo) else f.key
+        route = routes.get((k, via, holder))
+        if route is None:
+            route = routes[(k, via, holder)] = route_text(k, target_text, via, holder)
+        order = (_KIND_ORDER[k], f.name, key, -1 if i is None else i, route)
+        if order in keyed:
+            continue
+        ok, why = _probeable(f, addresses_known)
+        keyed[order] = Method(f, k, target_text, i, p.name if p else None,
+                              (p.shape.text if p else f.returns.text) or "", path, via,
+                              holder, ok, why, route)
+    methods = [keyed[o] for o in sorted(keyed)]
+    notes = _notes(methods, by_value, catalog, targets, holders)
+    return Discovery(kind, name, catalog.struct(name, kind), tuple(methods),
+                     tuple(t.via for t in targets[1:]), tuple(h.text for h in holders),
+                     tuple(sorted(by_value)), tuple(notes))
+
+
+def _notes(methods: Sequence[Method], by_value: set[str], catalog: Catalog,
+           targets: Sequence[_Target], holders: Sequence[_Holder]) -> list[str]:
+    notes = []
+    functions = {m.key: m for m in methods if not m.is_tracepoint}
+    not_probeable = Counter(m.not_probeable for m in functions.values() if not m.probeable)
+    for why, n in sorted(not_probeable.items()):
+        notes.append(f"{n} function{'s' if n != 1 else ''} not probeable: {why}")
+    partly = sum(1 for m in functions.values()
+                 if isinstance(m.function, FunctionInfo) and m.probeable
+                 and m.function.address is not None
+                 and m.function.inline.value in ("inlined", "declared_inlined"))
+    if partly:
+        notes.append(f"{partly} probeable function{'s are' if partly != 1 else ' is'} also "
+                     "inlined into callers: probes see only the out-of-line calls")
+    names = Counter(m.name for m in functions.values())
+    same = sorted(n for n, c in names.items() if c > 1)
+    if same:
+        notes.append(f"{len(same)} static function name{'s' if len(same) != 1 else ''} "
+                     f"defined in several compile units, kept apart: {', '.join(same[:5])}"
+                     + (" ..." if len(same) > 5 else ""))
+    if by_value:
+        notes.append(f"{len(by_value)} function{'s take' if len(by_value) != 1 else ' takes'} "
+                     "the struct by value (a copy: not methods)")
+    if len(targets) > 1:
+        n = len(targets) - 1
+        notes.append(f"{n} alias struct{'s embed' if n != 1 else ' embeds'} the target at offset 0")
+    if holders:
+        n = len(holders)
+        notes.append(f"{n} holder member path{'s point' if n != 1 else ' points'} to the target")
+    notes.extend(f"type source: {n}" for n in catalog.notes)
+    return notes

@@ -1,0 +1,488 @@
+"""The mini struct: the fields of a traced struct that a probe snapshots, packed small.
+
+`build_mini` walks a struct's full definition (a `TypeGraph`) and keeps every member a
+probe can copy as one scalar:
+
+* integers, ``bool``, ``char``, floats, and typedefs of them;
+* enums (kind ``"enum"``, with their enumerators);
+* bitfields, widened to the smallest unsigned/signed integer that holds them;
+* members of embedded structs and unions, with dotted names (``__sk_common.skc_state``).
+  An anonymous struct/union adds no step, exactly as C spells the access, so every name
+  is also the C expression that reads the member from the object;
+* union members all become separate fields: they overlap in the traced struct, but each
+  is read on its own, so any of them can be followed;
+* optionally pointers (as ``u64`` addresses, kind ``"pointer"``; off by default, like the
+  original ctracer, since most are noise and they make every snapshot bigger) and
+  ``char`` arrays (kind ``"text"``, on by default, up to ``max_text`` bytes).
+
+Other arrays, nested members that are themselves arrays of structs, ``long double``,
+128-bit integers and flexible arrays are skipped; `MiniStruct.skipped` says which and why.
+
+The kept fields are then reordered with pahole's algorithm (`ctracer.plan.reorganize`) and
+become a `ctracer.event.Layout` named ``ctracer__mini_<name>``.  Each `Field.source` says
+where the value comes from in the traced object, for collectors::
+
+    byte_offset, size   bytes to read from the object; for a bitfield a 1, 2, 4 or 8-byte
+                        little-endian window holding its bits inside the object (only
+                        in an object smaller than that, exactly the bytes holding them)
+    bit_offset          absolute bit offset of the member in the object
+    bit_size            width of a bitfield, 0 for a whole member
+    shift               for a bitfield: value = (read_le(size) >> shift) & (2**bit_size-1)
+    signed              sign-extend the bitfield value (or the integer read)
+    ctype               the member's C type as declared
+    cacheline           byte_offset // cacheline size (64)
+
+`extract_field` is the reference implementation of that rule on raw object bytes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field as dc_field
+from typing import Iterable, Iterator, Optional, Sequence
+
+from ctracer.errors import UsageError
+from ctracer.event import Field, Layout, c_identifier, size_of_ctype
+from ctracer.plan.pahole import hole_comment
+from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+                           FunctionType, PointerType, QualifiedType, TypeGraph, TypeId,
+                           Typedef)
+from ctracer.plan.reorganize import Item, reorganize
+
+CACHELINE = 64
+_UNSIGNED = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+_SIGNED = {1: "s8", 2: "s16", 4: "s32", 8: "s64"}
+_FLOATS = {4: "float", 8: "double"}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A member of the traced struct that the mini struct does not record, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class MiniStruct:
+    """The mini struct of one traced struct, and what was left out of it."""
+
+    layout: Layout
+    struct_kind: str
+    struct_name: str
+    struct_size: int
+    skipped: tuple[Skipped, ...] = ()
+    #: size of the same fields in source order, before reorganizing
+    unreorganized_size: int = 0
+
+
+@dataclass
+class _Options:
+    pointers: bool = False
+    char_arrays: bool = True
+    max_text: int = 64
+    unions: bool = True
+
+
+@dataclass
+class _Walk:
+    graph: TypeGraph
+    options: _Options
+    object_size: int = 0
+    fields: list[Field] = dc_field(default_factory=list)
+    skipped: list[Skipped] = dc_field(default_factory=list)
+
+
+# ------------------------------------------------------------------ type names
+
+
+def type_name(graph: TypeGraph, tid: Optional[TypeId], inner: str = "") -> str:
+    """C spelling of a type (``inner`` is the declarator it wraps, for pointers/arrays)."""
+    def join(base: str) -> str:
+        if not inner:
+            return base
+        return f"{base}{inner}" if inner.startswith("[") else f"{base} {inner}"
+
+    if tid is None:
+        return join("void")
+    t = graph.types.get(tid)
+    if t is None:
+        return join("<unknown>")
+    if isinstance(t, (BaseType, Typedef)):
+        return join(t.name)
+    if isinstance(t, QualifiedType):
+        if t.qualifier == "type_tag":
+            return type_name(graph, t.target, inner)
+        target = graph.types.get(t.target) if t.target is not None else None
+        if isinstance(target, PointerType):
+            return type_name(graph, t.target, f"{t.qualifier} {inner}".strip())
+        return f"{t.qualifier} {type_name(graph, t.target, inner)}"
+    if isinstance(t, CompositeType):
+        return join(f"{t.kind} {t.name}" if t.name else f"{t.kind} {{...}}")
+    if isinstance(t, EnumType):
+        return join(f"enum {t.name}" if t.name else "enum {...}")
+    if isinstance(t, PointerType):
+        target = graph.types.get(t.target) if t.target is not None else None
+        star = f"*{inner}"
+        if isinstance(target, (ArrayType, FunctionType)):
+            star = f"(*{inner})"
+        return type_name(graph, t.target, star)
+    if isinstance(t, ArrayType):
+        dims = "".join(f"[{d}]" if d is not None else "[]" for d in t.dims)
+        return type_name(graph, t.element, f"{inner}{dims}")
+    if isinstance(t, FunctionType):
+        params = ", ".join(type_name(graph, p) for p in t.params) or "void"
+        if t.variadic:
+            params += ", ..."
+        return type_name(graph, t.returns, f"{inner}({params})")
+    return join("<unknown>")
+
+
+# ------------------------------------------------------------------ the walk
+
+
+def _int_ctype(size: int, signed: bool) -> Optional[str]:
+    return (_SIGNED if signed else _UNSIGNED).get(size)
+
+
+def _bitfield_window(bit_offset: int, bit_size: int, object_size: int
+                     ) -> Optional[tuple[int, int, int]]:
+    """(byte offset, bytes to read, shift) of the smallest 1, 2, 4 or 8-byte little-endian
+    load that holds the bits and stays inside the object; exactly the bytes holding the
+    bits when no such load exists (an object smaller than the load); None when the bits
+    span more than 8 bytes (a packed 64-bit bitfield)."""
+    first, last = bit_offset // 8, (bit_offset + bit_size - 1) // 8
+    for load in (1, 2, 4, 8):
+        start = min(first, object_size - load)
+        if start >= 0 and start + load > last:
+            return start, load, bit_offset - start * 8
+    size = last - first + 1
+    return (first, size, bit_offset - first * 8) if size <= 8 else None
+
+
+def _scalar(graph: TypeGraph, tid: Optional[TypeId]) -> Optional[tuple[str, str, bool, tuple]]:
+    """(event ctype, kind, signed, enumerators) for a scalar member type, else None."""
+    stripped = graph.strip(tid)
+    if stripped is None:
+        return None
+    t = graph[stripped]
+    if isinstance(t, EnumType):
+        ctype = _int_ctype(t.size, t.signed)
+        if ctype is None:
+            return None
+        return ctype, "enum", t.signed, tuple(sorted((v, n) for n, v in t.enumerators))
+    if not isinstance(t, BaseType):
+        return None
+    enc = t.encoding
+    if enc == Encoding.BOOL:
+        ctype = _UNSIGNED.get(t.size)
+        return (ctype, "bool", False, ()) if ctype else None
+    if enc == Encoding.FLOAT:
+        ctype = _FLOATS.get(t.size)
+        return (ctype, "float", True, ()) if ctype else None
+    if enc in (Encoding.SIGNED, Encoding.SIGNED_CHAR, Encoding.UNSIGNED, Encoding.UNSIGNED_CHAR):
+        signed = enc in (Encoding.SIGNED, Encoding.SIGNED_CHAR)
+        ctype = _int_ctype(t.size, signed)
+        if ctype is None:
+            return None
+        kind = "char" if t.name == "char" else ("int" if signed else "uint")
+        return ctype, kind, signed, ()
+    return None
+
+
+def _is_text_array(graph: TypeGraph, t: ArrayType) -> bool:
+    if len(t.dims) != 1 or not t.dims[0]:
+        return False
+    elem = graph.strip(t.element)
+    e = graph[elem] if elem is not None else None
+    return isinstance(e, BaseType) and e.size == 1 and e.name == "char"
+
+
+def _add(walk: _Walk, name: str, ctype: str, kind: str, enumerators: tuple,
+         source: dict) -> None:
+    try:
+        walk.fields.append(Field(name, ctype, 0, kind, enumerators, source))
+    except ValueError:
+        walk.skipped.append(Skipped(name, "name is not a C identifier"))
+
+
+def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool) -> None:
+    graph, opts = walk.graph, walk.options
+    comp = graph[tid]
+    assert isinstance(comp, CompositeType)
+    for m in comp.members:
+        name = f"{prefix}{m.name}" if m.name else prefix.rstrip(".")
+        display = name or "<anonymous>"
+        bit_offset = base_bits + m.bit_offset
+        inner = graph.strip(m.type)
+        t = graph[inner] if inner is not None else None
+        member_in_union = in_union or comp.kind == "union"
+        if isinstance(t, CompositeType) and not m.is_bitfield:
+            if t.declaration:
+                walk.skipped.append(Skipped(display, f"{t.kind} {t.name} is only declared"))
+            elif t.kind == "union" and not opts.unions:
+                walk.skipped.append(Skipped(display, "union (unions not recorded)"))
+            else:
+                _walk(walk, inner, f"{name}." if name else "", bit_offset,
+                      member_in_union)
+            continue
+        ctype_text = type_name(graph, m.type)
+        source = {"byte_offset": bit_offset // 8, "bit_offset": bit_offset,
+                  "bit_size": m.bit_size, "ctype": ctype_text,
+                  "cacheline": (bit_offset // 8) // CACHELINE}
+        if member_in_union:
+            source["union"] = True
+        scalar = _scalar(graph, m.type)
+        if scalar is not None:
+            ctype, kind, signed, enumerators = scalar
+            source["signed"] = signed
+            if m.is_bitfield:
+                window = _bitfield_window(bit_offset, m.bit_size, walk.object_size)
+                ctype = _int_ctype(_smallest(m.bit_size), signed) if kind != "float" else None
+                if window is None or ctype is None:
+                    walk.skipped.append(Skipped(display, "bitfield spans more than 8 bytes"))
+                    continue
+                source["byte_offset"], source["size"], source["shift"] = window
+                source["cacheline"] = window[0] // CACHELINE
+            else:
+                source["size"] = size_of_ctype(ctype)
+            _add(walk, name, ctype, kind, enumerators, source)
+            continue
+        if isinstance(t, PointerType):
+            if opts.pointers and t.size in _UNSIGNED:
+                source.update(size=t.size, signed=False)
+                _add(walk, name, _UNSIGNED[t.size], "pointer", (), source)
+            else:
+                walk.skipped.append(Skipped(display, "pointer (pointers not recorded)"))
+            continue
+        if isinstance(t, ArrayType):
+            size = graph.size_of(inner)
+            if _is_text_array(graph, t) and opts.char_arrays and 0 < size <= opts.max_text:
+                source.update(size=size, signed=False)
+                _add(walk, name, f"char[{size}]", "text", (), source)
+            elif _is_text_array(graph, t) and opts.char_arrays:
+                walk.skipped.append(Skipped(display, f"char array longer than {opts.max_text}"))
+            elif not size:
+                walk.skipped.append(Skipped(display, "flexible array"))
+            else:
+                walk.skipped.append(Skipped(display, "array"))
+            continue
+        walk.skipped.append(Skipped(display, f"type {ctype_text} has no event field type"))
+
+
+def _smallest(bits: int) -> int:
+    for size in (1, 2, 4, 8):
+        if bits <= size * 8:
+            return size
+    return 16
+
+
+# ------------------------------------------------------------------ selection
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    """A pattern matches a field or any struct it is nested in (``__sk_common`` covers
+    ``__sk_common.skc_state``)."""
+    parts = name.split(".")
+    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in prefixes)
+
+
+def select_fields(fields: Sequence[Field], include: Sequence[str] = (),
+                  exclude: Sequence[str] = (), cachelines: Sequence[int] = (),
+                  cacheline_size: int = CACHELINE) -> list[Field]:
+    """Fields whose names match an ``include`` glob (all when none), that lie on one of
+    ``cachelines`` (numbered from 0 like pahole's comments; all when none), and that match
+    no ``exclude`` glob.  A glob naming nothing is a user error."""
+    for pat in list(include) + list(exclude):
+        if not any(_matches(f.name, [pat]) for f in fields):
+            import difflib
+            names = sorted({p for f in fields for p in _prefixes(f.name)})
+            close = difflib.get_close_matches(pat, names, n=5, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UsageError(f"field pattern {pat!r} matches no recordable field{hint}")
+    wanted_lines = set(cachelines)
+    out = []
+    for f in fields:
+        if include and not _matches(f.name, include):
+            continue
+        if wanted_lines:
+            start = f.source["byte_offset"]
+            end = start + max(f.source["size"], 1) - 1
+            if not wanted_lines & set(range(start // cacheline_size, end // cacheline_size + 1)):
+                continue
+        if exclude and _matches(f.name, exclude):
+            continue
+        out.append(f)
+    return out
+
+
+def _prefixes(name: str) -> Iterator[str]:
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        yield ".".join(parts[:i])
+
+
+# ------------------------------------------------------------------ building
+
+
+def candidate_fields(graph: TypeGraph, *, pointers: bool = False, char_arrays: bool = True,
+                     max_text: int = 64, unions: bool = True
+                     ) -> tuple[list[Field], list[Skipped]]:
+    """Every recordable field of the graph's root struct in source order (offsets 0) and
+    the members left out."""
+    root = graph.strip(graph.root)
+    t = graph[root] if root is not None else None
+    if not isinstance(t, CompositeType):
+        raise ValueError("the type graph's root is not a struct or union")
+    walk = _Walk(graph, _Options(pointers, char_arrays, max_text, unions), t.size)
+    _walk(walk, root, "", 0, False)
+    fields = _dedupe(walk.fields, walk.skipped)
+    return fields, walk.skipped
+
+
+def _dedupe(fields: list[Field], skipped: list[Skipped]) -> list[Field]:
+    """Drop a field whose C name another already has (``a.b`` vs a member ``a__b``)."""
+    seen, out = set(), []
+    for f in fields:
+        if f.c_name in seen:
+            skipped.append(Skipped(f.name, f"C name {f.c_name} already used"))
+            continue
+        seen.add(f.c_name)
+        out.append(f)
+    return out
+
+
+def mini_name(struct_name: str) -> str:
+    return c_identifier(f"ctracer__mini_{struct_name}")
+
+
+def pack(name: str, fields: Sequence[Field], reorganize_fields: bool = True) -> Layout:
+    """A layout of the fields, reordered with pahole's algorithm unless told not to."""
+    if not reorganize_fields:
+        return Layout.packed_in_order(name, fields)
+    items = [Item(f.name, f.size, 1 if f.ctype.startswith("char[") else f.size) for f in fields]
+    placed = reorganize(items)
+    by_name = {f.name: f for f in fields}
+    out = tuple(Field(i.name, by_name[i.name].ctype, off, by_name[i.name].kind,
+                      by_name[i.name].enumerators, dict(by_name[i.name].source))
+                for i, off in zip(placed.items, placed.offsets))
+    return Layout(name, out, placed.size)
+
+
+def build_mini(graph: TypeGraph, *, include: Sequence[str] = (), exclude: Sequence[str] = (),
+               cachelines: Sequence[int] = (), cacheline_size: int = CACHELINE,
+               pointers: bool = False, char_arrays: bool = True, max_text: int = 64,
+               unions: bool = True, reorganize_fields: bool = True) -> MiniStruct:
+    """The mini struct of the graph's root struct (see the module docstring)."""
+    root = graph[graph.strip(graph.root)]
+    assert isinstance(root, CompositeType)
+    fields, skipped = candidate_fields(graph, pointers=pointers, char_arrays=char_arrays,
+                                       max_text=max_text, unions=unions)
+    chosen = select_fields(fields, include, exclude, cachelines, cacheline_size)
+    name = mini_name(root.name or "anonymous")
+    layout = pack(name, chosen, reorganize_fields)
+    before = Layout.packed_in_order(name, chosen).size
+    return MiniStruct(layout, root.kind, root.name or "", root.size, tuple(skipped), before)
+
+
+def mini_layout(graph: TypeGraph, **options) -> Layout:
+    """Just the layout of `build_mini`."""
+    return build_mini(graph, **options).layout
+
+
+# ------------------------------------------------------------------ reading
+
+
+def extract_field(raw: bytes, f: Field) -> object:
+    """The value of a mini field read from the raw bytes of a whole traced object,
+    following ``f.source`` exactly as a collector must."""
+    src = f.source
+    start, size = src["byte_offset"], src["size"]
+    chunk = bytes(raw[start:start + size])
+    if f.kind == "text":
+        return chunk.split(b"\0", 1)[0].decode("utf-8", "replace")
+    if f.kind == "float":
+        import struct as _struct
+        return _struct.unpack("<f" if size == 4 else "<d", chunk)[0]
+    value = int.from_bytes(chunk, "little")
+    bits = src.get("bit_size", 0)
+    if bits:
+        value = (value >> src["shift"]) & ((1 << bits) - 1)
+    else:
+        bits = size * 8
+    if src.get("signed") and value >> (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+# ------------------------------------------------------------------ display
+
+
+def _comment_source(f: Field) -> str:
+    """`` /* __sk_common.skc_state: volatile unsigned char, byte 14 */``"""
+    src = f.source
+    if not src:
+        return ""
+    if src.get("bit_size"):
+        where = f"bits {src['bit_offset']}+{src['bit_size']}"
+    else:
+        where = f"byte {src.get('byte_offset', '?')}"
+    union = " (in a union)" if src.get("union") else ""
+    return f" /* {f.name}: {src.get('ctype', '?')}, {where}{union} */"
+
+
+def render_mini(layout: Layout, *, sources: bool = True, skipped: Iterable[Skipped] = (),
+                struct_size: Optional[int] = None) -> str:
+    """The mini struct printed like ``pahole -C``: members with offset and size, holes,
+    cacheline boundaries and the summary; each member's origin in the traced struct
+    follows as a comment when ``sources``."""
+    lines = [f"struct {layout.name} {{"]
+    fields = layout.ordered_fields
+    at, holes, hole_bytes, boundary = 0, 0, 0, CACHELINE
+    for f in fields:
+        if f.offset > at:
+            lines.append("")
+            lines.append(f"\t{hole_comment(f.offset - at, 'byte')}")
+            lines.append("")
+            holes += 1
+            hole_bytes += f.offset - at
+        while f.offset >= boundary:
+            lines.append(f"\t/* --- cacheline {boundary // CACHELINE} boundary "
+                         f"({boundary} bytes) --- */")
+            boundary += CACHELINE
+        decl = f"{_ctype_decl(f)}"
+        name = f"{f.c_name}{_array_suffix(f)};"
+        lines.append(f"\t{decl:<26} {name:<21} /* {f.offset:5} {f.size:5} */"
+                     + (_comment_source(f) if sources else ""))
+        at = f.offset + f.size
+    padding = layout.size - at if fields else layout.size
+    lines.append("")
+    cachelines = (layout.size + CACHELINE - 1) // CACHELINE
+    lines.append(f"\t/* size: {layout.size}, cachelines: {cachelines}, "
+                 f"members: {len(fields)} */")
+    if holes:
+        lines.append(f"\t/* sum members: {sum(f.size for f in fields)}, holes: {holes}, "
+                     f"sum holes: {hole_bytes} */")
+    if padding:
+        lines.append(f"\t/* padding: {padding} */")
+    last = layout.size % CACHELINE
+    if last:
+        lines.append(f"\t/* last cacheline: {last} bytes */")
+    lines.append("};")
+    if struct_size is not None:
+        lines.append(f"/* traced struct: {struct_size} bytes; snapshot: {layout.size} bytes */")
+    skipped = list(skipped)
+    if skipped:
+        lines.append(f"/* not recorded: {len(skipped)} members */")
+        for s in skipped:
+            lines.append(f"/*   {s.name}: {s.reason} */")
+    return "\n".join(lines) + "\n"
+
+
+def _ctype_decl(f: Field) -> str:
+    return "char" if f.ctype.startswith("char[") else f.ctype
+
+
+def _array_suffix(f: Field) -> str:
+    return f.ctype[4:] if f.ctype.startswith("char[") else ""

@@ -1,0 +1,570 @@
+"""The BPF program that traces a struct: generated C, from structured data only.
+
+`build_program(methods, mini)` turns the methods `ctracer.plan.discovery` found and the mini
+layout `ctracer.plan.mini` built into a `ProbeProgram`: the bcc C text, the functions to attach
+(one entry probe and one exit probe per function, attached by address so that static
+functions sharing a name stay distinct) and the rows of the trace file's function table
+(one per method, i.e. per way a function reaches an object; its id is the event's
+``function_id``).
+
+What each probe does:
+
+* **entry** (uprobe): for each method of the function, in parameter order with the
+  return value last, compute the object's address from the argument (follow the
+  method's `Step` path: ``socket->sk``, ``*pprev``), snapshot it and emit an entry event;
+  then save the arguments and objects for the exit probe;
+* **exit** (uretprobe): find what the entry saved, emit one exit event per method with
+  the return value.  The object is the one seen at entry; when that was NULL (a holder
+  filled in by the call, like ``inet_create`` setting ``sock->sk``) the path is followed
+  again from the saved argument; a ``returns`` method's object is the return value.
+
+Snapshots: the span of the object that the mini fields cover is copied once into a
+per-CPU scratch buffer with ``bpf_probe_read_user`` (or ``_kernel``: the collectors'
+`ObjectReader`), then `ctracer.collectors` move each field into the event.  A NULL or
+unreadable object gives an event flagged `FLAG_READ_FAILED` with a zeroed snapshot:
+the entry event of a ``returns`` method, and of a holder whose member is still NULL,
+has object 0 (there is no object yet), so that every exit still has its entry.
+
+Pairing entry and exit: the saved state is keyed by (thread id, nesting depth, stack
+pointer at entry).  The stack pointer alone cannot tell a function from one it
+tail-calls (both are entered with the same stack pointer); the depth alone goes wrong
+forever once an exit is missed (longjmp, a thread killed inside a call).  With both,
+the exit probe looks the key up with the stack pointer it sees (on x86_64 the return
+has popped the return address: entry SP = exit SP - 8) and the current depth - 1,
+then - 2 ... up to `MAX_SKIPPED_EXITS` levels deeper, and resets the thread's depth to
+the level it found, so a missed exit costs a few lookups and heals itself.  An exit
+with no saved entry is still emitted, flagged `FLAG_NO_ENTRY`.
+
+Events leave through a BPF ring buffer (``BPF_RINGBUF_OUTPUT``) rather than per-CPU perf
+buffers: one buffer shared by all CPUs keeps the events in the order they were
+reserved, so the trace needs no cross-CPU merge, and a reservation either succeeds or
+fails on the spot; every failure increments the per-CPU counter ``ctracer_lost``, which
+the recorder sums: lost events are counted, never silent.
+
+Process filter: when tracing one process tree (``-p PID`` or a command), its process ids
+live in ``ctracer_pids`` and a ``sched_process_fork`` tracepoint adds children, so the
+uprobes (attached for every process mapping the binary) record only that tree.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ctracer.collectors.base import USER, ObjectReader, collectors_for, read_span
+from ctracer.plan.discovery import Method
+from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
+                           Layout, c_event_definition)
+from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
+from ctracer.tracefile import FunctionRow
+
+#: exits searched below the expected depth before an exit counts as unmatched
+MAX_SKIPPED_EXITS = 4
+#: default ring buffer size (bytes, a power of two multiple of the page size)
+RING_BYTES = 16 << 20
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_FLOAT_WORDS = {"float", "double", "_Float32", "_Float64", "_Float128", "_Complex"}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Calling-convention facts the probes depend on."""
+
+    name: str
+    #: integer/pointer arguments passed in registers (bcc's PT_REGS_PARM1..N)
+    register_args: int
+    #: stack pointer at the return probe minus the one at entry
+    return_sp_delta: int
+    #: where the first stack-passed argument is, from the stack pointer at entry
+    stack_args_at: int
+
+
+ARCHES = {
+    "x86_64": Arch("x86_64", register_args=6, return_sp_delta=8, stack_args_at=8),
+}
+
+
+def host_arch() -> Arch:
+    machine = platform.machine()
+    if machine not in ARCHES:
+        from ctracer.errors import BPFUnavailable
+        raise BPFUnavailable(f"probes for {machine} are not supported yet "
+                             f"(supported: {', '.join(ARCHES)})")
+    return ARCHES[machine]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One method of a probed function: one function-table row, one event per hit."""
+
+    id: int
+    method: Method
+    #: C expression for the argument the path starts from (None for ``returns``)
+    arg: Optional[str]
+
+
+@dataclass(frozen=True)
+class ProbedFunction:
+    """A function that gets an entry and an exit probe."""
+
+    index: int
+    key: str
+    name: str
+    unit: str
+    address: int
+    slots: tuple[Slot, ...]
+    #: C type the return value is read as, None when it is not an integer register
+    return_ctype: Optional[str]
+
+    @property
+    def entry_probe(self) -> str:
+        return f"ctracer_entry_{self.index}"
+
+    @property
+    def exit_probe(self) -> str:
+        return f"ctracer_exit_{self.index}"
+
+    @property
+    def row_ids(self) -> tuple[int, ...]:
+        return tuple(s.id for s in self.slots)
+
+
+@dataclass(frozen=True)
+class ProbeProgram:
+    """The generated C and what it probes."""
+
+    text: str
+    mini: Layout
+    functions: tuple[ProbedFunction, ...]
+    #: every method given, probed or not (``attached`` says why not)
+    rows: tuple[FunctionRow, ...]
+    filtered: bool
+    ring_bytes: int
+
+    def rows_with_return_value(self) -> frozenset[int]:
+        """Function-table rows whose exit events carry a return value."""
+        return frozenset(s.id for f in self.functions if f.return_ctype for s in f.slots)
+
+
+# ------------------------------------------------------------------ C types of values
+
+
+def _base_int(name: str) -> Optional[tuple[int, bool]]:
+    """(size, signed) of a C integer base type name on LP64, None for anything else."""
+    words = name.split()
+    if not words or _FLOAT_WORDS & set(words) or "__int128" in name:
+        return None
+    if name in ("_Bool", "bool"):
+        return 1, False
+    signed = "unsigned" not in words
+    if "char" in words:
+        return 1, signed
+    if "short" in words:
+        return 2, signed
+    if "long" in words:
+        return 8, signed
+    if "int" in words or words in (["signed"], ["unsigned"]):
+        return 4, signed
+    return None
+
+
+def return_ctype(shape: TypeShape) -> Optional[str]:
+    """How to read a function's return value from the return register, or None."""
+    if shape.pointers:
+        return "u64"
+    if shape.kind == ShapeKind.ENUM:
+        return "u32"
+    if shape.kind == ShapeKind.BASE and shape.name:
+        found = _base_int(shape.name)
+        if found:
+            size, signed = found
+            return f"{'s' if signed else 'u'}{size * 8}"
+    return None
+
+
+def _integer_registers(shape: TypeShape) -> Optional[int]:
+    """How many integer argument registers a parameter of this shape uses (None when
+    that depends on more than the shape says: structs passed by value)."""
+    if shape.pointers or shape.kind in (ShapeKind.ENUM, ShapeKind.ARRAY, ShapeKind.FUNCTION):
+        return 1
+    if shape.kind == ShapeKind.BASE and shape.name:
+        words = set(shape.name.split())
+        if words & _FLOAT_WORDS:
+            return 0
+        return 2 if "__int128" in shape.name else 1
+    return None
+
+
+def argument_expr(function: FunctionInfo, index: int, arch: Arch) -> tuple[Optional[str], str]:
+    """C expression reading parameter ``index`` at entry, or (None, why not)."""
+    reg = 0
+    for p in function.params[:index]:
+        n = _integer_registers(p.shape)
+        if n is None:
+            return None, f"cannot locate parameter {index + 1}: an earlier one is passed by value"
+        reg += n
+    if reg < arch.register_args:
+        return f"PT_REGS_PARM{reg + 1}(ctx)", ""
+    slot = reg - arch.register_args
+    return f"ctracer_stack_arg(ctx, {arch.stack_args_at + 8 * slot})", ""
+
+
+# ------------------------------------------------------------------ program text
+
+
+def _comment_name(name: str) -> str:
+    return name if _IDENT.match(name) else "?"
+
+
+def _path_statements(method: Method, var: str) -> list[str]:
+    out = []
+    for step in method.path:
+        if step.op == "deref":
+            out.append(f"{var} = ctracer_deref({var}, {int(step.offset)});")
+        elif step.op == "offset":
+            out.append(f"{var} = {var} ? {var} + {int(step.offset)} : 0;")
+        else:
+            raise ValueError(f"unknown path step {step.op!r}")
+    return out
+
+
+def _slot_order(m: Method) -> tuple:
+    return (m.param_index is None, m.param_index or 0)
+
+
+class _Text:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def block(self, text: str) -> None:
+        self.lines.extend(text.rstrip("\n").split("\n"))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+_COMMON = """\
+static __always_inline int ctracer_wanted(u32 tgid)
+{
+#if CTRACER_FILTER
+	return ctracer_pids.lookup(&tgid) != 0;
+#else
+	return 1;
+#endif
+}
+
+static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
+{
+	u64 value = 0;
+
+	if (!addr || CTRACER_READ(&value, sizeof(value), (void *)(addr + offset)))
+		return 0;
+	return value;
+}
+
+static __always_inline u64 ctracer_stack_arg(struct pt_regs *ctx, u64 offset)
+{
+	u64 value = 0;
+
+	CTRACER_READ(&value, sizeof(value), (void *)(PT_REGS_SP(ctx) + offset));
+	return value;
+}
+
+/* Depth of the next traced call on this thread, counting it in. */
+static __always_inline u32 ctracer_enter(u32 tid)
+{
+	u32 zero = 0, depth;
+	u32 *counter = ctracer_depth.lookup_or_try_init(&tid, &zero);
+
+	if (!counter)
+		return 0;
+	depth = *counter;
+	*counter = depth + 1;
+	return depth;
+}
+
+static __always_inline void ctracer_emit(u32 function_id, u8 phase, u64 object, s64 retval,
+					 u32 depth, u8 flags, u64 pid_tgid)
+{
+	u32 zero = 0;
+	struct ctracer_event *e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
+
+	if (!e) {
+		u64 *lost = ctracer_lost.lookup(&zero);
+		if (lost)
+			(*lost)++;
+		return;
+	}
+	e->h.ts_ns = bpf_ktime_get_ns();
+	e->h.object = object;
+	e->h.retval = retval;
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->h.pid = pid_tgid >> 32;
+	e->h.tid = (u32)pid_tgid;
+	e->h.function_id = function_id;
+	e->h.depth = depth > 0xffff ? 0xffff : depth;
+	e->h.phase = phase;
+	bpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));
+	__builtin_memset(&e->m, 0, sizeof(e->m));
+	if (!object || ctracer_snapshot(&e->m, object))
+		flags |= CTRACER_FLAG_READ_FAILED;
+	e->h.flags = flags;
+	ctracer_events.ringbuf_submit(e, 0);
+}
+"""
+
+
+def _leave_function(max_skipped: int) -> str:
+    """``ctracer_leave``: finds (and removes) what the entry probe saved for the call
+    returning now, trying the expected depth first, then deeper ones (see the module
+    docstring).  Written out in straight lines: the verifier must not see a loop."""
+    t = _Text()
+    t("static __always_inline int ctracer_take(struct ctracer_call_key *key, u32 depth,",
+      "\t\t\t\t\tstruct ctracer_call *out)",
+      "{",
+      "\tstruct ctracer_call *saved;",
+      "",
+      "\tkey->depth = depth;",
+      "\tsaved = ctracer_calls.lookup(key);",
+      "\tif (!saved)",
+      "\t\treturn 0;",
+      "\t__builtin_memcpy(out, saved, sizeof(*out));",
+      "\tctracer_calls.delete(key);",
+      "\treturn 1;",
+      "}",
+      "",
+      "static __always_inline int ctracer_leave(u32 tid, u64 entry_sp, struct ctracer_call *out,",
+      "\t\t\t\t\t u32 *depth)",
+      "{",
+      "\tstruct ctracer_call_key key = { .tid = tid, .sp = entry_sp };",
+      "\tu32 *counter = ctracer_depth.lookup(&tid);",
+      "\tu32 top = counter ? *counter : 0;",
+      "")
+    for i in range(1, max_skipped + 1):
+        t(f"\tif (top >= {i} && ctracer_take(&key, top - {i}, out))",
+          "\t\tgoto found;")
+    t("\t*depth = top ? top - 1 : 0;",
+      "\tif (counter && top)",
+      "\t\t*counter = top - 1;",
+      "\treturn 0;",
+      "found:",
+      "\t*depth = key.depth;",
+      "\tif (counter)",
+      "\t\t*counter = key.depth;",
+      "\treturn 1;",
+      "}")
+    return str(t)
+
+
+def _snapshot_function(mini: Layout, reader: ObjectReader) -> str:
+    collectors = collectors_for(mini)
+    start, end = read_span(collectors)
+    t = _Text()
+    t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}). */")
+    if end <= start:
+        t(f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+          "{", "\treturn 0;", "}")
+        return str(t)
+    t("struct ctracer_object_bytes {",
+      f"\tu8 b[{end - start}];",
+      "} __attribute__((aligned(8)));",
+      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
+      "",
+      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
+      "",
+      f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
+      "\t\treturn -1;")
+    for c in collectors:
+        for stmt in c.c_statements("(*m)", "buf->b", start):
+            t("\t" + stmt)
+    t("\treturn 0;", "}")
+    return str(t)
+
+
+def _entry_probe(f: ProbedFunction) -> str:
+    t = _Text()
+    t(f"/* {_comment_name(f.name)}: entry */",
+      f"int {f.entry_probe}(struct pt_regs *ctx)",
+      "{",
+      "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
+      "\tstruct ctracer_call call = {};",
+      "\tu32 depth;",
+      "",
+      "\tif (!ctracer_wanted(pid_tgid >> 32))",
+      "\t\treturn 0;",
+      "\tdepth = ctracer_enter((u32)pid_tgid);")
+    for i, s in enumerate(f.slots):
+        if s.arg is None:
+            t(f"\tctracer_emit({s.id}, {PHASE_ENTRY}, 0, 0, depth, 0, pid_tgid);")
+            continue
+        t("\t{",
+          f"\t\tu64 obj = {s.arg};",
+          f"\t\tcall.arg[{i}] = obj;")
+        t(*("\t\t" + line for line in _path_statements(s.method, "obj")))
+        t(f"\t\tcall.object[{i}] = obj;",
+          f"\t\tctracer_emit({s.id}, {PHASE_ENTRY}, obj, 0, depth, 0, pid_tgid);",
+          "\t}")
+    t("\t{",
+      "\t\tstruct ctracer_call_key key = {",
+      "\t\t\t.tid = (u32)pid_tgid, .depth = depth, .sp = PT_REGS_SP(ctx) };",
+      "\t\tctracer_calls.update(&key, &call);",
+      "\t}",
+      "\treturn 0;",
+      "}")
+    return str(t)
+
+
+def _exit_probe(f: ProbedFunction, arch: Arch) -> str:
+    t = _Text()
+    ret = f"(s64)({f.return_ctype})PT_REGS_RC(ctx)" if f.return_ctype else "0"
+    t(f"/* {_comment_name(f.name)}: exit */",
+      f"int {f.exit_probe}(struct pt_regs *ctx)",
+      "{",
+      "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
+      "\tstruct ctracer_call call = {};",
+      f"\ts64 ret = {ret};",
+      "\tu32 depth = 0;",
+      "\tu8 flags = 0;",
+      "",
+      "\tif (!ctracer_wanted(pid_tgid >> 32))",
+      "\t\treturn 0;",
+      f"\tif (!ctracer_leave((u32)pid_tgid, PT_REGS_SP(ctx) - {arch.return_sp_delta}, "
+      "&call, &depth))",
+      f"\t\tflags = {FLAG_NO_ENTRY};")
+    for i, s in enumerate(f.slots):
+        if s.arg is None:
+            t(f"\tctracer_emit({s.id}, {PHASE_EXIT}, PT_REGS_RC(ctx), ret, depth, flags, "
+              "pid_tgid);")
+            continue
+        t("\t{",
+          f"\t\tu64 obj = call.object[{i}];",
+          "",
+          f"\t\tif (!obj && call.arg[{i}]) {{",
+          f"\t\t\tobj = call.arg[{i}];")
+        t(*("\t\t\t" + line for line in _path_statements(s.method, "obj")))
+        t("\t\t}",
+          f"\t\tctracer_emit({s.id}, {PHASE_EXIT}, obj, ret, depth, flags, pid_tgid);",
+          "\t}")
+    t("\treturn 0;", "}")
+    return str(t)
+
+
+_FOLLOW_FORKS = """\
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
+	u32 child = args->child_pid;
+	u8 yes = 1;
+
+	if (ctracer_pids.lookup(&parent))
+		ctracer_pids.update(&child, &yes);
+	return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+
+	ctracer_pids.delete(&tid);
+	return 0;
+}
+"""
+
+
+def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
+                  reader: ObjectReader = USER, arch: Optional[Arch] = None,
+                  ring_bytes: int = RING_BYTES) -> ProbeProgram:
+    """The probes for ``methods`` recording ``mini``.
+
+    ``filtered``: record only the process ids put in ``ctracer_pids`` (and their
+    children) instead of every process that runs the probed code.
+    """
+    arch = arch or host_arch()
+    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    ordered = sorted(methods, key=lambda m: (m.key, _slot_order(m)))
+    rows: list[FunctionRow] = []
+    by_function: dict[str, list[tuple[Method, int, Optional[str]]]] = {}
+    for m in ordered:
+        row_id = len(rows) + 1
+        f = m.function
+        unit = getattr(f, "unit", "") or ""
+        address = getattr(f, "address", None)
+        why = ""
+        arg: Optional[str] = None
+        if m.is_tracepoint:
+            why = "skipped: tracepoint methods are not probed yet"
+        elif not m.probeable:
+            why = f"skipped: {m.not_probeable}"
+        elif address is None:
+            why = "skipped: no address"
+        elif m.param_index is not None:
+            arg, why = argument_expr(f, m.param_index, arch)
+            if arg is None:
+                why = f"skipped: {why}"
+        rows.append(FunctionRow(row_id, m.name, unit, m.kind, m.reach, address, why))
+        if not why:
+            by_function.setdefault(m.key, []).append((m, row_id, arg))
+
+    functions = []
+    for index, (key, slots) in enumerate(sorted(by_function.items())):
+        f = slots[0][0].function
+        assert isinstance(f, FunctionInfo) and f.address is not None
+        functions.append(ProbedFunction(
+            index, key, f.name, f.unit or "", f.address,
+            tuple(Slot(row_id, m, arg) for m, row_id, arg in slots),
+            return_ctype(f.returns)))
+
+    max_slots = max((len(f.slots) for f in functions), default=1)
+    t = _Text()
+    t("/* Generated by ctracer: entry and exit probes snapshotting "
+      f"struct {_comment_name(mini.name)}. */",
+      "#include <uapi/linux/ptrace.h>",
+      "",
+      f"#define CTRACER_FILTER {1 if filtered else 0}",
+      f"#define CTRACER_FLAG_READ_FAILED {FLAG_READ_FAILED}",
+      f"#define CTRACER_READ {reader.helper}",
+      "")
+    t.block(c_event_definition(mini))
+    t("",
+      "struct ctracer_call_key {",
+      "\tu32 tid;",
+      "\tu32 depth;",
+      "\tu64 sp;",
+      "};",
+      "",
+      "/* What an entry probe leaves for the exit probe, per method slot. */",
+      "struct ctracer_call {",
+      f"\tu64 arg[{max_slots}];",
+      f"\tu64 object[{max_slots}];",
+      "};",
+      "",
+      'BPF_TABLE("lru_hash", struct ctracer_call_key, struct ctracer_call, ctracer_calls, 65536);',
+      'BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);',
+      "BPF_HASH(ctracer_pids, u32, u8, 65536);",
+      "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
+      f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
+      "")
+    t.block(_snapshot_function(mini, reader))
+    t("")
+    t.block(_COMMON)
+    t("")
+    t.block(_leave_function(MAX_SKIPPED_EXITS))
+    for f in functions:
+        t("")
+        t.block(_entry_probe(f))
+        t("")
+        t.block(_exit_probe(f, arch))
+    if filtered:
+        t("")
+        t.block(_FOLLOW_FORKS)
+    return ProbeProgram(str(t), mini, tuple(functions), tuple(rows), filtered, ring_bytes)

@@ -1,0 +1,325 @@
+"""Running generated probes with bcc: the only module of ctracer that imports bcc.
+
+`ProbeSession` compiles a `ctracer.probes.program.ProbeProgram`, attaches its entry and exit
+probes to a binary (one function at a time: a function that fails is recorded and the
+others go on), follows process ids, hands every event to a callback, reports the lost
+count and detaches cleanly.  Before bcc is imported, `prepare` makes sure bcc will
+work here: root (or CAP_BPF + CAP_PERFMON), kernel headers (`ctracer.record.headers` builds
+a merged tree when the running kernel has none) and tracefs mounted
+(`ctracer.record.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure
+a user can meet becomes a one-line `ctracer.errors.BPFUnavailable`.
+
+bcc and clang print diagnostics on file descriptors 1 and 2; they are captured while
+compiling and attaching and quoted in the error.  (An LLVM fatal error, which only a
+generator bug can cause, still exits the process from inside clang.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import io
+import os
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+from ctracer.errors import BPFUnavailable
+from ctracer.probes.program import ProbedFunction, ProbeProgram
+
+_CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
+_PERF_EVENT_IOC_DISABLE = 0x2401
+_UPROBE_PMU = "/sys/bus/event_source/devices/uprobe/type"
+
+
+def _effective_caps() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_privileges() -> None:
+    if os.geteuid() == 0:
+        return
+    caps = _effective_caps()
+    if caps >> _CAP_SYS_ADMIN & 1 or (caps >> _CAP_BPF & 1 and caps >> _CAP_PERFMON & 1):
+        return
+    raise BPFUnavailable("tracing needs root (BPF programs and uprobes): run ctracer trace "
+                         "as root, e.g. with sudo")
+
+
+def prepare() -> None:
+    """Everything bcc needs before it is imported and compiles anything."""
+    check_privileges()
+    from ctracer.record.headers import kernel_source_for_bcc
+    source = kernel_source_for_bcc()
+    if source:
+        os.environ["BCC_KERNEL_SOURCE"] = source
+    from ctracer.record.kernel import ensure_tracefs  # bcc picks its tracefs path on import
+    ensure_tracefs()
+
+
+def _import_bcc():
+    try:
+        import bcc
+    except ImportError:
+        raise BPFUnavailable("bcc's Python module is missing: apt-get install python3-bpfcc "
+                             "and run ctracer from a Python that sees it (scripts/setup.sh "
+                             "makes one)") from None
+    return bcc
+
+
+
+def uprobe_self_test(binary: str, symbol: str) -> None:
+    """Load a one-line program and attach it as a uprobe on ``symbol`` of ``binary``:
+    raises `BPFUnavailable` saying why when this machine cannot trace user space."""
+    prepare()
+    bcc = _import_bcc()
+    try:
+        b = bcc.BPF(text=b"int probe(void *ctx) { return 0; }")
+        b.attach_uprobe(name=binary.encode(), sym=symbol.encode(), fn_name=b"probe")
+        b.cleanup()
+    except Exception as e:  # bcc raises bare Exceptions for refusals
+        raise BPFUnavailable(f"the kernel or bcc refuses a trivial uprobe program: {e}") from None
+
+@contextmanager
+def _captured_output() -> Iterator[io.StringIO]:
+    """bcc and clang print diagnostics straight to file descriptors 1 and 2: keep them
+    so an error can quote them in one line instead of spilling a page on the terminal."""
+    out = io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with tempfile.TemporaryFile() as tmp:
+        for fd in saved:
+            os.dup2(tmp.fileno(), fd)
+        try:
+            yield out
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            tmp.seek(0)
+            out.write(tmp.read().decode("utf-8", "replace"))
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if "error:" in line:
+            return line.split("error:", 1)[1].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class AttachResult:
+    function: ProbedFunction
+    entry: str = ""   # "" when attached, else why not
+    exit: str = ""
+
+    @property
+    def attached(self) -> str:
+        if not self.entry and not self.exit:
+            return "entry,exit"
+        if self.entry:
+            return f"failed: {self.entry}"
+        return f"entry only; exit failed: {self.exit}"
+
+    @property
+    def ok(self) -> bool:
+        return not self.entry
+
+
+class ProbeSession:
+    """One compiled program and its attachments; use as a context manager."""
+
+    def __init__(self, program: ProbeProgram, binary: str,
+                 on_event: Callable[[bytes], None]):
+        self.program = program
+        self.binary = os.path.realpath(binary)
+        self.on_event = on_event
+        self.bpf = None
+        self.results: list[AttachResult] = []
+        self.compile_seconds = 0.0
+        self.attach_seconds = 0.0
+        self._callback = None
+        #: events delivered since the current poll began, and when a poll must yield
+        self._delivered = 0
+        self._budget = 0
+        #: set (e.g. from a signal handler) to make the current poll return at once
+        self.interrupted = False
+
+    # -- set-up ---------------------------------------------------------------
+
+    def compile(self) -> None:
+        prepare()
+        bcc = _import_bcc()
+        start = time.monotonic()
+        with _captured_output() as diagnostics:
+            try:
+                self.bpf = bcc.BPF(text=self.program.text.encode())
+            except Exception as e:  # bcc raises plain Exception
+                failure = str(e)
+            else:
+                failure = ""
+        if failure:
+            detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
+            raise BPFUnavailable(f"bcc could not compile or load the probes: {detail}")
+        self.compile_seconds = time.monotonic() - start
+
+        def deliver(_ctx, data, size):
+            self.on_event(ctypes.string_at(data, size))
+            self._delivered += 1
+            # A negative return makes libbpf stop consuming (this event is consumed):
+            # without it, a poll keeps going as long as producers keep up with us.
+            if self.interrupted or (self._budget and self._delivered >= self._budget):
+                return -1
+            return 0
+
+        self._callback = deliver
+        self.bpf[b"ctracer_events"].open_ring_buffer(deliver)
+
+    def follow(self, pid: int) -> None:
+        """Record process ``pid`` (and the children it forks from now on)."""
+        if not self.program.filtered:
+            raise ValueError("the program was built without a process filter")
+        self.bpf[b"ctracer_pids"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+
+    def attach(self) -> list[AttachResult]:
+        """Entry then exit probe of every function; failures are kept, not raised,
+        unless nothing at all could be attached."""
+        start = time.monotonic()
+        self.results = []
+        for f in self.program.functions:
+            r = AttachResult(f)
+            r.entry = self._attach_one(f, f.entry_probe, retprobe=False)
+            if not r.entry:
+                r.exit = self._attach_one(f, f.exit_probe, retprobe=True)
+            self.results.append(r)
+        self.attach_seconds = time.monotonic() - start
+        if self.results and not any(r.ok for r in self.results):
+            first = self.results[0]
+            raise BPFUnavailable(f"no probe could be attached (e.g. {first.function.name}: "
+                                 f"{first.entry})")
+        return self.results
+
+    def _attach_one(self, f: ProbedFunction, probe: str, retprobe: bool) -> str:
+        attach = self.bpf.attach_uretprobe if retprobe else self.bpf.attach_uprobe
+        with _captured_output() as diagnostics:
+            try:
+                attach(name=self.binary.encode(), addr=f.address, fn_name=probe.encode())
+            except Exception as e:
+                failure = str(e).splitlines()[0] if str(e) else type(e).__name__
+            else:
+                failure = ""
+        if failure:
+            detail = _first_error(diagnostics.getvalue())
+            return f"{failure}{': ' + detail if detail else ''}"
+        return ""
+
+    # -- running --------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 100, budget: int = 20000) -> int:
+        """Wait up to ``timeout_ms`` for events and deliver them, at most about
+        ``budget`` before returning; the number delivered."""
+        self._delivered, self._budget = 0, budget
+        self.bpf.ring_buffer_poll(timeout_ms)
+        return self._delivered
+
+    def stop_probes(self) -> None:
+        """Stop every uprobe from firing (at once; `close` detaches them)."""
+        for fd in list(self.bpf.uprobe_fds.values()) if self.bpf is not None else ():
+            try:
+                fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
+            except OSError:
+                pass
+
+    def drain(self) -> None:
+        """Deliver every event in the buffer (stop the probes first, or this runs as
+        long as they keep producing)."""
+        self._delivered, self._budget = 0, 0
+        self.interrupted = False
+        self.bpf.ring_buffer_consume()
+
+    def lost(self) -> int:
+        table = self.bpf[b"ctracer_lost"]
+        return int(sum(table[ctypes.c_int(0)]))
+
+    def close(self) -> None:
+        """Detach everything.  The uprobes stop firing at once (their perf events are
+        disabled); unregistering them takes the kernel ~0.1 s each, one at a time (an
+        RCU grace period per probe), so when the uprobe PMU is in use the last
+        references are dropped by a short-lived background process instead of making
+        the user wait (a 1000-function trace would otherwise take minutes to end)."""
+        if self.bpf is None:
+            return
+        self.stop_probes()
+        bpf, self.bpf = self.bpf, None
+        fds = list(bpf.uprobe_fds.items())
+        if fds and os.path.exists(_UPROBE_PMU):
+            _close_via_background([fd for _, fd in fds])
+            bpf.uprobe_fds.clear()
+        with _captured_output():
+            try:
+                bpf.cleanup()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "ProbeSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _close_via_background(fds: Sequence[int]) -> None:
+    """Close ``fds`` here at once and let a detached grandchild drop the last references
+    (and wait for the kernel).  It keeps no other file open, so it holds no pipe or
+    trace file, and it waits until this process has closed its copies: otherwise the
+    last close could still happen here."""
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            if os.fork() == 0:
+                keep = sorted(set(fds) | {ready_r})
+                start = 0
+                for fd in keep + [os.sysconf("SC_OPEN_MAX")]:
+                    os.closerange(start, fd)
+                    start = fd + 1
+                os.read(ready_r, 1)  # returns when the parent closed its end
+                os._exit(0)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    os.close(ready_r)
+    for fd in fds:
+        os.close(fd)
+    os.close(ready_w)
+
+
+def attach_summary(results: Sequence[AttachResult]) -> tuple[int, int]:
+    """(functions attached, functions that failed)."""
+    ok = sum(1 for r in results if r.ok)
+    return ok, len(results) - ok
+
+
+def row_attachments(program: ProbeProgram,
+                    results: Sequence[AttachResult]) -> dict[int, str]:
+    """The ``attached`` text for every function-table row id."""
+    out = {row.id: row.attached for row in program.rows}
+    for r in results:
+        for row_id in r.function.row_ids:
+            out[row_id] = r.attached
+    return out
+

@@ -1,0 +1,502 @@
+"""Facts about the running kernel, found by trying rather than by version: where tracefs
+is (mounting it when root and absent), which functions can be probed, the release, and
+which probe mechanisms work (kprobes, fentry, uprobes, tracepoints, raw tracepoints).
+
+The BPF checks use the bare ``bpf(2)`` system call through ctypes with two-instruction
+programs (``r0 = 0; exit``); bcc stays in ``ctracer.record.bpf_runtime``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from ctracer.errors import CtracerError
+
+TRACEFS_DEFAULT = "/sys/kernel/tracing"
+DEBUGFS_TRACING = "/sys/kernel/debug/tracing"
+KALLSYMS = "/proc/kallsyms"
+EVENT_SOURCE_DEVICES = "/sys/bus/event_source/devices"
+
+# suffixes the compiler gives to specialised or split copies of a function
+_CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|llvm|lto_priv|specialized)(\.|$)")
+
+
+# ------------------------------------------------------------------ tracefs
+
+def _mount_table() -> list[tuple[str, str]]:
+    """(mount point, file system type) of every mount, in /proc/self/mounts order."""
+    try:
+        with open("/proc/self/mounts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
+            out.append((point, parts[2]))
+    return out
+
+
+def find_tracefs() -> Optional[str]:
+    """The path of a mounted tracefs (the canonical one first), None when there is none."""
+    mounts = _mount_table()
+    points = [p for p, fs in mounts if fs == "tracefs"]
+    if TRACEFS_DEFAULT in points:
+        return TRACEFS_DEFAULT
+    if points:
+        return points[0]
+    # old kernels expose tracing under debugfs without a tracefs mount of their own
+    if any(fs == "debugfs" for _, fs in mounts) and \
+            os.path.exists(os.path.join(DEBUGFS_TRACING, "available_events")):
+        return DEBUGFS_TRACING
+    return None
+
+
+def _kernel_has_filesystem(name: str) -> bool:
+    try:
+        with open("/proc/filesystems") as f:
+            return any(line.split()[-1] == name for line in f if line.strip())
+    except OSError:
+        return True  # cannot tell: let mount say
+
+
+def ensure_tracefs() -> str:
+    """The tracefs path, mounting tracefs at /sys/kernel/tracing when root and absent."""
+    found = find_tracefs()
+    if found:
+        return found
+    if not _kernel_has_filesystem("tracefs"):
+        raise CtracerError("this kernel has no tracefs (built without tracing support)")
+    if os.geteuid() != 0:
+        raise CtracerError(f"tracefs is not mounted and mounting it needs root: run as root "
+                           f"or 'mount -t tracefs nodev {TRACEFS_DEFAULT}'")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                           ctypes.c_ulong, ctypes.c_void_p]
+    if libc.mount(b"nodev", TRACEFS_DEFAULT.encode(), b"tracefs", 0, None) != 0:
+        err = ctypes.get_errno()
+        if err == errno.EBUSY and find_tracefs():  # mounted meanwhile
+            return find_tracefs()  # type: ignore[return-value]
+        raise CtracerError(f"cannot mount tracefs at {TRACEFS_DEFAULT}: {os.strerror(err)}")
+    return TRACEFS_DEFAULT
+
+
+# ------------------------------------------------------------------ symbols
+
+@dataclass(frozen=True)
+class KernelSymbols:
+    """The functions of the running kernel that probes can name.
+
+    ``source`` says where they came from: ``available_filter_functions`` (what ftrace,
+    hence fentry and kprobes, can attach to) or ``/proc/kallsyms`` (every text symbol, a
+    superset that includes notrace functions).  ``modules`` maps a name to its module, or
+    to None for vmlinux."""
+
+    source: str
+    modules: dict[str, Optional[str]]
+    _clones: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.modules
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def names(self) -> set[str]:
+        return set(self.modules)
+
+    def module_of(self, name: str) -> Optional[str]:
+        return self.modules.get(name)
+
+    def clones(self, name: str) -> tuple[str, ...]:
+        """Compiler-made copies of a function (``name.isra.0``, ``name.constprop.0``, …):
+        symbols that exist when the function itself was specialised away."""
+        if not self._clones and self.modules:
+            table: dict[str, list[str]] = {}
+            search = _CLONE_SUFFIX.search
+            for sym in [s for s in self.modules if "." in s]:
+                m = search(sym)
+                if m:
+                    table.setdefault(sym[:m.start()], []).append(sym)
+            self._clones.update({k: tuple(sorted(v)) for k, v in table.items()})
+            self._clones.setdefault("", ())  # built, even when there are none
+        return self._clones.get(name, ())
+
+
+def _parse_filter_functions(text: str) -> dict[str, Optional[str]]:
+    out: dict[str, Optional[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("__ftrace_invalid_address__"):
+            continue
+        module = parts[1][1:-1] if len(parts) > 1 and parts[1].startswith("[") else None
+        out.setdefault(parts[0], module)
+    return out
+
+
+# text symbols ("t", "T", and weak "w"/"W"), not the __pfx_ padding before each function
+_KALLSYMS_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)$", re.M)
+_KALLSYMS_MODULE_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)\t\[(\S+)\]$", re.M)
+
+
+def _parse_kallsyms(text: str) -> dict[str, Optional[str]]:
+    # vmlinux symbols come first, module symbols (with "\t[module]") after them
+    split = text.find("\t[")
+    split = len(text) if split < 0 else text.rfind("\n", 0, split) + 1
+    out: dict[str, Optional[str]] = dict.fromkeys(_KALLSYMS_TEXT.findall(text, 0, split))
+    for name, module in _KALLSYMS_MODULE_TEXT.findall(text, split):
+        out.setdefault(name, module)
+    for name in _KALLSYMS_TEXT.findall(text, split):  # module part without "[module]"
+        out.setdefault(name, None)
+    return out
+
+
+def kernel_symbols(tracefs: Optional[str] = None,
+                   use_cache: bool = True) -> Optional[KernelSymbols]:
+    """The probe-able functions: available_filter_functions when readable, else the text
+    symbols of /proc/kallsyms; None when neither can be read.
+
+    Reading and parsing those lists takes ~0.1 s, so the names are kept in ctracer's
+    cache directory, keyed by the boot id, the loaded modules (name and size) and which
+    list was readable: loading a module, or a reboot, gives a new key."""
+    tracefs = tracefs or find_tracefs()
+    filters = os.path.join(tracefs, "available_filter_functions") if tracefs else None
+    filters_readable = _openable(filters)
+    key = _symbols_key(filters_readable) if use_cache else None
+    if key:
+        cached = _load_symbols(key)
+        if cached is not None:
+            return cached
+    symbols = None
+    if filters_readable:
+        try:
+            with open(filters) as f:  # type: ignore[arg-type]
+                text = f.read()
+            if text.strip():
+                symbols = KernelSymbols("available_filter_functions",
+                                        _parse_filter_functions(text))
+        except OSError:
+            pass
+    if symbols is None:
+        try:
+            with open(KALLSYMS) as f:
+                text = f.read()
+        except OSError:
+            return None
+        parsed = _parse_kallsyms(text)
+        symbols = KernelSymbols(KALLSYMS, parsed) if parsed else None
+    if key and symbols is not None:
+        _save_symbols(key, symbols)
+    return symbols
+
+
+def _openable(path: Optional[str]) -> bool:
+    if not path:
+        return False
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
+
+
+def _symbols_key(filters_readable: bool) -> Optional[str]:
+    import hashlib
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return None
+    try:
+        with open("/proc/modules") as f:
+            modules = "\n".join(" ".join(line.split()[:2]) for line in f)
+    except FileNotFoundError:
+        modules = ""  # a kernel without module support
+    except OSError:
+        return None
+    ident = f"{boot}\0{filters_readable}\0{os.uname().release}\0{modules}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:40]
+
+
+_SYMBOLS_VERSION = 1
+
+
+def _symbols_path(key: str) -> str:
+    from ctracer.debuginfo.btf.cache import cache_dir
+    return os.path.join(cache_dir(), f"kernel-symbols-{key}.marshal")
+
+
+def _load_symbols(key: str) -> Optional[KernelSymbols]:
+    import marshal
+    try:
+        with open(_symbols_path(key), "rb") as f:
+            saved = marshal.load(f)
+        if saved.get("version") != _SYMBOLS_VERSION or saved.get("key") != key:
+            return None
+        names = saved["vmlinux"].split("\n") if saved["vmlinux"] else []
+        modules: dict[str, Optional[str]] = dict.fromkeys(names)
+        modules.update(saved["modules"])
+        return KernelSymbols(saved["source"], modules)
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _save_symbols(key: str, symbols: KernelSymbols) -> None:
+    import marshal
+    import tempfile
+    path = _symbols_path(key)
+    saved = {"version": _SYMBOLS_VERSION, "key": key, "source": symbols.source,
+             "vmlinux": "\n".join(n for n, m in symbols.modules.items() if m is None),
+             "modules": {n: m for n, m in symbols.modules.items() if m is not None}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-symbols-", dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                marshal.dump(saved, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass  # no cache is no error
+
+
+class SymbolsLoader:
+    """`kernel_symbols` read in a background thread: reading /proc/kallsyms is mostly
+    kernel time, which overlaps with parsing BTF.  ``result()`` waits for it."""
+
+    def __init__(self, tracefs: Optional[str] = None, use_cache: bool = True):
+        import threading
+        self._value: Optional[KernelSymbols] = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._load, args=(tracefs, use_cache),
+                                        daemon=True, name="ctracer-kernel-symbols")
+        self._thread.start()
+
+    def _load(self, tracefs: Optional[str], use_cache: bool) -> None:
+        try:
+            self._value = kernel_symbols(tracefs, use_cache)
+        except BaseException as e:  # handed to the caller of result()
+            self._error = e
+
+    def result(self) -> Optional[KernelSymbols]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def attachable_functions(tracefs: Optional[str] = None) -> Optional[set[str]]:
+    """Names of the functions probes can attach to on the running kernel, None if unknown."""
+    symbols = kernel_symbols(tracefs)
+    return None if symbols is None else symbols.names()
+
+
+def is_attachable(function, symbols: Optional[KernelSymbols]) -> Optional[bool]:
+    """Whether a `ctracer.debuginfo.model.FunctionInfo` (or a plain name) exists under its own name
+    on the running kernel; None when the kernel's symbols cannot be read."""
+    if symbols is None:
+        return None
+    name = function if isinstance(function, str) else function.name
+    return name in symbols
+
+
+def attach_status(function, symbols: Optional[KernelSymbols]) -> str:
+    """A short column value: ``yes``, ``no``, ``clone:<symbol>`` when only a compiler
+    specialised copy exists (its arguments may differ), or ``unknown``."""
+    yes = is_attachable(function, symbols)
+    if yes is None:
+        return "unknown"
+    if yes:
+        return "yes"
+    name = function if isinstance(function, str) else function.name
+    clones = symbols.clones(name) if symbols else ()
+    return f"clone:{clones[0]}" if clones else "no"
+
+
+def kernel_release() -> str:
+    return os.uname().release
+
+
+# ------------------------------------------------------------------ probe support
+
+@dataclass(frozen=True)
+class Support:
+    """Whether one probe mechanism works here (None: could not tell) and why."""
+
+    works: Optional[bool]
+    why: str
+
+
+@dataclass(frozen=True)
+class ProbeSupport:
+    kprobes: Support
+    fentry: Support
+    uprobes: Support
+    tracepoints: Support
+    raw_tracepoints: Support
+
+    def summary(self) -> str:
+        def word(s: Support) -> str:
+            return {True: "yes", False: "no", None: "unknown"}[s.works]
+        return ", ".join(f"{name}: {word(getattr(self, name))}" for name in
+                         ("kprobes", "fentry", "uprobes", "tracepoints", "raw_tracepoints"))
+
+
+# bpf(2) numbers, from include/uapi/linux/bpf.h
+_BPF_PROG_LOAD = 5
+_BPF_RAW_TRACEPOINT_OPEN = 17
+_PROG_TYPE_RAW_TRACEPOINT = 17
+_PROG_TYPE_TRACING = 26
+_TRACE_FENTRY = 24
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
+                "s390x": 351, "i686": 357, "i386": 357, "armv7l": 386, "loongarch64": 280}
+# r0 = 0; exit
+_RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
+
+
+def _bpf(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
+    nr = _BPF_SYSCALL.get(platform.machine())
+    if nr is None:
+        return -1, errno.ENOSYS
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ret = libc.syscall(ctypes.c_long(nr), ctypes.c_int(cmd), attr,
+                       ctypes.c_uint(len(attr)))
+    return int(ret), (ctypes.get_errno() if ret < 0 else 0)
+
+
+def _load_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0) -> tuple[int, int]:
+    """Load ``r0 = 0; exit``; (fd, 0) or (-1, errno)."""
+    insns = ctypes.create_string_buffer(_RETURN_ZERO, len(_RETURN_ZERO))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(128)
+    # union bpf_attr, BPF_PROG_LOAD: prog_type @0, insn_cnt @4, insns @8, license @16,
+    # prog_name @48, expected_attach_type @68, attach_btf_id @108
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_type
+    ctypes.c_uint32.from_buffer(attr, 4).value = 2
+    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(insns)
+    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(license_)
+    attr[48:48 + len(b"ctracer_probe")] = b"ctracer_probe"
+    ctypes.c_uint32.from_buffer(attr, 68).value = attach_type
+    ctypes.c_uint32.from_buffer(attr, 108).value = attach_btf_id
+    return _bpf(_BPF_PROG_LOAD, attr)
+
+
+def _raw_tracepoint_open(prog_fd: int, name: Optional[bytes]) -> tuple[int, int]:
+    attr = ctypes.create_string_buffer(128)
+    name_buf = ctypes.create_string_buffer(name) if name else None
+    if name_buf is not None:
+        ctypes.c_uint64.from_buffer(attr, 0).value = ctypes.addressof(name_buf)
+    ctypes.c_uint32.from_buffer(attr, 8).value = prog_fd
+    return _bpf(_BPF_RAW_TRACEPOINT_OPEN, attr)
+
+
+def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: int = 0,
+                attach_btf_id: int = 0) -> Support:
+    fd, err = _load_program(prog_type, attach_type, attach_btf_id)
+    if fd < 0:
+        return Support(False, f"the kernel refused to load a {what} program "
+                              f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+    try:
+        link, err = _raw_tracepoint_open(fd, name)
+        if link < 0:
+            return Support(False, f"a {what} program loaded but attaching was refused "
+                                  f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+        os.close(link)
+        return Support(True, f"a {what} program loaded and attached")
+    finally:
+        os.close(fd)
+
+
+def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
+    """Whether the kernel accepts a raw tracepoint program on each named tracepoint
+    (bare tracepoints, which have no trace event in tracefs, included); None when BPF
+    programs cannot be loaded here (not root, or BPF refused)."""
+    if os.geteuid() != 0:
+        return None
+    fd, _ = _load_program(_PROG_TYPE_RAW_TRACEPOINT)
+    if fd < 0:
+        return None
+    out = {}
+    try:
+        for name in names:
+            link, _ = _raw_tracepoint_open(fd, name.encode())
+            out[name] = link >= 0
+            if link >= 0:
+                os.close(link)
+    finally:
+        os.close(fd)
+    return out
+
+
+def _fentry_target() -> Optional[int]:
+    """The BTF id of a vmlinux function to try fentry on."""
+    try:
+        from ctracer.debuginfo.btf import reader as btf
+        from ctracer.debuginfo.btf import format as btf_format
+        model = btf.open_btf(btf.KERNEL_BTF, use_cache=False)
+    except CtracerError:
+        return None
+    d = model.btf
+    wanted = {"vfs_read", "do_sys_openat2", "schedule", "ksys_read"}
+    for tid in d.ids_of_kind(btf_format.FUNC):
+        if d.name(tid) in wanted:
+            return tid
+    return None
+
+
+def _exists(*paths: str) -> Optional[str]:
+    for p in paths:
+        if p and os.path.exists(p):
+            return p
+    return None
+
+
+def probe_support() -> ProbeSupport:
+    """Try each probe mechanism in its cheapest telling way."""
+    try:
+        tracefs: Optional[str] = ensure_tracefs()
+    except CtracerError:
+        tracefs = None
+    at = (lambda name: os.path.join(tracefs, name)) if tracefs else (lambda name: "")
+
+    found = _exists(at("kprobe_events"), os.path.join(EVENT_SOURCE_DEVICES, "kprobe"))
+    kprobes = Support(True, f"{found} exists") if found else Support(
+        False, "no kprobe_events in tracefs and no kprobe PMU (kernel built without kprobes)")
+    found = _exists(at("uprobe_events"), os.path.join(EVENT_SOURCE_DEVICES, "uprobe"))
+    uprobes = Support(True, f"{found} exists") if found else Support(
+        False, "no uprobe_events in tracefs and no uprobe PMU")
+    found = _exists(at("available_events"), os.path.join(EVENT_SOURCE_DEVICES, "tracepoint"))
+    tracepoints = Support(True, f"{found} exists") if found else Support(
+        False, "no tracepoint events in tracefs and no tracepoint PMU")
+
+    if os.geteuid() != 0:
+        raw = fentry = Support(None, "loading BPF programs to find out needs root")
+    else:
+        raw = _try_attach(_PROG_TYPE_RAW_TRACEPOINT, "raw tracepoint", b"sys_enter")
+        target = _fentry_target()
+        fentry = Support(None, "no kernel BTF to name an fentry target") if target is None \
+            else _try_attach(_PROG_TYPE_TRACING, "fentry", None, _TRACE_FENTRY, target)
+    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw)
+
+
+def tracepoint_names(tracefs: Optional[str] = None) -> Optional[set[str]]:
+    """``category:name`` of every tracepoint (available_events), None when unreadable."""
+    tracefs = tracefs or find_tracefs()
+    if not tracefs:
+        return None
+    try:
+        with open(os.path.join(tracefs, "available_events")) as f:
+            return {line.strip() for line in f if ":" in line}
+    except OSError:
+        return None

@@ -1,0 +1,409 @@
+"""Recording: runs a probe program and writes what it sees into a trace file.
+
+`record` compiles and attaches the probes (`ctracer.record.bpf_runtime`), starts the command
+(held at a gate until the probes are in place, so its first call is seen) or follows a
+running process, and polls the ring buffer until the command exits, the process goes
+away, the duration ends or the user presses Ctrl-C (or sends SIGTERM).  While
+recording, events are only spooled to a temporary file next to the output, which keeps
+the consumer as fast as the ring buffer can deliver; once the probes are stopped and
+the buffer drained, `write_trace` decodes the spool into the trace file and the meta
+table (`ctracer.tracefile`) gets everything the report needs, so that the trace
+renders on any machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from ctracer.errors import InputFileError
+from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_EXIT, event_size, mini_offset
+from ctracer.probes.program import ProbeProgram
+from ctracer.tracefile import FunctionRow, TraceWriter, to_sql_u64
+
+
+@dataclass
+class Counts:
+    """What the progress line and the summary show."""
+
+    events: int = 0
+    lost: int = 0
+    objects: set = field(default_factory=set)
+
+
+@dataclass
+class RecordResult:
+    path: str
+    events: int
+    objects: int
+    lost: int
+    attached: int
+    failed: int
+    skipped: int
+    compile_seconds: float
+    attach_seconds: float
+    seconds: float
+    stopped_by: str
+    command_status: Optional[int] = None
+    failures: list[str] = field(default_factory=list)
+
+
+class EventSink:
+    """Takes the raw events from the ring buffer callback and spools them to a file:
+    while recording, the callback's work is only to keep the bytes (so the consumer
+    keeps up with busy programs and loses less); `write_trace` decodes the spool into
+    the trace file when the recording is over."""
+
+    BATCH = 4096
+
+    def __init__(self, program: ProbeProgram, spool, counts: Counts):
+        self.spool = spool
+        self.counts = counts
+        self.pending: list[bytes] = []
+        self.size = event_size(program.mini)
+        obj, flags = HEADER.field("object"), HEADER.field("flags")
+        # object address and flags of each event of a batch, unpacked in one C loop
+        self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
+                                    f"{self.size - flags.offset - 1}x")
+
+    def __call__(self, raw: bytes) -> None:
+        self.pending.append(raw)
+        if len(self.pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch, self.pending = b"".join(self.pending), []
+        if len(batch) % self.size:
+            raise RuntimeError("an event of unexpected size came out of the ring buffer")
+        self.spool.write(batch)
+        objects = self.counts.objects
+        for obj, flags in self._brief.iter_unpack(batch):
+            if not flags & FLAG_READ_FAILED:
+                objects.add(obj)
+        self.counts.events += len(batch) // self.size
+
+
+def write_trace(program: ProbeProgram, spool, writer: TraceWriter,
+                progress: Optional[Callable[[int], None]] = None) -> None:
+    """Decode the spooled events into the trace file's events table."""
+    order = [f.name for f in HEADER.ordered_fields]
+    if order != ["ts_ns", "object", "retval", "cpu", "pid", "tid", "function_id", "depth",
+                 "phase", "flags", "comm"]:  # unpacked by position below
+        raise ValueError(f"the event header changed: {order}")
+    size = event_size(program.mini)
+    start = mini_offset(program.mini)
+    end = start + program.mini.size
+    returns = program.rows_with_return_value()
+    unpack = HEADER.unpack
+    comms: dict[bytes, str] = {}
+    spool.seek(0)
+    done = 0
+    while True:
+        chunk = spool.read(size * 8192)
+        if not chunk:
+            break
+        rows = []
+        for at in range(0, len(chunk), size):
+            raw = chunk[at:at + size]
+            ts, obj, retval, cpu, pid, tid, fid, depth, phase, flags, comm = unpack(raw)
+            name = comms.get(comm)
+            if name is None:
+                name = comms[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+            rows.append((ts, cpu, pid, tid, name, fid, phase, to_sql_u64(obj),
+                         retval if phase == PHASE_EXIT and fid in returns else None,
+                         depth, flags, None if flags & FLAG_READ_FAILED else raw[start:end]))
+        writer.add_events(rows)
+        done += len(rows)
+        if progress:
+            progress(done)
+
+
+class Progress:
+    """One live line on stderr: redrawn in place on a terminal, an occasional line
+    otherwise."""
+
+    def __init__(self, stream=None, enabled: bool = True):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = self.stream.isatty()
+        self.every = 0.25 if self.tty else 5.0
+        self.last = 0.0
+        self.started = time.monotonic()
+
+    def start(self) -> None:
+        """The recording begins: the clock shown starts now."""
+        self.started = time.monotonic()
+
+    def show(self, counts: Counts, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < self.every):
+            return
+        self.last = now
+        line = (f"recording: {counts.events} events, {len(counts.objects)} object addresses, "
+                f"{counts.lost} lost, {now - self.started:.0f} s")
+        if self.tty:
+            self.stream.write(f"\r\033[K{line}")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def writing(self, total: int) -> Callable[[int], None]:
+        """A callback showing how far writing the trace file is."""
+        def show(done: int) -> None:
+            if self.enabled and self.tty and total:
+                self.stream.write(f"\r\033[Kwriting the trace file: {100 * done // total}%")
+                self.stream.flush()
+        return show
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+class GatedCommand:
+    """A command forked and held at a gate (a pipe read before exec), so its process id
+    is known and the probes are in place before it runs a single instruction of its own.
+    (subprocess.Popen cannot do this: it waits for the exec.)"""
+
+    def __init__(self, argv: Sequence[str]):
+        argv = list(argv)
+        program = argv[0]
+        if os.sep not in program and shutil.which(program) is None:
+            raise InputFileError(f"cannot run {program}: command not found")
+        if os.sep in program and not os.access(program, os.X_OK):
+            raise InputFileError(f"cannot run {program}: "
+                                 f"{'not executable' if os.path.exists(program) else 'no such file'}")
+        read_end, self._gate = os.pipe()
+        self.returncode: Optional[int] = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: wait at the gate, then become the command
+            try:
+                os.close(self._gate)
+                if os.read(read_end, 1) != b"g":  # ctracer gave up: do not run it
+                    os._exit(125)
+                os.close(read_end)
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.execvp(program, argv)
+            except BaseException as e:
+                os.write(2, f"ctracer: cannot run {program}: {e}\n".encode())
+            os._exit(127)
+        os.close(read_end)
+
+    def release(self) -> None:
+        if self._gate >= 0:
+            os.write(self._gate, b"g")
+            os.close(self._gate)
+            self._gate = -1
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def stop(self, grace: float = 2.0) -> Optional[int]:
+        """End the command if still running (SIGTERM, SIGKILL after ``grace`` seconds);
+        its exit status (negative: killed by that signal)."""
+        if self._gate >= 0:  # never released: closing the gate makes the child exit
+            os.close(self._gate)
+            self._gate = -1
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self.poll() is None:
+                os.kill(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _stop_like_ctrl_c(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM while recording: remembered, never raised.  An
+    exception would surface inside the ring buffer callback, where ctypes swallows it;
+    the flag also makes the poll in progress return (`ProbeSession.interrupted`)."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.reason: Optional[str] = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.reason = "ctrl-c" if signum == signal.SIGINT else "terminated"
+        self.session.interrupted = True
+
+    def __enter__(self) -> "StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie has exited already
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
+           command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
+           duration: Optional[float] = None, progress: Optional[Progress] = None,
+           on_attached: Optional[Callable[[], None]] = None) -> RecordResult:
+    """Record until the command exits / the process goes away / ``duration`` seconds /
+    Ctrl-C, and write the trace file at ``output``."""
+    from ctracer.record import bpf_runtime
+
+    if pid is not None and not _process_alive(pid):
+        raise InputFileError(f"no process with id {pid}")
+    progress = progress or Progress(enabled=False)
+    counts = Counts()
+    session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
+    session.compile()
+    writer = TraceWriter(output)
+    # Commits mark progress for a reader; syncing each to disk would only slow the
+    # recorder (a crash of the machine loses the trace either way).
+    writer.db.execute("PRAGMA synchronous=OFF")
+    spool = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(output)),
+                                   prefix=".ctracer-spool-")
+    sink = EventSink(program, spool, counts)
+    session.on_event = sink
+    gated: Optional[GatedCommand] = None
+    stopped_by = "ctrl-c"
+    started = time.monotonic()
+    recording = False
+    previous_term = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    try:
+        writer.set_meta(**meta, start_time=_now_iso(),
+                        start_monotonic_ns=time.monotonic_ns(),
+                        host=socket.gethostname(), kernel_release=os.uname().release,
+                        command=list(command) if command else None, pid=pid)
+        if command:
+            gated = GatedCommand(command)
+            session.follow(gated.pid)
+        elif pid is not None:
+            session.follow(pid)
+        results = session.attach()
+        attached_text = bpf_runtime.row_attachments(program, results)
+        writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
+                                         attached_text[r.id]) for r in program.rows)
+        recording = True
+        with StopRequest(session) as stop:
+            if on_attached:
+                on_attached()
+            started = time.monotonic()
+            progress.start()
+            if gated:
+                gated.release()
+            stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration,
+                                          started, stop)
+    except KeyboardInterrupt:
+        if not recording:
+            raise
+        stopped_by = "ctrl-c"
+    finally:
+        seconds = time.monotonic() - started
+        end_time, end_ns = _now_iso(), time.monotonic_ns()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if recording:
+                session.stop_probes()
+                session.drain()
+                sink.flush()
+                counts.lost = session.lost()
+            status = gated.stop() if gated else None
+            session.close()
+            if recording:
+                progress.done()
+                write_trace(program, spool, writer, progress.writing(counts.events))
+                writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
+                                lost_events=counts.lost, stopped_by=stopped_by)
+                writer.flush()
+                writer.set_meta(events=writer.events_written)
+            writer.close()
+            spool.close()
+            if not recording:
+                os.unlink(output)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
+            progress.done()
+    results = session.results
+    skipped = sum(1 for r in program.rows if r.attached)
+    ok, failed = bpf_runtime.attach_summary(results)
+    return RecordResult(
+        output, writer.events_written, len(counts.objects), counts.lost, ok, failed, skipped,
+        session.compile_seconds, session.attach_seconds, seconds,
+        stopped_by, status,
+        [f"{r.function.name}: {r.attached}" for r in results if r.attached != "entry,exit"])
+
+
+def _poll_until_done(session, counts: Counts, progress: Progress,
+                     gated: Optional[GatedCommand], pid: Optional[int],
+                     duration: Optional[float], started: float, stop: StopRequest) -> str:
+    next_check = 0.0
+    while True:
+        session.poll(100)
+        session.on_event.flush()
+        if stop.reason:
+            return stop.reason
+        now = time.monotonic()
+        if now >= next_check:
+            counts.lost = session.lost()
+            next_check = now + 0.25
+        progress.show(counts)
+        if duration is not None and now - started >= duration:
+            return "duration"
+        if gated is not None and gated.poll() is not None:
+            return "command exited"
+        if gated is None and pid is not None and not _process_alive(pid):
+            return "process exited"
+
+
+def trace_meta(*, struct_kind: str, struct_name: str, mini_json: str, mini_text: str,
+               full_layout: str, binary: str, argv: Sequence[str], fields: Sequence[str],
+               functions: Sequence[str], bpf_text: str) -> dict:
+    """The meta entries known before recording starts."""
+    return dict(struct_name=struct_name, struct_kind=struct_kind, mini_layout=mini_json,
+                mini_layout_text=mini_text, full_layout=full_layout,
+                binary=os.path.abspath(binary), argv=json.dumps(list(argv)),
+                field_patterns=list(fields), function_patterns=list(functions),
+                bpf_program=bpf_text)
+
+

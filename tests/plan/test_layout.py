@@ -1,0 +1,145 @@
+"""`ctracer struct` as a command (errors, unions, --mini) and `layout.render` as an API.
+
+Text-for-text comparisons with pahole live in test_layout_oracle.py; here: what the
+command does around the layout, and the renderer on graphs built by hand whose C twin is
+compiled and printed by pahole.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ctracer import cli
+from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.plan import pahole as layout
+from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, Member, PointerType,
+                           TypeGraph)
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
+
+
+def need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def fixture_so(tmp_path_factory) -> Path:
+    need("gcc")
+    out = tmp_path_factory.mktemp("layout-cmd") / "big.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", "-o", str(out),
+                    str(FIXTURES / "big.c"), ], check=True)
+    return out
+
+
+def ctracer(capsys, *argv: str) -> tuple[int, str, str]:
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_unknown_struct_is_one_line_with_suggestions(capsys, fixture_so):
+    status, out, err = ctracer(capsys, "struct", "holy", "--binary", str(fixture_so))
+    assert status == 1 and out == ""
+    assert err.count("\n") == 1 and "no struct holy" in err and "holey" in err
+
+
+def test_explicit_kind_is_respected(capsys, fixture_so):
+    status, _, err = ctracer(capsys, "struct", "union", "holey", "--binary", str(fixture_so))
+    assert status == 1 and "no union holey" in err
+
+
+def test_mini_options_need_mini(capsys, fixture_so):
+    status, _, err = ctracer(capsys, "struct", "big_one", "--field", "refs",
+                             "--binary", str(fixture_so))
+    assert status == 2 and "need --mini" in err
+
+
+def test_mini_records_the_base_type_members(capsys, fixture_so):
+    status, out, err = ctracer(capsys, "struct", "big_one", "--binary", str(fixture_so),
+                               "--mini", "--no-cache")
+    assert status == 0, err
+    assert out.startswith("struct ctracer__mini_big_one {\n")
+    recorded = set(re.findall(r"^\t\S+\s+(\w+)(?:\[\d+\])?;", out, re.M))
+    # members of struct big_one that are plain integers, by the pahole layout
+    status, full, _ = ctracer(capsys, "struct", "big_one", "--binary", str(fixture_so),
+                              "--no-cache")
+    assert status == 0
+    for name in ("refs", "flag"):
+        assert re.search(rf"^\t\w[\w ]*\s{name};", full, re.M)
+        assert name in recorded
+    assert "p1__l" in recorded and "bits" in recorded
+    status, only, _ = ctracer(capsys, "struct", "big_one", "--binary", str(fixture_so),
+                              "--mini", "--field", "refs", "--no-cache")
+    assert set(re.findall(r"^\t\S+\s+(\w+);", only, re.M)) == {"refs"}
+
+
+def test_render_refuses_what_is_not_a_struct():
+    g = TypeGraph({1: BaseType("int", 4, Encoding.SIGNED)}, 1)
+    with pytest.raises(TypeError):
+        layout.render(g)
+    with pytest.raises(ValueError):
+        layout.render(g, source_format="stabs")
+
+
+# ------------------------------------------------------------------ hand-built graphs
+
+
+HAND_C = """
+struct hand_inner { long l; char c; };
+struct hand {
+    char tag;
+    struct hand_inner inner;
+    unsigned int flags : 3;
+    unsigned int mode : 9;
+    char *names[4];
+    char tail[70];
+    long last;
+};
+struct hand g_hand;
+"""
+
+
+def hand_graph() -> TypeGraph:
+    char = BaseType("char", 1, Encoding.SIGNED_CHAR)
+    types = {
+        1: char,
+        2: BaseType("long int", 8, Encoding.SIGNED),
+        3: BaseType("unsigned int", 4, Encoding.UNSIGNED),
+        4: CompositeType("struct", "hand_inner", 16,
+                         (Member("l", 2, 0), Member("c", 1, 64))),
+        5: PointerType(1, 8),
+        6: ArrayType(5, (4,)),
+        7: ArrayType(1, (70,)),
+        10: CompositeType("struct", "hand", 144, (
+            Member("tag", 1, 0), Member("inner", 4, 64), Member("flags", 3, 192, 3),
+            Member("mode", 3, 195, 9), Member("names", 6, 256), Member("tail", 7, 512),
+            Member("last", 2, 1088))),
+    }
+    return TypeGraph(types, 10)
+
+
+def test_hand_built_graph_prints_as_pahole_prints_its_c_twin(tmp_path):
+    need("gcc")
+    need("pahole")
+    src = tmp_path / "hand.c"
+    src.write_text(HAND_C)
+    so = tmp_path / "hand.so"
+    subprocess.run(["gcc", "-g", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    expected = subprocess.run(["pahole", "-C", "hand", str(so)], check=True,
+                              capture_output=True, text=True).stdout
+    # the twin's DWARF gives the same graph as the hand-built one (same sizes and offsets)
+    model = dwarf.open_elf_types(str(so), use_cache=False)
+    assert model.find_struct("hand").root_type.size == hand_graph().root_type.size
+    assert layout.render(hand_graph()) == expected
+    assert layout.render(model.find_struct("hand")) == expected

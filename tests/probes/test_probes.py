@@ -1,0 +1,209 @@
+"""The generated BPF program, without loading it: one entry and one exit probe per
+function, one function-table row per method, names from ids only, argument and return
+value locations, and the collectors' C compiled with gcc against the reference
+extraction of `ctracer.plan.mini.extract_field` on random object bytes.  `--print-bpf`
+runs as an unprivileged user."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import groundtruth as gt
+from ctracer.plan import discovery
+from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.plan import mini
+from ctracer.probes import program as probes
+from ctracer.collectors.base import collectors_for, read_span
+from ctracer.plan.discovery import Method
+from ctracer.event import c_event_definition
+from ctracer.debuginfo.model import FunctionInfo, Parameter, ShapeKind, TypeShape
+
+X86 = probes.ARCHES["x86_64"]
+
+
+@pytest.fixture(scope="module")
+def sample():
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    types = dwarf.open_elf_types(gt.SOCKDEMO, use_cache=False)
+    found = discovery.discover(types.catalog(), "sock")
+    built = mini.build_mini(types.find_struct("sock"))
+    return found.methods, built
+
+
+def test_one_entry_and_one_exit_probe_per_function(sample):
+    methods, built = sample
+    program = probes.build_program(methods, built.layout, arch=X86)
+    keys = {m.key for m in methods if m.probeable}
+    assert {f.key for f in program.functions} == keys
+    entries = re.findall(r"^int (ctracer_entry_\d+)\(struct pt_regs \*ctx\)$", program.text, re.M)
+    exits = re.findall(r"^int (ctracer_exit_\d+)\(struct pt_regs \*ctx\)$", program.text, re.M)
+    assert sorted(entries) == sorted(f.entry_probe for f in program.functions)
+    assert sorted(exits) == sorted(f.exit_probe for f in program.functions)
+    # static functions sharing a name are probed apart, at their own addresses
+    checks = [f for f in program.functions if f.name == "sk_check"]
+    assert {f.unit for f in checks} == {"sock.c", "tcp.c"}
+    assert len({f.address for f in checks}) == 2
+
+
+def test_rows_are_methods_in_slot_order(sample):
+    methods, built = sample
+    program = probes.build_program(methods, built.layout, arch=X86)
+    assert len(program.rows) == len(methods)
+    assert [r.id for r in program.rows] == list(range(1, len(methods) + 1))
+    by_name = {f.name: f for f in program.functions}
+    accept = by_name["tcp_accept"]
+    assert [s.method.kind for s in accept.slots] == ["direct", "returns"]
+    assert accept.slots[1].arg is None and accept.return_ctype == "u64"
+    clone = by_name["sk_clone_state"]
+    assert [s.method.param_index for s in clone.slots] == [0, 1]
+    assert [s.arg for s in clone.slots] == ["PT_REGS_PARM1(ctx)", "PT_REGS_PARM2(ctx)"]
+    init = by_name["sock_init_data"]
+    assert [s.method.kind for s in init.slots] == ["holder", "direct"]
+    # the holder's path reads sock->sk (offset 16) at entry and again at exit if NULL
+    body = program.text.split(f"int {init.exit_probe}(")[1].split("\n}\n")[0]
+    assert "obj = ctracer_deref(obj, 16);" in body
+    assert by_name["tcp_sendmsg"].return_ctype == "s64"
+    assert by_name["inet_sk_port"].return_ctype == "u16"
+    assert by_name["tcp_set_state"].return_ctype is None
+
+
+def test_filter_and_fork_following_only_when_asked(sample):
+    methods, built = sample
+    everyone = probes.build_program(methods, built.layout, arch=X86)
+    one = probes.build_program(methods, built.layout, arch=X86, filtered=True)
+    assert "#define CTRACER_FILTER 0" in everyone.text and "sched_process_fork" not in everyone.text
+    assert "#define CTRACER_FILTER 1" in one.text and "sched_process_fork" in one.text
+    assert "BPF_RINGBUF_OUTPUT(ctracer_events, 4096);" in one.text
+    kernel = probes.build_program(methods, built.layout, arch=X86,
+                                  reader=probes.ObjectReader("kernel"))
+    assert "bpf_probe_read_kernel(buf->b" in kernel.text
+    assert "bpf_probe_read_user" not in kernel.text
+
+
+def _function(name, *param_shapes, returns=TypeShape(ShapeKind.VOID, None)):
+    return FunctionInfo(name, tuple(Parameter(f"p{i}", s) for i, s in enumerate(param_shapes)),
+                        returns, unit="x.c", address=0x1000)
+
+
+SOCK_P = TypeShape(ShapeKind.STRUCT, "sock", 1, text="struct sock *")
+INT = TypeShape(ShapeKind.BASE, "int", text="int")
+DOUBLE = TypeShape(ShapeKind.BASE, "double", text="double")
+BY_VALUE = TypeShape(ShapeKind.STRUCT, "pair", 0, text="struct pair")
+
+
+def test_argument_locations():
+    assert probes.argument_expr(_function("f", INT, SOCK_P), 1, X86)[0] == "PT_REGS_PARM2(ctx)"
+    # floating point arguments travel in vector registers
+    assert probes.argument_expr(_function("f", DOUBLE, SOCK_P), 1, X86)[0] == "PT_REGS_PARM1(ctx)"
+    # the 8th integer argument is the second one on the stack, above the return address
+    f = _function("f", *([INT] * 7), SOCK_P)
+    assert probes.argument_expr(f, 7, X86)[0] == "ctracer_stack_arg(ctx, 16)"
+    where, why = probes.argument_expr(_function("f", BY_VALUE, SOCK_P), 1, X86)
+    assert where is None and "by value" in why
+
+
+@pytest.mark.parametrize("name,ctype", [
+    ("int", "s32"), ("long int", "s64"), ("short unsigned int", "u16"), ("char", "s8"),
+    ("unsigned char", "u8"), ("_Bool", "u8"), ("long long unsigned int", "u64"),
+    ("double", None), ("float", None), ("__int128", None)])
+def test_return_value_types(name, ctype):
+    assert probes.return_ctype(TypeShape(ShapeKind.BASE, name)) == ctype
+
+
+def test_function_names_never_reach_the_c_text(sample):
+    _, built = sample
+    evil = _function("x */ system(\"rm\"); /*", SOCK_P)
+    m = Method(evil, "direct", "struct sock", 0, "p0", "struct sock *")
+    program = probes.build_program([m], built.layout, arch=X86)
+    assert "system" not in program.text
+    assert "/* ?: entry */" in program.text
+    assert program.rows[0].name == evil.name  # kept as data for the trace file
+
+
+def test_unprobeable_methods_become_rows_that_say_why(sample):
+    _, built = sample
+    inline = FunctionInfo("inlined", (Parameter("sk", SOCK_P),), TypeShape(ShapeKind.VOID, None),
+                          unit="x.c", address=None, inlined_only=True)
+    m = Method(inline, "direct", "struct sock", 0, "sk", "struct sock *", probeable=False,
+               not_probeable="inline only (no out-of-line copy)")
+    by_value = Method(_function("later", BY_VALUE, SOCK_P), "direct", "struct sock", 1, "p1",
+                      "struct sock *")
+    program = probes.build_program([m, by_value], built.layout, arch=X86)
+    assert program.functions == ()
+    assert [r.attached.split(":")[0] for r in program.rows] == ["skipped", "skipped"]
+    assert "inline only" in program.rows[0].attached
+
+
+HARNESS = r"""
+#include <stdio.h>
+#include <string.h>
+typedef unsigned char u8; typedef signed char s8;
+typedef unsigned short u16; typedef short s16;
+typedef unsigned int u32; typedef int s32;
+typedef unsigned long long u64; typedef long long s64;
+%(definitions)s
+static unsigned char object[%(object_size)d] __attribute__((aligned(8)));
+static void snapshot(struct %(mini)s *m, const unsigned char *buf)
+{
+%(statements)s
+}
+int main(void)
+{
+	struct ctracer_event e;
+	if (fread(object, 1, sizeof(object), stdin) != sizeof(object))
+		return 1;
+	memset(&e, 0xa5, sizeof(e));
+	memset(&e.m, 0, sizeof(e.m));
+	snapshot(&e.m, object + %(start)d);
+	fwrite(&e.m, 1, sizeof(e.m), stdout);
+	return 0;
+}
+"""
+
+
+def test_collectors_extract_what_the_reference_does(sample, tmp_path):
+    """The C the collectors emit, run on random object bytes, gives the values
+    `mini.extract_field` computes from the same bytes (bit masks, shifts, sign
+    extension of signed bitfields, unions, char arrays)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    _, built = sample
+    layout = built.layout
+    collectors = collectors_for(layout)
+    start, end = read_span(collectors)
+    statements = "\n".join("\t" + s for c in collectors for s in c.c_statements("(*m)", "buf", start))
+    source = HARNESS % dict(definitions=c_event_definition(layout), object_size=built.struct_size,
+                            mini=layout.name, statements=statements, start=start)
+    (tmp_path / "harness.c").write_text(source)
+    exe = tmp_path / "harness"
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", "-o", str(exe), str(tmp_path / "harness.c")],
+                   check=True)
+    rng = random.Random(1234)
+    for _ in range(40):
+        raw = bytes(rng.getrandbits(8) for _ in range(built.struct_size))
+        out = subprocess.run([str(exe)], input=raw, capture_output=True, check=True).stdout
+        got = layout.decode(out)
+        for f in layout.fields:
+            want = mini.extract_field(raw, f)
+            assert got[f.name] == want, (f.name, f.source, got[f.name], want)
+
+
+def test_print_bpf_needs_no_root(sample, tmp_path):
+    """--print-bpf prints exactly the program ctracer would load, as any user."""
+    methods, built = sample
+    argv = [sys.executable, "-m", "ctracer", "trace", "struct", "sock", "--binary", gt.SOCKDEMO,
+            "--no-cache", "--print-bpf"]
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + argv
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    os.chmod(tmp_path, 0o777)
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == probes.build_program(methods, built.layout).text

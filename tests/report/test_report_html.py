@@ -1,0 +1,233 @@
+"""The rendered report: which files exist, what the pages say, that names from a trace
+are escaped and never become paths, that long timelines page correctly, and the CLI."""
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from PIL import Image, ImageStat
+
+from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
+from ctracer.report import html as report_html
+from ctracer.report import render_report
+from synthetic_trace import write_synthetic_trace
+from ctracer.tracefile import FunctionRow, TraceWriter
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    base = tmp_path_factory.mktemp("report")
+    trace = base / "sock.ctrace"
+    truth = write_synthetic_trace(str(trace), threads=2, lifecycles=3, sends=4,
+                                  lost_events=3, attach_failures=True)
+    result = render_report(str(trace), str(base / "out"))
+    return truth, result, base / "out"
+
+
+def read(path):
+    return path.read_text(encoding="utf-8")
+
+
+def test_tree_mirrors_the_original_layout(report):
+    truth, result, out = report
+    assert result.objects_total == result.objects_rendered == len(truth.lifetimes)
+    for page in ("index.html", "many_objects/index.html", "many_objects/changes.html",
+                 "methods/index.html", "_static/report.css", "_static/report.js"):
+        assert (out / page).is_file(), page
+    dirs = sorted(p.name for p in out.iterdir() if p.name.startswith("0x"))
+    expected = sorted(f"0x{a:x}" if n == 1 else f"0x{a:x}-{n}" for a, n in truth.lifetimes)
+    assert dirs == expected
+    for d in dirs:
+        for page in ("index.html", "changes.html", "callgraph.svg"):
+            assert (out / d / page).is_file(), (d, page)
+
+
+def test_a_plot_for_every_field_that_changed_and_no_other(report):
+    truth, _, out = report
+    for (address, lifetime) in truth.lifetimes:
+        d = out / (f"0x{address:x}" if lifetime == 1 else f"0x{address:x}-{lifetime}")
+        changed = {c.field for c in truth.changes
+                   if (c.address, c.lifetime) == (address, lifetime)}
+        assert {p.name[:-4] for p in d.glob("*.png")} == changed
+        for name in changed:
+            with Image.open(d / f"{name}.png") as im:
+                assert im.width >= 700 and im.height >= 200
+                assert max(ImageStat.Stat(im.convert("L")).stddev) > 10  # not blank
+
+
+def test_index_shows_the_summary_and_warnings(report):
+    _, _, out = report
+    page = read(out / "index.html")
+    assert "3 events lost." in page
+    assert "tcp_poll</code>: entry: symbol not found" in page
+    assert "/usr/local/bin/sockdemo" in page and "6.1.0-synthetic" in page
+    assert "2023-11-14 22:13:20 UTC" in page
+    assert re.search(r"0x55d0[0-9a-f]+ #2</a>", page)
+
+
+def test_changes_page_lists_every_change_and_links_to_its_row(report):
+    truth, _, out = report
+    address, lifetime = next(k for k in truth.lifetimes if k[1] == 2)
+    d = out / f"0x{address:x}-2"
+    page = read(d / "changes.html")
+    mine = [c for c in truth.changes if (c.address, c.lifetime) == (address, lifetime)]
+    assert page.count('">timeline row</a>') == len(mine)
+    assert "TCP_SYN_SENT → TCP_ESTABLISHED" in page
+    assert "Unchanged" in page  # sk_err never changes in a second lifetime without an error
+    timeline = read(d / "index.html")
+    for anchor in re.findall(r'href="index.html#(e\d+)"', page):
+        assert f'id="{anchor}"' in timeline
+
+
+def test_timeline_marks_changes_with_old_and_new(report):
+    truth, _, out = report
+    address, _ = next(k for k in truth.lifetimes if k[1] == 1)
+    page = read(out / f"0x{address:x}" / "index.html")
+    assert 'class="exit changed"' in page
+    assert re.search(r'title="sk_common.skc_state: TCP_CLOSE → TCP_SYN_SENT \(during '
+                     r'inet_sk_set_state\)"', page)
+    assert re.search(r'<i>→</i> sk_alloc', page)
+    assert re.search(r'<i>←</i> sk_alloc', page)
+
+
+def test_call_graph_svg_names_the_methods(report):
+    _, _, out = report
+    svg = next(out.glob("0x*/callgraph.svg"))
+    texts = {t.text for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")}
+    assert {"tcp_set_state", "inet_sk_set_state", "sk_free"} <= texts
+
+
+def hostile_trace(path):
+    """Names a trace may carry that must not become markup or paths."""
+    mini = Layout.packed_in_order("ctracer__mini_x", [
+        Field("state", "u8", 0, "enum", ((1, "<b>UP</b>"), (2, "A&B"))),
+        Field("n", "s32", 0, "int")])
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="../../x<y>", struct_kind="struct", mini_layout=mini.to_json(),
+               host="<i>host</i>", argv=["ctracer", "<script>alert(1)</script>"])
+    w.add_functions([FunctionRow(1, "<img src=x onerror=alert(1)>", reach="direct",
+                                 attached="entry,exit"),
+                     FunctionRow(2, "../../../etc/passwd", reach="direct",
+                                 attached="entry,exit")])
+    # function 9 is not in the functions table (a damaged or hand-made trace)
+    for ts, fid, phase, state in ((1, 1, PHASE_ENTRY, 1), (2, 1, PHASE_EXIT, 2),
+                                  (3, 2, PHASE_ENTRY, 2), (4, 2, PHASE_EXIT, 1),
+                                  (5, 9, PHASE_ENTRY, 1), (6, 9, PHASE_EXIT, 1)):
+        w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="<svg onload=x>",
+                    function_id=fid, phase=phase, object=0x1000, retval=None, depth=0,
+                    flags=0, snapshot=mini.encode({"state": state, "n": 0}))
+    w.close()
+
+
+def test_names_from_the_trace_are_escaped_and_never_paths(tmp_path, monkeypatch):
+    trace = tmp_path / "x.ctrace"
+    hostile_trace(trace)
+    monkeypatch.chdir(tmp_path)
+    result = render_report(str(trace))
+    out = tmp_path / result.out_dir
+    # the struct name was not usable as a directory: a hashed stand-in under callgraph/
+    assert out.parent == tmp_path / "callgraph" and out.name.startswith("struct-")
+    written = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files]
+    assert all(p.startswith(str(tmp_path)) for p in written)
+    assert not any("passwd" in p for p in written)
+    for html in out.rglob("*.html"):
+        text = read(html)
+        for raw in ("<img src=x", "<script>alert", "<svg onload", "<b>UP</b>", "<i>host",
+                    "<y>"):
+            assert raw not in text, (html, raw)
+    page = read(out / "0x1000" / "index.html")
+    assert "function#9" in page
+    assert (out / "methods" / "function-9.png").is_file()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;svg onload=x&gt;" in page
+    assert "&lt;b&gt;UP&lt;/b&gt; → A&amp;B" in page
+    svg = read(out / "0x1000" / "callgraph.svg")
+    assert "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
+
+
+def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=30,
+                          addresses_per_thread=1)
+    out = tmp_path / "out"
+    render_report(str(trace), str(out))
+    d = next(out.glob("0x*"))
+    pages = sorted(p.name for p in d.glob("timeline-*.html"))
+    assert len(pages) >= 2
+    rows_per_page = [read(d / p).count('<tr id="e') for p in ["index.html"] + pages]
+    assert all(n == 40 for n in rows_per_page[:-1]) and 0 < rows_per_page[-1] <= 40
+    changes = read(d / "changes.html")
+    links = re.findall(r'href="((?:index|timeline-\d+)\.html)#(e\d+)"', changes)
+    assert {page for page, _ in links} - {"index.html"}  # some changes are on later pages
+    for page, anchor in links:
+        assert f'id="{anchor}"' in read(d / page)
+
+
+def test_max_objects_limits_object_pages(tmp_path):
+    trace = tmp_path / "t.ctrace"
+    truth = write_synthetic_trace(str(trace), threads=2, lifecycles=3, sends=2)
+    out = tmp_path / "out"
+    result = render_report(str(trace), str(out), max_objects=2)
+    assert result.objects_rendered == 2 and result.objects_total == len(truth.lifetimes)
+    assert len(list(out.glob("0x*"))) == 2
+    index = read(out / "index.html")
+    assert index.count('.html">0x') == 2  # only rendered objects are links
+    assert "busiest" in index
+
+
+def test_output_directory_is_replaced_only_when_it_is_a_report(tmp_path):
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=1)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(report_html.OutputDirError):
+        render_report(str(trace), str(foreign))
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    out = tmp_path / "out"
+    render_report(str(trace), str(out))
+    (out / "0xdead").mkdir()  # left over from an older trace
+    render_report(str(trace), str(out))
+    assert not (out / "0xdead").exists()
+
+
+def ctracer(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "ctracer", *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_cli_renders_into_callgraph_struct_and_says_where(tmp_path):
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=2, sends=1)
+    done = ctracer("callgraph", str(trace), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    index = tmp_path / "callgraph" / "sock" / "index.html"
+    assert f"open file://{index}" in done.stdout
+    assert index.is_file()
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    done = ctracer("callgraph", str(tmp_path / "missing.ctrace"), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"ctracer: error: no trace file at {tmp_path / 'missing.ctrace'}"]
+    junk = tmp_path / "junk.ctrace"
+    junk.write_bytes(b"not sqlite at all" * 100)
+    done = ctracer("callgraph", str(junk), cwd=tmp_path)
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert "not a ctracer trace file" in done.stderr
+
+
+def test_without_plots_no_png_is_drawn_or_referenced(tmp_path):
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=2, sends=2)
+    out = tmp_path / "out"
+    render_report(str(trace), str(out), plots=False)
+    assert list(out.rglob("*.png")) == []
+    assert list(out.glob("0x*/changes.html"))
+    for html in out.rglob("*.html"):
+        assert ".png" not in read(html), html
