@@ -1,4 +1,4 @@
-"""`ctracer functions` end to end: the table, the counts, --json, --kind, and bad input,
+"""`ctracer functions` end to end: the table, the counts, --json, --reach, and bad input,
 on the kernel-shaped fixture's DWARF; and on the running kernel's BTF when it has one."""
 
 import json
@@ -37,7 +37,7 @@ def test_table_rows_counts_and_notes(binary):
                for row in rows)
     inline = next(line for line in lines if line.startswith("sk_is_ready@"))
     assert "no: inline only" in inline
-    kinds = lines[lines.index("methods per kind:") + 1:lines.index("methods per route:")]
+    kinds = lines[lines.index("methods per reach:") + 1:lines.index("methods per route:")]
     assert {k.split()[0]: int(k.split()[1]) for k in kinds} == {
         "direct": 11, "double_pointer": 1, "alias": 2, "holder": 5, "returns": 2}
     assert any(line.split()[:3] == ["holder", "2", "socket->sk"] for line in lines)
@@ -45,15 +45,15 @@ def test_table_rows_counts_and_notes(binary):
 
 
 def test_json_is_stable_and_filtered(binary):
-    r = ctracer("functions", "sock", "--binary", binary, "--json", "--kind", "holder",
-                "--kind", "returns,alias")
+    r = ctracer("functions", "sock", "--binary", binary, "--json", "--reach", "holder",
+                "--reach", "returns,alias")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert set(doc) == {"target", "source", "methods", "counts", "aliases", "holders",
                         "by_value", "notes"}
     assert doc["target"] == {"kind": "struct", "name": "sock", "size": 136, "defined": True}
-    assert {m["kind"] for m in doc["methods"]} == {"holder", "returns", "alias"}
-    assert sum(doc["counts"]["kind"].values()) == len(doc["methods"])
+    assert {m["reach"] for m in doc["methods"]} == {"holder", "returns", "alias"}
+    assert sum(doc["counts"]["reach"].values()) == len(doc["methods"])
     skb = next(m for m in doc["methods"] if m["function"] == "skb_owner_len")
     assert skb["path"] == [{"op": "deref", "offset": 8, "member": "sk"}]
     assert skb["param_type"] == "const struct sk_buff *" and skb["address"]
@@ -65,8 +65,8 @@ def test_bad_input_is_one_line(binary):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         f"ctracer: error: no struct sok in DWARF of {binary}; did you mean sock, socket?"]
-    r = ctracer("functions", "sock", "--binary", binary, "--kind", "bogus")
-    assert r.returncode == 2 and "unknown method kind 'bogus'" in r.stderr
+    r = ctracer("functions", "sock", "--binary", binary, "--reach", "bogus")
+    assert r.returncode == 2 and "unknown reach 'bogus'" in r.stderr
     r = ctracer("functions", "sock", "--binary", "/nonexistent/prog")
     assert r.returncode != 0 and "Traceback" not in r.stderr
 
@@ -75,12 +75,12 @@ def test_bad_input_is_one_line(binary):
 def test_running_kernel_has_tracepoints_and_attachable_column():
     if not os.path.exists(KERNEL_BTF):
         pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
-    r = ctracer("functions", "struct", "sock", "--json", "--kind", "direct,tracepoint")
+    r = ctracer("functions", "struct", "sock", "--json", "--reach", "direct,tracepoint")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    counts = doc["counts"]["kind"]
+    counts = doc["counts"]["reach"]
     assert counts["direct"] > 100 and counts["tracepoint"] > 0
-    tps = {m["function"] for m in doc["methods"] if m["kind"] == "tracepoint"}
+    tps = {m["function"] for m in doc["methods"] if m["reach"] == "tracepoint"}
     assert "inet_sock_set_state" in tps
     states = {m["attachable"].split(":")[0] for m in doc["methods"]}
     assert "yes" in states and states <= {"yes", "no", "clone", "unknown"}

@@ -3,8 +3,8 @@
 One row per way a function reaches the object: a parameter `struct X *` (direct), a
 `struct X **` (double_pointer), a pointer to a struct embedding X at offset 0 (alias), a
 pointer to a struct holding a `struct X *` member (holder, with the member path), a
-returned `struct X *` (returns), or a tracepoint argument (tracepoint).  Counts per kind
-and per route follow, then remarks (functions that exist only inlined, ...).
+returned `struct X *` (returns), or a tracepoint argument (tracepoint): its reach.  Counts
+per reach and per route follow, then remarks (functions that exist only inlined, ...).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from collections import Counter
 from typing import Optional
 
 from ctracer.debuginfo import sources
-from ctracer.plan.discovery import KINDS
+from ctracer.plan.discovery import REACHES
 
 EPILOG = """\
 examples:
   ctracer functions struct sock                        # the running kernel, from its BTF
   ctracer functions sock --binary ./sockdemo           # a program's DWARF
-  ctracer functions sk_buff --kind direct --kind tracepoint
+  ctracer functions sk_buff --reach direct --reach tracepoint
   ctracer functions nfs_fh --binary nfs.ko --json | jq '.methods[].function'
 """
 
@@ -31,23 +31,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sources.add_struct_name_argument(parser)
     sources.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-    parser.add_argument("--kind", action="append", metavar="KIND", default=None,
-                        help=f"only these kinds of methods (repeat or comma-separate): "
-                             f"{', '.join(KINDS)}")
+    parser.add_argument("--reach", action="append", metavar="REACH", default=None,
+                        help=f"only methods reaching the struct these ways (repeat or "
+                             f"comma-separate): {', '.join(REACHES)}")
     parser.add_argument("--holder-depth", type=int, default=0, metavar="N",
                         help="also follow holders embedded at a non-zero offset in other "
                              "structs, this many levels (default 0)")
 
 
-def _kinds(args: argparse.Namespace):
-    if not args.kind:
+def _reaches(args: argparse.Namespace):
+    if not args.reach:
         return None
     from ctracer.errors import UsageError
-    kinds = [k.strip() for item in args.kind for k in item.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in KINDS]
+    reaches = [k.strip() for item in args.reach for k in item.split(",") if k.strip()]
+    bad = [k for k in reaches if k not in REACHES]
     if bad:
-        raise UsageError(f"unknown method kind {bad[0]!r}; choose from {', '.join(KINDS)}")
-    return kinds
+        raise UsageError(f"unknown reach {bad[0]!r}; choose from {', '.join(REACHES)}")
+    return reaches
 
 
 def _is_live_kernel(args: argparse.Namespace) -> bool:
@@ -105,13 +105,13 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType, UsageError
 
     kind, name = sources.struct_name_from_args(args)
-    kinds = _kinds(args)
+    reaches = _reaches(args)
     if args.holder_depth < 0:
         raise UsageError("--holder-depth must be 0 or more")
     loader = _kernel_symbols_loader(args)
     model = sources.open_type_source(args)
     catalog = model.catalog()
-    found = discovery.discover(catalog, name, kind, kinds=kinds, holder_depth=args.holder_depth)
+    found = discovery.discover(catalog, name, kind, reaches=reaches, holder_depth=args.holder_depth)
     if found.struct is None and not found.methods:
         raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
     attachable = _attach_column(loader, found)
@@ -136,13 +136,12 @@ def _as_json(found, description: str, attachable) -> dict:
                    "defined": found.struct is not None},
         "source": description,
         "methods": methods,
-        "counts": {"kind": found.counts_by_kind(),
-                   "route": [{"kind": k, "route": r, "methods": n}
+        "counts": {"reach": found.counts_by_reach(),
+                   "route": [{"reach": k, "route": r, "methods": n}
                              for k, r, n in found.counts_by_route()],
                    "functions": len(found.functions()),
                    "tracepoints": len({m.name for m in found.methods if m.is_tracepoint})},
-        "aliases": [[{"kind": link.kind, "name": link.name, "member": link.member}
-                     for link in chain] for chain in found.aliases],
+        "aliases": [[link.to_json() for link in chain] for chain in found.aliases],
         "holders": list(found.holders),
         "by_value": list(found.by_value),
         "notes": list(found.notes),
@@ -178,25 +177,25 @@ def _as_text(found, description: str, attachable) -> str:
              f"{len(functions)} functions and {len(tracepoints)} tracepoints"]
     if found.struct is None:
         lines.append(f"  ({target} is only declared: no layout to record)")
-    header = ("FUNCTION", "KIND", "PROBE")
+    header = ("FUNCTION", "REACH", "PROBE")
     if attachable is not None:
         header += ("ATTACHABLE",)
     header += ("REACHED THROUGH",)
     rows = []
     status = Counter()
     for m in found.methods:
-        row = (m.key, m.kind, "yes" if m.probeable else f"no: {m.not_probeable}")
+        row = (m.key, m.reach, "yes" if m.probeable else f"no: {m.not_probeable}")
         if attachable is not None:
             state = attachable(m)
             status[state.split(":")[0]] += 1
             row += (state,)
-        rows.append(row + (m.reach,))
+        rows.append(row + (m.via,))
     if rows:
         lines.append("")
         lines.extend(_table(rows, header))
     lines.append("")
-    lines.append("methods per kind:")
-    for k, n in found.counts_by_kind().items():
+    lines.append("methods per reach:")
+    for k, n in found.counts_by_reach().items():
         lines.append(f"  {k:<15} {n:>6}")
     if attachable is not None:
         lines.append("attachable on the running kernel: " + ", ".join(

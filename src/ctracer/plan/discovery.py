@@ -3,7 +3,8 @@
 Works only on a `ctracer.debuginfo.model.Catalog` and its indexed lookups, so a cached catalog can
 answer from disk.  For a target struct X, a *method* is one way a function reaches an
 object of type X; a function reaching X in several ways (two parameters, a parameter and
-its return value...) gives one `Method` per way.  The kinds, in display order:
+its return value...) gives one `Method` per way.  How it reaches the object (its
+``reach``), in display order:
 
 ``direct``          a parameter of type ``struct X *`` (any position; const, volatile and
                     typedefs do not matter)
@@ -34,8 +35,9 @@ from typing import Iterable, Optional, Sequence, Union
 from ctracer.debuginfo.model import (Catalog, FunctionInfo, Parameter, ShapeKind, StructInfo,
                            TracepointInfo, TypeShape)
 
-KINDS = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
-_KIND_ORDER = {k: i for i, k in enumerate(KINDS)}
+#: the ways a method reaches its object (`Method.reach`), in display order
+REACHES = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
+_REACH_ORDER = {k: i for i, k in enumerate(REACHES)}
 
 
 @dataclass(frozen=True)
@@ -67,24 +69,28 @@ class Link:
     def type_text(self) -> str:
         return f"{self.kind} {self.name}"
 
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "member": self.member}
+
 
 @dataclass(frozen=True)
 class Method:
     """One way a function (or tracepoint) reaches an object of the target struct.
 
-    ``param_index`` counts from 0 (None for ``returns``); ``via`` lists, from the
-    parameter's (or member's) type inward, the alias structs crossed to reach the target;
-    ``holder`` is the member path for holders (``socket->sk``).
+    ``reach`` is one of `REACHES`; ``param_index`` counts from 0 (None for ``returns``);
+    ``alias_chain`` lists, from the parameter's (or member's) type inward, the alias
+    structs crossed to reach the target; ``holder`` is the member path for holders
+    (``socket->sk``); ``via`` is the whole way in words.
     """
 
     function: Union[FunctionInfo, TracepointInfo]
-    kind: str
+    reach: str
     target: str
     param_index: Optional[int]
     param_name: Optional[str]
     param_type: str
     path: tuple[Step, ...] = ()
-    via: tuple[Link, ...] = ()
+    alias_chain: tuple[Link, ...] = ()
     holder: str = ""
     probeable: bool = True
     not_probeable: str = ""
@@ -114,20 +120,19 @@ class Method:
         return f"param {self.param_index + 1}{name}"
 
     @property
-    def reach(self) -> str:
-        """Human description, e.g. ``socket->sk (param 1 sock)``."""
+    def via(self) -> str:
+        """The way to the object in words, e.g. ``socket->sk (param 1 sock)``."""
         return f"{self.route} ({self.where})"
 
     def to_json(self) -> dict:
         f = self.function
         out = {
-            "function": f.name, "key": self.key, "kind": self.kind,
+            "function": f.name, "key": self.key, "reach": self.reach,
             "tracepoint": self.is_tracepoint, "target": self.target,
             "param_index": self.param_index, "param_name": self.param_name,
-            "param_type": self.param_type, "route": self.route, "reach": self.reach,
+            "param_type": self.param_type, "route": self.route, "via": self.via,
             "path": [s.to_json() for s in self.path],
-            "via": [{"kind": link.kind, "name": link.name, "member": link.member}
-                    for link in self.via],
+            "alias_chain": [link.to_json() for link in self.alias_chain],
             "holder": self.holder or None,
             "probeable": self.probeable, "not_probeable": self.not_probeable or None,
         }
@@ -154,15 +159,15 @@ class Discovery:
     def target(self) -> str:
         return f"{self.kind.value} {self.name}"
 
-    def counts_by_kind(self) -> dict[str, int]:
-        c = Counter(m.kind for m in self.methods)
-        return {k: c[k] for k in KINDS if c[k]}
+    def counts_by_reach(self) -> dict[str, int]:
+        c = Counter(m.reach for m in self.methods)
+        return {k: c[k] for k in REACHES if c[k]}
 
     def counts_by_route(self) -> list[tuple[str, str, int]]:
-        """(kind, route, number of methods), in display order."""
-        c = Counter((m.kind, m.route) for m in self.methods)
-        return [(k, r, n) for (k, r), n in sorted(c.items(),
-                                                    key=lambda i: (_KIND_ORDER[i[0][0]], -i[1], i[0][1]))]
+        """(reach, route, number of methods), in display order."""
+        c = Counter((m.reach, m.route) for m in self.methods)
+        return [(k, r, n) for (k, r), n in sorted(
+            c.items(), key=lambda i: (_REACH_ORDER[i[0][0]], -i[1], i[0][1]))]
 
     def functions(self) -> list[str]:
         """Distinct function keys (not tracepoints), sorted."""
@@ -178,7 +183,7 @@ class _Target:
 
     kind: ShapeKind
     name: str
-    via: tuple[Link, ...]
+    alias_chain: tuple[Link, ...]
 
 
 @dataclass(frozen=True)
@@ -189,17 +194,31 @@ class _Holder:
     name: str
     text: str
     path: tuple[Step, ...]
-    via: tuple[Link, ...]
+    alias_chain: tuple[Link, ...]
 
 
-def route_text(kind: str, target: str, via: Sequence[Link], holder: str) -> str:
+@dataclass(frozen=True)
+class _Way:
+    """One way found from a function's parameter (or return value) to a target object,
+    before the reaches wanted are filtered and routes spelled."""
+
+    function: Union[FunctionInfo, TracepointInfo]
+    reach: str
+    param_index: Optional[int]
+    param: Optional[Parameter]
+    path: tuple[Step, ...] = ()
+    alias_chain: tuple[Link, ...] = ()
+    holder: str = ""
+
+
+def route_text(reach: str, target: str, alias_chain: Sequence[Link], holder: str) -> str:
     """``struct sock ← struct inet_sock``, ``socket->sk``, ``*(struct sock **)``..."""
-    alias = " ← ".join([target] + [link.type_text for link in reversed(via)])
+    alias = " ← ".join([target] + [link.type_text for link in reversed(alias_chain)])
     if holder:
-        return f"{holder} ({alias})" if via else holder
-    if kind == "double_pointer":
+        return f"{holder} ({alias})" if alias_chain else holder
+    if reach == "double_pointer":
         return f"*({alias} **)"
-    if kind == "returns":
+    if reach == "returns":
         return f"returns {alias} *"
     return alias
 
@@ -224,7 +243,7 @@ def find_aliases(catalog: Catalog, kind: ShapeKind, name: str) -> list[_Target]:
                 if (m.bit_offset == 0 and m.shape.pointers == 0
                         and m.shape.kind == inner.kind and m.shape.name == inner.name):
                     link = Link(s.kind.value, s.name, _display_member(m.name))
-                    alias = _Target(s.kind, s.name, (link,) + inner.via)
+                    alias = _Target(s.kind, s.name, (link,) + inner.alias_chain)
                     seen.add((s.kind, s.name))
                     found.append(alias)
                     queue.append(alias)
@@ -258,7 +277,7 @@ def find_holders(catalog: Catalog, targets: Sequence[_Target], depth: int = 0) -
                 if m.shape.pointers == 1 and m.shape.kind == t.kind and m.shape.name == t.name:
                     member = _display_member(m.name)
                     add(_Holder(s.kind, s.name, f"{s.name}->{member}",
-                                (Step("deref", m.bit_offset // 8, member),), t.via), 0)
+                                (Step("deref", m.bit_offset // 8, member),), t.alias_chain), 0)
     while queue:
         h, level = queue.pop(0)
         for s in catalog.structs_with_member_of(h.kind, h.name):
@@ -276,7 +295,8 @@ def find_holders(catalog: Catalog, targets: Sequence[_Target], depth: int = 0) -
                 path = (Step("deref", first.offset + m.bit_offset // 8,
                              f"{member}.{first.member}"),) + h.path[1:]
                 inner = h.text.split("->", 1)[1]
-                add(_Holder(s.kind, s.name, f"{s.name}->{member}.{inner}", path, h.via), nested)
+                add(_Holder(s.kind, s.name, f"{s.name}->{member}.{inner}", path, h.alias_chain),
+                    nested)
     return sorted(holders.values(), key=lambda h: (h.name, h.text))
 
 
@@ -295,84 +315,106 @@ def _probeable(f: Union[FunctionInfo, TracepointInfo], addresses_known: bool) ->
 
 
 def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
-             kinds: Optional[Iterable[str]] = None, holder_depth: int = 0,
+             reaches: Optional[Iterable[str]] = None, holder_depth: int = 0,
              addresses_known: Optional[bool] = None) -> Discovery:
     """All methods of ``kind name`` in the catalog (see the module docstring).
 
-    ``kinds`` limits the search to some method kinds; ``addresses_known`` says whether a
-    function without an address is a declaration (DWARF) or just unaddressed (BTF); by
+    ``reaches`` limits the search to some of `REACHES`; ``addresses_known`` says whether
+    a function without an address is a declaration (DWARF) or just unaddressed (BTF); by
     default it is true when any function examined has an address.
     """
-    wanted = set(kinds) if kinds is not None else set(KINDS)
-    unknown = wanted - set(KINDS)
+    wanted = set(reaches) if reaches is not None else set(REACHES)
+    unknown = wanted - set(REACHES)
     if unknown:
-        raise ValueError(f"unknown method kinds {sorted(unknown)}")
+        raise ValueError(f"unknown method reaches {sorted(unknown)}")
     targets = find_aliases(catalog, kind, name)
-    found: list[tuple[Union[FunctionInfo, TracepointInfo], str, Optional[int], Optional[Parameter],
-                      tuple[Step, ...], tuple[Link, ...], str]] = []
     by_value: set[str] = set()
+    found = _direct_ways(catalog, targets, wanted, by_value)
+    holders: list[_Holder] = []
+    if wanted & {"holder", "tracepoint"}:
+        holders = find_holders(catalog, targets, holder_depth)
+        found += _holder_ways(catalog, holders, wanted)
+    if addresses_known is None:
+        addresses_known = any(isinstance(w.function, FunctionInfo)
+                              and w.function.address is not None for w in found)
+    methods = _methods(found, wanted, f"{kind.value} {name}", addresses_known)
+    notes = _notes(methods, by_value, catalog, targets, holders)
+    return Discovery(kind, name, catalog.struct(name, kind), tuple(methods),
+                     tuple(t.alias_chain for t in targets[1:]),
+                     tuple(h.text for h in holders), tuple(sorted(by_value)), tuple(notes))
 
+
+def _direct_ways(catalog: Catalog, targets: Sequence[_Target], wanted: set[str],
+                 by_value: set[str]) -> list[_Way]:
+    """Parameters and return values typed as a pointer to a target (or to a pointer to
+    one), and tracepoint arguments pointing to one; functions taking a target by value
+    are added to ``by_value``."""
+    found: list[_Way] = []
     for t in targets:
         for f in catalog.functions_referencing(t.kind, t.name):
             for i, p in enumerate(f.params):
                 if _is(p.shape, t.kind, t.name, 1):
-                    found.append((f, "alias" if t.via else "direct", i, p, (), t.via, ""))
+                    found.append(_Way(f, "alias" if t.alias_chain else "direct", i, p,
+                                      (), t.alias_chain))
                 elif _is(p.shape, t.kind, t.name, 2):
-                    found.append((f, "double_pointer", i, p,
-                                  (Step("deref", 0, "*"),), t.via, ""))
-                elif _is(p.shape, t.kind, t.name, 0) and not t.via:
+                    found.append(_Way(f, "double_pointer", i, p, (Step("deref", 0, "*"),),
+                                      t.alias_chain))
+                elif _is(p.shape, t.kind, t.name, 0) and not t.alias_chain:
                     by_value.add(f.key)
             if _is(f.returns, t.kind, t.name, 1):
-                found.append((f, "returns", None, None, (), t.via, ""))
+                found.append(_Way(f, "returns", None, None, (), t.alias_chain))
         if "tracepoint" in wanted:
             for tp in catalog.tracepoints_referencing(t.kind, t.name):
                 for i, p in enumerate(tp.params):
                     if _is(p.shape, t.kind, t.name, 1):
-                        found.append((tp, "tracepoint", i, p, (), t.via, ""))
+                        found.append(_Way(tp, "tracepoint", i, p, (), t.alias_chain))
+    return found
 
-    holders: list[_Holder] = []
-    if wanted & {"holder", "tracepoint"}:
-        holders = find_holders(catalog, targets, holder_depth)
-        by_struct: dict[tuple[ShapeKind, str], list[_Holder]] = {}
-        for h in holders:
-            by_struct.setdefault((h.kind, h.name), []).append(h)
-        for (hkind, hname), paths in by_struct.items():
-            users: list = []
-            if "holder" in wanted:
-                users += [(f, "holder") for f in catalog.functions_referencing(hkind, hname)]
-            if "tracepoint" in wanted:
-                users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
-            for f, k in users:
-                for i, p in enumerate(f.params):
-                    if _is(p.shape, hkind, hname, 1):
-                        for h in paths:
-                            found.append((f, k, i, p, h.path, h.via, h.text))
 
-    if addresses_known is None:
-        addresses_known = any(isinstance(f, FunctionInfo) and f.address is not None
-                              for f, *_ in found)
-    target_text = f"{kind.value} {name}"
+def _holder_ways(catalog: Catalog, holders: Sequence[_Holder], wanted: set[str]) -> list[_Way]:
+    """Parameters (of functions and tracepoints) pointing to a holder struct."""
+    by_struct: dict[tuple[ShapeKind, str], list[_Holder]] = {}
+    for h in holders:
+        by_struct.setdefault((h.kind, h.name), []).append(h)
+    found: list[_Way] = []
+    for (hkind, hname), paths in by_struct.items():
+        users: list = []
+        if "holder" in wanted:
+            users += [(f, "holder") for f in catalog.functions_referencing(hkind, hname)]
+        if "tracepoint" in wanted:
+            users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
+        for f, reach in users:
+            for i, p in enumerate(f.params):
+                if _is(p.shape, hkind, hname, 1):
+                    found.extend(_Way(f, reach, i, p, h.path, h.alias_chain, h.text)
+                                 for h in paths)
+    return found
+
+
+def _methods(found: Sequence[_Way], wanted: set[str], target_text: str,
+             addresses_known: bool) -> list[Method]:
+    """The wanted ways as methods, one per (function, parameter, route), display-ordered."""
     keyed = {}
     routes: dict = {}
-    for f, k, i, p, path, via, holder in found:
-        if k not in wanted:
+    for w in found:
+        if w.reach not in wanted:
             continue
+        f = w.function
         key = f"tp:{f.name}" if isinstance(f, TracepointInfo) else f.key
-        route = routes.get((k, via, holder))
+        route = routes.get((w.reach, w.alias_chain, w.holder))
         if route is None:
-            route = routes[(k, via, holder)] = route_text(k, target_text, via, holder)
-        order = (_KIND_ORDER[k], f.name, key, -1 if i is None else i, route)
+            route = routes[(w.reach, w.alias_chain, w.holder)] = route_text(
+                w.reach, target_text, w.alias_chain, w.holder)
+        order = (_REACH_ORDER[w.reach], f.name, key,
+                 -1 if w.param_index is None else w.param_index, route)
         if order in keyed:
             continue
         ok, why = _probeable(f, addresses_known)
-        keyed[order] = Method(f, k, target_text, i, p.name if p else None,
-                              (p.shape.text if p else f.returns.text) or "", path, via,
-                              holder, ok, why, route)
-    methods = [keyed[o] for o in sorted(keyed)]
-    notes = _notes(methods, by_value, catalog, targets, holders)
-    return Discovery(kind, name, catalog.struct(name, kind), tuple(methods),
-                     tuple(t.via for t in targets[1:]), tuple(h.text for h in holders),
-                     tuple(sorted(by_value)), tuple(notes))
+        p = w.param
+        keyed[order] = Method(f, w.reach, target_text, w.param_index, p.name if p else None,
+                              (p.shape.text if p else f.returns.text) or "", w.path,
+                              w.alias_chain, w.holder, ok, why, route)
+    return [keyed[o] for o in sorted(keyed)]
 
 
 def _notes(methods: Sequence[Method], by_value: set[str], catalog: Catalog,

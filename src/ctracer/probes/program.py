@@ -511,7 +511,7 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
             arg, why = argument_expr(f, m.param_index, arch)
             if arg is None:
                 why = f"skipped: {why}"
-        rows.append(FunctionRow(row_id, m.name, unit, m.kind, m.reach, address, why))
+        rows.append(FunctionRow(row_id, m.name, unit, m.reach, m.via, address, why))
         if not why:
             by_function.setdefault(m.key, []).append((m, row_id, arg))
 
