@@ -23,6 +23,8 @@ COMMANDS = {
                   "list the functions (methods) that take a struct"),
     "struct": ("ctracer.commands.struct",
                "print a struct's layout like pahole, or its mini struct"),
+    "plan": ("ctracer.commands.plan",
+             "show the probe kind chosen for each method, or why none; --verify loads them"),
     "trace": ("ctracer.commands.trace",
               "record a struct's fields at entry and exit of its methods"),
     "callgraph": ("ctracer.commands.callgraph",
@@ -36,6 +38,7 @@ examples:
   ctracer functions struct sock                      # live kernel, from its BTF
   ctracer functions struct sock --binary ./prog      # a program's DWARF
   ctracer struct sock --binary ./prog --mini         # the fields a trace records
+  ctracer plan struct sock --verify                  # probe kinds here; verifier check
   ctracer trace struct sock --binary ./prog -- ./prog --run
   ctracer callgraph sock.ctrace                      # → callgraph/sock/index.html
   ctracer demo                                       # all of the above on the sample

@@ -70,34 +70,31 @@ def _kernel_symbols_loader(args: argparse.Namespace):
 
 
 def _attach_column(loader, found):
-    """A function giving each method's attachability on the running kernel (``yes``,
-    ``no``, ``clone:<symbol>``, ``unknown``), or None without a loader."""
+    """A function giving each method's attachability on the running kernel, from the
+    probe plan (`ctracer.plan.attach`): ``yes``, ``no: <why>``, ``clone:<symbol>`` when
+    only a compiler-specialised copy exists, or ``unknown``; None without a loader."""
     if loader is None:
         return None
+    from ctracer.plan import attach
     from ctracer.record import kernel
-    symbols = loader.result()
-    tp_names = sorted({m.name for m in found.methods if m.is_tracepoint})
-    tp_ok: Optional[dict] = {}
-    if tp_names:
-        # tracefs lists the tracepoints with a trace event; ask the kernel itself (a raw
-        # tracepoint attach, ~10 ms each) only about the others, the bare tracepoints
-        events = kernel.tracepoint_names()
-        listed = set() if events is None else {e.split(":", 1)[1] for e in events}
-        tp_ok = {n: True for n in tp_names if n in listed}
-        others = [n for n in tp_names if n not in listed]
-        raw = kernel.raw_tracepoints_attachable(others) if others else {}
-        if raw is None and events is None:
-            tp_ok = None
-        else:
-            tp_ok.update(raw or {n: False for n in others})
+    functions = [m.name for m in found.methods if not m.is_tracepoint]
+    tracepoints = [m.name for m in found.methods if m.is_tracepoint]
+    facts = kernel.kernel_facts(functions, tracepoints, symbols=loader.result())
+    plan = attach.plan_probes(found.methods, facts).by_function()
+    return lambda method: attach_state(plan[method.key][0])
 
-    def status(method) -> str:
-        if method.is_tracepoint:
-            if tp_ok is None:
-                return "unknown"
-            return "yes" if tp_ok.get(method.name) else "no"
-        return kernel.attach_status(method.function, symbols)
-    return status
+
+def attach_state(probe) -> str:
+    """The ATTACHABLE column for a function's (first) planned probe."""
+    if probe.attachable is None:
+        return "unknown"
+    if probe.attachable:
+        return "yes"
+    if probe.reason.startswith("only a compiler clone exists: "):
+        return "clone:" + probe.reason.split(": ", 1)[1].split()[0]
+    if probe.kind is None:
+        return f"no: {probe.reason.split(' (')[0].split(':')[0]}"
+    return f"no: {probe.kind} cannot attach here"
 
 
 def run(args: argparse.Namespace) -> int:

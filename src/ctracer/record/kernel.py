@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from ctracer.errors import CtracerError
+from ctracer.plan.attach import KernelFacts, Mechanism
 
 TRACEFS_DEFAULT = "/sys/kernel/tracing"
 DEBUGFS_TRACING = "/sys/kernel/debug/tracing"
@@ -153,7 +154,8 @@ def _parse_kallsyms(text: str) -> dict[str, Optional[str]]:
     split = len(text) if split < 0 else text.rfind("\n", 0, split) + 1
     out: dict[str, Optional[str]] = dict.fromkeys(_KALLSYMS_TEXT.findall(text, 0, split))
     for name, module in _KALLSYMS_MODULE_TEXT.findall(text, split):
-        out.setdefault(name, module)
+        if module != "bpf":  # JIT-ed BPF programs come and go: not kernel functions
+            out.setdefault(name, module)
     for name in _KALLSYMS_TEXT.findall(text, split):  # module part without "[module]"
         out.setdefault(name, None)
     return out
@@ -226,7 +228,7 @@ def _symbols_key(filters_readable: bool) -> Optional[str]:
     return hashlib.sha256(ident.encode()).hexdigest()[:40]
 
 
-_SYMBOLS_VERSION = 1
+_SYMBOLS_VERSION = 2
 
 
 def _symbols_path(key: str) -> str:
@@ -330,32 +332,33 @@ def kernel_release() -> str:
 # ------------------------------------------------------------------ probe support
 
 @dataclass(frozen=True)
-class Support:
-    """Whether one probe mechanism works here (None: could not tell) and why."""
-
-    works: Optional[bool]
-    why: str
-
-
-@dataclass(frozen=True)
 class ProbeSupport:
-    kprobes: Support
-    fentry: Support
-    uprobes: Support
-    tracepoints: Support
-    raw_tracepoints: Support
+    kprobes: Mechanism
+    fentry: Mechanism
+    uprobes: Mechanism
+    tracepoints: Mechanism
+    raw_tracepoints: Mechanism
+    #: a kprobe.multi link (one program on many functions in one system call)
+    kprobe_multi: Mechanism = Mechanism(None, "not tried")
+    #: whether BPF_PROG_TYPE_KPROBE programs load (the verifier can check kprobe and
+    #: uprobe programs even where kprobes cannot be attached)
+    kprobe_programs: Mechanism = Mechanism(None, "not tried")
 
     def summary(self) -> str:
-        def word(s: Support) -> str:
+        def word(s: Mechanism) -> str:
             return {True: "yes", False: "no", None: "unknown"}[s.works]
         return ", ".join(f"{name}: {word(getattr(self, name))}" for name in
-                         ("kprobes", "fentry", "uprobes", "tracepoints", "raw_tracepoints"))
+                         ("kprobes", "kprobe_multi", "fentry", "uprobes", "tracepoints",
+                          "raw_tracepoints", "kprobe_programs"))
 
 
 # bpf(2) numbers, from include/uapi/linux/bpf.h
 _BPF_PROG_LOAD = 5
 _BPF_RAW_TRACEPOINT_OPEN = 17
+_BPF_LINK_CREATE = 28
+_PROG_TYPE_KPROBE = 2
 _PROG_TYPE_RAW_TRACEPOINT = 17
+_TRACE_KPROBE_MULTI = 42
 _PROG_TYPE_TRACING = 26
 _TRACE_FENTRY = 24
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
@@ -402,20 +405,56 @@ def _raw_tracepoint_open(prog_fd: int, name: Optional[bytes]) -> tuple[int, int]
 
 
 def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: int = 0,
-                attach_btf_id: int = 0) -> Support:
+                attach_btf_id: int = 0) -> Mechanism:
     fd, err = _load_program(prog_type, attach_type, attach_btf_id)
     if fd < 0:
-        return Support(False, f"the kernel refused to load a {what} program "
+        return Mechanism(False, f"the kernel refused to load a {what} program "
                               f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
     try:
         link, err = _raw_tracepoint_open(fd, name)
         if link < 0:
-            return Support(False, f"a {what} program loaded but attaching was refused "
+            return Mechanism(False, f"a {what} program loaded but attaching was refused "
                                   f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
         os.close(link)
-        return Support(True, f"a {what} program loaded and attached")
+        return Mechanism(True, f"a {what} program loaded and attached")
     finally:
         os.close(fd)
+
+
+def _try_kprobe_multi(symbol: str) -> Mechanism:
+    """Load a kprobe.multi program and link it to ``symbol`` (then close both)."""
+    fd, err = _load_program(_PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI)
+    if fd < 0:
+        return Mechanism(False, f"the kernel refused to load a kprobe.multi program "
+                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+    try:
+        name = ctypes.create_string_buffer(symbol.encode())
+        syms = (ctypes.c_uint64 * 1)(ctypes.addressof(name))
+        attr = ctypes.create_string_buffer(128)
+        # link_create: prog_fd @0, target_fd @4, attach_type @8, flags @12,
+        # kprobe_multi: flags @16, cnt @20, syms @24, addrs @32, cookies @40
+        ctypes.c_uint32.from_buffer(attr, 0).value = fd
+        ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
+        ctypes.c_uint32.from_buffer(attr, 20).value = 1
+        ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
+        link, err = _bpf(_BPF_LINK_CREATE, attr)
+        if link < 0:
+            return Mechanism(False, f"a kprobe.multi program loaded but linking it to "
+                                    f"{symbol} was refused "
+                                    f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+        os.close(link)
+        return Mechanism(True, f"a kprobe.multi program loaded and linked to {symbol}")
+    finally:
+        os.close(fd)
+
+
+def _try_load(prog_type: int, what: str) -> Mechanism:
+    fd, err = _load_program(prog_type)
+    if fd < 0:
+        return Mechanism(False, f"the kernel refused to load a {what} program "
+                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+    os.close(fd)
+    return Mechanism(True, f"a {what} program loads (not attached)")
 
 
 def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
@@ -439,19 +478,19 @@ def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]
     return out
 
 
-def _fentry_target() -> Optional[int]:
-    """The BTF id of a vmlinux function to try fentry on."""
+def _fentry_target() -> Optional[tuple[str, int]]:
+    """The name and BTF id of a vmlinux function to try fentry (and kprobe.multi) on."""
     try:
         from ctracer.debuginfo.btf import reader as btf
         from ctracer.debuginfo.btf import format as btf_format
-        model = btf.open_btf(btf.KERNEL_BTF, use_cache=False)
+        model = btf.open_btf(btf.KERNEL_BTF)
     except CtracerError:
         return None
     d = model.btf
     wanted = {"vfs_read", "do_sys_openat2", "schedule", "ksys_read"}
     for tid in d.ids_of_kind(btf_format.FUNC):
         if d.name(tid) in wanted:
-            return tid
+            return d.name(tid), tid
     return None
 
 
@@ -471,23 +510,27 @@ def probe_support() -> ProbeSupport:
     at = (lambda name: os.path.join(tracefs, name)) if tracefs else (lambda name: "")
 
     found = _exists(at("kprobe_events"), os.path.join(EVENT_SOURCE_DEVICES, "kprobe"))
-    kprobes = Support(True, f"{found} exists") if found else Support(
+    kprobes = Mechanism(True, f"{found} exists") if found else Mechanism(
         False, "no kprobe_events in tracefs and no kprobe PMU (kernel built without kprobes)")
     found = _exists(at("uprobe_events"), os.path.join(EVENT_SOURCE_DEVICES, "uprobe"))
-    uprobes = Support(True, f"{found} exists") if found else Support(
+    uprobes = Mechanism(True, f"{found} exists") if found else Mechanism(
         False, "no uprobe_events in tracefs and no uprobe PMU")
     found = _exists(at("available_events"), os.path.join(EVENT_SOURCE_DEVICES, "tracepoint"))
-    tracepoints = Support(True, f"{found} exists") if found else Support(
+    tracepoints = Mechanism(True, f"{found} exists") if found else Mechanism(
         False, "no tracepoint events in tracefs and no tracepoint PMU")
 
     if os.geteuid() != 0:
-        raw = fentry = Support(None, "loading BPF programs to find out needs root")
+        raw = fentry = multi = programs = Mechanism(
+            None, "loading BPF programs to find out needs root")
     else:
         raw = _try_attach(_PROG_TYPE_RAW_TRACEPOINT, "raw tracepoint", b"sys_enter")
         target = _fentry_target()
-        fentry = Support(None, "no kernel BTF to name an fentry target") if target is None \
-            else _try_attach(_PROG_TYPE_TRACING, "fentry", None, _TRACE_FENTRY, target)
-    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw)
+        fentry = Mechanism(None, "no kernel BTF to name an fentry target") if target is None \
+            else _try_attach(_PROG_TYPE_TRACING, "fentry", None, _TRACE_FENTRY, target[1])
+        programs = _try_load(_PROG_TYPE_KPROBE, "kprobe-type")
+        multi = Mechanism(None, "no kernel BTF to name a function to link") if target is None \
+            else _try_kprobe_multi(target[0])
+    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs)
 
 
 def tracepoint_names(tracefs: Optional[str] = None) -> Optional[set[str]]:
@@ -500,3 +543,65 @@ def tracepoint_names(tracefs: Optional[str] = None) -> Optional[set[str]]:
             return {line.strip() for line in f if ":" in line}
     except OSError:
         return None
+
+
+def _notrace(symbols: KernelSymbols, names: Iterable[str]) -> frozenset[str]:
+    """Of ``names``, those the kernel has as text symbols but does not offer for tracing
+    (known only when ``symbols`` is available_filter_functions and kallsyms is readable)."""
+    if symbols.source != "available_filter_functions":
+        return frozenset()
+    try:
+        with open(KALLSYMS) as f:
+            text = _parse_kallsyms(f.read())
+    except OSError:
+        return frozenset()
+    return frozenset(n for n in names if n in text and n not in symbols)
+
+
+def tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
+    """Whether a raw tracepoint program attaches to each named tracepoint: those with a
+    trace event in tracefs do; the kernel itself is asked (a raw tracepoint attach, ~10 ms
+    each) only about the others, the bare tracepoints.  None when it cannot be told."""
+    names = sorted(set(names))
+    if not names:
+        return {}
+    events = tracepoint_names()
+    listed = set() if events is None else {e.split(":", 1)[1] for e in events}
+    out = {n: True for n in names if n in listed}
+    others = [n for n in names if n not in listed]
+    raw = raw_tracepoints_attachable(others) if others else {}
+    if raw is None and events is None:
+        return None
+    out.update(raw if raw is not None else {n: False for n in others})
+    return out
+
+
+def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (), *,
+                 symbols: Optional[KernelSymbols] = None,
+                 support: Optional[ProbeSupport] = None,
+                 running_kernel: bool = True) -> KernelFacts:
+    """What the running kernel accepts, for planning probes on the named functions and
+    tracepoints (`ctracer.plan.attach.plan_probes`): every mechanism tried, the traceable
+    function list, compiler clones and notrace functions among ``functions``, and which
+    of ``tracepoints`` a raw tracepoint program attaches to.  With ``running_kernel``
+    false (types of another kernel: a vmlinux or .ko file) only the mechanisms are."""
+    support = support or probe_support()
+    if not running_kernel:
+        return KernelFacts(
+            fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
+            raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
+            kprobe_programs=support.kprobe_programs,
+            running_kernel=False)
+    symbols = symbols if symbols is not None else kernel_symbols()
+    functions = list(functions)
+    names = symbols.names() if symbols is not None else None
+    clones = {} if symbols is None else {
+        n: symbols.clones(n) for n in functions if n not in symbols and symbols.clones(n)}
+    return KernelFacts(
+        fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
+        raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
+            kprobe_programs=support.kprobe_programs,
+        symbols=frozenset(names) if names is not None else None,
+        symbols_source=symbols.source if symbols is not None else "",
+        notrace=_notrace(symbols, functions) if symbols is not None else frozenset(),
+        clones=clones, tracepoints=tracepoints_attachable(tracepoints))

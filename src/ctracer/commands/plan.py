@@ -1,0 +1,182 @@
+"""Show how a struct would be traced: the probe kind chosen for each of its methods, or why none.
+
+The kernel's probe mechanisms are tried, not looked up by version (fentry/fexit, kprobes
+and kprobe.multi links, raw tracepoints, uprobes), and every function that takes the
+struct (see `ctracer functions`) gets the best kind this kernel accepts, or the reason it
+is left out: inline only, not in the kernel's list of traceable functions, a static-call
+trampoline (``__SCT__*``), a tracepoint's BPF glue (``__bpf_trace_*``), notrace...
+Tracepoints whose BTF prototype carries the struct get raw tracepoint programs.
+
+With --verify, every program the plan could use (the kprobe and kretprobe programs of
+every function even where this kernel cannot attach kprobes, or the uprobe programs of a
+user-space binary) is loaded through the kernel's verifier without being attached, and
+rejections are reported with the verifier's message.  Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ctracer.debuginfo import sources
+
+EPILOG = """\
+examples:
+  ctracer plan struct sock                       # the running kernel: counts and kinds
+  ctracer plan struct sock --json | jq '.probes[] | select(.kind == "raw_tracepoint")'
+  ctracer plan sk_buff --verify                  # load every kprobe program, attach none
+  ctracer plan struct nfs_fh --binary nfs.ko     # a module's DWARF (not the running kernel)
+  ctracer plan sock --binary ./sockdemo --verify # uprobe programs of a program
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sources.add_struct_name_argument(parser)
+    sources.add_type_source_arguments(parser)
+    parser.add_argument("--json", action="store_true",
+                        help='print {"kernel": {...}, "probes": [...]} for scripts')
+    parser.add_argument("--verify", action="store_true",
+                        help="load every program the plan could use through the verifier, "
+                             "without attaching (needs root)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctracer.plan import attach
+    from ctracer.plan import discovery
+    from ctracer.errors import UnknownType
+
+    kind, name = sources.struct_name_from_args(args)
+    model = sources.open_type_source(args)
+    catalog = model.catalog()
+    found = discovery.discover(catalog, name, kind)
+    if found.struct is None and not found.methods:
+        raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
+    plan = build_plan(args, found)
+    verdicts = None
+    if args.verify:
+        from ctracer.record import verify
+        verdicts = verify.verify_plan(plan, model.find_struct(name, kind),
+                                      binary=args.binary)
+    if args.json:
+        sys.stdout.write(json.dumps(as_json(plan, verdicts), indent=1) + "\n")
+    else:
+        sys.stdout.write(as_text(found, model.description, plan, verdicts))
+    return 0
+
+
+def build_plan(args: argparse.Namespace, found):
+    """The probe plan for the type source the options name."""
+    from ctracer.plan import attach
+    from ctracer.record import kernel
+
+    space = attach.binary_space(args.binary) if args.binary else "kernel"
+    functions = [m.name for m in found.methods if not m.is_tracepoint]
+    tracepoints = [m.name for m in found.methods if m.is_tracepoint]
+    running = not args.binary and (not args.btf or args.btf == sources.KERNEL_BTF)
+    if running:
+        facts = kernel.kernel_facts(functions, tracepoints)
+    else:
+        facts = kernel.kernel_facts(running_kernel=False)
+    return attach.plan_probes(found.methods, facts, space=space)
+
+
+def _verdict(probe, verdicts):
+    """(verified, error) of one planned probe."""
+    if probe.kind is None:
+        return None, f"left out: {probe.reason}"
+    if verdicts is None:
+        return None, "not tried (run with --verify)"
+    return verdicts.get(probe)
+
+
+def as_json(plan, verdicts) -> dict:
+    probes = []
+    for p in plan.probes:
+        verified, error = _verdict(p, verdicts)
+        probes.append({"function": p.function, "kind": p.kind, "verified": verified,
+                       "error": error or None})
+    kernel = plan.facts.to_json()
+    kernel["space"] = plan.space
+    kernel["counts"] = plan.counts()
+    return {"kernel": kernel, "probes": probes}
+
+
+def _word(works) -> str:
+    return {True: "yes", False: "no", None: "unknown"}[works]
+
+
+def as_text(found, description: str, plan, verdicts) -> str:
+    functions = found.functions()
+    tracepoints = sorted({m.name for m in found.methods if m.is_tracepoint})
+    lines = [f"{found.target} ({description}): probe plan for {len(functions)} functions "
+             f"and {len(tracepoints)} tracepoints"]
+    facts = plan.facts
+    if plan.space == "kernel" and not facts.running_kernel:
+        lines.append("  (not the running kernel's types: attaching is not checked)")
+    lines.append("kernel:")
+    for name, m in facts.mechanisms().items():
+        lines.append(f"  {name:<16} {_word(m.works):<8} {m.why}")
+    if facts.symbols_source:
+        lines.append(f"  traceable functions listed by {facts.symbols_source}"
+                     + (" (available_filter_functions is not readable: notrace functions "
+                        "cannot be told apart)" if facts.symbols_source != "available_filter_functions"
+                        else ""))
+    rows = []
+    for key, probes in plan.by_function().items():
+        first = probes[0]
+        kinds = "+".join(p.kind for p in probes if p.kind) or "-"
+        attach = {True: "yes", False: "no", None: "unknown"}[first.attachable]
+        row = [key, kinds, attach]
+        if verdicts is not None:
+            states = [_verdict(p, verdicts) for p in probes if p.kind]
+            row.append("-" if not states else "ok" if all(v for v, _ in states)
+                       else "REJECTED" if any(v is False for v, _ in states) else "not tried")
+        row.append(first.reason)
+        rows.append(row)
+    header = ["FUNCTION", "PROBES", "ATTACH"] + (["VERIFIED"] if verdicts is not None else []) \
+        + ["WHY"]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header) - 1)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    lines.append("")
+    lines.extend(fmt.format(*r).rstrip() for r in [header] + rows)
+    lines.append("")
+    lines.append("probes per kind:            attachable here   not attachable")
+    for kind, n in plan.counts().items():
+        lines.append(f"  {kind:<24} {n['attachable']:>12} {n['not attachable']:>16}")
+    if plan.left_out():
+        lines.append("functions left out:")
+        for why, n in plan.left_out_reasons():
+            lines.append(f"  {n:>6}  {why}")
+    if verdicts is not None:
+        lines.extend(_verify_summary(plan, verdicts))
+    placed = plan.placed()
+    lines.append(f"placed here: {len(placed)} probes "
+                 f"({', '.join(f'{k} {n}' for k, n in _kind_counts(placed).items()) or 'none'})")
+    return "\n".join(lines) + "\n"
+
+
+def _kind_counts(probes) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in probes:
+        out[p.kind] = out.get(p.kind, 0) + 1
+    return out
+
+
+def _verify_summary(plan, verdicts) -> list[str]:
+    ok = sum(1 for p in plan.probes if p.kind and verdicts.get(p)[0] is True)
+    bad = [(p, verdicts.get(p)[1]) for p in plan.probes if p.kind and verdicts.get(p)[0] is False]
+    untried = [(p, verdicts.get(p)[1]) for p in plan.probes
+               if p.kind and verdicts.get(p)[0] is None]
+    lines = [f"verifier: {ok} programs accepted, {len(bad)} rejected, {len(untried)} not tried"
+             + (f" ({verdicts.note})" if getattr(verdicts, "note", "") else "")]
+    for p, error in bad[:20]:
+        lines.append(f"  rejected {p.kind} {p.function}: {error}")
+    if len(bad) > 20:
+        lines.append(f"  ... and {len(bad) - 20} more (see --json)")
+    reasons: dict[str, int] = {}
+    for _, why in untried:
+        reasons[why] = reasons.get(why, 0) + 1
+    for why, n in sorted(reasons.items(), key=lambda i: -i[1])[:5]:
+        lines.append(f"  not tried ({n}): {why}")
+    return lines

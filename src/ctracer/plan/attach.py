@@ -1,0 +1,274 @@
+"""The probe plan: for every method's function, which probe kind traces it, or why none.
+
+Pure planning: `plan_probes` takes the methods `ctracer.plan.discovery` found and a
+`KernelFacts` (what the running kernel was seen to accept: `ctracer.record.kernel.kernel_facts`
+finds out by trying bpf(2), never by kernel version) and gives a `ProbePlan`, one
+`PlannedProbe` per probe (an entry and an exit probe per function, one per tracepoint) or
+per function left out.  The recorder consumes ``plan.placed()``; ``ctracer plan`` prints
+the whole plan.
+
+Kinds, in the order they are preferred for kernel functions:
+
+``fentry``/``fexit``        BPF trampolines, where the kernel loads them;
+``kprobe``/``kretprobe``    else (one program attached to many functions through a
+                            kprobe.multi link where the kernel has one);
+``raw_tracepoint``          for tracepoints whose BTF prototype (``btf_trace_<name>``)
+                            carries the struct;
+``uprobe``/``uretprobe``    for functions of user-space programs.
+
+Where neither fentry nor kprobes work the functions still get kprobe/kretprobe entries
+(the programs a kprobe kernel would load; ``ctracer plan --verify`` loads them through the
+verifier) marked not attachable, with the reason.  Functions are left out (``kind`` None)
+when they exist only inlined, are static-call trampolines (``__SCT__*``, assembly stubs),
+are the BPF glue of a tracepoint (``__bpf_trace_*``, traced through the tracepoint
+itself), are absent from the kernel's list of traceable functions (notrace, or compiled
+away; a compiler clone ``name.isra.0`` is named), or no address is known for them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from ctracer.debuginfo import elf
+from ctracer.plan.discovery import Method
+
+PROBE_KINDS = ("fentry", "fexit", "kprobe", "kretprobe", "raw_tracepoint", "uprobe", "uretprobe")
+#: the exit probe that goes with each entry kind
+EXIT_KIND = {"fentry": "fexit", "kprobe": "kretprobe", "uprobe": "uretprobe"}
+
+#: name prefixes of kernel functions that are never probed, and why
+_LEFT_OUT_PREFIXES = (
+    ("__SCT__", "static-call trampoline (__SCT__*: an assembly stub, not the function)"),
+    ("__bpf_trace_", "tracepoint glue for BPF (__bpf_trace_*): traced through the "
+                     "tracepoint itself"),
+)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Whether one probe mechanism works here (None: could not tell) and why."""
+
+    works: Optional[bool]
+    why: str
+
+    def to_json(self) -> dict:
+        return {"works": self.works, "why": self.why}
+
+
+UNKNOWN = Mechanism(None, "not tried")
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the running kernel accepts, as found by trying.
+
+    ``symbols``: names of the functions probes can attach to (None: unknown), read from
+    ``symbols_source``; ``notrace``: functions known to exist but excluded from tracing
+    (known only when both kallsyms and available_filter_functions are readable);
+    ``clones``: compiler-made copies (``name`` → ``name.isra.0``...) for names absent
+    from ``symbols``; ``tracepoints``: whether a raw tracepoint program attaches to each
+    tracepoint asked about (None: unknown)."""
+
+    fentry: Mechanism = UNKNOWN
+    kprobes: Mechanism = UNKNOWN
+    kprobe_multi: Mechanism = UNKNOWN
+    raw_tracepoints: Mechanism = UNKNOWN
+    uprobes: Mechanism = UNKNOWN
+    #: whether kprobe-type programs load (the verifier can then check kprobe, kretprobe,
+    #: uprobe and uretprobe programs even where none can be attached)
+    kprobe_programs: Mechanism = UNKNOWN
+    symbols: Optional[frozenset[str]] = None
+    symbols_source: str = ""
+    notrace: frozenset[str] = frozenset()
+    clones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    tracepoints: Optional[Mapping[str, bool]] = None
+    #: False when the types are not the running kernel's (another vmlinux, a .ko file):
+    #: symbols and tracepoints then say nothing about them
+    running_kernel: bool = True
+
+    def mechanisms(self) -> dict[str, Mechanism]:
+        return {"fentry": self.fentry, "kprobes": self.kprobes,
+                "kprobe_multi": self.kprobe_multi, "raw_tracepoints": self.raw_tracepoints,
+                "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs}
+
+    def to_json(self) -> dict:
+        out: dict = {name: m.to_json() for name, m in self.mechanisms().items()}
+        out["functions_listed_by"] = self.symbols_source or None
+        out["running_kernel"] = self.running_kernel
+        return out
+
+
+@dataclass(frozen=True)
+class PlannedProbe:
+    """One probe of the plan, or one function left out (``kind`` None).
+
+    ``function`` is the method key (``name``, ``name@unit`` for statics, ``tp:NAME``),
+    ``target`` what the probe attaches to (symbol or tracepoint name), ``reason`` why this
+    kind was chosen, or why the function is left out or cannot attach here;
+    ``attachable`` whether the kernel accepts this kind here (None: unknown)."""
+
+    function: str
+    target: str
+    kind: Optional[str]
+    reason: str
+    attachable: Optional[bool]
+    methods: tuple[Method, ...] = ()
+
+    @property
+    def placed(self) -> bool:
+        return self.kind is not None and self.attachable is True
+
+    @property
+    def is_exit(self) -> bool:
+        return self.kind in EXIT_KIND.values()
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """Every probe the methods call for, in method-key order (entry before exit)."""
+
+    space: str  # "kernel" or "user"
+    facts: KernelFacts
+    probes: tuple[PlannedProbe, ...]
+
+    def placed(self) -> list[PlannedProbe]:
+        """The probes the kernel accepts here: what a recording attaches."""
+        return [p for p in self.probes if p.placed]
+
+    def left_out(self) -> list[PlannedProbe]:
+        return [p for p in self.probes if p.kind is None]
+
+    def of_kind(self, *kinds: str) -> list[PlannedProbe]:
+        return [p for p in self.probes if p.kind in kinds]
+
+    def by_function(self) -> dict[str, list[PlannedProbe]]:
+        out: dict[str, list[PlannedProbe]] = {}
+        for p in self.probes:
+            out.setdefault(p.function, []).append(p)
+        return out
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per kind (``left out`` for None): probes the kernel accepts here, and not."""
+        out: dict[str, dict[str, int]] = {}
+        for p in self.probes:
+            row = out.setdefault(p.kind or "left out", {"attachable": 0, "not attachable": 0})
+            row["attachable" if p.attachable else "not attachable"] += 1
+        order = {k: i for i, k in enumerate(PROBE_KINDS + ("left out",))}
+        return dict(sorted(out.items(), key=lambda i: order[i[0]]))
+
+    def left_out_reasons(self) -> list[tuple[str, int]]:
+        """(reason, functions) for the functions left out, most common first."""
+        c = Counter(_reason_class(p.reason) for p in self.left_out())
+        return sorted(c.items(), key=lambda i: (-i[1], i[0]))
+
+
+def _reason_class(reason: str) -> str:
+    """A reason without the names in it (``only a compiler clone exists: x.isra.0`` →
+    ``only a compiler clone exists``), for counting."""
+    return reason.split(":", 1)[0] if reason.startswith("only a compiler clone") else reason
+
+
+def _kernel_function_kind(facts: KernelFacts) -> tuple[str, Optional[bool], str]:
+    """(entry kind, attachable, reason) for kernel functions on this kernel."""
+    here = True if facts.running_kernel else None
+    elsewhere = "" if facts.running_kernel else (
+        "; not the running kernel's types: whether its functions attach is not known here")
+    if facts.fentry.works:
+        return "fentry", here, "fentry programs load and attach here" + elsewhere
+    if facts.kprobes.works:
+        how = ("through a kprobe.multi link" if facts.kprobe_multi.works
+               else "one kprobe per function (no kprobe.multi link here)")
+        return "kprobe", here, f"fentry unusable ({facts.fentry.why}); kprobes {how}" + elsewhere
+    if facts.kprobes.works is None and facts.fentry.works is None:
+        return "kprobe", None, f"unknown: {facts.kprobes.why}; {facts.fentry.why}"
+    if not facts.running_kernel:
+        return "kprobe", None, ("the running kernel attaches neither fentry nor kprobes; "
+                                "not the running kernel's types anyway")
+    return "kprobe", False, "this kernel attaches neither fentry nor kprobes"
+
+
+def _left_out_kernel(name: str, methods: Sequence[Method], facts: KernelFacts) -> str:
+    """Why a kernel function gets no probe ("" when it can have one)."""
+    for prefix, why in _LEFT_OUT_PREFIXES:
+        if name.startswith(prefix):
+            return why
+    if not all(m.probeable for m in methods):
+        return next(m.not_probeable for m in methods if not m.probeable)
+    if not facts.running_kernel or facts.symbols is None:
+        return ""
+    if name in facts.notrace:
+        return "notrace: the kernel lists it but excludes it from tracing"
+    if name not in facts.symbols:
+        clones = facts.clones.get(name, ())
+        if clones:
+            return (f"only a compiler clone exists: {clones[0]} (its arguments may differ "
+                    "from the prototype)")
+        return f"not in {facts.symbols_source or 'the kernel symbol list'} (inlined or compiled away)"
+    return ""
+
+
+def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
+                      facts: KernelFacts) -> PlannedProbe:
+    if not facts.running_kernel:
+        return PlannedProbe(key, name, "raw_tracepoint", "not the running kernel's types: "
+                            "whether the tracepoint exists here is not known", None, methods)
+    raw = facts.raw_tracepoints
+    if raw.works is False:
+        return PlannedProbe(key, name, "raw_tracepoint", f"raw tracepoints refused: {raw.why}",
+                            False, methods)
+    known = None if facts.tracepoints is None else facts.tracepoints.get(name)
+    if known is False:
+        return PlannedProbe(key, name, "raw_tracepoint",
+                            "the kernel refused to attach a raw tracepoint program to it",
+                            False, methods)
+    if raw.works is None or known is None:
+        return PlannedProbe(key, name, "raw_tracepoint", f"unknown: {raw.why}", None, methods)
+    return PlannedProbe(key, name, "raw_tracepoint",
+                        "its BTF prototype (btf_trace_*) carries the struct", True, methods)
+
+
+def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
+                space: str = "kernel") -> ProbePlan:
+    """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
+    the running kernel, a vmlinux or a module, ``user`` for a program or library."""
+    if space not in ("kernel", "user"):
+        raise ValueError(f"unknown address space {space!r}")
+    grouped: dict[str, list[Method]] = {}
+    for m in methods:
+        grouped.setdefault(m.key, []).append(m)
+    function_kind = _kernel_function_kind(facts) if space == "kernel" else (
+        "uprobe", facts.uprobes.works, f"uprobes: {facts.uprobes.why}")
+    probes: list[PlannedProbe] = []
+    for key in sorted(grouped):
+        ms = tuple(grouped[key])
+        name = ms[0].name
+        if ms[0].is_tracepoint:
+            if space == "user":
+                probes.append(PlannedProbe(key, name, None, "tracepoints are kernel probes",
+                                           False, ms))
+            else:
+                probes.append(_tracepoint_probe(key, name, ms, facts))
+            continue
+        if space == "kernel":
+            why_not = _left_out_kernel(name, ms, facts)
+        else:
+            why_not = next((m.not_probeable for m in ms if not m.probeable), "")
+            if not why_not and getattr(ms[0].function, "address", None) is None:
+                why_not = "no address: declaration only"
+        if why_not:
+            probes.append(PlannedProbe(key, name, None, why_not, False, ms))
+            continue
+        kind, ok, why = function_kind
+        probes.append(PlannedProbe(key, name, kind, why, ok, ms))
+        probes.append(PlannedProbe(key, name, EXIT_KIND[kind], why, ok, ms))
+    return ProbePlan(space, facts, tuple(probes))
+
+
+def binary_space(path: str) -> str:
+    """``kernel`` for a vmlinux or a kernel module (.ko), ``user`` for anything else."""
+    headers = elf.read_elf_headers(path)
+    if headers.section(".modinfo") or headers.section("__ksymtab_strings"):
+        return "kernel"
+    return "user"

@@ -1,0 +1,125 @@
+"""The probe plan on hand-built methods and kernel facts: the kind chosen by what the kernel
+accepted (fentry, kprobe, kprobe.multi, raw tracepoints, uprobes), and every reason a
+function is left out."""
+
+from ctracer.debuginfo.model import FunctionInfo, Inline, Parameter, ShapeKind, TracepointInfo, TypeShape
+from ctracer.plan.attach import KernelFacts, Mechanism, PROBE_KINDS, plan_probes
+from ctracer.plan.discovery import Method
+
+YES, NO = Mechanism(True, "tried: works"), Mechanism(False, "tried: refused")
+SOCK = TypeShape(ShapeKind.STRUCT, "sock", 1, text="struct sock *")
+VOID = TypeShape(ShapeKind.VOID, None, 0, text="void")
+
+
+def method(name, kind="direct", **kw):
+    f = FunctionInfo(name, (Parameter("sk", SOCK),), VOID, **kw)
+    return Method(f, kind, "struct sock", 0, "sk", "struct sock *", route="struct sock",
+                  probeable=not kw.get("inlined_only"),
+                  not_probeable="inline only: no out-of-line copy" if kw.get("inlined_only") else "")
+
+
+def tracepoint(name):
+    return Method(TracepointInfo(name, (Parameter("sk", SOCK),)), "tracepoint", "struct sock",
+                  0, "sk", "struct sock *", route="struct sock")
+
+
+METHODS = [method("tcp_close"), method("tcp_close", kind="holder"), method("sk_free"),
+           method("sk_is_ready", inlined_only=True, inline=Inline.DECLARED_INLINED),
+           method("__SCT__tp_func_sock_x"), method("__bpf_trace_inet_sock_set_state"),
+           method("tcp_v4_rcv_helper"), method("sk_notrace"),
+           tracepoint("inet_sock_set_state"), tracepoint("bare_tp")]
+SYMBOLS = frozenset({"tcp_close", "sk_free", "__SCT__tp_func_sock_x", "sk_notrace",
+                     "__bpf_trace_inet_sock_set_state", "tcp_v4_rcv_helper.isra.0"})
+
+
+def facts(**kw):
+    base = dict(fentry=NO, kprobes=NO, kprobe_multi=NO, raw_tracepoints=YES, uprobes=YES,
+                symbols=SYMBOLS, symbols_source="available_filter_functions",
+                notrace=frozenset({"sk_notrace"}),
+                clones={"tcp_v4_rcv_helper": ("tcp_v4_rcv_helper.isra.0",)},
+                tracepoints={"inet_sock_set_state": True, "bare_tp": False})
+    base.update(kw)
+    return KernelFacts(**base)
+
+
+def kinds(plan):
+    return {f: [p.kind for p in ps] for f, ps in plan.by_function().items()}
+
+
+def test_neither_fentry_nor_kprobes_plans_kprobes_not_attachable_and_uses_tracepoints():
+    plan = plan_probes(METHODS, facts())
+    assert kinds(plan)["tcp_close"] == ["kprobe", "kretprobe"]
+    close = plan.by_function()["tcp_close"]
+    assert all(p.attachable is False and "neither fentry nor kprobes" in p.reason for p in close)
+    assert len(close[0].methods) == 2            # one probe serves both ways in
+    placed = plan.placed()
+    assert [(p.function, p.kind) for p in placed] == [("tp:inet_sock_set_state", "raw_tracepoint")]
+    assert plan.counts()["kprobe"] == {"attachable": 0, "not attachable": 2}
+
+
+def test_fentry_is_preferred_where_it_loads():
+    plan = plan_probes(METHODS, facts(fentry=YES, kprobes=YES))
+    assert kinds(plan)["sk_free"] == ["fentry", "fexit"]
+    assert all(p.attachable for p in plan.by_function()["sk_free"])
+
+
+def test_kprobes_when_fentry_is_refused_saying_whether_kprobe_multi_links():
+    multi = plan_probes(METHODS, facts(kprobes=YES, kprobe_multi=YES)).by_function()["sk_free"]
+    single = plan_probes(METHODS, facts(kprobes=YES)).by_function()["sk_free"]
+    assert [p.kind for p in multi] == ["kprobe", "kretprobe"] and multi[0].attachable
+    assert "kprobe.multi link" in multi[0].reason
+    assert "one kprobe per function" in single[0].reason
+
+
+def test_left_out_functions_with_their_reasons():
+    plan = plan_probes(METHODS, facts(kprobes=YES))
+    why = {p.function: p.reason for p in plan.left_out()}
+    assert why["sk_is_ready"].startswith("inline only")
+    assert why["__SCT__tp_func_sock_x"].startswith("static-call trampoline")
+    assert why["__bpf_trace_inet_sock_set_state"].startswith("tracepoint glue")
+    assert why["tcp_v4_rcv_helper"].startswith("only a compiler clone exists: tcp_v4_rcv_helper.isra.0")
+    assert why["sk_notrace"].startswith("notrace")
+    assert set(why) == {"sk_is_ready", "__SCT__tp_func_sock_x", "__bpf_trace_inet_sock_set_state",
+                        "tcp_v4_rcv_helper", "sk_notrace"}
+    assert all(p.kind is None and not p.placed for p in plan.left_out())
+
+
+def test_a_missing_symbol_names_the_list_it_is_missing_from():
+    plan = plan_probes([method("gone")], facts(kprobes=YES, symbols_source="/proc/kallsyms"))
+    assert plan.left_out()[0].reason.startswith("not in /proc/kallsyms")
+
+
+def test_tracepoints_by_what_the_kernel_said():
+    plan = plan_probes(METHODS, facts())
+    tps = {p.function: p for p in plan.of_kind("raw_tracepoint")}
+    assert tps["tp:inet_sock_set_state"].attachable is True
+    assert tps["tp:bare_tp"].attachable is False and "refused" in tps["tp:bare_tp"].reason
+    assert tps["tp:bare_tp"].target == "bare_tp"
+    refused = plan_probes(METHODS, facts(raw_tracepoints=NO)).of_kind("raw_tracepoint")
+    assert all(p.attachable is False for p in refused)
+
+
+def test_unknown_kernel_support_gives_unknown_not_yes():
+    unknown = Mechanism(None, "needs root")
+    plan = plan_probes(METHODS, facts(fentry=unknown, kprobes=unknown, raw_tracepoints=unknown,
+                                      tracepoints=None, symbols=None))
+    assert {p.attachable for p in plan.probes if p.kind} == {None}
+
+
+def test_types_of_another_kernel_are_planned_but_not_checked_against_this_one():
+    plan = plan_probes(METHODS, facts(running_kernel=False, symbols=None, tracepoints=None))
+    assert kinds(plan)["tcp_v4_rcv_helper"] == ["kprobe", "kretprobe"]
+    assert all(p.attachable is None for p in plan.probes if p.kind)
+
+
+def test_user_space_functions_get_uprobes():
+    ms = [method("parse", address=0x1000), method("decl_only")]
+    plan = plan_probes(ms, facts(), space="user")
+    assert kinds(plan) == {"decl_only": [None], "parse": ["uprobe", "uretprobe"]}
+    assert plan.by_function()["parse"][0].attachable is True
+
+
+def test_every_kind_is_a_known_probe_kind():
+    for f in (facts(), facts(fentry=YES), facts(kprobes=YES)):
+        plan = plan_probes(METHODS, f)
+        assert {p.kind for p in plan.probes} - {None} <= set(PROBE_KINDS)
