@@ -3,7 +3,11 @@
 Each module under ``ctracer.commands`` offers ``add_arguments(parser)`` and
 ``run(args) -> int``; they import their heavy dependencies inside ``run`` so that
 ``ctracer --help`` and cached queries start fast.  Errors the user can fix arrive here as
-`CtracerError` and leave as one line on stderr with a non-zero status.
+`CtracerError` and leave as one line on stderr with a non-zero status.  So does any other
+failure: an `OSError` (a file that cannot be read or written, a full disk) names its file
+and the system's reason; anything else is a bug, reported in one line with exit status
+70 (``EX_SOFTWARE``).  ``--debug`` (anywhere before ``--``) or ``CTRACER_DEBUG=1`` adds
+the traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 from typing import Optional, Sequence
 
 from ctracer import __version__
@@ -45,6 +50,12 @@ examples:
 """
 
 
+DEBUG_HELP = "on an error, print the Python traceback too"
+
+#: the exit status of a failure that is ctracer's fault (sysexits.h EX_SOFTWARE)
+EX_SOFTWARE = 70
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse prints usage plus a message; keep it to one line like every other error."""
 
@@ -58,14 +69,18 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="ctracer", description="Trace a C struct through the functions that touch it.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ctracer {__version__}")
+    parser.add_argument("--debug", action="store_true", default=False, help=DEBUG_HELP)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         if only is not None and name != only:
-            sub.add_parser(name, help=help_text)
+            sub.add_parser(name, help=help_text, parents=[common])
             continue
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_text, description=mod.__doc__,
+        p = sub.add_parser(name, help=help_text, description=mod.__doc__, parents=[common],
                            epilog=getattr(mod, "EPILOG", None),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
@@ -81,20 +96,43 @@ def _subcommand(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+def describe_os_error(e: OSError) -> str:
+    """One line for an operating-system error: the file(s) and the system's reason."""
+    reason = e.strerror or str(e) or type(e).__name__
+    files = [f for f in (e.filename, e.filename2) if f is not None]
+    if files:
+        return f"{' -> '.join(os.fsdecode(f) for f in files)}: {reason}"
+    return reason
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     args = build_parser(_subcommand(argv)).parse_args(argv)
+    debug = bool(getattr(args, "debug", False) or os.environ.get("CTRACER_DEBUG"))
+
+    def fail(message: str, status: int) -> int:
+        if debug:
+            traceback.print_exc()
+        print(f"ctracer: {message}", file=sys.stderr)
+        return status
+
     try:
         return int(args._run(args) or 0)
     except CtracerError as e:
-        print(f"ctracer: error: {e}", file=sys.stderr)
-        return e.exit_status
+        return fail(f"error: {e}", e.exit_status)
     except KeyboardInterrupt:
-        print("ctracer: interrupted", file=sys.stderr)
-        return 130
+        return fail("interrupted", 130)
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: silence the final flush of stdout too
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as e:
+        return fail(f"error: {describe_os_error(e)}", 1)
+    except MemoryError:
+        return fail("error: out of memory", 1)
+    except Exception as e:  # a bug: one line, the traceback with --debug
+        what = str(e).splitlines()[0] if str(e) else ""
+        return fail(f"internal error: {type(e).__name__}{': ' + what if what else ''} "
+                    "(a bug in ctracer; --debug shows where)", EX_SOFTWARE)

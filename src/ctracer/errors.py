@@ -1,7 +1,9 @@
 """Errors a user can cause or meet, each printed by the CLI as one line.
 
 Anything raised as a `CtracerError` reaches the user as ``ctracer: error: <message>``
-and a non-zero exit status; anything else is a bug and keeps its traceback.
+and a non-zero exit status.  The CLI (`ctracer.cli.main`) also keeps everything else to
+one line: an `OSError` names its file and reason, any other exception is reported as an
+internal error (a bug, exit status 70); ``--debug`` prints the traceback as well.
 """
 
 from __future__ import annotations

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import os
+import signal
 import sys
+import tempfile
 from typing import Optional, Sequence
 
 from ctracer.debuginfo import sources
@@ -38,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("what to record")
     run.add_argument("-p", "--pid", type=int, metavar="PID",
                      help="record this running process (and children it forks)")
-    run.add_argument("-d", "--duration", type=float, metavar="SECONDS",
+    run.add_argument("-d", "--duration", type=_seconds, metavar="SECONDS",
                      help="stop after this many seconds")
     run.add_argument("--functions", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="only the methods whose name matches one of these globs")
@@ -58,6 +61,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = ("%(prog)s [struct|union] NAME --binary PATH [-p PID | -d SECONDS] "
                     "[-o FILE] [options] [-- COMMAND [ARGS...]]")
     _take_command_after_double_dash(parser)
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse turns the ValueError into one line)."""
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(text)
+    return value
+
+
+_seconds.__name__ = "number of seconds"  # argparse's message: "invalid number of seconds value"
+
+
+def check_output(path: str) -> None:
+    """Fail now, not after the compile, when the trace file cannot be written: ``path``
+    is a directory, its directory is missing, or creating a file there is refused (a
+    read-only file system, permissions, a full inode table)."""
+    from ctracer.errors import InputFileError
+    if os.path.isdir(path):
+        raise InputFileError(f"-o {path} is a directory: give the trace file's name "
+                             f"(e.g. {os.path.join(path, 'trace.ctrace')})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputFileError(f"cannot write the trace file {path}: no directory {folder}")
+    try:  # the one reliable test is to try (access() ignores ACLs, quotas, ...)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".ctracer-check-")
+    except OSError as e:
+        raise InputFileError(f"cannot write the trace file {path}: "
+                             f"{e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def exit_status(result) -> int:
+    """ctracer's exit status after a recording: the command's own when the recording
+    ended because it exited (128 + N when signal N killed it, as a shell and strace
+    report it), else 0."""
+    status = result.command_status
+    if result.stopped_by != "command exited" or not status:
+        return 0
+    return 128 - status if status < 0 else status
+
+
+def describe_status(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}"
+    return f"exit status {status}"
 
 
 def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
@@ -156,18 +210,17 @@ def trace(args: argparse.Namespace, kind, name: str, *, out=None):
 
     out = out or sys.stderr
     _check_source(args)
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("-d needs a positive number of seconds")
     if args.pid is not None and args.command:
         raise UsageError("give either -p PID or a COMMAND, not both")
     if args.pid is not None and args.pid <= 0:
         raise UsageError("-p needs a process id")
+    output = args.output or f"{name}.ctrace"
+    check_output(output)
     program, meta = build(args, kind, name)
     if args.pid is not None:
         warning = _check_process_maps(args.pid, args.binary)
         if warning:
             print(f"ctracer: warning: {warning}", file=out)
-    output = args.output or f"{name}.ctrace"
     progress = record.Progress(out, enabled=not args.quiet)
 
     def announce() -> None:
@@ -193,7 +246,7 @@ def print_summary(result, out=None) -> None:
            "terminated": "SIGTERM"}.get(result.stopped_by, result.stopped_by)
     status = ""
     if result.command_status:
-        status = f", exit status {result.command_status}"
+        status = f", {describe_status(result.command_status)}"
     took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
     print(f"ctracer: {result.events} events, {result.objects} object addresses, "
           f"{result.lost} lost in {took} (stopped: {how}{status})", file=out)
@@ -228,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = trace(args, kind, name)
     print_summary(result)
-    return 0
+    return exit_status(result)
 
 
 def target_from_args(args: argparse.Namespace):

