@@ -3,9 +3,9 @@
 It reads only the trace file (`ctracer.tracefile.Trace`), so a trace recorded on one
 machine renders on another.  The stages, each in its own module:
 
-* `model` — the data: objects and their lifetimes, timelines of paired calls, field
+* `data` — the data: objects and their lifetimes, timelines of paired calls, field
   changes, method statistics (dataclasses, no presentation);
-* `build` — one streaming pass (plus a cheap header-only pass) that fills the model;
+* `build` — named passes, each linear in the events, that fill the data;
 * `values` — how a field value is shown (enum names, hex pointers, chars);
 * `graph` — call graphs (networkx) laid out to SVG by graphviz;
 * `plots` — matplotlib PNGs of fields over time and of method durations;

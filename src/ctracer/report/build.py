@@ -1,19 +1,23 @@
-"""Fills the report model (`ctracer.report.model`) from a trace file.
+"""Fills the report's data (`ctracer.report.data`) from a trace file, pass by pass.
 
-Two passes, both linear in the number of events:
+Each pass is a named function, linear in the number of events, tested on its own:
 
-1. **Calls and lifetimes.**  Events are read once and put in time order.  Per thread a
-   stack pairs each exit with its entry (a lost event closes the frames above it),
-   giving depths and durations; the events of one call that reaches objects several
-   ways (one functions-table row, or "slot", per way) are one call.  Objects known only
-   at exit (what a creation function returns, a holder filled in during the call) are
-   resolved there.  A creation function (``reach = returns``) returning an address,
-   and failing any such function an allocator-looking call after a free-looking one,
-   marks where a new lifetime of a reused address starts.
-2. **Changes.**  With lifetimes known, every object's snapshots are compared with its
-   previous one (raw bytes first, so unchanged snapshots are never decoded) and each
-   difference is attributed: at an exit, to the function exiting; at an entry, to the
-   traced caller running on that thread, or to code outside any traced call.
+1. `read_events` — every event once, as a `Row`, in time order (recording order across
+   CPUs is not time order).
+2. `pair_calls` — per thread a stack pairs each exit with its entry (a lost event closes
+   the frames above it), giving depths, durations and callers; the events of one call that
+   reaches objects several ways (one functions-table row, or "slot", per way) are one call.
+   Objects known only at exit (what a creation function returns, a holder filled in during
+   the call) are resolved there.  A creation function (``reach = returns``) returning an
+   address, and failing any such function an allocator-looking call after a free-looking
+   one, marks where a new lifetime of a reused address starts.
+3. `count_calls` — one call per frame, however many slots; rows repeating an object
+   another slot of the same call showed are dropped.
+4. `assign_objects` — each row on its object (address + lifetime).
+5. `find_changes` — every object's snapshots compared with its previous one (raw bytes
+   first, so unchanged snapshots are never decoded); each difference attributed: at an
+   exit, to the function exiting; at an entry, to the traced caller running on that
+   thread, or to code outside any traced call.
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY
-from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
+from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, Layout
+from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
-from ctracer.tracefile import Event, FunctionRow, Trace
+from ctracer.tracefile import FunctionRow, Trace
 
 _U64_MASK = (1 << 64) - 1
 _ERR_PTR_LOWEST = (1 << 64) - 4095  # the kernel's ERR_PTR(-MAX_ERRNO)
@@ -59,26 +63,6 @@ class _Frame:
     exits: dict[int, int] = field(default_factory=dict)    # slot -> exit row index
 
 
-class _Compact:
-    """An event as the report keeps it while building: the trace's `Event` minus what it
-    no longer needs, in a fraction of the memory (a big trace holds millions)."""
-
-    __slots__ = ("seq", "ts_ns", "cpu", "pid", "tid", "comm", "function_id", "phase",
-                 "object", "retval", "depth", "flags", "snapshot")
-
-    def __init__(self, e: Event):
-        self.seq, self.ts_ns, self.cpu, self.pid, self.tid = e.seq, e.ts_ns, e.cpu, e.pid, e.tid
-        self.comm = sys.intern(e.comm)
-        self.function_id, self.phase, self.object, self.retval = (
-            e.function_id, e.phase, e.object, e.retval)
-        self.depth, self.flags, self.snapshot = e.depth, e.flags, e.snapshot
-
-    def event(self) -> Event:
-        return Event(self.seq, self.ts_ns, self.cpu, self.pid, self.tid, self.comm,
-                     self.function_id, self.phase, self.object, self.retval, self.depth,
-                     self.flags, self.snapshot)
-
-
 class _Thread:
     __slots__ = ("stack", "last_entry", "last_exit")
 
@@ -97,8 +81,6 @@ class _Lifetimes:
         self.starts: dict[int, list[tuple[int, str]]] = {}
         self._freed_by: dict[int, str] = {}
         self._positions: dict[int, list[int]] = {}
-        self.structural = 0
-        self.heuristic = 0
 
     def seen(self, address: int, at: int, function: str) -> None:
         if address not in self.first_seen:
@@ -117,7 +99,6 @@ class _Lifetimes:
             self.first_reason[address] = reason
         else:
             starts.append((at, reason))
-            self.structural += 1
 
     def freed(self, address: int, function: str) -> None:
         self._freed_by[address] = function
@@ -127,7 +108,6 @@ class _Lifetimes:
         if freed_by is not None:
             self.starts.setdefault(address, []).append(
                 (at, f"{function} after {freed_by} (by name)"))
-            self.heuristic += 1
 
     def lifetime_of(self, address: int, at: int) -> int:
         """Which lifetime of ``address`` the row at ``at`` belongs to (call once recording
@@ -247,117 +227,195 @@ def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> 
     return out
 
 
-def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None) -> ReportData:
-    """Read every event of ``trace`` once and build the report model."""
-    say = progress or (lambda _msg: None)
-    canon = _canonical_ids(trace.functions)
-    raw: dict[int, str] = {fid: f.name for fid, f in trace.functions.items()}
-    names = _display_names(trace.functions, canon)
-    reach: dict[int, str] = {fid: f.reach for fid, f in trace.functions.items()}
-    creators = {fid for fid, r in reach.items()  # slots, not functions
-                if r == "returns" and not _LOOKUP_LIKE.search(raw[fid])}
-    use_names = not any(r == "returns" for r in reach.values())
-    free_like = {fid for fid, n in raw.items() if _FREE_LIKE.search(n)}
-    alloc_like = {fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)}
+@dataclass
+class FunctionTable:
+    """What the functions table tells the passes: which rows ("slots") are one function,
+    the names to show, and which slots create, free or allocate objects."""
 
-    def name_of(fid: int) -> str:
-        n = names.get(fid)
+    canon: dict[int, int]        # slot -> the id standing for its function
+    names: dict[int, str]        # slot or function id -> display name
+    creators: set[int]           # slots returning a new object (reach = returns, not lookups)
+    use_names: bool              # no creation function traced: lifetimes found by names
+    free_like: set[int]
+    alloc_like: set[int]
+
+    def name(self, fid: int) -> str:
+        n = self.names.get(fid)
         if n is None:
-            n = names[fid] = f"function#{fid}"
+            n = self.names[fid] = f"function#{fid}"
         return n
 
-    # ---- pass 1: pair calls, resolve objects known only at exit, find lifetimes
-    rows: list[Row] = []
-    frames: list[_Frame] = []
-    threads: dict[int, _Thread] = {}
-    lifetimes = _Lifetimes()
+
+def function_table(functions: dict[int, FunctionRow]) -> FunctionTable:
+    canon = _canonical_ids(functions)
+    raw = {fid: f.name for fid, f in functions.items()}
+    reach = {fid: f.reach for fid, f in functions.items()}
+    return FunctionTable(
+        canon=canon, names=_display_names(functions, canon),
+        creators={fid for fid, r in reach.items()
+                  if r == "returns" and not _LOOKUP_LIKE.search(raw[fid])},
+        use_names=not any(r == "returns" for r in reach.values()),
+        free_like={fid for fid, n in raw.items() if _FREE_LIKE.search(n)},
+        alloc_like={fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)})
+
+
+@dataclass
+class Events:
+    """Every event in time order: a `Row` each, plus what rows do not keep."""
+
+    rows: list[Row]
+    snapshots: list[Optional[bytes]]
+    recorded: list[int]  # the object address as the probe recorded it (0: none)
+
+
+def read_events(trace: Trace, fns: FunctionTable) -> Events:
+    """Read the trace once; recording order across CPUs is not time order (a thread's
+    events are), so rows are sorted by time, then by recording order."""
+    canon = fns.canon
+    intern = sys.intern
+    loaded = [(Row(e.seq, e.ts_ns, e.cpu, e.pid, e.tid, intern(e.comm),
+                   canon.get(e.function_id, e.function_id), e.phase, e.object, e.retval,
+                   e.flags, slot=e.function_id), e.snapshot)
+              for e in trace.events()]
+    loaded.sort(key=lambda pair: (pair[0].ts_ns, pair[0].seq))
+    rows = [r for r, _ in loaded]
+    return Events(rows, [s for _, s in loaded], [r.address for r in rows])
+
+
+@dataclass
+class Pairing:
+    """Pass 1's result: calls paired per thread, lifetimes of reused addresses."""
+
+    frames: list[_Frame]
+    lifetimes: _Lifetimes
     #: rows whose object became known at their call's exit: that exit's position decides
     #: which lifetime they belong to (the object was made during the call)
-    lifetime_at: dict[int, int] = {}
-    unmatched_exits = 0
+    lifetime_at: dict[int, int]
+    unmatched_exits: int
 
-    # recording order across CPUs is not time order; a thread's events are in time order
-    ordered = sorted((_Compact(e) for e in trace.events()), key=lambda e: (e.ts_ns, e.seq))
-    for index, ev in enumerate(ordered):
-        slot = ev.function_id
-        fid = canon.get(slot, slot)
-        row = Row(ev.seq, ev.ts_ns, ev.cpu, ev.pid, ev.tid, ev.comm, fid, ev.phase,
-                  ev.object, ev.retval, ev.flags, slot=slot)
-        th = threads.get(ev.tid)
+
+class _Pairer:
+    """Pass 1 over the time-ordered rows (see the module docstring)."""
+
+    def __init__(self, fns: FunctionTable, rows: list[Row]):
+        self.fns, self.rows = fns, rows
+        self.frames: list[_Frame] = []
+        self.threads: dict[int, _Thread] = {}
+        self.lifetimes = _Lifetimes()
+        self.lifetime_at: dict[int, int] = {}
+        self.unmatched_exits = 0
+
+    def entry(self, th: _Thread, row: Row, index: int) -> None:
+        stack, fid, slot = th.stack, row.function_id, row.slot
+        frame = th.last_entry
+        if not (frame is not None and stack and stack[-1] is frame
+                and frame.function_id == fid and slot not in frame.entries):
+            frame = _Frame(fid, row.ts_ns, index, len(stack),
+                           stack[-1].function_id if stack else -1)
+            stack.append(frame)
+            self.frames.append(frame)
+        frame.entries[slot] = index
+        row.depth, row.caller_id = frame.depth, frame.caller
+        th.last_entry, th.last_exit = frame, None
+        if row.address:
+            name = self.fns.name(fid)
+            self.lifetimes.seen(row.address, index, name)
+            if self.fns.use_names and slot in self.fns.alloc_like:
+                self.lifetimes.maybe_reallocated(row.address, index, name)
+
+    def _frame_of_exit(self, th: _Thread, row: Row) -> Optional[_Frame]:
+        if row.flags & FLAG_NO_ENTRY:
+            return None
+        fid, slot, stack = row.function_id, row.slot, th.stack
+        last = th.last_exit
+        if (last is not None and last.function_id == fid and slot in last.entries
+                and slot not in last.exits):
+            return last  # the next slot of the call that just returned
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].function_id == fid:
+                frame = stack[i]
+                del stack[i:]  # frames above it lost their exits
+                return frame
+        return None
+
+    def exit(self, th: _Thread, row: Row, index: int) -> None:
+        fns, lifetimes = self.fns, self.lifetimes
+        fid, slot = row.function_id, row.slot
+        frame = self._frame_of_exit(th, row)
+        th.last_entry, th.last_exit = None, frame
+        if frame is None:
+            row.matched = False
+            row.depth = len(th.stack)
+            self.unmatched_exits += 1
+            if row.address:
+                lifetimes.seen(row.address, index, fns.name(fid))
+            return
+        frame.exits[slot] = index
+        row.depth = frame.depth
+        entry_index = frame.entries.get(slot)
+        entry = self.rows[entry_index] if entry_index is not None else None
+        row.duration_ns = row.ts_ns - (entry.ts_ns if entry else frame.ts_ns)
+        creates = slot in fns.creators and _is_pointer(row.retval)
+        address = row.address or (entry.address if entry else 0)
+        if not address and creates:
+            address = row.retval & _U64_MASK
+        row.address = address
+        if entry is not None and not entry.address and address:
+            entry.address = address
+            self.lifetime_at[entry_index] = index
+        if address:
+            lifetimes.seen(address, index, fns.name(fid))
+        if creates:
+            returned = row.retval & _U64_MASK
+            lifetimes.seen(returned, frame.index, fns.name(fid))
+            lifetimes.returned(returned, frame.index, fns.name(fid))
+        if fns.use_names and address and slot in fns.free_like:
+            lifetimes.freed(address, fns.name(fid))
+
+
+def pair_calls(rows: list[Row], fns: FunctionTable,
+               say: Callable[[str], None] = lambda _m: None) -> Pairing:
+    """Pass 1: pair each exit with its entry per thread (a lost event closes the frames
+    above it), giving depths, durations and callers; resolve objects known only at exit;
+    find where reused addresses start new lifetimes."""
+    pairer = _Pairer(fns, rows)
+    threads = pairer.threads
+    for index, row in enumerate(rows):
+        th = threads.get(row.tid)
         if th is None:
-            th = threads[ev.tid] = _Thread()
-        stack = th.stack
-        if ev.phase == PHASE_ENTRY:
-            frame = th.last_entry
-            if not (frame is not None and stack and stack[-1] is frame
-                    and frame.function_id == fid and slot not in frame.entries):
-                frame = _Frame(fid, ev.ts_ns, index, len(stack),
-                               stack[-1].function_id if stack else -1)
-                stack.append(frame)
-                frames.append(frame)
-            frame.entries[slot] = index
-            row.depth, row.caller_id = frame.depth, frame.caller
-            th.last_entry, th.last_exit = frame, None
-            if ev.object:
-                lifetimes.seen(ev.object, index, name_of(fid))
-                if use_names and slot in alloc_like:
-                    lifetimes.maybe_reallocated(ev.object, index, name_of(fid))
+            th = threads[row.tid] = _Thread()
+        if row.phase == PHASE_ENTRY:
+            pairer.entry(th, row, index)
         else:
-            frame = None
-            if not ev.flags & FLAG_NO_ENTRY:
-                last = th.last_exit
-                if (last is not None and last.function_id == fid and slot in last.entries
-                        and slot not in last.exits):
-                    frame = last  # the next slot of the call that just returned
-                else:
-                    for i in range(len(stack) - 1, -1, -1):
-                        if stack[i].function_id == fid:
-                            frame = stack[i]
-                            del stack[i:]  # frames above it lost their exits
-                            break
-            th.last_entry = None
-            th.last_exit = frame
-            if frame is None:
-                row.matched = False
-                row.depth = len(stack)
-                unmatched_exits += 1
-                if ev.object:
-                    lifetimes.seen(ev.object, index, name_of(fid))
-            else:
-                frame.exits[slot] = index
-                row.depth = frame.depth
-                entry_index = frame.entries.get(slot)
-                entry = rows[entry_index] if entry_index is not None else None
-                row.duration_ns = ev.ts_ns - (entry.ts_ns if entry else frame.ts_ns)
-                address = ev.object or (entry.address if entry else 0)
-                if not address and slot in creators and _is_pointer(ev.retval):
-                    address = ev.retval & _U64_MASK
-                row.address = address
-                if entry is not None and not entry.address and address:
-                    entry.address = address
-                    lifetime_at[entry_index] = index
-                if address:
-                    lifetimes.seen(address, index, name_of(fid))
-                if slot in creators and _is_pointer(ev.retval):
-                    returned = ev.retval & _U64_MASK
-                    lifetimes.seen(returned, frame.index, name_of(fid))
-                    lifetimes.returned(returned, frame.index, name_of(fid))
-                if use_names and address and slot in free_like:
-                    lifetimes.freed(address, name_of(fid))
-        rows.append(row)
-        if len(rows) % 100_000 == 0:
-            say(f"read {len(rows)} events")
+            pairer.exit(th, row, index)
+        if index and index % 100_000 == 0:
+            say(f"paired {index} events")
+    return Pairing(pairer.frames, pairer.lifetimes, pairer.lifetime_at,
+                   pairer.unmatched_exits)
 
-    # ---- calls: one per frame, however many slots it had
-    all_methods: dict[int, MethodStats] = {}
-    start_ns = rows[0].ts_ns if rows else 0  # rows are in time order
+
+@dataclass
+class CallCounts:
+    methods: dict[int, MethodStats]  # over all objects
+    unfinished: int                  # entries whose exit was never seen
+    duplicates: set[int]             # rows repeating an object another slot of the call showed
+
+
+def _stats(table: dict[int, MethodStats], fid: int, fns: FunctionTable) -> MethodStats:
+    stats = table.get(fid)
+    if stats is None:
+        stats = table[fid] = MethodStats(fid, fns.name(fid))
+    return stats
+
+
+def count_calls(rows: list[Row], pairing: Pairing, fns: FunctionTable) -> CallCounts:
+    """One call per frame, however many slots it had; durations from the first exit."""
+    methods: dict[int, MethodStats] = {}
+    start_ns = rows[0].ts_ns if rows else 0
     unfinished = 0
-    duplicate: set[int] = set()
-    for frame in frames:
-        stats = all_methods.get(frame.function_id)
-        if stats is None:
-            stats = all_methods[frame.function_id] = MethodStats(
-                frame.function_id, name_of(frame.function_id))
+    duplicates: set[int] = set()
+    for frame in pairing.frames:
+        stats = _stats(methods, frame.function_id, fns)
         stats.calls += 1
         if frame.exits:
             end = min(rows[i].ts_ns for i in frame.exits.values())
@@ -367,83 +425,98 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
             if slot not in frame.exits:
                 rows[i].matched = False
                 unfinished += 1
-        # slots of one call that reach the same object show it once, by a readable event
         for table in (frame.entries, frame.exits):
             if len(table) > 1:
-                kept: dict[int, int] = {}
-                for i in table.values():
-                    address = rows[i].address
-                    if not address:
-                        continue
-                    j = kept.get(address)
-                    if j is None:
-                        kept[address] = i
-                    elif rows[j].flags & FLAG_READ_FAILED and not rows[i].flags & FLAG_READ_FAILED:
-                        duplicate.add(j)
-                        kept[address] = i
-                    else:
-                        duplicate.add(i)
+                duplicates.update(_duplicate_slots(rows, table.values()))
     for row in rows:
         if not row.matched and row.phase != PHASE_ENTRY:
-            stats = all_methods.get(row.function_id)
-            if stats is None:
-                stats = all_methods[row.function_id] = MethodStats(
-                    row.function_id, name_of(row.function_id))
-            stats.calls += 1  # an exit whose entry was lost: the call happened
+            _stats(methods, row.function_id, fns).calls += 1  # its entry was lost
+    return CallCounts(methods, unfinished, duplicates)
 
-    # ---- objects, in order of first appearance
-    objects: dict[ObjectKey, ObjectTimeline] = {}
-    lifetimes_per_address: dict[int, int] = {
-        a: 1 + len(lifetimes.starts.get(a, ())) for a in lifetimes.first_seen}
-    null_events = 0
-    kept_rows: list[Row] = []
-    kept_events = []
-    for index, row in enumerate(rows):
-        if index in duplicate:
+
+def _duplicate_slots(rows: list[Row], indexes: Iterable[int]) -> list[int]:
+    """Slots of one call that reach the same object show it once, by a readable event:
+    the other rows' indexes."""
+    kept: dict[int, int] = {}
+    dropped = []
+    for i in indexes:
+        address = rows[i].address
+        if not address:
             continue
-        kept_rows.append(row)
-        kept_events.append(ordered[index])
+        j = kept.get(address)
+        if j is None:
+            kept[address] = i
+        elif rows[j].flags & FLAG_READ_FAILED and not rows[i].flags & FLAG_READ_FAILED:
+            dropped.append(j)
+            kept[address] = i
+        else:
+            dropped.append(i)
+    return dropped
+
+
+@dataclass
+class Objects:
+    """The objects pass: every kept row on its object, in order of first appearance."""
+
+    objects: dict[ObjectKey, ObjectTimeline]
+    events: Events   # the rows kept (duplicates dropped), with their snapshots
+    null_events: int
+
+
+def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Objects:
+    lifetimes = pairing.lifetimes
+    per_address = {a: 1 + len(lifetimes.starts.get(a, ())) for a in lifetimes.first_seen}
+    objects: dict[ObjectKey, ObjectTimeline] = {}
+    kept = Events([], [], [])
+    null_events = 0
+    for index, row in enumerate(events.rows):
+        if index in duplicates:
+            continue
+        kept.rows.append(row)
+        kept.snapshots.append(events.snapshots[index])
+        kept.recorded.append(events.recorded[index])
         if not row.address:
             null_events += 1
             continue
-        at = lifetime_at.get(index, index)
+        at = pairing.lifetime_at.get(index, index)
         key = ObjectKey(row.address, lifetimes.lifetime_of(row.address, at))
         row.obj = key
         obj = objects.get(key)
         if obj is None:
-            count = lifetimes_per_address.get(key.address, 1)
             obj = objects[key] = ObjectTimeline(
-                key, object_label(key.address, key.lifetime, count),
+                key, object_label(key.address, key.lifetime, per_address.get(key.address, 1)),
                 object_dir(key.address, key.lifetime), lifetimes.reason(key))
         obj.rows.append(row)
         obj.threads.add(row.tid)
-    rows = kept_rows
     for obj in objects.values():
         _object_depths(obj.rows)
+    return Objects(objects, kept, null_events)
 
-    # ---- pass 2: field changes and per-object method statistics
+
+def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
+                 methods: dict[int, MethodStats], start_ns: int) -> None:
+    """Pass 2: compare every object's snapshot with its previous one (raw bytes first, so
+    unchanged snapshots are never decoded) and attribute each difference (`_attribute`);
+    fills each object's changes, series and method statistics."""
     last_bytes: dict[ObjectKey, Optional[bytes]] = {}
     last_values: dict[ObjectKey, dict[str, Any]] = {}
-    fields = [f.name for f in trace.mini.fields]
-    for row, ev in zip(rows, kept_events):
+    fields = [f.name for f in layout.fields]
+    events = found.events
+    for row, snapshot, recorded in zip(events.rows, events.snapshots, events.recorded):
         key = row.obj
         if key is None:
             continue
-        obj = objects[key]
-        _count_call(obj.methods, row, name_of, start_ns)
-        if ev.flags & FLAG_READ_FAILED:
-            if ev.object:  # an object the probe could not read (no object yet is normal)
+        obj = found.objects[key]
+        _count_call(obj.methods, row, fns.name, start_ns)
+        if row.flags & FLAG_READ_FAILED:
+            if recorded:  # an object the probe could not read (no object yet is normal)
                 row.unreadable = True
                 obj.unreadable += 1
             continue
-        if ev.snapshot is None:
+        if snapshot is None or last_bytes.get(key) == snapshot:
             continue
-        if last_bytes.get(key) == ev.snapshot:
-            continue
-        last_bytes[key] = ev.snapshot
-        values = trace.values(ev.event())
-        if values is None:
-            continue
+        last_bytes[key] = snapshot
+        values = layout.decode(snapshot)
         previous = last_values.get(key)
         last_values[key] = values
         ts = row.ts_ns - start_ns
@@ -451,40 +524,58 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
             obj.series = {name: [(ts, values[name])] for name in fields}
             continue
         changed = [name for name in fields if values[name] != previous[name]]
-        if not changed:
-            continue
-        function_id, cause = _attribute(row)
-        function = name_of(function_id) if function_id >= 0 else None
-        seen_at = name_of(row.function_id)
-        row.changes = []
-        for name in changed:
-            change = Change(name, previous[name], values[name], row.seq, ts, key,
-                            function, function_id, cause, seen_at)
-            row.changes.append(change)
-            obj.changes.append(change)
-            obj.series[name].append((ts, values[name]))
-        for table in (obj.methods, all_methods):
-            if function_id >= 0:
-                stats = table.get(function_id)
-                if stats is None:  # a caller working on this object through another one
-                    stats = table[function_id] = MethodStats(function_id, name_of(function_id))
-                stats.changed_fields += len(changed)
+        if changed:
+            _record_changes(obj, row, changed, previous, values, ts, fns, methods)
 
-    if creators:
-        rule = "structural: a new lifetime starts when a creation function returns the address"
-    elif use_names:
-        rule = ("by name: no creation function was traced, so an allocator-looking call after "
-                "a free-looking one starts a new lifetime")
-    else:
-        rule = "none: the traced creation functions all look like lookups"
-    say(f"{len(rows)} events, {len(objects)} objects")
+
+def _record_changes(obj: ObjectTimeline, row: Row, changed: list[str],
+                    previous: dict[str, Any], values: dict[str, Any], ts: int,
+                    fns: FunctionTable, methods: dict[int, MethodStats]) -> None:
+    function_id, cause = _attribute(row)
+    function = fns.name(function_id) if function_id >= 0 else None
+    seen_at = fns.name(row.function_id)
+    row.changes = []
+    for name in changed:
+        change = Change(name, previous[name], values[name], row.seq, ts, obj.key,
+                        function, function_id, cause, seen_at)
+        row.changes.append(change)
+        obj.changes.append(change)
+        obj.series[name].append((ts, values[name]))
+    if function_id >= 0:
+        for table in (obj.methods, methods):
+            # a caller working on this object through another one may be new to the table
+            _stats(table, function_id, fns).changed_fields += len(changed)
+
+
+def lifetime_rule(fns: FunctionTable) -> str:
+    if fns.creators:
+        return "structural: a new lifetime starts when a creation function returns the address"
+    if fns.use_names:
+        return ("by name: no creation function was traced, so an allocator-looking call "
+                "after a free-looking one starts a new lifetime")
+    return "none: the traced creation functions all look like lookups"
+
+
+def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None) -> ReportData:
+    """Read every event of ``trace`` once and build the report model, pass by pass."""
+    say = progress or (lambda _msg: None)
+    fns = function_table(trace.functions)
+    events = read_events(trace, fns)
+    rows = events.rows
+    say(f"read {len(rows)} events")
+    pairing = pair_calls(rows, fns, say)
+    calls = count_calls(rows, pairing, fns)
+    found = assign_objects(events, pairing, calls.duplicates)
+    start_ns = rows[0].ts_ns if rows else 0
+    find_changes(found, trace.mini, fns, calls.methods, start_ns)
+    say(f"{len(found.events.rows)} events, {len(found.objects)} objects")
     return ReportData(
-        summary=_summary(trace, len(ordered)),
-        objects=list(objects.values()),
-        rows=rows, methods=all_methods, function_names=names, canonical=canon,
-        start_ns=start_ns,
-        lifetime_rule=rule, null_object_events=null_events,
-        unmatched_exits=unmatched_exits, unfinished_calls=unfinished)
+        summary=_summary(trace, len(rows)),
+        objects=list(found.objects.values()),
+        rows=found.events.rows, methods=calls.methods, function_names=fns.names,
+        canonical=fns.canon, start_ns=start_ns, lifetime_rule=lifetime_rule(fns),
+        null_object_events=found.null_events, unmatched_exits=pairing.unmatched_exits,
+        unfinished_calls=calls.unfinished)
 
 
 def _object_depths(rows: list[Row]) -> None:

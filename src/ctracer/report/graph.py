@@ -21,7 +21,7 @@ import graphviz
 import networkx as nx
 
 from ctracer.event import PHASE_ENTRY
-from ctracer.report.model import Row
+from ctracer.report.data import Row
 from ctracer.report.values import format_duration
 
 ROOT = -1

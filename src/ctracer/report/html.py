@@ -31,7 +31,7 @@ from ctracer.event import PHASE_ENTRY
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
 from ctracer.report.build import build_report
-from ctracer.report.model import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
+from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
 from ctracer.report.names import StemAllocator, safe_component
 from ctracer.report.timeline import RowFormatter

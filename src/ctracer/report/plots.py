@@ -56,6 +56,13 @@ class CallCountPlot:
     bars: list[tuple[str, int]] = field(default_factory=list)  # (function, calls)
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib must draw it: literally.  Strings from a trace (char[]
+    contents, names) may hold ``$…$``, which matplotlib would otherwise read as mathtext
+    (and fail on, or render as formulas); an escaped dollar is drawn as a dollar."""
+    return text.replace("$", r"\$")
+
+
 def _compact(value: float, _pos: object = None) -> str:
     """Tick labels that stay short: 950, 16 k, 72.1 M, 3.4 G; exact below 10 000."""
     magnitude = abs(value)
@@ -129,7 +136,7 @@ class _Painter:
     @staticmethod
     def _labels(ax: Any, title: str, xlabel: str, ylabel: str = "") -> None:
         # a title at a given height skips matplotlib's search for a free spot
-        ax.set_title(title, loc="left", fontsize=10, color=_INK, y=1.0, pad=8)
+        ax.set_title(literal(title), loc="left", fontsize=10, color=_INK, y=1.0, pad=8)
         ax._ctracer_xlabel.set_text(xlabel)
         ax._ctracer_ylabel.set_text(ylabel)
 
@@ -163,13 +170,13 @@ class _Painter:
             color = _PALETTE[i % len(_PALETTE)] if many else _BLUE
             ax.plot(xs + [end], ys + [ys[-1]], drawstyle="steps-post", color=color,
                     linewidth=1.0 if many else 1.5, alpha=0.85 if many else 1.0,
-                    label=s.label)
+                    label=literal(s.label))
             if len(s.points) <= 80:
                 ax.plot(xs, ys, linestyle="none", marker="o", markersize=3 if many else 3.5,
                         color=color)
         if ticks:
             ax.yaxis.set_major_locator(FixedLocator([p for p, _ in ticks]))
-            ax.yaxis.set_major_formatter(FixedFormatter([t for _, t in ticks]))
+            ax.yaxis.set_major_formatter(FixedFormatter([literal(t) for _, t in ticks]))
             lo, hi = min(p for p, _ in ticks), max(p for p, _ in ticks)
             ax.set_ylim(lo - 0.5, hi + 0.5)
         else:
@@ -209,7 +216,7 @@ class _Painter:
                          left_px=min(320, 24 + 7 * longest))
         ax.grid(False, axis="y")
         ax.barh(range(len(bars)), [c for _, c in bars], color=_BLUE, height=0.65)
-        ax.set_yticks(range(len(bars)), [n for n, _ in bars])
+        ax.set_yticks(range(len(bars)), [literal(n) for n, _ in bars])
         ax.set_ylim(-0.6, len(bars) - 0.4)
         self._labels(ax, job.title, "calls")
         self._save(ax, job.path)

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from markupsafe import Markup, escape
 
 from ctracer.event import PHASE_ENTRY
-from ctracer.report.model import Change, Row
+from ctracer.report.data import Change, Row
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 
 # Plain format strings: every argument placed in them goes through `escape` first (or is

@@ -74,11 +74,6 @@ class ValueFormatter:
             return f"0x{value:x}"  # address pairs, masks, cookies: hex reads better
         return str(value)
 
-    def is_categorical(self, field: str) -> bool:
-        """Values best plotted as labelled levels rather than on a numeric scale."""
-        f = self.fields.get(field)
-        return f is not None and f.kind in ("enum", "pointer", "text", "bool")
-
     def plot_axis(self, field: str, values: Sequence[Any]) -> tuple[list[float], AxisTicks]:
         """Numbers to plot for ``values`` and the y ticks to label them with (None: let
         the plotting library choose numeric ticks)."""

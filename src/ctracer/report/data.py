@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ctracer.event import PHASE_ENTRY
 from ctracer.tracefile import FunctionRow
 
 #: Change.cause values
@@ -73,10 +72,6 @@ class Row:
     changes: Optional[list[Change]] = None
     unreadable: bool = False  # the probe could not read the object
     slot: int = -1          # the functions-table row the event came from (the object's reach)
-
-    @property
-    def is_entry(self) -> bool:
-        return self.phase == PHASE_ENTRY
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import pytest
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report.build import build_report
-from ctracer.report.model import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
+from ctracer.report.data import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.values import ValueFormatter
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter

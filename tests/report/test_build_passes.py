@@ -1,0 +1,124 @@
+"""Each pass of `ctracer.report.build` on its own, on small hand-written traces whose
+answers are worked out in the comments."""
+
+from ctracer.event import FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
+from ctracer.report import build
+from ctracer.report.data import CAUSE_CALLER, CAUSE_DURING, ObjectKey
+from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+
+MINI = Layout.packed_in_order("ctracer__mini_t", [Field("count", "s32", 0, "int")])
+A = 0x7F00_1000
+
+
+def trace_of(path, functions, events):
+    """functions: (id, name, reach); events: (seq order) (ts, tid, fid, "in"/"out",
+    object, count or None, retval, flags)."""
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="t", struct_kind="struct", mini_layout=MINI.to_json())
+    w.add_functions([FunctionRow(fid, name, reach=reach, attached="entry,exit")
+                     for fid, name, reach in functions])
+    for ts, tid, fid, phase, obj, count, *rest in events:
+        w.add_event(ts_ns=ts, cpu=0, pid=1, tid=tid, comm="t", function_id=fid,
+                    phase=PHASE_ENTRY if phase == "in" else PHASE_EXIT, object=obj,
+                    retval=rest[0] if rest else None, depth=0,
+                    flags=rest[1] if len(rest) > 1 else 0,
+                    snapshot=None if count is None else MINI.encode({"count": count}))
+    w.close()
+    return Trace(str(path))
+
+
+FUNCS = [(1, "outer", "direct"), (2, "inner", "direct"), (3, "make", "returns"),
+         (4, "outer", "holder")]
+
+
+def test_function_table_joins_slots_and_spots_creators(tmp_path):
+    t = trace_of(tmp_path / "t", FUNCS + [(5, "sk_lookup", "returns")], [])
+    fns = build.function_table(t.functions)
+    assert fns.canon[4] == 1 and fns.canon[2] == 2  # outer's holder row is outer
+    assert fns.creators == {3}                      # a lookup returns what exists
+    assert not fns.use_names
+    assert fns.name(99) == "function#99"
+
+
+def test_read_events_puts_rows_in_time_order(tmp_path):
+    # recorded out of time order (two CPUs): seq 1 at ts 20, seq 2 at ts 10
+    t = trace_of(tmp_path / "t", FUNCS, [(20, 1, 1, "in", A, 1), (10, 2, 2, "in", A, 2)])
+    ev = build.read_events(t, build.function_table(t.functions))
+    assert [r.ts_ns for r in ev.rows] == [10, 20]
+    assert [r.seq for r in ev.rows] == [2, 1]
+    assert ev.recorded == [A, A] and len(ev.snapshots) == 2
+
+
+def test_pair_calls_depths_callers_durations(tmp_path):
+    # outer( inner() ) on one thread; an inner exit on thread 2 without its entry
+    t = trace_of(tmp_path / "t", FUNCS, [
+        (10, 1, 1, "in", A, 0), (20, 1, 2, "in", A, 0), (35, 1, 2, "out", A, 0),
+        (50, 1, 1, "out", A, 0), (60, 2, 2, "out", A, 0)])
+    fns = build.function_table(t.functions)
+    rows = build.read_events(t, fns).rows
+    pairing = build.pair_calls(rows, fns)
+    assert [r.depth for r in rows] == [0, 1, 1, 0, 0]
+    assert rows[1].caller_id == 1 and rows[0].caller_id == -1
+    assert [r.duration_ns for r in rows] == [None, None, 15, 40, None]
+    assert pairing.unmatched_exits == 1 and not rows[4].matched
+    assert len(pairing.frames) == 2
+
+
+def test_pair_calls_resolves_an_object_known_at_exit(tmp_path):
+    # make() returns A: its entry had no object, its exit's return value is the object
+    t = trace_of(tmp_path / "t", FUNCS, [(10, 1, 3, "in", 0, None), (20, 1, 3, "out", 0, 5, A)])
+    fns = build.function_table(t.functions)
+    rows = build.read_events(t, fns).rows
+    pairing = build.pair_calls(rows, fns)
+    assert rows[0].address == rows[1].address == A
+    assert pairing.lifetime_at == {0: 1}
+    assert pairing.lifetimes.first_reason[A] == "returned by make"
+
+
+def test_count_calls_one_call_per_frame_and_drops_repeated_slots(tmp_path):
+    # outer reaches A two ways (slots 1 and 4): one call, one row per phase kept;
+    # the unreadable row is the one dropped
+    t = trace_of(tmp_path / "t", FUNCS, [
+        (10, 1, 1, "in", A, None, None, FLAG_READ_FAILED), (11, 1, 4, "in", A, 1),
+        (20, 1, 1, "out", A, 1), (21, 1, 4, "out", A, 1), (30, 1, 2, "in", A, 1)])
+    fns = build.function_table(t.functions)
+    rows = build.read_events(t, fns).rows
+    counts = build.count_calls(rows, build.pair_calls(rows, fns), fns)
+    assert counts.methods[1].calls == 1 and counts.methods[1].durations == [10]
+    assert counts.duplicates == {0, 3}
+    assert counts.unfinished == 1 and not rows[4].matched  # inner never returned
+
+
+def test_assign_objects_splits_lifetimes_at_creation(tmp_path):
+    # A used, then make() hands A out again: two objects
+    t = trace_of(tmp_path / "t", FUNCS, [
+        (10, 1, 1, "in", A, 1), (20, 1, 1, "out", A, 2),
+        (30, 1, 3, "in", 0, None), (40, 1, 3, "out", 0, 0, A), (50, 1, 2, "in", A, 0)])
+    fns = build.function_table(t.functions)
+    events = build.read_events(t, fns)
+    pairing = build.pair_calls(events.rows, fns)
+    counts = build.count_calls(events.rows, pairing, fns)
+    found = build.assign_objects(events, pairing, counts.duplicates)
+    assert list(found.objects) == [ObjectKey(A, 1), ObjectKey(A, 2)]
+    assert [len(o.rows) for o in found.objects.values()] == [2, 3]
+    assert found.objects[ObjectKey(A, 2)].started_by == "returned by make"
+    assert found.null_events == 0
+
+
+def test_find_changes_attributes_to_the_exiting_function_or_the_caller(tmp_path):
+    # outer(count 0) changes count to 1 before calling inner (seen at inner's entry:
+    # the caller did it), inner makes it 2 (seen at inner's exit: during inner)
+    t = trace_of(tmp_path / "t", FUNCS, [
+        (10, 1, 1, "in", A, 0), (20, 1, 2, "in", A, 1), (30, 1, 2, "out", A, 2),
+        (40, 1, 1, "out", A, 2)])
+    fns = build.function_table(t.functions)
+    events = build.read_events(t, fns)
+    pairing = build.pair_calls(events.rows, fns)
+    counts = build.count_calls(events.rows, pairing, fns)
+    found = build.assign_objects(events, pairing, counts.duplicates)
+    build.find_changes(found, MINI, fns, counts.methods, events.rows[0].ts_ns)
+    obj = found.objects[ObjectKey(A, 1)]
+    assert [(c.old, c.new, c.function, c.cause) for c in obj.changes] == [
+        (0, 1, "outer", CAUSE_CALLER), (1, 2, "inner", CAUSE_DURING)]
+    assert obj.series["count"] == [(0, 0), (10, 1), (20, 2)]
+    assert counts.methods[1].changed_fields == 1 and counts.methods[2].changed_fields == 1
