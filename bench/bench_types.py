@@ -77,16 +77,18 @@ def phases(vmlinux: str) -> None:
     import resource
 
     from ctracer.debuginfo.dwarf import cache
+    from ctracer.debuginfo import elf
     from ctracer.debuginfo.dwarf import reader as dwarf
+    from ctracer.debuginfo.dwarf import sections
     from ctracer.debuginfo.dwarf import scan as ds
     from ctracer.debuginfo.dwarf import units as du
 
     gc.disable()  # as DwarfTypes.catalog builds (ctracer.debuginfo.gcpause); this process ends here
     t0 = time.perf_counter()
-    headers = dwarf.read_elf_headers(vmlinux)
+    headers = elf.read_elf_headers(vmlinux)
     model = dwarf.DwarfTypes(vmlinux, headers, use_cache=False)
-    sections = dwarf.dwarf_sections(headers)
-    units = ds.list_units(sections)
+    secs = sections.dwarf_sections(headers)
+    units = ds.list_units(secs)
     t1 = time.perf_counter()
     summaries, declared_rows = model.unit_summaries()
     t2 = time.perf_counter()
@@ -102,8 +104,8 @@ def phases(vmlinux: str) -> None:
     t5 = time.perf_counter()
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
     child_usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(f"\ncold build phases ({len(units)} units, {sections.info_size / 1e6:.0f} MB "
-          f".debug_info, {dwarf.scan_workers(sections.info_size)} scanning processes):")
+    print(f"\ncold build phases ({len(units)} units, {secs.info_size / 1e6:.0f} MB "
+          f".debug_info, {dwarf.scan_workers(secs.info_size)} scanning processes):")
     print(f"  unit headers        {t1 - t0:6.2f} s")
     print(f"  scan + summarize    {t2 - t1:6.2f} s")
     print(f"  merge + declared    {t3 - t2:6.2f} s   ({len(rows.functions)} functions, "

@@ -594,10 +594,11 @@ def test_kernel_lookups_equal_full_scan(kernel_model):
 
 def test_saved_indexes_answer_like_a_fresh_parse(gcc_obj, tmp_path):
     from ctracer.debuginfo.btf import cache as btf_cache
+    from ctracer.debuginfo.cachedir import cache_dir
     fresh = btf.open_btf(str(gcc_obj), use_cache=False)
     first = btf.open_btf(str(gcc_obj))
     assert first.saved is None and first.catalog()  # builds and saves
-    files = list(Path(btf_cache.cache_dir()).glob("btf-index-*"))
+    files = list(Path(cache_dir()).glob("btf-index-*"))
     assert len(files) == 1
     second = btf.open_btf(str(gcc_obj))
     assert second.saved is not None  # loaded: no pass over the records

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from ctracer.debuginfo.cachedir import cache_dir
 from ctracer.debuginfo.dwarf import cache
+from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
@@ -35,7 +37,7 @@ def program(tmp_path) -> Path:
 
 
 def cache_files() -> list[str]:
-    d = cache.cache_dir()
+    d = cache_dir()
     return sorted(f for f in os.listdir(d) if f.endswith(".sqlite")) if os.path.isdir(d) else []
 
 
@@ -71,7 +73,7 @@ def test_cached_catalog_answers_like_the_memory_one(program):
     memory = dwarf.open_elf_types(str(program), use_cache=False).catalog()
     first = dwarf.open_elf_types(str(program)).catalog()
     assert isinstance(first, cache.SqliteCatalog)
-    bid = dwarf.build_id(str(program))
+    bid = elf.build_id(str(program))
     assert bid and cache_files() == [f"dwarf-buildid-{bid}.sqlite"]
     assert_same_catalog(first, memory)
     again = dwarf.open_elf_types(str(program)).catalog()
@@ -124,7 +126,7 @@ def test_each_shape_is_stored_once(program):
                                        ("packing", "marshal-0"), ("complete", "0")])
 def test_stale_cache_is_rebuilt(program, key, value):
     dwarf.open_elf_types(str(program)).catalog()
-    path = os.path.join(cache.cache_dir(), cache_files()[0])
+    path = os.path.join(cache_dir(), cache_files()[0])
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = ? WHERE key = ?", (value, key))
     catalog = dwarf.open_elf_types(str(program)).catalog()
@@ -146,7 +148,7 @@ def test_same_build_id_but_changed_file_is_stale(program, tmp_path):
                                      b"SQLite format 3\0" + b"\xff" * 4000])
 def test_corrupt_cache_is_rebuilt(program, garbage):
     dwarf.open_elf_types(str(program)).catalog()
-    path = os.path.join(cache.cache_dir(), cache_files()[0])
+    path = os.path.join(cache_dir(), cache_files()[0])
     Path(path).write_bytes(garbage)
     catalog = dwarf.open_elf_types(str(program)).catalog()
     assert catalog.functions_referencing(ShapeKind.STRUCT, "bits")
@@ -166,7 +168,7 @@ def test_file_without_build_id_is_keyed_by_path_size_and_time(tmp_path):
                        check=True)
 
     build("")
-    assert dwarf.build_id(str(prog)) is None
+    assert elf.build_id(str(prog)) is None
     assert dwarf.open_elf_types(str(prog)).catalog().struct("thing").size == 4
     build("long more[4];")
     catalog = dwarf.open_elf_types(str(prog)).catalog()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ctracer.debuginfo import elf
+from ctracer.debuginfo.dwarf import dies
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.errors import InputFileError, UnknownType
 from ctracer.debuginfo.model import (ArrayType, CompositeType, EnumType, FunctionType, Inline,
@@ -404,7 +406,7 @@ def test_struct_summaries_flatten_anonymous_members(binary):
 
 def test_build_id_matches_readelf(binary):
     m = re.search(r"Build ID: ([0-9a-f]+)", run("readelf", "-n", str(binary)))
-    assert dwarf.build_id(str(binary)) == (m.group(1) if m else None)
+    assert elf.build_id(str(binary)) == (m.group(1) if m else None)
 
 
 def test_uprobe_offset_matches_objdump(build_dir):
@@ -416,7 +418,7 @@ def test_uprobe_offset_matches_objdump(build_dir):
     dump = run("objdump", "-d", "-F", "--disassemble=main", str(out))
     offset = int(re.search(r"<main> \(File Offset: (0x[0-9a-f]+)\)", dump).group(1), 16)
     assert main.address != offset  # non-PIE: addresses and offsets differ
-    assert dwarf.uprobe_offset(str(out), main.address) == offset
+    assert elf.uprobe_offset(str(out), main.address) == offset
 
 
 def test_not_an_elf_file(tmp_path):
@@ -517,7 +519,7 @@ def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
     from ctracer.debuginfo.dwarf import scan as ds
 
     seen = []
-    scan, build = ds.scan_units, dwarf.GraphBuilder.build
+    scan, build = ds.scan_units, dies.GraphBuilder.build
 
     def scan_watched(*args, **kwargs):
         seen.append(("scan", gc.isenabled()))
@@ -528,7 +530,7 @@ def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
         return build(self, root)
 
     monkeypatch.setattr(ds, "scan_units", scan_watched)
-    monkeypatch.setattr(dwarf.GraphBuilder, "build", build_watched)
+    monkeypatch.setattr(dies.GraphBuilder, "build", build_watched)
     assert gc.isenabled()
     model = dwarf.open_elf_types(str(binary), use_cache=False)
     model.catalog()
@@ -545,7 +547,7 @@ def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
     assert gc.isenabled()
     with pytest.raises(UnknownType):
         model.find_struct("opaque")
-    monkeypatch.setattr(dwarf.GraphBuilder, "build", lambda self, root: 1 / 0)
+    monkeypatch.setattr(dies.GraphBuilder, "build", lambda self, root: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         model.find_struct("bits")
     assert gc.isenabled()
@@ -554,7 +556,7 @@ def test_bulk_builds_pause_the_garbage_collector(binary, monkeypatch):
 def test_section_file_is_a_stream_of_one_section(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(b"HEADER" + b"0123456789" + b"TRAILER")
-    s = dwarf.SectionFile(str(path), 6, 10)
+    s = dies.SectionFile(str(path), 6, 10)
     assert s.tell() == 0 and s.read(4) == b"0123" and s.tell() == 4
     assert s.seek(2, 1) == 6 and s.read(2) == b"67"
     assert s.seek(0, 2) == 10 and s.tell() == 10
@@ -572,8 +574,8 @@ def test_types_are_read_in_place(binary):
     model = dwarf.open_elf_types(str(binary), use_cache=False)
     with open(binary, "rb") as f:
         copied = ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)
-        reference = {name: dwarf.GraphBuilder(copied, False).build(
+        reference = {name: dies.GraphBuilder(copied, False).build(
             model.struct_location(name)) for name in model.struct_names()}
     for name, graph in reference.items():
         assert model.find_struct(name) == graph
-    assert isinstance(model.dwarfinfo().debug_info_sec.stream, dwarf.SectionFile)
+    assert isinstance(model.dwarfinfo().debug_info_sec.stream, dies.SectionFile)

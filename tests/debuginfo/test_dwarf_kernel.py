@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.debuginfo.dwarf import sections
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.model import ShapeKind
@@ -70,11 +72,11 @@ def models(cache_home):
 
 def units_defining(path: Path, unit_names: set, kind: str, name: str) -> dict:
     """For each named unit: does it define the struct (not only declare it)?"""
-    headers = dwarf.read_elf_headers(str(path))
-    sections = dwarf.dwarf_sections(headers)
+    headers = elf.read_elf_headers(str(path))
+    secs = sections.dwarf_sections(headers)
     answer = {}
-    for unit in ds.list_units(sections):
-        scanner = ds.UnitScanner(ds.UnitReader(sections, unit, ds.read_abbrevs(sections, unit),
+    for unit in ds.list_units(secs):
+        scanner = ds.UnitScanner(ds.UnitReader(secs, unit, ds.read_abbrevs(secs, unit),
                                                {}), set())
         scanner.read_unit_die()
         if scanner.tables.name in unit_names:
@@ -162,7 +164,7 @@ def test_btf_section_names_no_method_the_dwarf_lacks(models):
         btf.model_from_bytes  # noqa: B018
     except (ImportError, AttributeError):
         pytest.skip("ctracer.debuginfo.btf.reader.model_from_bytes is not available")
-    headers = dwarf.read_elf_headers(str(corpus(VMLINUX)))
+    headers = elf.read_elf_headers(str(corpus(VMLINUX)))
     section = headers.section(".BTF")
     with open(VMLINUX, "rb") as f:
         f.seek(section.offset)

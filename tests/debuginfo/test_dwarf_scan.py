@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from ctracer.debuginfo import elf
+from ctracer.debuginfo.dwarf import dies
 from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.debuginfo.dwarf import sections
+from ctracer.errors import InputFileError
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.model import iter_members_flat
@@ -36,15 +40,16 @@ def variant(binary) -> Path:
 
 
 def scanned(path: Path, workers: int = 1) -> list:
-    headers = dwarf.read_elf_headers(str(path))
-    sections = dwarf.dwarf_sections(headers)
-    return ds.scan_units(sections, ds.list_units(sections), workers)
+    headers = elf.read_elf_headers(str(path))
+    secs = sections.dwarf_sections(headers)
+    return ds.scan_units(secs, ds.list_units(secs), workers)
 
 
 def walked(path: Path) -> list:
-    model = dwarf.DwarfTypes(str(path), dwarf.read_elf_headers(str(path)), use_cache=False)
+    model = dwarf.DwarfTypes(str(path), elf.read_elf_headers(str(path)), use_cache=False)
     known, seen_inline = set(), set()
-    return [du.summarize_unit(tables, known, seen_inline) for tables in model._walk_units()]
+    return [du.summarize_unit(tables, known, seen_inline)
+            for tables in dies.walk_units(model.dwarfinfo(), model.headers.big_endian)]
 
 
 def assert_same_summaries(fast: list, reference: list) -> None:
@@ -64,7 +69,7 @@ def test_relocatable_object_is_relocated(scan_dir):
     relocations: the scanner applies them as pyelftools does."""
     obj = scan_dir / "layouts.o"
     subprocess.run(["gcc", "-g", "-O2", "-c", "-o", str(obj), str(SOURCES[0])], check=True)
-    assert dwarf.read_elf_headers(str(obj)).type == dwarf.ET_REL
+    assert elf.read_elf_headers(str(obj)).type == elf.ET_REL
     fast = scanned(obj)
     assert_same_summaries(fast, walked(obj))
     assert "bits" in {row[1] for row in fast[0].structs}
@@ -91,7 +96,7 @@ def _graphs_relocated_by_pyelftools(path: Path) -> dict:
     names = model.struct_names()
     with open(path, "rb") as f:
         info = ELFFile(f).get_dwarf_info(relocate_dwarf_sections=True)
-        return {name: dwarf.GraphBuilder(info, False).build(model.struct_location(name))
+        return {name: dies.GraphBuilder(info, False).build(model.struct_location(name))
                 for name in names}
 
 
@@ -104,7 +109,7 @@ def test_relocatable_module_types_are_relocated_without_pyelftools(scan_dir, com
     need(compiler)
     need("ld")
     module = _relocatable_module(scan_dir, compiler)
-    assert len(ds.list_units(dwarf.dwarf_sections(dwarf.read_elf_headers(str(module))))) > 1
+    assert len(ds.list_units(sections.dwarf_sections(elf.read_elf_headers(str(module))))) > 1
     reference = _graphs_relocated_by_pyelftools(module)
     assert "bits" in reference and "with_anon" in reference
     from elftools.elf.relocation import RelocationHandler
@@ -178,8 +183,8 @@ def test_dwz_compressed_file_reads_like_the_original(scan_dir):
     done = subprocess.run(["dwz", str(compressed)], capture_output=True, text=True)
     if done.returncode != 0 or compressed.read_bytes() == original.read_bytes():
         pytest.skip(f"dwz left the file as it was: {done.stderr.strip()}")
-    assert len(ds.list_units(dwarf.dwarf_sections(dwarf.read_elf_headers(str(compressed))))) > \
-        len(ds.list_units(dwarf.dwarf_sections(dwarf.read_elf_headers(str(original)))))
+    assert len(ds.list_units(sections.dwarf_sections(elf.read_elf_headers(str(compressed))))) > \
+        len(ds.list_units(sections.dwarf_sections(elf.read_elf_headers(str(original)))))
     assert_same_summaries(scanned(compressed), walked(compressed))
 
     def described(path):
@@ -208,10 +213,10 @@ def test_dwz_supplementary_file_is_refused_in_one_line(scan_dir):
         subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
     done = subprocess.run(["dwz", "-m", str(scan_dir / "common.debug"), str(first), str(second)],
                           capture_output=True, text=True)
-    if done.returncode != 0 or dwarf.read_elf_headers(str(first)).section(
+    if done.returncode != 0 or elf.read_elf_headers(str(first)).section(
             ".gnu_debugaltlink") is None:
         pytest.skip(f"dwz -m made no supplementary file: {done.stderr.strip()}")
-    with pytest.raises(dwarf.InputFileError, match="supplementary file .*common.debug"):
+    with pytest.raises(InputFileError, match="supplementary file .*common.debug"):
         dwarf.open_elf_types(str(first))
 
 
@@ -221,7 +226,7 @@ def test_type_units_are_refused_in_one_line(scan_dir, version):
     out = scan_dir / f"type-units{version}"
     subprocess.run(["gcc", "-g", version, "-fdebug-types-section", "-o", str(out),
                     *map(str, SOURCES)], check=True)
-    with pytest.raises(dwarf.InputFileError, match="type units"):
+    with pytest.raises(InputFileError, match="type units"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
 
 
@@ -231,7 +236,7 @@ def test_split_dwarf_is_refused_in_one_line(scan_dir, version):
     out = scan_dir / f"split{version}"
     subprocess.run(["gcc", "-g", version, "-gsplit-dwarf", "-o", str(out),
                     *map(str, SOURCES)], check=True, cwd=scan_dir)
-    with pytest.raises(dwarf.InputFileError, match="split DWARF"):
+    with pytest.raises(InputFileError, match="split DWARF"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
 
 
@@ -239,12 +244,12 @@ def test_damaged_dwarf_is_one_line(scan_dir):
     need("gcc")
     out = scan_dir / "damaged"
     subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
-    info = dwarf.read_elf_headers(str(out)).section(".debug_info")
+    info = elf.read_elf_headers(str(out)).section(".debug_info")
     data = bytearray(out.read_bytes())
     for at in range(info.offset + 40, info.offset + info.size, 7):
         data[at] = 0xFF  # abbreviation codes and sizes that make no sense
     out.write_bytes(bytes(data))
-    with pytest.raises(dwarf.InputFileError, match="DWARF cannot be read"):
+    with pytest.raises(InputFileError, match="DWARF cannot be read"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
 
 
@@ -262,8 +267,8 @@ def test_compressed_debug_sections_read_like_plain_ones(scan_dir, relocatable):
         return out
 
     plain, compressed = build(()), build(("-gz",))
-    info = dwarf.read_elf_headers(str(compressed)).section(".debug_info")
-    if not info.flags & dwarf.SHF_COMPRESSED:
+    info = elf.read_elf_headers(str(compressed)).section(".debug_info")
+    if not info.flags & elf.SHF_COMPRESSED:
         pytest.skip("this toolchain wrote no compressed .debug_info with -gz")
     assert_same_summaries(scanned(compressed), scanned(plain))
 

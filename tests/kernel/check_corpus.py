@@ -105,9 +105,9 @@ def _cli_output(argv: list[str]) -> tuple[int, str]:
 
 
 def _dwarf_cache_state(path: Path) -> str:
+    from ctracer.debuginfo import elf
     from ctracer.debuginfo.dwarf import cache
-    from ctracer.debuginfo.dwarf import reader as dwarf
-    key = cache.source_key(str(path), dwarf.build_id(str(path)))
+    key = cache.source_key(str(path), elf.build_id(str(path)))
     return "cached" if os.path.exists(cache.cache_path(key, "dwarf")) else "cold"
 
 

@@ -14,7 +14,10 @@ from typing import Optional
 from ctracer.errors import InputFileError
 
 ELF_MAGIC = b"\x7fELF"
+ET_REL = 1             # e_type of a relocatable file (.o, .ko)
 SHT_NOTE = 7
+SHT_NOBITS = 8         # a section with no bytes in the file (stripped debug info)
+SHF_COMPRESSED = 0x800
 NT_GNU_BUILD_ID = 3
 
 

@@ -232,7 +232,7 @@ _SYMBOLS_VERSION = 2
 
 
 def _symbols_path(key: str) -> str:
-    from ctracer.debuginfo.btf.cache import cache_dir
+    from ctracer.debuginfo.cachedir import cache_dir
     return os.path.join(cache_dir(), f"kernel-symbols-{key}.marshal")
 
 

@@ -20,14 +20,10 @@ import tempfile
 from array import array
 from typing import Optional
 
+from ctracer.debuginfo.cachedir import cache_dir
+
 #: bump when the layout of the saved tables or their meaning changes
 INDEX_VERSION = 1
-
-
-def cache_dir() -> str:
-    """``$XDG_CACHE_HOME/ctracer`` or ``~/.cache/ctracer`` (as `ctracer.debuginfo.dwarf.cache` uses)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ctracer")
 
 
 def digest(data: bytes, base_digest: Optional[str] = None) -> str:

@@ -1,6 +1,6 @@
 """The type cache: catalogs stored in SQLite so that a second query starts in milliseconds.
 
-One file per type source under ``$XDG_CACHE_HOME/ctracer`` (or ``~/.cache/ctracer``),
+One file per type source in ctracer's cache directory (`ctracer.debuginfo.cachedir`),
 named by a key the reader chooses: the GNU build-id of an ELF file when it has one,
 else a hash of its path, size and modification time (`source_key`).  A file holds:
 
@@ -32,6 +32,7 @@ import sqlite3
 import sys
 from typing import Iterable, Optional
 
+from ctracer.debuginfo.cachedir import cache_dir
 from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.debuginfo.model import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
                            StructInfo, TracepointInfo, TypeShape)
@@ -65,11 +66,6 @@ ShapeTuple = tuple
 #: enum members by value (a dict: calling the enum costs 0.3 µs a row)
 _INLINE = {i.value: i for i in Inline}
 _SHAPE_KINDS = {k.value: k for k in ShapeKind}
-
-
-def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ctracer")
 
 
 def source_key(path: str, build_id: Optional[str] = None) -> str:

@@ -26,6 +26,7 @@ from ctracer.debuginfo.dwarf.units import (COMPOSITE_TAGS, TAG_ARRAY, TAG_CLASS,
                                  TRACEPOINT_TYPEDEF_PREFIX, TYPE_TAGS, UNRESOLVED,
                                  ShapeResolver,
                                  Subprogram, UnitTables, function_row, member_bit_offset,
+                                 plus_uconst,
                                  summarize_unit)
 
 AT_SIBLING = 0x01
@@ -605,7 +606,7 @@ class UnitScanner:
     struct/union definitions not summarized by an earlier unit (with their members) and
     typedefs (for tracepoints) are decoded; every other DIE is jumped over.  Types are
     decoded later, on demand, when a shape or an anonymous member needs them
-    (`LazyTypes`): a unit references a small part of the types its headers declare."""
+    (`ScannedTypes`): a unit references a small part of the types its headers declare."""
 
     def __init__(self, reader: UnitReader, known_structs: set, ranges=None, other=None):
         self.r = reader
@@ -615,7 +616,7 @@ class UnitScanner:
         #: DW_FORM_ref_addr into it (partial units of dwz, link-time optimization)
         self.other = other
         self.tables = UnitTables(reader.unit.offset)
-        self.tables.types = LazyTypes(self)
+        self.tables.types = ScannedTypes(self)
         self.tables.load_composite = self.composite_at
         self.tables.load_params = self.load_params
         self.handlers = {TAG_SUBPROGRAM: self._subprogram, TAG_NAMESPACE: self._namespace,
@@ -781,7 +782,7 @@ class UnitScanner:
     def _bit_offset(self, values: dict) -> int:
         location = values.get(AT_DATA_MEMBER_LOCATION)
         if isinstance(location, bytes):
-            location = _plus_uconst(location)
+            location = plus_uconst(location)
         be_bit_offset = values.get(AT_BIT_OFFSET)
         storage = values.get(AT_BYTE_SIZE)
         type_size = 0
@@ -918,7 +919,7 @@ class UnitScanner:
             pos = r.next_sibling(plan, values, end)
 
 
-class LazyTypes:
+class ScannedTypes:
     """`UnitTables.types` for the raw scanner: type DIEs decoded when first asked for."""
 
     __slots__ = ("scanner", "memo")
@@ -956,13 +957,6 @@ def _subrange_count(values: dict) -> Optional[int]:
     if upper >= (1 << 63) or upper == 0xFFFFFFFF:
         return 0  # GCC's "-1" upper bound of a zero-length array
     return upper - (values.get(AT_LOWER_BOUND) or 0) + 1
-
-
-def _plus_uconst(expr: bytes) -> Optional[int]:
-    """DWARF 2/3 member location ``DW_OP_plus_uconst N``."""
-    if not expr or expr[0] != 0x23:
-        return None
-    return read_uleb(expr, 1)[0]
 
 
 # ------------------------------------------------------------------ line table files

@@ -19,7 +19,7 @@ Offsets are absolute ``.debug_info`` offsets; tags are the DWARF numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
@@ -135,6 +135,20 @@ class UnitTables:
         return found
 
 
+def plus_uconst(expr) -> Optional[int]:
+    """N of a DWARF 2/3 member location ``DW_OP_plus_uconst N`` (bytes, or the list of
+    byte values pyelftools gives); None for any other expression."""
+    if not expr or expr[0] != 0x23:
+        return None
+    value, shift = 0, 0
+    for byte in expr[1:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value
+    return None
+
+
 def member_bit_offset(location: Optional[int], data_bit_offset: Optional[int],
                       be_bit_offset: Optional[int], storage_bytes: Optional[int],
                       bit_size: int, type_size: int, big_endian: bool) -> int:
@@ -186,15 +200,15 @@ class ShapeResolver:
             t = self.types.get(tid)
             if t is None:  # a reference not followed: its name says so (see UNRESOLVED)
                 return ("unknown", UNRESOLVED_NAME, pointers, const, self.text(offset))
-            tag = t[0]
+            tag, name, target, _aux = t
             if tag == TAG_TYPEDEF or tag in QUALIFIER_TAGS:
                 const = const or tag == TAG_CONST
             elif tag in POINTER_TAGS:
                 pointers += 1
                 const = False  # const now refers to what this pointer points to
             else:
-                return (_shape_kind(tag), t[1], pointers, const, self.text(offset))
-            tid = t[2]
+                return (_shape_kind(tag), name, pointers, const, self.text(offset))
+            tid = target
         return ("unknown", None, pointers, const, self.text(offset))
 
     def text(self, offset: Optional[int], declarator: str = "", depth: int = 0) -> str:
@@ -207,12 +221,12 @@ class ShapeResolver:
         tag, name, target, aux = t
         if tag in POINTER_TAGS:
             inner = self.types.get(target) if target is not None else None
-            wrap = inner is not None and inner[0] in (TAG_SUBROUTINE_TYPE, TAG_ARRAY)
+            wrap = inner is not None and _tag(inner) in (TAG_SUBROUTINE_TYPE, TAG_ARRAY)
             star = POINTER_TAGS[tag] + declarator
             return self.text(target, f"({star})" if wrap else star, depth + 1)
         if tag in QUALIFIER_TAGS:
             inner = self.types.get(target) if target is not None else None
-            if inner is not None and inner[0] in POINTER_TAGS:
+            if inner is not None and _tag(inner) in POINTER_TAGS:
                 return self.text(target, f" {QUALIFIER_TAGS[tag]} {declarator}".rstrip(),
                                  depth + 1)
             return f"{QUALIFIER_TAGS[tag]} " + self.text(target, declarator, depth + 1)
@@ -231,6 +245,12 @@ class ShapeResolver:
         return _join(name or "?", declarator)
 
 
+def _tag(entry: tuple) -> int:
+    """The tag of a ``(tag, name, target, aux)`` entry of `UnitTables.types`."""
+    tag, _name, _target, _aux = entry
+    return tag
+
+
 def _shape_kind(tag: int) -> str:
     if tag in COMPOSITE_TAGS:
         return COMPOSITE_TAGS[tag]
@@ -246,18 +266,43 @@ def _join(base: str, declarator: str) -> str:
 # ------------------------------------------------------------------ unit summaries
 
 
+class FunctionRow(NamedTuple):
+    """A function as a unit summary and the catalog rows carry it."""
+
+    name: str
+    unit: str
+    #: the entry of every out-of-line copy (the function itself and its clones)
+    addresses: tuple
+    external: bool
+    inline: str                 # an `ctracer.debuginfo.model.Inline` value
+    variadic: bool
+    linkage_name: Optional[str]
+    decl_file: Optional[str]
+    decl_line: Optional[int]
+    params: tuple               # (name, shape tuple) pairs
+    returns: tuple              # a shape tuple
+    die_offset: int
+    #: the one entry chosen among ``addresses`` (`DwarfTypes.resolve_addresses`)
+    address: Optional[int] = None
+
+
+class StructRow(NamedTuple):
+    """A struct or union definition, its members flattened."""
+
+    kind: str                   # "struct" or "union"
+    name: str
+    size: int
+    members: tuple              # (dotted path, shape tuple, bit offset) triples
+    die_offset: int
+
+
 @dataclass(slots=True)
 class UnitSummary:
     """A unit reduced to compact tuples (cheap to send between processes).
 
-    ``functions``: ``(name, unit, addresses, external, inline, variadic, linkage_name,
-    decl_file, decl_line, params, returns, die_offset)`` — ``addresses`` holds the entry
-    of every out-of-line copy (the function itself and its clones), ``params`` are
-    ``(name, shape)`` pairs.
+    ``functions``: `FunctionRow`s; ``structs``: `StructRow`s.
     ``orphans``: ``(abstract_origin, low_pc)`` of concrete copies whose abstract DIE
     lies in another unit.
-    ``structs``: ``(kind, name, size, members, die_offset)``, members being
-    ``(dotted path, shape, bit_offset)``.
     ``tracepoints``: ``(name, params)``.
     ``declarations``: ``(name, offset)`` of external functions this unit only declares.
     """
@@ -328,7 +373,7 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver,
 
 
 def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
-                 decl: Optional[Subprogram] = None, copies=()) -> Optional[tuple]:
+                 decl: Optional[Subprogram] = None, copies=()) -> Optional[FunctionRow]:
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None
@@ -343,10 +388,10 @@ def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
     decl_line = sp.decl_line if sp.decl_line is not None else (decl.decl_line if decl else None)
     addrs = tuple(([sp.low_pc] if sp.low_pc is not None else []) + list(copies))
     inline = INLINE_NAMES[sp.inline] if sp.inline is not None and 0 <= sp.inline < 4 else "none"
-    return (name, tables.name, addrs, external, inline, variadic, linkage,
-            tables.files.get(decl_file) if decl_file is not None else None, decl_line,
-            tuple((pname, shapes.shape(ptype)) for pname, ptype in params),
-            shapes.shape(returns), sp.offset)
+    return FunctionRow(name, tables.name, addrs, external, inline, variadic, linkage,
+                       tables.files.get(decl_file) if decl_file is not None else None,
+                       decl_line, tuple((pname, shapes.shape(ptype)) for pname, ptype in params),
+                       shapes.shape(returns), sp.offset)
 
 
 def _summarize_structs(tables: UnitTables, shapes: ShapeResolver, known: set) -> list:
@@ -354,12 +399,12 @@ def _summarize_structs(tables: UnitTables, shapes: ShapeResolver, known: set) ->
     for offset, (tag, name, size, _members) in list(tables.composites.items()):
         if not name:
             continue
-        key = (COMPOSITE_TAGS[tag], name)
-        if key in known:
+        kind = COMPOSITE_TAGS[tag]
+        if (kind, name) in known:
             continue
-        known.add(key)
+        known.add((kind, name))
         members = tuple(_flatten_members(tables, shapes, offset, "", 0, 0))
-        rows.append((key[0], name, size, members, offset))
+        rows.append(StructRow(kind, name, size, members, offset))
     return rows
 
 
@@ -368,7 +413,8 @@ def _flatten_members(tables: UnitTables, shapes: ShapeResolver, offset: int, pre
     composite = tables.composite(offset)
     if composite is None or depth > 16:
         return
-    for name, mtype, bit_offset in composite[3]:
+    _tag_, _name, _size, members = composite
+    for name, mtype, bit_offset in members:
         inner = _strip(tables.types, mtype)
         if name is None and tables.composite(inner) is not None:
             yield from _flatten_members(tables, shapes, inner, prefix + ".",
@@ -380,22 +426,31 @@ def _flatten_members(tables: UnitTables, shapes: ShapeResolver, offset: int, pre
 def _strip(types: dict, offset: Optional[int]) -> Optional[int]:
     for _ in range(64):
         t = types.get(offset) if offset is not None else None
-        if t is None or not (t[0] == TAG_TYPEDEF or t[0] in QUALIFIER_TAGS):
+        if t is None:
             return offset
-        offset = t[2]
+        tag, _name, target, _aux = t
+        if not (tag == TAG_TYPEDEF or tag in QUALIFIER_TAGS):
+            return offset
+        offset = target
     return offset
 
 
 def _tracepoint_params(types: dict, typedef_offset: int, shapes: ShapeResolver):
     """Params of ``typedef void (*btf_trace_X)(void *__data, args...)``, minus __data."""
-    pointer = types.get(types[typedef_offset][2]) if typedef_offset in types else None
-    if pointer is None or pointer[0] != TAG_POINTER:
+    typedef = types.get(typedef_offset)
+    if typedef is None:
         return None
-    func = types.get(pointer[2])
-    if func is None or func[0] != TAG_SUBROUTINE_TYPE:
+    _tag_, _name, target, _aux = typedef
+    pointer = types.get(target)
+    if pointer is None or _tag(pointer) != TAG_POINTER:
         return None
-    params = func[3][0][1:]
-    return tuple((None, shapes.shape(p)) for p in params)
+    _tag_, _name, target, _aux = pointer
+    func = types.get(target)
+    if func is None or _tag(func) != TAG_SUBROUTINE_TYPE:
+        return None
+    _tag_, _name, _returns, (param_types, _variadic) = func
+    return tuple((None, shapes.shape(p)) for p in param_types[1:])
+
 
 
 # ------------------------------------------------------------------ catalog assembly
@@ -403,7 +458,8 @@ def _tracepoint_params(types: dict, typedef_offset: int, shapes: ShapeResolver):
 
 @dataclass
 class CatalogRows:
-    """All units' summaries merged: plain tuples, as `dwarf_scan.UnitSummary` defines."""
+    """All units' summaries merged: `FunctionRow`s, `StructRow`s, ``(name, params)`` of
+    tracepoints, and notes for the user."""
 
     functions: list
     structs: list
@@ -426,17 +482,18 @@ def assemble_rows(summaries: Iterable[UnitSummary],
         for name, offset in s.declarations:
             declared.setdefault(name, offset)
         for row in s.structs:
-            if (row[0], row[1]) not in seen_structs:
-                seen_structs.add((row[0], row[1]))
+            if (row.kind, row.name) not in seen_structs:
+                seen_structs.add((row.kind, row.name))
                 structs.append(row)
         for name, params in s.tracepoints:
             tracepoints.setdefault(name, params)
     if orphans:
         functions = _attach_orphans(functions, orphans)
     functions = _fold_inline_copies(functions)
-    inlined_only = sum(1 for f in functions if not f[2] and f[4] in ("inlined", "declared_inlined"))
+    inlined_only = sum(1 for f in functions
+                       if not f.addresses and f.inline in ("inlined", "declared_inlined"))
     notes = []
-    defined = {f[0] for f in functions}
+    defined = {f.name for f in functions}
     undefined = sorted(off for name, off in declared.items() if name not in defined)
     if undefined and declared_rows is not None:
         functions.extend(declared_rows(undefined))
@@ -444,15 +501,15 @@ def assemble_rows(summaries: Iterable[UnitSummary],
                      " outside this file's DWARF)")
     if inlined_only:
         notes.append(f"{inlined_only} functions exist only inlined and cannot be probed")
-    unknown = sum(1 for f in functions if f[10][1] == UNRESOLVED_NAME
-                  or any(shape[1] == UNRESOLVED_NAME for _n, shape in f[9]))
+    unknown = sum(1 for f in functions if _unresolved(f.returns)
+                  or any(_unresolved(shape) for _n, shape in f.params))
     if unknown:
         notes.append(f"{unknown} functions have parameter or return types that could not be"
                      " followed (type units, another file): shown as '?'")
     statics = {}
     for f in functions:
-        if not f[3]:
-            statics[f[0]] = statics.get(f[0], 0) + 1
+        if not f.external:
+            statics[f.name] = statics.get(f.name, 0) + 1
     shared = sum(1 for n in statics.values() if n > 1)
     if shared:
         notes.append(f"{shared} static function names are defined in several compile units;"
@@ -460,14 +517,19 @@ def assemble_rows(summaries: Iterable[UnitSummary],
     return CatalogRows(functions, structs, sorted(tracepoints.items()), notes)
 
 
+def _unresolved(shape: tuple) -> bool:
+    _kind, name, _pointers, _const, _text = shape
+    return name == UNRESOLVED_NAME
+
+
 def _attach_orphans(functions: list, orphans: list) -> list:
-    by_offset = {f[11]: i for i, f in enumerate(functions)}
+    by_offset = {f.die_offset: i for i, f in enumerate(functions)}
     functions = list(functions)
     for origin, address in orphans:
         i = by_offset.get(origin)
         if i is not None:
             f = functions[i]
-            functions[i] = f[:2] + (f[2] + (address,),) + f[3:]
+            functions[i] = f._replace(addresses=f.addresses + (address,))
     return functions
 
 
@@ -481,8 +543,8 @@ def _fold_inline_copies(functions: list) -> list:
     those copies have no address and the same declaration: keep one."""
     kept, seen = [], set()
     for f in functions:
-        if not f[2] and not f[3] and f[4] in ("inlined", "declared_inlined"):
-            key = fold_key(f[0], f[7], f[8])
+        if not f.addresses and not f.external and f.inline in ("inlined", "declared_inlined"):
+            key = fold_key(f.name, f.decl_file, f.decl_line)
             if key in seen:
                 continue
             seen.add(key)
@@ -506,17 +568,16 @@ def catalog_from_rows(rows: CatalogRows) -> MemoryCatalog:
         return s
 
     functions = []
-    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
-         params, returns, _offset) in rows.functions:
+    for f in rows.functions:
         functions.append(FunctionInfo(
-            name=name, params=tuple(Parameter(p, shape(s)) for p, s in params),
-            returns=shape(returns), unit=unit, address=address, external=external,
-            inline=Inline(inline), inlined_only=_inlined_only(address, inline),
-            variadic=variadic, linkage_name=linkage, decl_file=decl_file,
-            decl_line=decl_line))
-    structs = [StructInfo(ShapeKind(kind), name, size,
-                          tuple(MemberInfo(path, shape(s), bits) for path, s, bits in members))
-               for kind, name, size, members, _offset in rows.structs]
+            name=f.name, params=tuple(Parameter(p, shape(s)) for p, s in f.params),
+            returns=shape(f.returns), unit=f.unit, address=f.address, external=f.external,
+            inline=Inline(f.inline), inlined_only=_inlined_only(f.address, f.inline),
+            variadic=f.variadic, linkage_name=f.linkage_name, decl_file=f.decl_file,
+            decl_line=f.decl_line))
+    structs = [StructInfo(ShapeKind(s.kind), s.name, s.size,
+                          tuple(MemberInfo(path, shape(t), bits) for path, t, bits in s.members))
+               for s in rows.structs]
     tracepoints = [TracepointInfo(name, tuple(Parameter(p, shape(s)) for p, s in params))
                    for name, params in rows.tracepoints]
     return MemoryCatalog(functions, structs, tracepoints, rows.notes)
@@ -529,13 +590,12 @@ def _inlined_only(address: Optional[int], inline: str) -> bool:
 def store_rows(rows: CatalogRows, writer) -> None:
     """Feed assembled rows to a `ctracer.debuginfo.dwarf.cache.CatalogWriter`."""
     writer.notes = list(rows.notes)
-    for (name, unit, address, external, inline, variadic, linkage, decl_file, decl_line,
-         params, returns, _offset) in rows.functions:
-        writer.add_function(name, unit, address, external, inline,
-                            _inlined_only(address, inline), variadic, linkage, decl_file,
-                            decl_line, params, returns)
-    for kind, name, size, members, offset in rows.structs:
-        writer.add_struct(kind, name, size, members, offset)
+    for f in rows.functions:
+        writer.add_function(f.name, f.unit, f.address, f.external, f.inline,
+                            _inlined_only(f.address, f.inline), f.variadic, f.linkage_name,
+                            f.decl_file, f.decl_line, f.params, f.returns)
+    for s in rows.structs:
+        writer.add_struct(s.kind, s.name, s.size, s.members, s.die_offset)
     for name, params in rows.tracepoints:
         writer.add_tracepoint(name, params)
 
