@@ -5,7 +5,8 @@ a bitfield in the last byte, selection errors), and C spellings of types."""
 import pytest
 
 from ctracer.errors import UsageError
-from ctracer.plan.mini import build_mini, extract_field, select_fields, type_name
+from ctracer.debuginfo.cdecl import type_text
+from ctracer.plan.mini import build_mini, extract_field, select_fields
 from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, FunctionType,
                            Member, PointerType, QualifiedType, TypeGraph, Typedef)
 
@@ -94,12 +95,12 @@ def test_selection_errors_suggest_names():
     assert select_fields(fields, cachelines=[5]) == []
 
 
-def test_type_names_are_c_spellings():
-    assert type_name(GRAPH, 9) == "int (*)(void *, int)"
-    assert type_name(GRAPH, 10) == "void *[4]"
-    assert type_name(GRAPH, 12) == "myint"
-    assert type_name(GRAPH, 11) == "const int"
-    assert type_name(GRAPH, 5) == "union {...}"
+def test_type_texts_are_c_spellings():
+    assert type_text(GRAPH, 9) == "int (*)(void *, int)"
+    assert type_text(GRAPH, 10) == "void *[4]"
+    assert type_text(GRAPH, 12) == "myint"
+    assert type_text(GRAPH, 11) == "const int"
+    assert type_text(GRAPH, 5) == "union {...}"
 
 
 def test_empty_selection_gives_an_empty_layout():

@@ -4,5 +4,5 @@
 came from; `sources` opens a type source (a program's DWARF, an ELF `.BTF` section,
 split module BTF, the running kernel) and gives a `TypeModel`; `elf` reads ELF headers,
 notes and symbols for both readers; `dwarf/` and `btf/` are the two readers with their
-caches.
+caches; `cdecl` is the one speller of types as C text, for both readers and the model.
 """

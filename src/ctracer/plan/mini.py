@@ -44,9 +44,9 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ctracer.errors import UsageError
 from ctracer.event import Field, Layout, c_identifier, size_of_ctype
 from ctracer.plan.pahole import hole_comment
+from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
-                           FunctionType, PointerType, QualifiedType, TypeGraph, TypeId,
-                           Typedef)
+                                     PointerType, TypeGraph, TypeId)
 from ctracer.plan.reorganize import Item, reorganize
 
 CACHELINE = 64
@@ -91,51 +91,6 @@ class _Walk:
     object_size: int = 0
     fields: list[Field] = dc_field(default_factory=list)
     skipped: list[Skipped] = dc_field(default_factory=list)
-
-
-# ------------------------------------------------------------------ type names
-
-
-def type_name(graph: TypeGraph, tid: Optional[TypeId], inner: str = "") -> str:
-    """C spelling of a type (``inner`` is the declarator it wraps, for pointers/arrays)."""
-    def join(base: str) -> str:
-        if not inner:
-            return base
-        return f"{base}{inner}" if inner.startswith("[") else f"{base} {inner}"
-
-    if tid is None:
-        return join("void")
-    t = graph.types.get(tid)
-    if t is None:
-        return join("<unknown>")
-    if isinstance(t, (BaseType, Typedef)):
-        return join(t.name)
-    if isinstance(t, QualifiedType):
-        if t.qualifier == "type_tag":
-            return type_name(graph, t.target, inner)
-        target = graph.types.get(t.target) if t.target is not None else None
-        if isinstance(target, PointerType):
-            return type_name(graph, t.target, f"{t.qualifier} {inner}".strip())
-        return f"{t.qualifier} {type_name(graph, t.target, inner)}"
-    if isinstance(t, CompositeType):
-        return join(f"{t.kind} {t.name}" if t.name else f"{t.kind} {{...}}")
-    if isinstance(t, EnumType):
-        return join(f"enum {t.name}" if t.name else "enum {...}")
-    if isinstance(t, PointerType):
-        target = graph.types.get(t.target) if t.target is not None else None
-        star = f"*{inner}"
-        if isinstance(target, (ArrayType, FunctionType)):
-            star = f"(*{inner})"
-        return type_name(graph, t.target, star)
-    if isinstance(t, ArrayType):
-        dims = "".join(f"[{d}]" if d is not None else "[]" for d in t.dims)
-        return type_name(graph, t.element, f"{inner}{dims}")
-    if isinstance(t, FunctionType):
-        params = ", ".join(type_name(graph, p) for p in t.params) or "void"
-        if t.variadic:
-            params += ", ..."
-        return type_name(graph, t.returns, f"{inner}({params})")
-    return join("<unknown>")
 
 
 # ------------------------------------------------------------------ the walk
@@ -226,7 +181,7 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
                 _walk(walk, inner, f"{name}." if name else "", bit_offset,
                       member_in_union)
             continue
-        ctype_text = type_name(graph, m.type)
+        ctype_text = cdecl.type_text(graph, m.type)
         source = {"byte_offset": bit_offset // 8, "bit_offset": bit_offset,
                   "bit_size": m.bit_size, "ctype": ctype_text,
                   "cacheline": (bit_offset // 8) // CACHELINE}
@@ -384,11 +339,6 @@ def build_mini(graph: TypeGraph, *, include: Sequence[str] = (), exclude: Sequen
     layout = pack(name, chosen, reorganize_fields)
     before = Layout.packed_in_order(name, chosen).size
     return MiniStruct(layout, root.kind, root.name or "", root.size, tuple(skipped), before)
-
-
-def mini_layout(graph: TypeGraph, **options) -> Layout:
-    """Just the layout of `build_mini`."""
-    return build_mini(graph, **options).layout
 
 
 # ------------------------------------------------------------------ reading

@@ -8,7 +8,7 @@ expanded inline, alignment attributes and the closing summary comment.
 pahole's output is a de-facto standard that kernel engineers read every day, quirks
 included (``const char  *`` with two spaces, arrays of function pointers spelled
 ``void (*handlers)(int)[4]``, the inferred ``__packed__``), so this module reproduces its
-rules rather than "fixing" them; `ctracer.plan.cdecl` is where correct C declarators live.
+rules rather than "fixing" them; `ctracer.debuginfo.cdecl` is where correct C declarators live.
 
 The rules were learnt by running pahole 1.24 on the fixtures under tests/fixtures/layout/
 and on kernel structs, and from reading how dwarves' printer works (reimplemented here,
@@ -186,10 +186,6 @@ class _LayoutState:
     def _is_struct(self, tid: Optional[TypeId]) -> bool:
         t = self._type(tid)
         return isinstance(t, CompositeType) and t.kind == "struct"
-
-    def _is_union(self, tid: Optional[TypeId]) -> bool:
-        t = self._type(tid)
-        return isinstance(t, CompositeType) and t.kind == "union"
 
     def _natural_alignment(self, tid: Optional[TypeId]) -> int:
         """pahole's guess at a type's alignment from its members (never below 1)."""

@@ -76,12 +76,6 @@ class Placement:
         holes = self.holes
         return (self.size, sum(holes), sum(1 for h in holes if h))
 
-    def offset_of(self, name: str) -> int:
-        for item, offset in zip(self.items, self.offsets):
-            if item.name == name:
-                return offset
-        raise KeyError(name)
-
 
 def _align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left, bisect_right
+from functools import partial
 from collections.abc import Mapping
 from typing import Iterable, Iterator, Optional, Union
 
+from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.btf import format as bf
 from ctracer.debuginfo.btf.format import BtfData
 from ctracer.errors import InputFileError, UnknownType
@@ -771,66 +773,47 @@ def _unpack_composites(saved: dict) -> dict:
 
 # ---------------------------------------------------------------- C spelling
 
-def c_type_text(d: BtfData, tid: int, inner: str = "") -> str:
-    """How C spells a type (``const struct sock *``, ``int (*)(void *)``), optionally
-    wrapped around a declarator ``inner``.  Spelled as `ctracer.debuginfo.dwarf.reader` spells DWARF types,
-    so that both sources print alike: type tags (which DWARF lacks) are left out."""
-    for _ in range(_MAX_CHAIN):
-        if not tid:
-            return _join("void", inner)
+def c_type_text(d: BtfData, tid: int) -> str:
+    """How C spells a type (``const struct sock *``, ``int (*)(void *)``), by the one
+    speller (`ctracer.debuginfo.cdecl`), as DWARF types are spelled: type tags (which
+    DWARF lacks) are left out."""
+    try:
+        return cdecl.spell(partial(_c_node, d), tid or None)
+    except ValueError:
+        raise InputFileError(f"{d.description}: type chain too long at {tid}") from None
+
+
+def _c_node(d: BtfData, tid: int) -> cdecl.Node:
+    """One BTF type as the speller sees it (type 0, void, is None)."""
+    if not 0 < tid < d.count:
         d.check_id(tid)
-        k = d.kinds[tid]
-        if k == bf.TYPE_TAG:
-            tid = d.ref(tid)
-        elif k == bf.PTR:
-            target = d.ref(tid)
-            inner = "*" + inner
-            if target and d.kinds[_skip_tags(d, target)] in (bf.FUNC_PROTO, bf.ARRAY):
-                inner = "(" + inner + ")"
-            tid = target
-        elif k in _QUALIFIERS:
-            word = _QUALIFIERS[k]
-            target = d.ref(tid)
-            if target and d.kinds[_skip_tags(d, target)] == bf.PTR:
-                inner = f" {word} {inner}".rstrip()
-                tid = target
-            else:
-                return word + " " + c_type_text(d, target, inner)
-        elif k == bf.ARRAY:
-            element, _, count = d.record(tid).fixed
-            inner = f"{inner}[{count}]" if count else f"{inner}[]"
-            tid = element
-        elif k in (bf.FUNC_PROTO, bf.FUNC):
-            r = d.record(d.ref(tid) if k == bf.FUNC else tid)
-            params = []
-            for pname, ptype in r.items:
-                params.append("..." if (pname, ptype) == (None, 0) else c_type_text(d, ptype))
-            inner = f"{inner}({', '.join(params) or 'void'})"
-            tid = r.ref
-        else:
-            name = d.name(tid)
-            if k in (bf.STRUCT, bf.UNION, bf.ENUM, bf.ENUM64, bf.FWD):
-                if k == bf.FWD:
-                    keyword = "union" if d.info(tid) >> 31 else "struct"
-                else:
-                    keyword = {bf.STRUCT: "struct", bf.UNION: "union"}.get(k, "enum")
-                name = f"{keyword} {name}" if name else f"{keyword} {{...}}"
-            return _join(name or "?", inner)
-    raise InputFileError(f"{d.description}: type chain too long at {tid}")
+    k = d.kinds[tid]
+    if k == bf.PTR:
+        return cdecl.Pointer(d.ref(tid) or None)
+    word = _QUALIFIER_WORDS.get(k)
+    if word is not None:
+        return cdecl.Qualified(word, d.ref(tid) or None)
+    if k == bf.ARRAY:
+        element, _, count = d.record(tid).fixed
+        return cdecl.Array(element or None, (count,))   # [0], as the model reads it
+    if k == bf.FUNC_PROTO or k == bf.FUNC:
+        r = d.record(d.ref(tid) if k == bf.FUNC else tid)
+        params = tuple(ptype or None for pname, ptype in r.items if (pname, ptype) != (None, 0))
+        return cdecl.Function(r.ref or None, params, len(params) < len(r.items))
+    name = d.name(tid)
+    keyword = _KEYWORDS.get(k)
+    if keyword is not None:
+        if k == bf.FWD:
+            keyword = "union" if d.info(tid) >> 31 else "struct"
+        name = f"{keyword} {name}" if name else f"{keyword} {{...}}"
+    return cdecl.Named(name or "?")
 
 
-def _skip_tags(d: BtfData, tid: int) -> int:
-    while tid and d.kinds[tid] == bf.TYPE_TAG:
-        tid = d.ref(tid)
-    return tid
+#: what the speller writes for a BTF qualifier ("" for a type tag: left out)
+_QUALIFIER_WORDS = {**_QUALIFIERS, bf.TYPE_TAG: ""}
+_KEYWORDS = {bf.STRUCT: "struct", bf.UNION: "union", bf.ENUM: "enum", bf.ENUM64: "enum",
+             bf.FWD: "struct"}
 
-
-def _join(base: str, inner: str) -> str:
-    inner = inner.lstrip()
-    return f"{base} {inner}" if inner else base
-
-
-# ---------------------------------------------------------------- opening
 
 def model_from_bytes(data: bytes, description: str,
                      base: Union[None, str, BtfModel] = None,

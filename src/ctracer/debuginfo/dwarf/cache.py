@@ -37,7 +37,7 @@ from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.debuginfo.model import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
                            StructInfo, TracepointInfo, TypeShape)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: type texts by the one speller (debuginfo.cdecl)
 #: what else must match for a cache file to be read: the packing of its blobs
 PACKING = f"marshal-{marshal.version}-py{sys.version_info[0]}.{sys.version_info[1]}"
 

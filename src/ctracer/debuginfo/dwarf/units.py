@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Optional
 
+from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
 
@@ -211,38 +212,28 @@ class ShapeResolver:
             tid = target
         return ("unknown", None, pointers, const, self.text(offset))
 
-    def text(self, offset: Optional[int], declarator: str = "", depth: int = 0) -> str:
-        """The C spelling of a type, wrapped around ``declarator`` (a name or ``*``s)."""
-        if offset is None:
-            return _join("void", declarator)
+    def text(self, offset: Optional[int]) -> str:
+        """The C spelling of a type, by the one speller (`ctracer.debuginfo.cdecl`)."""
+        return cdecl.spell(self._c_node, offset)
+
+    def _c_node(self, offset: int) -> cdecl.Node:
         t = self.types.get(offset)
-        if t is None or depth > 32:
-            return _join("?", declarator)
+        if t is None:
+            return cdecl.Named("?")
         tag, name, target, aux = t
         if tag in POINTER_TAGS:
-            inner = self.types.get(target) if target is not None else None
-            wrap = inner is not None and _tag(inner) in (TAG_SUBROUTINE_TYPE, TAG_ARRAY)
-            star = POINTER_TAGS[tag] + declarator
-            return self.text(target, f"({star})" if wrap else star, depth + 1)
+            return cdecl.Pointer(target, POINTER_TAGS[tag])
         if tag in QUALIFIER_TAGS:
-            inner = self.types.get(target) if target is not None else None
-            if inner is not None and _tag(inner) in POINTER_TAGS:
-                return self.text(target, f" {QUALIFIER_TAGS[tag]} {declarator}".rstrip(),
-                                 depth + 1)
-            return f"{QUALIFIER_TAGS[tag]} " + self.text(target, declarator, depth + 1)
+            return cdecl.Qualified(QUALIFIER_TAGS[tag], target)
         if tag == TAG_ARRAY:
-            dims = "".join(f"[{d if d is not None else ''}]" for d in (aux or ()))
-            return self.text(target, declarator + dims, depth + 1)
+            return cdecl.Array(target, tuple(aux or ()))
         if tag == TAG_SUBROUTINE_TYPE:
             params, variadic = aux
-            words = [self.text(p, "", depth + 1) for p in params]
-            if variadic:
-                words.append("...")
-            return self.text(target, f"{declarator}({', '.join(words) or 'void'})", depth + 1)
+            return cdecl.Function(target, tuple(params), variadic)
         if tag in COMPOSITE_TAGS or tag == TAG_ENUMERATION:
             keyword = "enum" if tag == TAG_ENUMERATION else COMPOSITE_TAGS[tag]
-            return _join(f"{keyword} {name}" if name else f"{keyword} {{...}}", declarator)
-        return _join(name or "?", declarator)
+            return cdecl.Named(f"{keyword} {name}" if name else f"{keyword} {{...}}")
+        return cdecl.Named(name or "?")
 
 
 def _tag(entry: tuple) -> int:
@@ -256,11 +247,6 @@ def _shape_kind(tag: int) -> str:
         return COMPOSITE_TAGS[tag]
     return {TAG_ENUMERATION: "enum", TAG_BASE: "base", TAG_SUBROUTINE_TYPE: "function",
             TAG_ARRAY: "array"}.get(tag, "unknown")
-
-
-def _join(base: str, declarator: str) -> str:
-    declarator = declarator.lstrip()
-    return f"{base} {declarator}" if declarator else base
 
 
 # ------------------------------------------------------------------ unit summaries

@@ -1,4 +1,4 @@
-"""C declarators (`ctracer.plan.cdecl`): spelled as C requires, checked by the compiler.
+"""C declarators (`ctracer.debuginfo.cdecl`): spelled as C requires, checked by the compiler.
 
 The oracle is gcc itself: for every member of every fixture struct (types read back from
 the DWARF of a gcc and a clang build), the declaration ctracer writes is compiled next to
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ctracer.plan import cdecl
+from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                            FunctionType, Member, PointerType, QualifiedType, ShapeKind,
@@ -210,3 +210,31 @@ def test_declarations_denote_the_member_types(tmp_path, compiler, source):
     result = _compile(text, lines, tmp_path / "check.c")
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"{source} ({compiler}): {compared} member types checked by gcc")
+
+
+def test_one_spelling_for_every_reader():
+    """The display text of the model (`type_text`) and of the BTF records (`c_type_text`,
+    which `TypeShape.text` holds) come from the same speller: the types every member of
+    the running kernel's struct sock and sk_buff reaches are spelled alike."""
+    from ctracer.debuginfo.btf import reader as btf
+    from ctracer.debuginfo.sources import KERNEL_BTF
+    if not Path(KERNEL_BTF).exists():
+        pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
+    model = btf.open_btf(KERNEL_BTF)
+    compared = 0
+    for name in ("sock", "sk_buff"):
+        g = model.find_struct(name)
+        for _path, member, _bits in iter_members_flat(g, g.root):
+            assert cdecl.type_text(g, member.type) == btf.c_type_text(model.btf, member.type)
+            compared += 1
+    assert compared > 100
+
+
+def test_pointer_qualifiers_and_qualifier_order():
+    g = graph({80: PointerType(CHAR, 8), 81: QualifiedType("const", 80),
+               82: QualifiedType("volatile", 83), 83: QualifiedType("const", INT),
+               84: CompositeType("union", None, 4, ()), 85: QualifiedType("type_tag", 84)})
+    assert cdecl.type_text(g, 81) == "char *const"
+    assert cdecl.type_text(g, 82) == "const volatile int"
+    assert cdecl.type_text(g, 85) == "union {...}"
+    assert cdecl.type_name(g, 85) == "union { }"
