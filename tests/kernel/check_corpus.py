@@ -19,7 +19,11 @@ a tool is missing):
      layouts (texts equal ``pahole -F btf -C``; model facts equal DWARF's);
   d. nfs.ko: the methods of nfs_fh from its DWARF against its .BTF split on the
      vmlinux's (``ctracer functions nfs_fh --btf nfs.ko --btf-base vmlinux``), and a few
-     nfs structs' layouts both ways against pahole.
+     nfs structs' layouts both ways against pahole;
+  e. ``ctracer plan struct nfs_fh --binary nfs.ko`` (and ``--btf nfs.ko --btf-base
+     vmlinux``) lists the probes it would place: an entry and an exit probe for every
+     function discovery finds probeable, each a text symbol of nfs.ko (nm), and a reason
+     for every function left out.
 
 The package is fetched with ``apt-get download`` and extracted with ``dpkg-deb -x``
 into the corpus directory unless already there (see corpus_files.py for where it looks).
@@ -162,7 +166,8 @@ class CorpusRun:
         checks = [check_a,
                   self.check_layouts(rendered, pahole_out, cli_findings),
                   self.check_btf(found, rendered, pahole_out, syms),
-                  self.check_module(found, rendered, pahole_out, syms, cli_findings)]
+                  self.check_module(found, rendered, pahole_out, syms, cli_findings),
+                  self.check_plan(found, syms)]
         wall = time.perf_counter() - self.start
         rss = {"this process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "largest child (a tool or a scan worker)":
@@ -338,6 +343,68 @@ class CorpusRun:
                                              self.btf_sizes("nfs.ko"),
                                              layouts.KNOWN_DWARF_GAPS))
         return check
+
+    def check_plan(self, found: dict, syms: dict) -> Findings:
+        c = self.corpus
+        check = Findings("e", f"ctracer plan struct {MODULE_STRUCT} on nfs.ko: the probes it "
+                              "would place")
+        for fmt, source in (("dwarf", ["--binary", str(c.nfs_ko)]),
+                            ("btf", ["--btf", str(c.nfs_ko), "--btf-base", str(c.vmlinux)])):
+            part = Findings("", f"ctracer plan struct {MODULE_STRUCT} "
+                                f"{' '.join(source).replace(str(c.nfs_ko), 'nfs.ko').replace(str(c.vmlinux), 'vmlinux')}")
+            with self.timings.measure(f"ctracer plan {MODULE_STRUCT} ({fmt})"):
+                status, text = _cli_output(["plan", "struct", MODULE_STRUCT, *source, "--json"])
+            if status != 0:
+                part.fail(f"exit status {status}")
+                check.extend(part)
+                continue
+            check_plan_json(json.loads(text), found[(fmt, MODULE_STRUCT)],
+                            syms["nfs.ko"].by_name, part)
+            check.extend(part)
+        return check
+
+
+def check_plan_json(doc: dict, found, symbols: dict, f: Findings) -> None:
+    """A plan of a module's types (not the running kernel's) against its discovery and
+    its symbol table."""
+    probes = doc["probes"]
+    if doc["kernel"].get("space") != "kernel" or doc["kernel"].get("running_kernel"):
+        f.fail(f"planned as {doc['kernel'].get('space')} space, running kernel "
+               f"{doc['kernel'].get('running_kernel')}")
+    entry = {p["function"]: p["kind"] for p in probes if p["kind"] in ("fentry", "kprobe")}
+    exits = {p["function"]: p["kind"] for p in probes if p["kind"] in ("fexit", "kretprobe")}
+    left = {p["function"]: p["error"] for p in probes if p["kind"] is None}
+    functions = {m.key: m for m in found.methods if not m.is_tracepoint}
+    probeable = {k for k, m in functions.items() if all(
+        x.probeable for x in found.methods if x.key == k)}
+    glue = {k for k in probeable if functions[k].name.startswith(("__SCT__", "__bpf_trace_"))}
+    # nm is the oracle of what exists out of line under its own name
+    expected = {k for k in probeable - glue if functions[k].name in symbols}
+    if set(entry) != expected:
+        f.fail(f"functions with an entry probe differ from the probeable ones nm lists: "
+               f"{sorted(set(entry) ^ expected)[:5]}")
+    unnamed = probeable - glue - expected
+    if not all(left.get(k, "").startswith(("left out: only a compiler clone exists",
+                                           "left out: not in")) for k in unnamed):
+        f.fail(f"functions without a symbol of their own not left out as such: {sorted(unnamed)[:5]}")
+    if set(exits) != set(entry):
+        f.fail("not every entry probe has its exit probe")
+    if set(left) != set(functions) - set(entry):
+        f.fail(f"left out functions not listed: {sorted(set(functions) - set(entry) - set(left))[:5]}")
+    if not all(why and why.startswith("left out: ") for why in left.values()):
+        f.fail("a function left out without a reason")
+    absent = sorted(functions[k].name for k in entry if functions[k].name not in symbols)
+    if absent:
+        f.fail(f"{len(absent)} planned functions are no text symbol of nfs.ko: {absent[:5]}")
+    kinds = sorted({p["kind"] for p in probes if p["kind"]})
+    reasons = sorted({why for why in left.values()})
+    f.say(f"{len(probes)} probes: {len(entry)} functions with entry and exit probes "
+          f"({', '.join(kinds)}), each a text symbol of nfs.ko; {len(left)} left out, "
+          f"{len(unnamed)} of them for having no symbol of their own (nm)"
+          + (f" ({'; '.join(r[len('left out: '):] for r in reasons[:3])})" if reasons else ""))
+    tps = [p for p in probes if p["kind"] == "raw_tracepoint"]
+    if tps:
+        f.say(f"{len(tps)} raw tracepoints: {', '.join(p['function'] for p in tps[:5])}")
 
 
 def run_checks(corpus: corpus_files.Corpus, options: Optional[Options] = None,

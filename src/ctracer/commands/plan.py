@@ -56,13 +56,21 @@ def run(args: argparse.Namespace) -> int:
     verdicts = None
     if args.verify:
         from ctracer.record import verify
+        if plan.space == "kernel" and not plan.facts.running_kernel:
+            from ctracer.errors import UsageError
+            raise UsageError("--verify loads programs for the running kernel: drop --binary/"
+                             "--btf naming another kernel's files")
         verdicts = verify.verify_plan(plan, model.find_struct(name, kind),
-                                      binary=args.binary)
+                                      binary=args.binary, progress=_progress)
     if args.json:
         sys.stdout.write(json.dumps(as_json(plan, verdicts), indent=1) + "\n")
     else:
         sys.stdout.write(as_text(found, model.description, plan, verdicts))
     return 0
+
+
+def _progress(line: str) -> None:
+    print(f"ctracer: {line}", file=sys.stderr, flush=True)
 
 
 def build_plan(args: argparse.Namespace, found):
@@ -77,7 +85,11 @@ def build_plan(args: argparse.Namespace, found):
     if running:
         facts = kernel.kernel_facts(functions, tracepoints)
     else:
-        facts = kernel.kernel_facts(running_kernel=False)
+        # another kernel's vmlinux or module (or a program): its own symbol table says
+        # which functions exist out of line under their own name
+        path = args.binary or args.btf
+        facts = kernel.kernel_facts(functions, symbols=kernel.file_symbols(path),
+                                    running_kernel=False)
     return attach.plan_probes(found.methods, facts, space=space)
 
 
@@ -120,7 +132,7 @@ def as_text(found, description: str, plan, verdicts) -> str:
     if facts.symbols_source:
         lines.append(f"  traceable functions listed by {facts.symbols_source}"
                      + (" (available_filter_functions is not readable: notrace functions "
-                        "cannot be told apart)" if facts.symbols_source != "available_filter_functions"
+                        "cannot be told apart)" if facts.symbols_source == "/proc/kallsyms"
                         else ""))
     rows = []
     for key, probes in plan.by_function().items():
@@ -169,7 +181,7 @@ def _verify_summary(plan, verdicts) -> list[str]:
     untried = [(p, verdicts.get(p)[1]) for p in plan.probes
                if p.kind and verdicts.get(p)[0] is None]
     lines = [f"verifier: {ok} programs accepted, {len(bad)} rejected, {len(untried)} not tried"
-             + (f" ({verdicts.note})" if getattr(verdicts, "note", "") else "")]
+             + (f" ({verdicts.note})" if verdicts.note else "")]
     for p, error in bad[:20]:
         lines.append(f"  rejected {p.kind} {p.function}: {error}")
     if len(bad) > 20:

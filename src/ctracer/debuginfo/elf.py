@@ -184,11 +184,13 @@ def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
             table = f.read(section.size // layout.size * layout.size)
             for entry in layout.iter_unpack(table):
                 if headers.is64:
-                    name, info, _other, _shndx, value, _size = entry
+                    name, info, _other, shndx, value, _size = entry
                 else:
-                    name, value, _size, info, _other, _shndx = entry
-                if info & 0xF != 2 or not value or (addresses is not None
-                                                     and value not in addresses):
+                    name, value, _size, info, _other, shndx = entry
+                # in a relocatable file (.o, .ko) values are section offsets: 0 is the
+                # first function of its section; elsewhere 0 is no address
+                if info & 0xF != 2 or not shndx or (not value and headers.type != 1) \
+                        or (addresses is not None and value not in addresses):
                     continue
                 text = cstring(strings, name)
                 if names is None or text in names:

@@ -65,7 +65,7 @@ class KernelFacts:
     """What the running kernel accepts, as found by trying.
 
     ``symbols``: names of the functions probes can attach to (None: unknown), read from
-    ``symbols_source``; ``notrace``: functions known to exist but excluded from tracing
+    ``symbols_source`` (for another kernel's vmlinux or module: that file's symbol table); ``notrace``: functions known to exist but excluded from tracing
     (known only when both kallsyms and available_filter_functions are readable);
     ``clones``: compiler-made copies (``name`` → ``name.isra.0``...) for names absent
     from ``symbols``; ``tracepoints``: whether a raw tracepoint program attaches to each
@@ -196,7 +196,7 @@ def _left_out_kernel(name: str, methods: Sequence[Method], facts: KernelFacts) -
             return why
     if not all(m.probeable for m in methods):
         return next(m.not_probeable for m in methods if not m.probeable)
-    if not facts.running_kernel or facts.symbols is None:
+    if facts.symbols is None:
         return ""
     if name in facts.notrace:
         return "notrace: the kernel lists it but excludes it from tracing"

@@ -25,7 +25,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from ctracer.errors import BPFUnavailable
 from ctracer.probes.program import ProbedFunction, ProbeProgram
@@ -89,6 +89,81 @@ def uprobe_self_test(binary: str, symbol: str) -> None:
         b.cleanup()
     except Exception as e:  # bcc raises bare Exceptions for refusals
         raise BPFUnavailable(f"the kernel or bcc refuses a trivial uprobe program: {e}") from None
+
+def _verifier_message(text: str, failure: str) -> str:
+    """The verifier's reason in one line: the last line of its log before the
+    ``processed N insns`` summary, after what bcc said."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if ln.startswith("bpf: Failed to load program")), failure)
+    log = [ln for ln in lines if not ln.startswith(("bpf: Failed", "processed ", "HINT:"))
+           and not ln.startswith("Failed to load")]
+    return f"{first}: {log[-1]}" if log else first
+
+
+def verify_programs(text: str, names: Sequence[str], *,
+                    tail_call: Optional[tuple[str, str]] = None,
+                    timing=None) -> dict[str, str]:
+    """Compile ``text`` once and load each program of ``names`` through the kernel's
+    verifier as a kprobe-type program (the type of kprobes, kretprobes, uprobes and
+    uretprobes), attaching none: name → "" when accepted, else the verifier's message.
+
+    ``tail_call`` = (program array, program): that program is loaded first and put at
+    index 0 of the array, as the programs that tail-call it expect.  Each other
+    program's descriptor is closed once loaded, so thousands fit under the open-file
+    limit.  A text bcc cannot compile raises `BPFUnavailable`.  ``timing``, when given,
+    has its ``compile_seconds`` and ``load_seconds`` increased by the time spent."""
+    prepare()
+    bcc = _import_bcc()
+    began = time.monotonic()
+    with _captured_output() as diagnostics:
+        try:
+            # without debug info (BTF line info): half the compile time, same bytecode
+            b = bcc.BPF(text=text.encode(), cflags=["-g0"])
+        except Exception as e:  # bcc raises plain Exception
+            failure = str(e)
+        else:
+            failure = ""
+    if failure:
+        detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
+        raise BPFUnavailable(f"bcc could not compile the programs to verify: {detail}")
+    compiled = time.monotonic()
+    out: dict[str, str] = {}
+    try:
+        if tail_call is not None:
+            table, program = tail_call
+            out[program] = _load_one(b, bcc, program, keep=True)
+            if not out[program]:
+                b[table.encode()][ctypes.c_int(0)] = ctypes.c_int(b.funcs[program.encode()].fd)
+        for name in names:
+            if name not in out:
+                out[name] = _load_one(b, bcc, name, keep=False)
+        if timing is not None:
+            timing.compile_seconds += compiled - began
+            timing.load_seconds += time.monotonic() - compiled
+    finally:
+        with _captured_output():
+            try:
+                b.cleanup()
+            except Exception:
+                pass
+    return out
+
+
+def _load_one(b, bcc, name: str, keep: bool) -> str:
+    with _captured_output() as diagnostics:
+        try:
+            fn = b.load_func(name.encode(), bcc.BPF.KPROBE)
+        except Exception as e:
+            failure = str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:
+            failure = ""
+    if failure:
+        return _verifier_message(diagnostics.getvalue(), failure)
+    if not keep:
+        os.close(fn.fd)
+        del b.funcs[name.encode()]
+    return ""
+
 
 @contextmanager
 def _captured_output() -> Iterator[io.StringIO]:

@@ -200,6 +200,20 @@ def kernel_symbols(tracefs: Optional[str] = None,
     return symbols
 
 
+def file_symbols(path: str) -> Optional[KernelSymbols]:
+    """The function symbols of a kernel file (a vmlinux or a .ko), as the running kernel's
+    would be listed once it is booted or loaded; None when it is no ELF file or has none."""
+    from ctracer.debuginfo import elf
+    try:
+        headers = elf.read_elf_headers(path)
+    except CtracerError:
+        return None
+    names = {n for found in elf.function_symbols(headers).values() for n in found
+             if not n.startswith("__pfx_")}
+    return KernelSymbols(f"the symbol table of {os.path.basename(path)}",
+                         dict.fromkeys(names)) if names else None
+
+
 def _openable(path: Optional[str]) -> bool:
     if not path:
         return False
@@ -584,15 +598,12 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
     tracepoints (`ctracer.plan.attach.plan_probes`): every mechanism tried, the traceable
     function list, compiler clones and notrace functions among ``functions``, and which
     of ``tracepoints`` a raw tracepoint program attaches to.  With ``running_kernel``
-    false (types of another kernel: a vmlinux or .ko file) only the mechanisms are."""
+    false (types of another kernel: a vmlinux or .ko file) the mechanisms are the running
+    kernel's, ``symbols`` (e.g. `file_symbols`) those of that file, and tracepoints are
+    not asked about."""
     support = support or probe_support()
-    if not running_kernel:
-        return KernelFacts(
-            fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
-            raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
-            kprobe_programs=support.kprobe_programs,
-            running_kernel=False)
-    symbols = symbols if symbols is not None else kernel_symbols()
+    if running_kernel and symbols is None:
+        symbols = kernel_symbols()
     functions = list(functions)
     names = symbols.names() if symbols is not None else None
     clones = {} if symbols is None else {
@@ -600,8 +611,9 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
     return KernelFacts(
         fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
         raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
-            kprobe_programs=support.kprobe_programs,
+        kprobe_programs=support.kprobe_programs,
         symbols=frozenset(names) if names is not None else None,
         symbols_source=symbols.source if symbols is not None else "",
         notrace=_notrace(symbols, functions) if symbols is not None else frozenset(),
-        clones=clones, tracepoints=tracepoints_attachable(tracepoints))
+        clones=clones, running_kernel=running_kernel,
+        tracepoints=tracepoints_attachable(tracepoints) if running_kernel else None)

@@ -1,0 +1,129 @@
+"""Proof by the verifier: every program a probe plan could use, loaded and never attached.
+
+For kernel functions the plan's kprobe/kretprobe entries become the programs of
+`ctracer.probes.kprobe` (an entry and an exit program per function, one shared emitter);
+for a user-space binary its uprobe/uretprobe entries become the programs of
+`ctracer.probes.program`.  Both are kprobe-type programs, which a kernel loads (runs
+through its verifier) even when it cannot attach kprobes, so a plan this kernel cannot
+place is still checked program by program, each rejection with the verifier's message.
+
+Kernel programs are compiled in batches (`FUNCTIONS_PER_COMPILE`): bcc's compile time
+grows faster than linearly with the number of functions in one text.  What a verdict
+proves: the program generated for that function passes the verifier.  A kprobe-type
+program is not bound to a function when it is loaded, so it does not prove that the
+function could be attached; `ctracer.plan.attach` says that.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ctracer.plan.attach import PlannedProbe, ProbePlan
+
+#: kernel functions per bcc compile (about 40 ms each on this 2-core machine)
+FUNCTIONS_PER_COMPILE = 800
+
+
+@dataclass
+class Verdicts:
+    """(verified, error) per planned probe; ``note`` says what was and was not tried."""
+
+    by_probe: dict[tuple[str, str], tuple[Optional[bool], str]] = field(default_factory=dict)
+    untried: str = "not tried"
+    note: str = ""
+    programs: int = 0
+    compile_seconds: float = 0.0
+    load_seconds: float = 0.0
+
+    def get(self, probe: PlannedProbe) -> tuple[Optional[bool], str]:
+        return self.by_probe.get((probe.function, probe.kind or ""), (None, self.untried))
+
+    def counts(self) -> dict[str, int]:
+        out = {"accepted": 0, "rejected": 0}
+        for ok, _ in self.by_probe.values():
+            if ok is True:
+                out["accepted"] += 1
+            elif ok is False:
+                out["rejected"] += 1
+        return out
+
+
+def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None,
+                functions_per_compile: int = FUNCTIONS_PER_COMPILE,
+                progress: Optional[Callable[[str], None]] = None) -> Verdicts:
+    """Load the plan's kprobe/kretprobe (kernel) or uprobe/uretprobe (``binary``)
+    programs through the verifier; ``graph`` is the struct's type graph (its mini
+    struct is what the programs snapshot)."""
+    from ctracer.plan import mini
+
+    verdicts = Verdicts(untried="not tried: only kprobe-type programs (kprobe, kretprobe, "
+                                "uprobe, uretprobe) are verified by ctracer plan --verify")
+    facts = plan.facts
+    if facts.kprobe_programs.works is False:
+        verdicts.untried = f"cannot be tried here: {facts.kprobe_programs.why}"
+        return verdicts
+    layout = mini.build_mini(graph).layout
+    if plan.space == "user":
+        _verify_user(plan, layout, binary, verdicts)
+    else:
+        _verify_kernel(plan, layout, functions_per_compile, verdicts, progress)
+    c = verdicts.counts()
+    verdicts.note = (f"{verdicts.programs} programs loaded in {verdicts.load_seconds:.1f} s "
+                     f"after {verdicts.compile_seconds:.1f} s of compiling; "
+                     f"{c['accepted']} accepted, {c['rejected']} rejected")
+    return verdicts
+
+
+def _verify_kernel(plan: ProbePlan, layout, per_compile: int, verdicts: Verdicts,
+                   progress: Optional[Callable[[str], None]]) -> None:
+    from ctracer.probes import kprobe
+    from ctracer.record import bpf_runtime
+
+    entries = plan.of_kind("kprobe")
+    for start in range(0, len(entries), per_compile):
+        batch = entries[start:start + per_compile]
+        program = kprobe.build_kprobe_program(batch, layout)
+        for key, why in program.skipped.items():
+            for kind in ("kprobe", "kretprobe"):
+                verdicts.by_probe[(key, kind)] = (None, f"no program generated: {why}")
+        began = time.monotonic()
+        results = bpf_runtime.verify_programs(
+            program.text, program.program_names,
+            tail_call=("ctracer_emitters", kprobe.EMITTER), timing=verdicts)
+        verdicts.programs += len(results)
+        emitter = results.get(kprobe.EMITTER, "")
+        for f in program.functions:
+            for kind, name in (("kprobe", f.entry_probe), ("kretprobe", f.exit_probe)):
+                error = results.get(name, "not loaded")
+                if not error and emitter:
+                    error = f"the shared emitter {kprobe.EMITTER} was rejected: {emitter}"
+                verdicts.by_probe[(f.key, kind)] = (not error, error)
+        if progress:
+            progress(f"verified {min(start + per_compile, len(entries))}/{len(entries)} "
+                     f"functions ({time.monotonic() - began:.0f} s for this batch)")
+
+
+def _verify_user(plan: ProbePlan, layout, binary: Optional[str], verdicts: Verdicts) -> None:
+    from ctracer.probes import program as probes
+    from ctracer.record import bpf_runtime
+
+    entries = plan.of_kind("uprobe")
+    methods = [m for p in entries for m in p.methods]
+    program = probes.build_program(methods, layout)
+    by_key = {f.key: f for f in program.functions}
+    results = bpf_runtime.verify_programs(
+        program.text, [n for f in program.functions for n in (f.entry_probe, f.exit_probe)],
+        timing=verdicts)
+    verdicts.programs += len(results)
+    skipped = {r.name: r.attached for r in program.rows if r.attached}
+    for p in entries:
+        f = by_key.get(p.function)
+        for kind, name in (("uprobe", f and f.entry_probe), ("uretprobe", f and f.exit_probe)):
+            if f is None:
+                why = skipped.get(p.target, "no program generated")
+                verdicts.by_probe[(p.function, kind)] = (None, f"no program generated: {why}")
+            else:
+                error = results.get(name, "not loaded")
+                verdicts.by_probe[(p.function, kind)] = (not error, error)

@@ -1,0 +1,94 @@
+"""Proof by the verifier: every kprobe entry and exit program of every method of struct sock
+and struct sk_buff on this kernel (kprobes cannot be attached here, but kprobe-type
+programs load), the uprobe programs of the sample, and a rejected program reported with
+the verifier's own message.  Needs root; skips, saying why, when BPF programs cannot be
+loaded here."""
+
+import os
+import subprocess
+import sys
+
+import groundtruth as gt
+import pytest
+
+from ctracer.debuginfo.model import ShapeKind
+from ctracer.plan import attach, discovery
+from ctracer.record import kernel
+
+pytestmark = pytest.mark.kernel
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+
+
+@pytest.fixture(scope="module")
+def support():
+    if os.geteuid() != 0:
+        pytest.skip("loading BPF programs needs root")
+    s = kernel.probe_support()
+    if not s.kprobe_programs.works:
+        pytest.skip(f"kprobe-type programs do not load here: {s.kprobe_programs.why}")
+    return s
+
+
+def kernel_plan(name, support):
+    from ctracer.debuginfo.btf import reader as btf
+    if not os.path.exists(KERNEL_BTF):
+        pytest.skip("this kernel has no BTF")
+    model = btf.open_btf(KERNEL_BTF)
+    found = discovery.discover(model.catalog(), name)
+    facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
+                                [m.name for m in found.methods if m.is_tracepoint],
+                                support=support)
+    return attach.plan_probes(found.methods, facts), model.find_struct(name, ShapeKind.STRUCT)
+
+
+@pytest.mark.parametrize("name", ["sock", "sk_buff"])
+def test_every_kprobe_program_of_the_struct_passes_the_verifier(name, support):
+    from ctracer.record import verify
+    plan, graph = kernel_plan(name, support)
+    entries = plan.of_kind("kprobe", "kretprobe")
+    verdicts = verify.verify_plan(plan, graph)
+    got = [verdicts.get(p) for p in entries]
+    accepted = sum(1 for ok, _ in got if ok is True)
+    rejected = [(p.kind, p.function, error) for p, (ok, error) in zip(entries, got) if ok is False]
+    untried = [(p.function, error) for p, (ok, error) in zip(entries, got) if ok is None]
+    print(f"\nstruct {name}: {len({p.function for p in entries})} functions, "
+          f"{len(entries)} kprobe/kretprobe programs: {accepted} accepted, "
+          f"{len(rejected)} rejected, {len(untried)} without a program; {verdicts.note}")
+    for kind, function, error in rejected[:10]:
+        print(f"  rejected {kind} {function}: {error}")
+    for function, error in untried[:10]:
+        print(f"  no program: {function}: {error}")
+    assert len(entries) > 1000
+    assert not rejected
+    # a function whose arguments cannot be located gets no program, and says why
+    assert all(error.startswith("no program generated: ") for _, error in untried)
+    assert accepted + len(untried) == len(entries) and len(untried) < len(entries) // 100
+
+
+def test_a_rejected_program_is_reported_with_the_verifiers_message(support):
+    from ctracer.record import bpf_runtime
+    text = """
+#include <uapi/linux/ptrace.h>
+int good(struct pt_regs *ctx) { return 0; }
+int wild_read(struct pt_regs *ctx) { return *(int *)PT_REGS_PARM1(ctx); }
+"""
+    result = bpf_runtime.verify_programs(text, ["good", "wild_read"])
+    assert result["good"] == ""
+    print(f"\nwild_read: {result['wild_read']}")
+    assert result["wild_read"].startswith("bpf: Failed to load program")
+    assert "invalid mem access" in result["wild_read"]
+
+
+def test_plan_verify_on_the_sample_loads_its_uprobe_programs(support):
+    import json
+    r = subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "ctracer", "plan", "sock", "--binary",
+                        gt.SOCKDEMO, "--verify", "--json", "--no-cache"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    probes = json.loads(r.stdout)["probes"]
+    uprobes = [p for p in probes if p["kind"] in ("uprobe", "uretprobe")]
+    assert uprobes and all(p["verified"] is True and p["error"] is None for p in uprobes)
+    print(f"\nsample: {len(uprobes)} uprobe/uretprobe programs accepted")
