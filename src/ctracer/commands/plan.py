@@ -111,6 +111,12 @@ def as_json(plan, verdicts) -> dict:
     kernel = plan.facts.to_json()
     kernel["space"] = plan.space
     kernel["counts"] = plan.counts()
+    if verdicts is not None:
+        kernel["verifier"] = {**verdicts.counts(), "programs": verdicts.programs,
+                              "compile_seconds": round(verdicts.compile_seconds, 1),
+                              "load_seconds": round(verdicts.load_seconds, 1),
+                              "proves": "each program passes the verifier; not that its "
+                                        "function can be attached"}
     return {"kernel": kernel, "probes": probes}
 
 
