@@ -167,9 +167,11 @@ def _loadable_segments(path: str) -> list[tuple[int, int, int]]:
 
 
 def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
-                     names: Optional[set] = None) -> dict[int, set]:
+                     names: Optional[set] = None, offset_zero: bool = False) -> dict[int, set]:
     """Function symbols (.symtab and .dynsym) by address, read without pyelftools; only
-    at ``addresses`` (names decoded for those only) or of ``names`` when given."""
+    at ``addresses`` (names decoded for those only) or of ``names`` when given.  Symbols
+    of value 0 are skipped unless ``offset_zero`` (in a relocatable file, .o or .ko,
+    values are section offsets and 0 is the first function of its section)."""
     e = ">" if headers.big_endian else "<"
     layout = struct.Struct(e + ("IBBHQQ" if headers.is64 else "IIIBBH"))
     found: dict[int, set] = {}
@@ -187,9 +189,7 @@ def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
                     name, info, _other, shndx, value, _size = entry
                 else:
                     name, value, _size, info, _other, shndx = entry
-                # in a relocatable file (.o, .ko) values are section offsets: 0 is the
-                # first function of its section; elsewhere 0 is no address
-                if info & 0xF != 2 or not shndx or (not value and headers.type != 1) \
+                if info & 0xF != 2 or (not shndx if offset_zero else not value) \
                         or (addresses is not None and value not in addresses):
                     continue
                 text = cstring(strings, name)

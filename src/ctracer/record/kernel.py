@@ -208,7 +208,7 @@ def file_symbols(path: str) -> Optional[KernelSymbols]:
         headers = elf.read_elf_headers(path)
     except CtracerError:
         return None
-    names = {n for found in elf.function_symbols(headers).values() for n in found
+    names = {n for found in elf.function_symbols(headers, offset_zero=headers.type == 1).values() for n in found
              if not n.startswith("__pfx_")}
     return KernelSymbols(f"the symbol table of {os.path.basename(path)}",
                          dict.fromkeys(names)) if names else None
