@@ -188,3 +188,22 @@ def test_raw_tracepoints_attachable_names_real_and_missing():
     if result is None:
         pytest.skip("the kernel refuses BPF programs here")
     assert result == {real: True, "ctracer_no_such_tracepoint": False}
+
+
+def test_file_symbols_of_a_relocatable_file_include_its_first_function(tmp_path):
+    """A .ko's (or .o's) symbol values are section offsets: the first function of a
+    section is at 0 and still a function (nm is the oracle)."""
+    src = tmp_path / "m.c"
+    src.write_text("int first(int a) { return a + 1; }\n"
+                   "static int __attribute__((noinline)) helper(int a) { return a * 3; }\n"
+                   "int second(int a) { return helper(a) + 2; }\n")
+    obj = tmp_path / "m.o"
+    subprocess.run(["gcc", "-O1", "-c", "-o", str(obj), str(src)], check=True)
+    nm = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True,
+                        check=True).stdout.split("\n")
+    expect = {line.split()[2] for line in nm if len(line.split()) == 3
+              and line.split()[1] in "tTwW"}
+    symbols = kernel.file_symbols(str(obj))
+    assert symbols is not None and symbols.names() == expect
+    assert "first" in symbols and symbols.source == "the symbol table of m.o"
+    assert kernel.file_symbols(str(src)) is None     # not an ELF file

@@ -100,20 +100,28 @@ def _verifier_message(text: str, failure: str) -> str:
     return f"{first}: {log[-1]}" if log else first
 
 
+#: program types `verify_programs` loads, by the name the probe plan gives them
+_PROGRAM_TYPES = {"kprobe": "KPROBE", "raw_tracepoint": "RAW_TRACEPOINT"}
+
+
 def verify_programs(text: str, names: Sequence[str], *,
                     tail_call: Optional[tuple[str, str]] = None,
-                    timing=None) -> dict[str, str]:
+                    timing=None, program_type: str = "kprobe") -> dict[str, str]:
     """Compile ``text`` once and load each program of ``names`` through the kernel's
-    verifier as a kprobe-type program (the type of kprobes, kretprobes, uprobes and
-    uretprobes), attaching none: name → "" when accepted, else the verifier's message.
+    verifier, attaching none: name → "" when accepted, else the verifier's message.
+    ``program_type`` ``kprobe`` is the type of kprobes, kretprobes, uprobes and
+    uretprobes; ``raw_tracepoint`` that of raw tracepoint programs.
 
     ``tail_call`` = (program array, program): that program is loaded first and put at
     index 0 of the array, as the programs that tail-call it expect.  Each other
     program's descriptor is closed once loaded, so thousands fit under the open-file
     limit.  A text bcc cannot compile raises `BPFUnavailable`.  ``timing``, when given,
     has its ``compile_seconds`` and ``load_seconds`` increased by the time spent."""
+    if program_type not in _PROGRAM_TYPES:
+        raise ValueError(f"unknown program type {program_type!r}")
     prepare()
     bcc = _import_bcc()
+    kind = getattr(bcc.BPF, _PROGRAM_TYPES[program_type])
     began = time.monotonic()
     with _captured_output() as diagnostics:
         try:
@@ -131,12 +139,12 @@ def verify_programs(text: str, names: Sequence[str], *,
     try:
         if tail_call is not None:
             table, program = tail_call
-            out[program] = _load_one(b, bcc, program, keep=True)
+            out[program] = _load_one(b, kind, program, keep=True)
             if not out[program]:
                 b[table.encode()][ctypes.c_int(0)] = ctypes.c_int(b.funcs[program.encode()].fd)
         for name in names:
             if name not in out:
-                out[name] = _load_one(b, bcc, name, keep=False)
+                out[name] = _load_one(b, kind, name, keep=False)
         if timing is not None:
             timing.compile_seconds += compiled - began
             timing.load_seconds += time.monotonic() - compiled
@@ -149,10 +157,10 @@ def verify_programs(text: str, names: Sequence[str], *,
     return out
 
 
-def _load_one(b, bcc, name: str, keep: bool) -> str:
+def _load_one(b, kind: int, name: str, keep: bool) -> str:
     with _captured_output() as diagnostics:
         try:
-            fn = b.load_func(name.encode(), bcc.BPF.KPROBE)
+            fn = b.load_func(name.encode(), kind)
         except Exception as e:
             failure = str(e).splitlines()[0] if str(e) else type(e).__name__
         else:
