@@ -73,3 +73,200 @@ def test_bad_files_are_refused_with_one_line(tmp_path):
     db.close()
     with pytest.raises(TraceFileError, match="schema 0"):
         Trace(str(old))
+
+
+# ---- files: modes, no symlink followed, nothing destroyed --------------------------
+
+def test_trace_file_is_private_and_an_existing_one_is_kept_as_old(tmp_path):
+    path = tmp_path / "t.ctrace"
+    write_trace(path, [event(1, 0x5000, PHASE_ENTRY, 1)]).close()
+    assert (path.stat().st_mode & 0o777) == 0o600
+    write_trace(path, [event(1, 0x6000, PHASE_ENTRY, 2), event(2, 0x6000, PHASE_EXIT, 3)]).close()
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert Trace(str(path)).event_count() == 2
+    old = Trace(str(path) + ".old")
+    assert [e.object for e in old.events()] == [0x5000]
+
+
+def test_a_planted_symlink_is_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    path = tmp_path / "t.ctrace"
+    path.symlink_to(victim)
+    w = write_trace(path, [event(1, 0x5000, PHASE_ENTRY, 1)])
+    w.close()
+    assert victim.read_text() == "precious"
+    assert not path.is_symlink() and Trace(str(path)).event_count() == 1
+    assert (tmp_path / "t.ctrace.old").is_symlink()  # kept, not followed
+
+
+def test_output_that_is_a_directory_is_one_line(tmp_path):
+    from ctracer.errors import OutputError
+    with pytest.raises(OutputError, match="is a directory"):
+        TraceWriter(str(tmp_path))
+    with pytest.raises(OutputError, match="no directory"):
+        TraceWriter(str(tmp_path / "missing" / "t.ctrace"))
+
+
+# ---- nothing committed is lost: a writer killed with SIGKILL -----------------------
+
+_KILLED_WRITER = r'''
+import sys
+from ctracer.event import HEADER, PHASE_ENTRY, PHASE_EXIT, event_size, mini_offset
+from ctracer.tracefile import FunctionRow, TraceWriter
+sys.path.insert(0, sys.argv[2])
+import test_tracefile as t
+
+w = TraceWriter(sys.argv[1])
+w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=t.MINI.to_json(),
+           return_value_functions=[2], start_time="2026-12-01T05:00:00.000+00:00",
+           start_monotonic_ns=0)
+w.add_functions([FunctionRow(2, "sock_bind")])
+
+def raw(i):
+    header = HEADER.encode(dict(ts_ns=1000 + i, object=0xFFFF888000000000 + i % 3,
+                                retval=-11, cpu=0, pid=10, tid=11, function_id=2, depth=0,
+                                phase=i % 2, flags=0, comm="demo"))
+    header += bytes(mini_offset(t.MINI) - len(header))
+    return header + t.MINI.encode({"state": i % 256, "refcnt": -i})
+
+n = 0
+for batch in range(6):
+    w.add_raw(b"".join(raw(n + i) for i in range(500)))
+    n += 500
+    if batch == 2:
+        w.decode_spool()  # some decoded, the rest still spooled
+print(n, flush=True)
+sys.stdin.read()  # wait to be killed
+'''
+
+
+def _killed_writer(tmp_path):
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "killed.ctrace"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(path),
+                              os.path.dirname(__file__)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    committed = int(child.stdout.readline())
+    return path, child, committed
+
+
+def test_sigkill_keeps_every_committed_event_and_says_where_it_ends(tmp_path):
+    import signal
+    path, child, committed = _killed_writer(tmp_path)
+    try:
+        live = Trace(str(path))  # the recorder still runs: read, never finish it
+        assert "still running" in live.incomplete
+        assert live.event_count() == 1500
+        live.close()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    trace = Trace(str(path))
+    assert trace.event_count() == committed == 3000
+    assert trace.incomplete.startswith("incomplete: the recorder was killed")
+    assert "3000 events" in trace.incomplete
+    assert "2026-12-01T05:00:00.000" in trace.incomplete  # where it ends, in wall time
+    events = list(trace.events())
+    assert [e.ts_ns for e in events] == [1000 + i for i in range(3000)]
+    assert [trace.values(e)["refcnt"] for e in events[:3]] == [0, -1, -2]
+    assert [e.retval for e in events[:2]] == [None, -11]  # exits carry the return value
+    assert trace.meta["stopped_by"].startswith("killed")
+    # the finished file is self-contained: no log left beside it
+    import os
+    assert not os.path.exists(str(path) + "-wal")
+    # and it stays incomplete for every later reader
+    assert Trace(str(path)).incomplete == trace.incomplete
+
+
+def test_killed_trace_that_cannot_be_written_says_how_to_finish_it(tmp_path):
+    """Opened by a user who may read the file but not write it (root may write anything,
+    so the reader runs as nobody)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to read the file as another user")
+    path, child, _ = _killed_writer(tmp_path)
+    shared = tempfile.mkdtemp(prefix="ctracer-ro-")
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(str(path) + suffix):
+                shutil.copy(str(path) + suffix, os.path.join(shared, "k.ctrace" + suffix))
+                os.chmod(os.path.join(shared, "k.ctrace" + suffix), 0o644)
+        os.chmod(shared, 0o755)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        code = ("import sys\nfrom ctracer.tracefile import Trace\n"
+                "from ctracer.errors import TraceFileError\n"
+                "try:\n    Trace(sys.argv[1])\nexcept TraceFileError as e:\n    print(e)\n")
+        src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            sys.executable, "-c", code, os.path.join(shared, "k.ctrace")],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src},
+                           timeout=60)
+        assert "killed and cannot be finished here" in r.stdout, r.stdout + r.stderr
+        assert "copy it somewhere writable" in r.stdout
+    finally:
+        child.kill()
+        shutil.rmtree(shared)
+
+
+# ---- damaged, newer, or not a trace: each its own one line --------------------------
+
+def _good(tmp_path):
+    path = tmp_path / "good.ctrace"
+    write_trace(path, [event(i, 0x5000 + i % 7, PHASE_ENTRY, i % 256)
+                       for i in range(3000)]).close()
+    return path
+
+
+def test_truncated_trace(tmp_path):
+    path = _good(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(TraceFileError, match=r"is damaged: truncated to \d+ of \d+ bytes"):
+        Trace(str(path))
+
+
+def test_damaged_trace(tmp_path):
+    path = _good(tmp_path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    for at in range(page, len(data), page):  # every page after the first: b-tree headers
+        data[at:at + 12] = b"\xa5" * 12
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError, match="is damaged"):
+        t = Trace(str(path))
+        list(t.events())
+
+
+def test_trace_from_a_newer_ctracer(tmp_path):
+    path = _good(tmp_path)
+    db = sqlite3.connect(str(path))
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(TraceFileError, match="written by a newer ctracer .trace schema 99"):
+        Trace(str(path))
+
+
+def test_files_that_are_not_traces(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with pytest.raises(TraceFileError, match="is empty"):
+        Trace(str(empty))
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(str(other))
+    db.execute("CREATE TABLE t(x)")
+    db.commit()
+    db.close()
+    with pytest.raises(TraceFileError, match="an SQLite database but not a ctracer trace"):
+        Trace(str(other))
+    with pytest.raises(TraceFileError, match="is a directory"):
+        Trace(str(tmp_path))

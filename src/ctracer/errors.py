@@ -40,5 +40,9 @@ class BPFUnavailable(CtracerError):
     """Not root, or the kernel refuses what we need (uprobes, maps, BPF itself)."""
 
 
+class OutputError(CtracerError):
+    """An output (trace file, report, export) that cannot be written where asked."""
+
+
 class TraceFileError(CtracerError):
     """A trace file that is missing, not a trace file, or of a schema we do not read."""

@@ -201,6 +201,25 @@ class Layout:
             ordered.append(v)
         return self._struct().pack(*ordered)
 
+    def numpy_fields(self, base: int = 0) -> list[tuple[str, str, int]]:
+        """(name, numpy type, offset + ``base``) of every field, for a structured dtype
+        that decodes many records at once (char arrays as fixed-size bytes)."""
+        out = []
+        for f in self.ordered_fields:
+            m = _ARRAY.match(f.ctype)
+            out.append((f.name, f"S{m.group(1)}" if m else "<" + SCALARS[f.ctype][0],
+                        f.offset + base))
+        return out
+
+    def numpy_dtype(self):
+        """A numpy structured dtype of this layout (``numpy.frombuffer`` decodes a whole
+        table of records with it at C speed)."""
+        import numpy as np
+
+        names, formats, offsets = zip(*self.numpy_fields()) if self.fields else ((), (), ())
+        return np.dtype({"names": list(names), "formats": list(formats),
+                         "offsets": list(offsets), "itemsize": self.size})
+
     # -- storage --------------------------------------------------------------
 
     def to_json(self) -> str:
@@ -270,3 +289,17 @@ def decode_event(mini: Layout, data: bytes) -> tuple[dict[str, Any], bytes]:
     start = mini_offset(mini)
     return header, bytes(data[start:start + mini.size])
 
+
+def event_dtype(mini: Layout):
+    """A numpy structured dtype of one whole event: the header's fields by name and the
+    mini snapshot as opaque bytes named ``snapshot`` (decode those with
+    ``mini.numpy_dtype()``)."""
+    import numpy as np
+
+    names, formats, offsets = (list(x) for x in zip(*HEADER.numpy_fields()))
+    if mini.size:
+        names.append("snapshot")
+        formats.append(f"V{mini.size}")
+        offsets.append(mini_offset(mini))
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                     "itemsize": event_size(mini)})

@@ -8,25 +8,51 @@ Tables:
 * ``functions``: the probed functions, how each reaches the object (``reach``/``via``),
   and whether its probes attached;
 * ``events``: one row per probe hit, the header decoded into columns and the mini
-  snapshot kept as raw bytes (decoded with the layout in ``meta``).
+  snapshot kept as raw bytes (decoded with the layout in ``meta``);
+* ``spool``: batches of raw events exactly as the ring buffer delivered them, not yet
+  decoded into ``events``.
 
-The writer commits in batches so an interrupted recording keeps what it had; the
-reader (`Trace`) is all the report stage needs, so a trace recorded on one machine
-renders on another.
+Nothing recorded is lost: while recording, the writer commits the raw events it got
+every few hundred milliseconds (`TraceWriter.add_raw`, one small transaction in SQLite's
+write-ahead log) and decodes them into ``events`` as time allows, each batch moved in
+one transaction.  After a SIGKILL or a crash the file holds every batch committed
+before it; the first reader to open it (`Trace`), finding no live recorder (the
+recorder holds an exclusive ``flock`` on the file), decodes what is left, marks the
+trace incomplete and says where it ends (`Trace.incomplete`).  A finished file is a
+single self-contained database (the log is folded back in), created 0600 without
+following symlinks; an existing file at the path is kept as ``FILE.old``
+(`ctracer.files`).
+
+The reader (`Trace`) is all the report stage needs, so a trace recorded on one machine
+renders on another; a damaged or truncated file, one from a newer ctracer, and a file
+that is not a trace at all each get their own one-line message.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import json
 import os
 import sqlite3
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ctracer.errors import TraceFileError
-from ctracer.event import FLAG_READ_FAILED, Layout
+from ctracer.errors import OutputError, TraceFileError
+from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype, event_size
+from ctracer.files import create_private_file, keep_old, same_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: schemas this version reads (1: no spool table, never written incrementally)
+READABLE_VERSIONS = (1, 2)
+
+#: meta ``state``: set when the file is created, and when the writer finished it
+STATE_RECORDING = "recording"
+STATE_FINISHED = "finished"
+STATE_INTERRUPTED = "interrupted"  # the recorder died; a reader finished the file
+
+_SQLITE_MAGIC = b"SQLite format 3\0"
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,6 +81,10 @@ CREATE TABLE events(
     snapshot BLOB
 );
 CREATE INDEX events_by_object ON events(object, seq);
+CREATE TABLE spool(
+    seq INTEGER PRIMARY KEY,
+    raw BLOB NOT NULL
+);
 """
 
 _U64 = 1 << 64
@@ -101,25 +131,132 @@ class Event:
     snapshot: Optional[bytes]
 
 
+class RawDecoder:
+    """Turns raw events (as the ring buffer delivers them, back to back) into rows of
+    the events table, a whole batch at a time with a numpy structured dtype built from
+    the event layout (`ctracer.event.event_dtype`)."""
+
+    def __init__(self, mini: Layout, returns: Iterable[int] = ()):
+        self.mini = mini
+        self.size = event_size(mini)
+        self.dtype = event_dtype(mini)
+        self.returns = sorted(set(returns))  # function ids whose exits carry a value
+        self._comms: dict[bytes, str] = {}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
+        return cls(Layout.from_json(meta["mini_layout"]),
+                   json.loads(meta.get("return_value_functions") or "[]"))
+
+    def count(self, raw: bytes) -> int:
+        return len(raw) // self.size
+
+    def rows(self, raw: bytes) -> list[tuple]:
+        import numpy as np
+
+        if len(raw) % self.size:
+            raise TraceFileError(f"a batch of raw events is not a whole number of "
+                                 f"{self.size}-byte events")
+        a = np.frombuffer(raw, dtype=self.dtype)
+        if not len(a):
+            return []
+        phase, fid, flags = a["phase"], a["function_id"], a["flags"]
+        retval = a["retval"].astype(object)
+        has_value = (phase == PHASE_EXIT) & np.isin(fid, self.returns)
+        retval[~has_value] = None
+        comms, inverse = np.unique(a["comm"], return_inverse=True)
+        names = [self._comm(c) for c in comms.tolist()]
+        comm = [names[i] for i in inverse.tolist()]
+        if self.mini.size:
+            snapshot = np.array(a["snapshot"].tolist(), dtype=object)
+            snapshot[(flags & FLAG_READ_FAILED) != 0] = None
+            snapshot = snapshot.tolist()
+        else:
+            snapshot = [b""] * len(a)
+        return list(zip(
+            a["ts_ns"].astype(np.int64).tolist(), a["cpu"].tolist(), a["pid"].tolist(),
+            a["tid"].tolist(), comm, fid.tolist(), phase.tolist(),
+            a["object"].astype(np.int64).tolist(),  # two's complement, as to_sql_u64
+            retval.tolist(), a["depth"].tolist(), flags.tolist(), snapshot))
+
+    def _comm(self, raw: bytes) -> str:
+        name = self._comms.get(raw)
+        if name is None:
+            name = self._comms[raw] = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        return name
+
+
+_INSERT_EVENTS = ("INSERT INTO events(ts_ns, cpu, pid, tid, comm, function_id, phase, object,"
+                  " retval, depth, flags, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
+def _decode_spool(db: sqlite3.Connection, decoder: RawDecoder,
+                  budget_s: Optional[float] = None,
+                  progress: Optional[Callable[[int], None]] = None) -> int:
+    """Move spooled batches into the events table, oldest first, each in one
+    transaction (a crash leaves every event in exactly one of the two tables); stops
+    after ``budget_s`` seconds.  The number of events moved."""
+    moved = 0
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    while deadline is None or time.monotonic() < deadline:
+        row = db.execute("SELECT seq, raw FROM spool ORDER BY seq LIMIT 1").fetchone()
+        if row is None:
+            break
+        rows = decoder.rows(row[1])
+        db.executemany(_INSERT_EVENTS, rows)
+        db.execute("DELETE FROM spool WHERE seq = ?", (row[0],))
+        db.commit()
+        moved += len(rows)
+        if progress:
+            progress(moved)
+    return moved
+
+
 class TraceWriter:
-    """Creates a trace file and appends to it; commit happens every ``batch`` events."""
+    """Creates a trace file and appends to it.
+
+    Decoded events (`add_event`, `add_events`) are committed every ``batch`` events;
+    the recorder's raw events (`add_raw`) are committed at once and decoded into the
+    events table by `decode_spool`.  The file is created 0600 with O_EXCL|O_NOFOLLOW; a
+    file already at ``path`` is kept as ``path.old`` (`kept_old` names it).  While the
+    writer lives it holds an exclusive ``flock`` on the file, which tells readers the
+    recording is alive."""
+
+    SPOOL_ROW_EVENTS = 2048
 
     def __init__(self, path: str, batch: int = 2000):
         self.path = path
-        if os.path.exists(path):
-            os.unlink(path)
+        self.kept_old = keep_old(path)
+        self._fd = create_private_file(path)
         try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self.db = sqlite3.connect(path)
+            if not same_file(self._fd, path):
+                raise OutputError(f"cannot write {path}: it was replaced while ctracer "
+                                  "was creating it")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # a commit survives the process dying (SIGKILL, a crash), without an
+            # fsync per commit; the file is synced when the writer closes it
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
         except sqlite3.Error as e:
-            raise TraceFileError(f"cannot create trace file {path}: {e}") from None
-        self.db.executescript(_SCHEMA)
+            os.close(self._fd)
+            raise OutputError(f"cannot create trace file {path}: {e}") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.batch = batch
         self._pending: list[tuple] = []
-        self.events_written = 0
-        self.set_meta(schema_version=SCHEMA_VERSION)
+        self._meta: dict[str, str] = {}
+        self._decoder: Optional[RawDecoder] = None
+        self.events_written = 0   # decoded into the events table
+        self.events_spooled = 0   # raw, committed, not decoded yet
+        self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
+                      recorder_pid=os.getpid())
 
     def set_meta(self, **items: Any) -> None:
         rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
+        self._meta.update(rows)
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
         self.db.commit()
 
@@ -140,50 +277,245 @@ class TraceWriter:
 
     def add_events(self, rows: Iterable[tuple]) -> None:
         """Many events at once, each a tuple in `add_event`'s parameter order with the
-        object already converted by `to_sql_u64` (the recorder's fast path)."""
+        object already converted by `to_sql_u64`."""
         self._pending.extend(rows)
         if len(self._pending) >= self.batch:
             self.flush()
 
+    def add_raw(self, raw: bytes) -> None:
+        """Commit raw events (the ring buffer's bytes, back to back) to the spool; the
+        meta must hold ``mini_layout`` (and ``return_value_functions``) by now."""
+        if not raw:
+            return
+        if self._decoder is None:
+            self._decoder = RawDecoder.from_meta(self._meta)
+        size = self._decoder.size
+        if len(raw) % size:
+            raise ValueError("raw events of an unexpected size")
+        step = self.SPOOL_ROW_EVENTS * size  # small rows: decoding stops within a budget
+        self.db.executemany("INSERT INTO spool(raw) VALUES (?)",
+                            ((raw[at:at + step],) for at in range(0, len(raw), step)))
+        self.db.commit()
+        self.events_spooled += self._decoder.count(raw)
+
+    def decode_spool(self, budget_s: Optional[float] = None,
+                     progress: Optional[Callable[[int], None]] = None) -> int:
+        """Decode spooled raw events into the events table (all of them, or for about
+        ``budget_s`` seconds); how many were decoded."""
+        if self._decoder is None or not self.events_spooled:
+            return 0
+        self.flush()
+        moved = _decode_spool(self.db, self._decoder, budget_s, progress)
+        self.events_written += moved
+        self.events_spooled -= moved
+        return moved
+
     def flush(self) -> None:
         if self._pending:
-            self.db.executemany(
-                "INSERT INTO events(ts_ns, cpu, pid, tid, comm, function_id, phase, object,"
-                " retval, depth, flags, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                self._pending)
+            self.db.executemany(_INSERT_EVENTS, self._pending)
             self.events_written += len(self._pending)
             self._pending.clear()
         self.db.commit()
 
     def close(self) -> None:
-        self.flush()
-        self.db.close()
+        """Decode what is left, mark the file finished and fold the log back in."""
+        if self.db is None:
+            return
+        try:
+            self.decode_spool()
+            self.flush()
+            self.set_meta(state=STATE_FINISHED)
+            self.db.execute("PRAGMA journal_mode=DELETE")
+            self.db.close()
+        finally:
+            self.db = None
+            os.close(self._fd)
+
+
+def _sqlite_header(path: str) -> bytes:
+    """The first 100 bytes (SQLite's header), after checking the path is a file."""
+    if os.path.isdir(path):
+        raise TraceFileError(f"{path} is a directory, not a trace file")
+    if not os.path.exists(path):
+        raise TraceFileError(f"no trace file at {path}")
+    try:
+        with open(path, "rb") as f:
+            return f.read(100)
+    except OSError as e:
+        raise TraceFileError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _check_not_truncated(path: str, header: bytes) -> None:
+    """SQLite's header says how many pages the database has; a shorter file was cut."""
+    if len(header) < 100:
+        raise TraceFileError(f"{path} is damaged: truncated to {len(header)} bytes")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]  # the page count is current
+    size = os.path.getsize(path)
+    if valid and pages and size < pages * page_size:
+        raise TraceFileError(f"{path} is damaged: truncated to {size} of "
+                             f"{pages * page_size} bytes")
+
+
+def _writer_alive(path: str) -> bool:
+    """A recorder holds an exclusive flock on the file it writes while it runs."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # no SQLite connection of ours is open on it yet: no lock lost
+
+
+def _finish_interrupted(path: str) -> None:
+    """The recorder died before finishing the file: decode its spool, mark the trace
+    interrupted, fold the log back in (what SQLite does itself with a hot journal)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a recorder (or another reader finishing it) holds it
+        if not os.access(path, os.W_OK) or not os.access(os.path.dirname(
+                os.path.abspath(path)), os.W_OK):
+            raise TraceFileError(
+                f"{path} is from a recording that was killed and cannot be finished "
+                f"here (read-only): copy it somewhere writable and open it again")
+        db = sqlite3.connect(path)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if "mini_layout" in meta:
+                _decode_spool(db, RawDecoder.from_meta(meta))
+            last = db.execute("SELECT count(*), max(ts_ns) FROM events").fetchone()
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+                ("state", STATE_INTERRUPTED),
+                ("stopped_by", "killed: the recorder died before finishing the file"),
+                ("events", json.dumps(last[0])),
+                ("last_event_ns", json.dumps(last[1])),
+                ("finished_by_reader", _now_iso())])
+            db.commit()
+            db.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        raise TraceFileError(f"{path} is damaged: {e}") from None
+    finally:
+        os.close(fd)
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 class Trace:
-    """A trace file opened for reading."""
+    """A trace file opened for reading.
+
+    Opening checks that the file is a ctracer trace of a schema this version reads; a
+    trace whose recorder was killed is finished first (see the module docstring) and
+    `incomplete` says so."""
 
     def __init__(self, path: str):
-        if not os.path.isfile(path):
-            raise TraceFileError(f"no trace file at {path}")
-        try:
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            rows = self.db.execute("SELECT key, value FROM meta").fetchall()
-        except sqlite3.Error:
-            raise TraceFileError(f"{path} is not a ctracer trace file") from None
+        header = _sqlite_header(path)
+        if not header:
+            raise TraceFileError(f"{path} is empty: not a ctracer trace file")
+        if not header.startswith(_SQLITE_MAGIC):
+            raise TraceFileError(f"{path} is not a ctracer trace file")
+        if not os.path.exists(path + "-wal"):
+            _check_not_truncated(path, header)
         self.path = path
-        self.meta: dict[str, str] = dict(rows)
+        self.db, self.meta = self._open()
+        if self.meta.get("state") == STATE_RECORDING and not _writer_alive(path):
+            self.db.close()
+            _finish_interrupted(path)
+            self.db, self.meta = self._open()
         version = self.meta.get("schema_version")
-        if version != str(SCHEMA_VERSION):
+        if not (version or "").isdigit():
+            raise TraceFileError(f"{path} is not a ctracer trace file (no schema version)")
+        if int(version) > max(READABLE_VERSIONS):
             raise TraceFileError(
-                f"{path} has trace schema {version}, this ctracer reads {SCHEMA_VERSION}")
+                f"{path} was written by a newer ctracer (trace schema {version}; this one "
+                f"reads up to {max(READABLE_VERSIONS)}): upgrade ctracer to read it")
+        if int(version) not in READABLE_VERSIONS:
+            raise TraceFileError(
+                f"{path} has trace schema {version}, this ctracer reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}")
         if "mini_layout" not in self.meta or "struct_name" not in self.meta:
             raise TraceFileError(f"{path} was never completed: no struct layout in it")
-        self.mini = Layout.from_json(self.meta["mini_layout"])
-        self.functions: dict[int, FunctionRow] = {
-            r[0]: FunctionRow(r[0], r[1], r[2] or "", r[3], r[4] or "", _from_sql_u64(r[5]),
-                              r[6] or "")
-            for r in self.db.execute("SELECT * FROM functions")}
+        try:
+            self.db.execute("SELECT max(seq) FROM events").fetchone()
+        except sqlite3.OperationalError:
+            raise TraceFileError(f"{path} is not a ctracer trace file (no events table)") from None
+        except sqlite3.Error as e:
+            raise self._damaged(e) from None
+        try:
+            self.mini = Layout.from_json(self.meta["mini_layout"])
+            self.functions: dict[int, FunctionRow] = {
+                r[0]: FunctionRow(r[0], r[1], r[2] or "", r[3], r[4] or "",
+                                  _from_sql_u64(r[5]), r[6] or "")
+                for r in self.db.execute("SELECT * FROM functions")}
+        except (ValueError, KeyError, TypeError) as e:
+            raise TraceFileError(f"{path} is damaged: its struct layout does not "
+                                 f"read ({e})") from None
+        except sqlite3.Error as e:
+            raise self._damaged(e) from None
+
+    def _open(self) -> tuple[sqlite3.Connection, dict[str, str]]:
+        path = self.path
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        except sqlite3.Error as e:
+            raise TraceFileError(f"cannot open {path}: {e}") from None
+        try:
+            names = {r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" not in names:
+                db.close()
+                raise TraceFileError(f"{path} is an SQLite database but not a ctracer "
+                                     "trace file")
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.Error as e:
+            db.close()
+            raise self._damaged(e) from None
+        return db, meta
+
+    def _damaged(self, e: Exception) -> TraceFileError:
+        return TraceFileError(f"{self.path} is damaged: {e}")
+
+    @property
+    def incomplete(self) -> Optional[str]:
+        """None for a finished trace; else one line saying why it is incomplete and
+        where it ends."""
+        state = self.meta.get("state")
+        if state in (None, STATE_FINISHED):
+            return None
+        count, first, last = self.db.execute(
+            "SELECT count(*), min(ts_ns), max(ts_ns) FROM events").fetchone()
+        if state == STATE_RECORDING:
+            return f"the recording is still running: {count} events written so far"
+        if not count:
+            return ("incomplete: the recorder was killed before it finished the file, "
+                    "and no event had been committed")
+        where = f"{(last - first) / 1e9:.3f} s after the first event"
+        wall = self._wall_time(last)
+        return (f"incomplete: the recorder was killed before it finished the file; it "
+                f"holds the {count} events committed before that and ends at "
+                f"{wall + ', ' if wall else ''}{where}")
+
+    def _wall_time(self, ts_ns: int) -> str:
+        try:
+            start = datetime.datetime.fromisoformat(self.meta["start_time"])
+            start_ns = int(self.meta["start_monotonic_ns"])
+        except (KeyError, ValueError):
+            return ""
+        at = start + datetime.timedelta(microseconds=(ts_ns - start_ns) / 1000)
+        return at.isoformat(timespec="milliseconds")
 
     @property
     def struct_name(self) -> str:
@@ -204,9 +536,12 @@ class Trace:
         if object is not None:
             sql += " WHERE object = ?"
             args = (to_sql_u64(object),)
-        for r in self.db.execute(sql + " ORDER BY seq", args):
-            yield Event(r[0], r[1], r[2], r[3], r[4], r[5] or "", r[6], r[7],
-                        _from_sql_u64(r[8]), r[9], r[10], r[11], r[12])
+        try:
+            for r in self.db.execute(sql + " ORDER BY seq", args):
+                yield Event(r[0], r[1], r[2], r[3], r[4], r[5] or "", r[6], r[7],
+                            _from_sql_u64(r[8]), r[9], r[10], r[11], r[12])
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from None
 
     def values(self, event: Event) -> Optional[dict[str, Any]]:
         """The decoded mini snapshot of an event, None when the object was unreadable."""

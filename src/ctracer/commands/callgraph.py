@@ -45,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
     def show_progress(message: str) -> None:
         print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
 
+    from ctracer.tracefile import Trace
+    trace = Trace(args.trace)  # a killed recording is finished here, and said so
+    incomplete = trace.incomplete
+    trace.close()
+    if incomplete:
+        print(f"ctracer: warning: {args.trace}: {incomplete}", file=sys.stderr)
     progress = show_progress if not args.quiet and sys.stderr.isatty() else None
     result = render_report(args.trace, args.output, max_objects=args.max_objects or None,
                            plots=not args.no_plots, progress=progress)

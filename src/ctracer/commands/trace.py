@@ -262,6 +262,9 @@ def print_summary(result, out=None) -> None:
     if result.lost:
         print(f"ctracer: warning: {result.lost} events were lost (ring buffer full); "
               "a larger --buffer-mb or fewer --functions helps", file=out)
+    if result.kept_old:
+        print(f"ctracer: the file that was at {result.path} is kept as {result.kept_old}",
+              file=out)
     print(f"ctracer: wrote {result.path}; next: ctracer callgraph {result.path}", file=out)
 
 

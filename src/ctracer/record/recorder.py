@@ -4,11 +4,11 @@
 (held at a gate until the probes are in place, so its first call is seen) or follows a
 running process, and polls the ring buffer until the command exits, the process goes
 away, the duration ends or the user presses Ctrl-C (or sends SIGTERM).  While
-recording, events are only spooled to a temporary file next to the output, which keeps
-the consumer as fast as the ring buffer can deliver; once the probes are stopped and
-the buffer drained, `write_trace` decodes the spool into the trace file and the meta
-table (`ctracer.tracefile`) gets everything the report needs, so that the trace
-renders on any machine.
+recording, the raw events are committed to the trace file every `EventSink.COMMIT_S`
+seconds (so a SIGKILL loses nothing committed) and decoded into its events table as
+time allows (`ctracer.tracefile.TraceWriter`), which keeps the consumer as fast as the
+ring buffer can deliver; the meta table gets everything the report needs, so that the
+trace renders on any machine.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ import shutil
 import signal
 import socket
 import struct
-import tempfile
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.errors import InputFileError
-from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_EXIT, event_size, mini_offset
+from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
 from ctracer.probes.program import ProbeProgram
-from ctracer.tracefile import FunctionRow, TraceWriter, to_sql_u64
+from ctracer.tracefile import FunctionRow, TraceWriter
 
 
 @dataclass
@@ -56,20 +55,26 @@ class RecordResult:
     stopped_by: str
     command_status: Optional[int] = None
     failures: list[str] = field(default_factory=list)
+    kept_old: Optional[str] = None  # where a file already at the output path was moved
 
 
 class EventSink:
-    """Takes the raw events from the ring buffer callback and spools them to a file:
-    while recording, the callback's work is only to keep the bytes (so the consumer
-    keeps up with busy programs and loses less); `write_trace` decodes the spool into
-    the trace file when the recording is over."""
+    """Takes the raw events from the ring buffer callback and hands them to the trace
+    file: while recording, the callback's work is only to keep the bytes (so the
+    consumer keeps up with busy programs and loses less); every `COMMIT_S` seconds they
+    are committed raw, then decoded into the events table within `DECODE_BUDGET_S`."""
 
     BATCH = 4096
+    COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
+    DECODE_BUDGET_S = 0.05   # per commit: decoding never starves the ring buffer ...
+    BUSY_EVENTS = 5000       # ... and waits for the end while a commit holds more
 
-    def __init__(self, program: ProbeProgram, spool, counts: Counts):
-        self.spool = spool
+    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts):
+        self.writer = writer
         self.counts = counts
         self.pending: list[bytes] = []
+        self.held: list[bytes] = []   # counted, not yet committed
+        self.last_commit = time.monotonic()
         self.size = event_size(program.mini)
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
@@ -79,55 +84,31 @@ class EventSink:
     def __call__(self, raw: bytes) -> None:
         self.pending.append(raw)
         if len(self.pending) >= self.BATCH:
-            self.flush()
+            self._take()
 
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        batch, self.pending = b"".join(self.pending), []
-        if len(batch) % self.size:
-            raise RuntimeError("an event of unexpected size came out of the ring buffer")
-        self.spool.write(batch)
-        objects = self.counts.objects
-        for obj, flags in self._brief.iter_unpack(batch):
-            if not flags & FLAG_READ_FAILED:
-                objects.add(obj)
-        self.counts.events += len(batch) // self.size
+    def _take(self) -> None:
+        if self.pending:
+            batch, self.pending = b"".join(self.pending), []
+            if len(batch) % self.size:
+                raise RuntimeError("an event of unexpected size came out of the ring buffer")
+            self.held.append(batch)
+            objects = self.counts.objects
+            for obj, flags in self._brief.iter_unpack(batch):
+                if not flags & FLAG_READ_FAILED:
+                    objects.add(obj)
+            self.counts.events += len(batch) // self.size
 
-
-def write_trace(program: ProbeProgram, spool, writer: TraceWriter,
-                progress: Optional[Callable[[int], None]] = None) -> None:
-    """Decode the spooled events into the trace file's events table."""
-    order = [f.name for f in HEADER.ordered_fields]
-    if order != ["ts_ns", "object", "retval", "cpu", "pid", "tid", "function_id", "depth",
-                 "phase", "flags", "comm"]:  # unpacked by position below
-        raise ValueError(f"the event header changed: {order}")
-    size = event_size(program.mini)
-    start = mini_offset(program.mini)
-    end = start + program.mini.size
-    returns = program.rows_with_return_value()
-    unpack = HEADER.unpack
-    comms: dict[bytes, str] = {}
-    spool.seek(0)
-    done = 0
-    while True:
-        chunk = spool.read(size * 8192)
-        if not chunk:
-            break
-        rows = []
-        for at in range(0, len(chunk), size):
-            raw = chunk[at:at + size]
-            ts, obj, retval, cpu, pid, tid, fid, depth, phase, flags, comm = unpack(raw)
-            name = comms.get(comm)
-            if name is None:
-                name = comms[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
-            rows.append((ts, cpu, pid, tid, name, fid, phase, to_sql_u64(obj),
-                         retval if phase == PHASE_EXIT and fid in returns else None,
-                         depth, flags, None if flags & FLAG_READ_FAILED else raw[start:end]))
-        writer.add_events(rows)
-        done += len(rows)
-        if progress:
-            progress(done)
+    def flush(self, commit: bool = False) -> None:
+        """Count what arrived; commit it when `COMMIT_S` has passed (or ``commit``),
+        outside the ring buffer's callback."""
+        self._take()
+        now = time.monotonic()
+        if commit or now - self.last_commit >= self.COMMIT_S:
+            self.last_commit = now
+            batch, self.held = b"".join(self.held), []
+            self.writer.add_raw(batch)
+            if not commit and len(batch) // self.size < self.BUSY_EVENTS:
+                self.writer.decode_spool(self.DECODE_BUDGET_S)
 
 
 class Progress:
@@ -296,12 +277,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
     session.compile()
     writer = TraceWriter(output)
-    # Commits mark progress for a reader; syncing each to disk would only slow the
-    # recorder (a crash of the machine loses the trace either way).
-    writer.db.execute("PRAGMA synchronous=OFF")
-    spool = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(output)),
-                                   prefix=".ctracer-spool-")
-    sink = EventSink(program, spool, counts)
+    sink = EventSink(program, writer, counts)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     stopped_by = "ctrl-c"
@@ -309,7 +285,8 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     recording = False
     previous_term = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     try:
-        writer.set_meta(**meta, start_time=_now_iso(),
+        writer.set_meta(**meta, return_value_functions=sorted(program.rows_with_return_value()),
+                        start_time=_now_iso(),
                         start_monotonic_ns=time.monotonic_ns(),
                         host=socket.gethostname(), kernel_release=os.uname().release,
                         command=list(command) if command else None, pid=pid)
@@ -345,19 +322,18 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
             if recording:
                 session.stop_probes()
                 session.drain()
-                sink.flush()
+                sink.flush(commit=True)
                 counts.lost = session.lost()
             status = gated.stop() if gated else None
             session.close()
             if recording:
                 progress.done()
-                write_trace(program, spool, writer, progress.writing(counts.events))
+                writer.decode_spool(progress=progress.writing(writer.events_spooled))
                 writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
                                 lost_events=counts.lost, stopped_by=stopped_by)
                 writer.flush()
                 writer.set_meta(events=writer.events_written)
             writer.close()
-            spool.close()
             if not recording:
                 os.unlink(output)
         finally:
@@ -371,7 +347,8 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         output, writer.events_written, len(counts.objects), counts.lost, ok, failed, skipped,
         session.compile_seconds, session.attach_seconds, seconds,
         stopped_by, status,
-        [f"{r.function.name}: {r.attached}" for r in results if r.attached != "entry,exit"])
+        [f"{r.function.name}: {r.attached}" for r in results if r.attached != "entry,exit"],
+        writer.kept_old)
 
 
 def _poll_until_done(session, counts: Counts, progress: Progress,

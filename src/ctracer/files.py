@@ -1,0 +1,156 @@
+"""Creating the files ctracer writes (trace files, reports, exports) safely.
+
+What ctracer writes holds kernel and heap addresses, command lines, host names and
+char[] contents of traced objects, so everything it creates is private to its owner
+(files 0600, directories 0700) and created without following a symlink someone planted
+in a shared directory.  An existing file at an output path is never destroyed: it is
+kept as ``FILE.old``, as ``perf record`` does.  Names that come from a trace (struct,
+host, object or field names) pass through `safe_name` before they become path
+components, so nothing is written outside the chosen output directory.
+
+Every writer (the recorder through `ctracer.tracefile`, the report, the exports) uses
+these helpers; a problem is an `OutputError`, shown as one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from typing import Iterator, Optional
+
+from ctracer.errors import OutputError
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@,-]")
+
+
+def safe_name(text: str, *, fallback: str = "_", limit: int = 120) -> str:
+    """``text`` as one harmless path component: no separators, no NUL, no leading dot
+    (so never ``.`` or ``..``), at most ``limit`` characters."""
+    name = _UNSAFE.sub("_", str(text))[:limit].lstrip(".")
+    return name or fallback
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """Everything created inside (by ctracer or by a library it calls, such as
+    matplotlib or graphviz) is at most 0600 for files and 0700 for directories."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _explain(path: str, e: OSError) -> OutputError:
+    reason = e.strerror or str(e)
+    return OutputError(f"cannot write {path}: {reason}")
+
+
+def keep_old(path: str) -> Optional[str]:
+    """Move an existing ``path`` (file or symlink, never followed) to ``path.old``,
+    replacing an older ``.old``; the name it was kept under, or None when there was
+    nothing.  SQLite's side files of the old file move with it, so they can never be
+    mistaken for the new file's."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise _explain(path, e) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{path} is a directory: give a file name for the output")
+    old = path + ".old"
+    try:
+        os.replace(path, old)
+        for suffix in ("-wal", "-shm", "-journal"):
+            if os.path.lexists(path + suffix):
+                os.replace(path + suffix, old + suffix)
+    except OSError as e:
+        raise _explain(path, e) from None
+    return old
+
+
+def create_private_file(path: str) -> int:
+    """Create ``path`` (which must not exist) as an empty 0600 file without following
+    symlinks; the open descriptor (read-write)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OutputError(f"cannot write {path}: no directory {parent}")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        raise OutputError(f"cannot write {path}: it appeared while ctracer was creating "
+                          "it (another writer?)") from None
+    except OSError as e:
+        raise _explain(path, e) from None
+    os.fchmod(fd, FILE_MODE)  # whatever the umask was
+    return fd
+
+
+def same_file(fd: int, path: str) -> bool:
+    """``path`` names the regular file open at ``fd`` (not a symlink or a file swapped
+    in since)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def make_private_dir(path: str) -> str:
+    """Create the directory ``path`` (and missing parents) 0700; an existing one is
+    used as it is, unless it is a symlink or not a directory.  Returns ``path``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            with private_umask():
+                os.makedirs(path, DIR_MODE)
+        except FileExistsError:
+            return make_private_dir(path)
+        except OSError as e:
+            raise _explain(path, e) from None
+        return path
+    except OSError as e:
+        raise _explain(path, e) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(f"cannot write into {path}: it is a symlink (give the real directory)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"cannot write into {path}: it exists and is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write into {path}: permission denied")
+    return path
+
+
+def child_path(directory: str, *names: str) -> str:
+    """``directory/name/...`` with every name passed through `safe_name` (a name from
+    a trace can never climb out of ``directory``)."""
+    return os.path.join(directory, *(safe_name(n) for n in names))
+
+
+def write_private(path: str, data: bytes | str) -> None:
+    """Write a whole file 0600, replacing a regular file there but never following a
+    symlink."""
+    if isinstance(data, str):
+        data = data.encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError as e:
+        raise _explain(path, e) from None
+    try:
+        os.fchmod(fd, FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise _explain(path, e) from None
+    finally:
+        os.close(fd)
