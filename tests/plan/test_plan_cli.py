@@ -120,3 +120,21 @@ def test_bad_input_is_one_line():
     assert len(r.stderr.strip().splitlines()) == 1
     r = ctracer("plan", "sock", "--binary", "/nonexistent/prog")
     assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_verify_as_an_unprivileged_user_says_it_needs_root_in_one_line():
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as another user")
+    if not os.path.exists(KERNEL_BTF):
+        pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "ctracer", "plan", "sock", "--verify"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/nobody-cache"})
+    if "Permission denied" in r.stderr and "python" in r.stderr:
+        pytest.skip("the unprivileged user cannot run this checkout's Python")
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "ctracer: error: --verify loads BPF programs through the kernel's verifier, which "
+        "needs root (or CAP_BPF and CAP_PERFMON): run it as root, e.g. with sudo"]

@@ -56,8 +56,16 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None,
     """Load the plan's kprobe/kretprobe (kernel) or uprobe/uretprobe (``binary``)
     programs through the verifier; ``graph`` is the struct's type graph (its mini
     struct is what the programs snapshot)."""
+    from ctracer.errors import BPFUnavailable
     from ctracer.plan import mini
+    from ctracer.record import bpf_runtime
 
+    try:
+        bpf_runtime.check_privileges()
+    except BPFUnavailable:
+        raise BPFUnavailable("--verify loads BPF programs through the kernel's verifier, "
+                             "which needs root (or CAP_BPF and CAP_PERFMON): run it as root, "
+                             "e.g. with sudo") from None
     verdicts = Verdicts(untried="not tried: only kprobe-type programs (kprobe, kretprobe, "
                                 "uprobe, uretprobe) are verified by ctracer plan --verify")
     facts = plan.facts
