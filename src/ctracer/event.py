@@ -4,9 +4,10 @@ A `Layout` is a list of scalar fields at fixed offsets.  From it come both the C
 the BPF program fills (`Layout.c_definition`, with static asserts pinning every offset)
 and the Python decoder (`Layout.decode`), so the two sides cannot disagree.
 
-An event is the fixed `HEADER` followed by the traced struct's mini snapshot, whose
-layout `ctracer.plan.mini` builds and the trace file stores (`Layout.to_json`), so a trace
-decodes on a machine that never saw the binary.
+An event is the fixed `HEADER`, then ``nargs`` 64-bit argument slots (a tracepoint's
+arguments, raw; none for entry/exit probes), then the traced struct's mini snapshot,
+whose layout `ctracer.plan.mini` builds and the trace file stores (`Layout.to_json`), so
+a trace decodes on a machine that never saw the binary.
 """
 
 from __future__ import annotations
@@ -241,6 +242,10 @@ class Layout:
 
 PHASE_ENTRY = 0
 PHASE_EXIT = 1
+PHASE_TRACEPOINT = 2   # one event per tracepoint hit: no entry/exit pair, no depth
+
+#: how the trace file and exports spell each phase
+PHASE_NAMES = {PHASE_ENTRY: "entry", PHASE_EXIT: "exit", PHASE_TRACEPOINT: "tracepoint"}
 
 #: flags in the header
 FLAG_READ_FAILED = 1   # the object could not be read; the snapshot is garbage
@@ -262,44 +267,65 @@ HEADER = Layout.packed_in_order("ctracer_header", [
 ])
 
 
-def event_size(mini: Layout) -> int:
-    """Bytes of one event: header then the mini snapshot, at the mini's alignment."""
-    a = mini.alignment
-    start = (HEADER.size + a - 1) // a * a
-    return start + mini.size
+def args_offset() -> int:
+    """Where the argument slots start (right after the header, 8-byte aligned)."""
+    return (HEADER.size + 7) // 8 * 8
 
 
-def mini_offset(mini: Layout) -> int:
-    a = mini.alignment
-    return (HEADER.size + a - 1) // a * a
+def mini_offset(mini: Layout, nargs: int = 0) -> int:
+    a = max(mini.alignment, 8 if nargs else 1)
+    start = args_offset() + 8 * nargs if nargs else HEADER.size
+    return (start + a - 1) // a * a
 
 
-def c_event_definition(mini: Layout) -> str:
-    """C for the header, the mini struct and ``struct ctracer_event`` holding both."""
+def event_size(mini: Layout, nargs: int = 0) -> int:
+    """Bytes of one event: header, ``nargs`` u64 argument slots, then the mini snapshot
+    at the mini's alignment; the whole rounded up to 8 (the header's alignment, so the
+    C struct's sizeof)."""
+    return (mini_offset(mini, nargs) + mini.size + 7) // 8 * 8
+
+
+def c_event_definition(mini: Layout, nargs: int = 0) -> str:
+    """C for the header, the mini struct and ``struct ctracer_event`` holding them
+    (with ``u64 args[nargs]`` between the two when ``nargs``)."""
+    args = f"\tu64 args[{nargs}];\n" if nargs else ""
+    asserts = (f'_Static_assert(__builtin_offsetof(struct ctracer_event, args) == '
+               f'{args_offset()}, "args offset");\n' if nargs else "")
     return (HEADER.c_definition() + "\n" + mini.c_definition() + "\n"
-            f"struct ctracer_event {{\n\tstruct {HEADER.name} h;\n"
+            f"struct ctracer_event {{\n\tstruct {HEADER.name} h;\n{args}"
             f"\tstruct {mini.name} m;\n}};\n"
-            f'_Static_assert(__builtin_offsetof(struct ctracer_event, m) == {mini_offset(mini)}, '
-            f'"mini offset");\n')
+            f'_Static_assert(__builtin_offsetof(struct ctracer_event, m) == '
+            f'{mini_offset(mini, nargs)}, "mini offset");\n' + asserts +
+            f'_Static_assert(sizeof(struct ctracer_event) == {event_size(mini, nargs)}, '
+            f'"event size");\n')
 
 
-def decode_event(mini: Layout, data: bytes) -> tuple[dict[str, Any], bytes]:
+def decode_args(data: bytes, nargs: int) -> tuple[int, ...]:
+    """The raw u64 argument slots of an event."""
+    return struct.unpack_from(f"<{nargs}Q", data, args_offset()) if nargs else ()
+
+
+def decode_event(mini: Layout, data: bytes, nargs: int = 0) -> tuple[dict[str, Any], bytes]:
     """Split a raw event into its decoded header and the raw mini snapshot bytes."""
     header = HEADER.decode(data)
-    start = mini_offset(mini)
+    start = mini_offset(mini, nargs)
     return header, bytes(data[start:start + mini.size])
 
 
-def event_dtype(mini: Layout):
-    """A numpy structured dtype of one whole event: the header's fields by name and the
-    mini snapshot as opaque bytes named ``snapshot`` (decode those with
-    ``mini.numpy_dtype()``)."""
+def event_dtype(mini: Layout, nargs: int = 0):
+    """A numpy structured dtype of one whole event: the header's fields by name, the
+    argument slots as ``args`` (``nargs`` u64, when any) and the mini snapshot as opaque
+    bytes named ``snapshot`` (decode those with ``mini.numpy_dtype()``)."""
     import numpy as np
 
     names, formats, offsets = (list(x) for x in zip(*HEADER.numpy_fields()))
+    if nargs:
+        names.append("args")
+        formats.append(("<u8", (nargs,)))
+        offsets.append(args_offset())
     if mini.size:
         names.append("snapshot")
         formats.append(f"V{mini.size}")
-        offsets.append(mini_offset(mini))
+        offsets.append(mini_offset(mini, nargs))
     return np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                     "itemsize": event_size(mini)})
+                     "itemsize": event_size(mini, nargs)})

@@ -8,7 +8,12 @@ Tables:
 * ``functions``: the probed functions, how each reaches the object (``reach``/``via``),
   and whether its probes attached;
 * ``events``: one row per probe hit, the header decoded into columns and the mini
-  snapshot kept as raw bytes (decoded with the layout in ``meta``);
+  snapshot kept as raw bytes (decoded with the layout in ``meta``); ``phase`` is 0 for
+  an entry, 1 for an exit, 2 for a tracepoint hit (`ctracer.event.PHASE_NAMES`), and
+  ``args`` holds a tracepoint hit's arguments as a JSON object by parameter name
+  (``{"oldstate": 7, "newstate": 2}``; NULL for entry/exit events).  The meta entry
+  ``tracepoint_args`` says, per function id, each argument's name, C type (``s64``
+  or ``u64``: how the raw slot reads), kind and C type text;
 * ``spool``: batches of raw events exactly as the ring buffer delivered them, not yet
   decoded into ``events``.
 
@@ -43,9 +48,10 @@ from ctracer.errors import OutputError, TraceFileError
 from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype, event_size
 from ctracer.files import create_private_file, keep_old, same_file
 
-SCHEMA_VERSION = 2
-#: schemas this version reads (1: no spool table, never written incrementally)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+#: schemas this version reads (1: no spool table, never written incrementally;
+#: 2: no events.args column)
+READABLE_VERSIONS = (1, 2, 3)
 
 #: meta ``state``: set when the file is created, and when the writer finished it
 STATE_RECORDING = "recording"
@@ -78,7 +84,8 @@ CREATE TABLE events(
     retval INTEGER,
     depth INTEGER NOT NULL,
     flags INTEGER NOT NULL,
-    snapshot BLOB
+    snapshot BLOB,
+    args TEXT
 );
 CREATE INDEX events_by_object ON events(object, seq);
 CREATE TABLE spool(
@@ -129,6 +136,8 @@ class Event:
     depth: int
     flags: int
     snapshot: Optional[bytes]
+    #: a tracepoint hit's arguments by name (None for entry and exit events)
+    args: Optional[dict] = None
 
 
 class RawDecoder:
@@ -136,17 +145,36 @@ class RawDecoder:
     the events table, a whole batch at a time with a numpy structured dtype built from
     the event layout (`ctracer.event.event_dtype`)."""
 
-    def __init__(self, mini: Layout, returns: Iterable[int] = ()):
+    def __init__(self, mini: Layout, returns: Iterable[int] = (),
+                 tracepoint_args: Optional[dict[int, list[dict]]] = None):
         self.mini = mini
-        self.size = event_size(mini)
-        self.dtype = event_dtype(mini)
+        #: per function id, the tracepoint's arguments (name, ctype) in slot order
+        self.arg_specs = {int(k): [(a["name"], a.get("ctype") == "s64") for a in v]
+                          for k, v in (tracepoint_args or {}).items()}
+        self.nargs = max((len(v) for v in self.arg_specs.values()), default=0)
+        self.size = event_size(mini, self.nargs)
+        self.dtype = event_dtype(mini, self.nargs)
         self.returns = sorted(set(returns))  # function ids whose exits carry a value
         self._comms: dict[bytes, str] = {}
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
         return cls(Layout.from_json(meta["mini_layout"]),
-                   json.loads(meta.get("return_value_functions") or "[]"))
+                   json.loads(meta.get("return_value_functions") or "[]"),
+                   json.loads(meta.get("tracepoint_args") or "{}"))
+
+    def _args(self, fids: list, slots) -> list:
+        """The JSON text of each event's arguments (None without any)."""
+        specs = self.arg_specs
+        out = []
+        for fid, raw in zip(fids, slots):
+            spec = specs.get(fid)
+            if spec is None:
+                out.append(None)
+                continue
+            out.append(json.dumps({name: (v - (1 << 64) if signed and v >= 1 << 63 else v)
+                                   for (name, signed), v in zip(spec, raw)}))
+        return out
 
     def count(self, raw: bytes) -> int:
         return len(raw) // self.size
@@ -173,11 +201,14 @@ class RawDecoder:
             snapshot = snapshot.tolist()
         else:
             snapshot = [b""] * len(a)
+        fids = fid.tolist()
+        args = (self._args(fids, a["args"].tolist()) if self.nargs
+                else [None] * len(a))
         return list(zip(
             a["ts_ns"].astype(np.int64).tolist(), a["cpu"].tolist(), a["pid"].tolist(),
-            a["tid"].tolist(), comm, fid.tolist(), phase.tolist(),
+            a["tid"].tolist(), comm, fids, phase.tolist(),
             a["object"].astype(np.int64).tolist(),  # two's complement, as to_sql_u64
-            retval.tolist(), a["depth"].tolist(), flags.tolist(), snapshot))
+            retval.tolist(), a["depth"].tolist(), flags.tolist(), snapshot, args))
 
     def _comm(self, raw: bytes) -> str:
         name = self._comms.get(raw)
@@ -187,7 +218,7 @@ class RawDecoder:
 
 
 _INSERT_EVENTS = ("INSERT INTO events(ts_ns, cpu, pid, tid, comm, function_id, phase, object,"
-                  " retval, depth, flags, snapshot) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+                  " retval, depth, flags, snapshot, args) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 def _decode_spool(db: sqlite3.Connection, decoder: RawDecoder,
@@ -269,15 +300,17 @@ class TraceWriter:
 
     def add_event(self, ts_ns: int, cpu: int, pid: int, tid: int, comm: str,
                   function_id: int, phase: int, object: int, retval: Optional[int],
-                  depth: int, flags: int, snapshot: Optional[bytes]) -> None:
+                  depth: int, flags: int, snapshot: Optional[bytes],
+                  args: Optional[dict] = None) -> None:
         self._pending.append((ts_ns, cpu, pid, tid, comm, function_id, phase,
-                              to_sql_u64(object), retval, depth, flags, snapshot))
+                              to_sql_u64(object), retval, depth, flags, snapshot,
+                              None if args is None else json.dumps(args)))
         if len(self._pending) >= self.batch:
             self.flush()
 
     def add_events(self, rows: Iterable[tuple]) -> None:
         """Many events at once, each a tuple in `add_event`'s parameter order with the
-        object already converted by `to_sql_u64`."""
+        object already converted by `to_sql_u64` and the args as JSON text or None."""
         self._pending.extend(rows)
         if len(self._pending) >= self.batch:
             self.flush()
@@ -539,7 +572,8 @@ class Trace:
         try:
             for r in self.db.execute(sql + " ORDER BY seq", args):
                 yield Event(r[0], r[1], r[2], r[3], r[4], r[5] or "", r[6], r[7],
-                            _from_sql_u64(r[8]), r[9], r[10], r[11], r[12])
+                            _from_sql_u64(r[8]), r[9], r[10], r[11], r[12],
+                            json.loads(r[13]) if len(r) > 13 and r[13] else None)
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
 

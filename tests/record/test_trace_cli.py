@@ -75,9 +75,10 @@ def test_field_glob_matching_nothing(tmp_path):
     assert_one_line_error(r, "sk_rcvbuff")
 
 
-def test_no_binary(tmp_path):
-    r = ctracer(["trace", "sock", "-d", "1"], tmp_path)
-    assert_one_line_error(r, "--binary")
+def test_kernel_object_options_need_a_kernel_trace(tmp_path):
+    r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--where", "sk_state == 1",
+                 "--print-bpf"], tmp_path)
+    assert_one_line_error(r, "--where", "kernel")
 
 
 def test_command_without_double_dash(tmp_path):

@@ -1,9 +1,13 @@
-"""Build the bundled sample, trace it and render the report: the whole pipeline once.
+"""Build the bundled samples, trace struct sock and render the report: the whole pipeline once.
 
-Builds samples/ (make), records `struct sock` in the sample program sockdemo while it
-runs socket lifecycles (ctracer trace), renders the trace (ctracer callgraph) and says
-which page to open.  The trace goes to sock.ctrace and the report to callgraph/sock/,
-both under the current directory.  Needs root (for the tracing step).
+Builds samples/ (make), then records the running kernel's `struct sock` while the
+bundled loopback TCP workload (samples/tcp: several connections, orderly closes from
+each side, an abort) runs — `ctracer trace struct sock -- tcploop` —, renders the
+trace (ctracer callgraph) and says which page to open.  Where the kernel cannot be
+traced (no BTF, BPF refused, no raw tracepoints...) it says why in one line and traces
+the user-space sample sockdemo instead, as `ctracer trace struct sock --binary
+sockdemo -- sockdemo` would.  The trace goes to sock.ctrace and the report to
+callgraph/sock/, both under the current directory.  Needs root (for the tracing step).
 """
 
 from __future__ import annotations
@@ -18,11 +22,16 @@ from typing import Optional
 EPILOG = """\
 examples:
   sudo ctracer demo                     # from a source checkout
-  sudo ctracer demo --loops 30 --threads 4
+  sudo ctracer demo --connections 30
+  sudo ctracer demo --user-space --loops 30 --threads 4
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--connections", type=int, default=6, metavar="N",
+                        help="TCP connections the kernel workload makes (default 6)")
+    parser.add_argument("--user-space", action="store_true",
+                        help="trace the user-space sample even where the kernel can be traced")
     parser.add_argument("--loops", type=int, default=9, metavar="N",
                         help="socket lifecycles per thread in the sample (default 9)")
     parser.add_argument("--threads", type=int, default=2, metavar="N",
@@ -63,30 +72,65 @@ def build_samples(samples: str) -> None:
         raise CtracerError(f"building the samples failed: {why.strip()}")
 
 
-def run(args: argparse.Namespace) -> int:
-    from ctracer.commands import trace as trace_command
-    from ctracer.errors import CtracerError, UsageError
+def _record(built, command: list[str], output: str):
+    from ctracer.record import recorder
+    progress = recorder.Progress(sys.stderr)
+    return recorder.record(built.program, built.binary, output, meta=built.meta,
+                           command=command, progress=progress)
 
-    if args.loops < 1 or not 1 <= args.threads <= 64:
-        raise UsageError("--loops needs a positive number and --threads 1 to 64")
+
+def _trace_kernel(samples: str, connections: int, output: str):
+    from ctracer import pipeline
+    from ctracer.debuginfo.model import ShapeKind
+    workload = os.path.join(samples, "tcp", "build", "tcploop")
+    command = [workload, "--connections", str(connections)]
+    print(f"ctracer demo: ctracer trace struct sock -- {' '.join(command)}", file=sys.stderr)
+    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", follow_processes=True,
+                                    argv=("ctracer", "trace", "struct", "sock", "--",
+                                          *command))
+    return _record(pipeline.build(request), command, output)
+
+
+def _trace_sample(samples: str, loops: int, threads: int, output: str):
+    from ctracer import pipeline
+    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.sources import TypeSource
+    program = os.path.join(samples, "sock", "build", "sockdemo")
+    command = [program, "--loops", str(loops), "--threads", str(threads)]
+    print(f"ctracer demo: ctracer trace struct sock --binary {program} -- "
+          f"{' '.join(command)}", file=sys.stderr)
+    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", TypeSource(binary=program),
+                                    follow_processes=True,
+                                    argv=("ctracer", "trace", "struct", "sock", "--binary",
+                                          program, "--", *command))
+    return _record(pipeline.build(request), command, output)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctracer.errors import CtracerError, UsageError
+    from ctracer.record.recorder import summary_lines
+
+    if args.loops < 1 or not 1 <= args.threads <= 64 or not 1 <= args.connections <= 100000:
+        raise UsageError("--loops needs a positive number, --threads 1 to 64 and "
+                         "--connections 1 to 100000")
     samples = args.samples or find_samples()
     if samples is None or not os.path.isfile(os.path.join(samples, "sock", "Makefile")):
         raise CtracerError("the bundled samples are not here: run ctracer demo from a "
                            "source checkout (or give --samples DIR)")
     print(f"ctracer demo: building {samples}", file=sys.stderr)
     build_samples(samples)
-    program = os.path.join(samples, "sock", "build", "sockdemo")
 
-    parser = argparse.ArgumentParser(prog="ctracer trace")
-    trace_command.add_arguments(parser)
-    trace_args = parser.parse_args(["struct", "sock", "--binary", program, "-o", "sock.ctrace",
-                                    "--", program, "--loops", str(args.loops),
-                                    "--threads", str(args.threads)])
-    print(f"ctracer demo: ctracer trace struct sock --binary {program} -- "
-          f"{' '.join(trace_args.command)}", file=sys.stderr)
-    kind, name = trace_command.target_from_args(trace_args)
-    result = trace_command.trace(trace_args, kind, name)
-    trace_command.print_summary(result)
+    result = None
+    if not args.user_space:
+        try:
+            result = _trace_kernel(samples, args.connections, "sock.ctrace")
+        except CtracerError as e:
+            print(f"ctracer demo: the running kernel cannot be traced here ({e}); "
+                  "tracing the user-space sample instead", file=sys.stderr)
+    if result is None:
+        result = _trace_sample(samples, args.loops, args.threads, "sock.ctrace")
+    for line in summary_lines(result):
+        print(f"ctracer: {line}", file=sys.stderr)
 
     try:
         from ctracer.report import render_report

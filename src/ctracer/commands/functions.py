@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.holder_depth < 0:
         raise UsageError("--holder-depth must be 0 or more")
     loader = _kernel_symbols_loader(args)
-    model = sources.open_type_source(args)
+    model = sources.open_type_source(sources.type_source_from_args(args))
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind, reaches=reaches, holder_depth=args.holder_depth)
     if found.struct is None and not found.methods:

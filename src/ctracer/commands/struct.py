@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if mini_only and not args.mini:
         raise UsageError("--field, --exclude, --cacheline, --pointers and --no-reorganize "
                          "need --mini")
-    model = sources.open_type_source(args)
+    model = sources.open_type_source(sources.type_source_from_args(args))
     try:
         graph = model.find_struct(name, kind)
     except UnknownType:

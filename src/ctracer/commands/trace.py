@@ -1,22 +1,29 @@
-"""Record a struct's fields at entry and exit of every function that takes it.
+"""Record a struct's fields wherever the code touches it: a program's functions or the kernel.
 
-ctracer reads the program's DWARF, finds the struct's methods (see `ctracer functions`),
-builds the mini struct (see `ctracer struct --mini`) and attaches an eBPF uprobe and
-uretprobe to each method.  Every hit records the time, CPU, process, thread, function,
-entry or exit, the object's address, its call depth, the return value on exit and the
-mini snapshot of the object.  The recording ends when COMMAND exits, when process PID
-goes away, after -d SECONDS or at Ctrl-C; the events already emitted are always drained
-into the trace file, and events the buffer had to drop are counted and shown.
+ctracer reads the debug info (a program's DWARF with --binary; the running kernel's
+BTF by default, or --module NAME, --btf FILE), finds the struct's methods (see `ctracer
+functions`), builds the mini struct (see `ctracer struct --mini`) and records every hit.
 
-Without COMMAND or -p, every process that runs the binary is recorded until -d or
-Ctrl-C.  With -p or COMMAND, only that process and the children it forks are.
-Needs root.  Render the trace with `ctracer callgraph FILE`.
+* A program (--binary): an eBPF uprobe and uretprobe on each method.  Every hit records
+  the time, CPU, process, thread, function, entry or exit, the object's address, its
+  call depth, the return value on exit and the mini snapshot of the object.
+* The kernel: the raw tracepoints whose arguments carry the struct (on kernels without
+  kprobes or fentry these are the ways in).  Each hit records one snapshot of the
+  object, read at the offsets of the kernel's BTF, and the tracepoint's arguments by
+  name (inet_sock_set_state: oldstate, newstate).  With -p PID or -- COMMAND a kernel
+  object first seen in that process tree is followed for the rest of its life in every
+  context (softirq, timers, kernel threads); without them every object system-wide.
+  --comm, --object, --where and --max-objects choose objects, in the kernel.
+
+The recording ends when COMMAND exits, when process PID goes away, after -d SECONDS or
+at Ctrl-C; the events already emitted are always drained into the trace file, and
+events the buffer had to drop are counted and shown.  Needs root.  Render the trace
+with `ctracer callgraph FILE`.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import math
 import os
 import signal
@@ -28,11 +35,24 @@ from ctracer.debuginfo import sources
 
 EPILOG = """\
 examples:
+  ctracer trace struct sock -- ./samples/tcp/build/tcploop     # the kernel's sockets of a command
+  ctracer trace struct sock -d 10 --where 'skc_num == 8080'    # system-wide, one port
+  ctracer trace sk_buff --functions 'kfree_skb' 'consume_skb' -d 5 --tail
   ctracer trace struct sock --binary ./sockdemo -- ./sockdemo --loops 10
   ctracer trace sock --binary ./sockdemo -p 4242 -d 5 -o five-seconds.ctrace
   ctracer trace sock --binary ./sockdemo --functions 'tcp_*' --fields 'sk_stats' -- ./sockdemo
-  ctracer trace sock --binary ./sockdemo --print-bpf     # the generated BPF C, no root needed
+  ctracer trace sock --print-bpf                               # the generated BPF C, no root needed
 """
+
+
+def _address(text: str) -> int:
+    try:
+        value = int(text, 16 if text.lower().startswith("0x") or not text.isdigit() else 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an address") from None
+    if not 0 < value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an address")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,26 +60,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sources.add_type_source_arguments(parser)
     run = parser.add_argument_group("what to record")
     run.add_argument("-p", "--pid", type=int, metavar="PID",
-                     help="record this running process (and children it forks)")
+                     help="record this running process (and children it forks); on the "
+                          "kernel: the objects it touches, followed in every context")
     run.add_argument("-d", "--duration", type=_seconds, metavar="SECONDS",
                      help="stop after this many seconds")
     run.add_argument("--functions", nargs="+", action="extend", default=[], metavar="GLOB",
-                     help="only the methods whose name matches one of these globs")
+                     help="only the methods (functions, tracepoints) whose name matches")
+    run.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
+                     help="leave out the methods whose name matches")
     run.add_argument("--fields", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="only these fields of the struct (a glob naming a nested struct "
                           "takes all of its fields)")
     run.add_argument("--pointers", action="store_true",
                      help="also record pointer members (as addresses)")
+    objects = parser.add_argument_group("which kernel objects (checked in the kernel)")
+    objects.add_argument("--comm", metavar="NAME",
+                         help="objects first seen in a process of this name")
+    objects.add_argument("--object", dest="objects", nargs="+", action="extend", default=[],
+                         type=_address, metavar="ADDR", help="only these object addresses")
+    objects.add_argument("--where", metavar="CONDITION",
+                         help="objects from the first hit where the condition on their "
+                              "fields holds, e.g. 'skc_num == 8080 && skc_family == 2'")
+    objects.add_argument("--max-objects", type=int, metavar="N",
+                         help="follow at most N objects (lifetimes)")
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", metavar="FILE",
                      help="trace file to write (default: NAME.ctrace in the current directory)")
+    out.add_argument("--tail", action="store_true",
+                     help="also print each event as it arrives, one line: time, object, "
+                          "function, the fields it changed old → new")
     out.add_argument("--print-bpf", action="store_true",
                      help="print the generated BPF C program and exit (needs no root)")
     out.add_argument("--buffer-mb", type=int, default=16, metavar="MB",
                      help="ring buffer size, a power of two (default 16)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
-    parser.usage = ("%(prog)s [struct|union] NAME --binary PATH [-p PID | -d SECONDS] "
-                    "[-o FILE] [options] [-- COMMAND [ARGS...]]")
+    parser.usage = ("%(prog)s [struct|union] NAME [--binary PATH | --module NAME | --btf FILE] "
+                    "[-p PID | -d SECONDS] [-o FILE] [options] [-- COMMAND [ARGS...]]")
     _take_command_after_double_dash(parser)
 
 
@@ -104,16 +140,6 @@ def exit_status(result) -> int:
     return 128 - status if status < 0 else status
 
 
-def describe_status(status: int) -> str:
-    if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}"
-    return f"exit status {status}"
-
-
 def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
     """Everything after the first ``--`` is the command to run, untouched.  argparse
     cannot give that to a positional argument on its own (a ``+`` positional before it
@@ -136,60 +162,17 @@ def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-def select_methods(methods: Sequence, patterns: Sequence[str]) -> list:
-    """The methods whose function name (or name@unit) matches a glob; all when none."""
-    if not patterns:
-        return list(methods)
-    from ctracer.errors import UsageError
-    names = sorted({m.name for m in methods} | {m.key for m in methods})
-    for pat in patterns:
-        if not any(fnmatch.fnmatchcase(n, pat) for n in names):
-            import difflib
-            close = difflib.get_close_matches(pat, names, n=5, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UsageError(f"--functions {pat!r} matches no method{hint}")
-    return [m for m in methods
-            if any(fnmatch.fnmatchcase(m.name, p) or fnmatch.fnmatchcase(m.key, p)
-                   for p in patterns)]
-
-
-def build(args: argparse.Namespace, kind, name: str):
-    """(probe program, trace meta) for the options: types, methods, mini struct,
-    probes."""
-    from ctracer.plan import discovery
-    from ctracer.plan import mini
-    from ctracer.probes import program as probes
-    from ctracer.record import recorder as record
-    from ctracer.errors import CtracerError, UsageError
-
-    model = sources.open_type_source(args)
-    graph = model.find_struct(name, kind)
-    found = discovery.discover(model.catalog(), name, kind)
-    methods = select_methods([m for m in found.methods if not m.is_tracepoint],
-                             args.functions)
-    if not methods:
-        raise CtracerError(f"no function in {args.binary} takes {kind.value} {name} "
-                           "(directly, through an alias or a holder): nothing to probe")
-    built = mini.build_mini(graph, include=args.fields, pointers=args.pointers)
-    if not built.layout.fields:
-        raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
-    ring = args.buffer_mb << 20
-    if args.buffer_mb < 1 or ring & (ring - 1):
-        raise UsageError("--buffer-mb must be a power of two (1, 2, 4, ... MB)")
-    program = probes.build_program(methods, built.layout,
-                                   filtered=bool(args.pid or args.command), ring_bytes=ring)
-    try:
-        from ctracer.plan import pahole as layout
-        full = layout.render(graph, source_format=model.format)
-    except Exception as e:  # the layout printer is a nicety here; never lose a trace to it
-        full = f"/* layout unavailable: {e} */\n"
-    meta = record.trace_meta(
-        struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
-        mini_text=mini.render_mini(built.layout, skipped=built.skipped,
-                                   struct_size=built.struct_size),
-        full_layout=full, binary=args.binary, argv=sys.argv, fields=args.fields,
-        functions=args.functions, bpf_text=program.text)
-    return program, meta
+def request_from_args(args: argparse.Namespace, kind, name: str,
+                      argv: Optional[Sequence[str]] = None):
+    """The `ctracer.pipeline.TraceRequest` the options describe."""
+    from ctracer.pipeline import TraceRequest
+    return TraceRequest(
+        kind=kind, name=name, source=sources.type_source_from_args(args),
+        functions=tuple(args.functions), exclude=tuple(args.exclude),
+        fields=tuple(args.fields), pointers=args.pointers,
+        follow_processes=bool(args.pid or args.command), comm=args.comm,
+        objects=tuple(args.objects), where=args.where, max_objects=args.max_objects,
+        buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv))
 
 
 def _check_process_maps(pid: int, binary: str) -> Optional[str]:
@@ -203,84 +186,76 @@ def _check_process_maps(pid: int, binary: str) -> Optional[str]:
     return None
 
 
-def trace(args: argparse.Namespace, kind, name: str, *, out=None):
-    """Record as the options say; returns the `ctracer.record.recorder.RecordResult`."""
-    from ctracer.record import recorder as record
+def _check_run_options(args: argparse.Namespace) -> None:
     from ctracer.errors import UsageError
-
-    out = out or sys.stderr
-    _check_source(args)
     if args.pid is not None and args.command:
         raise UsageError("give either -p PID or a COMMAND, not both")
     if args.pid is not None and args.pid <= 0:
         raise UsageError("-p needs a process id")
-    output = args.output or f"{name}.ctrace"
-    check_output(output)
-    program, meta = build(args, kind, name)
-    if args.pid is not None:
-        warning = _check_process_maps(args.pid, args.binary)
+
+
+def trace(args: argparse.Namespace, kind, name: str, *, out=None):
+    """Record as the options say; returns the `ctracer.record.recorder.RecordResult`."""
+    from ctracer import pipeline
+    _check_run_options(args)
+    check_output(args.output or f"{name}.ctrace")
+    built = pipeline.build(request_from_args(args, kind, name))
+    return record_built(built, args, kind, name, out=out)
+
+
+def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
+    """Record a built trace with the run options of ``args`` (-p, -d, -o, --tail, -q,
+    the command)."""
+    from ctracer.record import recorder as record
+
+    out = out or sys.stderr
+    if args.pid is not None and built.binary:
+        warning = _check_process_maps(args.pid, built.binary)
         if warning:
             print(f"ctracer: warning: {warning}", file=out)
-    progress = record.Progress(out, enabled=not args.quiet)
+    output = args.output or f"{name}.ctrace"
+    progress = record.Progress(out, enabled=not (args.quiet or args.tail))
+    tail = None
+    if args.tail:
+        from ctracer.record.tail import Tail
+        tail = Tail(built.program)
 
     def announce() -> None:
         if args.quiet:
             return
-        who = (f"process {args.pid}" if args.pid else
-               "the command" if args.command else f"every process running {args.binary}")
         until = " until it exits" if (args.pid or args.command) else ""
         if args.duration:
             until += f"{' or' if until else ''} for {args.duration:g} s"
+        if built.is_kernel:
+            who = (f"the objects process {args.pid} touches" if args.pid else
+                   "the objects the command touches" if args.command else "every object")
+            print(f"ctracer: recording {kind.value} {name} in the kernel: {who}{until}; "
+                  "Ctrl-C to stop", file=out, flush=True)
+            return
+        who = (f"process {args.pid}" if args.pid else
+               "the command" if args.command else f"every process running {built.binary}")
         print(f"ctracer: recording {kind.value} {name} in {who}{until}; Ctrl-C to stop",
               file=out, flush=True)
 
-    return record.record(program, args.binary, output, meta=meta,
+    return record.record(built.program, built.binary, output, meta=built.meta,
                          command=args.command or None, pid=args.pid,
-                         duration=args.duration, progress=progress, on_attached=announce)
+                         duration=args.duration, progress=progress, on_attached=announce,
+                         tail=tail)
 
 
 def print_summary(result, out=None) -> None:
+    from ctracer.record.recorder import summary_lines
     out = out or sys.stderr
-    how = {"command exited": "the command exited", "process exited": "the process exited",
-           "duration": "the duration ended", "ctrl-c": "Ctrl-C",
-           "terminated": "SIGTERM"}.get(result.stopped_by, result.stopped_by)
-    status = ""
-    if result.command_status:
-        status = f", {describe_status(result.command_status)}"
-    took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
-    print(f"ctracer: {result.events} events, {result.objects} object addresses, "
-          f"{result.lost} lost in {took} (stopped: {how}{status})", file=out)
-    skipped = f", {result.skipped} not probeable" if result.skipped else ""
-    print(f"ctracer: probes on {result.attached} functions, {result.failed} failed{skipped} "
-          f"(bcc compile {result.compile_seconds:.1f} s, attach {result.attach_seconds:.1f} s)",
-          file=out)
-    for failure in result.failures[:5]:
-        print(f"ctracer:   {failure}", file=out)
-    if len(result.failures) > 5:
-        print(f"ctracer:   ... and {len(result.failures) - 5} more (see the trace's "
-              "functions table)", file=out)
-    if result.lost:
-        print(f"ctracer: warning: {result.lost} events were lost (ring buffer full); "
-              "a larger --buffer-mb or fewer --functions helps", file=out)
-    if result.kept_old:
-        print(f"ctracer: the file that was at {result.path} is kept as {result.kept_old}",
-              file=out)
-    print(f"ctracer: wrote {result.path}; next: ctracer callgraph {result.path}", file=out)
-
-
-def _check_source(args: argparse.Namespace) -> None:
-    from ctracer.errors import UsageError
-    if args.btf or args.module or not args.binary:
-        raise UsageError("ctracer trace needs --binary PATH (tracing the kernel itself is "
-                         "not supported yet)")
+    for line in summary_lines(result):
+        print(f"ctracer: {line}", file=out)
 
 
 def run(args: argparse.Namespace) -> int:
     kind, name = target_from_args(args)
-    _check_source(args)
     if args.print_bpf:
-        program, _ = build(args, kind, name)
-        print(program.text, end="")
+        from ctracer import pipeline
+        built = pipeline.build(request_from_args(args, kind, name))
+        print(built.program.text, end="")
         return 0
     result = trace(args, kind, name)
     print_summary(result)

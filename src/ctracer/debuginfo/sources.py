@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
+from typing import Optional
 
 from ctracer.errors import InputFileError, UsageError
 from ctracer.debuginfo.model import ShapeKind, TypeModel
@@ -62,30 +64,65 @@ def _readable_file(path: str, what: str) -> str:
     return path
 
 
-def open_type_source(args: argparse.Namespace) -> TypeModel:
-    """The type model the options name (readers are imported only when needed)."""
-    use_cache = not getattr(args, "no_cache", False)
-    chosen = [o for o in ("binary", "btf", "module") if getattr(args, o, None)]
-    if getattr(args, "btf_base", None) and not getattr(args, "btf", None):
+@dataclass(frozen=True)
+class TypeSource:
+    """Where types come from, as plain data (at most one of binary, btf, module; none:
+    the running kernel's BTF)."""
+
+    binary: Optional[str] = None
+    btf: Optional[str] = None
+    btf_base: Optional[str] = None
+    module: Optional[str] = None
+    use_cache: bool = True
+
+    @property
+    def is_kernel(self) -> bool:
+        """The types describe a kernel (the running one, a module, or a BTF file), not a
+        user-space binary."""
+        return not self.binary
+
+    def describe(self) -> str:
+        if self.binary:
+            return self.binary
+        if self.btf:
+            return self.btf
+        if self.module:
+            return f"module {self.module}"
+        return "the running kernel"
+
+
+def type_source_from_args(args: argparse.Namespace) -> TypeSource:
+    """The `TypeSource` the options of `add_type_source_arguments` chose."""
+    return TypeSource(binary=getattr(args, "binary", None), btf=getattr(args, "btf", None),
+                      btf_base=getattr(args, "btf_base", None),
+                      module=getattr(args, "module", None),
+                      use_cache=not getattr(args, "no_cache", False))
+
+
+def open_type_source(source: TypeSource) -> TypeModel:
+    """The type model the source names (readers are imported only when needed)."""
+    use_cache = source.use_cache
+    chosen = [o for o in ("binary", "btf", "module") if getattr(source, o)]
+    if source.btf_base and not source.btf:
         raise UsageError("--btf-base goes with --btf")
     if len(chosen) > 1:
         raise UsageError(f"choose one type source, not {' and '.join('--' + c for c in chosen)}")
-    if args.binary:
+    if source.binary:
         from ctracer.debuginfo.dwarf import reader as dwarf
-        return dwarf.open_elf_types(_readable_file(args.binary, "binary"), use_cache=use_cache)
-    if args.btf:
+        return dwarf.open_elf_types(_readable_file(source.binary, "binary"), use_cache=use_cache)
+    if source.btf:
         from ctracer.debuginfo.btf import reader as btf
-        base = getattr(args, "btf_base", None)
-        return btf.open_btf(_readable_file(args.btf, "BTF file"),
+        base = source.btf_base
+        return btf.open_btf(_readable_file(source.btf, "BTF file"),
                             base=_readable_file(base, "BTF base") if base else None,
                             use_cache=use_cache)
     from ctracer.debuginfo.btf import reader as btf
-    if args.module:
-        if not args.module.replace("-", "_").isidentifier():
-            raise UsageError(f"{args.module!r} is not a module name")
-        path = os.path.join(MODULE_BTF_DIR, args.module)
+    if source.module:
+        if not source.module.replace("-", "_").isidentifier():
+            raise UsageError(f"{source.module!r} is not a module name")
+        path = os.path.join(MODULE_BTF_DIR, source.module)
         if not os.path.exists(path):
-            raise InputFileError(f"module {args.module} has no BTF at {path} (is it loaded?)")
+            raise InputFileError(f"module {source.module} has no BTF at {path} (is it loaded?)")
         return btf.open_btf(path, base=_readable_file(KERNEL_BTF, "kernel BTF"),
                             use_cache=use_cache)
     if not os.path.exists(KERNEL_BTF):

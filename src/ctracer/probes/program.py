@@ -49,11 +49,11 @@ uprobes (attached for every process mapping the binary) record only that tree.
 from __future__ import annotations
 
 import platform
-import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ctracer.collectors.base import USER, ObjectReader, collectors_for, read_span
+from ctracer.collectors.base import USER, ObjectReader
+from ctracer.probes import ctext
 from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
                            Layout, c_event_definition)
@@ -65,7 +65,6 @@ MAX_SKIPPED_EXITS = 4
 #: default ring buffer size (bytes, a power of two multiple of the page size)
 RING_BYTES = 16 << 20
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _FLOAT_WORDS = {"float", "double", "_Float32", "_Float64", "_Float128", "_Complex"}
 
 
@@ -143,10 +142,16 @@ class ProbeProgram:
     rows: tuple[FunctionRow, ...]
     filtered: bool
     ring_bytes: int
+    #: u64 argument slots in each event (tracepoint arguments; none for uprobes)
+    nargs = 0
 
     def rows_with_return_value(self) -> frozenset[int]:
         """Function-table rows whose exit events carry a return value."""
         return frozenset(s.id for f in self.functions if f.return_ctype for s in f.slots)
+
+    def args_by_row(self) -> dict:
+        """Arguments recorded per row: none (entry/exit events carry no argument slots)."""
+        return {}
 
 
 # ------------------------------------------------------------------ C types of values
@@ -215,38 +220,8 @@ def argument_expr(function: FunctionInfo, index: int, arch: Arch) -> tuple[Optio
 # ------------------------------------------------------------------ program text
 
 
-def _comment_name(name: str) -> str:
-    return name if _IDENT.match(name) else "?"
-
-
-def _path_statements(method: Method, var: str) -> list[str]:
-    out = []
-    for step in method.path:
-        if step.op == "deref":
-            out.append(f"{var} = ctracer_deref({var}, {int(step.offset)});")
-        elif step.op == "offset":
-            out.append(f"{var} = {var} ? {var} + {int(step.offset)} : 0;")
-        else:
-            raise ValueError(f"unknown path step {step.op!r}")
-    return out
-
-
 def _slot_order(m: Method) -> tuple:
     return (m.param_index is None, m.param_index or 0)
-
-
-class _Text:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, *lines: str) -> None:
-        self.lines.extend(lines)
-
-    def block(self, text: str) -> None:
-        self.lines.extend(text.rstrip("\n").split("\n"))
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 _COMMON = """\
@@ -324,7 +299,7 @@ def _leave_function(max_skipped: int) -> str:
     """``ctracer_leave``: finds (and removes) what the entry probe saved for the call
     returning now, trying the expected depth first, then deeper ones (see the module
     docstring).  Written out in straight lines: the verifier must not see a loop."""
-    t = _Text()
+    t = ctext.Text()
     t("static __always_inline int ctracer_take(struct ctracer_call_key *key, u32 depth,",
       "\t\t\t\t\tstruct ctracer_call *out)",
       "{",
@@ -362,37 +337,9 @@ def _leave_function(max_skipped: int) -> str:
     return str(t)
 
 
-def _snapshot_function(mini: Layout, reader: ObjectReader) -> str:
-    collectors = collectors_for(mini)
-    start, end = read_span(collectors)
-    t = _Text()
-    t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}). */")
-    if end <= start:
-        t(f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
-          "{", "\treturn 0;", "}")
-        return str(t)
-    t("struct ctracer_object_bytes {",
-      f"\tu8 b[{end - start}];",
-      "} __attribute__((aligned(8)));",
-      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
-      "",
-      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
-      "{",
-      "\tu32 zero = 0;",
-      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
-      "",
-      f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
-      "\t\treturn -1;")
-    for c in collectors:
-        for stmt in c.c_statements("(*m)", "buf->b", start):
-            t("\t" + stmt)
-    t("\treturn 0;", "}")
-    return str(t)
-
-
 def _entry_probe(f: ProbedFunction) -> str:
-    t = _Text()
-    t(f"/* {_comment_name(f.name)}: entry */",
+    t = ctext.Text()
+    t(f"/* {ctext.comment_name(f.name)}: entry */",
       f"int {f.entry_probe}(struct pt_regs *ctx)",
       "{",
       "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
@@ -409,7 +356,7 @@ def _entry_probe(f: ProbedFunction) -> str:
         t("\t{",
           f"\t\tu64 obj = {s.arg};",
           f"\t\tcall.arg[{i}] = obj;")
-        t(*("\t\t" + line for line in _path_statements(s.method, "obj")))
+        t(*("\t\t" + line for line in ctext.path_statements(s.method, "obj")))
         t(f"\t\tcall.object[{i}] = obj;",
           f"\t\tctracer_emit({s.id}, {PHASE_ENTRY}, obj, 0, depth, 0, pid_tgid);",
           "\t}")
@@ -424,9 +371,9 @@ def _entry_probe(f: ProbedFunction) -> str:
 
 
 def _exit_probe(f: ProbedFunction, arch: Arch) -> str:
-    t = _Text()
+    t = ctext.Text()
     ret = f"(s64)({f.return_ctype})PT_REGS_RC(ctx)" if f.return_ctype else "0"
-    t(f"/* {_comment_name(f.name)}: exit */",
+    t(f"/* {ctext.comment_name(f.name)}: exit */",
       f"int {f.exit_probe}(struct pt_regs *ctx)",
       "{",
       "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
@@ -450,7 +397,7 @@ def _exit_probe(f: ProbedFunction, arch: Arch) -> str:
           "",
           f"\t\tif (!obj && call.arg[{i}]) {{",
           f"\t\t\tobj = call.arg[{i}];")
-        t(*("\t\t\t" + line for line in _path_statements(s.method, "obj")))
+        t(*("\t\t\t" + line for line in ctext.path_statements(s.method, "obj")))
         t("\t\t}",
           f"\t\tctracer_emit({s.id}, {PHASE_EXIT}, obj, ret, depth, flags, pid_tgid);",
           "\t}")
@@ -458,39 +405,18 @@ def _exit_probe(f: ProbedFunction, arch: Arch) -> str:
     return str(t)
 
 
-_FOLLOW_FORKS = """\
-TRACEPOINT_PROBE(sched, sched_process_fork)
-{
-	u32 parent = bpf_get_current_pid_tgid() >> 32;
-	u32 child = args->child_pid;
-	u8 yes = 1;
+@dataclass(frozen=True)
+class UprobePlan:
+    """What to probe, decided before any C is written: one function-table row per
+    method (``attached`` says why a row is not probed) and the functions that get an
+    entry and an exit probe."""
 
-	if (ctracer_pids.lookup(&parent))
-		ctracer_pids.update(&child, &yes);
-	return 0;
-}
-
-TRACEPOINT_PROBE(sched, sched_process_exit)
-{
-	u32 tid = (u32)bpf_get_current_pid_tgid();
-
-	ctracer_pids.delete(&tid);
-	return 0;
-}
-"""
+    rows: tuple[FunctionRow, ...]
+    functions: tuple[ProbedFunction, ...]
 
 
-def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
-                  reader: ObjectReader = USER, arch: Optional[Arch] = None,
-                  ring_bytes: int = RING_BYTES) -> ProbeProgram:
-    """The probes for ``methods`` recording ``mini``.
-
-    ``filtered``: record only the process ids put in ``ctracer_pids`` (and their
-    children) instead of every process that runs the probed code.
-    """
-    arch = arch or host_arch()
-    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
-        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
+    """Rows in (function key, slot) order and the probed functions with their slots."""
     ordered = sorted(methods, key=lambda m: (m.key, _slot_order(m)))
     rows: list[FunctionRow] = []
     by_function: dict[str, list[tuple[Method, int, Optional[str]]]] = {}
@@ -502,7 +428,7 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
         why = ""
         arg: Optional[str] = None
         if m.is_tracepoint:
-            why = "skipped: tracepoint methods are not probed yet"
+            why = "skipped: tracepoints are traced on the kernel only"
         elif not m.probeable:
             why = f"skipped: {m.not_probeable}"
         elif address is None:
@@ -523,11 +449,17 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
             index, key, f.name, f.unit or "", f.address,
             tuple(Slot(row_id, m, arg) for m, row_id, arg in slots),
             return_ctype(f.returns)))
+    return UprobePlan(tuple(rows), tuple(functions))
 
+
+def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: ObjectReader,
+                  arch: Arch, ring_bytes: int) -> str:
+    """The BPF C text of a planned uprobe program."""
+    functions = plan.functions
     max_slots = max((len(f.slots) for f in functions), default=1)
-    t = _Text()
+    t = ctext.Text()
     t("/* Generated by ctracer: entry and exit probes snapshotting "
-      f"struct {_comment_name(mini.name)}. */",
+      f"struct {ctext.comment_name(mini.name)}. */",
       "#include <uapi/linux/ptrace.h>",
       "",
       f"#define CTRACER_FILTER {1 if filtered else 0}",
@@ -554,7 +486,7 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
       "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
       f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
       "")
-    t.block(_snapshot_function(mini, reader))
+    t.block(ctext.snapshot_function(mini, reader))
     t("")
     t.block(_COMMON)
     t("")
@@ -566,5 +498,23 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
         t.block(_exit_probe(f, arch))
     if filtered:
         t("")
-        t.block(_FOLLOW_FORKS)
-    return ProbeProgram(str(t), mini, tuple(functions), tuple(rows), filtered, ring_bytes)
+        t.block(ctext.FOLLOW_FORKS)
+    return str(t)
+
+
+def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
+                  reader: ObjectReader = USER, arch: Optional[Arch] = None,
+                  ring_bytes: int = RING_BYTES) -> ProbeProgram:
+    """The probes for ``methods`` recording ``mini``: `plan_uprobes`, then
+    `emit_uprobe_c`.
+
+    ``filtered``: record only the process ids put in ``ctracer_pids`` (and their
+    children) instead of every process that runs the probed code.
+    """
+    arch = arch or host_arch()
+    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    plan = plan_uprobes(methods, arch)
+    text = emit_uprobe_c(plan, mini, filtered=filtered, reader=reader, arch=arch,
+                         ring_bytes=ring_bytes)
+    return ProbeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes)

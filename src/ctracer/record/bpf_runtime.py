@@ -25,10 +25,11 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 from ctracer.errors import BPFUnavailable
 from ctracer.probes.program import ProbedFunction, ProbeProgram
+from ctracer.probes.tracepoint import ProbedTracepoint, TracepointProgram
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _PERF_EVENT_IOC_DISABLE = 0x2401
@@ -206,14 +207,20 @@ def _first_error(text: str) -> str:
 
 @dataclass
 class AttachResult:
-    function: ProbedFunction
+    function: Union[ProbedFunction, ProbedTracepoint]
     entry: str = ""   # "" when attached, else why not
     exit: str = ""
+    #: what an attached function got: "entry,exit" (uprobes) or "raw_tracepoint"
+    kind: str = "entry,exit"
+
+    @property
+    def complete(self) -> bool:
+        return not self.entry and not self.exit
 
     @property
     def attached(self) -> str:
         if not self.entry and not self.exit:
-            return "entry,exit"
+            return self.kind
         if self.entry:
             return f"failed: {self.entry}"
         return f"entry only; exit failed: {self.exit}"
@@ -226,10 +233,12 @@ class AttachResult:
 class ProbeSession:
     """One compiled program and its attachments; use as a context manager."""
 
-    def __init__(self, program: ProbeProgram, binary: str,
+    def __init__(self, program: Union[ProbeProgram, TracepointProgram], binary: Optional[str],
                  on_event: Callable[[bytes], None]):
         self.program = program
-        self.binary = os.path.realpath(binary)
+        self.binary = os.path.realpath(binary) if binary else None
+        #: raw tracepoints attached (kernel programs)
+        self._raw_tracepoints: list[str] = []
         self.on_event = on_event
         self.bpf = None
         self.results: list[AttachResult] = []
@@ -283,6 +292,9 @@ class ProbeSession:
         unless nothing at all could be attached."""
         start = time.monotonic()
         self.results = []
+        for tp in getattr(self.program, "tracepoints", ()):
+            self.results.append(AttachResult(tp, self._attach_raw_tracepoint(tp),
+                                             kind="raw_tracepoint"))
         for f in self.program.functions:
             r = AttachResult(f)
             r.entry = self._attach_one(f, f.entry_probe, retprobe=False)
@@ -295,6 +307,20 @@ class ProbeSession:
             raise BPFUnavailable(f"no probe could be attached (e.g. {first.function.name}: "
                                  f"{first.entry})")
         return self.results
+
+    def _attach_raw_tracepoint(self, tp: ProbedTracepoint) -> str:
+        with _captured_output() as diagnostics:
+            try:
+                self.bpf.attach_raw_tracepoint(tp=tp.name.encode(), fn_name=tp.probe.encode())
+            except Exception as e:
+                failure = str(e).splitlines()[0] if str(e) else type(e).__name__
+            else:
+                failure = ""
+                self._raw_tracepoints.append(tp.name)
+        if failure:
+            detail = _first_error(diagnostics.getvalue())
+            return f"{failure}{': ' + detail if detail else ''}"
+        return ""
 
     def _attach_one(self, f: ProbedFunction, probe: str, retprobe: bool) -> str:
         attach = self.bpf.attach_uretprobe if retprobe else self.bpf.attach_uprobe
@@ -320,7 +346,16 @@ class ProbeSession:
         return self._delivered
 
     def stop_probes(self) -> None:
-        """Stop every uprobe from firing (at once; `close` detaches them)."""
+        """Stop every probe from firing (uprobes at once, `close` detaches them; raw
+        tracepoints are detached here)."""
+        for name in self._raw_tracepoints if self.bpf is not None else ():
+            with _captured_output():
+                try:
+                    self.bpf.detach_raw_tracepoint(tp=name.encode())
+                except Exception:
+                    pass
+        if self.bpf is not None:
+            self._raw_tracepoints.clear()
         for fd in list(self.bpf.uprobe_fds.values()) if self.bpf is not None else ():
             try:
                 fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)

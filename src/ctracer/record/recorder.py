@@ -69,13 +69,15 @@ class EventSink:
     DECODE_BUDGET_S = 0.05   # per commit: decoding never starves the ring buffer ...
     BUSY_EVENTS = 5000       # ... and waits for the end while a commit holds more
 
-    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts):
+    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
+                 tail: Optional[Callable[[bytes], None]] = None):
         self.writer = writer
         self.counts = counts
+        self.tail = tail
         self.pending: list[bytes] = []
         self.held: list[bytes] = []   # counted, not yet committed
         self.last_commit = time.monotonic()
-        self.size = event_size(program.mini)
+        self.size = event_size(program.mini, program.nargs)
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
@@ -83,6 +85,8 @@ class EventSink:
 
     def __call__(self, raw: bytes) -> None:
         self.pending.append(raw)
+        if self.tail is not None:
+            self.tail(raw)
         if len(self.pending) >= self.BATCH:
             self._take()
 
@@ -262,10 +266,11 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
+def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: dict,
            command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
            duration: Optional[float] = None, progress: Optional[Progress] = None,
-           on_attached: Optional[Callable[[], None]] = None) -> RecordResult:
+           on_attached: Optional[Callable[[], None]] = None,
+           tail: Optional[Callable[[bytes], None]] = None) -> RecordResult:
     """Record until the command exits / the process goes away / ``duration`` seconds /
     Ctrl-C, and write the trace file at ``output``."""
     from ctracer.record import bpf_runtime
@@ -277,7 +282,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
     session.compile()
     writer = TraceWriter(output)
-    sink = EventSink(program, writer, counts)
+    sink = EventSink(program, writer, counts, tail)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     stopped_by = "ctrl-c"
@@ -347,7 +352,7 @@ def record(program: ProbeProgram, binary: str, output: str, *, meta: dict,
         output, writer.events_written, len(counts.objects), counts.lost, ok, failed, skipped,
         session.compile_seconds, session.attach_seconds, seconds,
         stopped_by, status,
-        [f"{r.function.name}: {r.attached}" for r in results if r.attached != "entry,exit"],
+        [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         writer.kept_old)
 
 
@@ -374,13 +379,49 @@ def _poll_until_done(session, counts: Counts, progress: Progress,
 
 
 def trace_meta(*, struct_kind: str, struct_name: str, mini_json: str, mini_text: str,
-               full_layout: str, binary: str, argv: Sequence[str], fields: Sequence[str],
-               functions: Sequence[str], bpf_text: str) -> dict:
-    """The meta entries known before recording starts."""
+               full_layout: str, binary: Optional[str], argv: Sequence[str],
+               fields: Sequence[str], functions: Sequence[str], bpf_text: str,
+               **extra) -> dict:
+    """The meta entries known before recording starts (``binary`` None: the running
+    kernel; ``extra``: further entries, e.g. ``tracepoint_args``)."""
     return dict(struct_name=struct_name, struct_kind=struct_kind, mini_layout=mini_json,
                 mini_layout_text=mini_text, full_layout=full_layout,
-                binary=os.path.abspath(binary), argv=json.dumps(list(argv)),
+                binary=os.path.abspath(binary) if binary else None,
+                argv=json.dumps(list(argv)),
                 field_patterns=list(fields), function_patterns=list(functions),
-                bpf_program=bpf_text)
+                bpf_program=bpf_text, **extra)
 
 
+def describe_status(status: int) -> str:
+    """A command's exit status as a shell user reads it."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}"
+    return f"exit status {status}"
+
+
+def summary_lines(result: RecordResult) -> list[str]:
+    """What a recording did, in a few lines (events, objects, losses, probes, file)."""
+    how = {"command exited": "the command exited", "process exited": "the process exited",
+           "duration": "the duration ended", "ctrl-c": "Ctrl-C",
+           "terminated": "SIGTERM"}.get(result.stopped_by, result.stopped_by)
+    status = f", {describe_status(result.command_status)}" if result.command_status else ""
+    took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
+    lines = [f"{result.events} events, {result.objects} object addresses, "
+             f"{result.lost} lost in {took} (stopped: {how}{status})"]
+    skipped = f", {result.skipped} not probeable" if result.skipped else ""
+    lines.append(f"probes on {result.attached} functions, {result.failed} failed{skipped} "
+                 f"(bcc compile {result.compile_seconds:.1f} s, attach "
+                 f"{result.attach_seconds:.1f} s)")
+    lines += [f"  {failure}" for failure in result.failures[:5]]
+    if len(result.failures) > 5:
+        lines.append(f"  ... and {len(result.failures) - 5} more (see the trace's "
+                     "functions table)")
+    if result.lost:
+        lines.append(f"warning: {result.lost} events were lost (ring buffer full); "
+                     "a larger --buffer-mb or fewer --functions helps")
+    lines.append(f"wrote {result.path}; next: ctracer callgraph {result.path}")
+    return lines

@@ -1,0 +1,194 @@
+"""A trace request, as plain data, turned into a probe program and the trace file's meta.
+
+`TraceRequest` says what to trace (the struct, where its types come from, which
+methods, which fields, which objects); `build` runs the stages below it in order —
+types (`ctracer.debuginfo`), methods and the mini struct (`ctracer.plan`), the probe
+program (`ctracer.probes`) — and returns a `BuiltTrace` that
+`ctracer.record.recorder.record` runs.  `ctracer trace` and `ctracer demo` both call
+it; nothing here knows about command-line parsing.
+
+A user-space binary (``--binary``) is traced with a uprobe and a uretprobe per method.
+A kernel (the running one by default, ``--module``, ``--btf``) is traced through the
+probes `choose_kernel_probes` picks: on this kernel generation that is the raw
+tracepoints whose arguments carry the struct (kprobes may be absent and fentry
+refused; ``ctracer plan`` shows what each function could use).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.sources import TypeSource
+from ctracer.errors import CtracerError, UsageError
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    kind: ShapeKind
+    name: str
+    source: TypeSource = field(default_factory=TypeSource)
+    #: method globs to keep (all when empty) and to drop
+    functions: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    #: field globs of the mini struct (all when empty); pointer members too
+    fields: tuple[str, ...] = ()
+    pointers: bool = False
+    #: record only what a followed process tree touches (-p PID or a command)
+    follow_processes: bool = False
+    #: kernel object admission: process name, addresses, condition, how many
+    comm: Optional[str] = None
+    objects: tuple[int, ...] = ()
+    where: Optional[str] = None
+    max_objects: Optional[int] = None
+    buffer_mb: int = 16
+    #: the command line, stored in the trace
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuiltTrace:
+    program: object  # ProbeProgram | TracepointProgram
+    meta: dict
+    #: the binary whose uprobes are attached; None for a kernel
+    binary: Optional[str]
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.binary is None
+
+
+def select_methods(methods: Sequence, patterns: Sequence[str],
+                   exclude: Sequence[str] = ()) -> list:
+    """The methods whose function name (or name@unit, or tp:name) matches a glob (all
+    when none), minus those matching an ``exclude`` glob."""
+    import difflib
+
+    def names_of(m) -> tuple[str, ...]:
+        return (m.name, m.key)
+
+    every = sorted({n for m in methods for n in names_of(m)})
+    for option, globs in (("--functions", patterns), ("--exclude", exclude)):
+        for pat in globs:
+            if not any(fnmatch.fnmatchcase(n, pat) for n in every):
+                close = difflib.get_close_matches(pat, every, n=5, cutoff=0.5)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise UsageError(f"{option} {pat!r} matches no method{hint}")
+    kept = [m for m in methods
+            if not patterns or any(fnmatch.fnmatchcase(n, p) for n in names_of(m)
+                                   for p in patterns)]
+    return [m for m in kept
+            if not any(fnmatch.fnmatchcase(n, p) for n in names_of(m) for p in exclude)]
+
+
+def choose_kernel_probes(methods: Sequence) -> tuple[list, str]:
+    """The methods a kernel trace probes, and a note on the others.  Raw tracepoints
+    attach on every kernel with BPF; kernel functions are left to the probe plan
+    (`ctracer plan` says, per function, which mechanism the kernel accepts)."""
+    tracepoints = [m for m in methods if m.is_tracepoint]
+    functions = len({m.key for m in methods if not m.is_tracepoint})
+    note = (f"{functions} kernel functions not probed: this ctracer traces a kernel through "
+            "its tracepoints (run `ctracer plan` for what else this kernel accepts)"
+            if functions else "")
+    return tracepoints, note
+
+
+def _ring_bytes(buffer_mb: int) -> int:
+    ring = buffer_mb << 20
+    if buffer_mb < 1 or ring & (ring - 1):
+        raise UsageError("--buffer-mb must be a power of two (1, 2, 4, ... MB)")
+    return ring
+
+
+def _check_kernel_only(request: TraceRequest) -> None:
+    used = [opt for opt, value in (("--comm", request.comm), ("--object", request.objects),
+                                   ("--where", request.where),
+                                   ("--max-objects", request.max_objects)) if value]
+    if used:
+        raise UsageError(f"{', '.join(used)} select kernel objects: they go with a kernel "
+                         "trace (no --binary)")
+
+
+def _admission(request: TraceRequest, layout):
+    from ctracer.plan import where as where_clause
+    from ctracer.probes.tracepoint import Admission
+    if request.max_objects is not None and request.max_objects < 1:
+        raise UsageError("--max-objects needs a positive number")
+    if request.comm is not None:
+        data = request.comm.encode("utf-8", "replace")
+        if not data or len(data) > 15 or not all(32 < b < 127 for b in data):
+            raise UsageError(f"--comm {request.comm!r}: a process name is 1 to 15 printable "
+                             "characters without spaces")
+    for o in request.objects:
+        if not 0 < o < 1 << 64:
+            raise UsageError(f"--object {o:#x} is not an address")
+    condition = where_clause.parse(request.where, layout) if request.where else None
+    return Admission(processes=request.follow_processes, comm=request.comm,
+                     objects=tuple(request.objects), where=condition,
+                     max_objects=request.max_objects)
+
+
+def build(request: TraceRequest) -> BuiltTrace:
+    """Types, methods, mini struct, probes and meta for the request; every option is
+    checked against the struct before any C is generated."""
+    from ctracer.debuginfo import sources
+    from ctracer.plan import discovery, mini
+    from ctracer.record import recorder
+
+    kind, name, source = request.kind, request.name, request.source
+    ring = _ring_bytes(request.buffer_mb)
+    if not source.is_kernel:
+        _check_kernel_only(request)
+    model = sources.open_type_source(source)
+    graph = model.find_struct(name, kind)
+    catalog = model.catalog()
+    found = discovery.discover(catalog, name, kind)
+    built = mini.build_mini(graph, include=list(request.fields), pointers=request.pointers)
+    if not built.layout.fields:
+        raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
+    extra: dict = {}
+    program: Union[object]
+    if source.is_kernel:
+        from ctracer.plan.lifetimes import rules_for
+        from ctracer.probes.tracepoint import build_tracepoint_program
+        chosen, note = choose_kernel_probes(found.methods)
+        methods = select_methods(chosen, request.functions, request.exclude)
+        if not methods:
+            raise CtracerError(f"no tracepoint of {source.describe()} carries {kind.value} "
+                               f"{name} (directly, through an alias or a holder): nothing to "
+                               "probe")
+        admission = _admission(request, built.layout)
+        rules = rules_for(name)
+        program = build_tracepoint_program(methods, built.layout, catalog,
+                                           admission=admission, rules=rules,
+                                           ring_bytes=ring)
+        extra = dict(
+            traced="kernel", type_source=source.describe(),
+            tracepoint_args={str(row): [a.to_json() for a in args]
+                             for row, args in program.args_by_row().items()},
+            lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
+            probe_note=note)
+    else:
+        from ctracer.probes import program as uprobes
+        methods = select_methods([m for m in found.methods if not m.is_tracepoint],
+                                 request.functions, request.exclude)
+        if not methods:
+            raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
+                               "(directly, through an alias or a holder): nothing to probe")
+        program = uprobes.build_program(methods, built.layout,
+                                        filtered=request.follow_processes, ring_bytes=ring)
+        extra = dict(traced="user")
+    try:
+        from ctracer.plan import pahole
+        full = pahole.render(graph, source_format=model.format)
+    except Exception as e:  # the layout printer is a nicety here; never lose a trace to it
+        full = f"/* layout unavailable: {e} */\n"
+    meta = recorder.trace_meta(
+        struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
+        mini_text=mini.render_mini(built.layout, skipped=built.skipped,
+                                   struct_size=built.struct_size),
+        full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
+        functions=request.functions, bpf_text=program.text, **extra)
+    return BuiltTrace(program, meta, source.binary)

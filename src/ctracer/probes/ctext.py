@@ -1,0 +1,105 @@
+"""C text shared by the probe programs (`ctracer.probes.program` for user space,
+`ctracer.probes.tracepoint` for the kernel): a line collector, the object-path steps,
+the snapshot function that copies the mini fields out of an object, and the fork
+following that keeps a process filter on a process tree.  Every piece is built from
+structured data (offsets, ids, identifiers checked by `ctracer.event`), never from
+user text.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ctracer.collectors.base import ObjectReader, collectors_for, read_span
+from ctracer.event import Layout
+from ctracer.plan.discovery import Method
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def comment_name(name: str) -> str:
+    """A name fit for a C comment (debug-info names are identifiers; anything else is
+    shown as ``?``)."""
+    return name if _IDENT.match(name) else "?"
+
+
+def path_statements(method: Method, var: str) -> list[str]:
+    """C statements turning the argument value in ``var`` into the object's address
+    along the method's structured path (``socket->sk``: a read at an offset)."""
+    out = []
+    for step in method.path:
+        if step.op == "deref":
+            out.append(f"{var} = ctracer_deref({var}, {int(step.offset)});")
+        elif step.op == "offset":
+            out.append(f"{var} = {var} ? {var} + {int(step.offset)} : 0;")
+        else:
+            raise ValueError(f"unknown path step {step.op!r}")
+    return out
+
+
+class Text:
+    """Lines of C collected in order; calling it appends lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def block(self, text: str) -> None:
+        self.lines.extend(text.rstrip("\n").split("\n"))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def snapshot_function(mini: Layout, reader: ObjectReader) -> str:
+    """``ctracer_snapshot(m, addr)``: one read of the span of the object the mini fields
+    cover, then the collectors move each field into the event."""
+    collectors = collectors_for(mini)
+    start, end = read_span(collectors)
+    t = Text()
+    t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}). */")
+    if end <= start:
+        t(f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+          "{", "\treturn 0;", "}")
+        return str(t)
+    t("struct ctracer_object_bytes {",
+      f"\tu8 b[{end - start}];",
+      "} __attribute__((aligned(8)));",
+      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
+      "",
+      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
+      "",
+      f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
+      "\t\treturn -1;")
+    for c in collectors:
+        for stmt in c.c_statements("(*m)", "buf->b", start):
+            t("\t" + stmt)
+    t("\treturn 0;", "}")
+    return str(t)
+
+
+FOLLOW_FORKS = """\
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
+	u32 child = args->child_pid;
+	u8 yes = 1;
+
+	if (ctracer_pids.lookup(&parent))
+		ctracer_pids.update(&child, &yes);
+	return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+
+	ctracer_pids.delete(&tid);
+	return 0;
+}
+"""

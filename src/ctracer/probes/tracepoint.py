@@ -1,0 +1,443 @@
+"""The BPF program that traces a kernel struct through raw tracepoints.
+
+On a kernel where neither kprobes nor fentry can be used, the ways into a struct that
+remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` finds
+them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions name
+the parameters).  `plan_tracepoints` decides what to probe (one function-table row per
+method, one raw tracepoint program per tracepoint); `emit_tracepoint_c` writes the C;
+`build_tracepoint_program` does both.
+
+What a probe does on each hit, per method of its tracepoint:
+
+* compute the object's address from ``ctx->args[i]`` (following the method's path:
+  ``sk_buff->sk`` reads the member with ``bpf_probe_read_kernel``); no object, no event;
+* a lifetime rule (`ctracer.plan.lifetimes`) that *starts* a lifetime forgets the
+  address first, so it is admitted afresh;
+* an object already followed is recorded; else it is admitted when the process filter
+  (``-p``/``-- COMMAND``: the current process is in ``ctracer_pids``), ``--comm``,
+  ``--object``, ``--where`` (evaluated on the snapshot, in the kernel) and
+  ``--max-objects`` (an atomic counter of admissions) all agree, and from then on it is
+  followed in every context (softirq, timers, kernel threads) through the hash
+  ``ctracer_objects``; without any of these every object is recorded;
+* the event is one ring buffer record: the header (phase `PHASE_TRACEPOINT`), every
+  argument of the tracepoint as a raw u64 slot, and the mini snapshot read with
+  ``bpf_probe_read_kernel`` at the offsets of the kernel's BTF;
+* a rule that *ends* a lifetime forgets the address after recording.
+
+Lost events (ring buffer full) are counted in ``ctracer_lost`` as in the uprobe program.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ctracer.collectors.base import KERNEL
+from ctracer.debuginfo.model import Catalog, Parameter, ShapeKind, TracepointInfo
+from ctracer.event import FLAG_READ_FAILED, PHASE_TRACEPOINT, Layout, c_event_definition
+from ctracer.plan import where as where_clause
+from ctracer.plan.discovery import Method
+from ctracer.plan.lifetimes import LifetimeRule
+from ctracer.probes import ctext
+from ctracer.tracefile import FunctionRow
+
+#: default ring buffer size (bytes)
+RING_BYTES = 16 << 20
+#: followed objects when no --max-objects bounds them
+OBJECT_CAPACITY = 65536
+#: the number of raw tracepoint arguments bcc reads from ``ctx->args``
+MAX_ARGS = 12
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_COMM_LEN = 16
+
+
+@dataclass(frozen=True)
+class TracepointArg:
+    """One argument of a tracepoint as the trace file describes it."""
+
+    name: str
+    ctype: str        # "s64" or "u64": how the raw slot is read
+    kind: str         # "int", "uint", "enum", "pointer", "bool"
+    type_text: str    # the C type, for display
+    enum: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "ctype": self.ctype, "kind": self.kind,
+                "type": self.type_text, "enum": self.enum}
+
+    def value(self, raw: int) -> int:
+        """The raw u64 slot as this argument's value (sign-extended where signed)."""
+        if self.ctype == "s64" and raw >= 1 << 63:
+            return raw - (1 << 64)
+        return raw
+
+
+@dataclass(frozen=True)
+class TracepointSlot:
+    """One method of a probed tracepoint: one function-table row."""
+
+    id: int
+    method: Method
+    starts: Optional[LifetimeRule] = None
+    ends: Optional[LifetimeRule] = None
+
+
+@dataclass(frozen=True)
+class ProbedTracepoint:
+    index: int
+    name: str
+    args: tuple[TracepointArg, ...]
+    slots: tuple[TracepointSlot, ...]
+
+    @property
+    def probe(self) -> str:
+        return f"ctracer_tp_{self.index}"
+
+    @property
+    def row_ids(self) -> tuple[int, ...]:
+        return tuple(s.id for s in self.slots)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Which objects are followed (see the module docstring); all empty: every one."""
+
+    processes: bool = False
+    comm: Optional[str] = None
+    objects: tuple[int, ...] = ()
+    where: Optional[where_clause.Condition] = None
+    max_objects: Optional[int] = None
+
+    @property
+    def selective(self) -> bool:
+        return bool(self.processes or self.comm or self.objects or self.where is not None
+                    or self.max_objects)
+
+    def to_json(self) -> dict:
+        return {"processes": self.processes, "comm": self.comm,
+                "objects": [hex(o) for o in self.objects],
+                "where": where_clause.to_text(self.where) if self.where is not None else None,
+                "max_objects": self.max_objects}
+
+
+@dataclass(frozen=True)
+class TracepointProgram:
+    """The generated C and what it probes (the kernel counterpart of
+    `ctracer.probes.program.ProbeProgram`)."""
+
+    text: str
+    mini: Layout
+    tracepoints: tuple[ProbedTracepoint, ...]
+    rows: tuple[FunctionRow, ...]
+    admission: Admission
+    ring_bytes: int
+    nargs: int
+    rules: tuple[LifetimeRule, ...] = ()
+    #: no uprobes (the recorder and runtime handle both kinds of program)
+    functions: tuple = field(default=(), init=False)
+
+    @property
+    def filtered(self) -> bool:
+        return self.admission.processes
+
+    def rows_with_return_value(self) -> frozenset[int]:
+        return frozenset()
+
+    def args_by_row(self) -> dict[int, tuple[TracepointArg, ...]]:
+        return {row: tp.args for tp in self.tracepoints for row in tp.row_ids}
+
+
+# ------------------------------------------------------------------ planning
+
+
+def _arg_of(p: Parameter, index: int, names: Sequence[Optional[str]]) -> TracepointArg:
+    name = names[index] if index < len(names) and names[index] else f"arg{index + 1}"
+    if not _IDENT.match(name):
+        name = f"arg{index + 1}"
+    s = p.shape
+    text = s.text or (s.name or "?")
+    if s.pointers or s.kind in (ShapeKind.STRUCT, ShapeKind.UNION, ShapeKind.FUNCTION,
+                                ShapeKind.ARRAY):
+        return TracepointArg(name, "u64", "pointer", text)
+    if s.kind == ShapeKind.ENUM:
+        return TracepointArg(name, "u64", "enum", text, s.name)
+    if s.kind == ShapeKind.BASE and s.name:
+        words = s.name.split()
+        if s.name in ("_Bool", "bool"):
+            return TracepointArg(name, "u64", "bool", text)
+        signed = "unsigned" not in words and not s.name.startswith("u")
+        return TracepointArg(name, "s64" if signed else "u64", "int" if signed else "uint",
+                             text)
+    return TracepointArg(name, "u64", "uint", text)
+
+
+def parameter_names(catalog: Catalog, tp: TracepointInfo) -> list[Optional[str]]:
+    """The tracepoint's parameter names, from its ``__bpf_trace_<name>`` function (the
+    ``btf_trace_`` typedef's prototype has none); [] when BTF does not have it."""
+    wanted = f"__bpf_trace_{tp.name}"
+    for p in tp.params:
+        if p.shape.kind in (ShapeKind.STRUCT, ShapeKind.UNION) and p.shape.name:
+            for f in catalog.functions_referencing(p.shape.kind, p.shape.name):
+                if f.name == wanted:
+                    return [q.name for q in f.params[1:]]
+    return []
+
+
+def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
+                     rules: Sequence[LifetimeRule] = ()) -> tuple[tuple[FunctionRow, ...],
+                                                                   tuple[ProbedTracepoint, ...]]:
+    """Function-table rows (one per tracepoint method) and the tracepoints to probe."""
+    ordered = sorted((m for m in methods if m.is_tracepoint),
+                     key=lambda m: (m.name, m.param_index or 0, m.route))
+    rows: list[FunctionRow] = []
+    by_tp: dict[str, list[TracepointSlot]] = {}
+    infos: dict[str, TracepointInfo] = {}
+    for m in ordered:
+        row_id = len(rows) + 1
+        why = "" if m.probeable else f"skipped: {m.not_probeable}"
+        if not why and (m.param_index is None or m.param_index >= MAX_ARGS):
+            why = "skipped: the object is not among the first 12 arguments"
+        rows.append(FunctionRow(row_id, m.name, "", m.kind, m.reach, None, why))
+        if why:
+            continue
+        direct = not m.path and not m.holder  # the argument is the object itself
+        starts = next((r for r in rules if direct and r.effect == "starts"
+                       and r.tracepoint == m.name and r.param_index == m.param_index), None)
+        ends = next((r for r in rules if direct and r.effect == "ends"
+                     and r.tracepoint == m.name and r.param_index == m.param_index), None)
+        by_tp.setdefault(m.name, []).append(TracepointSlot(row_id, m, starts, ends))
+        infos[m.name] = m.function  # type: ignore[assignment]
+    tracepoints = []
+    for index, name in enumerate(sorted(by_tp)):
+        info = infos[name]
+        names = parameter_names(catalog, info)
+        args = tuple(_arg_of(p, i, names) for i, p in enumerate(info.params[:MAX_ARGS]))
+        tracepoints.append(ProbedTracepoint(index, name, args, tuple(by_tp[name])))
+    return tuple(rows), tuple(tracepoints)
+
+
+# ------------------------------------------------------------------ C text
+
+
+def where_c(node: where_clause.Condition, var: str) -> str:
+    """C for a parsed ``--where`` condition on the snapshot ``var`` (a pointer to the
+    mini struct): identifiers from the layout, integers as literals, nothing else."""
+    if isinstance(node, where_clause.Compare):
+        signed = node.field.kind == "int" or node.field.ctype.startswith("s")
+        cast = "s64" if signed else "u64"
+        literal = f"{node.value}LL" if signed else f"{node.value % (1 << 64):#x}ULL"
+        if node.op == "&":
+            return f"((({cast}){var}->{node.field.c_name} & {literal}) != 0)"
+        return f"(({cast}){var}->{node.field.c_name} {node.op} {literal})"
+    if isinstance(node, where_clause.Not):
+        return f"(!{where_c(node.operand, var)})"
+    op = "&&" if isinstance(node, where_clause.And) else "||"
+    return f"({where_c(node.left, var)} {op} {where_c(node.right, var)})"
+
+
+def _comm_c(comm: str) -> list[str]:
+    """A byte-by-byte comparison of the current task's comm with ``comm`` (numbers
+    only in the C)."""
+    data = comm.encode()
+    if not data or len(data) >= _COMM_LEN or not all(32 < b < 127 for b in data):
+        raise ValueError(f"not a process name: {comm!r}")
+    want = list(data) + [0]
+    checks = " || ".join(f"c[{i}] != {b}" for i, b in enumerate(want))
+    return ["\tchar c[16] = {};",
+            "",
+            "\tbpf_get_current_comm(&c, sizeof(c));",
+            f"\tif ({checks})",
+            "\t\treturn 0;"]
+
+
+def _admit_function(admission: Admission, mini: Layout) -> str:
+    t = ctext.Text()
+    t("/* Whether a not yet followed object starts being followed at this hit. */",
+      f"static __always_inline int ctracer_admit(u64 object, struct {mini.name} *m, "
+      "u64 pid_tgid, u8 flags)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tu8 yes = 1;",
+      "")
+    if admission.processes:
+        t("\tu32 tgid = pid_tgid >> 32;",
+          "",
+          "\tif (!ctracer_pids.lookup(&tgid))",
+          "\t\treturn 0;")
+    if admission.comm:
+        t("\t{")
+        t(*("\t" + line for line in _comm_c(admission.comm)))
+        t("\t}")
+    if admission.objects:
+        wanted = " && ".join(f"object != {o:#x}ULL" for o in admission.objects)
+        t(f"\tif ({wanted})", "\t\treturn 0;")
+    if admission.where is not None:
+        t("\t/* --where, on the snapshot just taken */",
+          f"\tif (flags & {FLAG_READ_FAILED} || !{where_c(admission.where, 'm')})",
+          "\t\treturn 0;")
+    if admission.max_objects:
+        t("\t{",
+          "\t\tu64 *admitted = ctracer_admitted.lookup(&zero);",
+          "",
+          f"\t\tif (!admitted || __sync_fetch_and_add(admitted, 1) >= {int(admission.max_objects)})",
+          "\t\t\treturn 0;",
+          "\t}")
+    t("\tctracer_objects.update(&object, &yes);",
+      "\treturn 1;",
+      "}")
+    return str(t)
+
+
+def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
+    t = ctext.Text()
+    t("static __always_inline void ctracer_hit(u32 function_id, u64 object, const u64 *args,",
+      "\t\t\t\t\tu64 pid_tgid, int starts, int ends)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tu8 flags = 0;",
+      "\tstruct ctracer_event *e;",
+      "")
+    if admission.selective:
+        t("\tint followed;",
+          "",
+          "\tif (starts)",
+          "\t\tctracer_objects.delete(&object);",
+          "\tfollowed = ctracer_objects.lookup(&object) != 0;")
+        if admission.processes:
+            t("\tif (!followed) {",
+              "\t\tu32 tgid = pid_tgid >> 32;",
+              "",
+              "\t\tif (!ctracer_pids.lookup(&tgid))",
+              "\t\t\treturn;",
+              "\t}")
+    t("\te = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));",
+      "\tif (!e) {",
+      "\t\tu64 *lost = ctracer_lost.lookup(&zero);",
+      "\t\tif (lost)",
+      "\t\t\t(*lost)++;",
+      "\t\treturn;",
+      "\t}",
+      "\t__builtin_memset(&e->m, 0, sizeof(e->m));",
+      "\tif (ctracer_snapshot(&e->m, object))",
+      f"\t\tflags |= {FLAG_READ_FAILED};")
+    if admission.selective:
+        t("\tif (!followed && !ctracer_admit(object, &e->m, pid_tgid, flags)) {",
+          "\t\tctracer_events.ringbuf_discard(e, 0);",
+          "\t\treturn;",
+          "\t}",
+          "\tif (ends)",
+          "\t\tctracer_objects.delete(&object);")
+    t("\te->h.ts_ns = bpf_ktime_get_ns();",
+      "\te->h.object = object;",
+      "\te->h.retval = 0;",
+      "\te->h.cpu = bpf_get_smp_processor_id();",
+      "\te->h.pid = pid_tgid >> 32;",
+      "\te->h.tid = (u32)pid_tgid;",
+      "\te->h.function_id = function_id;",
+      "\te->h.depth = 0;",
+      f"\te->h.phase = {PHASE_TRACEPOINT};",
+      "\te->h.flags = flags;",
+      "\tbpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));")
+    for i in range(nargs):
+        t(f"\te->args[{i}] = args[{i}];")
+    t("\tctracer_events.ringbuf_submit(e, 0);",
+      "}")
+    return str(t)
+
+
+def _probe(tp: ProbedTracepoint, nargs: int) -> str:
+    t = ctext.Text()
+    t(f"/* tracepoint {ctext.comment_name(tp.name)} */",
+      f"int {tp.probe}(struct bpf_raw_tracepoint_args *ctx)",
+      "{",
+      "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
+      f"\tu64 args[{max(nargs, 1)}] = {{}};",
+      "")
+    for i in range(len(tp.args)):
+        t(f"\targs[{i}] = ctx->args[{i}];")
+    for s in tp.slots:
+        starts = ends = "0"
+        if s.starts is not None:
+            starts = _rule_c(s.starts, tp)
+        if s.ends is not None:
+            ends = _rule_c(s.ends, tp)
+        t("\t{",
+          f"\t\tu64 obj = args[{s.method.param_index}];")
+        t(*("\t\t" + line for line in ctext.path_statements(s.method, "obj")))
+        t("\t\tif (obj)",
+          f"\t\t\tctracer_hit({s.id}, obj, args, pid_tgid, {starts}, {ends});",
+          "\t}")
+    t("\treturn 0;", "}")
+    return str(t)
+
+
+def _rule_c(rule: LifetimeRule, tp: ProbedTracepoint) -> str:
+    if rule.arg is None:
+        return "1"
+    for i, a in enumerate(tp.args):
+        if a.name == rule.arg:
+            return f"((s64)args[{i}] == {int(rule.equals or 0)})"
+    return "0"
+
+
+_DEREF = """\
+static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
+{
+	u64 value = 0;
+
+	if (!addr || bpf_probe_read_kernel(&value, sizeof(value), (void *)(addr + offset)))
+		return 0;
+	return value;
+}
+"""
+
+
+def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
+                      admission: Admission, nargs: int, ring_bytes: int) -> str:
+    capacity = admission.max_objects or OBJECT_CAPACITY
+    t = ctext.Text()
+    t("/* Generated by ctracer: raw tracepoint probes snapshotting "
+      f"struct {ctext.comment_name(mini.name)} in the kernel. */",
+      "#include <uapi/linux/ptrace.h>",
+      "")
+    t.block(c_event_definition(mini, nargs))
+    t("",
+      "BPF_HASH(ctracer_pids, u32, u8, 65536);",
+      f"BPF_HASH(ctracer_objects, u64, u8, {int(capacity)});",
+      "BPF_ARRAY(ctracer_admitted, u64, 1);",
+      "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
+      f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
+      "")
+    t.block(ctext.snapshot_function(mini, KERNEL))
+    t("")
+    t.block(_DEREF)
+    if admission.selective:
+        t("")
+        t.block(_admit_function(admission, mini))
+    t("")
+    t.block(_hit_function(admission, nargs, mini))
+    for tp in tracepoints:
+        t("")
+        t.block(_probe(tp, nargs))
+    if admission.processes:
+        t("")
+        t.block(ctext.FOLLOW_FORKS)
+    return str(t)
+
+
+def build_tracepoint_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
+                             admission: Admission = Admission(),
+                             rules: Sequence[LifetimeRule] = (),
+                             ring_bytes: int = RING_BYTES) -> TracepointProgram:
+    """Raw tracepoint probes for the tracepoint ``methods`` recording ``mini``."""
+    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    if admission.comm is not None:
+        _comm_c(admission.comm)  # validates
+    rows, tracepoints = plan_tracepoints(methods, catalog, rules)
+    nargs = max((len(tp.args) for tp in tracepoints), default=0)
+    text = emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes)
+    return TracepointProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
+                             tuple(rules))
