@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 arch=$(dpkg --print-architecture)
 packages="python3 python3-venv python3-pip python3-bpfcc gcc clang make libc6-dev
-  pahole bpftool llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates"
+  pahole bpftool bpftrace llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates"
 
 missing=""
 for p in $packages; do
