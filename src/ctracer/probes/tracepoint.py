@@ -199,7 +199,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
         why = "" if m.probeable else f"skipped: {m.not_probeable}"
         if not why and (m.param_index is None or m.param_index >= MAX_ARGS):
             why = "skipped: the object is not among the first 12 arguments"
-        rows.append(FunctionRow(row_id, m.name, "", m.kind, m.reach, None, why))
+        rows.append(FunctionRow(row_id, m.name, "", m.reach, m.via, None, why))
         if why:
             continue
         direct = not m.path and not m.holder  # the argument is the object itself
