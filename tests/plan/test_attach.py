@@ -54,7 +54,7 @@ def test_neither_fentry_nor_kprobes_plans_kprobes_not_attachable_and_uses_tracep
     assert len(close[0].methods) == 2            # one probe serves both ways in
     placed = plan.placed()
     assert [(p.function, p.kind) for p in placed] == [("tp:inet_sock_set_state", "raw_tracepoint")]
-    assert plan.counts()["kprobe"] == {"attachable": 0, "not attachable": 2}
+    assert plan.counts()["kprobe"] == {"attachable": 0, "not attachable": 2, "unknown": 0}
 
 
 def test_fentry_is_preferred_where_it_loads():
@@ -104,6 +104,13 @@ def test_unknown_kernel_support_gives_unknown_not_yes():
     plan = plan_probes(METHODS, facts(fentry=unknown, kprobes=unknown, raw_tracepoints=unknown,
                                       tracepoints=None, symbols=None))
     assert {p.attachable for p in plan.probes if p.kind} == {None}
+
+
+def test_fentry_unknown_without_root_is_not_called_refused():
+    plan = plan_probes(METHODS, facts(fentry=Mechanism(None, "needs root")))
+    close = plan.by_function()["tcp_close"]
+    assert [p.attachable for p in close] == [None, None] and "fentry not known" in close[0].reason
+    assert plan.counts()["kprobe"]["unknown"] == len(plan.of_kind("kprobe")) == 2
 
 
 def test_types_of_another_kernel_are_planned_but_not_checked_against_this_one():

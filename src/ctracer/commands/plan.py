@@ -159,9 +159,10 @@ def as_text(found, description: str, plan, verdicts) -> str:
     lines.append("")
     lines.extend(fmt.format(*r).rstrip() for r in [header] + rows)
     lines.append("")
-    lines.append("probes per kind:            attachable here   not attachable")
+    lines.append("probes per kind:            attachable here   not attachable   unknown")
     for kind, n in plan.counts().items():
-        lines.append(f"  {kind:<24} {n['attachable']:>12} {n['not attachable']:>16}")
+        lines.append(f"  {kind:<24} {n['attachable']:>12} {n['not attachable']:>16} "
+                     f"{n['unknown']:>9}")
     if plan.left_out():
         lines.append("functions left out:")
         for why, n in plan.left_out_reasons():

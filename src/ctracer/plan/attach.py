@@ -150,11 +150,14 @@ class ProbePlan:
         return out
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per kind (``left out`` for None): probes the kernel accepts here, and not."""
+        """Per kind (``left out`` for None): probes the kernel accepts here, refuses, or
+        that could not be told."""
         out: dict[str, dict[str, int]] = {}
+        words = {True: "attachable", False: "not attachable", None: "unknown"}
         for p in self.probes:
-            row = out.setdefault(p.kind or "left out", {"attachable": 0, "not attachable": 0})
-            row["attachable" if p.attachable else "not attachable"] += 1
+            row = out.setdefault(p.kind or "left out",
+                                 {"attachable": 0, "not attachable": 0, "unknown": 0})
+            row[words[p.attachable if p.kind else False]] += 1
         order = {k: i for i, k in enumerate(PROBE_KINDS + ("left out",))}
         return dict(sorted(out.items(), key=lambda i: order[i[0]]))
 
@@ -170,6 +173,10 @@ def _reason_class(reason: str) -> str:
     return reason.split(":", 1)[0] if reason.startswith("only a compiler clone") else reason
 
 
+def _word(m: Mechanism) -> str:
+    return {True: "works", False: "refused", None: "not known"}[m.works]
+
+
 def _kernel_function_kind(facts: KernelFacts) -> tuple[str, Optional[bool], str]:
     """(entry kind, attachable, reason) for kernel functions on this kernel."""
     here = True if facts.running_kernel else None
@@ -181,8 +188,9 @@ def _kernel_function_kind(facts: KernelFacts) -> tuple[str, Optional[bool], str]
         how = ("through a kprobe.multi link" if facts.kprobe_multi.works
                else "one kprobe per function (no kprobe.multi link here)")
         return "kprobe", here, f"fentry unusable ({facts.fentry.why}); kprobes {how}" + elsewhere
-    if facts.kprobes.works is None and facts.fentry.works is None:
-        return "kprobe", None, f"unknown: {facts.kprobes.why}; {facts.fentry.why}"
+    if facts.kprobes.works is None or facts.fentry.works is None:
+        return "kprobe", None, (f"unknown here: fentry {_word(facts.fentry)}, kprobes "
+                                f"{_word(facts.kprobes)} (see kernel)")
     if not facts.running_kernel:
         return "kprobe", None, ("the running kernel attaches neither fentry nor kprobes; "
                                 "not the running kernel's types anyway")
