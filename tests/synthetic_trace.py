@@ -242,7 +242,8 @@ def _lifecycle(t: _Thread, sim: _Simulation, pool: list[int], sends: int) -> Non
 def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                           sends: int = 5, addresses_per_thread: int = 2, seed: int = 1,
                           lost_events: int = 0, attach_failures: bool = False,
-                          base_address: int = 0x55D0C0A0) -> SyntheticTruth:
+                          base_address: int = 0x55D0C0A0,
+                          host: str = "synthetic-host") -> SyntheticTruth:
     """Write a trace of ``threads`` threads each running ``lifecycles`` socket lifecycles
     on its own pool of ``addresses_per_thread`` reused addresses; return the truth."""
     sim = _Simulation(seed)
@@ -262,7 +263,7 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                full_layout="struct sock {\n\tstruct sock_common sk_common; /* 0 136 */\n"
                            "\t/* ... synthetic ... */\n};",
-               target="/usr/local/bin/sockdemo", host="synthetic-host",
+               target="/usr/local/bin/sockdemo", host=host,
                kernel_release="6.1.0-synthetic", argv=["ctracer", "trace", "struct", "sock"],
                command=["sockdemo", "--run"], started_at=1_700_000_000.0,
                ended_at=1_700_000_003.5, lost_events=lost_events, events=len(merged))

@@ -34,6 +34,10 @@ COMMANDS = {
               "record a struct's fields at entry and exit of its methods"),
     "callgraph": ("ctracer.commands.callgraph",
                   "render a trace file as HTML call graphs, changes and plots"),
+    "export": ("ctracer.commands.export",
+               "write a trace as JSON Lines, CSV, Perfetto or Parquet"),
+    "sql": ("ctracer.commands.sql",
+            "run SQL (DuckDB) over trace files and exports"),
     "demo": ("ctracer.commands.demo",
              "build the bundled sample, trace it and render the report"),
 }
@@ -46,6 +50,8 @@ examples:
   ctracer plan struct sock --verify                  # probe kinds here; verifier check
   ctracer trace struct sock --binary ./prog -- ./prog --run
   ctracer callgraph sock.ctrace                      # → callgraph/sock/index.html
+  ctracer export sock.ctrace --format jsonl          # one event per line, for scripts
+  ctracer sql "SELECT function, count(*) FROM events GROUP BY 1" sock.ctrace
   ctracer demo                                       # all of the above on the sample
 """
 

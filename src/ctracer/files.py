@@ -25,7 +25,7 @@ from ctracer.errors import OutputError
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@,-]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+@,-]")
 
 
 def safe_name(text: str, *, fallback: str = "_", limit: int = 120) -> str:
@@ -154,3 +154,35 @@ def write_private(path: str, data: bytes | str) -> None:
         raise _explain(path, e) from None
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def staged_output(path: str) -> Iterator[str]:
+    """Write ``path`` through a name in a private directory beside it: the caller (or a
+    library it drives, such as DuckDB or pyarrow) writes the yielded path, then it is
+    renamed into place (a rename replaces a symlink, never follows it), an existing
+    ``path`` kept as ``path.old``.  Nothing is left behind on failure."""
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise OutputError(f"{path} is a directory: give a file name for the output")
+    if not os.path.isdir(parent):
+        raise OutputError(f"cannot write {path}: no directory {parent}")
+    try:
+        with private_umask():
+            stage = tempfile.mkdtemp(prefix=".ctracer-", dir=parent)
+    except OSError as e:
+        raise _explain(path, e) from None
+    try:
+        staged = os.path.join(stage, "out")
+        with private_umask():
+            yield staged
+        if os.path.exists(staged):
+            keep_old(path)
+            os.rename(staged, path)
+    except OSError as e:
+        raise _explain(path, e) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

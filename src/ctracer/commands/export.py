@@ -1,0 +1,65 @@
+"""Export a trace file for other tools: JSON Lines (one event per line, for scripts), CSV,
+Perfetto (Chrome trace JSON: a track per object, a slice per call, field changes as
+args) or Parquet (one row per event, fields as columns; a directory gets
+Hive-partitioned files host=…/struct=…/ that DuckDB, Spark and Trino read as one table)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EPILOG = """\
+examples:
+  ctracer export sock.ctrace --format jsonl | jq .fields     # one event per line
+  ctracer export sock.ctrace --format csv -o sock.csv
+  ctracer export sock.ctrace --format perfetto -o sock.json  # open in ui.perfetto.dev
+  ctracer export sock.ctrace --format parquet -o sock.parquet
+  ctracer export sock.ctrace --format parquet -o dataset/    # dataset/host=…/struct=sock/…
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ctracer.export import FORMATS
+
+    parser.add_argument("trace", metavar="TRACE", help="a trace file written by `ctracer trace`")
+    parser.add_argument("--format", "-f", choices=FORMATS, default="jsonl",
+                        help="jsonl (default), csv, perfetto or parquet")
+    parser.add_argument("-o", "--output", metavar="FILE|DIR",
+                        help="where to write: jsonl and csv go to stdout by default; "
+                             "perfetto to TRACE.perfetto.json; parquet to TRACE.parquet, or "
+                             "with a directory, Hive-partitioned files under it. An existing "
+                             "file is kept as FILE.old")
+
+
+def default_output(trace: str, fmt: str):
+    stem = trace[:-len(".ctrace")] if trace.endswith(".ctrace") else trace
+    return {"perfetto": f"{stem}.perfetto.json", "parquet": f"{stem}.parquet"}.get(fmt)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctracer.export import perfetto, parquet, text
+    from ctracer.export.table import event_table
+    from ctracer.tracefile import Trace
+
+    trace = Trace(args.trace)
+    output = args.output or default_output(args.trace, args.format)
+    if trace.incomplete:
+        print(f"ctracer: warning: {args.trace}: {trace.incomplete}", file=sys.stderr)
+    if args.format == "perfetto":
+        perfetto.write_perfetto(trace, output)
+        written = output
+    else:
+        table = event_table(trace)
+        if args.format == "jsonl":
+            text.write_jsonl(table, output)
+        elif args.format == "csv":
+            text.write_csv(table, output)
+        else:
+            written = parquet.write_parquet(table, output)
+        if args.format != "parquet":
+            written = output
+    trace.close()
+    if written:
+        print(f"ctracer: wrote {os.path.abspath(written)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,46 @@
+"""Run SQL (DuckDB, embedded) over trace files and their exports: every input is one view,
+`events` (one row per event; the columns of `ctracer export --format parquet`, fields as
+columns named by their dotted path — quote them: "__sk_common.skc_state")."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+EPILOG = """\
+examples:
+  ctracer sql "SELECT function, count(*) AS calls FROM events GROUP BY 1 ORDER BY 2 DESC" sock.ctrace
+  # which function changed a field most, per host, over many hosts' exports
+  ctracer sql "SELECT host, field, changed_by, count(*) AS changes
+               FROM (SELECT host, changed_by, unnest(changed) AS field FROM events)
+               GROUP BY ALL ORDER BY changes DESC" dataset/
+  ctracer sql --csv "SELECT * FROM events WHERE object = '0xffff8880123c0000'" a.ctrace b.parquet
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("query", metavar="SQL", help="a query over the view `events`")
+    parser.add_argument("inputs", metavar="TRACE_OR_DIR", nargs="+",
+                        help="trace files, Parquet files, or directories of them (Hive "
+                             "partitions host=…/struct=…/ become columns)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--csv", action="store_true", help="print CSV with a header line")
+    how.add_argument("--json", action="store_true", help="print one JSON object per row")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctracer.export.sql import format_table, run_sql
+
+    result = run_sql(args.query, args.inputs)
+    if args.csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(result.columns)
+        w.writerows(result.rows)
+    elif args.json:
+        for row in result.rows:
+            print(json.dumps(dict(zip(result.columns, row)), default=str))
+    else:
+        sys.stdout.write(format_table(result))
+    return 0

@@ -1,0 +1,21 @@
+"""The export stage: a trace file as data other tools read.
+
+`table.event_table` turns a trace into one columnar table (a `pyarrow.Table`, one row per
+event in time order), with lifetimes, call depths and field-change attribution computed
+by the report stage's own passes (`ctracer.report.build`), so an export and a report
+never disagree.  The writers, each in its own module:
+
+* `text` — JSON Lines (one event per line, the keys scripts rely on) and CSV, written
+  by DuckDB from the table;
+* `perfetto` — Chrome trace JSON that the Perfetto UI opens: a track per object, a
+  slice per call, field changes as the slice's args;
+* `parquet` — the documented columnar schema (`parquet.SCHEMA_DOC`), as one file or
+  Hive-partitioned (``host=…/struct=…/``) for DuckDB, Spark or Trino;
+* `sql` — DuckDB (embedded) over trace files and exports together.
+
+Heavy libraries (numpy, pyarrow, duckdb) are imported only when an export runs.
+"""
+
+from __future__ import annotations
+
+FORMATS = ("jsonl", "csv", "perfetto", "parquet")

@@ -1,0 +1,137 @@
+"""SQL over traces and exports, run by DuckDB (embedded): `ctracer sql`.
+
+Every input becomes part of one view, ``events``, with the columns of
+`ctracer.export.table` (the Parquet schema in `ctracer.export.parquet`):
+
+* a trace file is read into its event table (the report stage's lifetimes, depths and
+  change attribution included);
+* a Parquet file is read as it is; a directory is every ``*.parquet`` below it, read with
+  Hive partitioning (``host=…/struct=…/``), and every trace file below it.
+
+Inputs are combined by column name, so traces of different structs (different field
+columns) query together; a column an input lacks reads as null.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ctracer.errors import CtracerError, InputFileError, UsageError
+from ctracer.export.text import sql_string
+from ctracer.tracefile import Trace
+
+_SQLITE_MAGIC = b"SQLite format 3\0"
+_PARQUET_MAGIC = b"PAR1"
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    rows: list[tuple]
+
+
+def _kind(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise InputFileError(f"cannot read {path}: {e.strerror or e}") from None
+    if head.startswith(_SQLITE_MAGIC):
+        return "trace"
+    if head.startswith(_PARQUET_MAGIC):
+        return "parquet"
+    raise InputFileError(f"{path} is neither a ctracer trace file nor a Parquet file")
+
+
+def _inputs(paths: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """(trace files, parquet files, hive directories) named by ``paths``."""
+    traces, parquets, dirs = [], [], []
+    for path in paths:
+        if os.path.isdir(path):
+            found = False
+            for root, _, files in os.walk(path):
+                for name in sorted(files):
+                    full = os.path.join(root, name)
+                    if name.endswith(".parquet"):
+                        found = True
+                    elif name.endswith(".ctrace"):
+                        traces.append(full)
+            if found:
+                dirs.append(path)
+            elif not any(t.startswith(os.path.join(path, "")) for t in traces):
+                raise InputFileError(f"{path} holds no trace file (*.ctrace) and no "
+                                     "Parquet file (*.parquet)")
+        elif not os.path.exists(path):
+            raise InputFileError(f"no such file: {path}")
+        elif _kind(path) == "trace":
+            traces.append(path)
+        else:
+            parquets.append(path)
+    return traces, parquets, dirs
+
+
+def connect(paths: Sequence[str]):
+    """A DuckDB connection with the view ``events`` over ``paths``."""
+    import duckdb
+
+    from ctracer.export.table import event_table
+
+    if not paths:
+        raise UsageError("give at least one trace file, Parquet file or directory")
+    traces, parquets, dirs = _inputs(paths)
+    con = duckdb.connect()
+    parts = []
+    for i, path in enumerate(traces):
+        trace = Trace(path)
+        try:
+            table = event_table(trace).table
+        finally:
+            trace.close()
+        con.register(f"trace_{i}", table)
+        parts.append(f"SELECT * FROM trace_{i}")
+    for path in parquets:
+        parts.append(f"SELECT * FROM read_parquet({sql_string(path)})")
+    for path in dirs:
+        pattern = os.path.join(path, "**", "*.parquet")
+        parts.append(f"SELECT * FROM read_parquet({sql_string(pattern)}, "
+                     "hive_partitioning = true, union_by_name = true)")
+    con.execute("CREATE VIEW events AS " + " UNION ALL BY NAME ".join(parts))
+    return con
+
+
+def run_sql(query: str, paths: Sequence[str]) -> Result:
+    """Run ``query`` over the ``events`` view of ``paths``."""
+    import duckdb
+
+    con = connect(paths)
+    try:
+        cursor = con.execute(query)
+        columns = [d[0] for d in cursor.description or ()]
+        rows = cursor.fetchall() if columns else []
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CtracerError(f"SQL: {first}") from None
+    finally:
+        con.close()
+    return Result(columns, rows)
+
+
+def format_table(result: Result) -> str:
+    """Aligned text columns with a header, numbers right-aligned."""
+    def cell(v: Any) -> str:
+        return "NULL" if v is None else str(v)
+
+    cells = [[cell(v) for v in row] for row in result.rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
+    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in result.rows)
+               for i in range(len(result.columns))]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(result.columns), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out) + "\n"
