@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType
 
     kind, name = sources.struct_name_from_args(args)
-    model = sources.open_type_source(args)
+    model = sources.open_type_source(sources.type_source_from_args(args))
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind)
     if found.struct is None and not found.methods:
