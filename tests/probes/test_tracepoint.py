@@ -1,0 +1,151 @@
+"""The kernel's raw tracepoint program without loading it: which tracepoints and rows,
+argument names from ``__bpf_trace_*``, lifetime rules in the C, the object admission
+(--where parsed into a tree and checked against the mini layout, --comm and --object as
+numbers only), and `ctracer trace --print-bpf` of the running kernel as one line on bad
+input.  Needs the kernel's BTF (/sys/kernel/btf/vmlinux), no root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ctracer.debuginfo.btf import reader as btf
+from ctracer.errors import UsageError
+from ctracer.event import Field, Layout
+from ctracer.plan import discovery, mini, where
+from ctracer.plan.lifetimes import rules_for
+from ctracer.probes import tracepoint as tp
+
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+
+LAYOUT = Layout.packed_in_order("ctracer__mini_t", [
+    Field("__sk_common.skc_num", "u16", 0, "uint"),
+    Field("__sk_common.skc_dport", "u16", 0, "uint"),
+    Field("__sk_common.skc_state", "u8", 0, "uint"),
+    Field("sk_err", "s32", 0, "int"),
+    Field("other.skc_num", "u16", 0, "uint"),
+    Field("name", "char[8]", 0, "text"),
+])
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    if not os.path.exists(KERNEL_BTF):
+        pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
+    model = btf.open_btf(KERNEL_BTF)
+    catalog = model.catalog()
+    found = discovery.discover(catalog, "sock")
+    layout = mini.build_mini(model.find_struct("sock")).layout
+    return catalog, found.methods, layout
+
+
+def test_where_parses_into_a_tree_of_layout_fields():
+    node = where.parse("skc_dport == 0x1f90 && (sk_err < -3 || !skc_state)", LAYOUT)
+    assert isinstance(node, where.And)
+    assert node.left == where.Compare(LAYOUT.field("__sk_common.skc_dport"), "==", 0x1F90)
+    assert where.to_text(node) == ("(__sk_common.skc_dport == 8080 && "
+                                  "(sk_err < -3 || !(__sk_common.skc_state != 0)))")
+    values = {"__sk_common.skc_dport": 8080, "sk_err": 0, "__sk_common.skc_state": 0}
+    assert where.evaluate(node, values)
+    assert not where.evaluate(node, {**values, "__sk_common.skc_state": 1})
+    same = where.parse("__sk_common.skc_dport == 8080 and (sk_err < -3 or not "
+                       "__sk_common.skc_state)", LAYOUT)
+    assert where.to_text(same) == where.to_text(node)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("skc_num == 1", ["ambiguous"]),
+    ("skc_nmu == 1", ["no 'skc_nmu'", "did you mean"]),
+    ("name == 1", ["not an integer field"]),
+    ("skc_state == ); system(\"x\")", ["cannot read"]),
+    ("skc_state == )", ["needs an integer"]),
+    ("skc_state = 1", ["cannot read"]),
+    ("skc_state == 1 extra", ["unexpected"]),
+    ("(skc_state == 1", ["expected ')'"]),
+    ("", ["needs a condition"]),
+])
+def test_where_refuses_what_it_cannot_check(text, words):
+    with pytest.raises(UsageError) as e:
+        where.parse(text, LAYOUT)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_where_c_is_built_from_the_tree_only():
+    node = where.parse("skc_dport == 8080 && sk_err != -1", LAYOUT)
+    assert tp.where_c(node, "m") == (
+        "(((u64)m->__sk_common__skc_dport == 0x1f90ULL) && ((s64)m->sk_err != -1LL))")
+
+
+def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
+    catalog, methods, layout = kernel
+    program = tp.build_tracepoint_program(methods, layout, catalog, rules=rules_for("sock"))
+    names = {t.name for t in program.tracepoints}
+    assert {"inet_sock_set_state", "tcp_destroy_sock", "kfree_skb"} <= names
+    assert len(program.rows) == sum(1 for m in methods if m.is_tracepoint)
+    assert all(r.reach == "tracepoint" for r in program.rows)
+    state = next(t for t in program.tracepoints if t.name == "inet_sock_set_state")
+    assert [(a.name, a.ctype, a.kind) for a in state.args] == [
+        ("sk", "u64", "pointer"), ("oldstate", "s64", "int"), ("newstate", "s64", "int")]
+    assert state.slots[0].starts is not None and state.slots[0].ends is None
+    body = program.text.split(f"int {state.probe}(")[1].split("\n}\n")[0]
+    assert "((s64)args[1] == 7)" in body  # a transition out of TCP_CLOSE starts a lifetime
+    # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule
+    free = next(t for t in program.tracepoints if t.name == "kfree_skb")
+    holder = next(s for s in free.slots if s.method.path)
+    assert holder.starts is None and holder.ends is None
+    assert "obj = ctracer_deref(obj, " in program.text.split(f"int {free.probe}(")[1]
+    assert program.nargs == max(len(t.args) for t in program.tracepoints)
+    assert "bpf_probe_read_kernel" in program.text and "bpf_probe_read_user" not in program.text
+    # no admission asked: every object, no followed set consulted
+    assert "ctracer_admit(" not in program.text
+
+
+def test_admission_is_numbers_in_the_c(kernel):
+    catalog, methods, layout = kernel
+    admission = tp.Admission(processes=True, comm="tcp-loop", objects=(0xFFFF888012345678,),
+                             where=where.parse("skc_num == 8080", layout), max_objects=5)
+    text = tp.build_tracepoint_program(methods, layout, catalog, admission=admission).text
+    admit = text.split("int ctracer_admit(")[1].split("\n}\n")[0]
+    assert "tcp-loop" not in text
+    assert "c[0] != 116 || c[1] != 99 || c[2] != 112 || c[3] != 45" in admit
+    assert "object != 0xffff888012345678ULL" in admit
+    assert "((u64)m->__sk_common__skc_num == 0x1f90ULL)" in admit
+    assert "__sync_fetch_and_add(admitted, 1) >= 5" in admit
+    assert "BPF_HASH(ctracer_objects, u64, u8, 5);" in text
+    assert "TRACEPOINT_PROBE(sched, sched_process_fork)" in text
+    with pytest.raises(ValueError):
+        tp.build_tracepoint_program(methods, layout, catalog,
+                                    admission=tp.Admission(comm='x"; y'))
+
+
+def _ctracer(*args):
+    return subprocess.run([sys.executable, "-m", "ctracer", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--where", "skc_nmu == 1"], ["--where", "skc_nmu"]),
+    (["--comm", "has space"], ["--comm"]),
+    (["--max-objects", "0"], ["--max-objects"]),
+    (["--functions", "no_such_tracepoint"], ["--functions", "no_such_tracepoint"]),
+    (["--exclude", "*"], ["nothing to probe"]),
+])
+def test_print_bpf_of_the_kernel_refuses_bad_options_in_one_line(kernel, options, words):
+    r = _ctracer("trace", "struct", "sock", "--print-bpf", *options)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in lines[0]
+
+
+def test_print_bpf_of_the_kernel(kernel):
+    r = _ctracer("trace", "sk_buff", "--print-bpf", "--functions", "kfree_skb", "consume_skb",
+                 "--where", "len > 100")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("(struct bpf_raw_tracepoint_args *ctx)") == 2
+    assert "((u64)m->len > 0x64ULL)" in r.stdout
