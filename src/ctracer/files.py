@@ -15,24 +15,29 @@ these helpers; a problem is an `OutputError`, shown as one line.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import os
 import re
 import stat
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ctracer.errors import OutputError
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+@,-]")
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}\Z")
 
 
-def safe_name(text: str, *, fallback: str = "_", limit: int = 120) -> str:
-    """``text`` as one harmless path component: no separators, no NUL, no leading dot
-    (so never ``.`` or ``..``), at most ``limit`` characters."""
-    name = _UNSAFE.sub("_", str(text))[:limit].lstrip(".")
-    return name or fallback
+def safe_name(name: str, prefix: str = "x", reserved: Iterable[str] = ()) -> str:
+    """``name`` itself when it is a harmless single path component (letters, digits,
+    ``_.-``, no leading dot, no ``..``, not one of ``reserved``), else a stable stand-in,
+    ``PREFIX-<hash>``, so distinct names never collide and none climbs out."""
+    if _SAFE.match(name) and ".." not in name and name.lower() not in set(reserved):
+        return name
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{prefix}-{digest}"
 
 
 @contextlib.contextmanager
@@ -44,6 +49,16 @@ def private_umask() -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+def private_files(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: ``fn`` runs under `private_umask` (everything it and the libraries it
+    calls create is 0600/0700)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with private_umask():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def _explain(path: str, e: OSError) -> OutputError:
@@ -127,12 +142,6 @@ def make_private_dir(path: str) -> str:
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write into {path}: permission denied")
     return path
-
-
-def child_path(directory: str, *names: str) -> str:
-    """``directory/name/...`` with every name passed through `safe_name` (a name from
-    a trace can never climb out of ``directory``)."""
-    return os.path.join(directory, *(safe_name(n) for n in names))
 
 
 def write_private(path: str, data: bytes | str) -> None:

@@ -210,3 +210,34 @@ def test_incomplete_and_damaged_traces(simulated, tmp_path):
         assert r.stderr.count("\n") == 1 and "is damaged: truncated" in r.stderr, r.stderr
     r = ctracer("sql", "SELEC nonsense", path, cwd=tmp_path)
     assert r.returncode != 0 and r.stderr.startswith("ctracer: error: SQL: ")
+
+
+def test_tracepoint_hits_are_named_tp_with_their_arguments(tmp_path):
+    from ctracer.event import PHASE_TRACEPOINT, Field, Layout
+    from ctracer.tracefile import FunctionRow, TraceWriter
+    mini = Layout.packed_in_order("ctracer__mini_sock", [
+        Field("__sk_common.skc_state", "u8", 0, "uint"),
+        Field("__sk_common.skc_num", "u16", 0, "uint")])
+    path = tmp_path / "tp.ctrace"
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=mini.to_json(),
+               tracepoint_args={"1": [{"name": "oldstate", "ctype": "s64"},
+                                      {"name": "newstate", "ctype": "s64"}]})
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint")])
+    for i, (old, new) in enumerate([(7, 2), (2, 1), (1, 4)]):
+        w.add_event(ts_ns=100 + i, cpu=0, pid=0, tid=0, comm="swapper/0", function_id=1,
+                    phase=PHASE_TRACEPOINT, object=0xFFFF888001234000, retval=None, depth=0,
+                    flags=0, snapshot=mini.encode({"__sk_common.skc_state": old,
+                                                   "__sk_common.skc_num": 8080}),
+                    args={"oldstate": old, "newstate": new})
+    w.close()
+    r = ctracer("export", path, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["function"] for e in lines] == ["tp:inet_sock_set_state"] * 3
+    assert [e["probe"] for e in lines] == ["tracepoint"] * 3
+    assert [e["args"] for e in lines] == [{"oldstate": 7, "newstate": 2},
+                                          {"oldstate": 2, "newstate": 1},
+                                          {"oldstate": 1, "newstate": 4}]
+    assert all(e["fields"]["__sk_common.skc_state"] == e["args"]["oldstate"] for e in lines)
+    assert {e["object"] for e in lines} == {"0xffff888001234000"}

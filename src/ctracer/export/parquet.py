@@ -62,8 +62,8 @@ def write_parquet(et: EventTable, output: str) -> str:
     directory = make_private_dir(output)
     for column in PARTITION_COLUMNS:
         directory = make_private_dir(os.path.join(
-            directory, f"{column}={safe_name(values[column] or 'unknown')}"))
-    path = os.path.join(directory, f"{safe_name(values['trace_id'])}.parquet")
+            directory, f"{column}={safe_name(values[column] or 'unknown', column)}"))
+    path = os.path.join(directory, f"{safe_name(values['trace_id'], 'trace')}.parquet")
     table = et.table.drop_columns(list(PARTITION_COLUMNS))
     with staged_output(path) as staged:
         pq.write_table(table, staged, compression="zstd")

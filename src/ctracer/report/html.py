@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Optional
 from ctracer import __version__
 from ctracer.errors import CtracerError
 from ctracer.event import PHASE_ENTRY
+from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
 from ctracer.report.build import build_report
@@ -375,6 +376,7 @@ class _Site:
         return f"{s.struct_kind} {s.struct_name}"
 
 
+@private_files  # the report holds addresses, argv and traced strings: 0600 files, 0700 dirs
 def render(trace_path: str, out_dir: Optional[str] = None, *,
            max_objects: Optional[int] = None, plots: bool = True,
            progress: Optional[Callable[[str], None]] = None) -> RenderResult:

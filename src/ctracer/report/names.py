@@ -7,20 +7,16 @@ pattern, otherwise a stable hash stands in for them.  Nothing here touches the d
 
 from __future__ import annotations
 
-import hashlib
-import re
+from ctracer.files import safe_name
 
-_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,119}\Z")
 #: names Windows and some tools treat specially; we never produce them
 _RESERVED = {"index", "changes", "methods", "many_objects", "static", "_static"}
 
 
 def safe_component(name: str, prefix: str = "x") -> str:
-    """``name`` itself when it is a harmless single path component, else a hashed stand-in."""
-    if _SAFE.match(name) and ".." not in name and name.lower() not in _RESERVED:
-        return name
-    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{prefix}-{digest}"
+    """``name`` itself when it is a harmless single path component, else a hashed stand-in
+    (`ctracer.files.safe_name`, never one of the report's own page names)."""
+    return safe_name(name, prefix, _RESERVED)
 
 
 def object_dir(address: int, lifetime: int) -> str:
