@@ -174,6 +174,7 @@ def test_sigkill_keeps_every_committed_event_and_says_where_it_ends(tmp_path):
     assert [trace.values(e)["refcnt"] for e in events[:3]] == [0, -1, -2]
     assert [e.retval for e in events[:2]] == [None, -11]  # exits carry the return value
     assert trace.meta["stopped_by"].startswith("killed")
+    assert trace.meta["end_time"].startswith("2026-12-01T05:00:00.000")  # its last event
     # the finished file is self-contained: no log left beside it
     import os
     assert not os.path.exists(str(path) + "-wal")

@@ -427,12 +427,17 @@ def _finish_interrupted(path: str) -> None:
             if "mini_layout" in meta:
                 _decode_spool(db, RawDecoder.from_meta(meta))
             last = db.execute("SELECT count(*), max(ts_ns) FROM events").fetchone()
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+            ended = _wall_time(meta, last[1]) if last[1] is not None else ""
+            entries = [
                 ("state", STATE_INTERRUPTED),
-                ("stopped_by", "killed: the recorder died before finishing the file"),
+                ("stopped_by", "killed: the recorder died before finishing the file; the "
+                               "trace ends at its last committed event"),
                 ("events", json.dumps(last[0])),
                 ("last_event_ns", json.dumps(last[1])),
-                ("finished_by_reader", _now_iso())])
+                ("finished_by_reader", _now_iso())]
+            if ended and "end_time" not in meta:
+                entries.append(("end_time", ended))
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", entries)
             db.commit()
             db.execute("PRAGMA journal_mode=DELETE")
         finally:
@@ -441,6 +446,18 @@ def _finish_interrupted(path: str) -> None:
         raise TraceFileError(f"{path} is damaged: {e}") from None
     finally:
         os.close(fd)
+
+
+def _wall_time(meta: dict[str, str], ts_ns: int) -> str:
+    """The wall-clock time of a probe timestamp (CLOCK_MONOTONIC of the recording host),
+    from the start times the recorder wrote; "" when they are missing."""
+    try:
+        start = datetime.datetime.fromisoformat(meta["start_time"])
+        start_ns = int(meta["start_monotonic_ns"])
+    except (KeyError, ValueError):
+        return ""
+    at = start + datetime.timedelta(microseconds=(ts_ns - start_ns) / 1000)
+    return at.isoformat(timespec="milliseconds")
 
 
 def _now_iso() -> str:
@@ -536,19 +553,11 @@ class Trace:
             return ("incomplete: the recorder was killed before it finished the file, "
                     "and no event had been committed")
         where = f"{(last - first) / 1e9:.3f} s after the first event"
-        wall = self._wall_time(last)
+        wall = _wall_time(self.meta, last)
         return (f"incomplete: the recorder was killed before it finished the file; it "
                 f"holds the {count} events committed before that and ends at "
                 f"{wall + ', ' if wall else ''}{where}")
 
-    def _wall_time(self, ts_ns: int) -> str:
-        try:
-            start = datetime.datetime.fromisoformat(self.meta["start_time"])
-            start_ns = int(self.meta["start_monotonic_ns"])
-        except (KeyError, ValueError):
-            return ""
-        at = start + datetime.timedelta(microseconds=(ts_ns - start_ns) / 1000)
-        return at.isoformat(timespec="milliseconds")
 
     @property
     def struct_name(self) -> str:

@@ -77,6 +77,8 @@ def test_sigkill_keeps_what_was_committed(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "incomplete: the recorder was killed" in r.stderr
+    index = (tmp_path / "report" / "index.html").read_text()
+    assert "killed: the recorder died before finishing the file" in index
 
 
 def test_sigterm_finishes_the_file(tmp_path):
