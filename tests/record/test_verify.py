@@ -38,15 +38,16 @@ def kernel_plan(name, support):
     facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
                                 [m.name for m in found.methods if m.is_tracepoint],
                                 support=support)
-    return attach.plan_probes(found.methods, facts), model.find_struct(name, ShapeKind.STRUCT)
+    return (attach.plan_probes(found.methods, facts), model.find_struct(name, ShapeKind.STRUCT),
+            model.catalog())
 
 
 @pytest.mark.parametrize("name", ["sock", "sk_buff"])
 def test_every_kprobe_program_of_the_struct_passes_the_verifier(name, support):
     from ctracer.record import verify
-    plan, graph = kernel_plan(name, support)
+    plan, graph, catalog = kernel_plan(name, support)
     entries = plan.of_kind("kprobe", "kretprobe")
-    verdicts = verify.verify_plan(plan, graph)
+    verdicts = verify.verify_plan(plan, graph, catalog=catalog)
     got = [verdicts.get(p) for p in entries]
     accepted = sum(1 for ok, _ in got if ok is True)
     rejected = [(p.kind, p.function, error) for p, (ok, error) in zip(entries, got) if ok is False]
@@ -63,6 +64,11 @@ def test_every_kprobe_program_of_the_struct_passes_the_verifier(name, support):
     # a function whose arguments cannot be located gets no program, and says why
     assert all(error.startswith("no program generated: ") for _, error in untried)
     assert accepted + len(untried) == len(entries) and len(untried) < len(entries) // 100
+    # the raw tracepoint programs a recording loads, verified alike
+    tps = [(p.function, verdicts.get(p)) for p in plan.of_kind("raw_tracepoint")]
+    print(f"  {len(tps)} raw tracepoint programs: "
+          f"{sum(1 for _, (ok, _e) in tps if ok)} accepted")
+    assert tps and all(ok is True for _, (ok, _e) in tps), [t for t in tps if not t[1][0]][:3]
 
 
 def test_a_rejected_program_is_reported_with_the_verifiers_message(support):

@@ -8,9 +8,10 @@ trampoline (``__SCT__*``), a tracepoint's BPF glue (``__bpf_trace_*``), notrace.
 Tracepoints whose BTF prototype carries the struct get raw tracepoint programs.
 
 With --verify, every program the plan could use (the kprobe and kretprobe programs of
-every function even where this kernel cannot attach kprobes, or the uprobe programs of a
-user-space binary) is loaded through the kernel's verifier without being attached, and
-rejections are reported with the verifier's message.  Needs root.
+every function even where this kernel cannot attach kprobes, the raw tracepoint programs
+a recording loads, or the uprobe programs of a user-space binary) is loaded through the
+kernel's verifier without being attached, and rejections are reported with the
+verifier's message.  fentry/fexit programs are not loaded by --verify.  Needs root.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--verify loads programs for the running kernel: drop --binary/"
                              "--btf naming another kernel's files")
         verdicts = verify.verify_plan(plan, model.find_struct(name, kind),
-                                      binary=args.binary, progress=_progress)
+                                      binary=args.binary, catalog=catalog,
+                                      progress=_progress)
     if args.json:
         sys.stdout.write(json.dumps(as_json(plan, verdicts), indent=1) + "\n")
     else:

@@ -50,12 +50,13 @@ class Verdicts:
         return out
 
 
-def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None,
+def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog=None,
                 functions_per_compile: int = FUNCTIONS_PER_COMPILE,
                 progress: Optional[Callable[[str], None]] = None) -> Verdicts:
-    """Load the plan's kprobe/kretprobe (kernel) or uprobe/uretprobe (``binary``)
-    programs through the verifier; ``graph`` is the struct's type graph (its mini
-    struct is what the programs snapshot)."""
+    """Load the plan's kprobe/kretprobe and raw tracepoint (kernel; the tracepoints'
+    parameter names come from ``catalog``) or uprobe/uretprobe (``binary``) programs
+    through the verifier; ``graph`` is the struct's type graph (its mini struct is what
+    the programs snapshot)."""
     from ctracer.errors import BPFUnavailable
     from ctracer.plan import mini
     from ctracer.record import bpf_runtime
@@ -66,8 +67,9 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None,
         raise BPFUnavailable("--verify loads BPF programs through the kernel's verifier, "
                              "which needs root (or CAP_BPF and CAP_PERFMON): run it as root, "
                              "e.g. with sudo") from None
-    verdicts = Verdicts(untried="not tried: only kprobe-type programs (kprobe, kretprobe, "
-                                "uprobe, uretprobe) are verified by ctracer plan --verify")
+    verdicts = Verdicts(untried="not tried: ctracer plan --verify loads kprobe, kretprobe, "
+                                "raw tracepoint, uprobe and uretprobe programs, not fentry "
+                                "or fexit ones")
     facts = plan.facts
     if facts.kprobe_programs.works is False:
         verdicts.untried = f"cannot be tried here: {facts.kprobe_programs.why}"
@@ -77,6 +79,8 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None,
         _verify_user(plan, layout, binary, verdicts)
     else:
         _verify_kernel(plan, layout, functions_per_compile, verdicts, progress)
+        if catalog is not None and plan.facts.raw_tracepoints.works is not False:
+            _verify_tracepoints(plan, layout, catalog, verdicts)
     c = verdicts.counts()
     verdicts.note = (f"{verdicts.programs} programs loaded in {verdicts.load_seconds:.1f} s "
                      f"after {verdicts.compile_seconds:.1f} s of compiling; "
@@ -111,6 +115,32 @@ def _verify_kernel(plan: ProbePlan, layout, per_compile: int, verdicts: Verdicts
         if progress:
             progress(f"verified {min(start + per_compile, len(entries))}/{len(entries)} "
                      f"functions ({time.monotonic() - began:.0f} s for this batch)")
+
+
+def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:
+    """The raw tracepoint programs a recording loads (`ctracer.probes.tracepoint`, with no
+    filter), one per tracepoint."""
+    from ctracer.probes import tracepoint
+    from ctracer.record import bpf_runtime
+
+    entries = plan.of_kind("raw_tracepoint")
+    if not entries:
+        return
+    program = tracepoint.build_tracepoint_program([m for p in entries for m in p.methods],
+                                                  layout, catalog)
+    results = bpf_runtime.verify_programs(program.text, [t.probe for t in program.tracepoints],
+                                          program_type="raw_tracepoint", timing=verdicts)
+    verdicts.programs += len(results)
+    by_name = {t.name: t for t in program.tracepoints}
+    skipped = {r.name: r.attached for r in program.rows if r.attached}
+    for p in entries:
+        t = by_name.get(p.target)
+        if t is None:
+            why = skipped.get(p.target, "no program generated")
+            verdicts.by_probe[(p.function, "raw_tracepoint")] = (None, why)
+        else:
+            error = results.get(t.probe, "not loaded")
+            verdicts.by_probe[(p.function, "raw_tracepoint")] = (not error, error)
 
 
 def _verify_user(plan: ProbePlan, layout, binary: Optional[str], verdicts: Verdicts) -> None:
