@@ -86,3 +86,23 @@ def test_c_definition_compiles_and_matches_decoder(tmp_path):
 def test_encode_is_inverse_of_decode():
     values = {"state": 1, "sk_common.skc_refcnt": 5, "flags": 3, "wmem_queued": 9}
     assert MINI.decode(MINI.encode(values)) == values
+
+
+def test_numpy_dtype_decodes_like_decode():
+    import numpy
+
+    layout = Layout.packed_in_order("ctracer__mini_np", [
+        Field("a", "u8", 0, "uint"), Field("b.c", "s32", 0, "int"),
+        Field("name", "char[6]", 0, "text"), Field("d", "double", 0, "float"),
+        Field("e", "u64", 0, "pointer"), Field("f", "s16", 0, "int")])
+    values = [{"a": 7, "b.c": -5, "name": "ab", "d": 1.5, "e": 1 << 63, "f": -2},
+              {"a": 255, "b.c": 1 << 30, "name": "xyzxyz", "d": -0.25, "e": 3, "f": 9}]
+    blob = b"".join(layout.encode(v) for v in values)
+    table = numpy.frombuffer(blob, layout.numpy_dtype())
+    assert table.dtype.itemsize == layout.size
+    for i, v in enumerate(values):
+        decoded = layout.decode(blob, i * layout.size)
+        for f in layout.fields:
+            got = table[f.c_name][i]
+            got = got.split(b"\0", 1)[0].decode() if isinstance(got, bytes) else got.item()
+            assert got == decoded[f.name] == v[f.name]

@@ -8,15 +8,16 @@ import argparse
 import os
 import sys
 
-#: a trace of sk_buffs can hold many thousands of objects; pages (and plots) for each
-#: would take long and help nobody, so by default only the busiest get their own
-DEFAULT_MAX_OBJECTS = 200
+#: PNG plots cost tens of ms each: by default they are drawn for the objects with most
+#: changes only (every changes page also plots its fields in the browser)
+DEFAULT_PLOT_OBJECTS = 10
 
 EPILOG = """\
 examples:
   ctracer callgraph sock.ctrace                   # → callgraph/sock/index.html
   ctracer callgraph sock.ctrace -o /tmp/report    # somewhere else
-  ctracer callgraph skb.ctrace --max-objects 0    # pages for every object, however many
+  ctracer callgraph skb.ctrace --plot-objects 0   # PNG plots for every object, however many
+  ctracer callgraph skb.ctrace --max-objects 100  # pages for the 100 busiest objects only
 """
 
 
@@ -25,11 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="where to write the report (default: callgraph/<struct>/ "
                              "under the current directory); a previous report there is replaced")
-    parser.add_argument("--max-objects", type=int, default=DEFAULT_MAX_OBJECTS, metavar="N",
-                        help="write per-object pages (timeline, changes, plots) for the N "
-                             "objects with the most events; 0 for all (default: "
-                             f"{DEFAULT_MAX_OBJECTS}); every object is still listed in the "
-                             "index and shown in many_objects/")
+    parser.add_argument("--max-objects", type=int, default=0, metavar="N",
+                        help="write per-object pages (timeline, changes) only for the N "
+                             "objects with the most events (default 0: every object); every "
+                             "object is still listed in the index and shown in many_objects/")
+    parser.add_argument("--plot-objects", type=int, default=DEFAULT_PLOT_OBJECTS, metavar="N",
+                        help="draw PNG plots of fields for the N objects with most changes "
+                             f"(default {DEFAULT_PLOT_OBJECTS}; 0 for all)")
     parser.add_argument("--no-plots", action="store_true",
                         help="draw no PNG plots (the slowest part on big traces); pages still "
                              "list every change")
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_objects < 0:
         raise UsageError("--max-objects needs a number of objects, or 0 for all")
+    if args.plot_objects < 0:
+        raise UsageError("--plot-objects needs a number of objects, or 0 for all")
     def show_progress(message: str) -> None:
         print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
 
@@ -53,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ctracer: warning: {args.trace}: {incomplete}", file=sys.stderr)
     progress = show_progress if not args.quiet and sys.stderr.isatty() else None
     result = render_report(args.trace, args.output, max_objects=args.max_objects or None,
-                           plots=not args.no_plots, progress=progress)
+                           plots=not args.no_plots, plot_objects=args.plot_objects or None,
+                           progress=progress)
     if progress:
         print("\r\033[K", end="", file=sys.stderr)
     index = os.path.abspath(result.index)

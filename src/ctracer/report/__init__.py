@@ -25,10 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def render_report(trace_path: str, out_dir: Optional[str] = None, *,
                   max_objects: Optional[int] = None, plots: bool = True,
+                  plot_objects: Optional[int] = 10,
                   progress: Optional[Callable[[str], None]] = None) -> "RenderResult":
     """Render the trace at ``trace_path`` into ``out_dir`` (default
     ``callgraph/<struct>`` under the current directory) and say what was written."""
     from ctracer.report.html import render
 
     return render(trace_path, out_dir, max_objects=max_objects, plots=plots,
-                  progress=progress)
+                  plot_objects=plot_objects, progress=progress)

@@ -23,13 +23,15 @@ Each pass is a named function, linear in the number of events, tested on its own
 from __future__ import annotations
 
 import bisect
+from array import array
 import datetime
 import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
+from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, Layout
 from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
@@ -269,17 +271,21 @@ class Events:
 
 
 def read_events(trace: Trace, fns: FunctionTable) -> Events:
-    """Read the trace once; recording order across CPUs is not time order (a thread's
-    events are), so rows are sorted by time, then by recording order."""
+    """Read the trace once, in time order (recording order across CPUs is not time
+    order; a thread's events are), then recording order."""
     canon = fns.canon
     intern = sys.intern
-    loaded = [(Row(e.seq, e.ts_ns, e.cpu, e.pid, e.tid, intern(e.comm),
-                   canon.get(e.function_id, e.function_id), e.phase, e.object, e.retval,
-                   e.flags, slot=e.function_id), e.snapshot)
-              for e in trace.events()]
-    loaded.sort(key=lambda pair: (pair[0].ts_ns, pair[0].seq))
-    rows = [r for r, _ in loaded]
-    return Events(rows, [s for _, s in loaded], [r.address for r in rows])
+    rows, snapshots = [], []
+    add_row, add_snapshot = rows.append, snapshots.append
+    addresses: dict[int, int] = {}  # one int object per address or tid, not one per event
+    for seq, ts, _cpu, _pid, tid, comm, slot, phase, obj, ret, _depth, flags, snapshot \
+            in trace.event_tuples():
+        obj = addresses.setdefault(obj, obj)
+        add_row(Row(seq, ts, addresses.setdefault(tid, tid), intern(comm or ""),
+                    canon.get(slot, slot),
+                    phase, obj, ret, flags, slot=slot))
+        add_snapshot(snapshot)
+    return Events(rows, snapshots, [r.address for r in rows])
 
 
 @dataclass
@@ -467,25 +473,35 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
     lifetimes = pairing.lifetimes
     per_address = {a: 1 + len(lifetimes.starts.get(a, ())) for a in lifetimes.first_seen}
     objects: dict[ObjectKey, ObjectTimeline] = {}
-    kept = Events([], [], [])
+    #: the one object of an address never reused (the common case): no lookup of lifetimes
+    single: dict[int, ObjectTimeline] = {}
+    kept = events if not duplicates else Events(
+        *([x for i, x in enumerate(column) if i not in duplicates]
+          for column in (events.rows, events.snapshots, events.recorded)))
+    lifetime_at = pairing.lifetime_at
+    # lifetimes were found at positions among all rows: kept positions map back
+    original = (range(len(events.rows)) if not duplicates else
+                [i for i in range(len(events.rows)) if i not in duplicates])
     null_events = 0
-    for index, row in enumerate(events.rows):
-        if index in duplicates:
-            continue
-        kept.rows.append(row)
-        kept.snapshots.append(events.snapshots[index])
-        kept.recorded.append(events.recorded[index])
-        if not row.address:
+    for index, row in enumerate(kept.rows):
+        address = row.address
+        if not address:
             null_events += 1
             continue
-        at = pairing.lifetime_at.get(index, index)
-        key = ObjectKey(row.address, lifetimes.lifetime_of(row.address, at))
-        row.obj = key
-        obj = objects.get(key)
+        obj = single.get(address)
         if obj is None:
-            obj = objects[key] = ObjectTimeline(
-                key, object_label(key.address, key.lifetime, per_address.get(key.address, 1)),
-                object_dir(key.address, key.lifetime), lifetimes.reason(key))
+            at = original[index]
+            at = lifetime_at.get(at, at)
+            key = ObjectKey(address, lifetimes.lifetime_of(address, at))
+            obj = objects.get(key)
+            if obj is None:
+                count = per_address.get(address, 1)
+                obj = objects[key] = ObjectTimeline(
+                    key, object_label(address, key.lifetime, count),
+                    object_dir(address, key.lifetime), lifetimes.reason(key))
+                if count == 1:
+                    single[address] = obj
+        row.obj = obj.key
         obj.rows.append(row)
         obj.threads.add(row.tid)
     for obj in objects.values():
@@ -495,52 +511,117 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
 
 def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
                  methods: dict[int, MethodStats], start_ns: int) -> None:
-    """Pass 2: compare every object's snapshot with its previous one (raw bytes first, so
-    unchanged snapshots are never decoded) and attribute each difference (`_attribute`);
-    fills each object's changes, series and method statistics."""
-    last_bytes: dict[ObjectKey, Optional[bytes]] = {}
-    last_values: dict[ObjectKey, dict[str, Any]] = {}
-    fields = [f.name for f in layout.fields]
+    """Pass 5: compare every object's snapshots with its previous one and attribute each
+    difference (`_attribute`); fills each object's changes, series, method statistics
+    and unreadable counts.  The snapshots are decoded as one numpy table (the layout's
+    dtype) and compared column by column; only rows that changed reach Python."""
+    objects = found.objects
+    index_of = {key: i for i, key in enumerate(objects)}
+    owners, positions = array("q"), array("q")  # 8 bytes an entry, not a Python int
+    blobs = []
     events = found.events
-    for row, snapshot, recorded in zip(events.rows, events.snapshots, events.recorded):
+    for pos, (row, snapshot, recorded) in enumerate(
+            zip(events.rows, events.snapshots, events.recorded)):
         key = row.obj
         if key is None:
             continue
-        obj = found.objects[key]
+        obj = objects[key]
         _count_call(obj.methods, row, fns.name, start_ns)
         if row.flags & FLAG_READ_FAILED:
             if recorded:  # an object the probe could not read (no object yet is normal)
                 row.unreadable = True
                 obj.unreadable += 1
             continue
-        if snapshot is None or last_bytes.get(key) == snapshot:
-            continue
-        last_bytes[key] = snapshot
-        values = layout.decode(snapshot)
-        previous = last_values.get(key)
-        last_values[key] = values
-        ts = row.ts_ns - start_ns
-        if previous is None:
-            obj.series = {name: [(ts, values[name])] for name in fields}
-            continue
-        changed = [name for name in fields if values[name] != previous[name]]
-        if changed:
-            _record_changes(obj, row, changed, previous, values, ts, fns, methods)
+        if snapshot is not None:
+            owners.append(index_of[key])
+            positions.append(pos)
+            blobs.append(snapshot)
+    events.snapshots = []  # the table holds them from here
+    if blobs:
+        table = _Snapshots(layout, owners, positions, blobs)
+        del blobs
+        _walk_changes(table, list(objects.values()), events.rows, fns, methods, start_ns)
 
 
-def _record_changes(obj: ObjectTimeline, row: Row, changed: list[str],
-                    previous: dict[str, Any], values: dict[str, Any], ts: int,
-                    fns: FunctionTable, methods: dict[int, MethodStats]) -> None:
+class _Snapshots:
+    """Every readable snapshot as one numpy table, grouped by object (time order kept
+    within each), with a column per field saying where it differs from the object's
+    previous snapshot."""
+
+    def __init__(self, layout: Layout, owners: Sequence[int], positions: Sequence[int],
+                 blobs: list[bytes]):
+        import numpy
+
+        size = layout.size
+        blob = b"".join(b if len(b) == size else bytes(b[:size]).ljust(size, b"\0")
+                        for b in blobs)
+        blobs.clear()
+        table = numpy.frombuffer(blob, layout.numpy_dtype())
+        owner = numpy.frombuffer(owners, dtype=numpy.int64)
+        order = numpy.argsort(owner, kind="stable")
+        self.table, self.owner = table[order], owner[order]
+        self.position = numpy.frombuffer(positions, dtype=numpy.int64)[order]
+        n = len(self.owner)
+        self.first = numpy.ones(n, dtype=bool)
+        self.first[1:] = self.owner[1:] != self.owner[:-1]
+        self.names = [f.name for f in layout.fields]
+        self.columns = [f.c_name for f in layout.fields]
+        self.text = {f.c_name for f in layout.fields if f.ctype.startswith("char[")}
+        self.changed = numpy.zeros((n, len(self.columns)), dtype=bool)
+        for j, column in enumerate(self.columns):
+            col = self.table[column]
+            self.changed[1:, j] = col[1:] != col[:-1]
+        self.changed[self.first] = False
+
+    def values(self, j: int, rows: Any) -> list[Any]:
+        """Python values of field ``j`` at the given table rows."""
+        column = self.columns[j]
+        vals = self.table[column][rows].tolist()
+        if column in self.text:
+            vals = [v.split(b"\0", 1)[0].decode("utf-8", "replace") for v in vals]
+        return vals
+
+
+def _walk_changes(snaps: _Snapshots, objects: list[ObjectTimeline], rows: list[Row],
+                  fns: FunctionTable, methods: dict[int, MethodStats], start_ns: int) -> None:
+    """Series start at each object's first snapshot; then every changed row, in time
+    order per object, becomes its `Change` records.  Only changed values become Python
+    objects (a million snapshots of 14 fields would be 14 million)."""
+    import numpy
+
+    names = snaps.names
+    firsts = numpy.flatnonzero(snaps.first)
+    initial = [snaps.values(j, firsts) for j in range(len(names))]
+    for k, (o, p) in enumerate(zip(snaps.owner[firsts].tolist(),
+                                   snaps.position[firsts].tolist())):
+        ts = rows[p].ts_ns - start_ns
+        objects[o].series = {name: [(ts, initial[j][k])] for j, name in enumerate(names)}
+    per_field: list[dict[int, tuple[Any, Any]]] = []
+    for j in range(len(names)):
+        at = numpy.flatnonzero(snaps.changed[:, j])
+        per_field.append(dict(zip(at.tolist(), zip(snaps.values(j, at - 1),
+                                                    snaps.values(j, at)))))
+    need = numpy.flatnonzero(snaps.changed.any(axis=1))
+    fields = list(zip(names, per_field))
+    for i, o, p in zip(need.tolist(), snaps.owner[need].tolist(),
+                       snaps.position[need].tolist()):
+        row = rows[p]
+        changed = [(name, *found[i]) for name, found in fields if i in found]
+        _record_changes(objects[o], row, changed, row.ts_ns - start_ns, fns, methods)
+
+
+def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any, Any]],
+                    ts: int, fns: FunctionTable, methods: dict[int, MethodStats]) -> None:
     function_id, cause = _attribute(row)
     function = fns.name(function_id) if function_id >= 0 else None
     seen_at = fns.name(row.function_id)
     row.changes = []
-    for name in changed:
-        change = Change(name, previous[name], values[name], row.seq, ts, obj.key,
+    for name, old, new in changed:
+        change = Change(name, old, new, row.seq, ts, obj.key,
                         function, function_id, cause, seen_at)
         row.changes.append(change)
         obj.changes.append(change)
-        obj.series[name].append((ts, values[name]))
+        obj.series[name].append((ts, new))
     if function_id >= 0:
         for table in (obj.methods, methods):
             # a caller working on this object through another one may be new to the table
@@ -558,13 +639,18 @@ def lifetime_rule(fns: FunctionTable) -> str:
 
 def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None) -> ReportData:
     """Read every event of ``trace`` once and build the report model, pass by pass."""
-    say = progress or (lambda _msg: None)
+    with collector_paused(freeze=True):  # millions of objects that all survive the build
+        return _build(trace, progress or (lambda _msg: None))
+
+
+def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
     fns = function_table(trace.functions)
     events = read_events(trace, fns)
     rows = events.rows
     say(f"read {len(rows)} events")
     pairing = pair_calls(rows, fns, say)
     calls = count_calls(rows, pairing, fns)
+    pairing.frames = []  # half a million calls: their memory is needed from here
     found = assign_objects(events, pairing, calls.duplicates)
     start_ns = rows[0].ts_ns if rows else 0
     find_changes(found, trace.mini, fns, calls.methods, start_ns)

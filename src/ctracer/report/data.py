@@ -16,7 +16,7 @@ Vocabulary:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ctracer.tracefile import FunctionRow
 
@@ -26,8 +26,9 @@ CAUSE_CALLER = "caller"    # seen at an entry: the traced caller did it before t
 CAUSE_OUTSIDE = "outside"  # seen at an entry with no traced caller on the thread
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class ObjectKey:
+class ObjectKey(NamedTuple):
+    """One object: an address and which lifetime of it (a tuple: hashed at C speed)."""
+
     address: int
     lifetime: int = 1  # 1 for the first object seen at an address, 2 after reuse...
 
@@ -54,8 +55,6 @@ class Row:
 
     seq: int
     ts_ns: int
-    cpu: int
-    pid: int
     tid: int
     comm: str
     function_id: int        # the function (one id even when it has several table rows)

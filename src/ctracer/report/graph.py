@@ -2,9 +2,13 @@
 
 `call_graph` turns timeline rows into a `networkx.DiGraph` whose nodes are functions
 (plus one root standing for "not called by a traced function") and whose edges count
-calls.  `write_svgs` lays graphs out with graphviz's ``dot``; many graphs go through one
-``dot`` process, since starting it dominates for small graphs.  Labels come from the
-trace, so they are passed through `graphviz.escape` and never read as HTML-like labels.
+calls.  Thousands of objects of one struct share a handful of graph shapes (the same
+functions calling each other, with other counts), so `layout_shapes` lays out each
+shape once with graphviz's ``dot`` (many shapes per process, room reserved for any
+count) and `svg` draws each object's graph as inline SVG from its shape's layout, with
+its own counts and links from each function to its timeline rows and methods entry.
+Labels come from the trace: passed through `graphviz.escape` for dot (never read as
+HTML-like labels) and through `markupsafe.escape` into the SVG.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import graphviz
 import networkx as nx
+from markupsafe import Markup, escape
 
 from ctracer.event import PHASE_ENTRY
 from ctracer.report.data import Row
@@ -38,108 +43,211 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
     that object inside calls on that object; all rows give the threads' nesting.  ``changed_by``
     counts the field changes each function made (by function id), to mark those nodes.
     """
-    g = nx.DiGraph()
-    g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
+    calls: dict[int, int] = {}
+    total: dict[int, int] = {}
+    edges: dict[tuple[int, int], int] = {}
     stacks: dict[int, list[int]] = {}
     for row in rows:
-        stack = stacks.setdefault(row.tid, [])
+        stack = stacks.get(row.tid)
+        if stack is None:
+            stack = stacks[row.tid] = []
         fid = row.function_id
         if row.phase == PHASE_ENTRY:
-            caller = stack[-1] if stack else ROOT
-            if fid not in g:
-                g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=0,
-                           total_ns=0, changes=0)
-            g.nodes[fid]["calls"] += 1
-            if g.has_edge(caller, fid):
-                g.edges[caller, fid]["calls"] += 1
-            else:
-                g.add_edge(caller, fid, calls=1)
+            edge = (stack[-1] if stack else ROOT, fid)
+            edges[edge] = edges.get(edge, 0) + 1
+            calls[fid] = calls.get(fid, 0) + 1
             stack.append(fid)
-        else:
-            if fid in stack:
-                while stack and stack.pop() != fid:
-                    pass
-            if fid not in g:  # an exit whose entry was lost
-                g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=1,
-                           total_ns=0, changes=0)
-                g.add_edge(stack[-1] if stack else ROOT, fid, calls=1)
-            if row.duration_ns is not None:
-                g.nodes[fid]["total_ns"] += row.duration_ns
-    if changed_by:
-        for fid, data in g.nodes(data=True):
-            if fid != ROOT:
-                data["changes"] = changed_by.get(fid, 0)
+            continue
+        if fid in stack:
+            while stack and stack.pop() != fid:
+                pass
+        if fid not in calls:  # an exit whose entry was lost
+            calls[fid] = 1
+            edge = (stack[-1] if stack else ROOT, fid)
+            edges[edge] = edges.get(edge, 0) + 1
+        if row.duration_ns is not None:
+            total[fid] = total.get(fid, 0) + row.duration_ns
+    g = nx.DiGraph()
+    g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
+    for fid, n in calls.items():
+        g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n,
+                   total_ns=total.get(fid, 0),
+                   changes=(changed_by or {}).get(fid, 0))
+    for (a, b), n in edges.items():
+        g.add_edge(a, b, calls=n)
     return g
 
 
+#: what a node's second line may hold at most: the layout reserves this width, so one
+#: layout serves every object whose graph has the same shape, whatever its counts
+_DETAIL_WIDEST = "888888 calls · 888.8 µs · 8888 chg"
+_EDGE_WIDEST = "8888888"
+_PX = 72.0  # dot's plain output is in inches; SVG user units are points
+
+
+def shape_key(g: nx.DiGraph) -> tuple:
+    """What decides a layout: the functions and who calls whom, not the counts."""
+    return (tuple(sorted((n, d["label"]) for n, d in g.nodes(data=True))),
+            tuple(sorted(g.edges())))
+
+
+def _node_id(fid: int) -> str:
+    return "root" if fid == ROOT else f"f{fid}" if fid >= 0 else f"m{-fid}"
+
+
 def _dot_source(g: nx.DiGraph) -> str:
-    d = graphviz.Digraph(graph_attr={"rankdir": "LR", "fontname": _FONT, "bgcolor": "white",
-                                     "nodesep": "0.25", "ranksep": "0.45"},
+    """The graph for dot, with the widest labels any count could need."""
+    d = graphviz.Digraph(graph_attr={"rankdir": "LR", "nodesep": "0.25", "ranksep": "0.45"},
                          node_attr={"fontname": _FONT, "fontsize": "11", "shape": "box",
-                                    "style": "rounded,filled", "color": "#5f6b7a",
-                                    "fillcolor": "#ffffff", "margin": "0.12,0.06"},
-                         edge_attr={"fontname": _FONT, "fontsize": "9", "color": "#7d8896",
-                                    "fontcolor": "#4a5360", "arrowsize": "0.6"})
-    most = max((c for _, _, c in g.edges(data="calls")), default=1)
-    for fid, data in g.nodes(data=True):
-        node = "root" if fid == ROOT else f"f{fid}"
+                                    "margin": "0.12,0.06"},
+                         edge_attr={"fontname": _FONT, "fontsize": "9"})
+    for fid, data in sorted(g.nodes(data=True)):
         if fid == ROOT:
-            d.node(node, graphviz.escape(data["label"]), shape="ellipse", style="filled",
-                   fillcolor="#e8edf3", color="#8795a5")
-            continue
-        calls, total = data["calls"], data["total_ns"]
-        detail = f"{calls} call{'s' if calls != 1 else ''}"
-        if total and calls:
-            detail += f", avg {format_duration(total // calls)}"
-        if data["changes"]:
-            detail += f"\n{data['changes']} field change{'s' if data['changes'] != 1 else ''}"
-        label = graphviz.escape(data["label"]) + "\n" + graphviz.escape(detail)
-        attrs = {"tooltip": graphviz.escape(f"{data['label']}: {detail}")}
-        if data["changes"]:
-            attrs.update(fillcolor="#fbe3e1", color="#b03a2e")
-        d.node(node, label, **attrs)
-    for a, b, calls in g.edges(data="calls"):
-        width = 0.8 + 2.2 * math.log1p(calls) / math.log1p(most)
-        d.edge("root" if a == ROOT else f"f{a}", "root" if b == ROOT else f"f{b}",
-               label=str(calls), penwidth=f"{width:.2f}")
+            d.node("root", graphviz.escape(data["label"]), shape="ellipse")
+        else:
+            d.node(_node_id(fid), graphviz.escape(data["label"]) + "\n" + _DETAIL_WIDEST)
+    for a, b in sorted(g.edges()):
+        d.edge(_node_id(a), _node_id(b), label=_EDGE_WIDEST)
     return d.source
 
 
 @dataclass
-class SvgJob:
-    graph: nx.DiGraph
-    path: str  # where the SVG goes
+class Placed:
+    """A layout from dot: node boxes (centre x, y, width, height) and edge splines, in
+    SVG units with y down."""
+
+    width: float
+    height: float
+    nodes: dict[str, tuple[float, float, float, float]]
+    edges: dict[tuple[str, str], tuple[list[tuple[float, float]], Optional[tuple[float, float]]]]
+
+
+def _parse_plain(text: str) -> Placed:
+    width = height = 0.0
+    nodes: dict = {}
+    edges: dict = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "graph":
+            width, height = float(parts[2]) * _PX, float(parts[3]) * _PX
+        elif parts[0] == "node":
+            x, y, w, h = (float(v) * _PX for v in parts[2:6])
+            nodes[parts[1]] = (x, height - y, w, h)
+        elif parts[0] == "edge":
+            n = int(parts[3])
+            coords = [float(v) * _PX for v in parts[4:4 + 2 * n]]
+            points = [(coords[i], height - coords[i + 1]) for i in range(0, len(coords), 2)]
+            rest = parts[4 + 2 * n:]
+            label = None
+            if len(rest) >= 5:  # label x y style color
+                label = (float(rest[1]) * _PX, height - float(rest[2]) * _PX)
+            edges[(parts[1], parts[2])] = (points, label)
+    return Placed(width, height, nodes, edges)
+
+
+def layout_shapes(graphs: list[nx.DiGraph], batch: int = 200) -> tuple[dict[tuple, Placed], list[str]]:
+    """Lay out each distinct shape among ``graphs`` once (`shape_key`), many graphs per
+    ``dot`` process; return the layouts by shape and a note per shape dot failed on."""
+    shapes: dict[tuple, nx.DiGraph] = {}
+    for g in graphs:
+        shapes.setdefault(shape_key(g), g)
+    placed: dict[tuple, Placed] = {}
+    notes = []
+    items = list(shapes.items())
+    with tempfile.TemporaryDirectory(prefix="ctracer-dot-") as tmp:
+        for start in range(0, len(items), batch):
+            chunk = items[start:start + batch]
+            sources = []
+            for i, (_, g) in enumerate(chunk):
+                src = os.path.join(tmp, f"g{start + i}.gv")
+                with open(src, "w", encoding="utf-8") as f:
+                    f.write(_dot_source(g))
+                sources.append(src)
+            done = subprocess.run(["dot", "-Tplain", "-O", *sources], capture_output=True,
+                                  text=True)
+            for (key, _), src in zip(chunk, sources):
+                out = src + ".plain"
+                if os.path.exists(out):
+                    with open(out, encoding="utf-8") as f:
+                        placed[key] = _parse_plain(f.read())
+                else:
+                    notes.append(f"dot failed on a call graph: {done.stderr.strip()[:200]}")
+    return placed, notes
+
+
+def _detail(data: dict) -> str:
+    calls, total = data["calls"], data["total_ns"]
+    detail = f"{calls} call{'s' if calls != 1 else ''}"
+    if total and calls:
+        detail += f" · {format_duration(total // calls)}"
+    if data["changes"]:
+        detail += f" · {data['changes']} chg"
+    return detail
+
+
+def _tooltip(data: dict) -> str:
+    calls, total = data["calls"], data["total_ns"]
+    text = f"{calls} call{'s' if calls != 1 else ''}"
+    if total and calls:
+        text += f", average {format_duration(total // calls)}"
+    if data["changes"]:
+        text += f", {data['changes']} field change{'s' if data['changes'] != 1 else ''}"
+    return text + " (click: its timeline rows; counts: its methods entry)"
+
+
+def svg(g: nx.DiGraph, placed: Placed,
+        links: Callable[[int], tuple[str, str]]) -> Markup:
+    """The call graph as inline SVG: each function's box links to its first timeline row
+    (``links(fid)[0]``) and its second line to its methods entry (``links(fid)[1]``).
+    Every text is escaped; counts are this graph's, positions the shape's."""
+    most = max((c for _, _, c in g.edges(data="calls")), default=1)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="callgraph" '
+           f'width="{placed.width + 8:.0f}" height="{placed.height + 8:.0f}" '
+           f'viewBox="-4 -4 {placed.width + 8:.1f} {placed.height + 8:.1f}" role="img">'
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+           'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
+           'fill="#7d8896"/></marker></defs>']
+    for a, b, calls in g.edges(data="calls"):
+        spline = placed.edges.get((_node_id(a), _node_id(b)))
+        if spline is None:
+            continue
+        points, label = spline
+        d = f"M{points[0][0]:.1f},{points[0][1]:.1f}"
+        for i in range(1, len(points) - 2, 3):
+            (x1, y1), (x2, y2), (x3, y3) = points[i:i + 3]
+            d += f" C{x1:.1f},{y1:.1f} {x2:.1f},{y2:.1f} {x3:.1f},{y3:.1f}"
+        width = 0.8 + 2.2 * math.log1p(calls) / math.log1p(most)
+        out.append(f'<path class="edge" d="{d}" stroke-width="{width:.2f}" '
+                   'marker-end="url(#arrow)"/>')
+        if label:
+            out.append(f'<text class="edge-label" x="{label[0]:.1f}" y="{label[1] + 3:.1f}">'
+                       f'{int(calls)}</text>')
+    for fid, data in g.nodes(data=True):
+        box = placed.nodes.get(_node_id(fid))
+        if box is None:
+            continue
+        x, y, w, h = box
+        if fid == ROOT:
+            out.append(f'<g class="node root"><ellipse cx="{x:.1f}" cy="{y:.1f}" '
+                       f'rx="{w / 2:.1f}" ry="{h / 2:.1f}"/><text x="{x:.1f}" y="{y + 4:.1f}">'
+                       f'{escape(data["label"])}</text></g>')
+            continue
+        rows_href, methods_href = links(fid)
+        changed = " changed" if data["changes"] else ""
+        detail = _detail(data)
+        out.append(
+            f'<g class="node{changed}" data-function="{escape(data["label"])}">'
+            f'<title>{escape(data["label"])}: {escape(_tooltip(data))}</title>'
+            f'<a href="{escape(rows_href)}" class="to-rows"><rect x="{x - w / 2:.1f}" '
+            f'y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" rx="4"/>'
+            f'<text x="{x:.1f}" y="{y - 2:.1f}">{escape(data["label"])}</text></a>'
+            f'<a href="{escape(methods_href)}" class="to-method"><text class="detail" '
+            f'x="{x:.1f}" y="{y + 11:.1f}">{escape(detail)}</text></a></g>')
+    out.append("</svg>")
+    return Markup("".join(out))
 
 
 def dot_available() -> bool:
     return shutil.which("dot") is not None
-
-
-def write_svgs(jobs: list[SvgJob], batch: int = 150) -> list[str]:
-    """Lay out every graph to its SVG file; return one note per graph that was skipped."""
-    notes = []
-    todo = []
-    for job in jobs:
-        if job.graph.number_of_nodes() > MAX_NODES:
-            notes.append(f"{job.path}: {job.graph.number_of_nodes()} functions, too many to lay out")
-        else:
-            todo.append(job)
-    with tempfile.TemporaryDirectory(prefix="ctracer-dot-") as tmp:
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
-            sources = []
-            for i, job in enumerate(chunk):
-                src = os.path.join(tmp, f"g{start + i}.gv")
-                with open(src, "w", encoding="utf-8") as f:
-                    f.write(_dot_source(job.graph))
-                sources.append(src)
-            # -O writes <source>.svg next to each input, all from one process
-            done = subprocess.run(["dot", "-Tsvg", "-O", *sources], capture_output=True,
-                                  text=True)
-            for job, src in zip(chunk, sources):
-                out = src + ".svg"
-                if os.path.exists(out):
-                    shutil.move(out, job.path)
-                else:
-                    notes.append(f"{job.path}: dot failed: {done.stderr.strip()[:200]}")
-    return notes

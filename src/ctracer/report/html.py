@@ -19,11 +19,14 @@ autoescaping, and reaches file names only through `ctracer.report.names`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
+
+from markupsafe import Markup
 
 from ctracer import __version__
 from ctracer.errors import CtracerError
@@ -41,8 +44,15 @@ from ctracer.tracefile import Trace
 
 #: rows per timeline page
 PAGE_ROWS = 2000
-#: changes listed per field on the all-objects changes page (object pages list all)
-MAX_CHANGES_ALL = 2000
+#: changes listed per field on the all-objects changes page (object pages list all); the
+#: page stays well under 2 MB however many objects changed the field
+MAX_CHANGES_ALL = 200
+#: a field gets a PNG plot on an object's page when it changed at least this often
+#: (the original ostra-cg's rule); fewer changes read better in the table
+MIN_CHANGES_TO_PLOT = 4
+#: by default PNG plots are drawn for this many objects, those with most changes; every
+#: object's changes page has the interactive plot, drawn by the browser from the page
+DEFAULT_PLOT_OBJECTS = 10
 #: the file that says a directory holds a report we wrote (and may replace)
 MARKER = ".ctracer-report"
 ALL_DIR = "many_objects"
@@ -102,6 +112,50 @@ def _copy_static(out_dir: str) -> None:
                 f.write(entry.read_bytes())
 
 
+def _json_island(value: Any) -> Markup:
+    """JSON to sit inside ``<script type="application/json">``: every ``<``, ``>`` and
+    ``&`` escaped, so no string from the trace can close the element."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e")
+                  .replace("&", "\\u0026"))
+
+
+class _RunningState:
+    """Every field's value (as shown) per object as a timeline is written, so each page
+    carries the state at its first row (the browser replays the page's changes)."""
+
+    def __init__(self, site: "_Site", show_object: bool):
+        self.site, self.show_object = site, show_object
+        self.values: dict[Any, dict[str, str]] = {}
+
+    def _initial(self, key: Any) -> dict[str, str]:
+        obj = self.site.data_objects.get(key)
+        show = self.site.fmt.show
+        if obj is None:
+            return {}
+        return {name: show(name, points[0][1]) for name, points in obj.series.items() if points}
+
+    def page_start(self, rows: list[Row]) -> Markup:
+        show = self.site.fmt.show
+        objects: dict[str, dict[str, str]] = {}
+        for row in rows:
+            key = row.obj
+            if key is None:
+                continue
+            label = self.site.data_objects[key].label if self.show_object else ""
+            if key not in self.values:
+                self.values[key] = self._initial(key)
+            if label not in objects:
+                objects[label] = dict(self.values[key])
+        for row in rows:  # then advance past this page
+            if row.changes and row.obj is not None:
+                current = self.values[row.obj]
+                for c in row.changes:
+                    current[c.field] = show(c.field, c.new)
+        return _json_island({"fields": [f.name for f in self.site.layout.fields],
+                             "objects": objects})
+
+
 class _Site:
     """Turns the report model into files; one instance per render."""
 
@@ -122,7 +176,9 @@ class _Site:
             self.function_stem[fid] = functions.stem(fid, f"function-{fid}")
         self.data_objects = {o.key: o for o in data.objects}
         self.rendered: dict[Any, ObjectTimeline] = {}
-        self.svg_jobs: list[graphs.SvgJob] = []
+        self.plotted: set[Any] = set()  # objects whose fields get PNG plots
+        self.graphs: dict[str, Any] = {}  # directory -> its call graph (networkx)
+        self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
         self.notes: list[str] = []
         self.dot = graphs.dot_available()
@@ -167,18 +223,21 @@ class _Site:
     # ---------------------------------------------------------------- timelines
 
     def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
-                       use_object_depth: bool, show_object: bool, graph_note: str,
-                       has_graph: bool, facts: list[tuple[str, str]],
-                       methods: list[dict]) -> dict[int, str]:
-        """Write the timeline, PAGE_ROWS rows a page, one page at a time; return the page
-        file of every row (by seq) for links to it."""
+                       use_object_depth: bool, show_object: bool,
+                       facts: list[tuple[str, str]], methods: list[dict]) -> dict[int, str]:
+        """Write the timeline, PAGE_ROWS rows a page, one page at a time, the call graph
+        on the first; return the page file of every row (by seq) for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(count)]
         page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)}
+        graph_svg, graph_note = self.graph_for(directory, rows, files)
         render = self.rows.row
+        states = _RunningState(self, show_object)
         for number in range(count):
             page = []
-            for row in rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]:
+            chunk = rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]
+            state_json = states.page_start(chunk)
+            for row in chunk:
                 cell = None
                 if show_object:
                     obj = self.data_objects.get(row.obj) if row.obj is not None else None
@@ -186,9 +245,10 @@ class _Site:
                 page.append(render(row, row.object_depth if use_object_depth else row.depth,
                                    cell))
             self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
-                       heading=heading, rows=page, page_number=number + 1, page_files=files,
-                       first_page=number == 0, show_object=show_object, has_graph=has_graph,
-                       graph_note=graph_note, facts=facts, methods=methods,
+                       heading=heading, rows_html=Markup("".join(page)), page_number=number + 1, page_files=files,
+                       first_page=number == 0, show_object=show_object,
+                       graph_svg=graph_svg, graph_note=graph_note, state_json=state_json,
+                       field_names=[f.name for f in self.layout.fields], facts=facts, methods=methods,
                        total_rows=len(rows), page_rows=PAGE_ROWS)
         return page_of
 
@@ -211,31 +271,57 @@ class _Site:
             })
         return out
 
-    def graph_for(self, directory: str, rows: Iterable[Row], root_label: str,
-                  changes: Iterable[Change]) -> tuple[bool, str]:
-        if not self.dot:
-            return False, "graphviz's dot is not installed, so the call graph was not drawn."
-        if not isinstance(rows, list):
-            rows = list(rows)
-        if not rows:
-            return False, "No calls were recorded."
+    def prepare_graph(self, directory: str, rows: list[Row], root_label: str,
+                      changes: Iterable[Change]) -> None:
+        """Build the call graph of ``directory``'s page (laid out later, by shape)."""
+        if not self.dot or not rows:
+            return
         changed_by: dict[int, int] = {}
         for c in changes:
             if c.function_id >= 0:
                 changed_by[c.function_id] = changed_by.get(c.function_id, 0) + 1
-        g = graphs.call_graph(rows, self.names, root_label, changed_by)
+        self.graphs[directory] = graphs.call_graph(rows, self.names, root_label, changed_by)
+
+    def layout_graphs(self) -> None:
+        drawable = [g for g in self.graphs.values() if g.number_of_nodes() <= graphs.MAX_NODES]
+        self.placed, notes = graphs.layout_shapes(drawable)
+        self.notes.extend(notes)
+
+    def graph_for(self, directory: str, rows: list[Row], files: list[str]) -> tuple[Any, str]:
+        """The inline SVG of ``directory``'s call graph, or why there is none."""
+        if not self.dot:
+            return None, "graphviz's dot is not installed, so the call graph was not drawn."
+        g = self.graphs.get(directory)
+        if g is None:
+            return None, "No calls were recorded."
         if g.number_of_nodes() > graphs.MAX_NODES:
-            return False, (f"{g.number_of_nodes() - 1} functions: too many to draw; "
-                           "see the methods table.")
-        os.makedirs(os.path.join(self.out_dir, directory), exist_ok=True)
-        self.svg_jobs.append(graphs.SvgJob(g, os.path.join(self.out_dir, directory,
-                                                           "callgraph.svg")))
-        return True, ""
+            return None, (f"{g.number_of_nodes() - 1} functions: too many to draw; "
+                          "see the methods table.")
+        placed = self.placed.get(graphs.shape_key(g))
+        if placed is None:
+            return None, "dot could not lay out this call graph."
+        first: dict[int, tuple[int, int]] = {}
+        for i, row in enumerate(rows):
+            if row.function_id not in first:
+                first[row.function_id] = (i, row.seq)
+        root = "../" * (directory.count("/") + 1)
+
+        def links(fid: int) -> tuple[str, str]:
+            at = first.get(fid)
+            rows_href = f"{files[at[0] // PAGE_ROWS]}#e{at[1]}" if at else "#timeline"
+            stem = self.function_stem.get(fid, "")
+            return rows_href, f"{root}{METHODS_DIR}/index.html#fn-{stem}"
+
+        return graphs.svg(g, placed, links), ""
 
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: list[Change], page_of: dict[int, str],
                      series: dict[str, list[plotting.Series]], show_object: bool,
-                     limit: Optional[int], plot_title: Optional[str] = None) -> None:
+                     limit: Optional[int], plot_title: Optional[str] = None,
+                     values: Optional[dict[str, str]] = None,
+                     live: Optional[ObjectTimeline] = None) -> None:
+        """The changes page; ``values`` shows what unchanged fields hold, ``live`` is the
+        object whose fields get the interactive plot."""
         by_field: dict[str, list[Change]] = {}
         for c in changes:
             by_field.setdefault(c.field, []).append(c)
@@ -246,11 +332,12 @@ class _Site:
             items = []
             for c in shown:
                 obj = self.data_objects[c.obj]
+                anchor = "c" if c.cause == CAUSE_CALLER else "e"
                 items.append({
                     "time": format_offset(c.ts_ns),
                     "old": self.fmt.show(c.field, c.old), "new": self.fmt.show(c.field, c.new),
                     "function": c.function or "", "cause": self.cause_text(c),
-                    "href": f"{page_of.get(c.seq, 'index.html')}#e{c.seq}",
+                    "href": f"{page_of.get(c.seq, 'index.html')}#{anchor}{c.seq}",
                     "object": obj.label if show_object else "",
                     "object_href": (f"../{obj.dirname}/changes.html#f-{self.field_stem[c.field]}"
                                     if show_object and c.obj in self.rendered else ""),
@@ -263,14 +350,34 @@ class _Site:
                     f"{f.name} — {plot_title or title}", series[f.name]))
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
                            "count": len(found), "changes": items, "stem": stem,
-                           "has_plot": has_plot, "omitted": len(found) - len(shown)})
+                           "has_plot": has_plot, "omitted": len(found) - len(shown),
+                           "value": (values or {}).get(f.name, ""),
+                           "live": live is not None and len(live.series.get(f.name, ())) > 1})
+        series_json = _json_island(self.live_series(live)) if live is not None else ""
         self.write(f"{directory}/changes.html", "changes.html", title=title, heading=heading,
+                   series_json=series_json,
                    fields=fields, show_object=show_object,
                    changed=sum(1 for f in fields if f["count"]))
 
+    def live_series(self, obj: ObjectTimeline) -> dict[str, dict]:
+        """Each changed field of ``obj`` for the browser's plot: times (ms), numbers to
+        plot, the values as shown, and tick labels where the values are categories."""
+        start = self.data.start_ns
+        out = {}
+        for name, points in obj.series.items():
+            if len(points) < 2:
+                continue
+            raw = [v for _, v in points]
+            numbers, ticks = self.fmt.plot_axis(name, raw)
+            out[self.field_stem[name]] = {
+                "t": [round(t / 1e6, 6) for t, _ in points], "y": numbers,
+                "label": [self.fmt.show(name, v) for v in raw],
+                "ticks": [[p, label] for p, label in ticks] if ticks else None,
+                "end": round((obj.last_ns - start) / 1e6, 6)}
+        return out
+
     def object_pages(self, obj: ObjectTimeline) -> None:
         d = obj.dirname
-        has_graph, note = self.graph_for(d, obj.rows, obj.label, obj.changes)
         start = self.data.start_ns
         facts = [
             ("lifetime", obj.started_by),
@@ -286,25 +393,28 @@ class _Site:
             facts.append(("unreadable snapshots", str(obj.unreadable)))
         page_of = self.write_timeline(
             d, obj.rows, title=obj.label, heading=f"{self.struct_title} {obj.label}",
-            use_object_depth=True, show_object=False, graph_note=note, has_graph=has_graph,
+            use_object_depth=True, show_object=False,
             facts=facts, methods=self.method_rows(obj.methods))
-        series = {name: [plotting.Series(obj.label, points, obj.last_ns - start)]
-                  for name, points in obj.series.items() if len(points) > 1}
+        series = {}
+        if obj.key in self.plotted:
+            series = {name: [plotting.Series(obj.label, points, obj.last_ns - start)]
+                      for name, points in obj.series.items()
+                      if len(points) > MIN_CHANGES_TO_PLOT}
+        values = {name: self.fmt.show(name, points[0][1])
+                  for name, points in obj.series.items() if points}
         self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
-                          page_of, series, show_object=False, limit=None)
+                          page_of, series, show_object=False, limit=None, values=values,
+                          live=obj)
 
     def all_objects_pages(self) -> None:
         data = self.data
         changes = data.changes
-        has_graph, note = self.graph_for(ALL_DIR, data.rows, f"{len(data.objects)} objects",
-                                         changes)
         facts = [("objects", str(len(data.objects))), ("events", str(len(data.rows))),
                  ("field changes", str(len(changes)))]
         page_of = self.write_timeline(
             ALL_DIR, data.rows, title="all objects",
             heading=f"{self.struct_title}: all objects", use_object_depth=False,
-            show_object=True, graph_note=note, has_graph=has_graph, facts=facts,
-            methods=self.method_rows(data.methods))
+            show_object=True, facts=facts, methods=self.method_rows(data.methods))
         series: dict[str, list[plotting.Series]] = {}
         busiest = sorted(data.objects, key=lambda o: -len(o.changes))[:10]
         for obj in sorted(busiest, key=lambda o: o.first_ns):
@@ -314,9 +424,15 @@ class _Site:
                         plotting.Series(obj.label, points, obj.last_ns - data.start_ns))
         plotted = "all objects" if len(data.objects) <= len(busiest) else \
             f"the {len(busiest)} objects with most changes"
+        values = {}
+        for f in self.layout.fields:
+            seen = {self.fmt.show(f.name, o.series[f.name][0][1])
+                    for o in data.objects if o.series.get(f.name)}
+            values[f.name] = (next(iter(seen)) if len(seen) == 1 else
+                              f"{len(seen)} values across objects" if seen else "")
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
                           changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL,
-                          plot_title=plotted)
+                          plot_title=plotted, values=values)
 
     def methods_page(self, trace: Trace) -> None:
         rows = self.method_rows(self.data.methods)
@@ -379,9 +495,12 @@ class _Site:
 @private_files  # the report holds addresses, argv and traced strings: 0600 files, 0700 dirs
 def render(trace_path: str, out_dir: Optional[str] = None, *,
            max_objects: Optional[int] = None, plots: bool = True,
+           plot_objects: Optional[int] = DEFAULT_PLOT_OBJECTS,
            progress: Optional[Callable[[str], None]] = None) -> RenderResult:
-    """Render a trace file into a report directory (see the module docstring); without
-    ``plots`` no PNG is drawn (pages then list changes without pictures)."""
+    """Render a trace file into a report directory (see the module docstring).  Every
+    object gets its pages unless ``max_objects`` limits them to the busiest; PNG plots
+    are drawn for the ``plot_objects`` objects with most changes (None or 0: all), and
+    none without ``plots`` (pages then list changes and plot them in the browser)."""
     say = progress or (lambda _msg: None)
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -403,7 +522,21 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
                 f"pages were written for the {max_objects} busiest of {len(data.objects)} "
                 "objects (--max-objects); all of them are in many_objects/")
         site.rendered = {o.key: o for o in chosen}
+        most_changed = sorted(chosen, key=lambda o: (-len(o.changes), o.first_ns))
+        site.plotted = {o.key for o in (most_changed if not plot_objects
+                                        else most_changed[:plot_objects])}
+        if plots and len(site.plotted) < len(chosen):
+            site.notes.append(
+                f"PNG plots were drawn for the {len(site.plotted)} objects with most changes "
+                "(--plot-objects); every object's changes page plots its fields interactively")
         _copy_static(out_dir)
+        mark = time.perf_counter()
+        for obj in chosen:
+            site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
+        site.prepare_graph(ALL_DIR, data.rows, f"{len(data.objects)} objects", data.changes)
+        say(f"laying out {len(site.graphs)} call graphs")
+        site.layout_graphs()
+        seconds["graphs"] = time.perf_counter() - mark
         mark = time.perf_counter()
         for n, obj in enumerate(chosen, 1):
             site.object_pages(obj)
@@ -414,10 +547,6 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         site.index_page(len(data.objects))
         seconds["html"] = time.perf_counter() - mark
 
-        mark = time.perf_counter()
-        say(f"laying out {len(site.svg_jobs)} call graphs")
-        site.notes.extend(graphs.write_svgs(site.svg_jobs))
-        seconds["graphs"] = time.perf_counter() - mark
         mark = time.perf_counter()
         say(f"drawing {len(site.plot_jobs)} plots")
         plotting.draw_all(site.plot_jobs, trace.mini, progress=say)

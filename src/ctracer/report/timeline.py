@@ -14,17 +14,18 @@ from typing import Callable, Optional
 from markupsafe import Markup, escape
 
 from ctracer.event import PHASE_ENTRY
-from ctracer.report.data import Change, Row
+from ctracer.report.data import CAUSE_CALLER, Change, Row
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 
 # Plain format strings: every argument placed in them goes through `escape` first (or is
 # an int), which is what Markup.format would do, at a fraction of its cost.
 # Cells carry no classes: the stylesheet styles timeline columns by position, which keeps
 # a row near 250 bytes (reports of big traces run to hundreds of megabytes otherwise).
-_ROW = ('<tr id="e{seq}" class="{classes}"{title}>'
-        '<td><a href="#e{seq}">{time}</a></td><td>{thread}</td>{object}'
+_ROW = ('<tr id="{prefix}{seq}" class="{classes}"{title} data-fn="{function}"{data_o}>'
+        '<td><a href="#{prefix}{seq}">{time}</a></td><td>{thread}</td>{object}'
         '<td style="--depth:{depth}"><i>{arrow}</i> {function}{tags}</td>'
         '<td>{duration}</td><td>{retval}</td><td>{changes}</td></tr>\n')
+_DATA_O = ' data-o="{}"'
 _TITLE = ' title="{}"'
 _CHANGE = '<span class="chg"><b>{}</b> {} → {}</span>'
 _OBJECT = '<td><a href="{}">{}</a></td>'
@@ -40,6 +41,7 @@ class RowFormatter:
         self.names, self.fmt, self.start_ns = names, fmt, start_ns
         self.retval, self.cause = retval, cause
         self._functions: dict[int, Markup] = {}
+        self._objects: dict[tuple[str, str], tuple[str, str]] = {}
         self._threads: dict[tuple[str, int], Markup] = {}
 
     def function(self, fid: int) -> Markup:
@@ -54,20 +56,27 @@ class RowFormatter:
             m = self._threads[(comm, tid)] = escape(f"{comm}/{tid}" if comm else str(tid))
         return m
 
+    def _changes(self, changes: list[Change]) -> tuple[str, str]:
+        show = self.fmt.show
+        parts = [(escape(c.field), escape(show(c.field, c.old)),
+                  escape(show(c.field, c.new)), escape(self.cause(c)))
+                 for c in changes]
+        title = _TITLE.format("\n".join(f"{f}: {o} → {n} ({why})"
+                                        for f, o, n, why in parts))
+        return title, "".join(_CHANGE.format(f, o, n) for f, o, n, _ in parts)
+
     def row(self, row: Row, depth: int, object_cell: Optional[tuple[str, str]]) -> Markup:
-        """One ``<tr>``; ``object_cell`` is (label, href or "") on all-objects pages."""
+        """One ``<tr>`` (two when a caller's changes precede the row: see
+        `caller_row`); ``object_cell`` is (label, href or "") on all-objects pages."""
         entry = row.phase == PHASE_ENTRY
         classes = "entry" if entry else "exit"
-        title = changes = ""
+        title = changes = before = ""
         if row.changes:
-            classes += " changed"
-            show = self.fmt.show
-            parts = [(escape(c.field), escape(show(c.field, c.old)),
-                      escape(show(c.field, c.new)), escape(self.cause(c)))
-                     for c in row.changes]
-            title = _TITLE.format("\n".join(f"{f}: {o} → {n} ({why})"
-                                            for f, o, n, why in parts))
-            changes = "".join(_CHANGE.format(f, o, n) for f, o, n, _ in parts)
+            if row.changes[0].cause == CAUSE_CALLER:
+                before = self.caller_row(row, depth, object_cell)
+            else:
+                classes += " changed"
+                title, changes = self._changes(row.changes)
         tags = ""
         if not row.matched:
             classes += " unmatched"
@@ -75,16 +84,38 @@ class RowFormatter:
         if row.unreadable:
             classes += " unreadable"
             tags += _TAG.format("unreadable")
-        obj = ""
-        if object_cell is not None:
-            label, href = object_cell
-            obj = (_OBJECT.format(escape(href), escape(label)) if href
-                   else _OBJECT_PLAIN.format(escape(label)))
-        return Markup(_ROW.format(
-            seq=int(row.seq), classes=classes, title=title,
+        obj, data_o = self._object(object_cell) if object_cell is not None else ("", "")
+        return Markup(before + _ROW.format(
+            prefix="e", seq=int(row.seq), classes=classes, title=title, data_o=data_o,
             time=format_offset(row.ts_ns - self.start_ns),
             thread=self.thread(row.comm, row.tid), object=obj, depth=int(depth),
             arrow="→" if entry else "←", function=self.function(row.function_id), tags=tags,
             # both made by us from integers: nothing to escape
             duration=format_duration(row.duration_ns), retval=self.retval(row),
             changes=changes))
+
+    def _object(self, object_cell: Optional[tuple[str, str]]) -> tuple[str, str]:
+        if object_cell is None:
+            return "", ""
+        done = self._objects.get(object_cell)
+        if done is None:
+            label, href = object_cell
+            cell = (_OBJECT.format(escape(href), escape(label)) if href
+                    else _OBJECT_PLAIN.format(escape(label)))
+            done = self._objects[object_cell] = (cell, _DATA_O.format(escape(label)))
+        return done
+
+    def caller_row(self, row: Row, depth: int, object_cell: Optional[tuple[str, str]]) -> str:
+        """Changes the traced caller made before calling ``row``'s function, on a row of
+        the caller's own (id ``c<seq>``), one level up: the timeline says who made each
+        change, as the changes page does, not the callee whose entry showed it."""
+        c = row.changes[0]
+        title, changes = self._changes(row.changes)
+        obj, data_o = self._object(object_cell)
+        return _ROW.format(
+            prefix="c", seq=int(row.seq), classes="by-caller changed", title=title,
+            data_o=data_o, time=format_offset(row.ts_ns - self.start_ns),
+            thread=self.thread(row.comm, row.tid), object=obj, depth=max(0, int(depth) - 1),
+            arrow="⋯", function=self.function(c.function_id),
+            tags=_TAG.format(f"before calling {escape(c.seen_at)}"),
+            duration="", retval="", changes=changes)
