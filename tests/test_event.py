@@ -103,6 +103,6 @@ def test_numpy_dtype_decodes_like_decode():
     for i, v in enumerate(values):
         decoded = layout.decode(blob, i * layout.size)
         for f in layout.fields:
-            got = table[f.c_name][i]
+            got = table[f.name][i]
             got = got.split(b"\0", 1)[0].decode() if isinstance(got, bytes) else got.item()
             assert got == decoded[f.name] == v[f.name]

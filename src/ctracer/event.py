@@ -192,23 +192,6 @@ class Layout:
             out[f.name] = v
         return out
 
-    def numpy_dtype(self) -> Any:
-        """A numpy structured dtype of the same fields at the same offsets (little-endian,
-        char arrays as ``S<n>``), so a whole table of records decodes at once:
-        ``numpy.frombuffer(b"".join(snapshots), layout.numpy_dtype())``.  Field names are
-        the C names (`Field.c_name`)."""
-        import numpy
-
-        codes = {"u8": "u1", "s8": "i1", "u16": "<u2", "s16": "<i2", "u32": "<u4",
-                 "s32": "<i4", "u64": "<u8", "s64": "<i8", "float": "<f4", "double": "<f8"}
-        formats = []
-        for f in self.fields:
-            m = _ARRAY.match(f.ctype)
-            formats.append(f"S{m.group(1)}" if m else codes[f.ctype])
-        return numpy.dtype({"names": [f.c_name for f in self.fields], "formats": formats,
-                            "offsets": [f.offset for f in self.fields],
-                            "itemsize": self.size})
-
     def encode(self, values: dict[str, Any]) -> bytes:
         """Inverse of `decode` (for tests and synthetic traces)."""
         ordered = []

@@ -278,10 +278,11 @@ def read_events(trace: Trace, fns: FunctionTable) -> Events:
     rows, snapshots = [], []
     add_row, add_snapshot = rows.append, snapshots.append
     addresses: dict[int, int] = {}  # one int object per address or tid, not one per event
-    for seq, ts, _cpu, _pid, tid, comm, slot, phase, obj, ret, _depth, flags, snapshot \
+    for seq, ts, cpu, pid, tid, comm, slot, phase, obj, ret, _depth, flags, snapshot \
             in trace.event_tuples():
         obj = addresses.setdefault(obj, obj)
-        add_row(Row(seq, ts, addresses.setdefault(tid, tid), intern(comm or ""),
+        add_row(Row(seq, ts, cpu, addresses.setdefault(pid, pid),
+                    addresses.setdefault(tid, tid), intern(comm or ""),
                     canon.get(slot, slot),
                     phase, obj, ret, flags, slot=slot))
         add_snapshot(snapshot)
@@ -536,7 +537,6 @@ def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
             owners.append(index_of[key])
             positions.append(pos)
             blobs.append(snapshot)
-    events.snapshots = []  # the table holds them from here
     if blobs:
         table = _Snapshots(layout, owners, positions, blobs)
         del blobs
@@ -565,8 +565,8 @@ class _Snapshots:
         self.first = numpy.ones(n, dtype=bool)
         self.first[1:] = self.owner[1:] != self.owner[:-1]
         self.names = [f.name for f in layout.fields]
-        self.columns = [f.c_name for f in layout.fields]
-        self.text = {f.c_name for f in layout.fields if f.ctype.startswith("char[")}
+        self.columns = [f.name for f in layout.fields]
+        self.text = {f.name for f in layout.fields if f.ctype.startswith("char[")}
         self.changed = numpy.zeros((n, len(self.columns)), dtype=bool)
         for j, column in enumerate(self.columns):
             col = self.table[column]
@@ -654,6 +654,7 @@ def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
     found = assign_objects(events, pairing, calls.duplicates)
     start_ns = rows[0].ts_ns if rows else 0
     find_changes(found, trace.mini, fns, calls.methods, start_ns)
+    found.events.snapshots = []  # decoded: the pages need only the changes
     say(f"{len(found.events.rows)} events, {len(found.objects)} objects")
     return ReportData(
         summary=_summary(trace, len(rows)),

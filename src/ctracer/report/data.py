@@ -55,6 +55,8 @@ class Row:
 
     seq: int
     ts_ns: int
+    cpu: int
+    pid: int
     tid: int
     comm: str
     function_id: int        # the function (one id even when it has several table rows)
