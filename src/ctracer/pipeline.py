@@ -11,7 +11,7 @@ A user-space binary (``--binary``) is traced with a uprobe and a uretprobe per m
 A kernel (the running one by default, ``--module``, ``--btf``) is traced through the
 probes `choose_kernel_probes` picks: on this kernel generation that is the raw
 tracepoints whose arguments carry the struct (kprobes may be absent and fentry
-refused; ``ctracer plan`` shows what each function could use).
+refused; the probe plan of ``ctracer plan`` decides).
 """
 
 from __future__ import annotations
@@ -83,16 +83,36 @@ def select_methods(methods: Sequence, patterns: Sequence[str],
             if not any(fnmatch.fnmatchcase(n, p) for n in names_of(m) for p in exclude)]
 
 
-def choose_kernel_probes(methods: Sequence) -> tuple[list, str]:
-    """The methods a kernel trace probes, and a note on the others.  Raw tracepoints
-    attach on every kernel with BPF; kernel functions are left to the probe plan
-    (`ctracer plan` says, per function, which mechanism the kernel accepts)."""
-    tracepoints = [m for m in methods if m.is_tracepoint]
-    functions = len({m.key for m in methods if not m.is_tracepoint})
-    note = (f"{functions} kernel functions not probed: this ctracer traces a kernel through "
-            "its tracepoints (run `ctracer plan` for what else this kernel accepts)"
-            if functions else "")
-    return tracepoints, note
+def choose_kernel_probes(methods: Sequence, space: str = "kernel") -> tuple[list, dict]:
+    """The methods a kernel trace probes, from the probe plan (`ctracer.plan.attach`,
+    with what the running kernel was seen to accept): the tracepoints the plan gives a
+    raw tracepoint probe that the kernel accepts (or that could not be tried, e.g.
+    without root for ``--print-bpf``).  The plan's counts go to the trace's meta; kernel
+    functions are not traced by this version even where the plan could attach them
+    (`ctracer plan` shows them)."""
+    from ctracer.plan.attach import plan_probes
+    from ctracer.record.kernel import kernel_facts
+    tracepoints = sorted({m.name for m in methods if m.is_tracepoint})
+    functions = sorted({m.name for m in methods if not m.is_tracepoint})
+    facts = kernel_facts(functions, tracepoints)
+    plan = plan_probes(methods, facts, space=space)
+    chosen: list = []
+    refused: list[str] = []
+    for p in plan.of_kind("raw_tracepoint"):
+        if p.attachable is False:
+            refused.append(f"{p.target}: {p.reason}")
+        else:
+            chosen.extend(p.methods)
+    if not chosen and refused:
+        raise CtracerError(f"no tracepoint can be traced here ({refused[0]})")
+    placed = {p.function for p in plan.placed() if p.kind != "raw_tracepoint"}
+    note = {"counts": plan.counts(), "kernel": facts.to_json(),
+            "tracepoints_refused": refused,
+            "functions_not_traced": len({m.key for m in methods if not m.is_tracepoint}),
+            "functions_attachable_not_traced": len(placed),
+            "why": "this ctracer traces a kernel through its raw tracepoints; `ctracer plan` "
+                   "shows what each function could use"}
+    return chosen, note
 
 
 def _ring_bytes(buffer_mb: int) -> int:
@@ -169,7 +189,7 @@ def build(request: TraceRequest) -> BuiltTrace:
             tracepoint_args={str(row): [a.to_json() for a in args]
                              for row, args in program.args_by_row().items()},
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
-            probe_note=note)
+            probe_plan=note)
     else:
         from ctracer.probes import program as uprobes
         methods = select_methods([m for m in found.methods if not m.is_tracepoint],
