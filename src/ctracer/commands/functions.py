@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Optional
 
 from ctracer.debuginfo import sources
+from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.plan.discovery import REACHES
 
 EPILOG = """\
@@ -113,10 +114,11 @@ def run(args: argparse.Namespace) -> int:
         raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
     attachable = _attach_column(loader, found)
     out = sys.stdout
-    if args.json:
-        _write_json(_as_json(found, model.description, attachable), out)
-    else:
-        out.write(_as_text(found, model.description, attachable))
+    with collector_paused():  # a row per method, all kept until written
+        if args.json:
+            _write_json(_as_json(found, model.description, attachable), out)
+        else:
+            out.write(_as_text(found, model.description, attachable))
     return 0
 
 

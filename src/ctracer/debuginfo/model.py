@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
 TypeId = int
@@ -247,11 +247,13 @@ class FunctionInfo:
     linkage_name: Optional[str] = None
     decl_file: Optional[str] = None
     decl_line: Optional[int] = None
+    #: a name unique within a catalog: statics carry their compile unit (``name@unit``);
+    #: computed once, as discovery and every listing ask for it many times
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """A name unique within a catalog: statics carry their compile unit."""
-        return self.name if self.external or not self.unit else f"{self.name}@{self.unit}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.name if self.external or not self.unit
+                           else f"{self.name}@{self.unit}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +280,11 @@ class TracepointInfo:
 
     name: str
     params: tuple[Parameter, ...]
+
+    @property
+    def key(self) -> str:
+        """A name unique among functions and tracepoints: ``tp:NAME``."""
+        return f"tp:{self.name}"
 
 
 class Catalog(abc.ABC):

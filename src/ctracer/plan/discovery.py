@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, NamedTuple, Optional, Sequence, Union
 
+from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.debuginfo.model import (Catalog, FunctionInfo, Parameter, ShapeKind, StructInfo,
                            TracepointInfo, TypeShape)
 
@@ -73,14 +74,15 @@ class Link:
         return {"kind": self.kind, "name": self.name, "member": self.member}
 
 
-@dataclass(frozen=True)
-class Method:
+class Method(NamedTuple):
     """One way a function (or tracepoint) reaches an object of the target struct.
 
     ``reach`` is one of `REACHES`; ``param_index`` counts from 0 (None for ``returns``);
     ``alias_chain`` lists, from the parameter's (or member's) type inward, the alias
     structs crossed to reach the target; ``holder`` is the member path for holders
-    (``socket->sk``); ``via`` is the whole way in words.
+    (``socket->sk``); ``via`` is the whole way in words.  Immutable; a named tuple
+    because a kernel struct has ten thousand methods and a frozen dataclass costs four
+    times as much to make.
     """
 
     function: Union[FunctionInfo, TracepointInfo]
@@ -108,8 +110,6 @@ class Method:
     @property
     def key(self) -> str:
         """Unique name: statics carry their compile unit, tracepoints a ``tp:`` prefix."""
-        if isinstance(self.function, TracepointInfo):
-            return f"tp:{self.function.name}"
         return self.function.key
 
     @property
@@ -197,10 +197,10 @@ class _Holder:
     alias_chain: tuple[Link, ...]
 
 
-@dataclass(frozen=True)
-class _Way:
+class _Way(NamedTuple):
     """One way found from a function's parameter (or return value) to a target object,
-    before the reaches wanted are filtered and routes spelled."""
+    before the reaches wanted are filtered and routes spelled (a named tuple: a kernel
+    struct has tens of thousands, and a frozen dataclass costs 4x as much to make)."""
 
     function: Union[FunctionInfo, TracepointInfo]
     reach: str
@@ -327,6 +327,13 @@ def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
     unknown = wanted - set(REACHES)
     if unknown:
         raise ValueError(f"unknown method reaches {sorted(unknown)}")
+    # tens of thousands of objects, all kept: collections would find nothing to free
+    with collector_paused():
+        return _discover(catalog, name, kind, wanted, holder_depth, addresses_known)
+
+
+def _discover(catalog: Catalog, name: str, kind: ShapeKind, wanted: set[str],
+              holder_depth: int, addresses_known: Optional[bool]) -> Discovery:
     targets = find_aliases(catalog, kind, name)
     by_value: set[str] = set()
     found = _direct_ways(catalog, targets, wanted, by_value)
@@ -400,7 +407,7 @@ def _methods(found: Sequence[_Way], wanted: set[str], target_text: str,
         if w.reach not in wanted:
             continue
         f = w.function
-        key = f"tp:{f.name}" if isinstance(f, TracepointInfo) else f.key
+        key = f.key
         route = routes.get((w.reach, w.alias_chain, w.holder))
         if route is None:
             route = routes[(w.reach, w.alias_chain, w.holder)] = route_text(
