@@ -1,9 +1,10 @@
 """The event layout: the C it emits compiles to the offsets the Python decoder reads."""
 
-import shutil
 import subprocess
 
 import pytest
+
+from cbuild import Build
 
 from ctracer.event import (HEADER, Field, Layout, c_event_definition, decode_event,
                            event_size, mini_offset)
@@ -62,12 +63,10 @@ def test_json_round_trip_keeps_layout():
     assert again.field("state").enumerators == ((1, "ESTABLISHED"), (7, "CLOSE"))
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
-def test_c_definition_compiles_and_matches_decoder(tmp_path):
+def test_c_definition_compiles_and_matches_decoder(tmp_path, build_c):
     src = tmp_path / "event.c"
     src.write_text(C_PROGRAM % c_event_definition(MINI))
-    exe = tmp_path / "event"
-    subprocess.run(["gcc", "-O0", "-o", str(exe), str(src)], check=True)
+    exe = build_c(src, Build(opt=0), debug=False)
     raw = subprocess.run([str(exe)], check=True, capture_output=True).stdout
     assert len(raw) == event_size(MINI)
     header, snapshot = decode_event(MINI, raw)

@@ -18,22 +18,16 @@ from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
-from test_dwarf import SOURCES, need
+from cbuild import Build, compile_c
+from test_dwarf import SOURCES
 
 
-@pytest.fixture(autouse=True)
-def cache_home(tmp_path, monkeypatch) -> Path:
-    home = tmp_path / "xdg"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
-    return home
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture
-def program(tmp_path) -> Path:
-    need("gcc")
-    out = tmp_path / "prog"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(out), *map(str, SOURCES)], check=True)
-    return out
+def program(build_c) -> Path:
+    return build_c(SOURCES, Build(opt=2), name="prog")
 
 
 def cache_files() -> list[str]:
@@ -88,19 +82,20 @@ def test_find_struct_from_the_cache(program):
         assert warm.find_struct(name) == memory.find_struct(name)
 
 
-def test_warm_query_imports_neither_pyelftools_nor_the_scanner(program, cache_home):
+def test_warm_query_imports_neither_pyelftools_nor_the_scanner(program):
     dwarf.open_elf_types(str(program)).catalog()
     code = ("import sys; from ctracer.debuginfo.dwarf import reader as dwarf, cache;"
             f"c = dwarf.open_elf_types({str(program)!r}).catalog();"
             "assert isinstance(c, cache.SqliteCatalog);"
             "assert c.functions_referencing('struct', 'bits');"
             "print(*(m in sys.modules for m in ('elftools', 'ctracer.debuginfo.dwarf.scan',"
-            " 'ctracer.debuginfo.dwarf.units', 'hashlib', 'tempfile')))")
+            " 'ctracer.debuginfo.dwarf.units', 'ctracer.debuginfo.dwarf.sections',"
+            " 'ctracer.debuginfo.dwarf.dies', 'hashlib', 'tempfile')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache_home)})
+                         text=True)
     # neither pyelftools nor the scanner nor the unit tables; nor what only writing a
     # cache or keying a file without build-id needs (start-up is most of a warm query)
-    assert out.stdout.strip() == "False False False False False"
+    assert out.stdout.strip() == " ".join(["False"] * 7)
 
 
 def test_each_shape_is_stored_once(program):
@@ -156,7 +151,6 @@ def test_corrupt_cache_is_rebuilt(program, garbage):
 
 
 def test_file_without_build_id_is_keyed_by_path_size_and_time(tmp_path):
-    need("gcc")
     prog = tmp_path / "nobuildid"
 
     def build(extra: str) -> None:
@@ -164,8 +158,7 @@ def test_file_without_build_id_is_keyed_by_path_size_and_time(tmp_path):
         src.write_text(f"struct thing {{ int a; {extra} }};\n"
                        "int use(struct thing *t) { return t->a; }\n"
                        "int main(void) { return 0; }\n")
-        subprocess.run(["gcc", "-g", "-Wl,--build-id=none", "-o", str(prog), str(src)],
-                       check=True)
+        compile_c(src, prog, flags=["-Wl,--build-id=none"])
 
     build("")
     assert elf.build_id(str(prog)) is None

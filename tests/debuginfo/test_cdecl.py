@@ -8,12 +8,12 @@ of that member.  Hand-built graphs pin the spelling of the classic hard cases.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c, need
 from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
@@ -157,8 +157,8 @@ def _candidates(path: Path) -> list[tuple]:
 
 def _compile(source_text: str, extra: list[str], where: Path) -> subprocess.CompletedProcess:
     where.write_text(source_text + "\n/* ctracer's declarations */\n" + "\n".join(extra) + "\n")
-    return subprocess.run(["gcc", "-std=gnu11", "-fsyntax-only", str(where)],
-                          capture_output=True, text=True)
+    return compile_c(where, None, debug=False, flags=["-std=gnu11", "-fsyntax-only"],
+                     check=False)
 
 
 def _typeof_able(source_text: str, candidates: list[tuple], where: Path) -> list[tuple]:
@@ -196,13 +196,10 @@ def _checks(candidates: list[tuple]) -> tuple[list[str], int]:
 @pytest.mark.parametrize("source", ["types.c", "anon.c", "bitfields.c", "packing.c", "edge.c",
                                     "big.c"])
 def test_declarations_denote_the_member_types(tmp_path, compiler, source):
-    for tool in (compiler, "gcc"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
+    need(compiler, "gcc")
     src = FIXTURES / source
     binary = tmp_path / "fixture.so"
-    subprocess.run([compiler, "-g", "-O0", "-shared", "-fPIC", "-o", str(binary), str(src)],
-                   check=True)
+    compile_c(src, binary, Build(compiler, opt=0), flags=["-shared", "-fPIC"])
     text = src.read_text()
     candidates = _typeof_able(text, _candidates(binary), tmp_path / "probe.c")
     lines, compared = _checks(candidates)

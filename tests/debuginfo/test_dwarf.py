@@ -9,12 +9,12 @@ definitions, addresses with `nm`, and the ELF helpers with readelf/objdump.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c, need
 from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import dies
 from ctracer.debuginfo.dwarf import reader as dwarf
@@ -26,23 +26,18 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "dwarf"
 SOURCES = sorted(FIXTURES.glob("*.c"))
 
 VARIANTS = {
-    "gcc-dwarf5-O0": ["gcc", "-gdwarf-5", "-O0"],
-    "gcc-dwarf5-O2": ["gcc", "-gdwarf-5", "-O2"],
-    "gcc-dwarf4-O0": ["gcc", "-gdwarf-4", "-O0"],
-    "gcc-dwarf4-O2": ["gcc", "-gdwarf-4", "-O2"],
-    "gcc-dwarf2-O0": ["gcc", "-gdwarf-2", "-O0"],
-    "clang-dwarf5-O0": ["clang", "-gdwarf-5", "-O0"],
-    "clang-dwarf5-O2": ["clang", "-gdwarf-5", "-O2"],
-    "clang-dwarf4-O2": ["clang", "-gdwarf-4", "-O2"],
+    "gcc-dwarf5-O0": Build("gcc", 5, 0),
+    "gcc-dwarf5-O2": Build("gcc", 5, 2),
+    "gcc-dwarf4-O0": Build("gcc", 4, 0),
+    "gcc-dwarf4-O2": Build("gcc", 4, 2),
+    "gcc-dwarf2-O0": Build("gcc", 2, 0),
+    "clang-dwarf5-O0": Build("clang", 5, 0),
+    "clang-dwarf5-O2": Build("clang", 5, 2),
+    "clang-dwarf4-O2": Build("clang", 4, 2),
     # link-time optimization: out-of-line copies sit in their own unit and point to
     # their abstract function in another one (DW_FORM_ref_addr)
-    "gcc-lto-O2": ["gcc", "-g", "-O2", "-flto"],
+    "gcc-lto-O2": Build("gcc", None, 2, ("-flto",)),
 }
-
-
-def need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
 
 
 def run(*cmd: str) -> str:
@@ -56,10 +51,8 @@ def build_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session", params=sorted(VARIANTS))
 def binary(request, build_dir) -> Path:
-    compiler = VARIANTS[request.param]
-    need(compiler[0])
     out = build_dir / request.param
-    subprocess.run([*compiler, "-o", str(out), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, out, VARIANTS[request.param])
     return out
 
 
@@ -409,16 +402,17 @@ def test_build_id_matches_readelf(binary):
     assert elf.build_id(str(binary)) == (m.group(1) if m else None)
 
 
-def test_uprobe_offset_matches_objdump(build_dir):
+def test_function_address_matches_objdump(build_dir):
+    """The entry address uprobes are attached at (bcc turns it into a file offset)."""
     need("objdump")
     out = build_dir / "nopie"
-    subprocess.run(["gcc", "-g", "-no-pie", "-o", str(out), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, out, flags=["-no-pie"])
     catalog = dwarf.open_elf_types(str(out), use_cache=False).catalog()
     main = [f for f in catalog.functions() if f.name == "main"][0]
     dump = run("objdump", "-d", "-F", "--disassemble=main", str(out))
-    offset = int(re.search(r"<main> \(File Offset: (0x[0-9a-f]+)\)", dump).group(1), 16)
-    assert main.address != offset  # non-PIE: addresses and offsets differ
-    assert elf.uprobe_offset(str(out), main.address) == offset
+    found = re.search(r"^([0-9a-f]+) <main> \(File Offset: (0x[0-9a-f]+)\)", dump, re.M)
+    address, offset = int(found.group(1), 16), int(found.group(2), 16)
+    assert main.address == address != offset  # non-PIE: addresses and offsets differ
 
 
 def test_not_an_elf_file(tmp_path):
@@ -430,7 +424,7 @@ def test_not_an_elf_file(tmp_path):
 
 def test_elf_without_debug_info(build_dir):
     out = build_dir / "nodebug"
-    subprocess.run(["gcc", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, out, Build(opt=0), debug=False)
     with pytest.raises(InputFileError, match="has no debug info .* rebuild with -g"):
         dwarf.open_elf_types(str(out))
 
@@ -439,7 +433,7 @@ def test_btf_only_elf_goes_to_the_btf_reader(build_dir):
     need("pahole")
     need("objcopy")
     out = build_dir / "btfonly"
-    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, out, Build(opt=0))
     subprocess.run(["pahole", "-J", str(out)], check=True, capture_output=True)
     subprocess.run(["objcopy", "--strip-debug", str(out)], check=True)
     try:
@@ -455,10 +449,8 @@ def test_btf_only_elf_goes_to_the_btf_reader(build_dir):
 def test_clones_do_not_take_the_address(build_dir):
     """With a compiler clone (scale.constprop.0) beside the function itself, the address
     is the function's own entry, found through the symbol table."""
-    need("gcc")
     out = build_dir / "clone"
-    subprocess.run(["gcc", "-g", "-O3", "-o", str(out), str(FIXTURES / "clones" / "clone.c")],
-                   check=True)
+    compile_c(FIXTURES / "clones" / "clone.c", out, Build(opt=3))
     symbols = nm_functions(out)
     if not any(n.startswith("scale.") for n in symbols):
         pytest.skip("this gcc made no clone of scale()")
@@ -472,10 +464,8 @@ def test_anonymous_pointee_is_read_whole(build_dir, compiler):
     """An anonymous struct/union behind a pointer has no name to print, so pahole
     expands it inline (``struct { ... } * parts;``): it must come with its members,
     while a named pointee stays a declaration."""
-    need(compiler)
     out = build_dir / f"anon-pointer-{compiler}"
-    subprocess.run([compiler, "-g", "-O0", "-o", str(out),
-                    str(FIXTURES / "pointers" / "anon_pointer.c")], check=True)
+    compile_c(FIXTURES / "pointers" / "anon_pointer.c", out, Build(compiler, opt=0))
     graph = dwarf.open_elf_types(str(out), use_cache=False).find_struct(
         "anon_pointer_holder")
     members = {m.name: m for m in graph.root_type.members}
@@ -495,10 +485,8 @@ def test_anonymous_pointee_is_read_whole(build_dir, compiler):
 def test_folded_function_takes_its_symbol_address(build_dir):
     """A function folded into an identical one (gcc -fipa-icf) has a DWARF definition
     without code but a symbol of its own: it is probeable there."""
-    need("gcc")
     out = build_dir / "folded"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(out),
-                    str(FIXTURES / "clones" / "folded.c")], check=True)
+    compile_c(FIXTURES / "clones" / "folded.c", out, Build(opt=2))
     model = dwarf.open_elf_types(str(out), use_cache=False)
     summaries, _declared = model.unit_summaries()
     without_code = {f[0] for s in summaries for f in s.functions if not f[2]}
@@ -579,3 +567,30 @@ def test_types_are_read_in_place(binary):
     for name, graph in reference.items():
         assert model.find_struct(name) == graph
     assert isinstance(model.dwarfinfo().debug_info_sec.stream, dies.SectionFile)
+
+
+def test_dwarfinfo_holds_the_sections_pyelftools_would_read(binary):
+    """`dies.open_dwarfinfo` builds pyelftools' DWARFInfo through its public constructor
+    with sections of its own: every debug section pyelftools' ``get_dwarf_info`` would
+    hand it is there, with the same bytes.  A pyelftools release that renames a section
+    parameter or changes DebugSectionDescriptor fails here (pyproject.toml pins the
+    versions this was tested with)."""
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor
+    from elftools.elf.elffile import ELFFile
+
+    ours = dwarf.open_elf_types(str(binary), use_cache=False).dwarfinfo()
+    compared = 0
+    with open(binary, "rb") as f:
+        theirs = ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)
+        for attribute, section in vars(theirs).items():
+            if not (isinstance(section, DebugSectionDescriptor)
+                    and section.name.startswith(".debug_")):
+                continue
+            mine = getattr(ours, attribute)
+            assert isinstance(mine, DebugSectionDescriptor), attribute
+            assert (mine.name, mine.size) == (section.name, section.size)
+            mine.stream.seek(0)
+            section.stream.seek(0)
+            assert mine.stream.read(mine.size) == section.stream.read(section.size), attribute
+            compared += 1
+    assert compared >= 4  # info, abbrev, str, line at least

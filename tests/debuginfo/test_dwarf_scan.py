@@ -20,12 +20,10 @@ from ctracer.errors import InputFileError
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.model import iter_members_flat
-from test_dwarf import SOURCES, binary, build_dir, need  # noqa: F401 (fixtures)
+from cbuild import Build, compile_c, need
+from test_dwarf import SOURCES, binary, build_dir  # noqa: F401 (fixtures)
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +66,11 @@ def test_relocatable_object_is_relocated(scan_dir):
     """In a .o (like a kernel module) string offsets and references in .debug_info are
     relocations: the scanner applies them as pyelftools does."""
     obj = scan_dir / "layouts.o"
-    subprocess.run(["gcc", "-g", "-O2", "-c", "-o", str(obj), str(SOURCES[0])], check=True)
+    compile_c(SOURCES[0], obj, Build(opt=2), flags=["-c"])
     assert elf.read_elf_headers(str(obj)).type == elf.ET_REL
     fast = scanned(obj)
     assert_same_summaries(fast, walked(obj))
-    assert "bits" in {row[1] for row in fast[0].structs}
+    assert "bits" in {row.name for row in fast[0].structs}
 
 
 def _relocatable_module(scan_dir: Path, compiler: str = "gcc", extra=()) -> Path:
@@ -81,8 +79,7 @@ def _relocatable_module(scan_dir: Path, compiler: str = "gcc", extra=()) -> Path
     objects = []
     for source in SOURCES:
         obj = scan_dir / f"{source.stem}-{compiler}{''.join(extra)}.o"
-        subprocess.run([compiler, "-g", "-O2", *extra, "-c", "-o", str(obj), str(source)],
-                       check=True)
+        compile_c(source, obj, Build(compiler, opt=2, flags=tuple(extra)), flags=["-c"])
         objects.append(str(obj))
     module = scan_dir / f"module-{compiler}{''.join(extra)}.ko"
     subprocess.run(["ld", "-r", "-o", str(module), *objects], check=True)
@@ -134,7 +131,7 @@ def test_parallel_scan_matches_serial(scan_dir):
                        + ("int main(void) { return 0; }\n" if i == 0 else ""))
         sources.append(str(src))
     out = scan_dir / "many_units"
-    subprocess.run(["gcc", "-g", "-O1", "-o", str(out), *sources], check=True)
+    compile_c(sources, out, Build(opt=1))
     serial, parallel = scanned(out, 1), scanned(out, 2)
     # each worker keeps its own first definitions; merged, the first unit's wins
     assert [s.unit for s in parallel] == [s.unit for s in serial]
@@ -175,9 +172,8 @@ def test_dwz_compressed_file_reads_like_the_original(scan_dir):
     """dwz (as distributions run on their debug files) moves shared DIEs into partial
     units that the others reference with DW_FORM_ref_addr: the catalog must not change."""
     need("dwz")
-    need("gcc")
     original = scan_dir / "before-dwz"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(original), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, original, Build(opt=2))
     compressed = scan_dir / "after-dwz"
     compressed.write_bytes(original.read_bytes())
     done = subprocess.run(["dwz", str(compressed)], capture_output=True, text=True)
@@ -207,10 +203,9 @@ def test_dwz_compressed_file_reads_like_the_original(scan_dir):
 
 def test_dwz_supplementary_file_is_refused_in_one_line(scan_dir):
     need("dwz")
-    need("gcc")
     first, second = scan_dir / "multi1", scan_dir / "multi2"
     for out in (first, second):
-        subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+        compile_c(SOURCES, out, Build(opt=0))
     done = subprocess.run(["dwz", "-m", str(scan_dir / "common.debug"), str(first), str(second)],
                           capture_output=True, text=True)
     if done.returncode != 0 or elf.read_elf_headers(str(first)).section(
@@ -220,30 +215,25 @@ def test_dwz_supplementary_file_is_refused_in_one_line(scan_dir):
         dwarf.open_elf_types(str(first))
 
 
-@pytest.mark.parametrize("version", ["-gdwarf-4", "-gdwarf-5"])
+@pytest.mark.parametrize("version", [4, 5])
 def test_type_units_are_refused_in_one_line(scan_dir, version):
-    need("gcc")
-    out = scan_dir / f"type-units{version}"
-    subprocess.run(["gcc", "-g", version, "-fdebug-types-section", "-o", str(out),
-                    *map(str, SOURCES)], check=True)
+    out = scan_dir / f"type-units-dwarf{version}"
+    compile_c(SOURCES, out, Build(dwarf=version), flags=["-fdebug-types-section"])
     with pytest.raises(InputFileError, match="type units"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
 
 
-@pytest.mark.parametrize("version", ["-gdwarf-4", "-gdwarf-5"])
+@pytest.mark.parametrize("version", [4, 5])
 def test_split_dwarf_is_refused_in_one_line(scan_dir, version):
-    need("gcc")
-    out = scan_dir / f"split{version}"
-    subprocess.run(["gcc", "-g", version, "-gsplit-dwarf", "-o", str(out),
-                    *map(str, SOURCES)], check=True, cwd=scan_dir)
+    out = scan_dir / f"split-dwarf{version}"
+    compile_c(SOURCES, out, Build(dwarf=version), flags=["-gsplit-dwarf"], cwd=scan_dir)
     with pytest.raises(InputFileError, match="split DWARF"):
         dwarf.open_elf_types(str(out), use_cache=False).catalog()
 
 
 def test_damaged_dwarf_is_one_line(scan_dir):
-    need("gcc")
     out = scan_dir / "damaged"
-    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), *map(str, SOURCES)], check=True)
+    compile_c(SOURCES, out, Build(opt=0))
     info = elf.read_elf_headers(str(out)).section(".debug_info")
     data = bytearray(out.read_bytes())
     for at in range(info.offset + 40, info.offset + info.size, 7):
@@ -257,13 +247,11 @@ def test_damaged_dwarf_is_one_line(scan_dir):
 def test_compressed_debug_sections_read_like_plain_ones(scan_dir, relocatable):
     """``-gz`` (SHF_COMPRESSED, zlib) sections are decompressed, then relocated in a
     relocatable file: the catalog and the layouts are those of the plain build."""
-    need("gcc")
 
     def build(extra):  # (ld -r writes its output uncompressed: one object then)
         out = scan_dir / f"{'object' if relocatable else 'program'}{''.join(extra)}"
-        sources = [str(SOURCES[0])] if relocatable else list(map(str, SOURCES))
-        subprocess.run(["gcc", "-g", "-O2", *extra, *(["-c"] if relocatable else []),
-                        "-o", str(out), *sources], check=True)
+        sources = SOURCES[:1] if relocatable else SOURCES
+        compile_c(sources, out, Build(opt=2, flags=extra), flags=["-c"] if relocatable else [])
         return out
 
     plain, compressed = build(()), build(("-gz",))

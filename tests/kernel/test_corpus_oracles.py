@@ -13,6 +13,7 @@ import corpus_layouts as layouts
 import corpus_methods as methods
 import corpus_oracles as oracles
 import pytest
+from cbuild import Build, compile_c, need
 
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.debuginfo.dwarf import reader as dwarf
@@ -37,25 +38,16 @@ int g(struct s *x) { return x != 0; }
 """
 
 
-def need(*tools: str) -> None:
-    for tool in tools:
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
-
-
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
-    need("gcc")
     where = tmp_path_factory.mktemp("corpus-oracles")
     (where / "a.c").write_text(DEFINES)
     (where / "b.c").write_text(DECLARES)
-    subprocess.run(["gcc", "-g", "-O0", "-o", "prog", "a.c", "b.c"], cwd=where, check=True)
+    compile_c(["a.c", "b.c"], "prog", Build(opt=0), cwd=where)
     return where / "prog"
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_dwarfdump_finds_units_defining_names(program):
@@ -144,11 +136,11 @@ def test_facts_differences_fail_unless_the_name_is_shared():
 
 
 def test_nm_symbols_and_clones(tmp_path):
-    need("gcc", "nm")
+    need("nm")
     (tmp_path / "c.c").write_text(
         "__attribute__((noinline)) static int k(int a, int b) { return a * b + 7; }\n"
         "int use(int x) { return k(x, 3) + k(x + 1, 3); }\n")
-    subprocess.run(["gcc", "-O2", "-c", "-o", "c.o", "c.c"], cwd=tmp_path, check=True)
+    compile_c("c.c", "c.o", Build(opt=2), debug=False, flags=["-c"], cwd=tmp_path)
     symbols = oracles.function_symbols(tmp_path / "c.o")
     assert "use" in symbols.by_name
     clones = [n for n in symbols.by_name if n.startswith("k.")]

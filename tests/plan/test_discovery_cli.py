@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "discovery"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 
@@ -21,8 +23,7 @@ def ctracer(*args):
 @pytest.fixture(scope="module")
 def binary(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "net"
-    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), str(FIXTURES / "net.c"),
-                    str(FIXTURES / "net2.c")], check=True, capture_output=True)
+    compile_c([FIXTURES / "net.c", FIXTURES / "net2.c"], out, Build(opt=0))
     return str(out)
 
 

@@ -3,19 +3,18 @@ built by gcc and clang, DWARF 4 and 5, -O0 and -O2.  The expected methods are wr
 from the C source by hand; pfunct, pahole and nm are the outside oracles."""
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan.discovery import discover
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "discovery"
 
-BUILDS = [("gcc", "-O0", "-gdwarf-5"), ("gcc", "-O2", "-gdwarf-4"),
-          ("clang", "-O0", "-gdwarf-4"), ("clang", "-O2", "-gdwarf-5")]
+BUILDS = [Build("gcc", 5, 0), Build("gcc", 4, 2), Build("clang", 4, 0), Build("clang", 5, 2)]
 
 TCP_CHAIN = "struct sock ← struct inet_sock ← struct inet_connection_sock ← struct tcp_sock"
 
@@ -45,18 +44,16 @@ EXPECTED = {
 }
 
 
-def _build(tmp_path_factory, cc, opt, dwarf_version):
-    if not shutil.which(cc):
-        pytest.skip(f"{cc} is not installed")
-    out = tmp_path_factory.mktemp("discovery") / f"net-{cc}{opt}{dwarf_version}"
-    subprocess.run([cc, "-g", dwarf_version, opt, "-o", str(out), str(FIXTURES / "net.c"),
-                    str(FIXTURES / "net2.c")], check=True, capture_output=True)
+def _build(tmp_path_factory, build: Build):
+    out = tmp_path_factory.mktemp("discovery") / f"net-{build.cc}-O{build.opt}-dwarf{build.dwarf}"
+    compile_c([FIXTURES / "net.c", FIXTURES / "net2.c"], out, build)
     return out
 
 
-@pytest.fixture(scope="module", params=BUILDS, ids=lambda b: "".join(b))
+@pytest.fixture(scope="module", params=BUILDS,
+                ids=lambda b: f"{b.cc}-O{b.opt}-gdwarf-{b.dwarf}")
 def built(request, tmp_path_factory):
-    binary = _build(tmp_path_factory, *request.param)
+    binary = _build(tmp_path_factory, request.param)
     found = discover(dwarf.open_elf_types(str(binary), use_cache=False).catalog(), "sock")
     return binary, found
 

@@ -8,12 +8,12 @@ compiled and printed by pahole.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c, need
 from ctracer import cli
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import pahole as layout
@@ -23,22 +23,13 @@ from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encodin
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
 
 
-def need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture(scope="module")
 def fixture_so(tmp_path_factory) -> Path:
-    need("gcc")
     out = tmp_path_factory.mktemp("layout-cmd") / "big.so"
-    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", "-o", str(out),
-                    str(FIXTURES / "big.c"), ], check=True)
+    compile_c(FIXTURES / "big.c", out, Build(opt=0), flags=["-shared", "-fPIC"])
     return out
 
 
@@ -130,12 +121,11 @@ def hand_graph() -> TypeGraph:
 
 
 def test_hand_built_graph_prints_as_pahole_prints_its_c_twin(tmp_path):
-    need("gcc")
     need("pahole")
     src = tmp_path / "hand.c"
     src.write_text(HAND_C)
     so = tmp_path / "hand.so"
-    subprocess.run(["gcc", "-g", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    compile_c(src, so, flags=["-shared", "-fPIC"])
     expected = subprocess.run(["pahole", "-C", "hand", str(so)], check=True,
                               capture_output=True, text=True).stdout
     # the twin's DWARF gives the same graph as the hand-built one (same sizes and offsets)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c, need
 from kernel.pahole_blocks import pahole_blocks
 
 from ctracer.debuginfo.btf import reader as btf
@@ -39,16 +40,11 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
 SOURCES = sorted(FIXTURES.glob("*.c"))
 KERNEL_BTF = Path("/sys/kernel/btf/vmlinux")
 
-VARIANTS = {f"{cc}-dwarf{v}-O{o}": [cc, f"-gdwarf-{v}", f"-O{o}"]
+VARIANTS = {f"{cc}-dwarf{v}-O{o}": Build(cc, v, o)
             for cc in ("gcc", "clang") for v in (4, 5) for o in (0, 2)}
 
 #: structs whose text differs because of a known limitation elsewhere, with the reason
 KNOWN_DWARF_GAPS: dict[str, str] = {}
-
-
-def need(tool: str) -> None:
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not installed (scripts/setup.sh installs it)")
 
 
 def run(*cmd: str) -> str:
@@ -99,9 +95,7 @@ def ctracer_struct(capsys, *argv: str) -> str:
     return out
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture(scope="session")
@@ -110,12 +104,9 @@ def build_dir(tmp_path_factory) -> Path:
 
 
 def _build(build_dir: Path, variant: str, source: Path) -> Path:
-    compiler = VARIANTS[variant]
-    need(compiler[0])
     out = build_dir / f"{source.stem}-{variant}.so"
     if not out.exists():
-        subprocess.run([*compiler, "-shared", "-fPIC", "-o", str(out), str(source)],
-                       check=True)
+        compile_c(source, out, VARIANTS[variant], flags=["-shared", "-fPIC"])
     return out
 
 

@@ -4,12 +4,12 @@ reference collector `extract_field` must read the same values from the raw bytes
 reorganized layout compiles, is never larger and prints exactly like pahole prints it."""
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cbuild import Build, compile_c
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.event import Layout
 from ctracer.plan.mini import build_mini, extract_field, render_mini
@@ -26,19 +26,15 @@ def _compile(tmp_path, name, source, cc="gcc", extra=()):
     c_file = tmp_path / f"{name}.c"
     c_file.write_text(source)
     out = tmp_path / name
-    subprocess.run([cc, "-g", "-O0", "-I", str(FIXTURES), *extra, "-o", str(out), str(c_file)],
-                   check=True, capture_output=True, text=True)
+    compile_c(c_file, out, Build(cc, opt=0), flags=["-I", str(FIXTURES), *extra])
     return out
 
 
 @pytest.fixture(scope="module", params=["gcc", "clang"])
 def built(request, tmp_path_factory):
     cc = request.param
-    if not shutil.which(cc):
-        pytest.skip(f"{cc} is not installed")
     out = tmp_path_factory.mktemp("mini") / f"net-{cc}"
-    subprocess.run([cc, "-g", "-O0", "-o", str(out), str(FIXTURES / "net.c"),
-                    str(FIXTURES / "net2.c")], check=True, capture_output=True)
+    compile_c([FIXTURES / "net.c", FIXTURES / "net2.c"], out, Build(cc, opt=0))
     return cc, out, dwarf.open_elf_types(str(out), use_cache=False)
 
 
@@ -90,8 +86,7 @@ def gcc_build(tmp_path_factory):
     """The fixture built by gcc: pahole -E prints clang's anonymous unions twice, so
     gcc's DWARF (same x86-64 ABI, same layout) is what pahole is asked about."""
     out = tmp_path_factory.mktemp("mini-oracle") / "net-gcc"
-    subprocess.run(["gcc", "-g", "-O0", "-o", str(out), str(FIXTURES / "net.c"),
-                    str(FIXTURES / "net2.c")], check=True, capture_output=True)
+    compile_c([FIXTURES / "net.c", FIXTURES / "net2.c"], out, Build(opt=0))
     return out
 
 
@@ -232,7 +227,7 @@ def test_render_is_what_pahole_prints_for_the_same_struct(built, tmp_path):
         mini = build_mini(model.find_struct(struct))
         obj = tmp_path / f"{struct}.o"
         (tmp_path / f"{struct}.c").write_text(_natural_c(mini.layout))
-        subprocess.run(["gcc", "-g", "-c", "-o", str(obj), str(tmp_path / f"{struct}.c")], check=True)
+        compile_c(tmp_path / f"{struct}.c", obj, flags=["-c"])
         assert render_mini(mini.layout, sources=False) == _pahole(obj, mini.layout.name)
         with_sources = render_mini(mini.layout, skipped=mini.skipped, struct_size=mini.struct_size)
         for f in mini.layout.fields:
@@ -245,7 +240,7 @@ def test_reorganize_is_as_good_as_paholes_on_the_mini(built, tmp_path):
         plain = build_mini(model.find_struct(struct), pointers=True, reorganize_fields=False)
         obj = tmp_path / f"{struct}.o"
         (tmp_path / f"{struct}.c").write_text(_natural_c(plain.layout))
-        subprocess.run(["gcc", "-g", "-c", "-o", str(obj), str(tmp_path / f"{struct}.c")], check=True)
+        compile_c(tmp_path / f"{struct}.c", obj, flags=["-c"])
         pahole_size = int(re.search(r"size: (\d+)", _pahole(obj, plain.layout.name, "-R")).group(1))
         mini = build_mini(model.find_struct(struct), pointers=True)
         assert mini.layout.size <= pahole_size

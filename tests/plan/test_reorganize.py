@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from cbuild import compile_c
 from ctracer.plan.reorganize import Item, place, reorganize
 
 C_TYPES = {1: "char", 2: "short", 4: "int", 8: "long"}
@@ -30,7 +31,7 @@ def compiled(tmp_path_factory):
                   + f" }} v{k};\n" for k, items in enumerate(structs))
     tmp = tmp_path_factory.mktemp("reorg")
     (tmp / "s.c").write_text(src)
-    subprocess.run(["gcc", "-g", "-c", "-o", str(tmp / "s.o"), str(tmp / "s.c")], check=True)
+    compile_c(tmp / "s.c", tmp / "s.o", flags=["-c"])
     return structs, tmp / "s.o"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -18,13 +19,8 @@ from ctracer.record import kernel
 from ctracer.errors import CtracerError
 from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
 
-pytestmark = pytest.mark.kernel
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Saved symbol lists go to a directory of the test's own."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+#: saved symbol lists go to a directory of each test's own
+pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("private_cache")]
 
 
 def tracefs_or_skip() -> str:
@@ -175,6 +171,30 @@ def test_probe_support_matches_what_the_kernel_offers():
         assert support.raw_tracepoints.works in (True, False)
         assert support.fentry.works in (True, False, None)
         assert support.fentry.why and support.raw_tracepoints.why
+        features = bpftrace_features()
+        if features is None:
+            print("  (bpftrace is not installed: fentry and raw tracepoints unchecked)")
+        else:  # bpftrace probes the same kernel by loading programs of its own
+            assert support.fentry.works == (features["kfunc"] == "yes"), features
+            assert support.raw_tracepoints.works == (features["raw_tp_special"] == "yes")
+
+
+def bpftrace_features() -> Optional[dict[str, str]]:
+    """What ``bpftrace --info`` found the kernel accepts (``kfunc: yes``...), or None
+    without bpftrace."""
+    import shutil
+
+    if shutil.which("bpftrace") is None:
+        return None
+    done = subprocess.run(["bpftrace", "--info"], capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr  # (bpftrace 0.17 prints it on stderr)
+    found = {}
+    for line in out.splitlines():
+        name, sep, value = line.strip().partition(":")
+        if sep and value.strip() in ("yes", "no"):
+            found[name.strip()] = value.strip()
+    assert "kfunc" in found and "raw_tp_special" in found, out[-2000:]
+    return found
 
 
 def test_raw_tracepoints_attachable_names_real_and_missing():

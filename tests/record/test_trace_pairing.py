@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
+
+from cbuild import Build, compile_c
 
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY
 from ctracer.tracefile import Trace
@@ -79,8 +80,6 @@ int main(void)
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
     from test_trace_bpf import _skip_reason
     reason = _skip_reason()
     if reason:
@@ -88,7 +87,7 @@ def program(tmp_path_factory):
     d = tmp_path_factory.mktemp("pairing")
     (d / "pairing.c").write_text(SOURCE)
     exe = d / "pairing"
-    subprocess.run(["gcc", "-g", "-O2", "-o", str(exe), str(d / "pairing.c")], check=True)
+    compile_c(d / "pairing.c", exe, Build(opt=2))
     disassembly = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(exe)],
                                  capture_output=True, text=True, check=True).stdout
     body = disassembly.split("<outer>:", 1)[1].split("\n\n", 1)[0]

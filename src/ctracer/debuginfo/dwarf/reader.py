@@ -87,11 +87,19 @@ def _reading_dwarf(path: str):
     except (KeyError, IndexError, ValueError, struct.error, UnicodeDecodeError) as err:
         raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
                              f"{err}); is the file damaged?") from None
-    except Exception as err:  # pyelftools' own exceptions
-        if not type(err).__module__.startswith("elftools"):
+    except Exception as err:  # pyelftools' own exceptions, or any raised inside it
+        if not (type(err).__module__.startswith("elftools") or _raised_in_elftools(err)):
             raise
-        raise InputFileError(f"{path}: its DWARF cannot be read ({err}); "
-                             "is the file damaged?") from None
+        raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
+                             f"{err}); is the file damaged?") from None
+
+
+def _raised_in_elftools(err: BaseException) -> bool:
+    """Whether pyelftools raised it (its asserts and lookups meet damaged DWARF)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}elftools{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 #: the reader's version in cache files: bump when the catalog it writes changes

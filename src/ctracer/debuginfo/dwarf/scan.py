@@ -596,7 +596,6 @@ def _cstr(section: tuple, offset: int) -> str:
 # ------------------------------------------------------------------ unit scan
 
 TAG_PARTIAL_UNIT = 0x3C
-AT_RNGLISTS_BASE = 0x74
 
 
 class UnitScanner:

@@ -40,12 +40,10 @@ TAG_SUBROUTINE_TYPE = 0x15
 TAG_TYPEDEF = 0x16
 TAG_UNION = 0x17
 TAG_UNSPECIFIED_PARAMETERS = 0x18
-TAG_INLINED_SUBROUTINE = 0x1D
 TAG_PTR_TO_MEMBER = 0x1F
 TAG_SUBRANGE = 0x21
 TAG_BASE = 0x24
 TAG_CONST = 0x26
-TAG_ENUMERATOR = 0x28
 TAG_SUBPROGRAM = 0x2E
 TAG_VOLATILE = 0x35
 TAG_RESTRICT = 0x37
@@ -482,7 +480,8 @@ def assemble_rows(summaries: Iterable[UnitSummary],
     defined = {f.name for f in functions}
     undefined = sorted(off for name, off in declared.items() if name not in defined)
     if undefined and declared_rows is not None:
-        functions.extend(declared_rows(undefined))
+        # (a damaged DIE may give a row without a name: None)
+        functions.extend(row for row in declared_rows(undefined) if row is not None)
         notes.append(f"{len(undefined)} functions are only declared (defined in assembly or"
                      " outside this file's DWARF)")
     if inlined_only:

@@ -1,0 +1,41 @@
+"""Fixtures shared by the tests of every stage.
+
+``private_cache``: ctracer's cache directory (``$XDG_CACHE_HOME/ctracer``) private to the
+test, so that DWARF catalogs, BTF indexes and kernel symbol lists written by one test
+are never read by another, nor by the user.  Modules that want it for every test say
+``pytestmark = pytest.mark.usefixtures("private_cache")``.
+
+``build_c``: compiles a C fixture into the test's own directory (see `cbuild.compile_c`),
+e.g. ``build_c("net.c", Build("clang", dwarf=4, opt=2))``; modules and sessions that
+build once call `cbuild.compile_c` directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cbuild import Build, compile_c
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> Path:
+    """The test's own ctracer cache directory (not created until something writes)."""
+    home = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home / "ctracer"
+
+
+@pytest.fixture
+def build_c(tmp_path):
+    """``build_c(sources, build=Build(), name=None, **options) -> Path``: the program
+    compiled into the test's directory (named after the first source by default)."""
+
+    def build(sources, build: Build = Build(), name=None, **options) -> Path:
+        first = sources if isinstance(sources, (str, Path)) else sources[0]
+        out = tmp_path / (name or Path(first).stem)
+        compile_c(sources, out, build, **options)
+        return out
+
+    return build
