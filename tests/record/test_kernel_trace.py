@@ -214,3 +214,13 @@ def test_max_objects_is_enforced_in_the_kernel(tmp_path):
     assert len(objects) == 1
     first = next(trace.events())
     assert (first.args["oldstate"], first.args["newstate"]) == (7, 10)  # the listener
+
+
+def test_tail_prints_each_event_as_it_arrives(tmp_path):
+    trace, port, stdout = _run_with(tmp_path, "--tail")
+    lines = [ln for ln in stdout.splitlines() if " tp:inet_sock_set_state " in ln]
+    assert len(lines) == trace.event_count()
+    assert any("(sk=" in ln and "oldstate=7, newstate=10)" in ln for ln in lines)  # listen
+    # a client's second transition shows the state its first one stored
+    assert any("oldstate=2, newstate=1" in ln and "__sk_common.skc_state: 7 → 2" in ln
+               for ln in lines), "\n".join(lines)

@@ -1,0 +1,60 @@
+"""ctracer.pipeline: a trace request as plain data becomes a probe program and the trace
+meta, for a program (uprobes) and for the kernel (raw tracepoints), with no argparse in
+sight; options are checked before any C is generated."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+import groundtruth as gt
+from ctracer import pipeline
+from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.sources import TypeSource
+from ctracer.errors import UsageError
+from ctracer.probes.program import ProbeProgram
+from ctracer.probes.tracepoint import TracepointProgram
+
+
+@pytest.fixture(scope="module")
+def sockdemo():
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    return gt.SOCKDEMO
+
+
+def test_a_program_gets_uprobes(sockdemo):
+    built = pipeline.build(pipeline.TraceRequest(
+        ShapeKind.STRUCT, "sock", TypeSource(binary=sockdemo), functions=("tcp_*",),
+        exclude=("tcp_accept",), follow_processes=True, argv=("ctracer", "x")))
+    assert isinstance(built.program, ProbeProgram) and not built.is_kernel
+    names = {f.name for f in built.program.functions}
+    assert names and all(n.startswith("tcp_") for n in names) and "tcp_accept" not in names
+    assert built.meta["traced"] == "user" and built.meta["binary"] == os.path.abspath(sockdemo)
+    assert built.program.filtered
+
+
+def test_kernel_only_options_are_refused_for_a_program(sockdemo):
+    for extra in ({"where": "sk_state == 1"}, {"comm": "x"}, {"max_objects": 3},
+                  {"objects": (0x1000,)}):
+        with pytest.raises(UsageError):
+            pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock",
+                                                 TypeSource(binary=sockdemo), **extra))
+
+
+def test_the_kernel_gets_raw_tracepoints():
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.skip("this kernel has no BTF")
+    built = pipeline.build(pipeline.TraceRequest(
+        ShapeKind.STRUCT, "sock", functions=("inet_sock_set_state", "tcp_*"),
+        exclude=("tcp_probe",), where="skc_state == 1"))
+    assert isinstance(built.program, TracepointProgram) and built.is_kernel
+    names = {t.name for t in built.program.tracepoints}
+    assert "inet_sock_set_state" in names and "tcp_probe" not in names
+    assert built.meta["traced"] == "kernel" and built.meta["binary"] is None
+    assert built.meta["admission"]["where"] == "__sk_common.skc_state == 1"
+    assert built.meta["probe_plan"]["counts"]["raw_tracepoint"]
+    assert built.meta["probe_plan"]["functions_not_traced"] > 1000
+    with pytest.raises(UsageError):
+        pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock", buffer_mb=3))
