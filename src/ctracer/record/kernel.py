@@ -1,6 +1,9 @@
 """Facts about the running kernel, found by trying rather than by version: where tracefs
 is (mounting it when root and absent), which functions can be probed, the release, and
-which probe mechanisms work (kprobes, fentry, uprobes, tracepoints, raw tracepoints).
+which probe mechanisms work (kprobes, kprobe.multi links, fentry, uprobes, tracepoints,
+raw tracepoints, kprobe-type program loads).  `kernel_facts` gathers them as the
+`ctracer.plan.attach.KernelFacts` the probe plan is made from; `file_symbols` lists the
+functions of another kernel's vmlinux or module for the same purpose.
 
 The BPF checks use the bare ``bpf(2)`` system call through ctypes with two-instruction
 programs (``r0 = 0; exit``); bcc stays in ``ctracer.record.bpf_runtime``.
