@@ -267,8 +267,8 @@ class CorpusRun:
         if status != 0:
             f.fail(f"exit status {status}")
         else:
-            got = sorted((m["key"], m["kind"], m["reach"]) for m in json.loads(text)["methods"])
-            want = sorted((m.key, m.kind, m.reach) for m in found[("btf", MODULE_STRUCT)].methods)
+            got = sorted((m["key"], m["reach"], m["via"]) for m in json.loads(text)["methods"])
+            want = sorted((m.key, m.reach, m.via) for m in found[("btf", MODULE_STRUCT)].methods)
             f.say(f"{len(got)} methods, " + ("the same as in-process discovery"
                                              if got == want else "DIFFERENT"))
             if got != want:
