@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from typing import Optional
 
+from ctracer.commands import options
 from ctracer.debuginfo import sources
 from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.plan.discovery import REACHES
@@ -29,8 +30,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sources.add_struct_name_argument(parser)
-    sources.add_type_source_arguments(parser)
+    options.add_struct_name_argument(parser)
+    options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.add_argument("--reach", action="append", metavar="REACH", default=None,
                         help=f"only methods reaching the struct these ways (repeat or "
@@ -102,12 +103,12 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType, UsageError
 
-    kind, name = sources.struct_name_from_args(args)
+    kind, name = options.struct_name_from_args(args)
     reaches = _reaches(args)
     if args.holder_depth < 0:
         raise UsageError("--holder-depth must be 0 or more")
     loader = _kernel_symbols_loader(args)
-    model = sources.open_type_source(sources.type_source_from_args(args))
+    model = sources.open_type_source(options.type_source_from_args(args))
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind, reaches=reaches, holder_depth=args.holder_depth)
     if found.struct is None and not found.methods:

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 
+from ctracer.commands import options
 from ctracer.debuginfo import sources
 
 EPILOG = """\
@@ -33,8 +34,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sources.add_struct_name_argument(parser)
-    sources.add_type_source_arguments(parser)
+    options.add_struct_name_argument(parser)
+    options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true",
                         help='print {"kernel": {...}, "probes": [...]} for scripts')
     parser.add_argument("--verify", action="store_true",
@@ -47,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType
 
-    kind, name = sources.struct_name_from_args(args)
-    model = sources.open_type_source(sources.type_source_from_args(args))
+    kind, name = options.struct_name_from_args(args)
+    model = sources.open_type_source(options.type_source_from_args(args))
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind)
     if found.struct is None and not found.methods:

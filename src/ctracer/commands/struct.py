@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from ctracer.commands import options
 from ctracer.debuginfo import sources
 
 EPILOG = """\
@@ -24,8 +25,8 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sources.add_struct_name_argument(parser)
-    sources.add_type_source_arguments(parser)
+    options.add_struct_name_argument(parser)
+    options.add_type_source_arguments(parser)
     mini = parser.add_argument_group("mini struct")
     mini.add_argument("--mini", action="store_true",
                       help="print the minimized struct a trace records instead of the layout")
@@ -45,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType, UsageError
     from ctracer.debuginfo.model import ShapeKind
 
-    kind, name = sources.struct_name_from_args(args)
+    kind, name = options.struct_name_from_args(args)
     kind_given = len(args.target) == 2
     mini_only = (args.field or args.exclude or args.cacheline or args.pointers
                  or args.no_reorganize)
     if mini_only and not args.mini:
         raise UsageError("--field, --exclude, --cacheline, --pointers and --no-reorganize "
                          "need --mini")
-    model = sources.open_type_source(sources.type_source_from_args(args))
+    model = sources.open_type_source(options.type_source_from_args(args))
     try:
         graph = model.find_struct(name, kind)
     except UnknownType:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from typing import Optional, Sequence
 
-from ctracer.debuginfo import sources
+from ctracer.commands import options
 
 EPILOG = """\
 examples:
@@ -56,8 +56,8 @@ def _address(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sources.add_struct_name_argument(parser)
-    sources.add_type_source_arguments(parser)
+    options.add_struct_name_argument(parser)
+    options.add_type_source_arguments(parser)
     run = parser.add_argument_group("what to record")
     run.add_argument("-p", "--pid", type=int, metavar="PID",
                      help="record this running process (and children it forks); on the "
@@ -167,7 +167,7 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
     """The `ctracer.pipeline.TraceRequest` the options describe."""
     from ctracer.pipeline import TraceRequest
     return TraceRequest(
-        kind=kind, name=name, source=sources.type_source_from_args(args),
+        kind=kind, name=name, source=options.type_source_from_args(args),
         functions=tuple(args.functions), exclude=tuple(args.exclude),
         fields=tuple(args.fields), pointers=args.pointers,
         follow_processes=bool(args.pid or args.command), comm=args.comm,
@@ -268,4 +268,4 @@ def target_from_args(args: argparse.Namespace):
     if len(words) > 2 or (len(words) == 2 and words[0] not in ("struct", "union")):
         raise UsageError(f"expected '[struct|union] NAME', got {' '.join(words)!r} "
                          "(put the command to run after --)")
-    return sources.struct_name_from_args(args)
+    return options.struct_name_from_args(args)

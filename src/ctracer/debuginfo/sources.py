@@ -1,4 +1,5 @@
-"""Where types come from: the command-line options that choose a type source, and opening it.
+"""Where types come from: a `TypeSource` (plain data; `ctracer.commands.options` makes one
+from the command-line options) and opening it.
 
 * ``--binary PATH``: an ELF file (program, library, vmlinux, module); its DWARF, or its
   ``.BTF`` section when it has no DWARF;
@@ -10,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -22,32 +22,16 @@ KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 MODULE_BTF_DIR = "/sys/kernel/btf"
 
 
-def add_type_source_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("type source (default: the running kernel's BTF)")
-    g.add_argument("--binary", "-b", metavar="PATH",
-                   help="ELF file whose DWARF (or .BTF section) describes the types")
-    g.add_argument("--btf", metavar="PATH", help="raw BTF file, or ELF file with .BTF")
-    g.add_argument("--btf-base", metavar="PATH",
-                   help="the BTF a split --btf was built on (e.g. vmlinux for a module)")
-    g.add_argument("--module", metavar="NAME",
-                   help=f"kernel module whose BTF ({MODULE_BTF_DIR}/NAME) to read")
-    g.add_argument("--no-cache", action="store_true",
-                   help="do not read or write the type cache")
-
-
-def add_struct_name_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", nargs="+", metavar="[struct|union] NAME",
-                        help="the struct (or union) to work on, e.g. 'struct sock' or 'sock'")
-
-
-def struct_name_from_args(args: argparse.Namespace) -> tuple[ShapeKind, str]:
-    words = list(args.target)
+def parse_struct_name(words: list[str]) -> tuple[ShapeKind, str]:
+    """``['struct', 'sock']`` or ``['sock']`` → (kind, name); UsageError otherwise."""
+    words = list(words)
+    given = " ".join(words)
     kind = ShapeKind.STRUCT
     if len(words) == 2 and words[0] in ("struct", "union"):
         kind = ShapeKind(words[0])
         words = words[1:]
     if len(words) != 1:
-        raise UsageError(f"expected '[struct|union] NAME', got {' '.join(args.target)!r}")
+        raise UsageError(f"expected '[struct|union] NAME', got {given!r}")
     name = words[0]
     if not name.isidentifier():
         raise UsageError(f"{name!r} is not a C struct name")
@@ -89,14 +73,6 @@ class TypeSource:
         if self.module:
             return f"module {self.module}"
         return "the running kernel"
-
-
-def type_source_from_args(args: argparse.Namespace) -> TypeSource:
-    """The `TypeSource` the options of `add_type_source_arguments` chose."""
-    return TypeSource(binary=getattr(args, "binary", None), btf=getattr(args, "btf", None),
-                      btf_base=getattr(args, "btf_base", None),
-                      module=getattr(args, "module", None),
-                      use_cache=not getattr(args, "no_cache", False))
 
 
 def open_type_source(source: TypeSource) -> TypeModel:
