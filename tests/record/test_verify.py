@@ -98,3 +98,28 @@ def test_plan_verify_on_the_sample_loads_its_uprobe_programs(support):
     uprobes = [p for p in probes if p["kind"] in ("uprobe", "uretprobe")]
     assert uprobes and all(p["verified"] is True and p["error"] is None for p in uprobes)
     print(f"\nsample: {len(uprobes)} uprobe/uretprobe programs accepted")
+
+
+def test_plan_verify_command_on_chosen_kernel_functions(support):
+    """The command path: --functions picks a few, --json reports each verdict."""
+    import json
+    r = subprocess.run([sys.executable, "-m", "ctracer", "plan", "struct", "sock", "--verify",
+                        "--json", "--functions", "tcp_v4_*", "tp:inet_sock_set_state",
+                        "--exclude", "tcp_v4_md5*"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    probes = doc["probes"]
+    functions = {p["function"] for p in probes}
+    assert "tcp_v4_connect" in functions and "tp:inet_sock_set_state" in functions
+    assert not any(f.startswith("tcp_v4_md5") for f in functions)
+    assert all(f.startswith("tcp_v4_") or f == "tp:inet_sock_set_state" for f in functions)
+    kinds = {p["kind"] for p in probes if p["kind"]}
+    assert "raw_tracepoint" in kinds and kinds & {"kprobe", "fentry"}
+    for p in probes:
+        if p["kind"] in ("kprobe", "kretprobe", "raw_tracepoint"):
+            assert p["verified"] is True and p["error"] is None, p
+        elif p["kind"] is None:
+            assert p["verified"] is None and p["error"].startswith("left out: ")
+    v = doc["kernel"]["verifier"]
+    assert v["rejected"] == 0 and v["accepted"] == sum(1 for p in probes if p["verified"])
+    print(f"\nplan --verify: {v}")

@@ -17,6 +17,7 @@ verifier's message.  fentry/fexit programs are not loaded by --verify.  Needs ro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -28,6 +29,7 @@ examples:
   ctracer plan struct sock                       # the running kernel: counts and kinds
   ctracer plan struct sock --json | jq '.probes[] | select(.kind == "raw_tracepoint")'
   ctracer plan sk_buff --verify                  # load every kprobe program, attach none
+  ctracer plan sock --verify --functions 'tcp_*' --exclude 'tcp_bpf*'
   ctracer plan struct nfs_fh --binary nfs.ko     # a module's DWARF (not the running kernel)
   ctracer plan sock --binary ./sockdemo --verify # uprobe programs of a program
 """
@@ -41,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="load every program the plan could use through the verifier, "
                              "without attaching (needs root)")
+    parser.add_argument("--functions", nargs="+", action="extend", default=[], metavar="GLOB",
+                        help="only the methods (functions, tp:tracepoints) whose name matches")
+    parser.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
+                        help="leave out the methods whose name matches")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     found = discovery.discover(catalog, name, kind)
     if found.struct is None and not found.methods:
         raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
+    if args.functions or args.exclude:
+        from ctracer.pipeline import select_methods
+        found = dataclasses.replace(found, methods=tuple(
+            select_methods(found.methods, args.functions, args.exclude)))
     plan = build_plan(args, found)
     verdicts = None
     if args.verify:
