@@ -396,7 +396,7 @@ def check_plan_json(doc: dict, found, symbols: dict, f: Findings) -> None:
     absent = sorted(functions[k].name for k in entry if functions[k].name not in symbols)
     if absent:
         f.fail(f"{len(absent)} planned functions are no text symbol of nfs.ko: {absent[:5]}")
-    kinds = sorted({p["kind"] for p in probes if p["kind"]})
+    kinds = sorted({p["kind"] for p in probes if p["kind"] and p["kind"] != "raw_tracepoint"})
     reasons = sorted({why for why in left.values()})
     f.say(f"{len(probes)} probes: {len(entry)} functions with entry and exit probes "
           f"({', '.join(kinds)}), each a text symbol of nfs.ko; {len(left)} left out, "

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.corpus
 
 #: check key -> test id
 CHECKS = {"a": "methods-vs-pfunct", "b": "layouts-vs-pahole", "c": "dwarf-vs-btf",
-          "d": "nfs-split-btf"}
+          "d": "nfs-split-btf", "e": "nfs-probe-plan"}
 
 
 def corpus_selected(config: pytest.Config) -> bool:
