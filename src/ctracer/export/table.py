@@ -89,7 +89,7 @@ def _text(trace: Trace, key: str) -> str:
 def report_rows(trace: Trace):
     """The report stage's passes, minus its statistics: rows (time order, one per event
     shown), their snapshots, and the function table."""
-    fns = build.function_table(trace.functions)
+    fns = build.function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
     events = build.read_events(trace, fns)
     rows = events.rows
     pairing = build.pair_calls(rows, fns)

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, Layout
+from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT,
+                           Layout)
 from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
@@ -82,6 +83,7 @@ class _Lifetimes:
         self.first_reason: dict[int, str] = {}
         self.starts: dict[int, list[tuple[int, str]]] = {}
         self._freed_by: dict[int, str] = {}
+        self._ended: dict[int, str] = {}
         self._positions: dict[int, list[int]] = {}
 
     def seen(self, address: int, at: int, function: str) -> None:
@@ -101,6 +103,25 @@ class _Lifetimes:
             self.first_reason[address] = reason
         else:
             starts.append((at, reason))
+
+    def rule_starts(self, address: int, at: int, why: str) -> None:
+        """A lifetime rule says the hit at row ``at`` is the first of a new lifetime."""
+        self._freed_by.pop(address, None)
+        if self.first_seen.get(address, at) >= at and not self.starts.get(address):
+            self.first_seen.setdefault(address, at)
+            self.first_reason[address] = why
+        else:
+            self.starts.setdefault(address, []).append((at, why))
+
+    def rule_ends(self, address: int, why: str) -> None:
+        """A lifetime rule says this hit is the last of the address's lifetime: its next
+        sighting starts a new one (`seen_again`)."""
+        self._ended[address] = why
+
+    def seen_again(self, address: int, at: int) -> None:
+        why = self._ended.pop(address, None)
+        if why is not None:
+            self.starts.setdefault(address, []).append((at, f"after {why}"))
 
     def freed(self, address: int, function: str) -> None:
         self._freed_by[address] = function
@@ -220,7 +241,9 @@ def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> 
     out = {}
     for fid, c in canon.items():
         f = functions[c]
-        if len(by_name[f.name]) == 1:
+        if f.reach == "tracepoint":
+            out[fid] = f"tp:{f.name}"
+        elif len(by_name[f.name]) == 1:
             out[fid] = f.name
         elif f.unit and len({functions[o].unit for o in by_name[f.name]}) == len(by_name[f.name]):
             out[fid] = f"{f.name} ({f.unit})"
@@ -240,6 +263,8 @@ class FunctionTable:
     use_names: bool              # no creation function traced: lifetimes found by names
     free_like: set[int]
     alloc_like: set[int]
+    #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
+    rules: dict[int, list[dict]] = field(default_factory=dict)
 
     def name(self, fid: int) -> str:
         n = self.names.get(fid)
@@ -248,17 +273,25 @@ class FunctionTable:
         return n
 
 
-def function_table(functions: dict[int, FunctionRow]) -> FunctionTable:
+def function_table(functions: dict[int, FunctionRow],
+                   lifetime_rules: Iterable[dict] = ()) -> FunctionTable:
+    """The passes' view of the functions table; ``lifetime_rules`` are the trace's
+    (`ctracer.plan.lifetimes`, as its meta carries them)."""
     canon = _canonical_ids(functions)
+    rules: dict[int, list[dict]] = {}
+    for rule in lifetime_rules:
+        for fid, f in functions.items():
+            if f.reach == "tracepoint" and f.name == rule.get("function"):
+                rules.setdefault(fid, []).append(rule)
     raw = {fid: f.name for fid, f in functions.items()}
     reach = {fid: f.reach for fid, f in functions.items()}
     return FunctionTable(
         canon=canon, names=_display_names(functions, canon),
         creators={fid for fid, r in reach.items()
                   if r == "returns" and not _LOOKUP_LIKE.search(raw[fid])},
-        use_names=not any(r == "returns" for r in reach.values()),
+        use_names=not any(r == "returns" for r in reach.values()) and not rules,
         free_like={fid for fid, n in raw.items() if _FREE_LIKE.search(n)},
-        alloc_like={fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)})
+        alloc_like={fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)}, rules=rules)
 
 
 @dataclass
@@ -286,7 +319,21 @@ def read_events(trace: Trace, fns: FunctionTable) -> Events:
                     canon.get(slot, slot),
                     phase, obj, ret, flags, slot=slot))
         add_snapshot(snapshot)
+    args = _tracepoint_args(trace)
+    if args:
+        for row in rows:
+            if row.phase == PHASE_TRACEPOINT:
+                row.args = args.get(row.seq)
     return Events(rows, snapshots, [r.address for r in rows])
+
+
+def _tracepoint_args(trace: Trace) -> dict[int, dict]:
+    """seq -> a tracepoint hit's arguments by name, where the trace has them."""
+    columns = {r[1] for r in trace.db.execute("PRAGMA table_info(events)")}
+    if "args" not in columns:
+        return {}
+    return {seq: json.loads(text) for seq, text in
+            trace.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL")}
 
 
 @dataclass
@@ -326,9 +373,33 @@ class _Pairer:
         th.last_entry, th.last_exit = frame, None
         if row.address:
             name = self.fns.name(fid)
+            if self.fns.rules:
+                self.lifetimes.seen_again(row.address, index)
             self.lifetimes.seen(row.address, index, name)
             if self.fns.use_names and slot in self.fns.alloc_like:
                 self.lifetimes.maybe_reallocated(row.address, index, name)
+
+    def point(self, th: _Thread, row: Row, index: int) -> None:
+        """A tracepoint hit: no pair, inside whatever traced call runs on the thread;
+        the trace's lifetime rules for this tracepoint start or end lifetimes here."""
+        stack = th.stack
+        row.depth = len(stack)
+        row.caller_id = stack[-1].function_id if stack else -1
+        address = row.address
+        if not address:
+            return
+        lifetimes = self.lifetimes
+        lifetimes.seen_again(address, index)
+        lifetimes.seen(address, index, self.fns.name(row.function_id))
+        for rule in self.fns.rules.get(row.slot, ()):
+            arg = rule.get("arg")
+            if arg is not None and (row.args or {}).get(arg) != rule.get("equals"):
+                continue
+            why = rule.get("rule") or f"{rule.get('function')} {rule.get('effect')} a lifetime"
+            if rule.get("effect") == "starts":
+                lifetimes.rule_starts(address, index, why)
+            elif rule.get("effect") == "ends":
+                lifetimes.rule_ends(address, why)
 
     def _frame_of_exit(self, th: _Thread, row: Row) -> Optional[_Frame]:
         if row.flags & FLAG_NO_ENTRY:
@@ -393,6 +464,8 @@ def pair_calls(rows: list[Row], fns: FunctionTable,
             th = threads[row.tid] = _Thread()
         if row.phase == PHASE_ENTRY:
             pairer.entry(th, row, index)
+        elif row.phase == PHASE_TRACEPOINT:
+            pairer.point(th, row, index)
         else:
             pairer.exit(th, row, index)
         if index and index % 100_000 == 0:
@@ -436,7 +509,9 @@ def count_calls(rows: list[Row], pairing: Pairing, fns: FunctionTable) -> CallCo
             if len(table) > 1:
                 duplicates.update(_duplicate_slots(rows, table.values()))
     for row in rows:
-        if not row.matched and row.phase != PHASE_ENTRY:
+        if row.phase == PHASE_TRACEPOINT:
+            _stats(methods, row.function_id, fns).calls += 1  # a hit
+        elif not row.matched and row.phase != PHASE_ENTRY:
             _stats(methods, row.function_id, fns).calls += 1  # its entry was lost
     return CallCounts(methods, unfinished, duplicates)
 
@@ -629,6 +704,10 @@ def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any,
 
 
 def lifetime_rule(fns: FunctionTable) -> str:
+    if fns.rules:
+        texts = sorted({r.get("rule") or f"{r.get('function')} {r.get('effect')} a lifetime"
+                        for rules in fns.rules.values() for r in rules})
+        return "rules recorded with the trace: " + "; ".join(texts)
     if fns.creators:
         return "structural: a new lifetime starts when a creation function returns the address"
     if fns.use_names:
@@ -644,7 +723,7 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
 
 
 def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
-    fns = function_table(trace.functions)
+    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
     events = read_events(trace, fns)
     rows = events.rows
     say(f"read {len(rows)} events")
@@ -693,7 +772,7 @@ def _count_call(table: dict[int, MethodStats], row: Row,
     stats = table.get(row.function_id)
     if stats is None:
         stats = table[row.function_id] = MethodStats(row.function_id, name_of(row.function_id))
-    if row.phase == PHASE_ENTRY:
+    if row.phase == PHASE_ENTRY or row.phase == PHASE_TRACEPOINT:
         stats.calls += 1
     elif not row.matched:
         stats.calls += 1  # its entry was lost, but the call happened
@@ -703,8 +782,10 @@ def _count_call(table: dict[int, MethodStats], row: Row,
 
 
 def _attribute(row: Row) -> tuple[int, str]:
-    """Which function made the changes a row shows (-1: none traced), and how we know."""
-    if row.phase != PHASE_ENTRY:
+    """Which function made the changes a row shows (-1: none traced), and how we know.
+    A tracepoint hit is seen like an entry: the traced call running on the thread made
+    the change, or code outside any traced call did."""
+    if row.phase != PHASE_ENTRY and row.phase != PHASE_TRACEPOINT:
         return row.function_id, CAUSE_DURING
     if row.caller_id >= 0:
         return row.caller_id, CAUSE_CALLER

@@ -73,6 +73,7 @@ class Row:
     changes: Optional[list[Change]] = None
     unreadable: bool = False  # the probe could not read the object
     slot: int = -1          # the functions-table row the event came from (the object's reach)
+    args: Optional[dict] = None  # a tracepoint hit's arguments by name
 
 
 @dataclass(slots=True)

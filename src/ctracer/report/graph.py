@@ -25,7 +25,7 @@ import graphviz
 import networkx as nx
 from markupsafe import Markup, escape
 
-from ctracer.event import PHASE_ENTRY
+from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.data import Row
 from ctracer.report.values import format_duration
 
@@ -57,6 +57,11 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
             edges[edge] = edges.get(edge, 0) + 1
             calls[fid] = calls.get(fid, 0) + 1
             stack.append(fid)
+            continue
+        if row.phase == PHASE_TRACEPOINT:  # a hit inside whatever call runs
+            edge = (stack[-1] if stack else ROOT, fid)
+            edges[edge] = edges.get(edge, 0) + 1
+            calls[fid] = calls.get(fid, 0) + 1
             continue
         if fid in stack:
             while stack and stack.pop() != fid:

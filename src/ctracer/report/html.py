@@ -207,13 +207,18 @@ class _Site:
         v = row.retval
         if self.reach.get(row.function_id) == "returns" or abs(v) >= 1 << 32:
             return "NULL" if v == 0 else f"0x{v & (1 << 64) - 1:x}"
-        return str(v)
+        return self.fmt.show_retval(v)
 
     def cause_text(self, c: Change) -> str:
+        tracepoint = c.seen_at.startswith("tp:")
         if c.cause == CAUSE_DURING:
             return f"during {c.function}"
         if c.cause == CAUSE_CALLER:
+            if tracepoint:
+                return f"in {c.function}, seen at tracepoint {c.seen_at[3:]}"
             return f"in {c.function}, before it called {c.seen_at}"
+        if tracepoint:
+            return f"outside traced calls, seen at tracepoint {c.seen_at[3:]}"
         return f"outside traced calls, seen on entry to {c.seen_at}"
 
     def object_href(self, row: Row, from_root: str) -> str:

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from markupsafe import Markup, escape
 
-from ctracer.event import PHASE_ENTRY
+from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.data import CAUSE_CALLER, Change, Row
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 
@@ -31,6 +31,7 @@ _CHANGE = '<span class="chg"><b>{}</b> {} → {}</span>'
 _OBJECT = '<td><a href="{}">{}</a></td>'
 _OBJECT_PLAIN = '<td>{}</td>'
 _TAG = ' <span class="tag">{}</span>'
+_ARGS = ' <span class="args">({})</span>'
 
 
 class RowFormatter:
@@ -69,7 +70,8 @@ class RowFormatter:
         """One ``<tr>`` (two when a caller's changes precede the row: see
         `caller_row`); ``object_cell`` is (label, href or "") on all-objects pages."""
         entry = row.phase == PHASE_ENTRY
-        classes = "entry" if entry else "exit"
+        point = row.phase == PHASE_TRACEPOINT
+        classes = "entry" if entry else "tracepoint" if point else "exit"
         title = changes = before = ""
         if row.changes:
             if row.changes[0].cause == CAUSE_CALLER:
@@ -78,6 +80,9 @@ class RowFormatter:
                 classes += " changed"
                 title, changes = self._changes(row.changes)
         tags = ""
+        if point and row.args:
+            tags = _ARGS.format(escape(", ".join(
+                f"{k} {self.fmt.show_arg(k, v)}" for k, v in row.args.items())))
         if not row.matched:
             classes += " unmatched"
             tags = _TAG.format("no exit seen" if entry else "no entry seen")
@@ -89,7 +94,8 @@ class RowFormatter:
             prefix="e", seq=int(row.seq), classes=classes, title=title, data_o=data_o,
             time=format_offset(row.ts_ns - self.start_ns),
             thread=self.thread(row.comm, row.tid), object=obj, depth=int(depth),
-            arrow="→" if entry else "←", function=self.function(row.function_id), tags=tags,
+            arrow="→" if entry else "•" if point else "←",
+            function=self.function(row.function_id), tags=tags,
             # both made by us from integers: nothing to escape
             duration=format_duration(row.duration_ns), retval=self.retval(row),
             changes=changes))
@@ -117,5 +123,6 @@ class RowFormatter:
             data_o=data_o, time=format_offset(row.ts_ns - self.start_ns),
             thread=self.thread(row.comm, row.tid), object=obj, depth=max(0, int(depth) - 1),
             arrow="⋯", function=self.function(c.function_id),
-            tags=_TAG.format(f"before calling {escape(c.seen_at)}"),
+            tags=_TAG.format(f"seen at {escape(c.seen_at)}" if row.phase == PHASE_TRACEPOINT
+                             else f"before calling {escape(c.seen_at)}"),
             duration="", retval="", changes=changes)

@@ -1,12 +1,19 @@
-"""How recorded field values are shown: enum names, hex pointers, chars, text.
+"""How recorded field values are shown: as a kernel engineer reads them.
 
-The mini layout stored in the trace (`ctracer.event.Field.kind`) says what each value is;
-`ValueFormatter` turns raw decoded values into short display strings and, for plots,
-into numbers plus the tick labels that make the axis readable.
+The mini layout stored in the trace says what each value is: `ctracer.event.Field.kind`
+(enum names, hex pointers, chars, text) and, in ``Field.source``, the member's C type
+as written (``ctype``: ``__be32`` addresses and ``__be16`` ports are network order) and
+optionally ``bits`` (``[[bit, "SOCK_DEAD"], ...]``: a flag word whose bits an enum
+names) or ``display`` (one of `DISPLAYS`, to say it outright).  So a trace renders the
+same on a machine that never saw the traced program or kernel.  Addresses show as dotted
+quads, ports in host order, errno values by name (``-EAGAIN``, ``ECONNRESET``), flag words
+as ``SOCK_DEAD|SOCK_DONE``; each with its raw value after it.  `ValueFormatter` also
+turns values into numbers plus tick labels for plots.
 """
 
 from __future__ import annotations
 
+import errno as _errno
 from typing import Any, Optional, Sequence
 
 from ctracer.event import Field, Layout
@@ -36,6 +43,59 @@ def format_offset(ns: int) -> str:
     return f"{ns / 1e6:.6f}"
 
 
+#: the ways a field may be shown besides its kind (``Field.source["display"]``)
+DISPLAYS = ("ipv4", "port", "errno", "flags")
+#: values of tracepoint arguments commonly met in the kernel's networking tracepoints
+_FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
+_PROTOCOLS = {1: "IPPROTO_ICMP", 6: "IPPROTO_TCP", 17: "IPPROTO_UDP", 58: "IPPROTO_ICMPV6",
+              132: "IPPROTO_SCTP", 262: "IPPROTO_MPTCP"}
+
+
+def ipv4(value: int) -> str:
+    """A ``__be32`` read as a little-endian u32, as dotted quad."""
+    return ".".join(str(b) for b in (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+
+def port(value: int) -> int:
+    """A ``__be16`` read as a little-endian u16, in host order."""
+    return int.from_bytes((value & 0xFFFF).to_bytes(2, "little"), "big")
+
+
+def errno_name(value: int) -> Optional[str]:
+    """``-EAGAIN`` for -11, ``ECONNRESET`` for 104; None when not an errno value."""
+    name = _errno.errorcode.get(abs(value)) if 0 < abs(value) < 4096 else None
+    if name is None:
+        return None
+    return f"-{name}" if value < 0 else name
+
+
+def flag_names(value: int, bits: Sequence[tuple[int, str]]) -> str:
+    names = [n for b, n in bits if value >> b & 1]
+    rest = value & ~sum(1 << b for b, _ in bits)
+    if rest:
+        names.append(f"0x{rest:x}")
+    return "|".join(names) if names else "0"
+
+
+def display_of(f: Field) -> str:
+    """How ``f`` is shown beyond its kind: one of `DISPLAYS`, or ""."""
+    explicit = f.source.get("display")
+    if explicit in DISPLAYS:
+        return explicit
+    if f.source.get("bits"):
+        return "flags"
+    ctext = str(f.source.get("ctype", "")).replace("const ", "").strip()
+    if ctext == "__be32":
+        return "ipv4"
+    if ctext == "__be16":
+        return "port"
+    base = f.name.rsplit(".", 1)[-1]
+    if f.kind == "int" and (base.endswith("_err") or base.endswith("_err_soft")
+                            or base in ("err", "error")):
+        return "errno"
+    return ""
+
+
 def _char(v: int) -> str:
     c = v & 0xFF
     if 0x20 <= c < 0x7F:
@@ -51,12 +111,21 @@ class ValueFormatter:
         self.fields: dict[str, Field] = {f.name: f for f in layout.fields}
         self._enum_names = {f.name: dict(f.enumerators) for f in layout.fields
                             if f.kind == "enum"}
+        self._display = {f.name: display_of(f) for f in layout.fields}
+        self._bits = {f.name: [(int(b), str(n)) for b, n in f.source.get("bits", ())]
+                      for f in layout.fields if f.source.get("bits")}
+        #: tracepoint arguments named like a state take the names of the struct's state enum
+        self._states = next((dict(f.enumerators) for f in layout.fields
+                             if f.kind == "enum" and f.name.endswith("state")), {})
 
     def show(self, field: str, value: Any) -> str:
         if value is None:
             return "?"
         f = self.fields.get(field)
         kind = f.kind if f else "int"
+        display = self._display.get(field)
+        if display and isinstance(value, int):
+            return self._shown_as(display, field, value)
         if kind == "enum":
             name = self._enum_names[field].get(value)
             return name if name is not None else str(value)
@@ -73,6 +142,35 @@ class ValueFormatter:
         if kind == "uint" and value >= 1 << 32:
             return f"0x{value:x}"  # address pairs, masks, cookies: hex reads better
         return str(value)
+
+    def _shown_as(self, display: str, field: str, value: int) -> str:
+        if display == "ipv4":
+            return f"{ipv4(value)} (0x{value & 0xFFFFFFFF:x})"
+        if display == "port":
+            return f"{port(value)} (0x{value & 0xFFFF:x})"
+        if display == "errno":
+            name = errno_name(value)
+            return f"{name} ({value})" if name else str(value)
+        return f"{flag_names(value, self._bits.get(field, ()))} (0x{value:x})"
+
+    def show_arg(self, name: str, value: Any) -> str:
+        """A tracepoint argument (``oldstate``, ``newstate``, ``family``...) as read."""
+        if not isinstance(value, int):
+            return str(value)
+        if name.endswith("state") and value in self._states:
+            return self._states[value]
+        if name == "family" and value in _FAMILIES:
+            return _FAMILIES[value]
+        if name == "protocol" and value in _PROTOCOLS:
+            return _PROTOCOLS[value]
+        if name in ("saddr", "daddr") and 0 <= value < 1 << 32:
+            return ipv4(value)
+        return str(value)
+
+    def show_retval(self, value: int) -> str:
+        """A function's int return value: a negative errno by name, with its number."""
+        name = errno_name(value) if -4096 < value < 0 else None
+        return f"{name} ({value})" if name else str(value)
 
     def plot_axis(self, field: str, values: Sequence[Any]) -> tuple[list[float], AxisTicks]:
         """Numbers to plot for ``values`` and the y ticks to label them with (None: let
