@@ -72,6 +72,7 @@ def traced_run(program, argv, consumer: str, out_dir: str) -> dict:
         writer = TraceWriter(os.path.join(out_dir, "bench.ctrace"))
         writer.set_meta(mini_layout=program.mini.to_json(),
                         return_value_functions=sorted(program.rows_with_return_value()))
+        writer.expect_raw()
         session.on_event = record.EventSink(program, writer, counts)
     command = record.GatedCommand(argv)
     session.follow(command.pid)

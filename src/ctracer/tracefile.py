@@ -163,6 +163,8 @@ class RawDecoder:
         self.dtype = event_dtype(mini, self.nargs)
         self.returns = sorted(set(returns))  # function ids whose exits carry a value
         self._comms: dict[bytes, str] = {}
+        import numpy as np
+        self._np = np
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
@@ -193,11 +195,11 @@ class RawDecoder:
         return len(raw) // self.size
 
     def rows(self, raw: bytes) -> list[tuple]:
-        import numpy as np
 
         if len(raw) % self.size:
             raise TraceFileError(f"a batch of raw events is not a whole number of "
                                  f"{self.size}-byte events")
+        np = self._np
         a = np.frombuffer(raw, dtype=self.dtype)
         if not len(a):
             return []
@@ -277,10 +279,16 @@ class TraceWriter:
             if not same_file(self._fd, path):
                 raise OutputError(f"cannot write {path}: it was replaced while ctracer "
                                   "was creating it")
+            # big pages: a commit of raw events writes a third of the log frames
+            self.db.execute("PRAGMA page_size=65536")
             self.db.execute("PRAGMA journal_mode=WAL")
             # a commit survives the process dying (SIGKILL, a crash), without an
             # fsync per commit; the file is synced when the writer closes it
             self.db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints (copying the log into the file, with an fsync) took up to a
+            # second each on a busy machine inside a commit; the recorder asks for one
+            # when it is idle (`checkpoint`), and closing folds the rest in
+            self.db.execute("PRAGMA wal_autocheckpoint=0")
             self.db.executescript(_SCHEMA)
         except sqlite3.Error as e:
             os.close(self._fd)
@@ -327,13 +335,18 @@ class TraceWriter:
         if len(self._pending) >= self.batch:
             self.flush()
 
-    def add_raw(self, raw: bytes) -> None:
-        """Commit raw events (the ring buffer's bytes, back to back) to the spool; the
-        meta must hold ``mini_layout`` (and ``return_value_functions``) by now."""
-        if not raw:
-            return
+    def expect_raw(self) -> None:
+        """Get ready for `add_raw` (numpy imported, the decoder built from the meta,
+        which must hold ``mini_layout`` and the rest the decoder reads) before the first
+        events arrive."""
         if self._decoder is None:
             self._decoder = RawDecoder.from_meta(self._meta)
+
+    def add_raw(self, raw: bytes) -> None:
+        """Commit raw events (the ring buffer's bytes, back to back) to the spool."""
+        if not raw:
+            return
+        self.expect_raw()
         size = self._decoder.size
         if len(raw) % size:
             raise ValueError("raw events of an unexpected size")
@@ -354,6 +367,11 @@ class TraceWriter:
         self.events_written += moved
         self.events_spooled -= moved
         return moved
+
+    def checkpoint(self) -> None:
+        """Copy the committed log into the file and sync it (what survives a power loss,
+        not only a crash): a moment's work when little is pending."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def flush(self) -> None:
         if self._pending:

@@ -68,6 +68,7 @@ class EventSink:
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
     DECODE_BUDGET_S = 0.05   # per commit: decoding never starves the ring buffer ...
     BUSY_EVENTS = 5000       # ... and waits for the end while a commit holds more
+    CHECKPOINT_S = 5.0       # when not busy: the log synced into the file this often
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
                  tail: Optional[Callable[[bytes], None]] = None):
@@ -76,7 +77,7 @@ class EventSink:
         self.tail = tail
         self.pending: list[bytes] = []
         self.held: list[bytes] = []   # counted, not yet committed
-        self.last_commit = time.monotonic()
+        self.last_commit = self.last_checkpoint = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
@@ -113,6 +114,9 @@ class EventSink:
             self.writer.add_raw(batch)
             if not commit and len(batch) // self.size < self.BUSY_EVENTS:
                 self.writer.decode_spool(self.DECODE_BUDGET_S)
+                if now - self.last_checkpoint >= self.CHECKPOINT_S:
+                    self.last_checkpoint = now
+                    self.writer.checkpoint()
 
 
 class Progress:
@@ -295,6 +299,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                         start_monotonic_ns=time.monotonic_ns(),
                         host=socket.gethostname(), kernel_release=os.uname().release,
                         command=list(command) if command else None, pid=pid)
+        writer.expect_raw()
         if command:
             gated = GatedCommand(command)
             session.follow(gated.pid)
