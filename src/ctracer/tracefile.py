@@ -517,6 +517,7 @@ class Trace:
             self.db, self.meta = self._open()
         version = self.meta.get("schema_version")
         if not (version or "").isdigit():
+            self._check_integrity()  # our tables, no version: a damaged meta table?
             raise TraceFileError(f"{path} is not a ctracer trace file (no schema version)")
         if int(version) > max(READABLE_VERSIONS):
             raise TraceFileError(
@@ -567,6 +568,16 @@ class Trace:
 
     def _damaged(self, e: Exception) -> TraceFileError:
         return TraceFileError(f"{self.path} is damaged: {e}")
+
+    def _check_integrity(self) -> None:
+        """SQLite's own check (reads the whole file: only where something is already
+        off); raises the damage it finds."""
+        try:
+            problems = [r[0] for r in self.db.execute("PRAGMA quick_check(1)")]
+        except sqlite3.Error as e:
+            raise self._damaged(e) from None
+        if problems != ["ok"]:
+            raise self._damaged(problems[0])
 
     @property
     def incomplete(self) -> Optional[str]:
