@@ -87,17 +87,10 @@ def _text(trace: Trace, key: str) -> str:
 
 
 def report_rows(trace: Trace):
-    """The report stage's passes, minus its statistics: rows (time order, one per event
-    shown), their snapshots, and the function table."""
-    fns = build.function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
-    events = build.read_events(trace, fns)
-    rows = events.rows
-    pairing = build.pair_calls(rows, fns)
-    calls = build.count_calls(rows, pairing, fns)
-    found = build.assign_objects(events, pairing, calls.duplicates)
-    start_ns = rows[0].ts_ns if rows else 0
-    build.find_changes(found, trace.mini, fns, calls.methods, start_ns)
-    return found.events.rows, found.events.snapshots, fns
+    """The report stage's passes (`ctracer.report.build.run_passes`): rows (time order,
+    one per event shown), their snapshots, and the function table."""
+    passes = build.run_passes(trace)
+    return passes.found.events.rows, passes.found.events.snapshots, passes.fns
 
 
 def _dictionary(indices, values: list[str], mask=None) -> "pa.Array":

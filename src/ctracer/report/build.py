@@ -722,7 +722,21 @@ def build_report(trace: Trace, progress: Optional[Callable[[str], None]] = None)
         return _build(trace, progress or (lambda _msg: None))
 
 
-def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
+@dataclass
+class Passes:
+    """What the passes found, before the report packs it: also what the export stage
+    reads (`ctracer.export.table`), so the two never disagree."""
+
+    fns: FunctionTable
+    pairing: Pairing
+    calls: CallCounts
+    found: Objects   # found.events: the rows shown, in time order, with their snapshots
+    start_ns: int
+    read: int        # events read (before rows repeating an object were dropped)
+
+
+def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None) -> Passes:
+    """Every pass over ``trace``, in order (see the module docstring)."""
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
     events = read_events(trace, fns)
     rows = events.rows
@@ -733,15 +747,21 @@ def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
     found = assign_objects(events, pairing, calls.duplicates)
     start_ns = rows[0].ts_ns if rows else 0
     find_changes(found, trace.mini, fns, calls.methods, start_ns)
+    return Passes(fns, pairing, calls, found, start_ns, len(rows))
+
+
+def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
+    p = run_passes(trace, say)
+    fns, found = p.fns, p.found
     found.events.snapshots = []  # decoded: the pages need only the changes
     say(f"{len(found.events.rows)} events, {len(found.objects)} objects")
     return ReportData(
-        summary=_summary(trace, len(rows)),
+        summary=_summary(trace, p.read),
         objects=list(found.objects.values()),
-        rows=found.events.rows, methods=calls.methods, function_names=fns.names,
-        canonical=fns.canon, start_ns=start_ns, lifetime_rule=lifetime_rule(fns),
-        null_object_events=found.null_events, unmatched_exits=pairing.unmatched_exits,
-        unfinished_calls=calls.unfinished)
+        rows=found.events.rows, methods=p.calls.methods, function_names=fns.names,
+        canonical=fns.canon, start_ns=p.start_ns, lifetime_rule=lifetime_rule(fns),
+        null_object_events=found.null_events, unmatched_exits=p.pairing.unmatched_exits,
+        unfinished_calls=p.calls.unfinished)
 
 
 def _object_depths(rows: list[Row]) -> None:
