@@ -160,6 +160,40 @@ def test_tracepoint_arguments_are_named_in_the_meta(sock_run):
     assert trace.meta_json("admission")["processes"] is True
 
 
+def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
+    """`ctracer export` (issue 7 §8) on the real run: every tracepoint hit one line,
+    ``tp:NAME``, its arguments by name, the snapshot by dotted member path, lifetimes
+    split by the sock rule (a transition out of TCP_CLOSE starts a new object)."""
+    import json
+    trace, _, _, _ = sock_run
+    fid = _by_name(trace)["inet_sock_set_state"]
+    hits = [e for e in trace.events() if e.function_id == fid]
+    r = subprocess.run([sys.executable, "-m", "ctracer", "export", trace.path],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    tp = [e for e in lines if e["function"] == "tp:inet_sock_set_state"]
+    assert len(tp) == len(hits) and all(e["probe"] == "tracepoint" for e in tp)
+    assert sorted((e["time_ns"], e["args"]["oldstate"], e["args"]["newstate"]) for e in tp) == \
+        sorted((h.ts_ns, h.args["oldstate"], h.args["newstate"]) for h in hits)
+    for e in tp:
+        assert e["object"] == f"0x{e['args']['sk']:x}"
+        assert e["fields"]["__sk_common.skc_state"] == e["args"]["oldstate"]
+    # per address, a new lifetime exactly where a transition leaves TCP_CLOSE (7) again
+    by_address = defaultdict(list)
+    for e in tp:
+        by_address[e["object"]].append(e)
+    for events in by_address.values():
+        lifetime = events[0]["lifetime"]
+        for before, e in zip(events, events[1:]):
+            if e["args"]["oldstate"] == 7:
+                assert e["lifetime"] == before["lifetime"] + 1, (before, e)
+            else:
+                assert e["lifetime"] == before["lifetime"], (before, e)
+        assert lifetime >= 1
+    assert any(e["lifetime"] > 1 for e in tp)  # tcploop's client sockets are reborn
+
+
 def test_sk_buff_objects_and_lengths_equal_bpftrace(tmp_path):
     port = _free_port()
     script = ('tracepoint:net:net_dev_queue /comm == "tcploop"/ '
