@@ -2,9 +2,9 @@
 
 Tables:
 
-* ``meta(key, value)``: schema version, the traced struct, its mini layout (JSON of
-  `ctracer.event.Layout`), the full struct layout as text, host, kernel release, argv,
-  start/end times, event and lost counts;
+* ``meta(key, value)``: schema version, the trace's id (``trace_id``, random), the
+  traced struct, its mini layout (JSON of `ctracer.event.Layout`), the full struct
+  layout as text, host, kernel release, argv, start/end times, event and lost counts;
 * ``functions``: the probed functions, how each reaches the object (``reach``/``via``),
   and whether its probes attached;
 * ``events``: one row per probe hit, the header decoded into columns and the mini
@@ -41,6 +41,7 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -303,7 +304,7 @@ class TraceWriter:
         self.events_written = 0   # decoded into the events table
         self.events_spooled = 0   # raw, committed, not decoded yet
         self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
-                      recorder_pid=os.getpid())
+                      recorder_pid=os.getpid(), trace_id=uuid.uuid4().hex)
 
     def set_meta(self, **items: Any) -> None:
         rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
