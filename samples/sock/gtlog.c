@@ -6,7 +6,11 @@
  *   <TAB>obj=0xADDR<TAB>ret=N|-<TAB>FIELD=VALUE...
  *
  * FIELD is the dotted path of every scalar member of struct sock (anonymous unions add
- * no step); VALUE is decimal, 0x-hex for pointers, raw text for char arrays.  No
+ * no step); VALUE is decimal, 0x-hex for pointers, raw text for char arrays.  Members of
+ * the kernel's complex types are logged twice: their internals, and the values ctracer's
+ * collectors record for them (FIELD.held for a spinlock, FIELD.locked for a mutex, the
+ * counter under the member's own name for refcount_t and atomics, FIELD.qlen of an
+ * sk_buff_head, FIELD.empty of a list_head, FIELD.unhashed of an hlist_node).  No
  * fields follow when obj is 0.  depth counts the methods active on this thread (0 for
  * the outermost).  Each line is one write(2) to an O_APPEND file, so threads do not
  * interleave and a killed process loses nothing already logged.  The logger only
@@ -55,6 +59,41 @@ static void add(struct line *l, const char *fmt, ...)
 		l->len += (size_t)n < sizeof(l->text) - l->len ? (size_t)n : 0;
 }
 
+static void add_list(struct line *l, const char *name, const struct list_head *h)
+{
+	add(l, "\t%s.next=%#lx\t%s.prev=%#lx\t%s.empty=%d", name, (unsigned long)h->next,
+	    name, (unsigned long)h->prev, name, h->next == h);
+}
+
+static void add_complex_fields(struct line *l, const void *obj)
+{
+	const struct sock *sk = obj;
+	const struct sk_buff_head *q = &sk->sk_receive_queue;
+	const struct mutex *m = &sk->sk_mutex;
+
+	add(l, "\tsk_drops.counter=%d\tsk_drops=%d", sk->sk_drops.counter, sk->sk_drops.counter);
+	add(l, "\tsk_bytes_sent.counter=%lld\tsk_bytes_sent=%lld", sk->sk_bytes_sent.counter,
+	    sk->sk_bytes_sent.counter);
+	add(l, "\tsk_mem_pages.counter=%lld\tsk_mem_pages=%lld", sk->sk_mem_pages.counter,
+	    sk->sk_mem_pages.counter);
+	add(l, "\tsk_stamp=%lld", sk->sk_stamp);
+	add(l, "\tsk_receive_queue.next=%#lx\tsk_receive_queue.prev=%#lx",
+	    (unsigned long)q->next, (unsigned long)q->prev);
+	add(l, "\tsk_receive_queue.qlen=%u", q->qlen);
+	add(l, "\tsk_receive_queue.lock.locked=%u\tsk_receive_queue.lock.owner=%u",
+	    q->lock.locked, q->lock.owner);
+	add_list(l, "sk_accept_waiters", &sk->sk_accept_waiters);
+	add(l, "\tsk_bind_node.next=%#lx\tsk_bind_node.pprev=%#lx\tsk_bind_node.unhashed=%d",
+	    (unsigned long)sk->sk_bind_node.next, (unsigned long)sk->sk_bind_node.pprev,
+	    sk->sk_bind_node.pprev == NULL);
+	add(l, "\tsk_mutex.owner.counter=%lld\tsk_mutex.locked=%d", m->owner.counter,
+	    (m->owner.counter & ~7LL) != 0);
+	add(l, "\tsk_mutex.wait_lock.locked=%u", m->wait_lock.locked);
+	add_list(l, "sk_mutex.wait_list", &m->wait_list);
+	add(l, "\tsk_hash_lock.locked=%u\tsk_hash_lock.held=%d", sk->sk_hash_lock.locked,
+	    sk->sk_hash_lock.locked != 0);
+}
+
 static void add_fields(struct line *l, const void *obj)
 {
 	const struct sock *sk = obj;
@@ -74,7 +113,9 @@ static void add_fields(struct line *l, const void *obj)
 	add(l, "\t__sk_common.skc_bound_dev_if=%d", c->skc_bound_dev_if);
 	add(l, "\t__sk_common.skc_state=%u", (unsigned int)c->skc_state);
 	add(l, "\t__sk_common.skc_refcnt.refs.counter=%d", c->skc_refcnt.refs.counter);
+	add(l, "\t__sk_common.skc_refcnt=%d", c->skc_refcnt.refs.counter);
 	add(l, "\tsk_lock.slock.locked=%u", sk->sk_lock.slock.locked);
+	add(l, "\tsk_lock.slock.held=%d", sk->sk_lock.slock.locked != 0);
 	add(l, "\tsk_lock.slock.owner=%u", sk->sk_lock.slock.owner);
 	add(l, "\tsk_lock.owned=%d", sk->sk_lock.owned);
 	add(l, "\tsk_rcvbuf=%d", sk->sk_rcvbuf);
@@ -107,6 +148,7 @@ static void add_fields(struct line *l, const void *obj)
 	add(l, "\tsk_socket=%#lx", (unsigned long)sk->sk_socket);
 	add(l, "\tsk_state_change=%#lx", (unsigned long)sk->sk_state_change);
 	add(l, "\tsk_next=%#lx", (unsigned long)sk->sk_next);
+	add_complex_fields(l, sk);
 }
 
 static const char *base_name(const char *path)

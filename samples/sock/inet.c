@@ -104,6 +104,14 @@ METHOD int inet_listen(struct socket *sock, int backlog)
 	lock_sock(sk);
 	sk->sk_backlog[0] = backlog;
 	tcp_set_state(sk, TCP_LISTEN);
+	{	/* the listener's own waiter entry: the list is not empty while listening */
+		struct list_head *w = &((struct tcp_sock *)sk)->accept_waiter;
+
+		w->next = &sk->sk_accept_waiters;
+		w->prev = &sk->sk_accept_waiters;
+		sk->sk_accept_waiters.next = w;
+		sk->sk_accept_waiters.prev = w;
+	}
 	release_sock(sk);
 	GT_EXIT_RET(sk, 0);
 	return 0;

@@ -29,6 +29,14 @@ struct options {
 
 static struct options opts = { .loops = 6, .threads = 1, .delay_ms = 0 };
 
+long long sample_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static void sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };

@@ -4,8 +4,10 @@
  * table are per thread (like the kernel's per-CPU slab caches): a socket is only ever
  * touched by the thread that allocated it, so what a method logs just before it
  * returns is still what a probe reads right after, even for a socket just freed. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sock.h"
 
@@ -18,6 +20,7 @@ static int pool_used;
 static pthread_mutex_t pool_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread struct sock *hash_table[HASH_SIZE];
+static __thread struct hlist_node *bind_chain;
 
 /* Same name as a static function in tcp.c: two distinct functions to probe. */
 static METHOD int sk_check(const struct sock *sk)
@@ -66,6 +69,12 @@ METHOD struct sock *sk_alloc(int family, const char *name)
 		sk->sk_pacing_delta = -3;
 		sk->sk_state_change = sock_def_wakeup;
 		strncpy(sk->sk_name, name, sizeof(sk->sk_name) - 1);
+		sk->sk_receive_queue.next = (struct sk_buff *)&sk->sk_receive_queue;
+		sk->sk_receive_queue.prev = (struct sk_buff *)&sk->sk_receive_queue;
+		sk->sk_accept_waiters.next = &sk->sk_accept_waiters;
+		sk->sk_accept_waiters.prev = &sk->sk_accept_waiters;
+		sk->sk_mutex.wait_list.next = &sk->sk_mutex.wait_list;
+		sk->sk_mutex.wait_list.prev = &sk->sk_mutex.wait_list;
 	}
 	GT_EXIT_RET(sk, sk);
 	return sk;
@@ -104,12 +113,16 @@ METHOD void lock_sock(struct sock *sk)
 		;
 	sk->sk_lock.slock.owner = 1;
 	sk->sk_lock.owned = 1;
+	/* the owner: a thread id above the three flag bits, one flag set */
+	__atomic_store_n(&sk->sk_mutex.owner.counter, ((long long)gettid() << 3) | 1,
+			 __ATOMIC_RELEASE);
 	GT_EXIT(sk);
 }
 
 METHOD void release_sock(struct sock *sk)
 {
 	GT_ENTRY(sk);
+	__atomic_store_n(&sk->sk_mutex.owner.counter, 0, __ATOMIC_RELEASE);
 	sk->sk_lock.owned = 0;
 	sk->sk_lock.slock.owner = 0;
 	__atomic_store_n(&sk->sk_lock.slock.locked, 0, __ATOMIC_RELEASE);
@@ -121,6 +134,7 @@ METHOD void sk_mem_charge(struct sock *sk, int size)
 	GT_ENTRY(sk);
 	sk->sk_forward_alloc -= size;
 	sk->sk_wmem_queued += size;
+	__atomic_add_fetch(&sk->sk_mem_pages.counter, (size + 4095) / 4096, __ATOMIC_SEQ_CST);
 	GT_EXIT(sk);
 }
 
@@ -129,6 +143,7 @@ METHOD void sk_mem_uncharge(struct sock *sk, int size)
 	GT_ENTRY(sk);
 	sk->sk_forward_alloc += size;
 	sk->sk_wmem_queued -= size;
+	__atomic_sub_fetch(&sk->sk_mem_pages.counter, (size + 4095) / 4096, __ATOMIC_SEQ_CST);
 	GT_EXIT(sk);
 }
 
@@ -161,6 +176,13 @@ METHOD void sk_hash_add(struct sock *sk)
 	sk->__sk_common.skc_hash = slot;
 	sk->sk_next = hash_table[slot];
 	hash_table[slot] = sk;
+	/* the hash lock stays held until sk_unhash */
+	__atomic_store_n(&sk->sk_hash_lock.locked, 1, __ATOMIC_SEQ_CST);
+	sk->sk_bind_node.next = bind_chain;
+	if (bind_chain)
+		bind_chain->pprev = &sk->sk_bind_node.next;
+	bind_chain = &sk->sk_bind_node;
+	sk->sk_bind_node.pprev = &bind_chain;
 	GT_EXIT(sk);
 }
 
@@ -173,6 +195,14 @@ static METHOD void sk_hash_unlink(struct sock **pprev)
 	*pprev = sk->sk_next;
 	sk->sk_next = NULL;
 	sk->__sk_common.skc_hash = 0;
+	if (sk->sk_bind_node.pprev) {
+		*sk->sk_bind_node.pprev = sk->sk_bind_node.next;
+		if (sk->sk_bind_node.next)
+			sk->sk_bind_node.next->pprev = sk->sk_bind_node.pprev;
+		sk->sk_bind_node.next = NULL;
+		sk->sk_bind_node.pprev = NULL;
+	}
+	__atomic_store_n(&sk->sk_hash_lock.locked, 0, __ATOMIC_RELEASE);
 	GT_EXIT(sk);
 }
 

@@ -5,8 +5,11 @@
  * in struct sock; struct inet_sock embedding struct sock first and struct tcp_sock
  * embedding inet_sock (aliases, recursively); struct socket holding a struct sock
  * pointer (a pointer holder); bitfields (signed and unsigned), an enum state, unions
- * (named and anonymous), a char array, a nested stats struct, a lock-like and a
- * refcount-like member, typedef chains and volatile members.
+ * (named and anonymous), a char array, a nested stats struct, typedef chains and
+ * volatile members, and members of the kernel's complex types, named as the kernel
+ * names them so that ctracer's collectors recognise them (spinlock_t, raw_spinlock_t,
+ * socket_lock_t, struct mutex, refcount_t, atomic_t, atomic64_t, atomic_long_t,
+ * struct sk_buff_head, struct list_head, struct hlist_node, ktime_t).
  *
  * Every function that takes or returns a struct sock (directly, const, through an
  * alias, a holder or a struct sock **) is a "method".  Each method logs a ground-truth
@@ -42,9 +45,45 @@ typedef struct {
 } refcount_t;
 
 typedef struct {
+	long long counter;
+} atomic64_t;
+
+typedef atomic64_t atomic_long_t;
+
+typedef long long ktime_t;
+
+typedef struct {
 	volatile unsigned int locked;
 	unsigned int owner;
 } spinlock_t;
+
+typedef struct {
+	volatile unsigned char locked;
+} raw_spinlock_t;
+
+struct list_head {
+	struct list_head *next, *prev;
+};
+
+struct hlist_node {
+	struct hlist_node *next, **pprev;
+};
+
+struct sk_buff;
+
+struct sk_buff_head {
+	struct sk_buff *next;
+	struct sk_buff *prev;
+	__u32 qlen;
+	spinlock_t lock;
+};
+
+/* The owner word holds the owning thread with three flag bits below it. */
+struct mutex {
+	atomic_long_t owner;
+	raw_spinlock_t wait_lock;
+	struct list_head wait_list;
+};
 
 typedef struct {
 	spinlock_t slock;
@@ -140,6 +179,15 @@ struct sock {
 	struct socket *sk_socket;
 	void (*sk_state_change)(struct sock *sk);
 	struct sock *sk_next;
+	atomic_t sk_drops;
+	atomic64_t sk_bytes_sent;
+	atomic_long_t sk_mem_pages;
+	ktime_t sk_stamp;
+	struct sk_buff_head sk_receive_queue;
+	struct list_head sk_accept_waiters;
+	struct hlist_node sk_bind_node;
+	struct mutex sk_mutex;
+	raw_spinlock_t sk_hash_lock;
 };
 
 struct inet_sock {
@@ -158,6 +206,7 @@ struct tcp_sock {
 	struct inet_sock inet;
 	__u32 snd_nxt;
 	__u32 rcv_nxt;
+	struct list_head accept_waiter;   /* on sk_accept_waiters while listening */
 };
 
 struct socket {
@@ -210,6 +259,9 @@ long tcp_recvmsg(struct sock *sk, void *buf, long len);
 void tcp_close(struct sock *sk, long timeout);
 struct sock *tcp_accept(struct sock *listener, int *err);
 void tcp_rcv_nxt_update(struct tcp_sock *tp, __u32 seq);
+
+/* main.c: CLOCK_MONOTONIC in nanoseconds (what a ktime_t holds) */
+long long sample_now_ns(void);
 
 /* gtlog.c: ground truth, written only when CTRACER_SAMPLE_LOG names a file.  The
  * logger takes objects as const void * so that it is not itself a method. */

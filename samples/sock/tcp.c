@@ -52,11 +52,14 @@ METHOD long tcp_sendmsg(struct sock *sk, const void *buf, long len)
 	} else if (!sk_stream_memory_free(sk)) {
 		sk->sk_err = -EAGAIN;
 		sk->sk_stats.drops++;
+		__atomic_add_fetch(&sk->sk_drops.counter, 1, __ATOMIC_SEQ_CST);
 		ret = -EAGAIN;
 	} else {
 		sk_mem_charge(sk, (int)len);
 		sk->sk_stats.tx_bytes += len;
 		sk->sk_stats.tx_packets++;
+		__atomic_add_fetch(&sk->sk_bytes_sent.counter, len, __ATOMIC_SEQ_CST);
+		sk->sk_stamp = sample_now_ns();
 		sk->sk_pacing_delta = (sk->sk_pacing_delta + 7) % 16 - 8;
 		ret = len;
 	}
@@ -76,6 +79,7 @@ METHOD long tcp_recvmsg(struct sock *sk, void *buf, long len)
 		sk_mem_uncharge(sk, (int)len);
 		sk->sk_stats.rx_bytes += len;
 		sk->sk_stats.rx_packets++;
+		sk->sk_receive_queue.qlen++;
 	}
 	ret = len;
 	GT_EXIT_RET(sk, ret);
@@ -89,6 +93,14 @@ METHOD void tcp_close(struct sock *sk, long timeout)
 	sk->sk_rcvtimeo = timeout;
 	tcp_set_state(sk, TCP_FIN_WAIT1);
 	tcp_set_state(sk, TCP_CLOSE);
+	if (sk->sk_accept_waiters.next != &sk->sk_accept_waiters) {
+		struct list_head *w = sk->sk_accept_waiters.next;
+
+		w->prev->next = w->next;
+		w->next->prev = w->prev;
+		w->next = w->prev = w;
+	}
+	sk->sk_receive_queue.qlen = 0;
 	if (sk->__sk_common.skc_num)
 		sk_unhash(sk);
 	release_sock(sk);

@@ -30,6 +30,8 @@ COMMANDS = {
                "print a struct's layout like pahole, or its mini struct"),
     "plan": ("ctracer.commands.plan",
              "show the probe kind chosen for each method, or why none; --verify loads them"),
+    "project": ("ctracer.commands.project",
+                "write a project file (methods and fields to record) for trace --project"),
     "trace": ("ctracer.commands.trace",
               "record a struct's fields at entry and exit of its methods"),
     "callgraph": ("ctracer.commands.callgraph",
@@ -49,6 +51,8 @@ examples:
   ctracer struct sock --binary ./prog --mini         # the fields a trace records
   ctracer plan struct sock --verify                  # probe kinds here; verifier check
   ctracer trace struct sock --binary ./prog -- ./prog --run
+  ctracer project init struct sock --binary ./prog -o sock.toml
+  ctracer trace --project sock.toml -- ./prog --run
   ctracer callgraph sock.ctrace                      # → callgraph/sock/index.html
   ctracer export sock.ctrace --format jsonl          # one event per line, for scripts
   ctracer sql "SELECT function, count(*) FROM events GROUP BY 1" sock.ctrace

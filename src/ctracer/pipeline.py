@@ -33,9 +33,16 @@ class TraceRequest:
     #: method globs to keep (all when empty) and to drop
     functions: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    #: field globs of the mini struct (all when empty); pointer members too
+    #: field globs of the mini struct (all when empty) and to drop; only fields on these
+    #: cachelines; at most this many bytes; pointer members too
     fields: tuple[str, ...] = ()
+    exclude_fields: tuple[str, ...] = ()
+    cachelines: tuple[int, ...] = ()
+    max_bytes: Optional[int] = None
     pointers: bool = False
+    #: the project file the selection came from (`ctracer.plan.project.Project`): its
+    #: names are checked against the struct's methods and fields, errors naming its lines
+    project: Optional[object] = None
     #: record only what a followed process tree touches (-p PID or a command)
     follow_processes: bool = False
     #: kernel object admission: process name, addresses, condition, how many
@@ -153,6 +160,7 @@ def _admission(request: TraceRequest, layout):
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
+    from ctracer.collectors import registry
     from ctracer.debuginfo import sources
     from ctracer.plan import discovery, mini
     from ctracer.record import recorder
@@ -165,7 +173,15 @@ def build(request: TraceRequest) -> BuiltTrace:
     graph = model.find_struct(name, kind)
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind)
-    built = mini.build_mini(graph, include=list(request.fields), pointers=request.pointers)
+    if request.project is not None:
+        fields, _ = mini.candidate_fields(graph, pointers=request.pointers,
+                                          kinds=registry.claim)
+        request.project.check(sorted({n for m in found.methods for n in (m.name, m.key)}),
+                              [f.name for f in fields])
+    built = mini.build_mini(graph, include=list(request.fields),
+                            exclude=list(request.exclude_fields), pointers=request.pointers,
+                            cachelines=list(request.cachelines), max_bytes=request.max_bytes,
+                            kinds=registry.claim)
     if not built.layout.fields:
         raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
     extra: dict = {}
@@ -207,8 +223,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         full = f"/* layout unavailable: {e} */\n"
     meta = recorder.trace_meta(
         struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
-        mini_text=mini.render_mini(built.layout, skipped=built.skipped,
-                                   struct_size=built.struct_size),
+        mini_text=mini.render_built(built, explain=True),
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
         functions=request.functions, bpf_text=program.text, **extra)
     return BuiltTrace(program, meta, source.binary)

@@ -21,7 +21,8 @@ from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import mini
 from ctracer.probes import program as probes
-from ctracer.collectors.base import collectors_for, read_span
+from ctracer.collectors import registry
+from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.plan.discovery import Method
 from ctracer.event import c_event_definition
 from ctracer.debuginfo.model import FunctionInfo, Parameter, ShapeKind, TypeShape
@@ -34,7 +35,7 @@ def sample():
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
     types = dwarf.open_elf_types(gt.SOCKDEMO, use_cache=False)
     found = discovery.discover(types.catalog(), "sock")
-    built = mini.build_mini(types.find_struct("sock"))
+    built = mini.build_mini(types.find_struct("sock"), kinds=registry.claim)
     return found.methods, built
 
 
@@ -151,7 +152,7 @@ typedef unsigned int u32; typedef int s32;
 typedef unsigned long long u64; typedef long long s64;
 %(definitions)s
 static unsigned char object[%(object_size)d] __attribute__((aligned(8)));
-static void snapshot(struct %(mini)s *m, const unsigned char *buf)
+static void snapshot(struct %(mini)s *m, const unsigned char *buf, u64 addr)
 {
 %(statements)s
 }
@@ -162,7 +163,7 @@ int main(void)
 		return 1;
 	memset(&e, 0xa5, sizeof(e));
 	memset(&e.m, 0, sizeof(e.m));
-	snapshot(&e.m, object + %(start)d);
+	snapshot(&e.m, object + %(start)d, %(address)#xULL);
 	fwrite(&e.m, 1, sizeof(e.m), stdout);
 	return 0;
 }
@@ -172,25 +173,41 @@ int main(void)
 def test_collectors_extract_what_the_reference_does(sample, tmp_path):
     """The C the collectors emit, run on random object bytes, gives the values
     `mini.extract_field` computes from the same bytes (bit masks, shifts, sign
-    extension of signed bitfields, unions, char arrays)."""
+    extension of signed bitfields, unions, char arrays, and the values of complex
+    members: a lock held, a list head pointing to itself)."""
     _, built = sample
     layout = built.layout
     collectors = collectors_for(layout)
     start, end = read_span(collectors)
-    statements = "\n".join("\t" + s for c in collectors for s in c.c_statements("(*m)", "buf", start))
+    statements = "\n".join("\t" + s for c in collectors
+                           for s in c.c_statements("(*m)", "buf", start, "addr"))
+    address = 0x7f0000001000
     source = HARNESS % dict(definitions=c_event_definition(layout), object_size=built.struct_size,
-                            mini=layout.name, statements=statements, start=start)
+                            mini=layout.name, statements=statements, start=start,
+                            address=address)
     (tmp_path / "harness.c").write_text(source)
     exe = tmp_path / "harness"
     compile_c(tmp_path / "harness.c", exe, Build(opt=1), debug=False, flags=["-Wall", "-Werror"])
     rng = random.Random(1234)
-    for _ in range(40):
-        raw = bytes(rng.getrandbits(8) for _ in range(built.struct_size))
-        out = subprocess.run([str(exe)], input=raw, capture_output=True, check=True).stdout
+    ops = [f for f in layout.fields if f.source.get("op")]
+    assert {f.source["op"] for f in ops} >= {"nonzero", "is_own_address"}
+    seen = {f.name: set() for f in ops}
+    for i in range(40):
+        raw = bytearray(rng.getrandbits(8) for _ in range(built.struct_size))
+        for f in ops:  # half the time, the state a value tells apart
+            at, size = f.source["byte_offset"], f.source["size"]
+            if i % 2 and f.source["op"] == "is_own_address":
+                raw[at:at + size] = (address + f.source["address_offset"]).to_bytes(size, "little")
+            elif i % 2:
+                raw[at:at + size] = bytes(size)
+        out = subprocess.run([str(exe)], input=bytes(raw), capture_output=True, check=True).stdout
         got = layout.decode(out)
         for f in layout.fields:
-            want = mini.extract_field(raw, f)
+            want = mini.extract_field(bytes(raw), f, address)
             assert got[f.name] == want, (f.name, f.source, got[f.name], want)
+            if f.name in seen:
+                seen[f.name].add(want)
+    assert all(values == {0, 1} for values in seen.values()), seen
 
 
 def test_print_bpf_needs_no_root(sample, tmp_path):

@@ -1,6 +1,13 @@
 """Print a struct's (or union's) layout exactly as ``pahole -C NAME`` prints it, or with
 --mini the minimized struct that a trace records for it.
 
+The mini struct holds every scalar member reachable without following a pointer (dotted
+paths, anonymous structs and unions included); members of a complex type (locks,
+refcounts, atomics, queues, lists, ktime_t) are recorded by the collector of their kind
+as the values an engineer reads (``sk_lock.owned``, ``sk_lock.slock.held``,
+``__sk_common.skc_refcnt``), not as their internals.  --explain lists every member left
+out and why, and what each collector records instead.
+
 The layout shows every member with its offset and size, bitfield bit offsets, holes, bit
 holes, padding, cacheline boundaries and pahole's summary comment; anonymous structs and
 unions are expanded inline.  Types come from DWARF (--binary), BTF (--btf, --module) or,
@@ -20,6 +27,8 @@ examples:
   ctracer struct union bpf_attr                       # a union
   ctracer struct sock --binary ./sockdemo             # a program's DWARF
   ctracer struct sock --binary ./sockdemo --mini      # the fields a trace records
+  ctracer struct sock --mini --explain                # ... and what is left out, and why
+  ctracer struct sock --mini --cachelines 1,3 --max-bytes 64
   ctracer struct nfs_fh --binary nfs.ko
 """
 
@@ -34,8 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="with --mini: only fields matching this name or glob (repeatable)")
     mini.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                       help="with --mini: leave out fields matching this name or glob")
-    mini.add_argument("--cacheline", action="append", type=int, default=[], metavar="N",
-                      help="with --mini: only fields in cacheline N of the traced struct")
+    add_selection_arguments(mini, "with --mini: ")
+    mini.add_argument("--explain", action="store_true",
+                      help="with --mini: list what is left out and why, and what the "
+                           "collectors of complex members record")
     mini.add_argument("--pointers", action="store_true",
                       help="with --mini: also record pointer members (as addresses)")
     mini.add_argument("--no-reorganize", action="store_true",
@@ -48,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
 
     kind, name = options.struct_name_from_args(args)
     kind_given = len(args.target) == 2
-    mini_only = (args.field or args.exclude or args.cacheline or args.pointers
-                 or args.no_reorganize)
+    mini_only = (args.field or args.exclude or args.cachelines or args.pointers
+                 or args.no_reorganize or args.max_bytes is not None or args.explain)
     if mini_only and not args.mini:
-        raise UsageError("--field, --exclude, --cacheline, --pointers and --no-reorganize "
-                         "need --mini")
+        raise UsageError("--field, --exclude, --cachelines, --max-bytes, --pointers, "
+                         "--no-reorganize and --explain need --mini")
     model = sources.open_type_source(options.type_source_from_args(args))
     try:
         graph = model.find_struct(name, kind)
@@ -73,10 +84,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_selection_arguments(group, prefix: str = "") -> None:
+    """--cachelines and --max-bytes, shared by `ctracer struct --mini` and `ctracer trace`."""
+    group.add_argument("--cachelines", action="append", type=cacheline_list, default=[],
+                       metavar="N[,N...]",
+                       help=f"{prefix}only fields on these cachelines of the traced struct "
+                            "(numbered from 0 as pahole's comments)")
+    group.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                       help=f"{prefix}keep fields in order while the snapshot stays within N "
+                            "bytes")
+
+
+def cacheline_list(text: str) -> list[int]:
+    """``1,3`` → [1, 3] (argparse turns the ValueError into one line)."""
+    lines = [int(part) for part in text.split(",") if part.strip()]
+    if not lines or any(n < 0 for n in lines):
+        raise ValueError(text)
+    return lines
+
+
+cacheline_list.__name__ = "cacheline list"
+
+
 def _mini_text(graph, args: argparse.Namespace) -> str:
+    from ctracer.collectors import registry
     from ctracer.plan import mini
     built = mini.build_mini(graph, include=args.field, exclude=args.exclude,
-                            cachelines=args.cacheline, pointers=args.pointers,
-                            reorganize_fields=not args.no_reorganize)
-    return mini.render_mini(built.layout, skipped=built.skipped,
-                            struct_size=built.struct_size)
+                            cachelines=[n for group in args.cachelines for n in group],
+                            max_bytes=args.max_bytes, pointers=args.pointers,
+                            reorganize_fields=not args.no_reorganize, kinds=registry.claim)
+    return mini.render_built(built, explain=args.explain)

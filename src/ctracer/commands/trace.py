@@ -41,6 +41,8 @@ examples:
   ctracer trace struct sock --binary ./sockdemo -- ./sockdemo --loops 10
   ctracer trace sock --binary ./sockdemo -p 4242 -d 5 -o five-seconds.ctrace
   ctracer trace sock --binary ./sockdemo --functions 'tcp_*' --fields 'sk_stats' -- ./sockdemo
+  ctracer trace sock --binary ./sockdemo --cachelines 1 --max-bytes 32 -- ./sockdemo
+  ctracer trace --project sock.toml -- ./sockdemo   # a file from ctracer project init
   ctracer trace sock --print-bpf                               # the generated BPF C, no root needed
 """
 
@@ -56,9 +58,14 @@ def _address(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    options.add_struct_name_argument(parser)
+    parser.add_argument("target", nargs="*", metavar="[struct|union] NAME",
+                        help="the struct (or union) to trace, e.g. 'struct sock' or 'sock' "
+                             "(from the project file with --project)")
     options.add_type_source_arguments(parser)
     run = parser.add_argument_group("what to record")
+    run.add_argument("--project", metavar="FILE",
+                     help="a project file (ctracer project init) saying the struct, where "
+                          "its types come from, the functions and the fields")
     run.add_argument("-p", "--pid", type=int, metavar="PID",
                      help="record this running process (and children it forks); on the "
                           "kernel: the objects it touches, followed in every context")
@@ -73,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "takes all of its fields)")
     run.add_argument("--pointers", action="store_true",
                      help="also record pointer members (as addresses)")
+    from ctracer.commands.struct import add_selection_arguments
+    add_selection_arguments(run)
     objects = parser.add_argument_group("which kernel objects (checked in the kernel)")
     objects.add_argument("--comm", metavar="NAME",
                          help="objects first seen in a process of this name")
@@ -94,8 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--buffer-mb", type=int, default=16, metavar="MB",
                      help="ring buffer size, a power of two (default 16)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
-    parser.usage = ("%(prog)s [struct|union] NAME [--binary PATH | --module NAME | --btf FILE] "
-                    "[-p PID | -d SECONDS] [-o FILE] [options] [-- COMMAND [ARGS...]]")
+    parser.usage = ("%(prog)s {[struct|union] NAME [--binary PATH | --module NAME | --btf FILE]"
+                    " | --project FILE} [-p PID | -d SECONDS] [-o FILE] [options] [-- COMMAND [ARGS...]]")
     _take_command_after_double_dash(parser)
 
 
@@ -169,10 +178,26 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
     return TraceRequest(
         kind=kind, name=name, source=options.type_source_from_args(args),
         functions=tuple(args.functions), exclude=tuple(args.exclude),
-        fields=tuple(args.fields), pointers=args.pointers,
+        fields=tuple(args.fields), exclude_fields=tuple(getattr(args, "exclude_fields", ())),
+        cachelines=tuple(n for group in args.cachelines for n in group),
+        max_bytes=args.max_bytes, project=getattr(args, "project_file", None),
+        pointers=args.pointers,
         follow_processes=bool(args.pid or args.command), comm=args.comm,
         objects=tuple(args.objects), where=args.where, max_objects=args.max_objects,
         buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv))
+
+
+def snapshot_summary(meta: dict) -> str:
+    """What each event will carry, said before recording: the snapshot's bytes and the
+    fields chosen, so that fields are traded for overhead knowingly."""
+    from ctracer.event import Layout, event_size
+    layout = Layout.from_json(meta["mini_layout"])
+    names = [f.name for f in layout.ordered_fields]
+    shown = ", ".join(names[:12]) + (f", ... ({len(names) - 12} more)" if len(names) > 12
+                                      else "")
+    return (f"ctracer: snapshot of {meta['struct_kind']} {meta['struct_name']}: "
+            f"{layout.size} bytes per event ({event_size(layout)} with the event header), "
+            f"{len(names)} fields: {shown}")
 
 
 def _check_process_maps(pid: int, binary: str) -> Optional[str]:
@@ -223,6 +248,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
     def announce() -> None:
         if args.quiet:
             return
+        print(snapshot_summary(built.meta), file=out)
         until = " until it exits" if (args.pid or args.command) else ""
         if args.duration:
             until += f"{' or' if until else ''} for {args.duration:g} s"
@@ -262,9 +288,39 @@ def run(args: argparse.Namespace) -> int:
     return exit_status(result)
 
 
+def apply_project(args: argparse.Namespace) -> None:
+    """Fill the options from ``--project FILE`` (what the command line also gives is
+    added to it; a type source on the command line wins)."""
+    from ctracer.errors import UsageError
+    from ctracer.plan import project
+    args.exclude_fields = []
+    args.project_file = None
+    if not getattr(args, "project", None):
+        return
+    p = project.load(args.project)
+    if args.target:
+        raise UsageError(f"the struct comes from {args.project} ({p.kind} {p.name}): give "
+                         "no NAME with --project")
+    args.target = [p.kind, p.name]
+    if not any(getattr(args, k, None) for k in ("binary", "btf", "module")):
+        args.binary, args.btf, args.btf_base, args.module = p.binary, p.btf, p.btf_base, p.module
+    args.functions = list(p.functions) + list(args.functions)
+    args.exclude = list(p.exclude_functions) + list(args.exclude)
+    args.fields = list(p.fields) + list(args.fields)
+    args.exclude_fields = list(p.exclude_fields)
+    args.cachelines = ([list(p.cachelines)] if p.cachelines else []) + list(args.cachelines)
+    if args.max_bytes is None:
+        args.max_bytes = p.max_bytes
+    args.pointers = args.pointers or p.pointers
+    args.project_file = p
+
+
 def target_from_args(args: argparse.Namespace):
     from ctracer.errors import UsageError
+    apply_project(args)
     words = args.target
+    if not words:
+        raise UsageError("which struct? give '[struct|union] NAME' or --project FILE")
     if len(words) > 2 or (len(words) == 2 and words[0] not in ("struct", "union")):
         raise UsageError(f"expected '[struct|union] NAME', got {' '.join(words)!r} "
                          "(put the command to run after --)")

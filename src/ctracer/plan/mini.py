@@ -18,6 +18,12 @@ probe can copy as one scalar:
 Other arrays, nested members that are themselves arrays of structs, ``long double``,
 128-bit integers and flexible arrays are skipped; `MiniStruct.skipped` says which and why.
 
+A member of a *complex type* (a lock, a refcount, a list head...) is not flattened when
+``kinds`` is given: ``kinds(graph, type_id)`` (`ctracer.collectors.registry.claim`) may
+claim it and say which values its collector computes instead of its internals (a
+spinlock's ``held`` flag, a refcount's counter); each becomes one field whose source
+carries an ``op`` (below).  A claim without values leaves the member out, with a reason.
+
 The kept fields are then reordered with pahole's algorithm (`ctracer.plan.reorganize`) and
 become a `ctracer.event.Layout` named ``ctracer__mini_<name>``.  Each `Field.source` says
 where the value comes from in the traced object, for collectors::
@@ -31,6 +37,12 @@ where the value comes from in the traced object, for collectors::
     signed              sign-extend the bitfield value (or the integer read)
     ctype               the member's C type as declared
     cacheline           byte_offset // cacheline size (64)
+    collector           for a claimed member: the kind that computes the value
+    op                  how a claimed value comes from the bytes read (absent: a copy):
+                        ``nonzero`` 1 when the bytes (the bits of ``mask``, when
+                        given) are not all zero, ``zero`` 1 when
+                        they are, ``is_own_address`` 1 when they hold the address of
+                        the object plus ``address_offset`` (an empty list head)
 
 `extract_field` is the reference implementation of that rule on raw object bytes.
 """
@@ -39,7 +51,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field as dc_field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ctracer.errors import UsageError
 from ctracer.event import Field, Layout, c_identifier, size_of_ctype
@@ -64,6 +76,49 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """One value a collector computes from a member of its kind (see `Claim`)."""
+
+    suffix: str           # appended to the member's path: "" (the member itself) or ".held"
+    ctype: str            # the event field type (`ctracer.event.SCALARS`)
+    kind: str             # the event field kind
+    byte_offset: int      # bytes to read, relative to the member
+    size: int
+    op: str = "copy"      # copy, nonzero, zero, is_own_address
+    signed: bool = False
+    mask: int = 0         # for nonzero: only these bits count (0: all)
+
+
+#: the ops a `Derived` value may use
+OPS = ("copy", "nonzero", "zero", "is_own_address")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the collector of a complex type records for a member of that type: its
+    ``values``, or nothing and the ``reason``."""
+
+    collector: str
+    type_name: str
+    values: tuple[Derived, ...] = ()
+    reason: str = ""
+
+
+#: ``kinds(graph, member type id)``: the claim of the collector for the type, or None
+Kinds = Callable[[TypeGraph, Optional[TypeId]], Optional[Claim]]
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A member recorded by the collector of its type instead of its internals."""
+
+    name: str
+    type_name: str
+    collector: str
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MiniStruct:
     """The mini struct of one traced struct, and what was left out of it."""
 
@@ -74,6 +129,15 @@ class MiniStruct:
     skipped: tuple[Skipped, ...] = ()
     #: size of the same fields in source order, before reorganizing
     unreorganized_size: int = 0
+    #: members recorded by a collector of their type
+    collected: tuple[Collected, ...] = ()
+    #: recordable fields the selection left out, and why
+    unselected: tuple[Skipped, ...] = ()
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes the reorganized layout saves over the same fields in source order."""
+        return self.unreorganized_size - self.layout.size
 
 
 @dataclass
@@ -82,6 +146,7 @@ class _Options:
     char_arrays: bool = True
     max_text: int = 64
     unions: bool = True
+    kinds: Optional[Kinds] = None
 
 
 @dataclass
@@ -91,6 +156,7 @@ class _Walk:
     object_size: int = 0
     fields: list[Field] = dc_field(default_factory=list)
     skipped: list[Skipped] = dc_field(default_factory=list)
+    collected: list[Collected] = dc_field(default_factory=list)
 
 
 # ------------------------------------------------------------------ the walk
@@ -172,6 +238,11 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
         inner = graph.strip(m.type)
         t = graph[inner] if inner is not None else None
         member_in_union = in_union or comp.kind == "union"
+        claim = opts.kinds(graph, m.type) if opts.kinds and not m.is_bitfield else None
+        if claim is not None:
+            _add_claim(walk, claim, name, display, bit_offset // 8, member_in_union,
+                       cdecl.type_text(graph, m.type))
+            continue
         if isinstance(t, CompositeType) and not m.is_bitfield:
             if t.declaration:
                 walk.skipped.append(Skipped(display, f"{t.kind} {t.name} is only declared"))
@@ -223,6 +294,34 @@ def _walk(walk: _Walk, tid: TypeId, prefix: str, base_bits: int, in_union: bool)
                 walk.skipped.append(Skipped(display, "array"))
             continue
         walk.skipped.append(Skipped(display, f"type {ctype_text} has no event field type"))
+
+
+def _add_claim(walk: _Walk, claim: Claim, name: str, display: str, byte_offset: int,
+               in_union: bool, ctype_text: str) -> None:
+    """The fields of a member claimed by the collector of its type."""
+    if not claim.values:
+        walk.skipped.append(Skipped(display, claim.reason or f"{claim.type_name}: no values"))
+        return
+    names = []
+    for d in claim.values:
+        if d.op not in OPS:
+            raise ValueError(f"collector {claim.collector}: unknown op {d.op!r}")
+        at = byte_offset + d.byte_offset
+        source = {"byte_offset": at, "bit_offset": at * 8, "bit_size": 0, "size": d.size,
+                  "ctype": ctype_text, "cacheline": at // CACHELINE, "signed": d.signed,
+                  "collector": claim.collector}
+        if d.op != "copy":
+            source["op"] = d.op
+        if d.mask:
+            source["mask"] = d.mask
+        if d.op == "is_own_address":
+            source["address_offset"] = byte_offset
+        if in_union:
+            source["union"] = True
+        field_name = f"{name}{d.suffix}" if name else d.suffix.lstrip(".")
+        _add(walk, field_name, d.ctype, d.kind, (), source)
+        names.append(field_name)
+    walk.collected.append(Collected(display, claim.type_name, claim.collector, tuple(names)))
 
 
 def _smallest(bits: int) -> int:
@@ -282,18 +381,31 @@ def _prefixes(name: str) -> Iterator[str]:
 
 
 def candidate_fields(graph: TypeGraph, *, pointers: bool = False, char_arrays: bool = True,
-                     max_text: int = 64, unions: bool = True
+                     max_text: int = 64, unions: bool = True, kinds: Optional[Kinds] = None
                      ) -> tuple[list[Field], list[Skipped]]:
     """Every recordable field of the graph's root struct in source order (offsets 0) and
     the members left out."""
-    root = graph.strip(graph.root)
+    walk = _walk_root(graph, graph.root, _Options(pointers, char_arrays, max_text, unions,
+                                                  kinds))
+    return walk.fields, walk.skipped
+
+
+def _walk_root(graph: TypeGraph, tid: Optional[TypeId], options: _Options) -> _Walk:
+    root = graph.strip(tid)
     t = graph[root] if root is not None else None
     if not isinstance(t, CompositeType):
         raise ValueError("the type graph's root is not a struct or union")
-    walk = _Walk(graph, _Options(pointers, char_arrays, max_text, unions), t.size)
+    walk = _Walk(graph, options, t.size)
     _walk(walk, root, "", 0, False)
-    fields = _dedupe(walk.fields, walk.skipped)
-    return fields, walk.skipped
+    walk.fields = _dedupe(walk.fields, walk.skipped)
+    return walk
+
+
+def member_fields(graph: TypeGraph, tid: Optional[TypeId]) -> dict[str, Field]:
+    """Every scalar (and pointer) inside the struct or union ``tid``, flattened, by dotted
+    path, with byte offsets relative to it: what a collector finds its values in."""
+    walk = _walk_root(graph, tid, _Options(pointers=True, char_arrays=False))
+    return {f.name: f for f in walk.fields}
 
 
 def _dedupe(fields: list[Field], skipped: list[Skipped]) -> list[Field]:
@@ -325,31 +437,80 @@ def pack(name: str, fields: Sequence[Field], reorganize_fields: bool = True) -> 
     return Layout(name, out, placed.size)
 
 
+def limit_bytes(name: str, fields: Sequence[Field], max_bytes: int) -> list[Field]:
+    """The fields, in order, as long as their packed snapshot stays within ``max_bytes``
+    (reorganizing never makes it larger); a field that does not fit is left out, a later
+    smaller one may still fit."""
+    out: list[Field] = []
+    for f in fields:
+        if Layout.packed_in_order(name, out + [f]).size <= max_bytes:
+            out.append(f)
+    return out
+
+
 def build_mini(graph: TypeGraph, *, include: Sequence[str] = (), exclude: Sequence[str] = (),
                cachelines: Sequence[int] = (), cacheline_size: int = CACHELINE,
-               pointers: bool = False, char_arrays: bool = True, max_text: int = 64,
-               unions: bool = True, reorganize_fields: bool = True) -> MiniStruct:
+               max_bytes: Optional[int] = None, pointers: bool = False,
+               char_arrays: bool = True, max_text: int = 64, unions: bool = True,
+               reorganize_fields: bool = True, kinds: Optional[Kinds] = None) -> MiniStruct:
     """The mini struct of the graph's root struct (see the module docstring)."""
     root = graph[graph.strip(graph.root)]
     assert isinstance(root, CompositeType)
-    fields, skipped = candidate_fields(graph, pointers=pointers, char_arrays=char_arrays,
-                                       max_text=max_text, unions=unions)
-    chosen = select_fields(fields, include, exclude, cachelines, cacheline_size)
+    walk = _walk_root(graph, graph.root, _Options(pointers, char_arrays, max_text, unions,
+                                                   kinds))
+    fields = walk.fields
     name = mini_name(root.name or "anonymous")
+    chosen = select_fields(fields, include, exclude, cachelines, cacheline_size)
+    if max_bytes is not None:
+        if max_bytes < 1:
+            raise UsageError("--max-bytes must be 1 or more")
+        chosen = limit_bytes(name, chosen, max_bytes)
     layout = pack(name, chosen, reorganize_fields)
     before = Layout.packed_in_order(name, chosen).size
-    return MiniStruct(layout, root.kind, root.name or "", root.size, tuple(skipped), before)
+    return MiniStruct(layout, root.kind, root.name or "", root.size, tuple(walk.skipped),
+                      before, tuple(walk.collected),
+                      _unselected(fields, chosen, include, exclude, cachelines,
+                                  cacheline_size, max_bytes))
+
+
+def _unselected(fields: Sequence[Field], chosen: Sequence[Field], include: Sequence[str],
+                exclude: Sequence[str], cachelines: Sequence[int], cacheline_size: int,
+                max_bytes: Optional[int]) -> tuple[Skipped, ...]:
+    """Why each recordable field not chosen was left out, the first reason that applies."""
+    kept = {f.name for f in chosen}
+    out = []
+    for f in fields:
+        if f.name in kept:
+            continue
+        if include and not _matches(f.name, include):
+            why = "not named by the field selection"
+        elif cachelines and not select_fields([f], cachelines=cachelines,
+                                              cacheline_size=cacheline_size):
+            why = f"not on cacheline {', '.join(map(str, sorted(set(cachelines))))}"
+        elif exclude and _matches(f.name, exclude):
+            why = "excluded"
+        else:
+            why = f"over the {max_bytes}-byte limit"
+        out.append(Skipped(f.name, why))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ reading
 
 
-def extract_field(raw: bytes, f: Field) -> object:
-    """The value of a mini field read from the raw bytes of a whole traced object,
-    following ``f.source`` exactly as a collector must."""
+def extract_field(raw: bytes, f: Field, address: int = 0) -> object:
+    """The value of a mini field read from the raw bytes of a whole traced object (at
+    ``address``), following ``f.source`` exactly as a collector must."""
     src = f.source
     start, size = src["byte_offset"], src["size"]
     chunk = bytes(raw[start:start + size])
+    op = src.get("op")
+    if op == "nonzero":
+        return int(bool(int.from_bytes(chunk, "little") & (src.get("mask") or -1)))
+    if op == "zero":
+        return int(not any(chunk))
+    if op == "is_own_address":
+        return int(int.from_bytes(chunk, "little") == address + src["address_offset"])
     if f.kind == "text":
         return chunk.split(b"\0", 1)[0].decode("utf-8", "replace")
     if f.kind == "float":
@@ -428,6 +589,35 @@ def render_mini(layout: Layout, *, sources: bool = True, skipped: Iterable[Skipp
         for s in skipped:
             lines.append(f"/*   {s.name}: {s.reason} */")
     return "\n".join(lines) + "\n"
+
+
+def render_built(built: MiniStruct, *, explain: bool = False) -> str:
+    """`render_mini` of a built mini struct with what the reorganizing saved, what the
+    collectors of complex members record, and, with ``explain``, every member or field
+    left out and why (without it, how many)."""
+    text = render_mini(built.layout, struct_size=built.struct_size)
+    lines = []
+    saved = built.saved_bytes
+    lines.append(f"/* reorganized: {built.layout.size} bytes, {saved} saved over "
+                 f"{built.unreorganized_size} in source order */")
+    if built.collected:
+        lines.append(f"/* recorded by the collector of their type: {len(built.collected)} "
+                     "members */")
+        if explain:
+            for c in built.collected:
+                lines.append(f"/*   {c.name} ({c.type_name}, {c.collector}): "
+                             f"{', '.join(c.fields)} */")
+    for title, items in (("not recorded", built.skipped),
+                         ("left out by the selection", built.unselected)):
+        if not items:
+            continue
+        lines.append(f"/* {title}: {len(items)} "
+                     f"{'members' if title == 'not recorded' else 'fields'} */")
+        if explain:
+            lines.extend(f"/*   {s.name}: {s.reason} */" for s in items)
+    if not explain and (built.skipped or built.unselected or built.collected):
+        lines.append("/* --explain lists them */")
+    return text + "\n".join(lines) + "\n"
 
 
 def _ctype_decl(f: Field) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ctracer.collectors.base import ObjectReader, collectors_for, read_span
+from ctracer.collectors.base import ObjectReader
+from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.event import Layout
 from ctracer.plan.discovery import Method
 
@@ -77,7 +78,7 @@ def snapshot_function(mini: Layout, reader: ObjectReader) -> str:
       f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
       "\t\treturn -1;")
     for c in collectors:
-        for stmt in c.c_statements("(*m)", "buf->b", start):
+        for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
             t("\t" + stmt)
     t("\treturn 0;", "}")
     return str(t)

@@ -27,7 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ctracer.collectors.base import KERNEL, collectors_for, read_span
+from ctracer.collectors.base import KERNEL
+from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Layout, \
     c_event_definition
 from ctracer.debuginfo.model import FunctionInfo
@@ -122,7 +123,7 @@ def _snapshot(mini: Layout) -> list[str]:
             f"\tif (!buf || {KERNEL.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
             "\t\treturn -1;"]
     for c in collectors:
-        out += ["\t" + s for s in c.c_statements("(*m)", "buf->b", start)]
+        out += ["\t" + s for s in c.c_statements("(*m)", "buf->b", start, "addr")]
     return out + ["\treturn 0;", "}"]
 
 

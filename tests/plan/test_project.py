@@ -1,0 +1,114 @@
+"""Project files (`ctracer.plan.project`, `ctracer project init`, `ctracer trace
+--project`): what init writes loads back and selects everything; every error in a file
+is one line naming the file, the line and, for an unknown name, the close names."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import groundtruth as gt
+from ctracer.errors import CtracerError, UsageError
+from ctracer.plan import project
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def ctracer(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ctracer", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+def test_a_minimal_file_and_relative_paths(tmp_path):
+    p = project.load(write(tmp_path, 'struct = "sock"\nbinary = "prog"\n'))
+    assert (p.kind, p.name, p.binary) == ("struct", "sock", str(tmp_path / "prog"))
+    assert p.functions == p.fields == p.cachelines == () and p.max_bytes is None
+    p = project.load(write(tmp_path, 'union = "u"\n[fields]\ncachelines = [1, 3]\n'
+                                     'max_bytes = 64\npointers = true\n'))
+    assert (p.kind, p.cachelines, p.max_bytes, p.pointers) == ("union", (1, 3), 64, True)
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ('struct = "sock"\n[fields]\ninclud = ["a"]\n', 3, "unknown key 'includ'; did you mean include"),
+    ('struct = "sock"\nbinry = "x"\n', 2, "unknown key 'binry'; did you mean binary"),
+    ('struct = "sock"\n[fields]\ncachelines = [1, "x"]\n', 3, "cachelines must be a list"),
+    ('struct = "sock"\n[fields]\nmax_bytes = 0\n', 3, "max_bytes must be"),
+    ('struct = "sock"\n[functions]\ninclude = "tcp_*"\n', 3, "include must be a list"),
+    ('binary = "x"\n', 0, "say which struct to trace"),
+    ('struct = "not a name"\n', 1, "is not a C struct name"),
+])
+def test_shape_errors_name_the_line(tmp_path, text, line, words):
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as e:
+        project.load(path)
+    where = f"{path}:{line}: " if line else f"{path}: "
+    assert str(e.value).startswith(where) and words in str(e.value), str(e.value)
+
+
+def test_syntax_errors_and_missing_files(tmp_path):
+    with pytest.raises(UsageError, match=r"not valid TOML: .*line 2"):
+        project.load(write(tmp_path, 'struct = "sock"\n[fields\n'))
+    with pytest.raises(CtracerError, match="no such file"):
+        project.load(str(tmp_path / "missing.toml"))
+
+
+def test_unknown_names_are_placed_and_close_names_offered(tmp_path):
+    text = ('struct = "sock"\n[functions]\ninclude = [\n  "tcp_close",\n  "tcp_clse",\n]\n'
+            '[fields]\ninclude = ["sk_lock.owned", "sk_lok"]\n')
+    p = project.load(write(tmp_path, text))
+    methods = ["tcp_close", "tcp_connect", "sk_free"]
+    fields = ["sk_lock.owned", "sk_lock.slock.held", "sk_err"]
+    with pytest.raises(UsageError) as e:
+        p.check(methods, fields)
+    assert str(e.value) == (f"{p.path}:5: [functions] include: 'tcp_clse' names no method of "
+                            "struct sock; did you mean tcp_close, tcp_connect?")
+    p = project.load(write(tmp_path, text.replace('"tcp_clse"', '"tcp_*"')))
+    with pytest.raises(UsageError) as e:
+        p.check(methods, fields)
+    assert str(e.value).startswith(f"{p.path}:8: [fields] include: 'sk_lok' names no "
+                                   "recordable field") and "sk_lock" in str(e.value)
+    p.check(methods, ["sk_lok"] + fields)     # a struct's path names its fields
+
+
+def test_init_writes_every_method_and_field_and_trace_uses_it(tmp_path):
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    out = tmp_path / "sock.toml"
+    r = ctracer("project", "init", "struct", "sock", "--binary", gt.SOCKDEMO, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    p = project.load(str(out))
+    assert p.binary == gt.SOCKDEMO and p.name == "sock"
+    assert "tcp_close" in p.functions and "sk_check@tcp.c" in p.functions
+    assert {"sk_lock.slock.held", "__sk_common.skc_refcnt", "sk_mutex.locked",
+            "sk_accept_waiters.empty", "sk_name", "sk_pacing_delta"} <= set(p.fields)
+    r = ctracer("project", "init", "struct", "sock", "--binary", gt.SOCKDEMO, "-o", str(out))
+    assert r.returncode == 1 and "exists" in r.stderr and "Traceback" not in r.stderr
+    everything = ctracer("trace", "struct", "sock", "--binary", gt.SOCKDEMO, "--print-bpf")
+    from_file = ctracer("trace", "--project", str(out), "--print-bpf")
+    assert everything.returncode == from_file.returncode == 0, from_file.stderr
+    assert from_file.stdout == everything.stdout
+    # an edited file: fewer functions and fields
+    out.write_text(f'struct = "sock"\nbinary = "{gt.SOCKDEMO}"\n[functions]\n'
+                   'include = ["tcp_*"]\nexclude = ["tcp_close"]\n[fields]\n'
+                   'include = ["sk_lock", "__sk_common.skc_state", "sk_err", "sk_stats"]\n'
+                   'max_bytes = 16\n')
+    r = ctracer("trace", "--project", str(out), "--print-bpf")
+    assert r.returncode == 0, r.stderr
+    functions = set(re.findall(r"^/\* (\w+): entry \*/$", r.stdout, re.M))
+    assert functions == {"tcp_set_state", "tcp_sendmsg", "tcp_recvmsg", "tcp_accept",
+                         "tcp_rcv_nxt_update"}
+    mini = re.search(r"struct ctracer__mini_sock \{(.*?)\}", r.stdout, re.S).group(1)
+    names = set(re.findall(r"(\w+);", mini))
+    # in source order while 16 bytes hold them: the 8-byte sk_stats counters do not fit,
+    # the first 4-byte one still does
+    assert names == {"sk_lock__owned", "sk_lock__slock__held", "__sk_common__skc_state",
+                     "sk_err", "sk_stats__rx_packets"}, names
+    r = ctracer("trace", "sock", "--project", str(out), "--print-bpf")
+    assert r.returncode == 2 and "give no NAME with --project" in r.stderr
