@@ -39,3 +39,26 @@ def type_source_from_args(args: argparse.Namespace) -> TypeSource:
                       btf_base=getattr(args, "btf_base", None),
                       module=getattr(args, "module", None),
                       use_cache=not getattr(args, "no_cache", False))
+
+
+def add_selection_arguments(group, prefix: str = "") -> None:
+    """--cachelines and --max-bytes: which fields a snapshot takes (`ctracer struct
+    --mini`, `ctracer trace`, `ctracer plan --verify`)."""
+    group.add_argument("--cachelines", action="append", type=cacheline_list, default=[],
+                       metavar="N[,N...]",
+                       help=f"{prefix}only fields on these cachelines of the traced struct "
+                            "(numbered from 0 as pahole's comments)")
+    group.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                       help=f"{prefix}keep fields in order while the snapshot stays within N "
+                            "bytes")
+
+
+def cacheline_list(text: str) -> list[int]:
+    """``1,3`` → [1, 3] (argparse turns the ValueError into one line)."""
+    lines = [int(part) for part in text.split(",") if part.strip()]
+    if not lines or any(n < 0 for n in lines):
+        raise ValueError(text)
+    return lines
+
+
+cacheline_list.__name__ = "cacheline list"

@@ -30,6 +30,7 @@ examples:
   ctracer plan struct sock --json | jq '.probes[] | select(.kind == "raw_tracepoint")'
   ctracer plan sk_buff --verify                  # load every kprobe program, attach none
   ctracer plan sock --verify --functions 'tcp_*' --exclude 'tcp_bpf*'
+  ctracer plan sock --verify --cachelines 1      # ... snapshotting cacheline 1 only
   ctracer plan struct nfs_fh --binary nfs.ko     # a module's DWARF (not the running kernel)
   ctracer plan sock --binary ./sockdemo --verify # uprobe programs of a program
 """
@@ -47,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only the methods (functions, tp:tracepoints) whose name matches")
     parser.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                         help="leave out the methods whose name matches")
+    options.add_selection_arguments(parser.add_argument_group(
+        "with --verify: the snapshot the programs take"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
             from ctracer.errors import UsageError
             raise UsageError("--verify loads programs for the running kernel: drop --binary/"
                              "--btf naming another kernel's files")
-        verdicts = verify.verify_plan(plan, model.find_struct(name, kind),
-                                      binary=args.binary, catalog=catalog,
-                                      progress=_progress)
+        verdicts = verify.verify_plan(
+            plan, model.find_struct(name, kind), binary=args.binary, catalog=catalog,
+            progress=_progress, cachelines=[n for group in args.cachelines for n in group],
+            max_bytes=args.max_bytes)
     if args.json:
         sys.stdout.write(json.dumps(as_json(plan, verdicts), indent=1) + "\n")
     else:

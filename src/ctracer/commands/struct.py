@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="with --mini: only fields matching this name or glob (repeatable)")
     mini.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                       help="with --mini: leave out fields matching this name or glob")
-    add_selection_arguments(mini, "with --mini: ")
+    options.add_selection_arguments(mini, "with --mini: ")
     mini.add_argument("--explain", action="store_true",
                       help="with --mini: list what is left out and why, and what the "
                            "collectors of complex members record")
@@ -82,28 +82,6 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import pahole as layout
     print(layout.render(graph, source_format=model.format), end="")
     return 0
-
-
-def add_selection_arguments(group, prefix: str = "") -> None:
-    """--cachelines and --max-bytes, shared by `ctracer struct --mini` and `ctracer trace`."""
-    group.add_argument("--cachelines", action="append", type=cacheline_list, default=[],
-                       metavar="N[,N...]",
-                       help=f"{prefix}only fields on these cachelines of the traced struct "
-                            "(numbered from 0 as pahole's comments)")
-    group.add_argument("--max-bytes", type=int, default=None, metavar="N",
-                       help=f"{prefix}keep fields in order while the snapshot stays within N "
-                            "bytes")
-
-
-def cacheline_list(text: str) -> list[int]:
-    """``1,3`` → [1, 3] (argparse turns the ValueError into one line)."""
-    lines = [int(part) for part in text.split(",") if part.strip()]
-    if not lines or any(n < 0 for n in lines):
-        raise ValueError(text)
-    return lines
-
-
-cacheline_list.__name__ = "cacheline list"
 
 
 def _mini_text(graph, args: argparse.Namespace) -> str:

@@ -80,8 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "takes all of its fields)")
     run.add_argument("--pointers", action="store_true",
                      help="also record pointer members (as addresses)")
-    from ctracer.commands.struct import add_selection_arguments
-    add_selection_arguments(run)
+    options.add_selection_arguments(run)
     objects = parser.add_argument_group("which kernel objects (checked in the kernel)")
     objects.add_argument("--comm", metavar="NAME",
                          help="objects first seen in a process of this name")

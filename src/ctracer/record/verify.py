@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ctracer.plan.attach import PlannedProbe, ProbePlan
 
@@ -52,11 +52,14 @@ class Verdicts:
 
 def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog=None,
                 functions_per_compile: int = FUNCTIONS_PER_COMPILE,
-                progress: Optional[Callable[[str], None]] = None) -> Verdicts:
+                progress: Optional[Callable[[str], None]] = None,
+                cachelines: Sequence[int] = (), max_bytes: Optional[int] = None) -> Verdicts:
     """Load the plan's kprobe/kretprobe and raw tracepoint (kernel; the tracepoints'
     parameter names come from ``catalog``) or uprobe/uretprobe (``binary``) programs
-    through the verifier; ``graph`` is the struct's type graph (its mini struct is what
-    the programs snapshot)."""
+    through the verifier; ``graph`` is the struct's type graph (its mini struct, with the
+    collectors of complex members and the selection ``cachelines`` and ``max_bytes``, is
+    what the programs snapshot)."""
+    from ctracer.collectors import registry
     from ctracer.errors import BPFUnavailable
     from ctracer.plan import mini
     from ctracer.record import bpf_runtime
@@ -74,7 +77,8 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
     if facts.kprobe_programs.works is False:
         verdicts.untried = f"cannot be tried here: {facts.kprobe_programs.why}"
         return verdicts
-    layout = mini.build_mini(graph).layout
+    layout = mini.build_mini(graph, cachelines=cachelines, max_bytes=max_bytes,
+                             kinds=registry.claim).layout
     if plan.space == "user":
         _verify_user(plan, layout, binary, verdicts)
     else:
