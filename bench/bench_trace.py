@@ -2,7 +2,7 @@
 """What recording costs, on the bundled sample, as ratios to anchors measured in the same
 run (needs root; run with the project's venv):
 
-    .venv/bin/python bench/bench_trace.py [--loops N] [--threads T]
+    .venv/bin/python bench/bench_trace.py [--loops N] [--threads T] [--cachelines 1,3]
 
 * set-up: bcc compile of the generated program against the compile of a one-line program
   (the anchor: bcc's fixed cost), then attach and detach time per probe;
@@ -12,6 +12,9 @@ run (needs root; run with the project's venv):
   every 0.25 s and decoding them as time allows); events/s delivered and lost, and the
   sample's slowdown against running it untraced;
 * finishing the trace file (decoding what was left when the recording stopped).
+
+The snapshot is the default selection (every field, complex members by their
+collectors), or only the fields on ``--cachelines``; its size is printed first.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from ctracer.collectors import registry
 from ctracer.record import bpf_runtime
 from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
@@ -37,10 +41,11 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SAMPLE = os.path.join(ROOT, "samples", "sock", "build", "sockdemo-O2")
 
 
-def program_for(binary: str) -> probes.ProbeProgram:
+def program_for(binary: str, cachelines=()) -> probes.ProbeProgram:
     types = dwarf.open_elf_types(binary)
     found = discovery.discover(types.catalog(), "sock")
-    layout = mini.build_mini(types.find_struct("sock")).layout
+    layout = mini.build_mini(types.find_struct("sock"), cachelines=cachelines,
+                             kinds=registry.claim).layout
     return probes.build_program(found.methods, layout, filtered=True)
 
 
@@ -106,14 +111,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loops", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cachelines", default="",
+                        help="snapshot only the fields on these cachelines, e.g. 1 or 1,3")
     args = parser.parse_args()
+    cachelines = [int(n) for n in args.cachelines.split(",") if n.strip()]
     if os.geteuid() != 0:
         print("bench_trace: needs root", file=sys.stderr)
         return 1
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
     bpf_runtime.prepare()
-    program = program_for(SAMPLE)
+    program = program_for(SAMPLE, cachelines)
     nprobes = 2 * len(program.functions)
+    print(f"snapshot: {program.mini.size} bytes, {len(program.mini.fields)} fields "
+          f"({'cachelines ' + args.cachelines if cachelines else 'default selection'})")
     argv = [SAMPLE, "--loops", str(args.loops), "--threads", str(args.threads)]
 
     anchor = anchor_compile_seconds()
