@@ -16,12 +16,15 @@ when BPF is unavailable.
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from typing import Optional
 
 import pytest
 
@@ -71,15 +74,25 @@ class Observer:
         return [ln for ln in self.text().splitlines() if ln.startswith("E ")]
 
 
-def _trace(tmp_path, struct: str, port: int, observer_script: str):
-    _bpf_or_skip()
+def _workload(tmp_path) -> str:
+    """A copy of tcploop under a name of its own (its comm), so that tests running at
+    the same time on this machine do not see each other's packets."""
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    path = tmp_path / f"tl{os.getpid() % 100000:05d}{secrets.token_hex(3)}"
+    shutil.copy(TCPLOOP, path)
+    return str(path)
+
+
+def _trace(tmp_path, struct: str, port: int, observer_script: str,
+           workload: Optional[str] = None):
+    _bpf_or_skip()
+    workload = workload or _workload(tmp_path)
     observer = Observer(observer_script, tmp_path / f"{struct}.bpftrace")
     try:
         r = subprocess.run(
             [sys.executable, "-m", "ctracer", "trace", "struct", struct, "-q",
              "-o", str(tmp_path / f"{struct}.ctrace"), "--",
-             TCPLOOP, "--connections", "6", "--port", str(port)],
+             workload, "--connections", "6", "--port", str(port)],
             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     finally:
         seen = observer.stop()
@@ -196,14 +209,17 @@ def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
 
 def test_sk_buff_objects_and_lengths_equal_bpftrace(tmp_path):
     port = _free_port()
-    script = ('tracepoint:net:net_dev_queue /comm == "tcploop"/ '
+    _bpf_or_skip()
+    workload = _workload(tmp_path)
+    comm = os.path.basename(workload)
+    script = (f'tracepoint:net:net_dev_queue /comm == "{comm}"/ '
               '{ printf("E %lx %u\\n", args->skbaddr, args->len); }')
-    trace, _, seen = _trace(tmp_path, "sk_buff", port, script)
+    trace, _, seen = _trace(tmp_path, "sk_buff", port, script, workload)
     expected = Counter((int(a, 16), int(n)) for _, a, n in (ln.split() for ln in seen))
     fid = _by_name(trace)["net_dev_queue"]
     recorded: Counter = Counter()
     for e in trace.events():
-        if e.function_id == fid and e.comm == "tcploop":
+        if e.function_id == fid and e.comm == comm:
             v = trace.values(e)
             assert v is not None
             recorded[(e.object, v["len"])] += 1
