@@ -194,3 +194,125 @@ def test_every_local_link_and_image_resolves(report):
                 bad.append(f"{html}: {link} has no such anchor")
     assert bad == []
     assert checked > 500
+
+
+def test_call_graph_node_lands_on_its_rows(report, browser):
+    page, watch = open_page(browser, next(report.glob("0x*-2")) / "index.html")
+    nodes = page.locator("svg.callgraph g.node:not(.root)")
+    assert nodes.count() >= 5
+    for i in (0, nodes.count() - 1):
+        node = nodes.nth(i)
+        name = node.get_attribute("data-function")
+        node.locator("a.to-rows").click()
+        page.wait_for_function("document.querySelector(':target') !== null")
+        target = page.evaluate("document.querySelector(':target').getAttribute('data-fn')")
+        assert target == name
+    page.close()
+    assert watch.problems == []
+
+
+def test_timeline_filters_brush_and_row_state(report, browser):
+    page, watch = open_page(browser, next(report.glob("0x*-2")) / "index.html")
+    visible = ("Array.from(document.querySelectorAll('#timeline tbody tr[id]'))"
+               ".filter(r => !r.hidden && r.offsetParent !== null)")
+    total = page.evaluate(visible + ".length")
+    page.select_option("select[data-timeline=function]", "tcp_sendmsg")
+    fns = page.evaluate(visible + ".map(r => r.getAttribute('data-fn'))")
+    assert fns and set(fns) == {"tcp_sendmsg"} and len(fns) < total
+    page.select_option("select[data-timeline=function]", "")
+    page.select_option("select[data-timeline=field]", "sk_common.skc_state")
+    rows = page.evaluate(visible + ".map(r => r.textContent)")
+    assert rows and all("sk_common.skc_state" in r for r in rows)
+    page.select_option("select[data-timeline=field]", "")
+    # a time window: only rows inside it stay
+    times = page.evaluate(visible + ".map(r => parseFloat(r.cells[0].textContent))")
+    lo, hi = times[len(times) // 4], times[len(times) // 2]
+    page.fill("input[data-timeline=from]", str(lo))
+    page.fill("input[data-timeline=to]", str(hi))
+    shown = page.evaluate(visible + ".map(r => parseFloat(r.cells[0].textContent))")
+    assert shown and all(lo <= t <= hi for t in shown) and len(shown) < len(times)
+    page.fill("input[data-timeline=from]", "")
+    page.fill("input[data-timeline=to]", "")
+    # dragging across the brush keeps a window too
+    page.locator("#time-brush").scroll_into_view_if_needed()
+    box = page.locator("#time-brush").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.1, box["y"] + 10)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 10)
+    page.mouse.up()
+    assert page.input_value("input[data-timeline=from]") != ""
+    assert 0 < page.evaluate(visible + ".length") < total
+    page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + 10)  # a click clears it
+    assert page.evaluate(visible + ".length") == total
+    # clicking a row that changed fields: every field's value at that moment
+    fields = page.evaluate("JSON.parse(document.getElementById('page-state').textContent)"
+                           ".fields.length")
+    row = page.locator("#timeline tbody tr.changed").nth(3)
+    row.locator("td").nth(1).click()
+    panel = page.locator("#row-state")
+    assert panel.is_visible()
+    assert panel.locator("tbody tr").count() == fields
+    values = panel.locator("tbody tr td:nth-child(2)").all_inner_texts()
+    assert "?" not in values
+    changed = panel.locator("tbody tr.changed td:first-child").all_inner_texts()
+    assert changed and all(name in row.inner_text() for name in changed)
+    page.close()
+    assert watch.problems == []
+
+
+def test_changes_page_interactive_plot_zooms(report, browser):
+    page, watch = open_page(browser, next(report.glob("0x*-2")) / "changes.html")
+    plot = page.locator("svg.field-plot").first
+    plot.evaluate("svg => svg.closest('details').open = true")
+    plot.scroll_into_view_if_needed()
+    assert plot.locator("path.series").count() == 1
+    before = plot.locator("circle.point").count()
+    box = plot.bounding_box()
+    xs = sorted(float(x) for x in plot.locator("circle.point").evaluate_all(
+        "cs => cs.map(c => c.getAttribute('cx'))"))
+    assert len(xs) >= 3
+    # drag from just before the second point to just after it (viewBox is 800 wide)
+    a, b = (xs[1] - 4) / 800 * box["width"], (xs[1] + 4) / 800 * box["width"]
+    page.mouse.move(box["x"] + a, box["y"] + 40)
+    page.mouse.down()
+    page.mouse.move(box["x"] + b, box["y"] + 40)
+    page.mouse.up()
+    assert 0 < plot.locator("circle.point").count() < before
+    plot.dblclick()
+    assert plot.locator("circle.point").count() == before
+    unchanged = page.locator(".unchanged-table tbody tr td:nth-child(4)").all_inner_texts()
+    assert unchanged and all(v.strip() for v in unchanged)  # unchanged fields show values
+    page.close()
+    assert watch.problems == []
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A report of a thousand objects: the index, pages and the all-objects views must
+    stay usable and small."""
+    base = tmp_path_factory.mktemp("many")
+    trace = base / "many.ctrace"
+    write_synthetic_trace(str(trace), threads=4, lifecycles=250, sends=1,
+                          addresses_per_thread=4)
+    result = render_report(str(trace), str(base / "callgraph" / "sock"))
+    assert result.objects_total == result.objects_rendered == 1000
+    return Path(result.out_dir)
+
+
+@pytest.mark.parametrize("which", ["index.html", "object", "object-changes",
+                                   "many_objects/index.html", "many_objects/changes.html",
+                                   "methods/index.html"])
+def test_many_objects_pages_load_cleanly(many, browser, which):
+    if which.startswith("object"):
+        d = sorted(many.glob("0x*"))[-1]
+        path = d / ("changes.html" if which == "object-changes" else "index.html")
+    else:
+        path = many / which
+    page, watch = open_page(browser, path)
+    broken = page.evaluate(
+        "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)"
+        ".map(i => i.getAttribute('src'))")
+    page.close()
+    assert watch.problems == [] and broken == []
+    biggest = max(p.stat().st_size for p in many.rglob("*.html"))
+    assert biggest < 2_000_000

@@ -247,3 +247,41 @@ def test_without_plots_no_png_is_drawn_or_referenced(tmp_path):
     assert list(out.glob("0x*/changes.html"))
     for html in out.rglob("*.html"):
         assert ".png" not in read(html), html
+
+
+def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
+    """One set of counts: recorded = shown + repeats folded, lost and unreadable beside
+    them; the same line on every page and from `ctracer callgraph`; read failures listed."""
+    from ctracer.event import FLAG_READ_FAILED
+
+    mini = Layout.packed_in_order("ctracer__mini_c", [Field("n", "s32", 0, "int")])
+    trace = tmp_path / "c.ctrace"
+    w = TraceWriter(str(trace))
+    w.set_meta(struct_name="c", struct_kind="struct", mini_layout=mini.to_json(),
+               lost_events=4)
+    w.add_functions([FunctionRow(1, "f", reach="direct", attached="entry,exit"),
+                     FunctionRow(2, "f", reach="holder", attached="entry,exit")])
+    events = [(1, 1, PHASE_ENTRY, 0), (2, 2, PHASE_ENTRY, 0),   # one call, two ways
+              (3, 1, PHASE_EXIT, 0), (4, 2, PHASE_EXIT, 0),
+              (5, 1, PHASE_ENTRY, FLAG_READ_FAILED), (6, 1, PHASE_EXIT, 0)]
+    for ts, fid, phase, flags in events:
+        w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="t", function_id=fid,
+                    phase=phase, object=0x1000, retval=None, depth=0, flags=flags,
+                    snapshot=mini.encode({"n": ts}))
+    w.close()
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "ctracer", "callgraph", str(trace), "-o",
+                        str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    line = "6 events recorded, 4 lost, 1 unreadable, 4 shown (2 repeats of one call folded)"
+    assert line in r.stdout
+    pages = list(out.rglob("*.html"))
+    assert len(pages) >= 5
+    for page in pages:
+        assert line in read(page), page
+    index = read(out / "index.html")
+    failures = re.search(r'<table class="data" id="read-failures">.*?</table>', index, re.S)
+    assert failures and failures.group(0).count("<tr>") == 2  # the header and one row
+    href = re.search(r'href="(0x1000/index.html#e\d+)"', failures.group(0)).group(1)
+    page, anchor = href.split("#")
+    assert f'id="{anchor}"' in read(out / page)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         objects = f"{result.objects_total} objects"
         if result.objects_rendered < result.objects_total:
             objects += f" ({result.objects_rendered} with pages)"
-        print(f"{result.events} events, {objects} in {result.seconds['total']:.1f} s")
+        print(f"{result.counts}; {objects} in {result.seconds['total']:.1f} s")
         for note in result.notes:
             print(f"note: {note}")
     print(f"open file://{index}")

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"ctracer demo: ctracer callgraph {result.path}", file=sys.stderr)
     rendered = render_report(result.path)
-    print(f"ctracer demo: {rendered.events} events, {rendered.objects_total} objects rendered",
+    print(f"ctracer demo: {rendered.counts}; {rendered.objects_total} objects rendered",
           file=sys.stderr)
     print(f"open file://{os.path.abspath(rendered.index)}")
     return 0

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT,
                            Layout)
-from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
+from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
@@ -755,8 +755,16 @@ def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
     fns, found = p.fns, p.found
     found.events.snapshots = []  # decoded: the pages need only the changes
     say(f"{len(found.events.rows)} events, {len(found.objects)} objects")
+    summary = _summary(trace, p.read)
+    unreadable = [r for r in found.events.rows if r.unreadable]
+    counts = Counts(recorded=p.read, shown=len(found.events.rows),
+                    repeated=p.read - len(found.events.rows),
+                    lost=summary.lost_events, unreadable=len(unreadable),
+                    claimed=(summary.events_claimed
+                             if summary.events_claimed not in (None, p.read) else None),
+                    incomplete=getattr(trace, "incomplete", None) or "")
     return ReportData(
-        summary=_summary(trace, p.read),
+        summary=summary, counts=counts, unreadable_rows=unreadable,
         objects=list(found.objects.values()),
         rows=found.events.rows, methods=p.calls.methods, function_names=fns.names,
         canonical=fns.canon, start_ns=p.start_ns, lifetime_rule=lifetime_rule(fns),

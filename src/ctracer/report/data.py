@@ -160,6 +160,32 @@ class TraceSummary:
 
 
 @dataclass
+class Counts:
+    """The one set of event counts every page and the CLI show.
+
+    ``recorded`` = ``shown`` + ``repeated``: every event in the trace file is on a
+    timeline, except the repeats of a call that reached one object two ways (one row per
+    way in the functions table) and showed it once.  ``lost`` events never reached the
+    file (the kernel-side drop counter); ``unreadable`` are shown, flagged, without
+    values (the probe could not read the object)."""
+
+    recorded: int
+    shown: int
+    repeated: int
+    lost: int
+    unreadable: int
+    claimed: Optional[int] = None   # what the recorder said it wrote, when it differs
+    incomplete: str = ""            # why the trace file is incomplete, when it is
+
+    def line(self) -> str:
+        text = (f"{self.recorded} events recorded, {self.lost} lost, "
+                f"{self.unreadable} unreadable, {self.shown} shown")
+        if self.repeated:
+            text += f" ({self.repeated} repeats of one call folded)"
+        return text
+
+
+@dataclass
 class ReportData:
     """The whole report: summary, every object, all rows interleaved, method stats."""
 
@@ -174,6 +200,8 @@ class ReportData:
     null_object_events: int = 0            # events with no object address
     unmatched_exits: int = 0               # exits whose entry was never seen
     unfinished_calls: int = 0              # entries whose exit was never seen
+    counts: Optional[Counts] = None
+    unreadable_rows: list[Row] = field(default_factory=list)  # in time order
 
     @property
     def changes(self) -> list[Change]:

@@ -87,12 +87,13 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
 #: layout serves every object whose graph has the same shape, whatever its counts
 _DETAIL_WIDEST = "888888 calls · 888.8 µs · 8888 chg"
 _EDGE_WIDEST = "8888888"
+_ROOT_WIDEST = "0xffff888812345678 #888"
 _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 
 
 def shape_key(g: nx.DiGraph) -> tuple:
     """What decides a layout: the functions and who calls whom, not the counts."""
-    return (tuple(sorted((n, d["label"]) for n, d in g.nodes(data=True))),
+    return (tuple(sorted((n, d["label"]) for n, d in g.nodes(data=True) if n != ROOT)),
             tuple(sorted(g.edges())))
 
 
@@ -108,7 +109,7 @@ def _dot_source(g: nx.DiGraph) -> str:
                          edge_attr={"fontname": _FONT, "fontsize": "9"})
     for fid, data in sorted(g.nodes(data=True)):
         if fid == ROOT:
-            d.node("root", graphviz.escape(data["label"]), shape="ellipse")
+            d.node("root", _ROOT_WIDEST, shape="ellipse")  # the object's name, any
         else:
             d.node(_node_id(fid), graphviz.escape(data["label"]) + "\n" + _DETAIL_WIDEST)
     for a, b in sorted(g.edges()):

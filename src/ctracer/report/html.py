@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ctracer import __version__
 from ctracer.errors import CtracerError
@@ -53,6 +53,8 @@ MIN_CHANGES_TO_PLOT = 4
 #: by default PNG plots are drawn for this many objects, those with most changes; every
 #: object's changes page has the interactive plot, drawn by the browser from the page
 DEFAULT_PLOT_OBJECTS = 10
+#: rows listed where a page lists problems (read failures)
+MAX_LISTED = 500
 #: the file that says a directory holds a report we wrote (and may replace)
 MARKER = ".ctracer-report"
 ALL_DIR = "many_objects"
@@ -73,6 +75,7 @@ class RenderResult:
     events: int
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    counts: str = ""  # the counts line every page shows
 
 
 def _prepare(out_dir: str) -> None:
@@ -118,6 +121,13 @@ def _json_island(value: Any) -> Markup:
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e")
                   .replace("&", "\\u0026"))
+
+
+# change rows as plain format strings, every argument escaped (as timeline rows are)
+_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono">{old} → {new}</td>'
+               '<td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
+_CHANGE_OBJECT = '<td class="mono"><a href="{}">{}</a></td>'
+_CHANGE_OBJECT_PLAIN = '<td class="mono">{}</td>'
 
 
 class _RunningState:
@@ -177,6 +187,7 @@ class _Site:
         self.data_objects = {o.key: o for o in data.objects}
         self.rendered: dict[Any, ObjectTimeline] = {}
         self.plotted: set[Any] = set()  # objects whose fields get PNG plots
+        self.page_file: dict[int, str] = {}  # seq -> page of its object's timeline
         self.graphs: dict[str, Any] = {}  # directory -> its call graph (networkx)
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
@@ -193,7 +204,7 @@ class _Site:
     def write(self, relpath: str, template: str, **context: Any) -> None:
         depth = relpath.count("/")
         context.setdefault("root", "../" * depth)
-        context.update(summary=self.data.summary, version=__version__,
+        context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -235,6 +246,10 @@ class _Site:
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(count)]
         page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)}
+        if not show_object:  # an object's own timeline: where its unreadable rows are
+            for row in rows:
+                if row.unreadable:
+                    self.page_file[row.seq] = page_of[row.seq]
         graph_svg, graph_note = self.graph_for(directory, rows, files)
         render = self.rows.row
         states = _RunningState(self, show_object)
@@ -338,23 +353,28 @@ class _Site:
             for c in shown:
                 obj = self.data_objects[c.obj]
                 anchor = "c" if c.cause == CAUSE_CALLER else "e"
-                items.append({
-                    "time": format_offset(c.ts_ns),
-                    "old": self.fmt.show(c.field, c.old), "new": self.fmt.show(c.field, c.new),
-                    "function": c.function or "", "cause": self.cause_text(c),
-                    "href": f"{page_of.get(c.seq, 'index.html')}#{anchor}{c.seq}",
-                    "object": obj.label if show_object else "",
-                    "object_href": (f"../{obj.dirname}/changes.html#f-{self.field_stem[c.field]}"
-                                    if show_object and c.obj in self.rendered else ""),
-                })
+                cell = ""
+                if show_object:
+                    href = (f"../{obj.dirname}/changes.html#f-{self.field_stem[c.field]}"
+                            if c.obj in self.rendered else "")
+                    cell = (_CHANGE_OBJECT.format(escape(href), escape(obj.label)) if href
+                            else _CHANGE_OBJECT_PLAIN.format(escape(obj.label)))
+                items.append(_CHANGE_ROW.format(
+                    time=format_offset(c.ts_ns), object=cell,
+                    old=escape(self.fmt.show(c.field, c.old)),
+                    new=escape(self.fmt.show(c.field, c.new)),
+                    cause=escape(self.cause_text(c)),
+                    href=escape(f"{page_of.get(c.seq, 'index.html')}#{anchor}{c.seq}")))
             stem = self.field_stem[f.name]
             has_plot = self.plots and bool(found) and f.name in series
             if has_plot:
-                self.plot_jobs.append(plotting.FieldPlot(
+                kind = plotting.StripPlot if show_object else plotting.FieldPlot
+                self.plot_jobs.append(kind(
                     os.path.join(self.out_dir, directory, f"{stem}.png"), f.name,
                     f"{f.name} — {plot_title or title}", series[f.name]))
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
-                           "count": len(found), "changes": items, "stem": stem,
+                           "count": len(found), "rows_html": Markup("".join(items)),
+                           "stem": stem,
                            "has_plot": has_plot, "omitted": len(found) - len(shown),
                            "value": (values or {}).get(f.name, ""),
                            "live": live is not None and len(live.series.get(f.name, ())) > 1})
@@ -420,15 +440,17 @@ class _Site:
             ALL_DIR, data.rows, title="all objects",
             heading=f"{self.struct_title}: all objects", use_object_depth=False,
             show_object=True, facts=facts, methods=self.method_rows(data.methods))
+        # one strip per object, on time since the object was first seen: readable at
+        # thousands of objects, where lines over absolute time are not
         series: dict[str, list[plotting.Series]] = {}
-        busiest = sorted(data.objects, key=lambda o: -len(o.changes))[:10]
-        for obj in sorted(busiest, key=lambda o: o.first_ns):
+        for obj in data.objects:
             for name, points in obj.series.items():
                 if len(points) > 1:
-                    series.setdefault(name, []).append(
-                        plotting.Series(obj.label, points, obj.last_ns - data.start_ns))
-        plotted = "all objects" if len(data.objects) <= len(busiest) else \
-            f"the {len(busiest)} objects with most changes"
+                    first = obj.first_ns - data.start_ns
+                    series.setdefault(name, []).append(plotting.Series(
+                        obj.label, [(t - first, v) for t, v in points],
+                        obj.last_ns - obj.first_ns))
+        plotted = f"{len(data.objects)} objects, one strip each"
         values = {}
         for f in self.layout.fields:
             seen = {self.fmt.show(f.name, o.series[f.name][0][1])
@@ -482,7 +504,18 @@ class _Site:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
         distinct = len({(f.name, f.unit, f.address) for f in data.summary.functions})
         duration = (data.rows[-1].ts_ns - start) if data.rows else 0
+        unreadable = []
+        for row in data.unreadable_rows[:MAX_LISTED]:
+            obj = self.rendered.get(row.obj)
+            unreadable.append({
+                "time": format_offset(row.ts_ns - start),
+                "object": self.data_objects[row.obj].label if row.obj else "",
+                "function": self.names.get(row.function_id, f"function#{row.function_id}"),
+                "phase": "entry" if row.phase == PHASE_ENTRY else "exit",
+                "href": (f"{obj.dirname}/{self.page_file.get(row.seq, 'index.html')}#e{row.seq}"
+                         if obj is not None else "")})
         self.write("index.html", "index.html", title=self.struct_title,
+                   unreadable=unreadable, max_listed=MAX_LISTED,
                    heading=self.struct_title, objects=objects,
                    rendered=len(self.rendered), objects_total=objects_total,
                    reach_counts=sorted(reach_counts.items()), data=data,
@@ -560,4 +593,5 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         trace.close()
     seconds["total"] = time.perf_counter() - clock
     return RenderResult(out_dir, os.path.join(out_dir, "index.html"), len(data.objects),
-                        len(chosen), len(data.rows), seconds, site.notes)
+                        len(chosen), len(data.rows), seconds, site.notes,
+                        data.counts.line() if data.counts else "")

@@ -1,6 +1,7 @@
 """PNG plots with matplotlib (Agg, no pyplot): fields over time and method durations.
 
-Plots are described as picklable jobs (`FieldPlot`, `DurationPlot`, `CallCountPlot`) so
+Plots are described as picklable jobs (`FieldPlot`, `StripPlot`, `DurationPlot`,
+`CallCountPlot`) so
 `draw_all` can spread them over worker processes; each process keeps one figure and
 reuses it, since building figures and ticks is most of matplotlib's cost.
 """
@@ -21,6 +22,8 @@ _GRID = "#e3e7ec"
 _BLUE = "#2b5d8a"
 _PALETTE = ("#2b5d8a", "#c0392b", "#2e8b57", "#8e44ad", "#d35400", "#16a085", "#7f8c8d",
             "#b7950b", "#34495e", "#a93226")
+_PALETTE_LIGHT = ("#8fb3d9", "#f1948a", "#82e0aa", "#c39bd3", "#f0b27a", "#76d7c4",
+                  "#bfc9ca", "#f7dc6f", "#85929e", "#e6b0aa")
 _WIDTH_IN, _DPI = 8.0, 100
 _LEFT_PX, _RIGHT_PX, _TOP_PX, _BOTTOM_PX = 150, 20, 34, 46
 _LEGEND_PX = 150  # right margin when a legend names the objects
@@ -36,6 +39,19 @@ class Series:
 
 @dataclass
 class FieldPlot:
+    path: str
+    field: str
+    title: str
+    series: list[Series]
+
+
+@dataclass
+class StripPlot:
+    """A field across many objects: a strip per object (rows, in order of first
+    appearance), time since that object was first seen across, the value as colour.
+    Series points are (ns since the object's first event, value); ``end_ns`` is the
+    object's last event on the same clock."""
+
     path: str
     field: str
     title: str
@@ -78,10 +94,10 @@ def _compact(value: float, _pos: object = None) -> str:
 class _Painter:
     """A process's figures, one per size, reused from plot to plot."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Optional[Layout] = None):
         from ctracer.report.values import ValueFormatter
 
-        self.fmt = ValueFormatter(layout)
+        self.fmt = ValueFormatter(layout) if layout is not None else None
         self._canvases: dict[tuple[float, int, int], Any] = {}
 
     def _frame(self, height_in: float, left_px: int = _LEFT_PX,
@@ -193,6 +209,54 @@ class _Painter:
                       handlelength=1.2, borderaxespad=0.2)
         self._save(ax, job.path)
 
+    def strip_plot(self, job: StripPlot) -> None:
+        import numpy
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Patch
+
+        values = [v for s in job.series for _, v in s.points]
+        numbers, ticks = self.fmt.plot_axis(job.field, values)
+        longest = max((s.end_ns for s in job.series), default=1) or 1
+        bins = 400
+        edges = numpy.linspace(0, longest, bins, endpoint=False)
+        grid = numpy.full((len(job.series), bins), numpy.nan)
+        at = 0
+        for row, s in enumerate(job.series):
+            ys = numpy.asarray(numbers[at:at + len(s.points)], dtype=float)
+            ts = numpy.asarray([t for t, _ in s.points], dtype=float)
+            at += len(s.points)
+            idx = numpy.searchsorted(ts, edges, side="right") - 1
+            alive = (idx >= 0) & (edges <= max(s.end_ns, ts[-1]))
+            grid[row, alive] = ys[idx[alive]]
+        categorical = ticks is not None and len(ticks) <= len(_PALETTE) * 2
+        # a figure of its own (a colour bar changes the figure: not one to reuse)
+        ax = _Painter()._frame(4.6, right_px=_LEGEND_PX if categorical else 110)
+        ax.grid(False)
+        if categorical:
+            colours = [(_PALETTE + _PALETTE_LIGHT)[i] for i in range(len(ticks))]
+            cmap = ListedColormap(colours)
+            image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap,
+                              vmin=-0.5, vmax=len(ticks) - 0.5, origin="upper",
+                              extent=(0, longest / 1e6, len(job.series), 0))
+            ax.legend(handles=[Patch(color=c, label=literal(label))
+                               for c, (_, label) in zip(colours, ticks)],
+                      fontsize=7.5, frameon=False, loc="upper left",
+                      bbox_to_anchor=(1.01, 1.0), handlelength=1.0, borderaxespad=0.2)
+        else:
+            image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
+                              origin="upper", extent=(0, longest / 1e6, len(job.series), 0))
+            bar = ax.figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+            bar.ax.tick_params(labelsize=7.5)
+            if ticks:
+                bar.set_ticks([p for p, _ in ticks][::max(1, len(ticks) // 12)])
+                bar.set_ticklabels([literal(t) for _, t in ticks][::max(1, len(ticks) // 12)])
+        from matplotlib.ticker import MaxNLocator
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        self._labels(ax, job.title, "ms since the object was first seen",
+                     f"objects (of {len(job.series)}), by first appearance")
+        self._save(ax, job.path)
+
     def duration_plot(self, job: DurationPlot) -> None:
         ax = self._frame(2.6, left_px=80)
         ys_all = [max(d, 1) / 1e3 for d in job.durations]
@@ -240,6 +304,8 @@ def _draw_chunk(jobs: Sequence[Any]) -> int:
     for job in jobs:
         if isinstance(job, FieldPlot):
             _painter.field_plot(job)
+        elif isinstance(job, StripPlot):
+            _painter.strip_plot(job)
         elif isinstance(job, DurationPlot):
             _painter.duration_plot(job)
         else:

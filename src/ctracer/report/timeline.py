@@ -9,7 +9,7 @@ Jinja2's autoescape applies — and the templates place the finished rows.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from markupsafe import Markup, escape
 
@@ -44,6 +44,9 @@ class RowFormatter:
         self._functions: dict[int, Markup] = {}
         self._objects: dict[tuple[str, str], tuple[str, str]] = {}
         self._threads: dict[tuple[str, int], Markup] = {}
+        self._values: dict[tuple[str, Any], str] = {}
+        self._causes: dict[tuple, str] = {}
+        self._fields: dict[str, str] = {}
 
     def function(self, fid: int) -> Markup:
         m = self._functions.get(fid)
@@ -57,14 +60,37 @@ class RowFormatter:
             m = self._threads[(comm, tid)] = escape(f"{comm}/{tid}" if comm else str(tid))
         return m
 
+    def _value(self, field: str, value: Any) -> str:
+        """A value as shown, escaped; values repeat (states, small counts), so they are
+        formatted once."""
+        key = (field, value)
+        text = self._values.get(key)
+        if text is None:
+            if len(self._values) > 200_000:
+                self._values.clear()
+            text = self._values[key] = str(escape(self.fmt.show(field, value)))
+        return text
+
+    def _cause(self, c: Change) -> str:
+        key = (c.cause, c.function_id, c.seen_at)
+        text = self._causes.get(key)
+        if text is None:
+            text = self._causes[key] = str(escape(self.cause(c)))
+        return text
+
     def _changes(self, changes: list[Change]) -> tuple[str, str]:
-        show = self.fmt.show
-        parts = [(escape(c.field), escape(show(c.field, c.old)),
-                  escape(show(c.field, c.new)), escape(self.cause(c)))
-                 for c in changes]
+        value = self._value
+        parts = [(self._field(c.field), value(c.field, c.old), value(c.field, c.new),
+                  self._cause(c)) for c in changes]
         title = _TITLE.format("\n".join(f"{f}: {o} → {n} ({why})"
                                         for f, o, n, why in parts))
         return title, "".join(_CHANGE.format(f, o, n) for f, o, n, _ in parts)
+
+    def _field(self, name: str) -> str:
+        text = self._fields.get(name)
+        if text is None:
+            text = self._fields[name] = str(escape(name))
+        return text
 
     def row(self, row: Row, depth: int, object_cell: Optional[tuple[str, str]]) -> Markup:
         """One ``<tr>`` (two when a caller's changes precede the row: see

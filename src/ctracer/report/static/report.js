@@ -311,8 +311,12 @@
       if (start === null) { return; }
       var a = Math.min(start, tAt(ev)), b = Math.max(start, tAt(ev));
       start = null;
-      if (b - a > (view[1] - view[0]) / 200) { view = [a, b]; }
-      draw();
+      if (b - a > (view[1] - view[0]) / 200) {
+        view = [a, b];
+        draw();
+      } else if (band) {
+        band.remove();  // a click: nothing to zoom into (and a double-click zooms out)
+      }
     });
     svg.addEventListener("dblclick", function () { view = full.slice(); draw(); });
   });
