@@ -285,3 +285,24 @@ def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     href = re.search(r'href="(0x1000/index.html#e\d+)"', failures.group(0)).group(1)
     page, anchor = href.split("#")
     assert f'id="{anchor}"' in read(out / page)
+
+
+def test_timeline_gives_a_callers_change_to_the_caller(report):
+    """tcp_v4_connect stores skc_dport before calling tcp_set_state: the change shows on a
+    row of tcp_v4_connect's (as changes.html says "in tcp_v4_connect, before it called
+    tcp_set_state"), not on tcp_set_state's entry row."""
+    truth, _, out = report
+    address, _ = next(k for k in truth.lifetimes if k[1] == 1)
+    page = read(out / f"0x{address:x}" / "index.html")
+    rows = re.findall(r"<tr id=\"([ce]\d+)\".*?</tr>", page, re.S)
+    caller = re.search(r'<tr id="(c\d+)" class="by-caller changed"[^>]*data-fn="tcp_v4_connect"'
+                       r'.*?</tr>', page, re.S)
+    assert caller and "sk_common.skc_dport" in caller.group(0)
+    assert "before calling tcp_set_state" in caller.group(0)
+    entry_id = "e" + caller.group(1)[1:]
+    assert rows[rows.index(caller.group(1)) + 1] == entry_id  # right before the callee
+    entry = re.search(rf'<tr id="{entry_id}".*?</tr>', page, re.S).group(0)
+    assert 'data-fn="tcp_set_state"' in entry and 'class="chg"' not in entry
+    changes = read(out / f"0x{address:x}" / "changes.html")
+    assert f'href="index.html#{caller.group(1)}"' in changes
+    assert "in tcp_v4_connect, before it called tcp_set_state" in changes
