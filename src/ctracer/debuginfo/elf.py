@@ -7,6 +7,7 @@ The DWARF reader takes its sections from here; the BTF reader finds an ELF file'
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from typing import Optional
@@ -66,11 +67,18 @@ def read_elf_headers(path: str) -> ElfHeaders:
             else:
                 shoff, = struct.unpack_from(e + "I", ident, 0x20)
                 shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", ident, 0x2E)
+            file_size = os.fstat(f.fileno()).st_size
+            if shnum and (shentsize < (64 if is64 else 40)
+                          or shoff + shentsize * shnum > file_size):
+                raise InputFileError(f"{path} is a truncated or damaged ELF file (its "
+                                     "section header table runs past its end)")
             f.seek(shoff)
             table = f.read(shentsize * shnum)
-            if len(table) < shentsize * shnum:
-                raise InputFileError(f"{path} is a truncated ELF file")
             raw = [_section_fields(table, i * shentsize, is64, e) for i in range(shnum)]
+            for _name, stype, _flags, off, size, _link, _info in raw:
+                if stype != SHT_NOBITS and off + size > file_size:
+                    raise InputFileError(f"{path} is a truncated or damaged ELF file (a "
+                                         "section runs past its end)")
             names = b""
             if 0 < shstrndx < shnum:
                 f.seek(raw[shstrndx][3])
@@ -137,6 +145,9 @@ def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
         for section in headers.sections:
             if section.type not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
                 continue
+            if not 0 < section.link < len(headers.sections):
+                raise InputFileError(f"{headers.path}: {section.name} links to no string "
+                                     "table; is the file damaged?")
             strtab = headers.sections[section.link]
             f.seek(strtab.offset)
             strings = f.read(strtab.size)

@@ -131,6 +131,9 @@ class BtfData:
             layout_off, layout_len = struct.unpack_from(e + "II", data, 24)
             if layout_len:
                 start = hdr_len + layout_off
+                if start + layout_len > len(data):
+                    raise InputFileError(f"{description}: BTF layout runs past the end of "
+                                         "the data")
                 layout = [struct.unpack_from(e + "BBH", data, start + 4 * k)[:2]
                           for k in range(layout_len // 4)]
         t0, s0 = hdr_len + type_off, hdr_len + str_off
@@ -192,6 +195,8 @@ class BtfData:
         i = start
         add_offset, add_kind = offsets.append, kinds.append
         while i < end:
+            if i + 3 > end:  # (a record's header: name, info, size/type)
+                break
             info = w[i + 1]
             k = info >> 24 & 0x7F
             if not known[k]:

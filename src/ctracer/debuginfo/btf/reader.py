@@ -22,7 +22,9 @@ from the ``btf_trace_<name>`` typedefs (a pointer to a prototype whose first par
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
 from bisect import bisect_left, bisect_right
 from functools import partial
 from collections.abc import Mapping
@@ -37,6 +39,39 @@ from ctracer.debuginfo.model import (ArrayType, BaseType, Catalog, CompositeType
                            PointerType, QualifiedType, ShapeKind, StructInfo,
                            TracepointInfo, Type, TypeGraph, TypeShape, Typedef)
 
+#: what reading a damaged blob raises from inside the reader (an id or offset that a
+#: record points past the end with, a count that makes no sense)
+_DAMAGE = (IndexError, ValueError, OverflowError, UnicodeDecodeError, RecursionError,
+           struct.error)
+
+
+def _damage_is_one_line(method):
+    """A public reader method, with damage found in the BTF turned into one line
+    (`InputFileError`) instead of a traceback."""
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _DAMAGE as err:
+            raise InputFileError(f"{self.btf.description}: its BTF cannot be read "
+                                 f"({type(err).__name__}: {err}); is it damaged?") from None
+    return read
+
+
+#: the methods the rest of ctracer calls (`TypeModel` and `Catalog`)
+_ENTRY_POINTS = ("catalog", "struct_names", "find_struct", "type_of", "functions",
+                 "function_count", "functions_referencing", "struct",
+                 "structs_with_member_of", "tracepoints", "tracepoints_referencing")
+
+
+def _reading_damaged(cls):
+    """Wrap the entry points a reader class defines with `_damage_is_one_line`."""
+    for name in _ENTRY_POINTS:
+        if name in vars(cls):
+            setattr(cls, name, _damage_is_one_line(vars(cls)[name]))
+    return cls
+
+
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 MODULE_BTF_DIR = "/sys/kernel/btf"
 TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
@@ -47,6 +82,7 @@ _TRANSPARENT = (bf.TYPEDEF, bf.VOLATILE, bf.RESTRICT, bf.TYPE_TAG, bf.CONST)
 _MAX_CHAIN = 256
 
 
+@_reading_damaged
 class BtfModel:
     """The `ctracer.debuginfo.model.TypeModel` of one BTF source."""
 
@@ -272,6 +308,7 @@ def _int_encoding(name: str, encoding: int) -> Encoding:
 _ShapeKey = tuple  # (ShapeKind, name)
 
 
+@_reading_damaged
 class BtfCatalog(Catalog):
     """The catalog of a BTF model, answered from id indexes built on first use."""
 
@@ -830,7 +867,11 @@ def model_from_bytes(data: bytes, description: str,
         saved = btf_cache.load(key)
         if saved is not None:
             known = (btf_cache.unpack(saved["offsets"]), saved["kinds"])
-    d = BtfData(data, description, base_model.btf if base_model else None, known)
+    try:
+        d = BtfData(data, description, base_model.btf if base_model else None, known)
+    except _DAMAGE as err:
+        raise InputFileError(f"{description}: its BTF cannot be read "
+                             f"({type(err).__name__}: {err}); is it damaged?") from None
     return BtfModel(d, description, cache_key=key, use_cache=use_cache, saved=saved)
 
 

@@ -285,15 +285,14 @@ class ElftoolsUnitWalker:
         if program is None:
             return {}
         header = program.header
-        dirs = [d.decode("utf-8", "replace") if isinstance(d, bytes) else str(d)
-                for d in header["include_directory"]]
+        dirs = [_text(d) for d in header["include_directory"]]
         version = header["version"]
         if version < 5:
             dirs.insert(0, attr_str(cu.get_top_DIE(), "DW_AT_comp_dir") or "")
         base = 0 if version >= 5 else 1
         names = {}
         for i, entry in enumerate(header["file_entry"]):
-            name = entry.name.decode("utf-8", "replace")
+            name = _text(entry.name)
             d = entry.dir_index
             if not name.startswith("/") and 0 <= d < len(dirs) and dirs[d]:
                 name = f"{dirs[d]}/{name}"
@@ -408,6 +407,14 @@ class ElftoolsUnitWalker:
             if hasattr(entry, "base_address"):
                 base_address = entry.base_address
         return None
+
+
+def _text(value) -> str:
+    """A name from the line table: bytes, or a string, or None where a damaged table
+    (or a string in a missing file) left none."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
 
 
 def type_byte_size(dwarf, offset: Optional[int]) -> int:

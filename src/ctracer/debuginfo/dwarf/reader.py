@@ -87,6 +87,11 @@ def _reading_dwarf(path: str):
     except (KeyError, IndexError, ValueError, struct.error, UnicodeDecodeError) as err:
         raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
                              f"{err}); is the file damaged?") from None
+    except (TypeError, AttributeError, OverflowError, RecursionError) as err:
+        # a damaged DIE gives values of the wrong kind (a number for a name, no type
+        # where one must be): one line too, the cause kept for --debug
+        raise InputFileError(f"{path}: its DWARF cannot be read ({type(err).__name__}: "
+                             f"{err}); is the file damaged?") from err
     except Exception as err:  # pyelftools' own exceptions, or any raised inside it
         if not (type(err).__module__.startswith("elftools") or _raised_in_elftools(err)):
             raise
