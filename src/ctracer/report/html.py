@@ -242,10 +242,14 @@ class _Site:
                        use_object_depth: bool, show_object: bool,
                        facts: list[tuple[str, str]], methods: list[dict]) -> dict[int, str]:
         """Write the timeline, PAGE_ROWS rows a page, one page at a time, the call graph
-        on the first; return the page file of every row (by seq) for links to it."""
+        on the first; return the page file (by seq) of every row that changed fields or
+        could not be read, for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(count)]
-        page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)}
+        # the page of every row something links to (changes; unreadable rows from the
+        # index): not of every row, which for all objects is a million entries
+        page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)
+                   if row.changes or row.unreadable}
         if not show_object:  # an object's own timeline: where its unreadable rows are
             for row in rows:
                 if row.unreadable:
