@@ -8,7 +8,7 @@ by the pyelftools fallback, types read with pyelftools), BTF encoded by ``pahole
 Every damaged copy is opened, its catalog built, structs read and methods discovered, as
 ``ctracer functions`` and ``ctracer struct`` would.
 
-Each reader gets a fixed time budget (``CTRACER_FUZZ_SECONDS``, default 15 s; examples
+Each reader gets a fixed time budget (``CTRACER_FUZZ_SECONDS``, default 6 s; examples
 after it are skipped), each damaged file ``HANG_SECONDS`` before it counts as a hang, and
 the process a bound on its peak memory.  Failures are reported unshrunk (shrinking would
 run past the budget): the mutation list hypothesis prints reproduces it.
@@ -36,7 +36,7 @@ from ctracer.errors import CtracerError
 from ctracer.plan.discovery import discover
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-BUDGET_SECONDS = float(os.environ.get("CTRACER_FUZZ_SECONDS", "15"))
+BUDGET_SECONDS = float(os.environ.get("CTRACER_FUZZ_SECONDS", "6"))
 HANG_SECONDS = 30
 PEAK_MEMORY_MB = 2048
 #: structs read whole from each damaged file (the first ones by name)
