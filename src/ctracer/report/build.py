@@ -158,6 +158,8 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
             decoded = json.loads(v)
         except ValueError:
             return v
+        if decoded is None:
+            return ""
         return decoded if isinstance(decoded, str) else v
 
     def words(key: str) -> list[str]:
@@ -217,8 +219,10 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
 
 
 def _attached_fully(attached: str) -> bool:
+    """Every probe the function needs attached: entry and exit of a function, or the one
+    program of a tracepoint (which has no exit)."""
     parts = {p.strip() for p in attached.split(",")}
-    return {"entry", "exit"} <= parts
+    return {"entry", "exit"} <= parts or parts == {"raw_tracepoint"}
 
 
 def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:
