@@ -115,6 +115,11 @@ def _copy_static(out_dir: str) -> None:
                 f.write(entry.read_bytes())
 
 
+def _page_name(number: int) -> str:
+    """The file of timeline page ``number`` (from 0)."""
+    return "index.html" if number == 0 else f"timeline-{number + 1}.html"
+
+
 def _json_island(value: Any) -> Markup:
     """JSON to sit inside ``<script type="application/json">``: every ``<``, ``>`` and
     ``&`` escaped, so no string from the trace can close the element."""
@@ -245,15 +250,11 @@ class _Site:
         on the first; return the page file (by seq) of every row that changed fields or
         could not be read, for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
-        files = ["index.html" if i == 0 else f"timeline-{i + 1}.html" for i in range(count)]
+        files = [_page_name(i) for i in range(count)]
         # the page of every row something links to (changes; unreadable rows from the
         # index): not of every row, which for all objects is a million entries
         page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)
                    if row.changes or row.unreadable}
-        if not show_object:  # an object's own timeline: where its unreadable rows are
-            for row in rows:
-                if row.unreadable:
-                    self.page_file[row.seq] = page_of[row.seq]
         graph_svg, graph_note = self.graph_for(directory, rows, files)
         render = self.rows.row
         states = _RunningState(self, show_object)
@@ -387,6 +388,14 @@ class _Site:
                    series_json=series_json,
                    fields=fields, show_object=show_object,
                    changed=sum(1 for f in fields if f["count"]))
+
+    def note_unreadable_pages(self, objects: list[ObjectTimeline]) -> None:
+        """Where each unreadable row of these objects' timelines is (the index links
+        them), known before the pages are written, possibly by another process."""
+        for obj in objects:
+            for i, row in enumerate(obj.rows):
+                if row.unreadable:
+                    self.page_file[row.seq] = _page_name(i // PAGE_ROWS)
 
     def live_series(self, obj: ObjectTimeline) -> dict[str, dict]:
         """Each changed field of ``obj`` for the browser's plot: times (ms), numbers to
@@ -534,6 +543,41 @@ class _Site:
         return f"{s.struct_kind} {s.struct_name}"
 
 
+#: below this many objects a helper process costs more than it saves
+HELPER_MIN_OBJECTS = 200
+
+
+def _fork_pages(site: _Site, objects: list[ObjectTimeline]) -> Optional[int]:
+    """Write ``objects``' pages in a forked child (it inherits the data, nothing is
+    copied); return its pid, or None where fork is not available."""
+    if not hasattr(os, "fork"):
+        return None
+    import sys
+    import traceback
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        for obj in objects:
+            site.object_pages(obj)
+        code = 0
+    except BaseException:  # the parent reports it; the trace is in stderr
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _wait_pages(pid: int) -> None:
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise CtracerError(f"writing the object pages failed (helper process status "
+                           f"{status}); see the message above")
+
+
 @private_files  # the report holds addresses, argv and traced strings: 0600 files, 0700 dirs
 def render(trace_path: str, out_dir: Optional[str] = None, *,
            max_objects: Optional[int] = None, plots: bool = True,
@@ -580,12 +624,21 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         site.layout_graphs()
         seconds["graphs"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        for n, obj in enumerate(chosen, 1):
+        site.note_unreadable_pages(chosen)
+        # the objects without PNG plots are written by a forked helper while this
+        # process writes the rest (both cores busy; the helper shares the data)
+        rest = [o for o in chosen if o.key not in site.plotted]
+        helper = _fork_pages(site, rest) if len(rest) >= HELPER_MIN_OBJECTS else None
+        for n, obj in enumerate(chosen if helper is None else
+                                [o for o in chosen if o.key in site.plotted], 1):
             site.object_pages(obj)
             if n % 100 == 0:
                 say(f"pages for {n}/{len(chosen)} objects")
         site.all_objects_pages()
         site.methods_page(trace)
+        if helper is not None:
+            say("waiting for the object pages")
+            _wait_pages(helper)
         site.index_page(len(data.objects))
         seconds["html"] = time.perf_counter() - mark
 
