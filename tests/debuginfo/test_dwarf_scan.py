@@ -138,8 +138,8 @@ def test_parallel_scan_matches_serial(scan_dir):
     merged, reference = du.assemble_rows(parallel), du.assemble_rows(serial)
     assert merged.functions == reference.functions
     assert merged.structs == reference.structs
-    assert [r[1] for r in merged.structs].count("shared") == 1
-    assert sorted(r[0] for r in merged.functions) == sorted(
+    assert [r.name for r in merged.structs].count("shared") == 1
+    assert sorted(r.name for r in merged.functions) == sorted(
         ["main"] + [f"fn{i}" for i in range(10)])
 
 

@@ -143,8 +143,8 @@ class SqliteCatalog(Catalog):
         shapes = self._shapes or self._load_shapes()
         found = shapes[index]
         if found is None:
-            t = self._shape_rows[index]
-            found = shapes[index] = TypeShape(_SHAPE_KINDS[t[0]], t[1], t[2], t[3], t[4])
+            kind, name, pointers, const, text = self._shape_rows[index]
+            found = shapes[index] = TypeShape(_SHAPE_KINDS[kind], name, pointers, const, text)
         return found
 
     def _load_shapes(self) -> list:
@@ -157,7 +157,8 @@ class SqliteCatalog(Catalog):
         """A parameter from its (name, shape index)."""
         found = self._params.get(p)
         if found is None:
-            found = self._params[p] = Parameter(p[0], self._shape(p[1]))
+            name, shape = p
+            found = self._params[p] = Parameter(name, self._shape(shape))
         return found
 
     # -- functions
@@ -315,8 +316,8 @@ class CatalogWriter:
             name, unit or "", address, bool(external), inline, bool(inlined_only),
             bool(variadic), linkage_name, decl_file, decl_line, self._sid(returns),
             tuple((p, self._sid(s)) for p, s in params)))))
-        refs = {(s[0], s[1]) for _p, s in params}
-        refs.add((returns[0], returns[1]))
+        refs = {_shape_ref(s) for _p, s in params}
+        refs.add(_shape_ref(returns))
         self._function_refs.extend((k, n, fid) for k, n in refs if n is not None)
 
     def add_struct(self, kind: str, name: str, size: int, members,
@@ -326,7 +327,7 @@ class CatalogWriter:
         members = tuple(members)
         self._structs.append((sid, kind, name, size, location, marshal.dumps(
             tuple((p, self._sid(s), b) for p, s, b in members))))
-        refs = {(s[0], s[1]) for _p, s, _b in members}
+        refs = {_shape_ref(s) for _p, s, _b in members}
         self._member_refs.extend((k, n, sid) for k, n in refs if n is not None)
 
     def add_tracepoint(self, name: str, params) -> None:
@@ -334,7 +335,7 @@ class CatalogWriter:
         params = tuple(params)
         self._tracepoints.append((tid, name, marshal.dumps(
             tuple((p, self._sid(s)) for p, s in params))))
-        refs = {(s[0], s[1]) for _p, s in params}
+        refs = {_shape_ref(s) for _p, s in params}
         self._tracepoint_refs.extend((k, n, tid) for k, n in refs if n is not None)
 
     def finish(self) -> str:
@@ -355,6 +356,12 @@ class CatalogWriter:
         db.close()
         os.replace(self.tmp, self.final)
         return self.final
+
+
+def _shape_ref(shape: ShapeTuple) -> tuple:
+    """(kind, name) of a shape tuple: what the ``*_refs`` tables index."""
+    kind, name, _pointers, _const, _text = shape
+    return kind, name
 
 
 def shape_tuple(s: TypeShape) -> ShapeTuple:
