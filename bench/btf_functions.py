@@ -71,7 +71,7 @@ def stages() -> None:
     t4 = t()
     symbols = kernel.kernel_symbols(use_cache=False)
     t5 = t()
-    counts = model.btf.kind_counts()
+    counts = set(model.btf.kinds[1:])
     print(f"\nreader stages (CPU s, no saved indexes): parse {t1 - t0:.3f} "
           f"({model.btf.count - 1} types, {len(counts)} kinds), "
           f"function index + lookup {t2 - t1:.3f} ({len(direct)} functions), "

@@ -96,7 +96,8 @@ def test_methods_cover_pfunct_and_extras_are_explained(models, path, name):
                                 capture_output=True, text=True).stdout.split())
     takes = {}
     for f in catalog.functions_referencing(ShapeKind.STRUCT, name):
-        params = [p for p in f.params if p.shape.is_struct(name) and p.shape.pointers == 1]
+        params = [p for p in f.params if p.shape.kind == ShapeKind.STRUCT
+                  and p.shape.name == name and p.shape.pointers == 1]
         if params:
             takes.setdefault(f.name, []).append((f, params))
     assert theirs <= set(takes), sorted(theirs - set(takes))

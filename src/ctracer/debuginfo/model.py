@@ -206,9 +206,6 @@ class TypeShape:
     const: bool = False
     text: str = ""
 
-    def is_struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> bool:
-        return self.kind == kind and self.name == name
-
 
 @dataclass(frozen=True, slots=True)
 class Parameter:

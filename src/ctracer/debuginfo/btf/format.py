@@ -254,12 +254,6 @@ class BtfData:
         mask[0] = 0  # id 0 is void whatever the table says
         return list(compress(range(len(mask)), mask))
 
-    def kind_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for k in set(self.kinds[1:]):
-            counts[kind_name(k)] = self.kinds.count(k, 1)
-        return counts
-
     def record(self, tid: int) -> BtfRecord:
         """Decode one type record completely (any kind)."""
         self.check_id(tid)
