@@ -272,3 +272,40 @@ def test_files_that_are_not_traces(tmp_path):
         Trace(str(other))
     with pytest.raises(TraceFileError, match="is a directory"):
         Trace(str(tmp_path))
+
+
+def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_path):
+    """A recorder stopped by Ctrl-C during a flood decodes for a bounded time only
+    (`TraceWriter.close(decode_budget_s=…)`); the file is finished, the rest is decoded
+    by whoever opens it first, once."""
+    import os
+    from ctracer.event import HEADER, mini_offset
+    path = tmp_path / "left.ctrace"
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json())
+    w.add_functions([FunctionRow(2, "sock_bind")])
+    w.expect_raw()
+
+    def raw(i):
+        header = HEADER.encode(dict(ts_ns=i, object=0x5000 + i % 5, retval=0, cpu=0, pid=1,
+                                    tid=1, function_id=2, depth=0, phase=0, flags=0,
+                                    comm="flood"))
+        return header + bytes(mini_offset(MINI) - len(header)) + MINI.encode(
+            {"state": i % 256, "refcnt": i})
+
+    for batch in range(3):
+        w.add_raw(b"".join(raw(batch * 5000 + i) for i in range(5000)))
+    w.close(decode_budget_s=0)
+    db = sqlite3.connect(str(path))
+    assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM spool").fetchone()[0] > 0
+    db.close()
+    assert not os.path.exists(str(path) + "-wal")  # finished: one self-contained file
+    seen = []
+    trace = Trace(str(path), progress=seen.append)
+    assert trace.incomplete is None and trace.event_count() == 15000
+    assert seen and seen[-1] == 15000
+    assert [trace.values(e)["refcnt"] for e in trace.events()] == list(range(15000))
+    trace.close()
+    seen.clear()
+    assert Trace(str(path), progress=seen.append).event_count() == 15000 and not seen

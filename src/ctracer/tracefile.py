@@ -381,12 +381,13 @@ class TraceWriter:
             self._pending.clear()
         self.db.commit()
 
-    def close(self) -> None:
-        """Decode what is left, mark the file finished and fold the log back in."""
+    def close(self, decode_budget_s: Optional[float] = None) -> None:
+        """Decode what is left (or what ``decode_budget_s`` seconds allow: the first
+        reader decodes the rest), mark the file finished and fold the log back in."""
         if self.db is None:
             return
         try:
-            self.decode_spool()
+            self.decode_spool(decode_budget_s)
             self.flush()
             self.set_meta(state=STATE_FINISHED)
             self.db.execute("PRAGMA journal_mode=DELETE")
@@ -438,9 +439,12 @@ def _writer_alive(path: str) -> bool:
         os.close(fd)  # no SQLite connection of ours is open on it yet: no lock lost
 
 
-def _finish_interrupted(path: str) -> None:
-    """The recorder died before finishing the file: decode its spool, mark the trace
-    interrupted, fold the log back in (what SQLite does itself with a hot journal)."""
+def _finish(path: str, interrupted: bool,
+            progress: Optional[Callable[[int], None]] = None) -> None:
+    """Decode the raw events a recorder left in the spool and fold the log back in (as
+    SQLite itself does with a hot journal).  ``interrupted``: the recorder died before
+    finishing the file, which is then marked interrupted and told where it ends; else it
+    stopped in time and left the decoding to its first reader."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
@@ -449,27 +453,18 @@ def _finish_interrupted(path: str) -> None:
             return  # a recorder (or another reader finishing it) holds it
         if not os.access(path, os.W_OK) or not os.access(os.path.dirname(
                 os.path.abspath(path)), os.W_OK):
+            why = "is from a recording that was killed" if interrupted else \
+                "holds events its recorder left undecoded"
             raise TraceFileError(
-                f"{path} is from a recording that was killed and cannot be finished "
-                f"here (read-only): copy it somewhere writable and open it again")
+                f"{path} {why} and cannot be finished here (read-only): copy it "
+                f"somewhere writable and open it again")
         db = sqlite3.connect(path)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             if "mini_layout" in meta:
-                _decode_spool(db, RawDecoder.from_meta(meta))
-            last = db.execute("SELECT count(*), max(ts_ns) FROM events").fetchone()
-            ended = _wall_time(meta, last[1]) if last[1] is not None else ""
-            entries = [
-                ("state", STATE_INTERRUPTED),
-                ("stopped_by", "killed: the recorder died before finishing the file; the "
-                               "trace ends at its last committed event"),
-                ("events", json.dumps(last[0])),
-                ("last_event_ns", json.dumps(last[1])),
-                ("finished_by_reader", _now_iso())]
-            if ended and "end_time" not in meta:
-                entries.append(("end_time", ended))
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", entries)
-            db.commit()
+                _decode_spool(db, RawDecoder.from_meta(meta), progress=progress)
+            if interrupted:
+                _mark_interrupted(db, meta)
             db.execute("PRAGMA journal_mode=DELETE")
         finally:
             db.close()
@@ -477,6 +472,30 @@ def _finish_interrupted(path: str) -> None:
         raise TraceFileError(f"{path} is damaged: {e}") from None
     finally:
         os.close(fd)
+
+
+def _mark_interrupted(db: sqlite3.Connection, meta: dict[str, str]) -> None:
+    last = db.execute("SELECT count(*), max(ts_ns) FROM events").fetchone()
+    ended = _wall_time(meta, last[1]) if last[1] is not None else ""
+    entries = [
+        ("state", STATE_INTERRUPTED),
+        ("stopped_by", "killed: the recorder died before finishing the file; the "
+                       "trace ends at its last committed event"),
+        ("events", json.dumps(last[0])),
+        ("last_event_ns", json.dumps(last[1])),
+        ("finished_by_reader", _now_iso())]
+    if ended and "end_time" not in meta:
+        entries.append(("end_time", ended))
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", entries)
+    db.commit()
+
+
+def _spooled(db: sqlite3.Connection) -> bool:
+    """Raw events left in the spool (a schema 1 file has no spool)."""
+    try:
+        return db.execute("SELECT 1 FROM spool LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError:
+        return False
 
 
 def _wall_time(meta: dict[str, str], ts_ns: int) -> str:
@@ -495,6 +514,20 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def decoding_progress(stream=None) -> Optional[Callable[[int], None]]:
+    """For `Trace`'s ``progress`` in a command: a line redrawn on a terminal while the
+    raw events a recorder left are decoded (None when ``stream`` is not a terminal)."""
+    import sys
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        return None
+
+    def show(done: int) -> None:
+        stream.write(f"\r\033[Kdecoding the events the recorder left: {done}")
+        stream.flush()
+    return show
+
+
 class Trace:
     """A trace file opened for reading.
 
@@ -502,7 +535,9 @@ class Trace:
     trace whose recorder was killed is finished first (see the module docstring) and
     `incomplete` says so."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, progress: Optional[Callable[[int], None]] = None):
+        """``progress`` is called with the number of events decoded so far when the file
+        holds raw events its recorder left (see `TraceWriter.close`)."""
         header = _sqlite_header(path)
         if not header:
             raise TraceFileError(f"{path} is empty: not a ctracer trace file")
@@ -512,9 +547,10 @@ class Trace:
             _check_not_truncated(path, header)
         self.path = path
         self.db, self.meta = self._open()
-        if self.meta.get("state") == STATE_RECORDING and not _writer_alive(path):
+        recording = self.meta.get("state") == STATE_RECORDING
+        if (recording or _spooled(self.db)) and not _writer_alive(path):
             self.db.close()
-            _finish_interrupted(path)
+            _finish(path, recording, progress)
             self.db, self.meta = self._open()
         version = self.meta.get("schema_version")
         if not (version or "").isdigit():

@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     def show_progress(message: str) -> None:
         print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
 
-    from ctracer.tracefile import Trace
-    trace = Trace(args.trace)  # a killed recording is finished here, and said so
+    from ctracer.tracefile import Trace, decoding_progress
+    # a killed recording, or raw events a stopped one left, are finished here
+    trace = Trace(args.trace, progress=decoding_progress())
     incomplete = trace.incomplete
     trace.close()
     if incomplete:

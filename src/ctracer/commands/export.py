@@ -40,9 +40,9 @@ def default_output(trace: str, fmt: str):
 def run(args: argparse.Namespace) -> int:
     from ctracer.export import perfetto, parquet, text
     from ctracer.export.table import event_table
-    from ctracer.tracefile import Trace
+    from ctracer.tracefile import Trace, decoding_progress
 
-    trace = Trace(args.trace)
+    trace = Trace(args.trace, progress=decoding_progress())
     output = args.output or default_output(args.trace, args.format)
     if trace.incomplete:
         print(f"ctracer: warning: {args.trace}: {trace.incomplete}", file=sys.stderr)

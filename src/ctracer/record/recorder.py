@@ -58,6 +58,11 @@ class RecordResult:
     kept_old: Optional[str] = None  # where a file already at the output path was moved
 
 
+#: seconds the recorder spends decoding raw events once stopped (the first reader of
+#: the trace decodes what is left)
+FINISH_BUDGET_S = 0.5
+
+
 class EventSink:
     """Takes the raw events from the ring buffer callback and hands them to the trace
     file: while recording, the callback's work is only to keep the bytes (so the
@@ -147,14 +152,6 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
-
-    def writing(self, total: int) -> Callable[[int], None]:
-        """A callback showing how far writing the trace file is."""
-        def show(done: int) -> None:
-            if self.enabled and self.tty and total:
-                self.stream.write(f"\r\033[Kwriting the trace file: {100 * done // total}%")
-                self.stream.flush()
-        return show
 
     def done(self) -> None:
         if self.enabled and self.tty:
@@ -338,12 +335,13 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             session.close()
             if recording:
                 progress.done()
-                writer.decode_spool(progress=progress.writing(writer.events_spooled))
                 writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
                                 lost_events=counts.lost, stopped_by=stopped_by)
                 writer.flush()
-                writer.set_meta(events=writer.events_written)
-            writer.close()
+                writer.set_meta(events=writer.events_written + writer.events_spooled)
+            # a flood leaves more raw events than a second decodes: its first reader
+            # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
+            writer.close(decode_budget_s=FINISH_BUDGET_S if recording else None)
             if not recording:
                 os.unlink(output)
         finally:
@@ -354,7 +352,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     skipped = sum(1 for r in program.rows if r.attached)
     ok, failed = bpf_runtime.attach_summary(results)
     return RecordResult(
-        output, writer.events_written, len(counts.objects), counts.lost, ok, failed, skipped,
+        output, writer.events_written + writer.events_spooled, len(counts.objects), counts.lost,
+        ok, failed, skipped,
         session.compile_seconds, session.attach_seconds, seconds,
         stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
