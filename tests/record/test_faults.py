@@ -8,6 +8,7 @@ trivial uprobe program here."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,3 +80,89 @@ def test_a_command_that_cannot_be_executed(tmp_path):
     r, _ = trace(tmp_path, str(script))
     assert r.returncode == 127, r.stderr
     assert f"cannot run {script}" in r.stderr
+
+
+# -- no probe outlives ctracer ---------------------------------------------------------------
+
+def _held_program_ids(pid: int) -> set[int]:
+    """The BPF program ids process ``pid`` holds (through program or link fds)."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            continue
+    return ids
+
+
+def _loaded_program_ids() -> set[int]:
+    import json
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+                       check=True)
+    return {p["id"] for p in json.loads(r.stdout or "[]")}
+
+
+def _wait_for(stream, needle: str) -> None:
+    seen = []
+    for line in stream:
+        seen.append(line)
+        if needle in line:
+            return
+    raise AssertionError(f"never saw {needle!r}: {''.join(seen)}")
+
+
+def _descendants(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            out += [kid] + _descendants(kid)
+    return out
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "duration", "command exits",
+                                 "SIGKILL"])
+def test_no_probe_of_ctracer_stays_attached_once_it_has_exited(tmp_path, how):
+    """The programs ctracer held while recording (read from its fdinfo) are all gone
+    from the kernel (``bpftool prog show``) as soon as ctracer has been reaped, whatever
+    ended it; after SIGKILL the kernel releases them as the process dies."""
+    if not shutil.which("bpftool"):
+        pytest.skip("bpftool is not installed")
+    loops = {"command exits": "300"}.get(how, "1000000")
+    extra = ["-d", "2"] if how == "duration" else []
+    tracer = subprocess.Popen([sys.executable, "-m", "ctracer", "trace", "sock", "--binary",
+                               gt.SOCKDEMO, "-o", str(tmp_path / "t.ctrace"), *extra, "--",
+                               gt.SOCKDEMO, "--loops", loops, "--delay-ms", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    sample = []
+    try:
+        _wait_for(tracer.stderr, "recording struct sock")
+        held = _held_program_ids(tracer.pid)
+        sample = _descendants(tracer.pid)
+        assert len(held) >= 2, held  # at least an entry and an exit probe
+        if how.startswith("SIG"):
+            tracer.send_signal(getattr(signal, how))
+        tracer.wait(timeout=120)
+        left = held & _loaded_program_ids()
+    finally:
+        tracer.kill()
+        for pid in sample:  # after SIGKILL the command is still running (and holds stderr)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    rest = tracer.stderr.read()
+    assert not left, f"{len(left)} of {len(held)} programs still loaded after ctracer exited"
+    assert "Traceback" not in rest
+    if how == "SIGKILL":
+        assert tracer.returncode == -signal.SIGKILL
+    else:
+        assert tracer.returncode == 0, rest
