@@ -15,8 +15,9 @@ done before ctracer exits, never left to a background process: when ctracer has 
 the links as the process dies.  Kernels without uprobe.multi get bcc's perf-event
 uprobes, closed in parallel too (slower, still before exit).
 
-Before bcc is imported, `prepare` makes sure bcc will work here: root (or CAP_BPF + CAP_PERFMON), kernel headers (`ctracer.record.headers` builds
-a merged tree when the running kernel has none) and tracefs mounted
+Before bcc is imported, `prepare` makes sure bcc will work here: root (or CAP_BPF +
+CAP_PERFMON), kernel headers (`ctracer.record.headers` builds a merged tree when the
+running kernel has none) and tracefs mounted
 (`ctracer.record.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure
 a user can meet becomes a one-line `ctracer.errors.BPFUnavailable`.
 
