@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -84,25 +85,38 @@ def test_a_command_that_cannot_be_executed(tmp_path):
 
 # -- no probe outlives ctracer ---------------------------------------------------------------
 
-def _held_program_ids(pid: int) -> set[int]:
-    """The BPF program ids process ``pid`` holds (through program or link fds)."""
-    ids = set()
+def _held_bpf_ids(pid: int) -> tuple[set[int], set[int]]:
+    """The BPF (program ids, link ids) process ``pid`` holds, from its fdinfo."""
+    progs, links = set(), set()
     for fd in os.listdir(f"/proc/{pid}/fdinfo"):
         try:
             with open(f"/proc/{pid}/fdinfo/{fd}") as f:
                 for line in f:
                     if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
+                        progs.add(int(line.split()[1]))
+                    elif line.startswith("link_id:"):
+                        links.add(int(line.split()[1]))
         except OSError:
             continue
-    return ids
+    return progs, links
 
 
-def _loaded_program_ids() -> set[int]:
+def _bpftool_ids(what: str) -> set[int]:
     import json
-    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+    r = subprocess.run(["bpftool", "-j", what, "show"], capture_output=True, text=True,
                        check=True)
     return {p["id"] for p in json.loads(r.stdout or "[]")}
+
+
+def _gone_soon(ids: set[int], what: str, wait: float = 30.0) -> set[int]:
+    """``ids`` still listed by bpftool after up to ``wait`` seconds (a program detached
+    from a link is put after an RCU grace period, asynchronously)."""
+    deadline = time.monotonic() + wait
+    left = ids & _bpftool_ids(what)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = ids & _bpftool_ids(what)
+    return left
 
 
 def _wait_for(stream, needle: str) -> None:
@@ -130,9 +144,10 @@ def _descendants(pid: int) -> list[int]:
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "duration", "command exits",
                                  "SIGKILL"])
 def test_no_probe_of_ctracer_stays_attached_once_it_has_exited(tmp_path, how):
-    """The programs ctracer held while recording (read from its fdinfo) are all gone
-    from the kernel (``bpftool prog show``) as soon as ctracer has been reaped, whatever
-    ended it; after SIGKILL the kernel releases them as the process dies."""
+    """The BPF links ctracer held while recording (read from its fdinfo) are gone from
+    ``bpftool link show`` as soon as ctracer has been reaped, whatever ended it, and its
+    programs are unloaded (a link puts its program after an RCU grace period, so that
+    is waited for); after SIGKILL the kernel releases them as the process dies."""
     if not shutil.which("bpftool"):
         pytest.skip("bpftool is not installed")
     loops = {"command exits": "300"}.get(how, "1000000")
@@ -145,13 +160,15 @@ def test_no_probe_of_ctracer_stays_attached_once_it_has_exited(tmp_path, how):
     sample = []
     try:
         _wait_for(tracer.stderr, "recording struct sock")
-        held = _held_program_ids(tracer.pid)
+        held, links = _held_bpf_ids(tracer.pid)
         sample = _descendants(tracer.pid)
         assert len(held) >= 2, held  # at least an entry and an exit probe
         if how.startswith("SIG"):
             tracer.send_signal(getattr(signal, how))
         tracer.wait(timeout=120)
-        left = held & _loaded_program_ids()
+        # links are unregistered before close returns: none may be listed once reaped
+        links_left = links & _bpftool_ids("link")
+        left = _gone_soon(held, "prog")
     finally:
         tracer.kill()
         for pid in sample:  # after SIGKILL the command is still running (and holds stderr)
@@ -160,6 +177,7 @@ def test_no_probe_of_ctracer_stays_attached_once_it_has_exited(tmp_path, how):
             except ProcessLookupError:
                 pass
     rest = tracer.stderr.read()
+    assert not links_left, f"{len(links_left)} of {len(links)} links outlived ctracer"
     assert not left, f"{len(left)} of {len(held)} programs still loaded after ctracer exited"
     assert "Traceback" not in rest
     if how == "SIGKILL":
