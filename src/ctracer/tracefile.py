@@ -352,10 +352,11 @@ class TraceWriter:
         if len(raw) % size:
             raise ValueError("raw events of an unexpected size")
         step = self.SPOOL_ROW_EVENTS * size  # small rows: decoding stops within a budget
-        self.db.executemany("INSERT INTO spool(raw) VALUES (?)",
-                            ((raw[at:at + step],) for at in range(0, len(raw), step)))
-        self.db.commit()
-        self.events_spooled += self._decoder.count(raw)
+        for at in range(0, len(raw), step):
+            # each row committed on its own: a full disk keeps every row before it
+            self.db.execute("INSERT INTO spool(raw) VALUES (?)", (raw[at:at + step],))
+            self.db.commit()
+            self.events_spooled += self._decoder.count(raw[at:at + step])
 
     def decode_spool(self, budget_s: Optional[float] = None,
                      progress: Optional[Callable[[int], None]] = None) -> int:
@@ -479,8 +480,9 @@ def _mark_interrupted(db: sqlite3.Connection, meta: dict[str, str]) -> None:
     ended = _wall_time(meta, last[1]) if last[1] is not None else ""
     entries = [
         ("state", STATE_INTERRUPTED),
-        ("stopped_by", "killed: the recorder died before finishing the file; the "
-                       "trace ends at its last committed event"),
+        ("stopped_by", meta.get("stopped_by")  # "disk full" is kept
+         or "killed: the recorder died before finishing the file; the trace ends at "
+            "its last committed event"),
         ("events", json.dumps(last[0])),
         ("last_event_ns", json.dumps(last[1])),
         ("finished_by_reader", _now_iso())]
@@ -621,7 +623,7 @@ class Trace:
         """None for a finished trace; else one line saying why it is incomplete and
         where it ends."""
         state = self.meta.get("state")
-        if state in (None, STATE_FINISHED):
+        if state in (None, STATE_FINISHED) and self.meta.get("stopped_by") != "disk full":
             return None
         count, first, last = self.db.execute(
             "SELECT count(*), min(ts_ns), max(ts_ns) FROM events").fetchone()
@@ -632,6 +634,10 @@ class Trace:
                     "and no event had been committed")
         where = f"{(last - first) / 1e9:.3f} s after the first event"
         wall = _wall_time(self.meta, last)
+        if self.meta.get("stopped_by") == "disk full":
+            return (f"incomplete: the disk filled up while recording; it holds the {count} "
+                    f"events written before that and ends at {wall + ', ' if wall else ''}"
+                    f"{where}")
         return (f"incomplete: the recorder was killed before it finished the file; it "
                 f"holds the {count} events committed before that and ends at "
                 f"{wall + ', ' if wall else ''}{where}")

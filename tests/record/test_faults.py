@@ -184,3 +184,46 @@ def test_no_probe_of_ctracer_stays_attached_once_it_has_exited(tmp_path, how):
         assert tracer.returncode == -signal.SIGKILL
     else:
         assert tracer.returncode == 0, rest
+
+
+# -- the binary never mapped, the disk full --------------------------------------------------
+
+def test_a_command_that_never_maps_the_binary_is_said_so(tmp_path):
+    r, out = trace(tmp_path, "/bin/true")
+    assert r.returncode == 0, r.stderr
+    warning = [ln for ln in r.stderr.splitlines() if "nothing recorded" in ln]
+    assert warning and "never mapped" in warning[0] and "/bin/true" in warning[0] \
+        or "/usr/bin/true" in warning[0], r.stderr
+    assert Trace(str(out)).meta_json("warnings") == [warning[0].split("warning: ", 1)[1]]
+
+
+def test_a_full_disk_stops_the_recording_and_keeps_what_was_written(tmp_path):
+    """The trace goes to a 4 MB tmpfs that the sample's events fill up: ctracer stops,
+    says so, exits 1, and the file holds the events committed before (read from a copy,
+    since finishing it needs room)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    try:
+        out = small / "t.ctrace"
+        r = subprocess.run([sys.executable, "-m", "ctracer", "trace", "sock", "--binary",
+                            gt.SOCKDEMO, "-o", str(out), "--", gt.SOCKDEMO, "--loops",
+                            "1000000"], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=300)
+        for f in small.iterdir():
+            shutil.copy(f, copy / f.name)
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert "stopped: the disk is full" in r.stderr
+    assert "the disk filled up, so the recording stopped" in r.stderr
+    trace = Trace(str(copy / "t.ctrace"))
+    assert trace.event_count() > 1000
+    assert trace.meta["stopped_by"] == "disk full"
+    assert trace.incomplete.startswith("incomplete: the disk filled up")

@@ -141,7 +141,10 @@ def check_output(path: str) -> None:
 def exit_status(result) -> int:
     """ctracer's exit status after a recording: the command's own when the recording
     ended because it exited (128 + N when signal N killed it, as a shell and strace
-    report it), else 0."""
+    report it); 1 when the disk filled up (the trace is cut short); else 0."""
+    from ctracer.record.recorder import DISK_FULL
+    if result.stopped_by == DISK_FULL:
+        return 1
     status = result.command_status
     if result.stopped_by != "command exited" or not status:
         return 0

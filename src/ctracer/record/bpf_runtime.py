@@ -438,6 +438,13 @@ class ProbeSession:
         self.interrupted = False
         self.bpf.ring_buffer_consume()
 
+    def followed(self) -> list[int]:
+        """The process ids the program records now (those given to `follow` and the
+        children they forked since, while alive); empty when it records every process."""
+        if self.bpf is None or not self.program.filtered:
+            return []
+        return [int(k.value) for k in self.bpf[b"ctracer_pids"].keys()]
+
     def lost(self) -> int:
         table = self.bpf[b"ctracer_lost"]
         return int(sum(table[ctypes.c_int(0)]))

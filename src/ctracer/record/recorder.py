@@ -14,6 +14,7 @@ trace renders on any machine.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import shutil
@@ -56,6 +57,22 @@ class RecordResult:
     command_status: Optional[int] = None
     failures: list[str] = field(default_factory=list)
     kept_old: Optional[str] = None  # where a file already at the output path was moved
+    #: what the user should know about the recording (nothing recorded and why, ...)
+    warnings: list[str] = field(default_factory=list)
+    #: events taken from the ring buffer but never written (the disk was full)
+    unwritten: int = 0
+
+
+#: `RecordResult.stopped_by` when writing the trace file failed for lack of space
+DISK_FULL = "disk full"
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the file system (or the quota) is full: ENOSPC/EDQUOT, or
+    SQLite's SQLITE_FULL."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return getattr(e, "sqlite_errorcode", None) == 13  # SQLITE_FULL
 
 
 #: seconds the recorder spends decoding raw events once stopped (the first reader of
@@ -286,6 +303,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     sink = EventSink(program, writer, counts, tail)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
+    watch = MappingWatch(session, binary, followed=bool(command) or pid is not None)
     stopped_by = "ctrl-c"
     started = time.monotonic()
     recording = False
@@ -315,7 +333,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             if gated:
                 gated.release()
             stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration,
-                                          started, stop)
+                                          started, stop, watch)
     except KeyboardInterrupt:
         if not recording:
             raise
@@ -329,19 +347,31 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             if recording:
                 session.stop_probes()
                 session.drain()
-                sink.flush(commit=True)
+                if stopped_by != DISK_FULL:
+                    try:
+                        sink.flush(commit=True)
+                    except Exception as e:
+                        if not is_disk_full(e):
+                            raise
+                        stopped_by = DISK_FULL
                 counts.lost = session.lost()
+                watch.check()
             status = gated.stop() if gated else None
             session.close()
-            if recording:
+            if recording and stopped_by == DISK_FULL:
+                progress.done()
+                _finish_on_full_disk(writer, counts, end_time=end_time, end_ns=end_ns)
+            elif recording:
                 progress.done()
                 writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
-                                lost_events=counts.lost, stopped_by=stopped_by)
+                                lost_events=counts.lost, stopped_by=stopped_by,
+                                warnings=watch.warnings(counts.events, command, pid))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
             # a flood leaves more raw events than a second decodes: its first reader
             # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
-            writer.close(decode_budget_s=FINISH_BUDGET_S if recording else None)
+            if stopped_by != DISK_FULL:
+                writer.close(decode_budget_s=FINISH_BUDGET_S if recording else None)
             if not recording:
                 os.unlink(output)
         finally:
@@ -351,27 +381,100 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     results = session.results
     skipped = sum(1 for r in program.rows if r.attached)
     ok, failed = bpf_runtime.attach_summary(results)
+    kept = writer.events_written + writer.events_spooled
     return RecordResult(
-        output, writer.events_written + writer.events_spooled, len(counts.objects), counts.lost,
-        ok, failed, skipped,
+        output, kept, len(counts.objects), counts.lost, ok, failed, skipped,
         session.compile_seconds, session.attach_seconds, seconds,
         stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
-        writer.kept_old)
+        writer.kept_old, watch.warnings(counts.events, command, pid),
+        max(0, counts.events - kept))
+
+
+def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
+                         end_ns: int) -> None:
+    """The disk filled up: what was committed stays in the file (raw, decoded by the
+    first reader that has room); what was being written is rolled back, so no event
+    is in the file twice; the meta says why the recording stopped, if it still fits."""
+    written = writer.events_written + writer.events_spooled
+    try:
+        writer.db.rollback()
+        writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns, lost_events=counts.lost,
+                        stopped_by=DISK_FULL, unwritten_events=counts.events - written)
+    except Exception as e:
+        if not is_disk_full(e):
+            raise
+    try:
+        writer.close()  # decodes and finishes when there is room, else leaves it raw
+    except Exception as e:
+        if not is_disk_full(e):
+            raise
+
+
+class MappingWatch:
+    """Whether a followed process has mapped the traced binary, checked now and then
+    while nothing has been seen yet, so that an empty trace can say why it is empty
+    (``-- /bin/true --binary prog`` records nothing: prog never runs)."""
+
+    def __init__(self, session, binary: Optional[str], followed: bool):
+        self.session = session
+        self.binary = os.path.realpath(binary) if binary else None
+        self.followed = followed
+        self.seen = False
+        self.exe: Optional[str] = None  # what the first followed process runs
+
+    def check(self) -> None:
+        if self.seen or not self.binary or not self.followed:
+            return
+        for pid in self.session.followed():
+            try:
+                if self.exe is None:
+                    self.exe = os.readlink(f"/proc/{pid}/exe")
+                with open(f"/proc/{pid}/maps") as f:
+                    if any(line.rstrip("\n").endswith(self.binary) for line in f):
+                        self.seen = True
+                        return
+            except OSError:
+                continue
+
+    def warnings(self, events: int, command: Optional[Sequence[str]],
+                 pid: Optional[int]) -> list[str]:
+        if events or not self.binary:
+            return []
+        if not self.followed:
+            return [f"nothing recorded: no process ran a probed function of {self.binary}"]
+        who = "the command" if command else f"process {pid}"
+        if self.seen:
+            return [f"nothing recorded: {who} mapped {self.binary} but never called a "
+                    "probed function"]
+        runs = self.exe
+        if runs is None and command:
+            found = shutil.which(command[0])
+            runs = os.path.realpath(found) if found else None
+        ran = f" (it runs {runs})" if runs and runs != self.binary else ""
+        return [f"nothing recorded: {who} never mapped {self.binary}{ran}; --binary must "
+                "name the program that runs, or a library it loads"]
 
 
 def _poll_until_done(session, counts: Counts, progress: Progress,
                      gated: Optional[GatedCommand], pid: Optional[int],
-                     duration: Optional[float], started: float, stop: StopRequest) -> str:
+                     duration: Optional[float], started: float, stop: StopRequest,
+                     watch: MappingWatch) -> str:
     next_check = 0.0
     while True:
         session.poll(100)
-        session.on_event.flush()
+        try:
+            session.on_event.flush()
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            return DISK_FULL
         if stop.reason:
             return stop.reason
         now = time.monotonic()
         if now >= next_check:
             counts.lost = session.lost()
+            watch.check()
             next_check = now + 0.25
         progress.show(counts)
         if duration is not None and now - started >= duration:
@@ -411,7 +514,8 @@ def summary_lines(result: RecordResult) -> list[str]:
     """What a recording did, in a few lines (events, objects, losses, probes, file)."""
     how = {"command exited": "the command exited", "process exited": "the process exited",
            "duration": "the duration ended", "ctrl-c": "Ctrl-C",
-           "terminated": "SIGTERM"}.get(result.stopped_by, result.stopped_by)
+           "terminated": "SIGTERM", DISK_FULL: "the disk is full"}.get(result.stopped_by,
+                                                                   result.stopped_by)
     status = f", {describe_status(result.command_status)}" if result.command_status else ""
     took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
     lines = [f"{result.events} events, {result.objects} object addresses, "
@@ -427,5 +531,10 @@ def summary_lines(result: RecordResult) -> list[str]:
     if result.lost:
         lines.append(f"warning: {result.lost} events were lost (ring buffer full); "
                      "a larger --buffer-mb or fewer --functions helps")
+    if result.stopped_by == DISK_FULL:
+        lines.append(f"warning: the disk filled up, so the recording stopped: the trace "
+                     f"keeps the {result.events} events written before that"
+                     f"{f'; {result.unwritten} more were not written' if result.unwritten else ''}")
+    lines += [f"warning: {w}" for w in result.warnings]
     lines.append(f"wrote {result.path}; next: ctracer callgraph {result.path}")
     return lines
