@@ -1,8 +1,9 @@
 """ELF reading both debug-info readers share, without pyelftools: section headers,
-the GNU build-id note and function symbols.
+the GNU build-id note, program headers (for uprobe file offsets) and function symbols.
 
 The DWARF reader takes its sections from here; the BTF reader finds an ELF file's
-``.BTF`` section here; the DWARF cache is keyed by the build-id.
+``.BTF`` section here; the DWARF cache is keyed by the build-id; the BPF runtime turns a
+function's address into the file offset a uprobe.multi link takes.
 """
 
 from __future__ import annotations
@@ -130,6 +131,48 @@ def _find_build_id(notes: bytes, e: str) -> Optional[str]:
             return notes[desc_at:desc_at + descsz].hex()
         at = desc_at + (descsz + 3) // 4 * 4
     return None
+
+
+def uprobe_offset(path: str, address: int) -> int:
+    """The file offset of a virtual address (e.g. a function's entry), as uprobes want it,
+    from the loadable segment (PT_LOAD) containing it."""
+    for vaddr, filesz, offset in _loadable_segments(path):
+        if vaddr <= address < vaddr + filesz:
+            return address - vaddr + offset
+    raise InputFileError(f"address {address:#x} is in no loadable segment of {path}")
+
+
+PT_LOAD = 1
+
+
+def _loadable_segments(path: str) -> list[tuple[int, int, int]]:
+    """(p_vaddr, p_filesz, p_offset) of each PT_LOAD program header."""
+    headers = read_elf_headers(path)
+    e = ">" if headers.big_endian else "<"
+    with open(path, "rb") as f:
+        ident = f.read(64)
+        if headers.is64:
+            phoff, = struct.unpack_from(e + "Q", ident, 0x20)
+            phentsize, phnum = struct.unpack_from(e + "HH", ident, 0x36)
+            entry = struct.Struct(e + "IIQQQQQQ")
+        else:
+            phoff, = struct.unpack_from(e + "I", ident, 0x1C)
+            phentsize, phnum = struct.unpack_from(e + "HH", ident, 0x2A)
+            entry = struct.Struct(e + "IIIIIIII")
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    if phentsize < entry.size or len(table) < phentsize * phnum:
+        raise InputFileError(f"{path} has a truncated program header table")
+    segments = []
+    for i in range(phnum):
+        fields = entry.unpack_from(table, i * phentsize)
+        if headers.is64:
+            ptype, _flags, offset, vaddr, _paddr, filesz = fields[:6]
+        else:
+            ptype, offset, vaddr, _paddr, filesz = fields[:5]
+        if ptype == PT_LOAD:
+            segments.append((vaddr, filesz, offset))
+    return segments
 
 
 def function_symbols(headers: ElfHeaders, addresses: Optional[set] = None,
