@@ -268,7 +268,12 @@ static __always_inline void ctracer_emit(u32 function_id, u8 phase, u64 object, 
 					 u32 depth, u8 flags, u64 pid_tgid)
 {
 	u32 zero = 0;
-	struct ctracer_event *e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	struct ctracer_event *e;
+
+	if (stopped && *stopped)  /* the recording ended: nothing more, on every probe at once */
+		return;
+	e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
 
 	if (!e) {
 		u64 *lost = ctracer_lost.lookup(&zero);
@@ -484,6 +489,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       'BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);',
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
       "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
+      "BPF_ARRAY(ctracer_stopped, u8, 1);",
       f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
       "")
     t.block(ctext.snapshot_function(mini, reader))

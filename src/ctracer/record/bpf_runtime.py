@@ -415,6 +415,7 @@ class ProbeSession:
         """Stop every probe from firing: uprobe.multi links are closed (detached),
         perf-event uprobes disabled at once (`close` detaches them), raw tracepoints
         detached."""
+        self._stop_emitting()
         links, self._links = self._links, []
         _close_in_parallel(links)
         for name in self._raw_tracepoints if self.bpf is not None else ():
@@ -437,6 +438,19 @@ class ProbeSession:
         self._delivered, self._budget = 0, 0
         self.interrupted = False
         self.bpf.ring_buffer_consume()
+
+    def _stop_emitting(self) -> None:
+        """Make every probe stop emitting at one instant (the programs read the
+        ``ctracer_stopped`` flag), so the trace ends cleanly although the links go one
+        by one: no call is missing from its middle.  Programs without the flag (the
+        kernel's tracepoints, detached at once) are left alone."""
+        if self.bpf is None:
+            return
+        try:
+            table = self.bpf[b"ctracer_stopped"]
+        except KeyError:
+            return
+        table[ctypes.c_int(0)] = ctypes.c_uint8(1)
 
     def followed(self) -> list[int]:
         """The process ids the program records now (those given to `follow` and the
