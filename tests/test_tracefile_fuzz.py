@@ -12,9 +12,9 @@ else fails, as does an example running past `EXAMPLE_BOUND_S` (a hang) or memory
 MemoryError).
 
 The campaign runs in a child process (the limits must not touch pytest) with a fixed
-seed and stops drawing new cases after `BUDGET_S` seconds, so it takes the same time in
-CI every run.  ``CTRACER_FUZZ_EXAMPLES`` / ``CTRACER_FUZZ_BUDGET`` raise both for a
-longer local campaign.
+seed and stops running new cases after `BUDGET_S` seconds (``CTRACER_FUZZ_SECONDS``, the
+readers' fuzz budget too; default 45) or `EXAMPLES` cases (``CTRACER_FUZZ_EXAMPLES``,
+default 400), so it takes a bounded time in CI; raise both for a longer campaign.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import time
 
 import pytest
 
-EXAMPLES = int(os.environ.get("CTRACER_FUZZ_EXAMPLES", "150"))
-BUDGET_S = float(os.environ.get("CTRACER_FUZZ_BUDGET", "60"))
+EXAMPLES = int(os.environ.get("CTRACER_FUZZ_EXAMPLES", "400"))
+BUDGET_S = float(os.environ.get("CTRACER_FUZZ_SECONDS", "45"))
 EXAMPLE_BOUND_S = 20.0
 MEMORY_LIMIT = 3 << 30
 

@@ -653,7 +653,13 @@ class Trace:
 
     def meta_json(self, key: str, default: Any = None) -> Any:
         v = self.meta.get(key)
-        return default if v is None else json.loads(v)
+        if v is None:
+            return default
+        try:
+            return json.loads(v)
+        except ValueError:  # found by tests/test_tracefile_fuzz.py
+            raise TraceFileError(f"{self.path} is damaged: its meta entry {key!r} is not "
+                                 "JSON") from None
 
     def events(self, object: Optional[int] = None) -> Iterator[Event]:
         """Events in recording order, optionally only those of one object address."""

@@ -227,3 +227,37 @@ def test_a_full_disk_stops_the_recording_and_keeps_what_was_written(tmp_path):
     assert trace.event_count() > 1000
     assert trace.meta["stopped_by"] == "disk full"
     assert trace.incomplete.startswith("incomplete: the disk filled up")
+
+
+def test_a_probe_the_verifier_rejects_is_listed_and_the_others_go_on():
+    """One entry probe made to read past its context: the verifier refuses it, its
+    function is recorded as failed with the kernel's reason, every other probe attaches."""
+    import dataclasses
+
+    from ctracer.debuginfo.dwarf import reader as dwarf
+    from ctracer.plan import discovery, mini
+    from ctracer.probes import program as probes
+    from ctracer.record import bpf_runtime
+
+    types = dwarf.open_elf_types(gt.SOCKDEMO)
+    found = discovery.discover(types.catalog(), "sock")
+    program = probes.build_program(found.methods,
+                                   mini.build_mini(types.find_struct("sock")).layout)
+    victim = program.functions[0]
+    head = f"int {victim.entry_probe}(struct pt_regs *ctx)\n{{\n"
+    assert head in program.text
+    bad = program.text.replace(
+        head, head + "\tif (*(volatile u64 *)((char *)ctx + 4096))\n\t\treturn 1;\n", 1)
+    program = dataclasses.replace(program, text=bad)
+    session = bpf_runtime.ProbeSession(program, gt.SOCKDEMO, lambda raw: None)
+    try:
+        session.compile()
+        results = session.attach()
+    finally:
+        session.close()
+    assert not results[0].ok
+    assert "Permission denied" in results[0].attached or "invalid" in results[0].attached, \
+        results[0].attached
+    assert all(r.ok for r in results[1:])
+    attached = bpf_runtime.row_attachments(program, results)
+    assert all(attached[i].startswith("failed: ") for i in victim.row_ids)
