@@ -530,6 +530,24 @@ def decoding_progress(stream=None) -> Optional[Callable[[int], None]]:
     return show
 
 
+#: SQL conditions true for an events/functions row a reader cannot take
+_EVENT_CHECKS = """typeof(ts_ns) != 'integer' OR ts_ns < 0
+ OR typeof(cpu) != 'integer' OR cpu NOT BETWEEN 0 AND 4294967295
+ OR typeof(pid) != 'integer' OR pid NOT BETWEEN 0 AND 4294967295
+ OR typeof(tid) != 'integer' OR tid NOT BETWEEN 0 AND 4294967295
+ OR typeof(comm) NOT IN ('text', 'null') OR typeof(function_id) != 'integer'
+ OR typeof(phase) != 'integer' OR phase NOT BETWEEN 0 AND 255
+ OR typeof(object) != 'integer' OR typeof(retval) NOT IN ('integer', 'null')
+ OR typeof(depth) != 'integer' OR depth NOT BETWEEN 0 AND 4294967295
+ OR typeof(flags) != 'integer' OR flags NOT BETWEEN 0 AND 255
+ OR (snapshot IS NOT NULL AND (typeof(snapshot) != 'blob' OR length(snapshot) != :size))"""
+_ARGS_CHECK = " OR (args IS NOT NULL AND (typeof(args) != 'text' OR NOT json_valid(args)))"
+_FUNCTION_CHECKS = """typeof(id) != 'integer' OR typeof(name) != 'text'
+ OR typeof(unit) NOT IN ('text', 'null') OR typeof(reach) != 'text'
+ OR typeof(via) NOT IN ('text', 'null') OR typeof(address) NOT IN ('integer', 'null')
+ OR typeof(attached) NOT IN ('text', 'null')"""
+
+
 class Trace:
     """A trace file opened for reading.
 
@@ -576,6 +594,7 @@ class Trace:
             raise self._damaged(e) from None
         try:
             self.mini = Layout.from_json(self.meta["mini_layout"])
+            self._check_rows()
             self.functions: dict[int, FunctionRow] = {
                 r[0]: FunctionRow(r[0], r[1], r[2] or "", r[3], r[4] or "",
                                   _from_sql_u64(r[5]), r[6] or "")
@@ -585,6 +604,23 @@ class Trace:
                                  f"read ({e})") from None
         except sqlite3.Error as e:
             raise self._damaged(e) from None
+
+    def _check_rows(self) -> None:
+        """Every event and function row holds values of its column's type and range
+        (one scan in SQLite), so no reader meets a string for a cpu, a negative pid or a
+        snapshot of the wrong size (found by tests/test_tracefile_fuzz.py)."""
+        columns = {r[1] for r in self.db.execute("PRAGMA table_info(events)")}
+        events = _EVENT_CHECKS + (_ARGS_CHECK if "args" in columns else "")
+        bad = self.db.execute(f"SELECT seq FROM events WHERE {events} LIMIT 1",
+                              {"size": self.mini.size}).fetchone()
+        if bad is not None:
+            raise TraceFileError(f"{self.path} is damaged: event {bad[0]} holds a value of "
+                                 "the wrong type or range")
+        bad = self.db.execute(f"SELECT id FROM functions WHERE {_FUNCTION_CHECKS} "
+                              "LIMIT 1").fetchone()
+        if bad is not None:
+            raise TraceFileError(f"{self.path} is damaged: function row {bad[0]!r} holds a "
+                                 "value of the wrong type")
 
     def _open(self) -> tuple[sqlite3.Connection, dict[str, str]]:
         path = self.path

@@ -345,17 +345,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if recording:
-                session.stop_probes()
-                session.drain()
-                if stopped_by != DISK_FULL:
-                    try:
-                        sink.flush(commit=True)
-                    except Exception as e:
-                        if not is_disk_full(e):
-                            raise
-                        stopped_by = DISK_FULL
-                counts.lost = session.lost()
-                watch.check()
+                stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
             status = gated.stop() if gated else None
             session.close()
             if recording and stopped_by == DISK_FULL:
@@ -389,6 +379,24 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         writer.kept_old, watch.warnings(counts.events, command, pid),
         max(0, counts.events - kept))
+
+
+def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
+                    stopped_by: str) -> str:
+    """Stop every probe at once, take what the ring buffer still holds and commit it;
+    why the recording stopped (a full disk met only now included)."""
+    session.stop_probes()
+    session.drain()
+    if stopped_by != DISK_FULL:
+        try:
+            sink.flush(commit=True)
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            stopped_by = DISK_FULL
+    counts.lost = session.lost()
+    watch.check()
+    return stopped_by
 
 
 def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
