@@ -271,7 +271,8 @@
       });
       for (var j = 0; j <= 4; j += 1) {
         var tt = view[0] + (view[1] - view[0]) * j / 4;
-        var lx = el("text", { x: sx(tt), y: H - 6, "class": "xtick" }, svg);
+        var lx = el("text", { x: sx(tt), y: H - 6, "class": "xtick",
+          "text-anchor": j === 0 ? "start" : j === 4 ? "end" : "middle" }, svg);
         lx.textContent = tt.toFixed(3) + " ms";
       }
       var d = "", i;
