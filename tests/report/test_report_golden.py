@@ -40,9 +40,7 @@ class _Skeleton(HTMLParser):
         if a.get("class"):
             parts.append("." + ".".join(sorted(a["class"].split())))
         line = "  " * self.depth + " ".join(parts)
-        if tag == "tr" and line == self.last_row:
-            self.skip = True
-        else:
+        if not (tag == "tr" and line == self.last_row):
             self.lines.append(line)
         if tag == "tr":
             self.last_row = line
