@@ -53,30 +53,32 @@ def to_completion(folder: str, loops: int, threads: int, buffer_mb: int) -> dict
     untraced = time.perf_counter() - start
     os.unlink(log)
     out = os.path.join(folder, "flood.ctrace")
-    proc = subprocess.Popen(ctracer("trace", "sock", "--binary", gt.SOCKDEMO, "-q",
+    proc = subprocess.Popen(ctracer("trace", "sock", "--binary", gt.SOCKDEMO,
                                     "--buffer-mb", str(buffer_mb), "-o", out, "--", *sample),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=env)
     for line in proc.stderr:
-        if "recording" in line:
+        if "recording struct" in line:
             break
     start = time.perf_counter()
     status, rss = wait_rss(proc)
     traced = time.perf_counter() - start
+    summary = proc.stderr.read()
     trace = Trace(out)
     produced = sum(1 for _ in open(log))
     written, lost = trace.event_count(), trace.meta_json("lost_events")
     return dict(status=status, produced=produced, written=written, lost=lost,
                 exact=produced == written + lost, peak_rss_mb=rss,
                 sample_untraced_s=round(untraced, 2), sample_traced_s=round(traced, 2),
-                slowdown=round(traced / untraced, 1))
+                slowdown=round(traced / untraced, 1),
+                summary=[ln for ln in summary.splitlines() if ln.startswith("ctracer:")][:2])
 
 
 def responsiveness(folder: str, threads: int, buffer_mb: int, flood_s: float) -> dict:
     out = os.path.join(folder, "sigint.ctrace")
     proc = subprocess.Popen(ctracer("trace", "sock", "--binary", gt.SOCKDEMO, "--buffer-mb",
                                     str(buffer_mb), "-o", out, "--", gt.SOCKDEMO, "--loops",
-                                    "100000000", "--threads", str(threads)),
+                                    "1000000", "--threads", str(threads)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     os.set_blocking(proc.stderr.fileno(), True)
     for line in proc.stderr:
@@ -84,7 +86,7 @@ def responsiveness(folder: str, threads: int, buffer_mb: int, flood_s: float) ->
             break
     time.sleep(flood_s)
     sent = time.perf_counter()
-    proc.send_signal(signal.SIGINT)
+    os.kill(proc.pid, signal.SIGINT)
     status, rss = wait_rss(proc)
     stop_s = time.perf_counter() - sent
     trace = Trace(out)
