@@ -24,6 +24,58 @@ def comment_name(name: str) -> str:
     return name if _IDENT.match(name) else "?"
 
 
+_EMIT_HEAD = """\
+static __always_inline void ctracer_emit(u32 function_id, u8 phase, u64 object, s64 retval,
+					 u32 depth, u8 flags, u64 pid_tgid)
+{
+	u32 zero = 0;
+"""
+
+_EMIT_STOP_CHECK = """\
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	struct ctracer_event *e;
+
+	if (stopped && *stopped)  /* the recording ended: nothing more, on every probe at once */
+		return;
+	e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
+"""
+
+_EMIT_BODY = """\
+
+	if (!e) {
+		u64 *lost = ctracer_lost.lookup(&zero);
+		if (lost)
+			(*lost)++;
+		return;
+	}
+	e->h.ts_ns = bpf_ktime_get_ns();
+	e->h.object = object;
+	e->h.retval = retval;
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->h.pid = pid_tgid >> 32;
+	e->h.tid = (u32)pid_tgid;
+	e->h.function_id = function_id;
+	e->h.depth = depth > 0xffff ? 0xffff : depth;
+	e->h.phase = phase;
+	bpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));
+	__builtin_memset(&e->m, 0, sizeof(e->m));
+	if (!object || ctracer_snapshot(&e->m, object))
+		flags |= CTRACER_FLAG_READ_FAILED;
+	e->h.flags = flags;
+	ctracer_events.ringbuf_submit(e, 0);
+}
+"""
+
+
+def emit_function(stop_check: bool) -> str:
+    """``ctracer_emit``: reserve an event in the ring buffer (counting a failure as
+    lost), fill its header, snapshot the object.  With ``stop_check`` it first reads the
+    ``ctracer_stopped`` flag, so a recording ends on every probe at one instant."""
+    reserve = _EMIT_STOP_CHECK if stop_check else \
+        "\tstruct ctracer_event *e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));\n"
+    return _EMIT_HEAD + reserve + _EMIT_BODY
+
+
 def path_statements(method: Method, var: str) -> list[str]:
     """C statements turning the argument value in ``var`` into the object's address
     along the method's structured path (``socket->sk``: a read at an offset)."""

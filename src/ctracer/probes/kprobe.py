@@ -34,6 +34,7 @@ from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EX
 from ctracer.debuginfo.model import FunctionInfo
 from ctracer.plan.attach import PlannedProbe
 from ctracer.plan.discovery import Method
+from ctracer.probes import ctext
 from ctracer.probes.program import Arch, argument_expr, host_arch, return_ctype
 
 #: the shared program every probe tail-calls
@@ -93,18 +94,6 @@ class KprobeProgram:
 
 def _comment(name: str) -> str:
     return name if _IDENT.match(name) else "?"
-
-
-def _path(method: Method, var: str) -> list[str]:
-    out = []
-    for step in method.path:
-        if step.op == "deref":
-            out.append(f"{var} = ctracer_deref({var}, {int(step.offset)});")
-        elif step.op == "offset":
-            out.append(f"{var} = {var} ? {var} + {int(step.offset)} : 0;")
-        else:
-            raise ValueError(f"unknown path step {step.op!r}")
-    return out
 
 
 def _snapshot(mini: Layout) -> list[str]:
@@ -214,36 +203,6 @@ int %(emitter)s(struct pt_regs *ctx)
 }
 """
 
-_EMIT = """\
-static __always_inline void ctracer_emit(u32 function_id, u8 phase, u64 object, s64 retval,
-					 u32 depth, u8 flags, u64 pid_tgid)
-{
-	u32 zero = 0;
-	struct ctracer_event *e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
-
-	if (!e) {
-		u64 *lost = ctracer_lost.lookup(&zero);
-		if (lost)
-			(*lost)++;
-		return;
-	}
-	e->h.ts_ns = bpf_ktime_get_ns();
-	e->h.object = object;
-	e->h.retval = retval;
-	e->h.cpu = bpf_get_smp_processor_id();
-	e->h.pid = pid_tgid >> 32;
-	e->h.tid = (u32)pid_tgid;
-	e->h.function_id = function_id;
-	e->h.depth = depth > 0xffff ? 0xffff : depth;
-	e->h.phase = phase;
-	bpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));
-	__builtin_memset(&e->m, 0, sizeof(e->m));
-	if (!object || ctracer_snapshot(&e->m, object))
-		flags |= CTRACER_FLAG_READ_FAILED;
-	e->h.flags = flags;
-	ctracer_events.ringbuf_submit(e, 0);
-}
-"""
 
 
 def _probe(f: KprobeFunction, exit_: bool) -> list[str]:
@@ -263,7 +222,7 @@ def _probe(f: KprobeFunction, exit_: bool) -> list[str]:
             out.append(f"\tp->object[{i}] = 0;")
         else:
             out += ["\t{", f"\t\tu64 obj = {s.arg};"]
-            out += ["\t\t" + line for line in _path(s.method, "obj")]
+            out += ["\t\t" + line for line in ctext.path_statements(s.method, "obj")]
             out += [f"\t\tp->object[{i}] = obj;", "\t}"]
         out.append(f"\tp->function_id[{i}] = {s.id};")
     out += [f"\tp->count = {len(f.slots)};",
@@ -333,7 +292,7 @@ def build_kprobe_program(probes: Sequence[PlannedProbe], mini: Layout, *,
               f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});", ""]
     lines += _snapshot(mini)
     lines += [""] + _HELPERS.rstrip("\n").split("\n")
-    lines += [""] + _EMIT.rstrip("\n").split("\n")
+    lines += [""] + ctext.emit_function(stop_check=False).rstrip("\n").split("\n")
     lines += [""] + (_EMITTER % {"emitter": EMITTER, "entry": PHASE_ENTRY,
                                  "no_entry": FLAG_NO_ENTRY}).rstrip("\n").split("\n")
     for f in functions:

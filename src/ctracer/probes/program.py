@@ -263,40 +263,6 @@ static __always_inline u32 ctracer_enter(u32 tid)
 	*counter = depth + 1;
 	return depth;
 }
-
-static __always_inline void ctracer_emit(u32 function_id, u8 phase, u64 object, s64 retval,
-					 u32 depth, u8 flags, u64 pid_tgid)
-{
-	u32 zero = 0;
-	u8 *stopped = ctracer_stopped.lookup(&zero);
-	struct ctracer_event *e;
-
-	if (stopped && *stopped)  /* the recording ended: nothing more, on every probe at once */
-		return;
-	e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));
-
-	if (!e) {
-		u64 *lost = ctracer_lost.lookup(&zero);
-		if (lost)
-			(*lost)++;
-		return;
-	}
-	e->h.ts_ns = bpf_ktime_get_ns();
-	e->h.object = object;
-	e->h.retval = retval;
-	e->h.cpu = bpf_get_smp_processor_id();
-	e->h.pid = pid_tgid >> 32;
-	e->h.tid = (u32)pid_tgid;
-	e->h.function_id = function_id;
-	e->h.depth = depth > 0xffff ? 0xffff : depth;
-	e->h.phase = phase;
-	bpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));
-	__builtin_memset(&e->m, 0, sizeof(e->m));
-	if (!object || ctracer_snapshot(&e->m, object))
-		flags |= CTRACER_FLAG_READ_FAILED;
-	e->h.flags = flags;
-	ctracer_events.ringbuf_submit(e, 0);
-}
 """
 
 
@@ -495,6 +461,8 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
     t.block(ctext.snapshot_function(mini, reader))
     t("")
     t.block(_COMMON)
+    t("")
+    t.block(ctext.emit_function(stop_check=True))
     t("")
     t.block(_leave_function(MAX_SKIPPED_EXITS))
     for f in functions:
