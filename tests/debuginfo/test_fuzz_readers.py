@@ -149,14 +149,16 @@ def btf_blob(workdir) -> bytes:
 # ------------------------------------------------------------------ the readers
 
 
+def _decline(_sections):
+    raise ds.UnsupportedDwarf("the fuzz test reads with pyelftools")
+
+
 @pytest.mark.parametrize("section", [".debug_info", ".debug_abbrev", ".debug_line",
                                      ".debug_str"])
 @pytest.mark.parametrize("reader", ["scanner", "pyelftools"])
 def test_damaged_dwarf_is_one_line(program, workdir, section, reader, monkeypatch):
     if reader == "pyelftools":  # the fallback for DWARF the scanner declines
-        def decline(_sections):
-            raise ds.UnsupportedDwarf("the fuzz test reads with pyelftools")
-        monkeypatch.setattr(ds, "list_units", decline)
+        monkeypatch.setattr(ds, "list_units", _decline)
     original = program.read_bytes()
     where = elf.read_elf_headers(str(program)).section(section)
     path = workdir / f"damaged-{reader}{section}"
@@ -195,3 +197,24 @@ def test_damaged_elf_headers_are_one_line(program, workdir):
         elf.function_symbols(elf.read_elf_headers(str(path)), names={"main"})
 
     fuzz(headers_end + table_size, check)
+
+
+#: damage a CI run found, kept so it stays fixed: (reader, section, changes)
+FOUND_IN_CI = [
+    # a DW_AT_name whose abbreviation says DW_FORM_ref_udata: a number for a struct name
+    ("scanner", ".debug_abbrev", [(554, 21)]),
+    # a DW_AT_sibling pointing at its own DIE: pyelftools' iter_children went round forever
+    ("pyelftools", ".debug_info", [(1217, 184)]),
+]
+
+
+@pytest.mark.parametrize("reader,section,changes", FOUND_IN_CI)
+def test_damage_found_before_is_one_line(program, workdir, reader, section, changes,
+                                         monkeypatch):
+    if reader == "pyelftools":
+        monkeypatch.setattr(ds, "list_units", _decline)
+    where = elf.read_elf_headers(str(program)).section(section)
+    path = workdir / f"found-{reader}{section}"
+    path.write_bytes(damaged(program.read_bytes(), where.offset, changes))
+    with hang_guard(), pytest.raises(CtracerError, match="is the file damaged"):
+        read_everything(dwarf.open_elf_types(str(path), use_cache=False))

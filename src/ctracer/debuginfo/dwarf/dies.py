@@ -177,10 +177,24 @@ _LOCAL_REF_FORMS = {"DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref
 
 
 
+def children(die):
+    """A DIE's children, as pyelftools' ``iter_children`` gives them, refusing damage it
+    would loop on: each child must lie after the one before it and inside its unit (a
+    damaged DW_AT_sibling can point back, and pyelftools would go round forever)."""
+    end = die.cu.cu_offset + die.cu.size
+    last = die.offset
+    for child in die.iter_children():
+        if not last < child.offset < end:
+            raise ValueError(f"DIE at {child.offset:#x} is not after {last:#x} within its "
+                             "unit (a damaged DW_AT_sibling?)")
+        last = child.offset
+        yield child
+
+
 def _prototype(die) -> tuple[list, bool]:
     """A subprogram's or subroutine type's parameter types, and whether it is variadic."""
     params, variadic = [], False
-    for child in die.iter_children():
+    for child in children(die):
         if child.tag == "DW_TAG_formal_parameter":
             params.append(attr_ref(child, "DW_AT_type"))
         elif child.tag == "DW_TAG_unspecified_parameters":
@@ -244,7 +258,7 @@ def _sign_extend(value: int, form: str) -> int:
 
 def array_dims(die) -> tuple:
     dims = []
-    for sub in die.iter_children():
+    for sub in children(die):
         if sub.tag not in ("DW_TAG_subrange_type", "DW_TAG_enumeration_type"):
             continue
         count = attr_int(sub, "DW_AT_count")
@@ -300,7 +314,7 @@ class ElftoolsUnitWalker:
         return names
 
     def _children(self, parent, tables: du.UnitTables) -> None:
-        for die in parent.iter_children():
+        for die in children(parent):
             tag = self.tags.get(die.tag)
             if tag is None:
                 continue
@@ -337,7 +351,7 @@ class ElftoolsUnitWalker:
 
     def _members(self, die, tables: du.UnitTables) -> tuple:
         members = []
-        for child in die.iter_children():
+        for child in children(die):
             if child.tag == "DW_TAG_member":
                 members.append((attr_str(child, "DW_AT_name"), attr_ref(child, "DW_AT_type"),
                                 self.bit_offset(child)))
@@ -380,7 +394,7 @@ class ElftoolsUnitWalker:
             sp.has_ranges = True
             sp.low_pc = self._first_range_start(die)
         if sp.abstract_origin is None:
-            for child in die.iter_children():
+            for child in children(die):
                 if child.tag == "DW_TAG_formal_parameter":
                     sp.params.append((attr_str(child, "DW_AT_name"),
                                       attr_ref(child, "DW_AT_type")))
@@ -508,7 +522,7 @@ class GraphBuilder:
         if declaration or (not whole and name is not None):
             return CompositeType(kind, name, size, (), True, alignment), []
         members, reached = [], []
-        for child in die.iter_children():
+        for child in children(die):
             if child.tag != "DW_TAG_member":
                 continue
             mtype = attr_ref(child, "DW_AT_type")
@@ -528,7 +542,7 @@ class GraphBuilder:
             signed = attr_int(base, "DW_AT_encoding") in (0x05, 0x06)
         size = attr_int(die, "DW_AT_byte_size") or 0
         values = []
-        for child in die.iter_children():
+        for child in children(die):
             if child.tag == "DW_TAG_enumerator":
                 a = child.attributes["DW_AT_const_value"]
                 values.append((attr_str(child, "DW_AT_name") or "?", a.value, a.form))

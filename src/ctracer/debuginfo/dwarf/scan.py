@@ -107,6 +107,10 @@ def _form_table(offset_size: int, addr_size: int, version: int) -> dict:
 
 _VARIABLE_FORMS = {0x03, 0x04, 0x08, 0x09, 0x0A, 0x0D, 0x0F, 0x15, 0x18, 0x1A, 0x1B,
                    0x22, 0x23, 0x1F01, 0x1F02}
+#: the forms a DW_AT_name may have: string, strp, strx, strp_sup, line_strp, strx1-4,
+#: GNU_str_index, GNU_strp_alt
+_STRING_FORMS = frozenset({0x08, 0x0E, 0x1A, 0x1D, 0x1F, 0x25, 0x26, 0x27, 0x28, 0x1F02,
+                           0x1F21})
 _PAD = {"B": "x", "H": "2x", "I": "4x", "Q": "8x", "3s": "3x", "16x": "16x"}
 
 
@@ -139,6 +143,10 @@ class Plan:
             self.sibling_at = None
         self.name_at = _locate(attrs, table, fmt[3], AT_NAME)
         self.has_name = any(at == AT_NAME for at, _f, _v in attrs)
+        for at, form, _v in attrs:
+            if at == AT_NAME and form not in _STRING_FORMS:
+                raise ValueError(f"DW_AT_name of form {form:#x}, not a string: the "
+                                 "abbreviation table is damaged")
         self.declaration = any(at == AT_DECLARATION and form == 0x19 for at, form, _v in attrs)
         #: bytes to the next DIE when that is all there is to know (fixed size, no children)
         self.step = self.fixed_size if not children else None
