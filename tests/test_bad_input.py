@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -138,6 +140,30 @@ def test_binary_that_is_a_directory_or_missing(tmp_path, command):
     one_line_error(ctracer(tmp_path, *command, "--binary", str(tmp_path)), "directory")
     one_line_error(ctracer(tmp_path, *command, "--binary", str(tmp_path / "nope")),
                    "no such file")
+
+
+@pytest.mark.parametrize("command", READERS, ids=lambda c: c[0])
+def test_binary_that_cannot_be_read(command):
+    """A binary without read permission, opened by a user who is not root (root reads any
+    file): ``setpriv`` runs ctracer as nobody."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("running ctracer as another user needs root and setpriv")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run([*nobody, sys.executable, "-c", "import ctracer"],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"user nobody cannot run {sys.executable} with ctracer (a checkout "
+                    "under a directory only root may enter)")
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared:
+        os.chmod(shared, 0o777)
+        binary = os.path.join(shared, "sockdemo")
+        shutil.copy(gt.SOCKDEMO, binary)
+        os.chmod(binary, 0)
+        env = {**os.environ, "XDG_CACHE_HOME": shared, "HOME": shared}
+        env.pop("CTRACER_DEBUG", None)
+        r = subprocess.run([*nobody, sys.executable, "-m", "ctracer", *command, "--binary",
+                            binary], capture_output=True, text=True, cwd=shared, env=env,
+                           timeout=300)
+    one_line_error(r, "permission denied", binary)
 
 
 def _sections(path):
