@@ -12,6 +12,7 @@ a trace decodes on a machine that never saw the binary.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import struct
@@ -27,8 +28,9 @@ SCALARS: dict[str, tuple[str, int]] = {
     "float": ("f", 4), "double": ("d", 8),
 }
 
-#: how a value is shown: plain integer, bool, enum name, char, float, address, text
-KINDS = ("int", "uint", "bool", "enum", "char", "float", "pointer", "text")
+#: how a value is shown: plain integer, bool, enum name, char, float, address, text, and
+#: an IPv6 address (16 bytes of a ``char[16]``)
+KINDS = ("int", "uint", "bool", "enum", "char", "float", "pointer", "text", "ipv6")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ARRAY = re.compile(r"char\[(\d+)\]\Z")
@@ -72,6 +74,16 @@ class Field:
     @property
     def c_name(self) -> str:
         return c_identifier(self.name)
+
+
+def array_value(kind: str, raw: bytes) -> str:
+    """The value of a ``char[N]`` field: text up to the first NUL, or an IPv6 address
+    (``::1``; IPv4-mapped ones as ``::ffff:127.0.0.1``) for kind ``ipv6``."""
+    if kind == "ipv6" and len(raw) <= 16:   # numpy's bytes drop trailing NULs
+        address = ipaddress.IPv6Address(bytes(raw).ljust(16, b"\0"))
+        mapped = address.ipv4_mapped
+        return f"::ffff:{mapped}" if mapped is not None else address.compressed
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def size_of_ctype(ctype: str) -> int:
@@ -188,7 +200,7 @@ class Layout:
         out = {}
         for f, v in zip(self.ordered_fields, self.unpack(data, offset)):
             if isinstance(v, bytes):
-                v = v.split(b"\0", 1)[0].decode("utf-8", "replace")
+                v = array_value(f.kind, v)
             out[f.name] = v
         return out
 
@@ -197,7 +209,9 @@ class Layout:
         ordered = []
         for f in self.ordered_fields:
             v = values.get(f.name, 0)
-            if _ARRAY.match(f.ctype):
+            if _ARRAY.match(f.ctype) and f.kind == "ipv6" and isinstance(v, str):
+                v = ipaddress.IPv6Address(v).packed
+            elif _ARRAY.match(f.ctype):
                 v = v.encode() if isinstance(v, str) else bytes(v or b"")
             ordered.append(v)
         return self._struct().pack(*ordered)

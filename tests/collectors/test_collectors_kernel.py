@@ -108,3 +108,50 @@ def test_loopback_workload_shows_the_lock_owned_and_held_and_the_refcount_moving
         refcounts.setdefault(e.object, set()).add(values["__sk_common.skc_refcnt"])
     assert seen == {"sk_lock.owned": {0, 1}, "sk_lock.slock.held": {0, 1}}, seen
     assert max(len(v) for v in refcounts.values()) >= 3, refcounts
+
+
+IPV6_WORKLOAD = """
+import socket
+server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+server.bind(("::1", 0)); server.listen()
+client = socket.create_connection(("::1", server.getsockname()[1]))
+accepted, _ = server.accept()
+client.sendall(b"hi"); accepted.recv(2)
+for s in (client, accepted, server): s.close()
+"""
+
+
+def test_ipv6_addresses_of_a_loopback_connection_read_as_text(support, tmp_path):
+    """struct in6_addr members are one value each, shown as IPv6 text: the sockets of a
+    connection over ::1 read ``::1`` at both ends once connected; the listener's peer
+    address is ``::``."""
+    from ctracer.tracefile import Trace
+    if not socket_has_ipv6_loopback():
+        pytest.skip("no IPv6 on the loopback interface here")
+    out = tmp_path / "v6.ctrace"
+    r = subprocess.run([sys.executable, "-m", "ctracer", "trace", "struct", "sock", "--fields",
+                        "*v6*", "*skc_family", "*skc_state", "-o", str(out), "--",
+                        sys.executable, "-c", IPV6_WORKLOAD], capture_output=True, text=True,
+                       timeout=900, cwd=tmp_path)
+    if r.returncode and "Traceback" not in r.stderr and "BPF" in r.stderr:
+        pytest.skip(f"the kernel trace cannot run here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    trace = Trace(str(out))
+    pairs = set()
+    for e in trace.events():
+        values = trace.values(e)
+        if values and values["__sk_common.skc_family"] == 10:   # AF_INET6
+            pairs.add((values["__sk_common.skc_state"], values["__sk_common.skc_v6_daddr"],
+                       values["__sk_common.skc_v6_rcv_saddr"]))
+    assert (1, "::1", "::1") in pairs, pairs                    # TCP_ESTABLISHED
+    assert (10, "::", "::1") in pairs, pairs                    # TCP_LISTEN
+
+
+def socket_has_ipv6_loopback() -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False

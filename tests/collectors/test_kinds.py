@@ -48,7 +48,7 @@ def test_registry_finds_every_kind_module_and_no_type_twice():
     kinds = registry.kinds()
     names = {m.NAME for m in kinds.values()}
     assert names == {"spinlock", "socket_lock", "mutex", "refcount", "atomic",
-                     "sk_buff_head", "lists", "ktime"}
+                     "sk_buff_head", "lists", "ktime", "in6_addr"}
     for type_name, module in kinds.items():
         assert type_name in module.TYPES and callable(module.values)
     assert not set(kinds) & registry.WITHOUT_COLLECTOR
@@ -123,6 +123,38 @@ def test_counters_lists_queue_mutex_and_ktime():
     assert mini.extract_field(bytes(raw), f["mutex.locked"], address) == 0
     raw[88:96] = (0x1238).to_bytes(8, "little")
     assert mini.extract_field(bytes(raw), f["mutex.locked"], address) == 1
+
+
+def test_in6_addr_is_one_address_shown_as_ipv6_text():
+    # struct in6_addr { union { u8 u6_addr8[16]; __be16 u6_addr16[8]; __be32 u6_addr32[4]; }
+    # in6_u; }: one 16-byte value, not three arrays
+    from ctracer.debuginfo.model import ArrayType
+    from ctracer.event import Layout
+    from ctracer.report.values import ValueFormatter
+
+    types = {50: ArrayType(U8, (16,)), 51: ArrayType(U32, (4,)),
+             52: CompositeType("union", None, 16, (Member("u6_addr8", 50, 0),
+                                                   Member("u6_addr32", 51, 0))),
+             53: CompositeType("struct", "in6_addr", 16, (Member("in6_u", 52, 0),))}
+    g = graph(types, (Member("family", U32, 0), Member("daddr", 53, 64)))
+    built = mini.build_mini(g, kinds=registry.claim)
+    f = by_name(built)
+    assert set(f) == {"family", "daddr"}
+    assert (f["daddr"].ctype, f["daddr"].kind, f["daddr"].source["byte_offset"]) == \
+        ("char[16]", "ipv6", 8)
+    raw = bytearray(24)
+    raw[8:24] = bytes(15) + b"\x01"
+    assert mini.extract_field(bytes(raw), f["daddr"]) == "::1"
+    raw[8:24] = bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1])
+    assert mini.extract_field(bytes(raw), f["daddr"]) == "::ffff:127.0.0.1"
+    raw[8:24] = bytes.fromhex("fe800000000000000000000000000abc")
+    assert mini.extract_field(bytes(raw), f["daddr"]) == "fe80::abc"
+    # through the event layout: decode and encode agree, the report shows the text
+    layout = built.layout
+    record = layout.encode({"family": 10, "daddr": "2001:db8::7"})
+    assert layout.decode(record)["daddr"] == "2001:db8::7"
+    assert ValueFormatter(Layout.from_json(layout.to_json())).show("daddr", "2001:db8::7") \
+        == "2001:db8::7"
 
 
 def test_unknown_complex_type_is_skipped_with_the_reason():

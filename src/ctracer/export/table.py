@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT
+from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, array_value
 from ctracer.report import build
 from ctracer.tracefile import Trace
 
@@ -133,7 +133,7 @@ def _snapshot_columns(trace: Trace, snapshots: list, valid) -> tuple[list[str], 
         column = decoded[f.name]
         if column.dtype.kind == "S":  # char[N]: text up to the first NUL
             uniques, inverse = np.unique(column, return_inverse=True)
-            texts = [u.split(b"\0", 1)[0].decode("utf-8", "replace") for u in uniques.tolist()]
+            texts = [array_value(f.kind, u) for u in uniques.tolist()]
             array = _dictionary(inverse.astype(np.int32), texts, invalid).cast(pa.string())
         else:
             array = pa.array(np.ascontiguousarray(column), mask=invalid)

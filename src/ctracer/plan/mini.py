@@ -54,7 +54,7 @@ from dataclasses import dataclass, field as dc_field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ctracer.errors import UsageError
-from ctracer.event import Field, Layout, c_identifier, size_of_ctype
+from ctracer.event import Field, Layout, array_value, c_identifier, size_of_ctype
 from ctracer.plan.pahole import hole_comment
 from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
@@ -511,8 +511,8 @@ def extract_field(raw: bytes, f: Field, address: int = 0) -> object:
         return int(not any(chunk))
     if op == "is_own_address":
         return int(int.from_bytes(chunk, "little") == address + src["address_offset"])
-    if f.kind == "text":
-        return chunk.split(b"\0", 1)[0].decode("utf-8", "replace")
+    if f.kind in ("text", "ipv6"):
+        return array_value(f.kind, chunk)
     if f.kind == "float":
         import struct as _struct
         return _struct.unpack("<f" if size == 4 else "<d", chunk)[0]

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT,
-                           Layout)
+                           Layout, array_value)
 from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
@@ -645,7 +645,7 @@ class _Snapshots:
         self.first[1:] = self.owner[1:] != self.owner[:-1]
         self.names = [f.name for f in layout.fields]
         self.columns = [f.name for f in layout.fields]
-        self.text = {f.name for f in layout.fields if f.ctype.startswith("char[")}
+        self.array_kinds = {f.name: f.kind for f in layout.fields if f.ctype.startswith("char[")}
         self.changed = numpy.zeros((n, len(self.columns)), dtype=bool)
         for j, column in enumerate(self.columns):
             col = self.table[column]
@@ -656,8 +656,9 @@ class _Snapshots:
         """Python values of field ``j`` at the given table rows."""
         column = self.columns[j]
         vals = self.table[column][rows].tolist()
-        if column in self.text:
-            vals = [v.split(b"\0", 1)[0].decode("utf-8", "replace") for v in vals]
+        kind = self.array_kinds.get(column)
+        if kind is not None:
+            vals = [array_value(kind, v) for v in vals]
         return vals
 
 

@@ -137,6 +137,8 @@ class ValueFormatter:
             return _char(value)
         if kind == "text":
             return repr(value) if isinstance(value, str) else str(value)
+        if kind == "ipv6":
+            return str(value)
         if kind == "float":
             return f"{value:g}"
         if kind == "uint" and value >= 1 << 32:
@@ -186,7 +188,7 @@ class ValueFormatter:
             pos = {v: float(i) for i, v in enumerate(shown)}
             return ([pos[v] for v in values],
                     [(pos[v], names.get(v, str(v))) for v in shown])
-        if kind in ("pointer", "text"):
+        if kind in ("pointer", "text", "ipv6"):
             order: dict[Any, float] = {}
             for v in sorted({v for v in values}, key=lambda v: (isinstance(v, str), v)):
                 order[v] = float(len(order))
