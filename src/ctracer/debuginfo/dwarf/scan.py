@@ -114,6 +114,11 @@ _STRING_FORMS = frozenset({0x08, 0x0E, 0x1A, 0x1D, 0x1F, 0x25, 0x26, 0x27, 0x28,
 _PAD = {"B": "x", "H": "2x", "I": "4x", "Q": "8x", "3s": "3x", "16x": "16x"}
 
 
+def backward_sibling(target: int, here: int) -> ValueError:
+    """A DW_AT_sibling that does not lead forward: damage a walk would loop on."""
+    return ValueError(f"DW_AT_sibling leads back (to {target:#x} from {here:#x})")
+
+
 class Plan:
     """How to read one abbreviation's DIEs: its tag, whether it has children, a fixed
     total size when every form is fixed, and the runs that decode wanted attributes.
@@ -538,7 +543,10 @@ class UnitReader:
         if loc is not None:
             runs, offset, st, _conv = loc
             pos = self._advance(after, plan, runs) if runs else after
-            return self.cu_pos + st.unpack_from(self.buf, pos + offset)[0]
+            sibling = self.cu_pos + st.unpack_from(self.buf, pos + offset)[0]
+            if sibling <= after:
+                raise backward_sibling(sibling, after)
+            return sibling
         return self.skip_children(self.skip(after, plan))
 
     def peek_name(self, after: int, plan: Plan) -> Optional[str]:
@@ -563,6 +571,8 @@ class UnitReader:
             return end
         sibling = values.get(AT_SIBLING)
         if sibling is not None:
+            if self.base + sibling < end:
+                raise backward_sibling(self.base + sibling, end)
             return self.base + sibling
         return self.skip_children(end)
 
@@ -711,6 +721,8 @@ class UnitScanner:
                     elif plan.sibling_ref is not None:
                         at, st = plan.sibling_ref
                         pos = unit_pos + st.unpack_from(buf, after + at)[0]
+                        if pos <= after:
+                            raise backward_sibling(pos, after)
                     else:
                         pos = r.jump(after, plan)
                     continue
