@@ -264,6 +264,9 @@ PHASE_NAMES = {PHASE_ENTRY: "entry", PHASE_EXIT: "exit", PHASE_TRACEPOINT: "trac
 #: flags in the header
 FLAG_READ_FAILED = 1   # the object could not be read; the snapshot is garbage
 FLAG_NO_ENTRY = 2      # an exit whose entry was not seen (object unknown)
+#: only the object's head was read (a time-wait or request socket traced as struct sock:
+#: `ctracer.plan.heads`); the fields outside it were not read (zero in the snapshot)
+FLAG_HEAD_ONLY = 4
 
 #: every event starts with this
 HEADER = Layout.packed_in_order("ctracer_header", [

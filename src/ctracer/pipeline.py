@@ -16,6 +16,7 @@ refused; the probe plan of ``ctracer plan`` decides).
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
@@ -184,9 +185,13 @@ def build(request: TraceRequest) -> BuiltTrace:
                             kinds=registry.claim)
     if not built.layout.fields:
         raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
+    if source.is_kernel and hasattr(model, "find_enum"):
+        from ctracer.plan import displays
+        built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
     extra: dict = {}
     program: Union[object]
     if source.is_kernel:
+        from ctracer.plan import heads
         from ctracer.plan.lifetimes import rules_for
         from ctracer.probes.tracepoint import build_tracepoint_program
         chosen, note = choose_kernel_probes(found.methods)
@@ -197,15 +202,17 @@ def build(request: TraceRequest) -> BuiltTrace:
                                "probe")
         admission = _admission(request, built.layout)
         rules = rules_for(name)
+        head = (heads.head_read_for(name, graph, built.layout, model)
+                if hasattr(model, "find_enum") else None)
         program = build_tracepoint_program(methods, built.layout, catalog,
                                            admission=admission, rules=rules,
-                                           ring_bytes=ring)
+                                           ring_bytes=ring, head=head)
         extra = dict(
             traced="kernel", type_source=source.describe(),
             tracepoint_args={str(row): [a.to_json() for a in args]
                              for row, args in program.args_by_row().items()},
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
-            probe_plan=note)
+            probe_plan=note, head_read=head.to_json() if head is not None else None)
     else:
         from ctracer.probes import program as uprobes
         methods = select_methods([m for m in found.methods if not m.is_tracepoint],

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ctracer.errors import OutputError, TraceFileError
-from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype, event_size
+from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype,
+                           event_size)
 from ctracer.files import create_private_file, keep_old, same_file
 
 SCHEMA_VERSION = 3
@@ -723,11 +724,31 @@ class Trace:
                 r = r[:8] + (r[8] + _U64,) + r[9:]
             yield r
 
+    @property
+    def head_fields(self) -> Optional[frozenset[str]]:
+        """The fields an event flagged `FLAG_HEAD_ONLY` carries: those inside the head
+        the meta ``head_read`` names (`ctracer.plan.heads`); None when the trace has
+        no such rule."""
+        cached = self.__dict__.get("_head_fields", False)
+        if cached is False:
+            head = self.meta_json("head_read")
+            names = head.get("fields") if isinstance(head, dict) else None
+            cached = (frozenset(str(n) for n in names) if isinstance(names, list)
+                      else None)
+            self.__dict__["_head_fields"] = cached
+        return cached
+
     def values(self, event: Event) -> Optional[dict[str, Any]]:
-        """The decoded mini snapshot of an event, None when the object was unreadable."""
+        """The decoded mini snapshot of an event, None when the object was unreadable;
+        in an event that read only the object's head, the fields outside it are None
+        (not read)."""
         if event.snapshot is None or event.flags & FLAG_READ_FAILED:
             return None
-        return self.mini.decode(event.snapshot)
+        values = self.mini.decode(event.snapshot)
+        if event.flags & FLAG_HEAD_ONLY:
+            head = self.head_fields or frozenset()
+            return {k: (v if k in head else None) for k, v in values.items()}
+        return values
 
     def event_count(self) -> int:
         return self.db.execute("SELECT count(*) FROM events").fetchone()[0]

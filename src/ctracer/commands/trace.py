@@ -245,7 +245,8 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
     tail = None
     if args.tail:
         from ctracer.record.tail import Tail
-        tail = Tail(built.program)
+        from ctracer.report.values import ValueFormatter
+        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini))
 
     def announce() -> None:
         if args.quiet:

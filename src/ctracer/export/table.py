@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, array_value
+from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, array_value
 from ctracer.report import build
 from ctracer.tracefile import Trace
 
@@ -116,8 +116,11 @@ def function_names(trace: Trace, fns) -> dict[int, str]:
     return out
 
 
-def _snapshot_columns(trace: Trace, snapshots: list, valid) -> tuple[list[str], list]:
-    """Every mini field as a column, decoded from all snapshots at once."""
+def _snapshot_columns(trace: Trace, snapshots: list, valid,
+                      head_only=None) -> tuple[list[str], list]:
+    """Every mini field as a column, decoded from all snapshots at once; null where the
+    object was not read, and, in rows that read only its head (``head_only``), for the
+    fields outside the head."""
     import numpy as np
     import pyarrow as pa
 
@@ -128,8 +131,9 @@ def _snapshot_columns(trace: Trace, snapshots: list, valid) -> tuple[list[str], 
     blob = b"".join([s if s is not None and len(s) == mini.size else zero for s in snapshots])
     decoded = np.frombuffer(blob, dtype=mini.numpy_dtype())
     names, arrays = [], []
-    invalid = ~valid
+    head = trace.head_fields or frozenset()
     for f in mini.ordered_fields:
+        invalid = ~valid if head_only is None or f.name in head else ~valid | head_only
         column = decoded[f.name]
         if column.dtype.kind == "S":  # char[N]: text up to the first NUL
             uniques, inverse = np.unique(column, return_inverse=True)
@@ -190,7 +194,9 @@ def event_table(trace: Trace) -> EventTable:
 
     read_failed = (flags & FLAG_READ_FAILED) != 0
     valid = ~read_failed & np.array([s is not None for s in snapshots], bool)
-    field_names, field_arrays = _snapshot_columns(trace, snapshots, valid)
+    head_only = (flags & FLAG_HEAD_ONLY) != 0
+    field_names, field_arrays = _snapshot_columns(trace, snapshots, valid,
+                                                  head_only if head_only.any() else None)
 
     host, kernel = _text(trace, "host"), _text(trace, "kernel_release")
     constants = {"host": host, "kernel": kernel, "struct": trace.struct_name,

@@ -17,7 +17,9 @@ Grammar (C operators, plus the words ``and``, ``or``, ``not``)::
 
 A FIELD is a member path as ``ctracer struct --mini`` prints it
 (``__sk_common.skc_num``) or any unambiguous dotted suffix of one (``skc_num``).
-INTEGER is decimal, hex (0x...), or negative.
+INTEGER is decimal, hex (0x...), or negative; or, for a field the layout names values
+of, one of those names: an enumerator (``skc_state == TCP_LISTEN``) or a flag bit as its
+mask (``skc_flags & SOCK_DEAD``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ def resolve_field(layout: Layout, path: str) -> Field:
     raise UsageError(f"--where: the recorded fields of {layout.name} have no {path!r}{hint}")
 
 
+def _names_of(field: Field) -> dict[str, int]:
+    """The names a comparison with ``field`` may use instead of a number: its enum's
+    enumerators (``TCP_LISTEN``), or its flag bits' names as masks (``SOCK_DEAD``)."""
+    if field.kind == "enum":
+        return {name: value for value, name in field.enumerators}
+    return {str(name): 1 << int(bit) for bit, name in field.source.get("bits", ())}
+
+
 class _Parser:
     def __init__(self, tokens: list[tuple[str, str]], layout: Layout):
         self.tokens, self.at, self.layout = tokens, 0, layout
@@ -147,8 +157,12 @@ class _Parser:
             return Compare(field, "!=", 0)
         self.take()
         kind, number = self.take()
+        if kind == "name" and number in _names_of(field):
+            return Compare(field, op, _names_of(field)[number])
         if kind != "num":
-            raise UsageError(f"--where: {field.name} {op} needs an integer, got "
+            known = ", ".join(list(_names_of(field))[:4])
+            raise UsageError(f"--where: {field.name} {op} needs an integer"
+                             f"{' or a name (' + known + ', ...)' if known else ''}, got "
                              f"{number or 'the end'!r}")
         n = int(number, 0)
         if not -(1 << 63) <= n < (1 << 64):

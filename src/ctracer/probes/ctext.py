@@ -9,11 +9,13 @@ user text.
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from ctracer.collectors.base import ObjectReader
 from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.event import Layout
 from ctracer.plan.discovery import Method
+from ctracer.plan.heads import HeadRead
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -106,12 +108,64 @@ class Text:
         return "\n".join(self.lines) + "\n"
 
 
-def snapshot_function(mini: Layout, reader: ObjectReader) -> str:
+def _head_snapshot(t: Text, mini: Layout, reader: ObjectReader, head: HeadRead,
+                   collectors: list) -> None:
+    """The body of ``ctracer_snapshot`` for an object that may be only its head
+    (`ctracer.plan.heads`): the bytes up to the head's end first and the collectors
+    inside it; when the state read there says only the head exists, ``return 1``; else
+    the rest of the span and the other collectors."""
+    start, end = read_span(collectors) if collectors else (head.state_offset, head.state_offset)
+    start = min(start, head.state_offset - head.state_offset % 8)
+    end = max(end, head.state_offset + head.state_size)
+    split = min(head.end, end)
+    inside = [c for c in collectors if head.start <= c.span()[0] and c.span()[1] <= head.end]
+    states = " || ".join(f"state == {int(v)}" for v, _ in head.states)
+    t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}); "
+      f"only [{start}, {split}) when the state says only "
+      f"{comment_name(head.member)} exists. */",
+      "struct ctracer_object_bytes {",
+      f"\tu8 b[{end - start}];",
+      "} __attribute__((aligned(8)));",
+      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
+      "",
+      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tu32 state = 0;",
+      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
+      "",
+      f"\tif (!buf || {reader.helper}(buf->b, {split - start}, (void *)(addr + {start})))",
+      "\t\treturn -1;",
+      f"\t__builtin_memcpy(&state, buf->b + {head.state_offset - start}, "
+      f"{int(head.state_size)});",
+      )
+    for c in inside:
+        for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
+            t("\t" + stmt)
+    t(f"\tif ({states})", "\t\treturn 1;")
+    if end > split:
+        t(f"\tif ({reader.helper}(buf->b + {split - start}, {end - split}, "
+          f"(void *)(addr + {split})))",
+          "\t\treturn -1;")
+    for c in collectors:
+        if c not in inside:
+            for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
+                t("\t" + stmt)
+    t("\treturn 0;", "}")
+
+
+def snapshot_function(mini: Layout, reader: ObjectReader,
+                      head: Optional[HeadRead] = None) -> str:
     """``ctracer_snapshot(m, addr)``: one read of the span of the object the mini fields
-    cover, then the collectors move each field into the event."""
+    cover, then the collectors move each field into the event; -1 when the object
+    cannot be read.  With ``head``, two reads (`_head_snapshot`) and 1 when only the
+    head was read."""
     collectors = collectors_for(mini)
-    start, end = read_span(collectors)
     t = Text()
+    if head is not None:
+        _head_snapshot(t, mini, reader, head, collectors)
+        return str(t)
+    start, end = read_span(collectors)
     t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}). */")
     if end <= start:
         t(f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",

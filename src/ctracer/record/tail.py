@@ -4,32 +4,54 @@ written as usual (what nfs_trace's reader and bpftrace users expect).
 A line is: seconds since the first event, the object's address, the function (a
 tracepoint as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it
 changed since the object's previous event, ``old → new`` (the first event of an object
-shows none: there is nothing to compare with).
+shows none: there is nothing to compare with).  Values are shown by the ``formatter``
+the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
+addresses by name), else as raw numbers.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Optional, TextIO
+from typing import Any, Optional, Protocol, TextIO
 
-from ctracer.event import (FLAG_READ_FAILED, HEADER, PHASE_ENTRY, PHASE_TRACEPOINT,
-                           args_offset, mini_offset)
+from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
+                           PHASE_TRACEPOINT, args_offset, mini_offset)
 
 #: changed fields shown on one line before the rest is counted
 MAX_CHANGES_SHOWN = 8
 
 
+class Formatter(Protocol):
+    def show(self, field: str, value: Any) -> str: ...
+
+    def show_arg(self, name: str, value: Any) -> str: ...
+
+
+class _Raw:
+    def show(self, field: str, value: Any) -> str:
+        return str(value)
+
+    def show_arg(self, name: str, value: Any) -> str:
+        return str(value)
+
+
 class Tail:
     """A ring buffer callback printing each event on one line."""
 
-    def __init__(self, program, out: Optional[TextIO] = None):
+    def __init__(self, program, out: Optional[TextIO] = None,
+                 formatter: Optional[Formatter] = None):
         self.out = out or sys.stdout
+        self.fmt = formatter or _Raw()
         self.mini = program.mini
         self.nargs = program.nargs
         self.start = mini_offset(self.mini, self.nargs)
         self.names = {r.id: (f"tp:{r.name}" if r.reach == "tracepoint" else r.name)
                       for r in program.rows}
         self.args = program.args_by_row()
+        head = getattr(program, "head", None)
+        #: the fields an event that read only the object's head carries, and the head
+        self.head_fields = frozenset(head.fields) if head is not None else frozenset()
+        self.head_member = head.member if head is not None else "the head"
         self.last: dict[int, dict] = {}
         self.first_ns: Optional[int] = None
 
@@ -45,8 +67,11 @@ class Tail:
             if spec:
                 import struct
                 raw_args = struct.unpack_from(f"<{self.nargs}Q", raw, args_offset())
-                parts.append("(" + ", ".join(f"{a.name}={a.value(v)}"
-                                            for a, v in zip(spec, raw_args)) + ")")
+                show = self.fmt.show_arg
+                parts.append("(" + ", ".join(
+                    f"{a.name}={a.value(v):#x}" if a.kind == "pointer" else
+                    f"{a.name}={show(a.name, a.value(v))}"
+                    for a, v in zip(spec, raw_args)) + ")")
         else:
             parts.append("entry" if phase == PHASE_ENTRY else f"exit ret={h['retval']}")
         comm = "".join(c if c.isprintable() and c != " " else "?" for c in h["comm"])
@@ -56,10 +81,16 @@ class Tail:
         else:
             values = self.mini.decode(raw, self.start)
             before = self.last.get(obj)
+            if h["flags"] & FLAG_HEAD_ONLY:
+                parts.append(f"(only {self.head_member} read)")
+                values = {k: v for k, v in values.items() if k in self.head_fields}
+                if before is not None:  # the fields not read keep their last value read
+                    values = {**before, **values}
             self.last[obj] = values
             if before is not None:
-                changed = [f"{k}: {before[k]} → {v}" for k, v in values.items()
-                           if before.get(k) != v]
+                show = self.fmt.show
+                changed = [f"{k}: {show(k, before[k])} → {show(k, v)}"
+                           for k, v in values.items() if k in before and before[k] != v]
                 shown = changed[:MAX_CHANGES_SHOWN]
                 if len(changed) > len(shown):
                     shown.append(f"… {len(changed) - len(shown)} more")

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT,
-                           Layout, array_value)
+from ctracer.event import (FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY,
+                           PHASE_TRACEPOINT, Layout, array_value)
 from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
@@ -590,14 +590,18 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
 
 
 def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
-                 methods: dict[int, MethodStats], start_ns: int) -> None:
+                 methods: dict[int, MethodStats], start_ns: int,
+                 head_fields: Optional[frozenset[str]] = None) -> None:
     """Pass 5: compare every object's snapshots with its previous one and attribute each
     difference (`_attribute`); fills each object's changes, series, method statistics
     and unreadable counts.  The snapshots are decoded as one numpy table (the layout's
-    dtype) and compared column by column; only rows that changed reach Python."""
+    dtype) and compared column by column; only rows that changed reach Python.  In a
+    snapshot that read only the object's head (`FLAG_HEAD_ONLY`), the fields outside
+    ``head_fields`` were not read: they neither change there nor count as values."""
     objects = found.objects
     index_of = {key: i for i, key in enumerate(objects)}
     owners, positions = array("q"), array("q")  # 8 bytes an entry, not a Python int
+    partial = array("b")
     blobs = []
     events = found.events
     for pos, (row, snapshot, recorded) in enumerate(
@@ -615,9 +619,14 @@ def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
         if snapshot is not None:
             owners.append(index_of[key])
             positions.append(pos)
+            partial.append(1 if row.flags & FLAG_HEAD_ONLY else 0)
             blobs.append(snapshot)
+            if row.flags & FLAG_HEAD_ONLY:
+                obj.head_only += 1
     if blobs:
-        table = _Snapshots(layout, owners, positions, blobs)
+        table = _Snapshots(layout, owners, positions, blobs,
+                           partial if head_fields is not None and any(partial) else None,
+                           head_fields or frozenset())
         del blobs
         _walk_changes(table, list(objects.values()), events.rows, fns, methods, start_ns)
 
@@ -628,7 +637,8 @@ class _Snapshots:
     previous snapshot."""
 
     def __init__(self, layout: Layout, owners: Sequence[int], positions: Sequence[int],
-                 blobs: list[bytes]):
+                 blobs: list[bytes], partial: Optional[Sequence[int]] = None,
+                 head_fields: frozenset[str] = frozenset()):
         import numpy
 
         size = layout.size
@@ -647,10 +657,41 @@ class _Snapshots:
         self.columns = [f.name for f in layout.fields]
         self.array_kinds = {f.name: f.kind for f in layout.fields if f.ctype.startswith("char[")}
         self.changed = numpy.zeros((n, len(self.columns)), dtype=bool)
+        #: per field outside the head: rows where it holds a value read (None: every row)
+        self.known: dict[int, Any] = {}
+        if partial is not None:
+            self._carry_over_unread(numpy.frombuffer(partial, dtype=numpy.int8)[order] != 0,
+                                    head_fields)
         for j, column in enumerate(self.columns):
             col = self.table[column]
             self.changed[1:, j] = col[1:] != col[:-1]
+            known = self.known.get(j)
+            if known is not None:  # a first value read after rows that read none
+                self.changed[1:, j] &= known[:-1]
         self.changed[self.first] = False
+
+    def _carry_over_unread(self, partial, head_fields: frozenset[str]) -> None:
+        """In rows that read only the head, each field outside it takes the value its
+        object's last full read had (so nothing changes there, and the next read is
+        compared with the last value read); `known` says where there was one."""
+        import numpy
+
+        n = len(partial)
+        at = numpy.arange(n)
+        group = numpy.maximum.accumulate(numpy.where(self.first, at, 0))
+        last = numpy.maximum.accumulate(numpy.where(~partial, at, -1))
+        known = last >= group
+        source = numpy.where(known, last, at)
+        table = self.table.copy()
+        for j, column in enumerate(self.columns):
+            if column not in head_fields:
+                table[column] = table[column][source]
+                self.known[j] = known
+        self.table = table
+
+    def value_known(self, j: int, rows: Any) -> list[bool]:
+        known = self.known.get(j)
+        return [True] * len(rows) if known is None else known[rows].tolist()
 
     def values(self, j: int, rows: Any) -> list[Any]:
         """Python values of field ``j`` at the given table rows."""
@@ -671,7 +712,9 @@ def _walk_changes(snaps: _Snapshots, objects: list[ObjectTimeline], rows: list[R
 
     names = snaps.names
     firsts = numpy.flatnonzero(snaps.first)
-    initial = [snaps.values(j, firsts) for j in range(len(names))]
+    initial = [[v if k else None for v, k in zip(snaps.values(j, firsts),
+                                                 snaps.value_known(j, firsts))]
+               for j in range(len(names))]
     for k, (o, p) in enumerate(zip(snaps.owner[firsts].tolist(),
                                    snaps.position[firsts].tolist())):
         ts = rows[p].ts_ns - start_ns
@@ -701,7 +744,10 @@ def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any,
                         function, function_id, cause, seen_at)
         row.changes.append(change)
         obj.changes.append(change)
-        obj.series[name].append((ts, new))
+        points = obj.series[name]
+        if len(points) == 1 and points[0][1] is None:
+            points.clear()  # not read at first: the series starts at the first value read
+        points.append((ts, new))
     if function_id >= 0:
         for table in (obj.methods, methods):
             # a caller working on this object through another one may be new to the table
@@ -751,7 +797,7 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None) -> Pa
     pairing.frames = []  # half a million calls: their memory is needed from here
     found = assign_objects(events, pairing, calls.duplicates)
     start_ns = rows[0].ts_ns if rows else 0
-    find_changes(found, trace.mini, fns, calls.methods, start_ns)
+    find_changes(found, trace.mini, fns, calls.methods, start_ns, trace.head_fields)
     return Passes(fns, pairing, calls, found, start_ns, len(rows))
 
 

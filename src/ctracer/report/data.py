@@ -116,6 +116,8 @@ class ObjectTimeline:
     series: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     methods: dict[int, MethodStats] = field(default_factory=dict)
     unreadable: int = 0
+    #: events that read only the object's head (a time-wait or request socket)
+    head_only: int = 0
     threads: set[int] = field(default_factory=set)
 
     @property

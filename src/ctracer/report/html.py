@@ -201,8 +201,11 @@ class _Site:
         if not self.dot:
             self.notes.append("graphviz's dot is not installed: call graphs are left out")
         self.generated = time.strftime("%Y-%m-%d %H:%M:%S")
+        head = trace.meta_json("head_read")
+        #: objects that may be only their head (`ctracer.plan.heads`): its member and why
+        self.head = head if isinstance(head, dict) else {}
         self.rows = RowFormatter(self.names, self.fmt, data.start_ns, self.retval,
-                                 self.cause_text)
+                                 self.cause_text, str(self.head.get("member") or ""))
 
     # ---------------------------------------------------------------- helpers
 
@@ -429,6 +432,10 @@ class _Site:
         ]
         if obj.unreadable:
             facts.append(("unreadable snapshots", str(obj.unreadable)))
+        if obj.head_only:
+            facts.append(("read in part", f"{obj.head_only} events read only "
+                          f"{self.head.get('member') or 'the head'}, the other fields not "
+                          f"read: {self.head.get('rule') or ''}"))
         page_of = self.write_timeline(
             d, obj.rows, title=obj.label, heading=f"{self.struct_title} {obj.label}",
             use_object_depth=True, show_object=False,

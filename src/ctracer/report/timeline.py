@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 from markupsafe import Markup, escape
 
-from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
+from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.data import CAUSE_CALLER, Change, Row
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 
@@ -38,8 +38,11 @@ class RowFormatter:
     """Renders rows of one report; caches what repeats (function names, threads)."""
 
     def __init__(self, names: dict[int, str], fmt: ValueFormatter, start_ns: int,
-                 retval: Callable[[Row], str], cause: Callable[[Change], str]):
+                 retval: Callable[[Row], str], cause: Callable[[Change], str],
+                 head_member: str = ""):
         self.names, self.fmt, self.start_ns = names, fmt, start_ns
+        #: the tag of a row that read only the object's head (`FLAG_HEAD_ONLY`)
+        self.head_tag = _TAG.format(escape(f"only {head_member or 'the head'} read"))
         self.retval, self.cause = retval, cause
         self._functions: dict[int, Markup] = {}
         self._objects: dict[tuple[str, str], tuple[str, str]] = {}
@@ -115,6 +118,9 @@ class RowFormatter:
         if row.unreadable:
             classes += " unreadable"
             tags += _TAG.format("unreadable")
+        elif row.flags & FLAG_HEAD_ONLY:
+            classes += " head-only"
+            tags += self.head_tag
         obj, data_o = self._object(object_cell) if object_cell is not None else ("", "")
         return Markup(before + _ROW.format(
             prefix="e", seq=int(row.seq), classes=classes, title=title, data_o=data_o,

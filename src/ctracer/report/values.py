@@ -18,6 +18,9 @@ from typing import Any, Optional, Sequence
 
 from ctracer.event import Field, Layout
 
+#: how a value the probe did not read is shown (a field outside the head of a time-wait
+#: or request socket, `ctracer.plan.heads`)
+NOT_READ = "not read"
 #: numeric fields taking at most this many values are plotted as labelled levels
 FEW_VALUES = 5
 
@@ -120,7 +123,7 @@ class ValueFormatter:
 
     def show(self, field: str, value: Any) -> str:
         if value is None:
-            return "?"
+            return NOT_READ
         f = self.fields.get(field)
         kind = f.kind if f else "int"
         display = self._display.get(field)

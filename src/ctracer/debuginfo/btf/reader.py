@@ -135,6 +135,23 @@ class BtfModel:
     def struct_id(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[int]:
         return self.composites().get((kind, name))
 
+    def find_enum(self, name: Optional[str] = None,
+                  enumerator: Optional[str] = None) -> Optional[EnumType]:
+        """The first complete enum named ``name`` (C's ``enum name``), or declaring
+        ``enumerator`` (the kernel's TCP states are an anonymous enum: its
+        ``TCP_ESTABLISHED`` finds it); None when the BTF has none."""
+        d = self.btf
+        for k in (bf.ENUM, bf.ENUM64):
+            for tid in d.ids_of_kind(k):
+                if name is not None and d.name(tid) != name:
+                    continue
+                t = self.type_of(tid)
+                if not isinstance(t, EnumType) or t.declaration:
+                    continue
+                if enumerator is None or any(n == enumerator for n, _ in t.enumerators):
+                    return t
+        return None
+
     def pointer_size(self) -> int:
         """BTF does not record it: the size of ``long`` says it (8 when absent)."""
         if self._pointer_size is None:

@@ -1,0 +1,128 @@
+"""Objects that are sometimes only their head: time-wait and request sockets as struct sock.
+
+Tracepoints such as ``inet_sock_set_state`` or ``tcp_*`` may hand a ``struct sock *``
+that points at a smaller object sharing only the first member of ``struct sock``:
+``struct inet_timewait_sock`` and ``struct request_sock`` start with ``struct
+sock_common`` too, and the kernel tells them apart by the state (``sk_fullsock()``:
+``TCP_TIME_WAIT``, ``TCP_NEW_SYN_RECV``).  Read as a whole ``struct sock``, such an
+object gives garbage past its head (a ``sk_receive_queue.qlen`` of 328204288).
+
+A `HeadRule` says so as data: the struct, the shared member, the state field and the
+names of the states that mean "only the head exists".  `resolve` turns it into a
+`HeadRead` for one mini layout, from the debug info: the member's bytes, where the
+state is, the states' values (looked up in the kernel's enum by name, never written
+here) and the mini fields that lie inside the member.  The probe reads the head first,
+and the rest of the object only when the state is not one of those
+(`ctracer.probes.ctext.snapshot_function`); an event read only in part carries
+`ctracer.event.FLAG_HEAD_ONLY`, and every reader of the trace shows the fields outside
+the head as not read (the trace's meta ``head_read`` is `HeadRead.to_json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ctracer.debuginfo.model import CompositeType, TypeGraph, iter_members_flat
+from ctracer.event import Layout
+from ctracer.plan.displays import EnumSource
+
+
+@dataclass(frozen=True)
+class HeadRule:
+    struct: str
+    member: str               # the first member, shared with the smaller objects
+    state: str                # dotted path of the field saying which object it is
+    states: tuple[str, ...]   # enumerator names of the states where only the head exists
+    why: str
+
+
+RULES = (
+    HeadRule("sock", "__sk_common", "__sk_common.skc_state",
+             ("TCP_TIME_WAIT", "TCP_NEW_SYN_RECV"),
+             "time-wait and request sockets (struct inet_timewait_sock, struct "
+             "request_sock) share only struct sock_common with struct sock: in states "
+             "TCP_TIME_WAIT and TCP_NEW_SYN_RECV only __sk_common is read "
+             "(the kernel's sk_fullsock())"),
+)
+
+
+@dataclass(frozen=True)
+class HeadRead:
+    """A `HeadRule` placed in one object layout and one mini layout."""
+
+    member: str
+    start: int                         # the member's bytes [start, end) in the object
+    end: int
+    state_offset: int                  # the state's bytes in the object
+    state_size: int
+    states: tuple[tuple[int, str], ...]
+    fields: tuple[str, ...]            # the mini fields read from inside the member
+    why: str
+
+    def to_json(self) -> dict:
+        return {"member": self.member, "bytes": [self.start, self.end],
+                "state_offset": self.state_offset, "state_size": self.state_size,
+                "states": [list(s) for s in self.states], "fields": list(self.fields),
+                "rule": self.why}
+
+
+def _member_bytes(graph: TypeGraph, name: str) -> Optional[tuple[int, int]]:
+    root = graph[graph.strip(graph.root)]
+    if not isinstance(root, CompositeType):
+        return None
+    for m in root.members:
+        if m.name == name and not m.is_bitfield:
+            size = graph.size_of(m.type)
+            return (m.offset, m.offset + size) if size else None
+    return None
+
+
+def _state_bytes(graph: TypeGraph, path: str) -> Optional[tuple[int, int]]:
+    """(byte offset, size) of the integer member at a dotted path (named members one
+    step each, anonymous ones none, as C spells the access)."""
+    tid, base_bits, prefix = graph.root, 0, ""
+    while True:
+        step = None
+        for name, m, bits in iter_members_flat(graph, tid, base_bits=base_bits):
+            if prefix + name == path and not m.is_bitfield and bits % 8 == 0:
+                size = graph.size_of(m.type)
+                return (bits // 8, size) if size in (1, 2, 4) else None
+            if path.startswith(prefix + name + "."):
+                step = (m, bits, prefix + name + ".")
+        if step is None:
+            return None
+        tid, base_bits, prefix = step[0].type, step[1], step[2]
+
+
+def resolve(rule: HeadRule, graph: TypeGraph, layout: Layout,
+            types: EnumSource) -> Optional[HeadRead]:
+    """The rule for this struct and mini layout; None when the debug info lacks the
+    member, the state field or the states' enum (then objects are read whole)."""
+    member = _member_bytes(graph, rule.member)
+    state = _state_bytes(graph, rule.state)
+    found = types.find_enum(enumerator=rule.states[0]) if rule.states else None
+    if member is None or state is None or found is None:
+        return None
+    values = dict(found.enumerators)
+    if not all(s in values for s in rule.states):
+        return None
+    start, end = member
+    if not (start <= state[0] and state[0] + state[1] <= end):
+        return None
+    inside = tuple(sorted(
+        f.name for f in layout.fields
+        if start <= int(f.source.get("byte_offset", -1))
+        and int(f.source.get("byte_offset", 0)) + int(f.source.get("size", 0)) <= end))
+    return HeadRead(rule.member, start, end, state[0], state[1],
+                    tuple((int(values[s]), s) for s in rule.states), inside, rule.why)
+
+
+def head_read_for(struct: str, graph: TypeGraph, layout: Layout,
+                  types: EnumSource) -> Optional[HeadRead]:
+    for rule in RULES:
+        if rule.struct == struct:
+            found = resolve(rule, graph, layout, types)
+            if found is not None:
+                return found
+    return None
