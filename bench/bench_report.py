@@ -36,15 +36,24 @@ SHAPES = {
 }
 
 
-def anchor_seconds(path: str) -> tuple[float, int]:
-    start = time.perf_counter()
+def anchor_seconds(path: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds of reading and decoding every event once, and the count."""
+    start, cpu = time.perf_counter(), time.process_time()
     trace = Trace(path)
     n = 0
     for event in trace.events():
         trace.values(event)
         n += 1
     trace.close()
-    return time.perf_counter() - start, n
+    return time.perf_counter() - start, time.process_time() - cpu, n
+
+
+def _cpu_seconds() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 def tree_size(path: str) -> tuple[int, int, int, str]:
@@ -78,10 +87,12 @@ def main() -> int:
             write_synthetic_trace(trace, threads=threads, lifecycles=lifecycles,
                                   sends=sends, addresses_per_thread=addresses)
         load = os.getloadavg()[0]
-        anchor, events = anchor_seconds(trace)
+        anchor, anchor_cpu, events = anchor_seconds(trace)
         out = os.path.join(work, "callgraph", "sock")
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        cpu_before = _cpu_seconds()
         result = render_report(trace, out)
+        cpu = _cpu_seconds() - cpu_before
         files, size, biggest, name = tree_size(out)
         s = result.seconds
         print(f"{result.events} events, {result.objects_total} objects, "
@@ -90,6 +101,9 @@ def main() -> int:
         print(f"anchor (read + decode every event once, one by one): {anchor:.2f} s")
         for stage in ("model", "graphs", "html", "plots", "total"):
             print(f"  {stage:<7} {s.get(stage, 0):7.2f} s  = {s.get(stage, 0) / anchor:5.2f} x anchor")
+        print(f"  cpu     {cpu:7.2f} s  = {cpu / anchor_cpu:5.2f} x the anchor's "
+              f"{anchor_cpu:.2f} cpu s (renderer and helpers, user + system: steadier "
+              "under load than wall time)")
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(f"  peak memory: {own:.0f} MB (renderer; {before:.0f} MB before rendering), "

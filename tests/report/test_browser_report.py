@@ -15,6 +15,7 @@ import pytest
 
 from ctracer.report import render_report
 from synthetic_trace import write_synthetic_trace
+from timeline_rows import page_rows
 
 pytestmark = pytest.mark.browser
 
@@ -173,6 +174,8 @@ def test_every_local_link_and_image_resolves(report):
     for html in report.rglob("*.html"):
         p = _Links()
         p.feed(html.read_text(encoding="utf-8"))
+        # timeline rows are drawn by the page from its data files: their ids count
+        p.ids.update(row["id"] for row in page_rows(html))
         parsed[html.resolve()] = p
     checked, bad = 0, []
     for html, p in parsed.items():
@@ -245,8 +248,7 @@ def test_timeline_filters_brush_and_row_state(report, browser):
     page.mouse.click(box["x"] + box["width"] * 0.9, box["y"] + 10)  # a click clears it
     assert page.evaluate(visible + ".length") == total
     # clicking a row that changed fields: every field's value at that moment
-    fields = page.evaluate("JSON.parse(document.getElementById('page-state').textContent)"
-                           ".fields.length")
+    fields = page.evaluate("CTRACER_ROWS.fields.length")
     row = page.locator("#timeline tbody tr.changed").nth(3)
     row.locator("td").nth(1).click()
     panel = page.locator("#row-state")
@@ -316,3 +318,21 @@ def test_many_objects_pages_load_cleanly(many, browser, which):
     assert watch.problems == [] and broken == []
     biggest = max(p.stat().st_size for p in many.rglob("*.html"))
     assert biggest < 2_000_000
+
+
+def test_hostile_names_are_drawn_as_text(browser, tmp_path):
+    """Rows come from data files: the page script must make their texts DOM text."""
+    from test_report_html import hostile_trace
+
+    hostile_trace(tmp_path / "x.ctrace")
+    out = Path(render_report(str(tmp_path / "x.ctrace"), str(tmp_path / "out")).out_dir)
+    page, watch = open_page(browser, out / "0x1000" / "index.html")
+    injected = page.evaluate("document.querySelectorAll('#timeline tbody img, "
+                             "#timeline tbody svg, #timeline tbody b:not(.chg b)').length")
+    threads = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
+                            ".map(r => r.cells[1].textContent)")
+    changes = page.locator("#timeline tbody .chg").all_inner_texts()
+    page.close()
+    assert watch.problems == [] and injected == 0
+    assert threads and set(threads) == {"<svg onload=x>/1"}
+    assert any("<b>UP</b> → A&B" in c for c in changes)

@@ -9,6 +9,7 @@ from ctracer.report import render_report
 from ctracer.report.build import build_report
 from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from timeline_rows import page_rows
 
 STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (7, "TCP_CLOSE"))
 MINI = Layout.packed_in_order("ctracer__mini_sock", [
@@ -70,12 +71,14 @@ def test_timeline_shows_tracepoint_arguments_and_values_by_name(tmp_path):
     kernel_trace(tmp_path / "k.ctrace")
     out = tmp_path / "out"
     render_report(str(tmp_path / "k.ctrace"), str(out))
-    page = (out / f"0x{SK:x}" / "index.html").read_text()
-    assert re.search(r"<i>•</i> tp:inet_sock_set_state <span class=\"args\">"
-                     r"\(oldstate TCP_CLOSE, newstate TCP_SYN_SENT\)</span>", page)
-    assert "-EAGAIN (-11)" in page          # tcp_close's return value
-    assert "sk_err</b> 0 → ECONNRESET (104)" in page
-    assert "sk_flags</b> 0 (0x0) → SOCK_DEAD|SOCK_DONE (0x3)" in page
+    rows = page_rows(out / f"0x{SK:x}" / "index.html")
+    points = [r for r in rows if r["fn"] == "tp:inet_sock_set_state"]
+    assert points[0]["classes"] >= {"tracepoint"}
+    assert "(oldstate TCP_CLOSE, newstate TCP_SYN_SENT)" in points[0]["tags"]
+    assert "-EAGAIN (-11)" in {r["ret"] for r in rows}  # tcp_close's return value
+    changes = {c for r in rows for c in r["changes"]}
+    assert ("sk_err", "0", "ECONNRESET (104)") in changes
+    assert ("sk_flags", "0 (0x0)", "SOCK_DEAD|SOCK_DONE (0x3)") in changes
     changes = (out / f"0x{SK:x}" / "changes.html").read_text()
     # unchanged fields show their value, read as an engineer reads it, raw kept
     assert "127.0.0.1 (0x100007f)" in changes and "8080 (0x901f)" in changes

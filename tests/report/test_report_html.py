@@ -14,6 +14,7 @@ from PIL import Image, ImageStat
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report import html as report_html
 from ctracer.report import render_report
+from timeline_rows import page_rows
 from synthetic_trace import write_synthetic_trace
 from ctracer.tracefile import FunctionRow, TraceWriter
 
@@ -84,20 +85,20 @@ def test_changes_page_lists_every_change_and_links_to_its_row(report):
     assert page.count('">timeline row</a>') == len(mine)
     assert "TCP_SYN_SENT → TCP_ESTABLISHED" in page
     assert "Unchanged" in page  # sk_err never changes in a second lifetime without an error
-    timeline = read(d / "index.html")
-    for anchor in re.findall(r'href="index.html#([ec]\d+)"', page):
-        assert f'id="{anchor}"' in timeline
+    ids = {row["id"] for row in page_rows(d / "index.html")}
+    anchors = re.findall(r'href="index.html#([ec]\d+)"', page)
+    assert anchors and set(anchors) <= ids
 
 
 def test_timeline_marks_changes_with_old_and_new(report):
     truth, _, out = report
     address, _ = next(k for k in truth.lifetimes if k[1] == 1)
-    page = read(out / f"0x{address:x}" / "index.html")
-    assert 'class="exit changed"' in page
-    assert re.search(r'title="sk_common.skc_state: TCP_CLOSE → TCP_SYN_SENT \(during '
-                     r'inet_sk_set_state\)"', page)
-    assert re.search(r'<i>→</i> sk_alloc', page)
-    assert re.search(r'<i>←</i> sk_alloc', page)
+    rows = page_rows(out / f"0x{address:x}" / "index.html")
+    changed = [r for r in rows if r["classes"] == {"exit", "changed"}]
+    assert any(("sk_common.skc_state", "TCP_CLOSE", "TCP_SYN_SENT") in r["changes"]
+               and r["why"] == "during inet_sk_set_state" for r in changed)
+    alloc = [r["classes"] for r in rows if r["fn"] == "sk_alloc"]
+    assert alloc == [{"entry"}, {"exit"}]
 
 
 def test_call_graph_svg_names_the_methods_and_links_them(report):
@@ -110,8 +111,9 @@ def test_call_graph_svg_names_the_methods_and_links_them(report):
     links = [a.get("href") for a in svg.iter(f"{ns}a")]
     rows = [h for h in links if h.startswith("index.html#e")]
     assert len(rows) >= 10
+    fn_of = {row["id"]: row["fn"] for row in page_rows(next(out.glob("0x*/index.html")))}
     for href in rows:  # each function's box leads to a row of that function
-        assert f'id="{href.split("#")[1]}"' in page
+        assert href.split("#")[1] in fn_of
     assert any(h.startswith("../methods/index.html#fn-") for h in links)
 
 
@@ -154,11 +156,13 @@ def test_names_from_the_trace_are_escaped_and_never_paths(tmp_path, monkeypatch)
                     "<y>"):
             assert raw not in text, (html, raw)
     page = read(out / "0x1000" / "index.html")
-    assert "function#9" in page
+    rows = page_rows(out / "0x1000" / "index.html")
+    assert "function#9" in {r["fn"] for r in rows}
+    # the rows' texts stay plain text in the data (report.js escapes them as it draws)
     assert (out / "methods" / "function-9.png").is_file()
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
-    assert "&lt;svg onload=x&gt;" in page
-    assert "&lt;b&gt;UP&lt;/b&gt; → A&amp;B" in page
+    assert {r["thread"] for r in rows} == {"<svg onload=x>/1"}
+    assert ("state", "<b>UP</b>", "A&B") in {c for r in rows for c in r["changes"]}
     svg = re.search(r'<svg xmlns="http://www.w3.org/2000/svg" class="callgraph".*?</svg>',
                     page, re.S).group(0)
     assert "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
@@ -174,13 +178,14 @@ def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch)
     d = next(out.glob("0x*"))
     pages = sorted(p.name for p in d.glob("timeline-*.html"))
     assert len(pages) >= 2
-    rows_per_page = [read(d / p).count('<tr id="e') for p in ["index.html"] + pages]
+    ids = {p: [r["id"] for r in page_rows(d / p)] for p in ["index.html"] + pages}
+    rows_per_page = [sum(1 for i in ids[p] if i.startswith("e")) for p in ids]
     assert all(n == 40 for n in rows_per_page[:-1]) and 0 < rows_per_page[-1] <= 40
     changes = read(d / "changes.html")
     links = re.findall(r'href="((?:index|timeline-\d+)\.html)#([ec]\d+)"', changes)
     assert {page for page, _ in links} - {"index.html"}  # some changes are on later pages
     for page, anchor in links:
-        assert f'id="{anchor}"' in read(d / page)
+        assert anchor in ids[page]
 
 
 def test_max_objects_limits_object_pages(tmp_path):
@@ -284,7 +289,7 @@ def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     assert failures and failures.group(0).count("<tr>") == 2  # the header and one row
     href = re.search(r'href="(0x1000/index.html#e\d+)"', failures.group(0)).group(1)
     page, anchor = href.split("#")
-    assert f'id="{anchor}"' in read(out / page)
+    assert anchor in {row["id"] for row in page_rows(out / page)}
 
 
 def test_timeline_gives_a_callers_change_to_the_caller(report):
@@ -293,16 +298,16 @@ def test_timeline_gives_a_callers_change_to_the_caller(report):
     tcp_set_state"), not on tcp_set_state's entry row."""
     truth, _, out = report
     address, _ = next(k for k in truth.lifetimes if k[1] == 1)
-    page = read(out / f"0x{address:x}" / "index.html")
-    rows = re.findall(r"<tr id=\"([ce]\d+)\".*?</tr>", page, re.S)
-    caller = re.search(r'<tr id="(c\d+)" class="by-caller changed"[^>]*data-fn="tcp_v4_connect"'
-                       r'.*?</tr>', page, re.S)
-    assert caller and "sk_common.skc_dport" in caller.group(0)
-    assert "before calling tcp_set_state" in caller.group(0)
-    entry_id = "e" + caller.group(1)[1:]
-    assert rows[rows.index(caller.group(1)) + 1] == entry_id  # right before the callee
-    entry = re.search(rf'<tr id="{entry_id}".*?</tr>', page, re.S).group(0)
-    assert 'data-fn="tcp_set_state"' in entry and 'class="chg"' not in entry
+    rows = page_rows(out / f"0x{address:x}" / "index.html")
+    ids = [r["id"] for r in rows]
+    caller = next(r for r in rows if r["classes"] == {"by-caller", "changed"}
+                  and r["fn"] == "tcp_v4_connect")
+    assert "sk_common.skc_dport" in [f for f, _, _ in caller["changes"]]
+    assert caller["tags"] == ["before calling tcp_set_state"]
+    entry_id = "e" + caller["id"][1:]
+    assert ids[ids.index(caller["id"]) + 1] == entry_id  # right before the callee
+    entry = rows[ids.index(entry_id)]
+    assert entry["fn"] == "tcp_set_state" and not entry["changes"]
     changes = read(out / f"0x{address:x}" / "changes.html")
-    assert f'href="index.html#{caller.group(1)}"' in changes
+    assert f'href="index.html#{caller["id"]}"' in changes
     assert "in tcp_v4_connect, before it called tcp_set_state" in changes

@@ -100,6 +100,7 @@ def test_objects_and_changes_match_the_sample_log(real_trace):
 
 
 def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
+    from timeline_rows import page_rows
     from test_browser_report import CHROMIUM, FLAGS, PageProblems, _Links, _playwright, not_blank
 
     path, _ = real_trace
@@ -127,6 +128,7 @@ def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
     for html in out.rglob("*.html"):
         links = _Links()
         links.feed(html.read_text(encoding="utf-8"))
+        links.ids.update(row["id"] for row in page_rows(html))
         parsed[html.resolve()] = links
     for html, links in parsed.items():
         for _, link in links.links:

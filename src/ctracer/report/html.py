@@ -5,6 +5,7 @@ Layout under the output directory (``callgraph/<struct>/`` by default)::
     index.html                 the trace summary and every object
     <object>/index.html        call graph and the first page of the call timeline
     <object>/timeline-N.html   further timeline pages (long timelines are split)
+    <object>/rows-N.js         the rows of timeline page N, drawn by the page's script
     <object>/changes.html      every field: unchanged, or each change old → new
     <object>/<field>.png       each field that changed, over time
     <object>/callgraph.svg
@@ -38,12 +39,12 @@ from ctracer.report.build import build_report
 from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
 from ctracer.report.names import StemAllocator, safe_component
-from ctracer.report.timeline import RowFormatter
+from ctracer.report.timeline import TimelineData, data_file_text
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
 
-#: rows per timeline page
-PAGE_ROWS = 2000
+#: rows per timeline page (its data file; the page draws them in screenfuls)
+PAGE_ROWS = 20_000
 #: changes listed per field on the all-objects changes page (object pages list all); the
 #: page stays well under 2 MB however many objects changed the field
 MAX_CHANGES_ALL = 200
@@ -120,6 +121,11 @@ def _page_name(number: int) -> str:
     return "index.html" if number == 0 else f"timeline-{number + 1}.html"
 
 
+def _rows_file(number: int) -> str:
+    """The data file of timeline page ``number`` (from 0)."""
+    return f"rows-{number + 1}.js"
+
+
 def _json_island(value: Any) -> Markup:
     """JSON to sit inside ``<script type="application/json">``: every ``<``, ``>`` and
     ``&`` escaped, so no string from the trace can close the element."""
@@ -150,8 +156,9 @@ class _RunningState:
             return {}
         return {name: show(name, points[0][1]) for name, points in obj.series.items() if points}
 
-    def page_start(self, rows: list[Row]) -> Markup:
-        show = self.site.fmt.show
+    def page_start(self, rows: list[Row]) -> dict[str, dict[str, str]]:
+        """Every field's value at the first of ``rows``, per object label ("" on an
+        object's own pages); then the state moves past ``rows``."""
         objects: dict[str, dict[str, str]] = {}
         for row in rows:
             key = row.obj
@@ -162,13 +169,13 @@ class _RunningState:
                 self.values[key] = self._initial(key)
             if label not in objects:
                 objects[label] = dict(self.values[key])
+        value = self.site.timeline.value
         for row in rows:  # then advance past this page
             if row.changes and row.obj is not None:
                 current = self.values[row.obj]
                 for c in row.changes:
-                    current[c.field] = show(c.field, c.new)
-        return _json_island({"fields": [f.name for f in self.site.layout.fields],
-                             "objects": objects})
+                    current[c.field] = value(c.field, c.new)
+        return objects
 
 
 class _Site:
@@ -196,6 +203,7 @@ class _Site:
         self.graphs: dict[str, Any] = {}  # directory -> its call graph (networkx)
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
+        self._cells: dict[Any, tuple[str, str]] = {}
         self.notes: list[str] = []
         self.dot = graphs.dot_available()
         if not self.dot:
@@ -204,8 +212,9 @@ class _Site:
         head = trace.meta_json("head_read")
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
-        self.rows = RowFormatter(self.names, self.fmt, data.start_ns, self.retval,
-                                 self.cause_text, str(self.head.get("member") or ""))
+        self.timeline = TimelineData(self.names, self.fmt, data.start_ns,
+                                     [f.name for f in trace.mini.fields], self.retval,
+                                     self.cause_text, str(self.head.get("member") or ""))
 
     # ---------------------------------------------------------------- helpers
 
@@ -249,9 +258,10 @@ class _Site:
     def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
                        use_object_depth: bool, show_object: bool,
                        facts: list[tuple[str, str]], methods: list[dict]) -> dict[int, str]:
-        """Write the timeline, PAGE_ROWS rows a page, one page at a time, the call graph
-        on the first; return the page file (by seq) of every row that changed fields or
-        could not be read, for links to it."""
+        """Write the timeline, PAGE_ROWS rows a page: a small HTML page each, the call
+        graph on the first, and the page's rows as a data file beside it
+        (`ctracer.report.timeline`); return the page file (by seq) of every row that
+        changed fields or could not be read, for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = [_page_name(i) for i in range(count)]
         # the page of every row something links to (changes; unreadable rows from the
@@ -259,26 +269,33 @@ class _Site:
         page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)
                    if row.changes or row.unreadable}
         graph_svg, graph_note = self.graph_for(directory, rows, files)
-        render = self.rows.row
         states = _RunningState(self, show_object)
+        objects = self._object_cell if show_object else None
+        os.makedirs(os.path.join(self.out_dir, directory), exist_ok=True)
         for number in range(count):
-            page = []
             chunk = rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]
-            state_json = states.page_start(chunk)
-            for row in chunk:
-                cell = None
-                if show_object:
-                    obj = self.data_objects.get(row.obj) if row.obj is not None else None
-                    cell = (obj.label, self.object_href(row, "../")) if obj else ("", "")
-                page.append(render(row, row.object_depth if use_object_depth else row.depth,
-                                   cell))
+            data = self.timeline.page(chunk, use_object_depth=use_object_depth,
+                                      objects=objects, state=states.page_start(chunk))
+            rows_file = _rows_file(number)
+            with open(os.path.join(self.out_dir, directory, rows_file), "w",
+                      encoding="utf-8") as f:
+                f.write(data_file_text(data))
             self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
-                       heading=heading, rows_html=Markup("".join(page)), page_number=number + 1, page_files=files,
-                       first_page=number == 0, show_object=show_object,
-                       graph_svg=graph_svg, graph_note=graph_note, state_json=state_json,
-                       field_names=[f.name for f in self.layout.fields], facts=facts, methods=methods,
-                       total_rows=len(rows), page_rows=PAGE_ROWS)
+                       heading=heading, rows_file=rows_file, page_number=number + 1,
+                       page_files=files, first_page=number == 0, show_object=show_object,
+                       graph_svg=graph_svg, graph_note=graph_note,
+                       facts=facts, methods=methods, total_rows=len(rows),
+                       page_rows=PAGE_ROWS, page_count=len(chunk))
         return page_of
+
+    def _object_cell(self, row: Row) -> tuple[str, str]:
+        """An all-objects row's object: its label and the link to its page."""
+        cell = self._cells.get(row.obj)
+        if cell is None:
+            obj = self.data_objects.get(row.obj) if row.obj is not None else None
+            cell = self._cells[row.obj] = ((obj.label, self.object_href(row, "../"))
+                                           if obj else ("", ""))
+        return cell
 
     # ---------------------------------------------------------------- pages
 

@@ -1,160 +1,166 @@
-"""Timeline rows as HTML: the one hot loop of the report.
+"""Timeline rows as data for the browser: the one hot loop of the report.
 
 A report holds every event twice (on its object's page and under many_objects), so a
-big trace means hundreds of thousands of rows; a Jinja2 loop (or `Markup.format`) spends
-most of its time on small pieces.  Rows are therefore built here with plain format
-strings whose every text argument is passed through `markupsafe.escape` — the escaping
-Jinja2's autoescape applies — and the templates place the finished rows.
+big trace means millions of rows.  Rows are not written as HTML: each timeline page is a
+small shell whose script (``_static/report.js``) draws the rows from a data file beside
+it, ``rows-N.js``, loaded with a ``<script src>`` (pages open from file://, where
+``fetch`` is refused).  The data file is columnar JSON assigned to ``CTRACER_ROWS``: one
+list per column (sequence number, time, thread, function, phase, depth, duration,
+return value, object), sparse tables for the rows that changed fields or carry tags, and
+the value of every field at the page's first row.  Columns are built with C-speed
+``map`` over the rows; only changed rows reach Python code of their own.
+
+Every text in the data is plain text, made into DOM text by the page (never markup).
 """
 
 from __future__ import annotations
 
+import json
+from operator import attrgetter
 from typing import Any, Callable, Optional
-
-from markupsafe import Markup, escape
 
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.data import CAUSE_CALLER, Change, Row
-from ctracer.report.values import ValueFormatter, format_duration, format_offset
+from ctracer.report.values import ValueFormatter, format_duration
 
-# Plain format strings: every argument placed in them goes through `escape` first (or is
-# an int), which is what Markup.format would do, at a fraction of its cost.
-# Cells carry no classes: the stylesheet styles timeline columns by position, which keeps
-# a row near 250 bytes (reports of big traces run to hundreds of megabytes otherwise).
-_ROW = ('<tr id="{prefix}{seq}" class="{classes}"{title} data-fn="{function}"{data_o}>'
-        '<td><a href="#{prefix}{seq}">{time}</a></td><td>{thread}</td>{object}'
-        '<td style="--depth:{depth}"><i>{arrow}</i> {function}{tags}</td>'
-        '<td>{duration}</td><td>{retval}</td><td>{changes}</td></tr>\n')
-_DATA_O = ' data-o="{}"'
-_TITLE = ' title="{}"'
-_CHANGE = '<span class="chg"><b>{}</b> {} → {}</span>'
-_OBJECT = '<td><a href="{}">{}</a></td>'
-_OBJECT_PLAIN = '<td>{}</td>'
-_TAG = ' <span class="tag">{}</span>'
-_ARGS = ' <span class="args">({})</span>'
+#: the variable a data file assigns (report.js reads it)
+DATA_VARIABLE = "CTRACER_ROWS"
+
+_SEQ, _TS, _TID, _FN, _PHASE = (attrgetter(n) for n in ("seq", "ts_ns", "tid", "function_id",
+                                                         "phase"))
+_DEPTH, _OBJECT_DEPTH = attrgetter("depth"), attrgetter("object_depth")
 
 
-class RowFormatter:
-    """Renders rows of one report; caches what repeats (function names, threads)."""
+class TimelineData:
+    """Makes the data files of one report's timelines; caches what repeats (values as
+    shown, causes, return values, durations)."""
 
     def __init__(self, names: dict[int, str], fmt: ValueFormatter, start_ns: int,
-                 retval: Callable[[Row], str], cause: Callable[[Change], str],
-                 head_member: str = ""):
-        self.names, self.fmt, self.start_ns = names, fmt, start_ns
+                 fields: list[str], retval: Callable[[Row], str],
+                 cause: Callable[[Change], str], head_member: str = ""):
+        self.names, self.fmt, self.start_ns, self.fields = names, fmt, start_ns, fields
         #: the tag of a row that read only the object's head (`FLAG_HEAD_ONLY`)
-        self.head_tag = _TAG.format(escape(f"only {head_member or 'the head'} read"))
+        self.head_tag = ["head-only", f"only {head_member or 'the head'} read"]
         self.retval, self.cause = retval, cause
-        self._functions: dict[int, Markup] = {}
-        self._objects: dict[tuple[str, str], tuple[str, str]] = {}
-        self._threads: dict[tuple[str, int], Markup] = {}
+        self.field_index = {name: i for i, name in enumerate(fields)}
         self._values: dict[tuple[str, Any], str] = {}
-        self._causes: dict[tuple, str] = {}
-        self._fields: dict[str, str] = {}
+        self._causes: dict[tuple, int] = {}
+        self._cause_list: list[list] = []
+        self._durations: dict[int, str] = {}
+        self._retvals: dict[tuple[int, int], str] = {}
 
-    def function(self, fid: int) -> Markup:
-        m = self._functions.get(fid)
-        if m is None:
-            m = self._functions[fid] = escape(self.names.get(fid, f"function#{fid}"))
-        return m
-
-    def thread(self, comm: str, tid: int) -> Markup:
-        m = self._threads.get((comm, tid))
-        if m is None:
-            m = self._threads[(comm, tid)] = escape(f"{comm}/{tid}" if comm else str(tid))
-        return m
-
-    def _value(self, field: str, value: Any) -> str:
-        """A value as shown, escaped; values repeat (states, small counts), so they are
-        formatted once."""
+    def value(self, field: str, value: Any) -> str:
         key = (field, value)
         text = self._values.get(key)
         if text is None:
             if len(self._values) > 200_000:
                 self._values.clear()
-            text = self._values[key] = str(escape(self.fmt.show(field, value)))
+            text = self._values[key] = self.fmt.show(field, value)
         return text
 
-    def _cause(self, c: Change) -> str:
-        key = (c.cause, c.function_id, c.seen_at)
-        text = self._causes.get(key)
+    def _cause_index(self, c: Change, tracepoint: bool) -> int:
+        key = (c.cause, c.function_id, c.seen_at, tracepoint)
+        k = self._causes.get(key)
+        if k is None:
+            k = self._causes[key] = len(self._cause_list)
+            caller = c.cause == CAUSE_CALLER
+            tag = ""
+            if caller:
+                tag = f"seen at {c.seen_at}" if tracepoint else f"before calling {c.seen_at}"
+            self._cause_list.append([1 if caller else 0, self.cause(c),
+                                     self.names.get(c.function_id, c.function or ""), tag])
+        return k
+
+    def _changes(self, row: Row) -> list:
+        """``[cause, field, old, new, field, old, new...]`` (one cause per row: every
+        change a row shows was made by the same code)."""
+        changes = row.changes
+        out: list[Any] = [self._cause_index(changes[0], row.phase == PHASE_TRACEPOINT)]
+        index, value = self.field_index, self.value
+        for c in changes:
+            out += (index.get(c.field, -1), value(c.field, c.old), value(c.field, c.new))
+        return out
+
+    def _duration(self, ns: Optional[int]) -> str:
+        if ns is None:
+            return ""
+        text = self._durations.get(ns)
         if text is None:
-            text = self._causes[key] = str(escape(self.cause(c)))
+            if len(self._durations) > 200_000:
+                self._durations.clear()
+            text = self._durations[ns] = format_duration(ns)
         return text
 
-    def _changes(self, changes: list[Change]) -> tuple[str, str]:
-        value = self._value
-        parts = [(self._field(c.field), value(c.field, c.old), value(c.field, c.new),
-                  self._cause(c)) for c in changes]
-        title = _TITLE.format("\n".join(f"{f}: {o} → {n} ({why})"
-                                        for f, o, n, why in parts))
-        return title, "".join(_CHANGE.format(f, o, n) for f, o, n, _ in parts)
-
-    def _field(self, name: str) -> str:
-        text = self._fields.get(name)
+    def _retval(self, row: Row) -> str:
+        if row.phase == PHASE_ENTRY or row.retval is None:
+            return ""
+        key = (row.function_id, row.retval)
+        text = self._retvals.get(key)
         if text is None:
-            text = self._fields[name] = str(escape(name))
+            if len(self._retvals) > 200_000:
+                self._retvals.clear()
+            text = self._retvals[key] = self.retval(row)
         return text
 
-    def row(self, row: Row, depth: int, object_cell: Optional[tuple[str, str]]) -> Markup:
-        """One ``<tr>`` (two when a caller's changes precede the row: see
-        `caller_row`); ``object_cell`` is (label, href or "") on all-objects pages."""
-        entry = row.phase == PHASE_ENTRY
-        point = row.phase == PHASE_TRACEPOINT
-        classes = "entry" if entry else "tracepoint" if point else "exit"
-        title = changes = before = ""
-        if row.changes:
-            if row.changes[0].cause == CAUSE_CALLER:
-                before = self.caller_row(row, depth, object_cell)
-            else:
-                classes += " changed"
-                title, changes = self._changes(row.changes)
-        tags = ""
-        if point and row.args:
-            tags = _ARGS.format(escape(", ".join(
-                f"{k} {self.fmt.show_arg(k, v)}" for k, v in row.args.items())))
+    def page(self, rows: list[Row], *, use_object_depth: bool,
+             objects: Optional[Callable[[Row], tuple[str, str]]],
+             state: dict[str, dict[str, str]]) -> dict[str, Any]:
+        """The data of one timeline page: ``objects`` gives each row's object (label,
+        link) on all-objects pages; ``state`` every field's value, per object label, at
+        the page's first row."""
+        start = self.start_ns
+        threads: dict[tuple[str, int], int] = {}
+        thread_of = [threads.setdefault((r.comm, r.tid), len(threads)) for r in rows]
+        functions = sorted(set(map(_FN, rows)))
+        data: dict[str, Any] = {
+            "fields": self.fields, "entry": PHASE_ENTRY, "point": PHASE_TRACEPOINT,
+            "functions": {str(f): self.names.get(f, f"function#{f}") for f in functions},
+            "threads": [f"{comm}/{tid}" if comm else str(tid) for comm, tid in threads],
+            "seq": list(map(_SEQ, rows)),
+            "t": [t - start for t in map(_TS, rows)],
+            "th": thread_of, "fn": list(map(_FN, rows)), "ph": list(map(_PHASE, rows)),
+            "d": list(map(_OBJECT_DEPTH if use_object_depth else _DEPTH, rows)),
+            "dur": [self._duration(r.duration_ns) for r in rows],
+            "ret": [self._retval(r) for r in rows],
+            "state": state,
+        }
+        if objects is not None:
+            labels: dict[tuple[str, str], int] = {}
+            data["o"] = [labels.setdefault(objects(r), len(labels)) for r in rows]
+            data["objects"] = list(labels)
+        changes, tags = {}, {}
+        for i, r in enumerate(rows):
+            if r.changes:
+                changes[i] = self._changes(r)
+            if (not r.matched or r.unreadable or r.flags & FLAG_HEAD_ONLY
+                    or (r.args and r.phase == PHASE_TRACEPOINT)):
+                tags[i] = self._tags(r)
+        data["changes"], data["tags"], data["causes"] = changes, tags, self._cause_list
+        return data
+
+    def _tags(self, row: Row) -> list[list[str]]:
+        """[kind, text] each: ``args`` (a tracepoint's arguments), or a kind that also
+        marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
+        tags = []
+        if row.phase == PHASE_TRACEPOINT and row.args:
+            tags.append(["args", "(" + ", ".join(f"{k} {self.fmt.show_arg(k, v)}"
+                                                 for k, v in row.args.items()) + ")"])
         if not row.matched:
-            classes += " unmatched"
-            tags = _TAG.format("no exit seen" if entry else "no entry seen")
+            tags.append(["unmatched",
+                         "no exit seen" if row.phase == PHASE_ENTRY else "no entry seen"])
         if row.unreadable:
-            classes += " unreadable"
-            tags += _TAG.format("unreadable")
+            tags.append(["unreadable", "unreadable"])
         elif row.flags & FLAG_HEAD_ONLY:
-            classes += " head-only"
-            tags += self.head_tag
-        obj, data_o = self._object(object_cell) if object_cell is not None else ("", "")
-        return Markup(before + _ROW.format(
-            prefix="e", seq=int(row.seq), classes=classes, title=title, data_o=data_o,
-            time=format_offset(row.ts_ns - self.start_ns),
-            thread=self.thread(row.comm, row.tid), object=obj, depth=int(depth),
-            arrow="→" if entry else "•" if point else "←",
-            function=self.function(row.function_id), tags=tags,
-            # both made by us from integers: nothing to escape
-            duration=format_duration(row.duration_ns), retval=self.retval(row),
-            changes=changes))
+            tags.append(self.head_tag)
+        return tags
 
-    def _object(self, object_cell: Optional[tuple[str, str]]) -> tuple[str, str]:
-        if object_cell is None:
-            return "", ""
-        done = self._objects.get(object_cell)
-        if done is None:
-            label, href = object_cell
-            cell = (_OBJECT.format(escape(href), escape(label)) if href
-                    else _OBJECT_PLAIN.format(escape(label)))
-            done = self._objects[object_cell] = (cell, _DATA_O.format(escape(label)))
-        return done
 
-    def caller_row(self, row: Row, depth: int, object_cell: Optional[tuple[str, str]]) -> str:
-        """Changes the traced caller made before calling ``row``'s function, on a row of
-        the caller's own (id ``c<seq>``), one level up: the timeline says who made each
-        change, as the changes page does, not the callee whose entry showed it."""
-        c = row.changes[0]
-        title, changes = self._changes(row.changes)
-        obj, data_o = self._object(object_cell)
-        return _ROW.format(
-            prefix="c", seq=int(row.seq), classes="by-caller changed", title=title,
-            data_o=data_o, time=format_offset(row.ts_ns - self.start_ns),
-            thread=self.thread(row.comm, row.tid), object=obj, depth=max(0, int(depth) - 1),
-            arrow="⋯", function=self.function(c.function_id),
-            tags=_TAG.format(f"seen at {escape(c.seen_at)}" if row.phase == PHASE_TRACEPOINT
-                             else f"before calling {escape(c.seen_at)}"),
-            duration="", retval="", changes=changes)
+def data_file_text(data: dict[str, Any]) -> str:
+    """The data file: a script assigning the page's data (JSON is a JavaScript literal)."""
+    return (f"/* ctracer timeline rows, drawn by report.js */\n{DATA_VARIABLE} = "
+            + json.dumps(data, separators=(",", ":"), ensure_ascii=False) + ";\n")
+
+
+def read_data_file(text: str) -> dict[str, Any]:
+    """The data a data file assigns (for tests and tools)."""
+    return json.loads(text[text.index("=") + 1:].rstrip().rstrip(";"))

@@ -58,34 +58,89 @@
   });
 }());
 
-/* Timeline: search, filters by function / thread / field changed, a time brush, and a
-   panel with every field's value at the clicked row.  Row data come from the page
-   itself (cells, data-* attributes and the JSON island #page-state); no network. */
+/* Timeline: the rows of the page, drawn from its data file (rows-N.js, which sets
+   CTRACER_ROWS: see ctracer/report/timeline.py) a screenful at a time; search, filters by
+   function / thread / field changed, a time brush, and a panel with every field's value
+   at the clicked row.  No network: the data file is a <script src> beside the page. */
 (function () {
   "use strict";
   var table = document.getElementById("timeline");
-  if (!table || !table.tBodies.length) { return; }
-  var rows = Array.prototype.slice.call(table.tBodies[0].rows).filter(function (tr) {
-    return tr.id;
-  });
+  var D = window.CTRACER_ROWS;
+  if (!table || !table.tBodies.length || !D) { return; }
+  var SCREEN = 2000;
+  var body = table.tBodies[0];
   var withObject = table.classList.contains("with-object");
   var callCell = withObject ? 3 : 2;
 
-  function info(tr) {
-    if (!tr._info) {
-      var fields = [];
-      tr.querySelectorAll(".chg b").forEach(function (b) { fields.push(b.textContent); });
-      var cell = tr.cells[callCell];
-      var fn = cell ? cell.textContent.replace(/^[\s→←⋯]+/, "").split(/\s{2,}| no (entry|exit) seen| unreadable| in /)[0].trim() : "";
-      tr._info = {
-        time: parseFloat(tr.cells[0].textContent),
-        thread: tr.cells[1].textContent.trim(),
-        fn: tr.getAttribute("data-fn") || fn,
-        fields: fields,
-        text: tr.textContent.toLowerCase()
-      };
+  function esc(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;")
+      .replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+  function ms(ns) { return (ns / 1e6).toFixed(6); }
+
+  // one item per table row: a traced caller's changes get a row of their own (c<seq>)
+  // before the row that showed them (e<seq>)
+  var items = [], byId = {}, n = D.seq.length, i;
+  for (i = 0; i < n; i += 1) {
+    var ph = D.ph[i], entry = ph === D.entry, point = ph === D.point;
+    var label = D.o ? D.objects[D.o[i]][0] : "";
+    var base = { seq: D.seq[i], t: D.t[i], th: D.threads[D.th[i]], d: D.d[i],
+      o: label, obj: D.o ? D.objects[D.o[i]] : null, row: i };
+    var fn = D.functions[String(D.fn[i])];
+    var chg = D.changes[String(i)], tags = D.tags[String(i)] || [];
+    var mine = null, cls = entry ? "entry" : point ? "tracepoint" : "exit";
+    if (chg) {
+      var cause = D.causes[chg[0]], list = [];
+      for (var k = 1; k + 2 < chg.length; k += 3) {
+        list.push([D.fields[chg[k]], chg[k + 1], chg[k + 2]]);
+      }
+      if (cause[0]) {
+        var c = Object.assign({}, base, { id: "c" + base.seq, cls: "by-caller changed",
+          fn: cause[2], arrow: "⋯", d: Math.max(0, base.d - 1), dur: "", ret: "",
+          tags: [["tag", cause[3]]], changes: list, why: cause[1] });
+        items.push(c);
+      } else {
+        mine = list;
+        cls += " changed";
+      }
     }
-    return tr._info;
+    var tagList = tags.map(function (t) {
+      if (t[0] !== "args") { cls += " " + t[0]; }
+      return [t[0] === "args" ? "args" : "tag", t[1]];
+    });
+    items.push(Object.assign(base, { id: "e" + base.seq, cls: cls, fn: fn,
+      arrow: entry ? "→" : point ? "•" : "←", dur: D.dur[i], ret: D.ret[i], tags: tagList,
+      changes: mine || [], why: mine ? D.causes[chg[0]][1] : "" }));
+  }
+  items.forEach(function (it, j) { it.at = j; it.changed = it.changes.length > 0; byId[it.id] = it; });
+
+  function text(it) {
+    if (it.text === undefined) {
+      it.text = [ms(it.t), it.th, it.o, it.fn, it.tags.map(function (t) { return t[1]; }).join(" "),
+        it.dur, it.ret, it.changes.map(function (c) { return c.join(" "); }).join(" ")]
+        .join(" ").toLowerCase();
+    }
+    return it.text;
+  }
+  function rowHtml(it) {
+    var title = it.changes.map(function (c) {
+      return c[0] + ": " + c[1] + " → " + c[2] + " (" + it.why + ")";
+    }).join("\n");
+    var h = '<tr id="' + it.id + '" class="' + it.cls + '"' +
+      (title ? ' title="' + esc(title) + '"' : "") + ' data-fn="' + esc(it.fn) + '"' +
+      (it.obj ? ' data-o="' + esc(it.o) + '"' : "") + '><td><a href="#' + it.id + '">' +
+      ms(it.t) + "</a></td><td>" + esc(it.th) + "</td>";
+    if (withObject) {
+      h += it.obj && it.obj[1] ? '<td><a href="' + esc(it.obj[1]) + '">' + esc(it.o) + "</a></td>"
+        : "<td>" + esc(it.o) + "</td>";
+    }
+    h += '<td style="--depth:' + it.d + '"><i>' + it.arrow + "</i> " + esc(it.fn);
+    it.tags.forEach(function (t) { h += ' <span class="' + t[0] + '">' + esc(t[1]) + "</span>"; });
+    h += "</td><td>" + esc(it.dur) + "</td><td>" + esc(it.ret) + "</td><td>";
+    it.changes.forEach(function (c) {
+      h += '<span class="chg"><b>' + esc(c[0]) + "</b> " + esc(c[1]) + " → " + esc(c[2]) + "</span>";
+    });
+    return h + "</td></tr>";
   }
 
   function options(select, values) {
@@ -97,57 +152,102 @@
     });
   }
   var fnSet = {}, threadSet = {}, fieldSet = {};
-  rows.forEach(function (tr) {
-    var i = info(tr);
-    fnSet[i.fn] = 1; threadSet[i.thread] = 1;
-    i.fields.forEach(function (f) { fieldSet[f] = 1; });
+  items.forEach(function (it) {
+    fnSet[it.fn] = 1; threadSet[it.th] = 1;
+    it.changes.forEach(function (c) { fieldSet[c[0]] = 1; });
   });
   var q = function (name) { return document.querySelector("[data-timeline='" + name + "']"); };
   var search = q("search"), fnSel = q("function"), threadSel = q("thread"), fieldSel = q("field");
-  var fromBox = q("from"), toBox = q("to"), shown = q("shown");
+  var fromBox = q("from"), toBox = q("to"), shown = q("shown"), more = q("more");
+  var onlyChanged = document.querySelector("input[data-only-changed]");
   options(fnSel, Object.keys(fnSet));
   options(threadSel, Object.keys(threadSet));
   options(fieldSel, Object.keys(fieldSet));
 
-  function apply() {
-    var text = search ? search.value.trim().toLowerCase() : "";
+  var kept = items, limit = SCREEN;
+  function filter() {
+    var want = search ? search.value.trim().toLowerCase() : "";
     var fn = fnSel ? fnSel.value : "", th = threadSel ? threadSel.value : "";
     var field = fieldSel ? fieldSel.value : "";
-    var lo = fromBox && fromBox.value !== "" ? parseFloat(fromBox.value) : -Infinity;
-    var hi = toBox && toBox.value !== "" ? parseFloat(toBox.value) : Infinity;
-    var count = 0;
-    rows.forEach(function (tr) {
-      var i = info(tr);
-      var ok = (!text || i.text.indexOf(text) >= 0) && (!fn || i.fn === fn) &&
-        (!th || i.thread === th) && (!field || i.fields.indexOf(field) >= 0) &&
-        i.time >= lo && i.time <= hi;
-      tr.hidden = !ok;
-      if (ok) { count += 1; }
+    var lo = fromBox && fromBox.value !== "" ? parseFloat(fromBox.value) * 1e6 : -Infinity;
+    var hi = toBox && toBox.value !== "" ? parseFloat(toBox.value) * 1e6 : Infinity;
+    var changedOnly = onlyChanged && onlyChanged.checked;
+    kept = items.filter(function (it) {
+      return (!want || text(it).indexOf(want) >= 0) && (!fn || it.fn === fn) &&
+        (!th || it.th === th) && (!changedOnly || it.changed) &&
+        (!field || it.changes.some(function (c) { return c[0] === field; })) &&
+        it.t >= lo - 0.5 && it.t <= hi + 0.5;
     });
-    if (shown) { shown.textContent = count + " of " + rows.length + " rows shown"; }
   }
-  [search, fnSel, threadSel, fieldSel, fromBox, toBox].forEach(function (el) {
+  function draw() {
+    if (!items.length) { return; }
+    body.innerHTML = kept.slice(0, limit).map(rowHtml).join("");
+    if (shown) {
+      shown.textContent = kept.length + " of " + items.length + " rows shown" +
+        (kept.length > limit ? " (the first " + limit + " drawn)" : "");
+    }
+    if (more) { more.parentNode.hidden = kept.length <= limit; }
+  }
+  function apply() {
+    // the same rows as drawn: nothing is redrawn (a change event fired by a blur as the
+    // user clicks a row must not replace the row under the mouse)
+    var before = kept;
+    filter();
+    if (limit === SCREEN && before.length === kept.length &&
+        before.every(function (it, j) { return kept[j] === it; })) { return; }
+    limit = SCREEN;
+    draw();
+  }
+  [search, fnSel, threadSel, fieldSel, fromBox, toBox, onlyChanged].forEach(function (el) {
     if (el) { el.addEventListener("input", apply); el.addEventListener("change", apply); }
   });
+  if (more) { more.addEventListener("click", function () { limit += SCREEN; draw(); }); }
 
-  // the function named in the address (#fn=NAME, from a call-graph node) filters at once
+  // a row named in the address (a link from the changes page, the call graph, the
+  // index) is drawn, filters cleared if they hide it, before the browser looks for it
+  function reveal(id) {
+    var it = byId[id];
+    if (!it || document.getElementById(id)) { return; }
+    var at = kept.indexOf(it);
+    if (at < 0) {
+      [search, fnSel, threadSel, fieldSel, fromBox, toBox].forEach(function (el) { if (el) { el.value = ""; } });
+      if (onlyChanged) { onlyChanged.checked = false; table.classList.remove("only-changed"); }
+      filter();
+      at = kept.indexOf(it);
+    }
+    if (at >= limit) { limit = at + SCREEN; }
+    draw();
+  }
+  document.addEventListener("click", function (ev) {
+    var a = ev.target.closest ? ev.target.closest("a") : null;
+    var href = a && a.getAttribute("href");
+    if (!href || href.indexOf("#") < 0) { return; }
+    var url = new URL(href, window.location.href);
+    if (url.href.split("#")[0] === window.location.href.split("#")[0]) {
+      reveal(decodeURIComponent(url.hash.slice(1)));
+    }
+  }, true);
+  // the function named in the address (#fn=NAME) filters at once
   function fromHash() {
     var m = /^#fn=(.+)$/.exec(window.location.hash);
     if (m && fnSel) { fnSel.value = decodeURIComponent(m[1]); apply(); }
+    else if (window.location.hash) { reveal(window.location.hash.slice(1)); }
   }
   window.addEventListener("hashchange", fromHash);
+  filter();
+  draw();
   fromHash();
 
   // time brush: drag across the strip to keep only the rows in that time window
   var brush = document.getElementById("time-brush");
-  if (brush && rows.length) {
-    var t0 = info(rows[0]).time, t1 = info(rows[rows.length - 1]).time;
-    var span = Math.max(t1 - t0, 1e-9), bins = 120, counts = [], changed = [], k;
-    for (k = 0; k < bins; k += 1) { counts.push(0); changed.push(0); }
-    rows.forEach(function (tr) {
-      var b = Math.min(bins - 1, Math.floor((info(tr).time - t0) / span * bins));
+  if (brush && items.length) {
+    var t0 = items[0].t / 1e6, t1 = items[items.length - 1].t / 1e6;
+    var span = Math.max(t1 - t0, 1e-9), bins = 120, counts = [], changed = [], b0;
+    for (b0 = 0; b0 < bins; b0 += 1) { counts.push(0); changed.push(0); }
+    items.forEach(function (it) {
+      var b = Math.min(bins - 1, Math.floor((it.t / 1e6 - t0) / span * bins));
       counts[b] += 1;
-      if (tr.classList.contains("changed")) { changed[b] += 1; }
+      if (it.changed) { changed[b] += 1; }
     });
     var most = Math.max.apply(null, counts) || 1, ns = "http://www.w3.org/2000/svg";
     counts.forEach(function (c, b) {
@@ -163,10 +263,10 @@
     sel.setAttribute("width", 0);
     brush.appendChild(sel);
     var start = null;
-    function at(ev) {
+    var at = function (ev) {
       var box = brush.getBoundingClientRect();
       return Math.max(0, Math.min(1000, (ev.clientX - box.left) / box.width * 1000));
-    }
+    };
     brush.addEventListener("mousedown", function (ev) { start = at(ev); ev.preventDefault(); });
     brush.addEventListener("mousemove", function (ev) {
       if (start === null) { return; }
@@ -189,41 +289,35 @@
   }
 
   // clicking a row: every field's value at that moment, from the page's starting state
-  // (#page-state) and the changes of the rows before it
-  var island = document.getElementById("page-state");
+  // (CTRACER_ROWS.state) and the changes of the rows before it
   var panel = document.getElementById("row-state");
-  if (island && panel) {
-    var state = JSON.parse(island.textContent);
-    table.tBodies[0].addEventListener("click", function (ev) {
+  if (panel) {
+    body.addEventListener("click", function (ev) {
       var tr = ev.target.closest("tr");
-      if (!tr || !tr.id || ev.target.closest("a")) { return; }
-      var obj = tr.getAttribute("data-o") || "";
-      var values = Object.assign({}, state.objects[obj] || {});
-      var changedHere = {};
-      for (var n = 0; n < rows.length; n += 1) {
-        var r = rows[n];
-        if ((r.getAttribute("data-o") || "") === obj) {
-          r.querySelectorAll(".chg").forEach(function (span) {
-            var name = span.querySelector("b").textContent;
-            var text = span.textContent.slice(name.length + 1);
-            values[name] = text.split(" → ").slice(1).join(" → ");
-            if (r === tr) { changedHere[name] = true; }
-          });
-        }
-        if (r === tr) { break; }
+      if (!tr || !tr.id || ev.target.closest("a") || !byId[tr.id]) { return; }
+      var it = byId[tr.id], values = Object.assign({}, D.state[it.o] || {}), here = {};
+      for (var j = 0; j <= it.at; j += 1) {
+        var other = items[j];
+        if (other.o !== it.o) { continue; }
+        other.changes.forEach(function (c) {
+          values[c[0]] = c[2];
+          if (other === it) { here[c[0]] = true; }
+        });
       }
-      rows.forEach(function (r) { r.classList.remove("picked"); });
+      Array.prototype.forEach.call(body.querySelectorAll("tr.picked"), function (r) {
+        r.classList.remove("picked");
+      });
       tr.classList.add("picked");
-      var body = panel.querySelector("tbody");
-      body.textContent = "";
-      state.fields.forEach(function (name) {
-        var row = body.insertRow();
-        if (changedHere[name]) { row.className = "changed"; }
+      var out = panel.querySelector("tbody");
+      out.textContent = "";
+      D.fields.forEach(function (name) {
+        var row = out.insertRow();
+        if (here[name]) { row.className = "changed"; }
         row.insertCell().textContent = name;
         row.insertCell().textContent = name in values ? values[name] : "?";
       });
       panel.querySelector(".when").textContent =
-        (obj ? obj + " " : "") + "at " + tr.cells[0].textContent + " ms, " +
+        (it.o ? it.o + " " : "") + "at " + ms(it.t) + " ms, " +
         tr.cells[callCell].textContent.trim();
       panel.hidden = false;
     });
