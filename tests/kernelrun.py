@@ -65,5 +65,9 @@ class Observer:
     def stop(self) -> list[str]:
         time.sleep(0.3)  # the last softirq transitions of the run
         self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # what it printed so far is what it saw
+            self.proc.kill()
+            self.proc.wait(timeout=30)
         return [ln for ln in self.text().splitlines() if ln.startswith("E ")]

@@ -51,6 +51,9 @@ class TraceRequest:
     objects: tuple[int, ...] = ()
     where: Optional[str] = None
     max_objects: Optional[int] = None
+    #: lifetime rules as ``--lifetime-rule`` writes them (None: the defaults of
+    #: `ctracer.plan.lifetimes`; "none" alone: no rule)
+    lifetime_rules: Optional[tuple[str, ...]] = None
     buffer_mb: int = 16
     #: the command line, stored in the trace
     argv: tuple[str, ...] = ()
@@ -133,7 +136,8 @@ def _ring_bytes(buffer_mb: int) -> int:
 def _check_kernel_only(request: TraceRequest) -> None:
     used = [opt for opt, value in (("--comm", request.comm), ("--object", request.objects),
                                    ("--where", request.where),
-                                   ("--max-objects", request.max_objects)) if value]
+                                   ("--max-objects", request.max_objects),
+                                   ("--lifetime-rule", request.lifetime_rules)) if value]
     if used:
         raise UsageError(f"{', '.join(used)} select kernel objects: they go with a kernel "
                          "trace (no --binary)")
@@ -156,6 +160,34 @@ def _admission(request: TraceRequest, layout):
     return Admission(processes=request.follow_processes, comm=request.comm,
                      objects=tuple(request.objects), where=condition,
                      max_objects=request.max_objects)
+
+
+def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) -> tuple:
+    """The lifetime rules of a kernel trace: the defaults for the struct (those whose
+    tracepoint is traced), or exactly the ``--lifetime-rule`` ones, each placed on the
+    tracepoint parameter that is the object; enumerator names looked up in BTF."""
+    from ctracer.plan import lifetimes
+
+    def enumerator_value(text: str) -> Optional[int]:
+        found = model.find_enum(enumerator=text) if hasattr(model, "find_enum") else None
+        return dict(found.enumerators).get(text) if found is not None else None
+
+    if request.lifetime_rules is None:
+        chosen = []
+        for rule in lifetimes.rules_for(name):
+            if rule.equals_text:
+                value = enumerator_value(rule.equals_text)
+                rule = dataclasses.replace(rule, equals=rule.equals if value is None else value)
+            try:
+                chosen.extend(lifetimes.place([rule], methods))
+            except UsageError:
+                continue  # a default whose tracepoint is not traced here
+        return tuple(chosen)
+    texts = [t for t in request.lifetime_rules if t != "none"]
+    if len(texts) != len(request.lifetime_rules) and texts:
+        raise UsageError("--lifetime-rule none goes alone (it drops every rule)")
+    return lifetimes.place([lifetimes.parse_rule(t, name, enumerator_value) for t in texts],
+                           methods)
 
 
 def build(request: TraceRequest) -> BuiltTrace:
@@ -192,7 +224,7 @@ def build(request: TraceRequest) -> BuiltTrace:
     program: Union[object]
     if source.is_kernel:
         from ctracer.plan import heads
-        from ctracer.plan.lifetimes import rules_for
+        from ctracer.plan import lifetimes
         from ctracer.probes.tracepoint import build_tracepoint_program
         chosen, note = choose_kernel_probes(found.methods)
         methods = select_methods(chosen, request.functions, request.exclude)
@@ -201,12 +233,14 @@ def build(request: TraceRequest) -> BuiltTrace:
                                f"{name} (directly, through an alias or a holder): nothing to "
                                "probe")
         admission = _admission(request, built.layout)
-        rules = rules_for(name)
+        rules = _lifetime_rules(request, name, model, methods)
         head = (heads.head_read_for(name, graph, built.layout, model)
                 if hasattr(model, "find_enum") else None)
         program = build_tracepoint_program(methods, built.layout, catalog,
                                            admission=admission, rules=rules,
                                            ring_bytes=ring, head=head)
+        lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
+                                          for tp in program.tracepoints})
         extra = dict(
             traced="kernel", type_source=source.describe(),
             tracepoint_args={str(row): [a.to_json() for a in args]

@@ -38,6 +38,7 @@ examples:
   ctracer trace struct sock -- ./samples/tcp/build/tcploop     # the kernel's sockets of a command
   ctracer trace struct sock -d 10 --where 'skc_num == 8080'    # system-wide, one port
   ctracer trace sk_buff --functions 'kfree_skb' 'consume_skb' -d 5 --tail
+  ctracer trace struct sock --lifetime-rule ends:tcp_destroy_sock -- ./tcploop   # only this rule
   ctracer trace struct sock --binary ./sockdemo -- ./sockdemo --loops 10
   ctracer trace sock --binary ./sockdemo -p 4242 -d 5 -o five-seconds.ctrace
   ctracer trace sock --binary ./sockdemo --functions 'tcp_*' --fields 'sk_stats' -- ./sockdemo
@@ -91,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "fields holds, e.g. 'skc_num == 8080 && skc_family == 2'")
     objects.add_argument("--max-objects", type=int, metavar="N",
                          help="follow at most N objects (lifetimes)")
+    objects.add_argument("--lifetime-rule", dest="lifetime_rules", action="append",
+                         metavar="RULE",
+                         help="where an object's lifetime starts or ends, replacing the "
+                              "defaults (printed when recording starts): "
+                              "starts|ends:TRACEPOINT[:ARGUMENT=VALUE], e.g. "
+                              "'starts:inet_sock_set_state:oldstate=TCP_CLOSE', "
+                              "'ends:tcp_destroy_sock'; repeat for several; 'none' for no rule")
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", metavar="FILE",
                      help="trace file to write (default: NAME.ctrace in the current directory)")
@@ -186,6 +194,8 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
         pointers=args.pointers,
         follow_processes=bool(args.pid or args.command), comm=args.comm,
         objects=tuple(args.objects), where=args.where, max_objects=args.max_objects,
+        lifetime_rules=(tuple(args.lifetime_rules)
+                        if getattr(args, "lifetime_rules", None) else None),
         buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv))
 
 
@@ -258,6 +268,10 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         if built.is_kernel:
             who = (f"the objects process {args.pid} touches" if args.pid else
                    "the objects the command touches" if args.command else "every object")
+            rules = getattr(built.program, "rules", ())
+            print(f"ctracer: lifetime rules: "
+                  f"{', '.join(r.text for r in rules) if rules else 'none'} "
+                  "(change with --lifetime-rule)", file=out)
             print(f"ctracer: recording {kind.value} {name} in the kernel: {who}{until}; "
                   "Ctrl-C to stop", file=out, flush=True)
             return

@@ -18,7 +18,9 @@ What a probe does on each hit, per method of its tracepoint:
   ``--object``, ``--where`` (evaluated on the snapshot, in the kernel) and
   ``--max-objects`` (an atomic counter of admissions) all agree, and from then on it is
   followed in every context (softirq, timers, kernel threads) through the hash
-  ``ctracer_objects``; without any of these every object is recorded;
+  ``ctracer_objects``; without any of these every object is recorded.  An object read
+  only in its head (a time-wait or request socket: no tracepoint marks its end, and
+  its address soon carries another process's) is admitted hit by hit, never followed;
 * the event is one ring buffer record: the header (phase `PHASE_TRACEPOINT`), every
   argument of the tracepoint as a raw u64 slot, and the mini snapshot read with
   ``bpf_probe_read_kernel`` at the offsets of the kernel's BTF (only its head, flagged
@@ -290,7 +292,9 @@ def _admit_function(admission: Admission, mini: Layout) -> str:
           f"\t\tif (!admitted || __sync_fetch_and_add(admitted, 1) >= {int(admission.max_objects)})",
           "\t\t\treturn 0;",
           "\t}")
-    t("\tctracer_objects.update(&object, &yes);",
+    t(f"\tif (!(flags & {FLAG_HEAD_ONLY}))  /* a time-wait or request socket dies unseen: "
+      "admitted hit by hit */",
+      "\t\tctracer_objects.update(&object, &yes);",
       "\treturn 1;",
       "}")
     return str(t)

@@ -107,10 +107,11 @@ class _Lifetimes:
     def rule_starts(self, address: int, at: int, why: str) -> None:
         """A lifetime rule says the hit at row ``at`` is the first of a new lifetime."""
         self._freed_by.pop(address, None)
-        if self.first_seen.get(address, at) >= at and not self.starts.get(address):
+        starts = self.starts.get(address)
+        if self.first_seen.get(address, at) >= at and not starts:
             self.first_seen.setdefault(address, at)
             self.first_reason[address] = why
-        else:
+        elif not (starts and starts[-1][0] == at):  # an ending rule already split here
             self.starts.setdefault(address, []).append((at, why))
 
     def rule_ends(self, address: int, why: str) -> None:

@@ -1,0 +1,94 @@
+"""Lifetime rules (`ctracer.plan.lifetimes`) as a user sees and changes them: the defaults,
+``--lifetime-rule`` parsed and checked against the traced tracepoints (one line on bad
+input), enumerator names looked up in the kernel's BTF, and the rules in the C and in
+the trace's meta."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctracer.errors import UsageError
+from ctracer.plan import lifetimes
+
+KERNEL_BTF = Path("/sys/kernel/btf/vmlinux")
+
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def test_parse_rule_and_its_text():
+    rule = lifetimes.parse_rule("starts:inet_sock_set_state:oldstate=TCP_CLOSE", "sock",
+                                {"TCP_CLOSE": 7}.get)
+    assert (rule.effect, rule.tracepoint, rule.arg, rule.equals) == \
+        ("starts", "inet_sock_set_state", "oldstate", 7)
+    assert rule.text == "starts:inet_sock_set_state:oldstate=TCP_CLOSE"
+    assert rule.applies({"oldstate": 7}) and not rule.applies({"oldstate": 2})
+    ends = lifetimes.parse_rule("ends:tcp_destroy_sock", "sock")
+    assert ends.arg is None and ends.applies({}) and ends.text == "ends:tcp_destroy_sock"
+    assert lifetimes.parse_rule("starts:x:a=0x10", "sock").equals == 16
+    for bad in ("begins:x", "starts:", "starts:x:a", "starts:x:a=", "starts:x:a=1;b"):
+        with pytest.raises(UsageError, match="expected starts|ends"):
+            lifetimes.parse_rule(bad, "sock")
+    with pytest.raises(UsageError, match="no enumerator TCP_NOPE"):
+        lifetimes.parse_rule("starts:x:a=TCP_NOPE", "sock")
+
+
+def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
+    rules = {r.text: r for r in lifetimes.rules_for("sock")}
+    assert set(rules) == {"starts:inet_sock_set_state:oldstate=TCP_CLOSE",
+                          "ends:tcp_destroy_sock"}
+
+
+def _print_bpf(*options):
+    return subprocess.run([sys.executable, "-m", "ctracer", "trace", "struct", "sock",
+                           "--print-bpf", *options], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("rule, words", [
+    ("ends:tcp_nothing", "tcp_nothing is not a traced tracepoint handing sock itself"),
+    ("starts:inet_sock_set_state:state=TCP_CLOSE", "has no argument state (it has sk, "
+                                                   "oldstate, newstate)"),
+    ("starts:inet_sock_set_state:oldstate=TCP_NOPE", "no enumerator TCP_NOPE"),
+    ("starts", "expected starts|ends:TRACEPOINT"),
+])
+def test_a_rule_the_trace_cannot_use_is_one_line(rule, words):
+    if not KERNEL_BTF.exists():
+        pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
+    r = _print_bpf("--lifetime-rule", rule)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and words in r.stderr, r.stderr
+
+
+def test_rules_given_replace_the_defaults_in_the_c():
+    if not KERNEL_BTF.exists():
+        pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
+    default = _print_bpf("--comm", "x").stdout
+    only_end = _print_bpf("--comm", "x", "--lifetime-rule", "ends:tcp_destroy_sock").stdout
+    none = _print_bpf("--comm", "x", "--lifetime-rule", "none").stdout
+    # a transition out of TCP_CLOSE (7, from the kernel's enum) starts one by default
+    assert "((s64)args[1] == 7)" in default and "((s64)args[1] == 7)" not in only_end
+    assert ", 0, 1);" in default and ", 0, 1);" in only_end and ", 0, 1);" not in none
+    both = _print_bpf("--comm", "x", "--lifetime-rule", "none", "--lifetime-rule",
+                      "ends:tcp_destroy_sock")
+    assert both.returncode != 0 and "goes alone" in both.stderr
+    user = _print_bpf("--binary", sys.executable, "--lifetime-rule", "ends:x")
+    assert user.returncode != 0 and "--lifetime-rule select kernel objects" in user.stderr
+
+
+def test_the_trace_meta_carries_the_rules_as_used():
+    if not KERNEL_BTF.exists():
+        pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
+    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.pipeline import TraceRequest, build
+    built = build(TraceRequest(ShapeKind.STRUCT, "sock",
+                               lifetime_rules=("ends:tcp_destroy_sock",
+                                               "starts:inet_sock_set_state:newstate=TCP_SYN_SENT")))
+    rules = built.meta["lifetime_rules"]
+    assert [(r["function"], r["effect"], r["arg"], r["equals"]) for r in rules] == [
+        ("tcp_destroy_sock", "ends", None, None),
+        ("inet_sock_set_state", "starts", "newstate", 2)]
+    assert all("(--lifetime-rule)" in r["rule"] for r in rules)
+    json.dumps(rules)
