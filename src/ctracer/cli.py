@@ -16,7 +16,6 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from typing import Optional, Sequence
 
 from ctracer import __version__
@@ -74,8 +73,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
-    """The parser; with ``only``, just that subcommand's module is imported (start-up
-    time matters for cached queries), the others keep their one-line help."""
+    """The parser; with ``only``, just that subcommand (its module imported, the others
+    not even added: start-up time matters for cached queries, and a command line naming
+    a subcommand never shows the list of them)."""
     parser = _Parser(prog="ctracer", description="Trace a C struct through the functions that touch it.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"ctracer {__version__}")
@@ -87,7 +87,6 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     sub.required = True
     for name, (module, help_text) in COMMANDS.items():
         if only is not None and name != only:
-            sub.add_parser(name, help=help_text, parents=[common])
             continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=mod.__doc__, parents=[common],
@@ -123,6 +122,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def fail(message: str, status: int) -> int:
         if debug:
+            import traceback  # (here only: it would slow every start-up)
+
             traceback.print_exc()
         print(f"ctracer: {message}", file=sys.stderr)
         return status

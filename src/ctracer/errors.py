@@ -8,7 +8,6 @@ internal error (a bug, exit status 70); ``--debug`` prints the traceback as well
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 
@@ -30,6 +29,8 @@ class UnknownType(CtracerError):
     """A struct/union name that the debug info does not define."""
 
     def __init__(self, kind: str, name: str, known: Iterable[str], where: str):
+        import difflib  # (only when a name is wrong: a cached query starts without it)
+
         close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         super().__init__(f"no {kind} {name} in {where}{hint}")

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Optional, Sequence, Union
 
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import (Catalog, FunctionInfo, Parameter, ShapeKind, StructInfo,
-                           TracepointInfo, TypeShape)
+from ctracer.debuginfo.model import (Catalog, FunctionInfo, Inline, Parameter, ShapeKind,
+                                     StructInfo, TracepointInfo, TypeShape)
 
 #: the ways a method reaches its object (`Method.reach`), in display order
 REACHES = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
 _REACH_ORDER = {k: i for i, k in enumerate(REACHES)}
+#: how a probeable function can also be inlined into its callers (a note counts them)
+_ALSO_INLINED = (Inline.INLINED, Inline.DECLARED_INLINED)
 
 
 @dataclass(frozen=True)
@@ -113,16 +115,14 @@ class Method(NamedTuple):
         return self.function.key
 
     @property
-    def where(self) -> str:
-        if self.param_index is None:
-            return "return value"
-        name = f" {self.param_name}" if self.param_name else ""
-        return f"param {self.param_index + 1}{name}"
-
-    @property
     def via(self) -> str:
         """The way to the object in words, e.g. ``socket->sk (param 1 sock)``."""
-        return f"{self.route} ({self.where})"
+        index = self.param_index
+        if index is None:
+            return f"{self.route} (return value)"
+        if self.param_name:
+            return f"{self.route} (param {index + 1} {self.param_name})"
+        return f"{self.route} (param {index + 1})"
 
     def to_json(self) -> dict:
         f = self.function
@@ -171,7 +171,15 @@ class Discovery:
 
     def functions(self) -> list[str]:
         """Distinct function keys (not tracepoints), sorted."""
-        return sorted({m.key for m in self.methods if not m.is_tracepoint})
+        return sorted(self._function_keys())
+
+    def function_count(self) -> int:
+        """How many functions (not tracepoints) the methods belong to."""
+        return len(self._function_keys())
+
+    def _function_keys(self) -> set[str]:
+        return {m.function.key for m in self.methods
+                if not isinstance(m.function, TracepointInfo)}
 
 
 # ---------------------------------------------------------------- the search
@@ -357,19 +365,23 @@ def _direct_ways(catalog: Catalog, targets: Sequence[_Target], wanted: set[str],
     one), and tracepoint arguments pointing to one; functions taking a target by value
     are added to ``by_value``."""
     found: list[_Way] = []
+    deref = (Step("deref", 0, "*"),)
     for t in targets:
-        for f in catalog.functions_referencing(t.kind, t.name):
+        kind, name, chain = t.kind, t.name, t.alias_chain
+        pointer_reach = "alias" if chain else "direct"
+        for f in catalog.functions_referencing(kind, name):
             for i, p in enumerate(f.params):
-                if _is(p.shape, t.kind, t.name, 1):
-                    found.append(_Way(f, "alias" if t.alias_chain else "direct", i, p,
-                                      (), t.alias_chain))
-                elif _is(p.shape, t.kind, t.name, 2):
-                    found.append(_Way(f, "double_pointer", i, p, (Step("deref", 0, "*"),),
-                                      t.alias_chain))
-                elif _is(p.shape, t.kind, t.name, 0) and not t.alias_chain:
+                shape = p.shape
+                if shape.name != name or shape.kind != kind:  # (_is, spelled out: hot)
+                    continue
+                if shape.pointers == 1:
+                    found.append(_Way(f, pointer_reach, i, p, (), chain))
+                elif shape.pointers == 2:
+                    found.append(_Way(f, "double_pointer", i, p, deref, chain))
+                elif shape.pointers == 0 and not chain:
                     by_value.add(f.key)
-            if _is(f.returns, t.kind, t.name, 1):
-                found.append(_Way(f, "returns", None, None, (), t.alias_chain))
+            if _is(f.returns, kind, name, 1):
+                found.append(_Way(f, "returns", None, None, (), chain))
         if "tracepoint" in wanted:
             for tp in catalog.tracepoints_referencing(t.kind, t.name):
                 for i, p in enumerate(tp.params):
@@ -392,9 +404,10 @@ def _holder_ways(catalog: Catalog, holders: Sequence[_Holder], wanted: set[str])
             users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
         for f, reach in users:
             for i, p in enumerate(f.params):
-                if _is(p.shape, hkind, hname, 1):
-                    found.extend(_Way(f, reach, i, p, h.path, h.alias_chain, h.text)
-                                 for h in paths)
+                shape = p.shape
+                if shape.pointers == 1 and shape.name == hname and shape.kind == hkind:
+                    for h in paths:
+                        found.append(_Way(f, reach, i, p, h.path, h.alias_chain, h.text))
     return found
 
 
@@ -402,43 +415,52 @@ def _methods(found: Sequence[_Way], wanted: set[str], target_text: str,
              addresses_known: bool) -> list[Method]:
     """The wanted ways as methods, one per (function, parameter, route), display-ordered."""
     keyed = {}
+    # route texts by (reach, alias chain, holder); the chain by identity: the ways share
+    # their targets' chains, and hashing a tuple of dataclasses costs a call per link
     routes: dict = {}
+    probe_states: dict = {}  # id(function) → (probeable, why not)
     for w in found:
-        if w.reach not in wanted:
+        reach = w.reach
+        if reach not in wanted:
             continue
         f = w.function
         key = f.key
-        route = routes.get((w.reach, w.alias_chain, w.holder))
+        chain = w.alias_chain
+        route = routes.get((reach, id(chain), w.holder))
         if route is None:
-            route = routes[(w.reach, w.alias_chain, w.holder)] = route_text(
-                w.reach, target_text, w.alias_chain, w.holder)
-        order = (_REACH_ORDER[w.reach], f.name, key,
-                 -1 if w.param_index is None else w.param_index, route)
+            route = routes[(reach, id(chain), w.holder)] = route_text(
+                reach, target_text, chain, w.holder)
+        index = w.param_index
+        order = (_REACH_ORDER[reach], f.name, key, -1 if index is None else index, route)
         if order in keyed:
             continue
-        ok, why = _probeable(f, addresses_known)
+        state = probe_states.get(id(f))
+        if state is None:
+            state = probe_states[id(f)] = _probeable(f, addresses_known)
         p = w.param
-        keyed[order] = Method(f, w.reach, target_text, w.param_index, p.name if p else None,
+        keyed[order] = Method(f, reach, target_text, index, p.name if p else None,
                               (p.shape.text if p else f.returns.text) or "", w.path,
-                              w.alias_chain, w.holder, ok, why, route)
+                              chain, w.holder, state[0], state[1], route)
     return [keyed[o] for o in sorted(keyed)]
 
 
 def _notes(methods: Sequence[Method], by_value: set[str], catalog: Catalog,
            targets: Sequence[_Target], holders: Sequence[_Holder]) -> list[str]:
     notes = []
-    functions = {m.key: m for m in methods if not m.is_tracepoint}
-    not_probeable = Counter(m.not_probeable for m in functions.values() if not m.probeable)
+    # (attributes read directly rather than through Method's properties: ten thousand
+    # methods for a kernel struct)
+    functions = {m.function.key: m for m in methods
+                 if not isinstance(m.function, TracepointInfo)}
+    not_probeable = Counter([m.not_probeable for m in functions.values() if not m.probeable])
     for why, n in sorted(not_probeable.items()):
         notes.append(f"{n} function{'s' if n != 1 else ''} not probeable: {why}")
     partly = sum(1 for m in functions.values()
-                 if isinstance(m.function, FunctionInfo) and m.probeable
-                 and m.function.address is not None
-                 and m.function.inline.value in ("inlined", "declared_inlined"))
+                 if m.probeable and isinstance(m.function, FunctionInfo)
+                 and m.function.address is not None and m.function.inline in _ALSO_INLINED)
     if partly:
         notes.append(f"{partly} probeable function{'s are' if partly != 1 else ' is'} also "
                      "inlined into callers: probes see only the out-of-line calls")
-    names = Counter(m.name for m in functions.values())
+    names = Counter([m.function.name for m in functions.values()])
     same = sorted(n for n, c in names.items() if c > 1)
     if same:
         notes.append(f"{len(same)} static function name{'s' if len(same) != 1 else ''} "
