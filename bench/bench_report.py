@@ -99,8 +99,11 @@ def main() -> int:
               f"{result.objects_rendered} with pages (load average {load:.1f} on "
               f"{os.cpu_count()} cores)")
         print(f"anchor (read + decode every event once, one by one): {anchor:.2f} s")
-        for stage in ("model", "graphs", "html", "plots", "total"):
-            print(f"  {stage:<7} {s.get(stage, 0):7.2f} s  = {s.get(stage, 0) / anchor:5.2f} x anchor")
+        for stage, what in (("model", "model"), ("graphs", "graphs"),
+                            ("html", "pages (HTML, data files and plots)"), ("total", "total")):
+            print(f"  {s.get(stage, 0):7.2f} s  = {s.get(stage, 0) / anchor:5.2f} x anchor: {what}")
+        print(f"  ({s.get('plots', 0):.2f} s of the pages' time went to plots, summed over "
+              "the helper processes)")
         print(f"  cpu     {cpu:7.2f} s  = {cpu / anchor_cpu:5.2f} x the anchor's "
               f"{anchor_cpu:.2f} cpu s (renderer and helpers, user + system: steadier "
               "under load than wall time)")

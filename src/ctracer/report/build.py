@@ -62,8 +62,53 @@ class _Frame:
     index: int        # first entry row (position in the time-ordered rows)
     depth: int
     caller: int
-    entries: dict[int, int] = field(default_factory=dict)  # slot -> entry row index
-    exits: dict[int, int] = field(default_factory=dict)    # slot -> exit row index
+    #: per slot, [slot, entry row index, exit row index] one after the other, -1 where
+    #: not seen: one short list, not two dicts (a trace has half a million calls)
+    slots: list[int] = field(default_factory=list)
+
+    def entry(self, slot: int) -> Optional[int]:
+        """The row index of ``slot``'s entry, if seen."""
+        s = self.slots
+        for k in range(0, len(s), 3):
+            if s[k] == slot:
+                return s[k + 1] if s[k + 1] >= 0 else None
+        return None
+
+    def exit(self, slot: int) -> Optional[int]:
+        s = self.slots
+        for k in range(0, len(s), 3):
+            if s[k] == slot:
+                return s[k + 2] if s[k + 2] >= 0 else None
+        return None
+
+    def _set(self, slot: int, offset: int, index: int) -> None:
+        s = self.slots
+        for k in range(0, len(s), 3):
+            if s[k] == slot:
+                s[k + offset] = index
+                return
+        s += (slot, index, -1) if offset == 1 else (slot, -1, index)
+
+    def add_entry(self, slot: int, index: int) -> None:
+        self._set(slot, 1, index)
+
+    def add_exit(self, slot: int, index: int) -> None:
+        self._set(slot, 2, index)
+
+    def entries(self) -> list[tuple[int, int]]:
+        """(slot, row index) of every entry seen, in time order."""
+        s = self.slots
+        if len(s) == 3:  # one slot: most calls
+            return [(s[0], s[1])] if s[1] >= 0 else []
+        return sorted(((s[k], s[k + 1]) for k in range(0, len(s), 3) if s[k + 1] >= 0),
+                      key=lambda p: p[1])
+
+    def exits(self) -> list[tuple[int, int]]:
+        s = self.slots
+        if len(s) == 3:
+            return [(s[0], s[2])] if s[2] >= 0 else []
+        return sorted(((s[k], s[k + 2]) for k in range(0, len(s), 3) if s[k + 2] >= 0),
+                      key=lambda p: p[1])
 
 
 class _Thread:
@@ -368,12 +413,12 @@ class _Pairer:
         stack, fid, slot = th.stack, row.function_id, row.slot
         frame = th.last_entry
         if not (frame is not None and stack and stack[-1] is frame
-                and frame.function_id == fid and slot not in frame.entries):
+                and frame.function_id == fid and frame.entry(slot) is None):
             frame = _Frame(fid, row.ts_ns, index, len(stack),
                            stack[-1].function_id if stack else -1)
             stack.append(frame)
             self.frames.append(frame)
-        frame.entries[slot] = index
+        frame.add_entry(slot, index)
         row.depth, row.caller_id = frame.depth, frame.caller
         th.last_entry, th.last_exit = frame, None
         if row.address:
@@ -411,8 +456,8 @@ class _Pairer:
             return None
         fid, slot, stack = row.function_id, row.slot, th.stack
         last = th.last_exit
-        if (last is not None and last.function_id == fid and slot in last.entries
-                and slot not in last.exits):
+        if (last is not None and last.function_id == fid and last.entry(slot) is not None
+                and last.exit(slot) is None):
             return last  # the next slot of the call that just returned
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].function_id == fid:
@@ -433,9 +478,9 @@ class _Pairer:
             if row.address:
                 lifetimes.seen(row.address, index, fns.name(fid))
             return
-        frame.exits[slot] = index
+        frame.add_exit(slot, index)
         row.depth = frame.depth
-        entry_index = frame.entries.get(slot)
+        entry_index = frame.entry(slot)
         entry = self.rows[entry_index] if entry_index is not None else None
         row.duration_ns = row.ts_ns - (entry.ts_ns if entry else frame.ts_ns)
         creates = slot in fns.creators and _is_pointer(row.retval)
@@ -502,17 +547,19 @@ def count_calls(rows: list[Row], pairing: Pairing, fns: FunctionTable) -> CallCo
     for frame in pairing.frames:
         stats = _stats(methods, frame.function_id, fns)
         stats.calls += 1
-        if frame.exits:
-            end = min(rows[i].ts_ns for i in frame.exits.values())
+        exits = frame.exits()
+        if exits:
+            end = min(rows[i].ts_ns for _, i in exits)
             stats.durations.append(end - frame.ts_ns)
             stats.call_times.append(frame.ts_ns - start_ns)
-        for slot, i in frame.entries.items():
-            if slot not in frame.exits:
+        entries = frame.entries()
+        for slot, i in entries:
+            if frame.exit(slot) is None:
                 rows[i].matched = False
                 unfinished += 1
-        for table in (frame.entries, frame.exits):
+        for table in (entries, exits):
             if len(table) > 1:
-                duplicates.update(_duplicate_slots(rows, table.values()))
+                duplicates.update(_duplicate_slots(rows, [i for _, i in table]))
     for row in rows:
         if row.phase == PHASE_TRACEPOINT:
             _stats(methods, row.function_id, fns).calls += 1  # a hit
@@ -592,13 +639,15 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
 
 def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
                  methods: dict[int, MethodStats], start_ns: int,
-                 head_fields: Optional[frozenset[str]] = None) -> None:
+                 head_fields: Optional[frozenset[str]] = None,
+                 release_snapshots: bool = False) -> None:
     """Pass 5: compare every object's snapshots with its previous one and attribute each
     difference (`_attribute`); fills each object's changes, series, method statistics
     and unreadable counts.  The snapshots are decoded as one numpy table (the layout's
     dtype) and compared column by column; only rows that changed reach Python.  In a
     snapshot that read only the object's head (`FLAG_HEAD_ONLY`), the fields outside
-    ``head_fields`` were not read: they neither change there nor count as values."""
+    ``head_fields`` were not read: they neither change there nor count as values.  With
+    ``release_snapshots`` the events' snapshots are let go once in the table."""
     objects = found.objects
     index_of = {key: i for i, key in enumerate(objects)}
     owners, positions = array("q"), array("q")  # 8 bytes an entry, not a Python int
@@ -624,6 +673,8 @@ def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
             blobs.append(snapshot)
             if row.flags & FLAG_HEAD_ONLY:
                 obj.head_only += 1
+    if release_snapshots:
+        events.snapshots = []
     if blobs:
         table = _Snapshots(layout, owners, positions, blobs,
                            partial if head_fields is not None and any(partial) else None,
@@ -643,13 +694,14 @@ class _Snapshots:
         import numpy
 
         size = layout.size
-        blob = b"".join(b if len(b) == size else bytes(b[:size]).ljust(size, b"\0")
-                        for b in blobs)
-        blobs.clear()
-        table = numpy.frombuffer(blob, layout.numpy_dtype())
         owner = numpy.frombuffer(owners, dtype=numpy.int64)
         order = numpy.argsort(owner, kind="stable")
-        self.table, self.owner = table[order], owner[order]
+        # joined in table order: the table is the joined bytes, never copied
+        blob = b"".join(b if len(b) == size else bytes(b[:size]).ljust(size, b"\0")
+                        for b in map(blobs.__getitem__, order.tolist()))
+        blobs.clear()
+        self.table = numpy.frombuffer(blob, layout.numpy_dtype())
+        self.owner = owner[order]
         self.position = numpy.frombuffer(positions, dtype=numpy.int64)[order]
         n = len(self.owner)
         self.first = numpy.ones(n, dtype=bool)
@@ -787,8 +839,11 @@ class Passes:
     read: int        # events read (before rows repeating an object were dropped)
 
 
-def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None) -> Passes:
-    """Every pass over ``trace``, in order (see the module docstring)."""
+def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None,
+               keep_snapshots: bool = True) -> Passes:
+    """Every pass over ``trace``, in order (see the module docstring); without
+    ``keep_snapshots`` the rows' snapshots are let go once compared (the report needs
+    only the changes)."""
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
     events = read_events(trace, fns)
     rows = events.rows
@@ -798,14 +853,14 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None) -> Pa
     pairing.frames = []  # half a million calls: their memory is needed from here
     found = assign_objects(events, pairing, calls.duplicates)
     start_ns = rows[0].ts_ns if rows else 0
-    find_changes(found, trace.mini, fns, calls.methods, start_ns, trace.head_fields)
+    find_changes(found, trace.mini, fns, calls.methods, start_ns, trace.head_fields,
+                 release_snapshots=not keep_snapshots)
     return Passes(fns, pairing, calls, found, start_ns, len(rows))
 
 
 def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
-    p = run_passes(trace, say)
+    p = run_passes(trace, say, keep_snapshots=False)
     fns, found = p.fns, p.found
-    found.events.snapshots = []  # decoded: the pages need only the changes
     say(f"{len(found.events.rows)} events, {len(found.objects)} objects")
     summary = _summary(trace, p.read)
     unreadable = [r for r in found.events.rows if r.unreadable]

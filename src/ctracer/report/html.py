@@ -498,7 +498,7 @@ class _Site:
                           changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL,
                           plot_title=plotted, values=values)
 
-    def methods_page(self, trace: Trace) -> None:
+    def methods_page(self) -> None:
         rows = self.method_rows(self.data.methods)
         for stats in self.data.methods.values() if self.plots else ():
             if stats.durations:
@@ -567,39 +567,72 @@ class _Site:
         return f"{s.struct_kind} {s.struct_name}"
 
 
-#: below this many objects a helper process costs more than it saves
+#: below this many objects helper processes cost more than they save
 HELPER_MIN_OBJECTS = 200
+#: objects a helper takes at a time (small enough that the two finish together)
+OBJECTS_PER_TASK = 25
+
+#: the site a forked helper works on (inherited from the parent, never copied)
+_helper_site: Optional["_Site"] = None
 
 
-def _fork_pages(site: _Site, objects: list[ObjectTimeline]) -> Optional[int]:
-    """Write ``objects``' pages in a forked child (it inherits the data, nothing is
-    copied); return its pid, or None where fork is not available."""
-    if not hasattr(os, "fork"):
-        return None
-    import sys
-    import traceback
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        for obj in objects:
+def _run_task(task: tuple) -> float:
+    """Write one part of the report and draw its plots (in a helper or here); return the
+    seconds spent drawing plots."""
+    site = _helper_site
+    assert site is not None
+    kind = task[0]
+    if kind == "all":
+        site.all_objects_pages()
+    elif kind == "methods":
+        site.methods_page()
+    else:
+        for obj in task[1]:
             site.object_pages(obj)
-        code = 0
-    except BaseException:  # the parent reports it; the trace is in stderr
-        traceback.print_exc()
+    mark = time.perf_counter()
+    jobs, site.plot_jobs = site.plot_jobs, []
+    plotting.draw_here(jobs, site.layout)
+    return time.perf_counter() - mark
+
+
+def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
+                 say: Callable[[str], None]) -> float:
+    """Every page but the index, with its plots: the all-objects pages, the methods page
+    and the object pages in tasks shared by ``workers`` forked helpers (they inherit the
+    report data; the busiest task first); return the seconds spent on plots (summed over
+    the helpers)."""
+    global _helper_site
+    tasks: list[tuple] = [("all",), ("methods",)]
+    tasks += [("objects", chosen[i:i + OBJECTS_PER_TASK])
+              for i in range(0, len(chosen), OBJECTS_PER_TASK)]
+    _helper_site = site
+    _tasks_of_helpers[:] = tasks
+    try:
+        if workers < 2 or len(chosen) < HELPER_MIN_OBJECTS or not hasattr(os, "fork"):
+            return sum(_run_task(t) for t in tasks)
+        import multiprocessing
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        plots = 0.0
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            # tasks go by index: the helpers find them in the site they inherited
+            for n, seconds in enumerate(pool.imap_unordered(_run_indexed, range(len(tasks))), 1):
+                plots += seconds
+                if n % 20 == 0:
+                    say(f"pages: {n}/{len(tasks)} parts written")
+        return plots
     finally:
-        os._exit(code)
+        _helper_site = None
+        _tasks_of_helpers.clear()
 
 
-def _wait_pages(pid: int) -> None:
-    _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise CtracerError(f"writing the object pages failed (helper process status "
-                           f"{status}); see the message above")
+_tasks_of_helpers: list[tuple] = []
+
+
+def _run_indexed(index: int) -> float:
+    return _run_task(_tasks_of_helpers[index])
 
 
 @private_files  # the report holds addresses, argv and traced strings: 0600 files, 0700 dirs
@@ -649,27 +682,9 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         seconds["graphs"] = time.perf_counter() - mark
         mark = time.perf_counter()
         site.note_unreadable_pages(chosen)
-        # the objects without PNG plots are written by a forked helper while this
-        # process writes the rest (both cores busy; the helper shares the data)
-        rest = [o for o in chosen if o.key not in site.plotted]
-        helper = _fork_pages(site, rest) if len(rest) >= HELPER_MIN_OBJECTS else None
-        for n, obj in enumerate(chosen if helper is None else
-                                [o for o in chosen if o.key in site.plotted], 1):
-            site.object_pages(obj)
-            if n % 100 == 0:
-                say(f"pages for {n}/{len(chosen)} objects")
-        site.all_objects_pages()
-        site.methods_page(trace)
-        if helper is not None:
-            say("waiting for the object pages")
-            _wait_pages(helper)
+        seconds["plots"] = _write_pages(site, chosen, min(os.cpu_count() or 1, 2), say)
         site.index_page(len(data.objects))
         seconds["html"] = time.perf_counter() - mark
-
-        mark = time.perf_counter()
-        say(f"drawing {len(site.plot_jobs)} plots")
-        plotting.draw_all(site.plot_jobs, trace.mini, progress=say)
-        seconds["plots"] = time.perf_counter() - mark
     finally:
         trace.close()
     seconds["total"] = time.perf_counter() - clock

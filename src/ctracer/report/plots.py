@@ -1,16 +1,14 @@
 """PNG plots with matplotlib (Agg, no pyplot): fields over time and method durations.
 
-Plots are described as picklable jobs (`FieldPlot`, `StripPlot`, `DurationPlot`,
-`CallCountPlot`) so
-`draw_all` can spread them over worker processes; each process keeps one figure and
-reuses it, since building figures and ticks is most of matplotlib's cost.
+Plots are described as jobs (`FieldPlot`, `StripPlot`, `DurationPlot`, `CallCountPlot`)
+that the report's helper processes draw with `draw_here`, each next to the pages that
+show them; each process keeps one figure and reuses it, since building figures and ticks
+is most of matplotlib's cost.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -313,25 +311,10 @@ def _draw_chunk(jobs: Sequence[Any]) -> int:
     return len(jobs)
 
 
-def draw_all(jobs: list[Any], layout: Layout, workers: Optional[int] = None,
-             progress: Optional[Any] = None) -> None:
-    """Draw every plot job, in parallel worker processes when there are enough."""
+def draw_here(jobs: list[Any], layout: Layout) -> None:
+    """Draw ``jobs`` in this process, with its one figure (made at the first call)."""
     if not jobs:
         return
-    workers = workers or min(os.cpu_count() or 1, 8)
-    if workers == 1 or len(jobs) < 40:
+    if _painter is None:
         _init_worker(layout.to_json())
-        _draw_chunk(jobs)
-        return
-    size = max(10, math.ceil(len(jobs) / (workers * 8)))
-    chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    import multiprocessing
-
-    done = 0
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                             initargs=(layout.to_json(),)) as pool:
-        for n in pool.map(_draw_chunk, chunks):
-            done += n
-            if progress:
-                progress(f"plots {done}/{len(jobs)}")
+    _draw_chunk(jobs)
