@@ -230,3 +230,26 @@ def test_tail_prints_each_event_as_it_arrives(tmp_path):
     assert any("oldstate=TCP_SYN_SENT, newstate=TCP_ESTABLISHED" in ln
                and "__sk_common.skc_state: TCP_CLOSE → TCP_SYN_SENT" in ln
                for ln in lines), "\n".join(lines)
+
+
+def test_report_of_the_kernel_run_shows_values_by_name(sock_run, tmp_path):
+    """The report of the real run: tracepoint arguments with pointers in hex and states by
+    name; skc_state by TCP state name and sk_flags by the bits of enum sock_flags on the
+    changes pages (display hints from the kernel's BTF), plot labels included."""
+    from ctracer.report import render_report
+    from ctracer.report.timeline import read_data_file
+    trace, _, _, _ = sock_run
+    out = tmp_path / "report"
+    render_report(trace.path, str(out), plots=False)
+    fid = _by_name(trace)["inet_sock_set_state"]
+    listener = next(e.object for e in trace.events()
+                    if e.function_id == fid and e.args["newstate"] == 10)
+    page = out / f"0x{listener:x}"
+    rows = read_data_file((page / "rows-1.js").read_text())
+    args = [text for tags in rows["tags"].values() for kind, text in tags if kind == "args"]
+    assert f"(sk 0x{listener:x}, oldstate TCP_CLOSE, newstate TCP_LISTEN)" in args, args
+    changes = (page / "changes.html").read_text()
+    assert "TCP_CLOSE → TCP_LISTEN" in changes
+    assert "SOCK_" in changes  # sk_flags by its bits, e.g. SOCK_ZAPPED|SOCK_USE_WRITE_QUEUE
+    everything = (out / "many_objects" / "changes.html").read_text()
+    assert "TCP_ESTABLISHED" in everything and "TCP_FIN_WAIT1" in everything

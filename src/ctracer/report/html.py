@@ -178,6 +178,18 @@ class _RunningState:
         return objects
 
 
+def _arg_kinds(trace: Trace) -> dict[int, dict[str, str]]:
+    """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
+    found = trace.meta_json("tracepoint_args") or {}
+    out: dict[int, dict[str, str]] = {}
+    if isinstance(found, dict):
+        for row, args in found.items():
+            if str(row).isdigit() and isinstance(args, list):
+                out[int(row)] = {str(a.get("name")): str(a.get("kind"))
+                                 for a in args if isinstance(a, dict)}
+    return out
+
+
 class _Site:
     """Turns the report model into files; one instance per render."""
 
@@ -214,7 +226,8 @@ class _Site:
         self.head = head if isinstance(head, dict) else {}
         self.timeline = TimelineData(self.names, self.fmt, data.start_ns,
                                      [f.name for f in trace.mini.fields], self.retval,
-                                     self.cause_text, str(self.head.get("member") or ""))
+                                     self.cause_text, str(self.head.get("member") or ""),
+                                     arg_kinds=_arg_kinds(trace))
 
     # ---------------------------------------------------------------- helpers
 

@@ -37,8 +37,11 @@ class TimelineData:
 
     def __init__(self, names: dict[int, str], fmt: ValueFormatter, start_ns: int,
                  fields: list[str], retval: Callable[[Row], str],
-                 cause: Callable[[Change], str], head_member: str = ""):
+                 cause: Callable[[Change], str], head_member: str = "",
+                 arg_kinds: Optional[dict[int, dict[str, str]]] = None):
         self.names, self.fmt, self.start_ns, self.fields = names, fmt, start_ns, fields
+        #: per functions-table row, each tracepoint argument's kind (pointers in hex)
+        self.arg_kinds = arg_kinds or {}
         #: the tag of a row that read only the object's head (`FLAG_HEAD_ONLY`)
         self.head_tag = ["head-only", f"only {head_member or 'the head'} read"]
         self.retval, self.cause = retval, cause
@@ -143,7 +146,8 @@ class TimelineData:
         marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
         tags = []
         if row.phase == PHASE_TRACEPOINT and row.args:
-            tags.append(["args", "(" + ", ".join(f"{k} {self.fmt.show_arg(k, v)}"
+            kinds = self.arg_kinds.get(row.slot, {})
+            tags.append(["args", "(" + ", ".join(f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}"
                                                  for k, v in row.args.items()) + ")"])
         if not row.matched:
             tags.append(["unmatched",

@@ -158,10 +158,14 @@ class ValueFormatter:
             return f"{name} ({value})" if name else str(value)
         return f"{flag_names(value, self._bits.get(field, ()))} (0x{value:x})"
 
-    def show_arg(self, name: str, value: Any) -> str:
-        """A tracepoint argument (``oldstate``, ``newstate``, ``family``...) as read."""
+    def show_arg(self, name: str, value: Any, kind: Optional[str] = None) -> str:
+        """A tracepoint argument (``oldstate``, ``newstate``, ``family``...) as read;
+        ``kind`` is the argument's as the trace's meta ``tracepoint_args`` says
+        (pointers in hex)."""
         if not isinstance(value, int):
             return str(value)
+        if kind == "pointer":
+            return "NULL" if value == 0 else f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
         if name.endswith("state") and value in self._states:
             return self._states[value]
         if name == "family" and value in _FAMILIES:
