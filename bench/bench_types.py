@@ -12,7 +12,9 @@ Runs, each as its own process, timing wall clock and peak memory (wait4):
 3. ``ctracer functions struct sock`` on the running kernel's BTF, when it has one.
 
 and prints each time, its ratio to the anchor and the goals of issue 3: cold ≤ pfunct,
-warm ≤ 0.3 s, BTF ≤ 0.5 s, peak memory ≤ 2 GB.  ``--phases`` adds, in process, where
+warm ≤ 0.3 s, BTF ≤ 0.5 s, peak memory ≤ 2 GB.  Each warm run is printed (wall and CPU),
+after a bare ``python -c pass`` measured just before it: the interpreter's start-up, the
+floor of any Python command, under the same load.  ``--phases`` adds, in process, where
 the cold build spends its time.  The load average is printed because a busy machine
 slows every line alike; compare ratios, not seconds.
 """
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 DEFAULT_VMLINUX = "/work/corpus/x/usr/lib/debug/boot/vmlinux-6.1.0-50-cloud-amd64"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
@@ -118,6 +121,87 @@ def phases(vmlinux: str) -> None:
           f"{child_usage.ru_maxrss / 1024:.0f} MB")
 
 
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure_warm(query: list[str], env: dict, runs: int) -> dict:
+    """The warm query ``runs`` times, with a bare Python start-up (the interpreter's own
+    floor, ``python -c pass``) before each: both meet the same load."""
+    starts, warm = [], []
+    load_before = loadavg()
+    for _ in range(runs):
+        starts.append(run_measured([sys.executable, "-c", "pass"], env))
+        warm.append(run_measured(ctracer(*query), env))
+    return {"runs": warm, "best": min(warm, key=lambda m: m["wall"]),
+            "median": statistics.median(m["wall"] for m in warm),
+            "start": min(starts, key=lambda m: m["wall"]),
+            "load": f"{load_before} before, {loadavg()} after"}
+
+
+def print_warm(warm: dict, anchor: dict, cold: dict) -> None:
+    """Each warm run, and the best against every anchor of this run."""
+    best, start = warm["best"], warm["start"]
+    print("\nwarm query, each run (the cache the cold run wrote):")
+    print("  wall " + "  ".join(f"{m['wall']:.3f}" for m in warm["runs"]) + " s")
+    print("  CPU  " + "  ".join(f"{m['cpu']:.3f}" for m in warm["runs"]) + " s")
+    print(f"  load average {warm['load']}")
+    print(f"  best {best['wall']:.3f} s, median {warm['median']:.3f} s: "
+          f"{best['wall'] / anchor['wall']:.3f}x pfunct ({anchor['wall']:.2f} s), "
+          f"{best['wall'] / cold['wall']:.3f}x the cold run ({cold['wall']:.2f} s), "
+          f"{best['wall'] / start['wall']:.1f}x a bare Python start-up "
+          f"({start['wall'] * 1000:.0f} ms wall, {start['cpu'] * 1000:.0f} ms CPU)")
+
+
+def print_goals(anchor: dict, cold: dict, warm: dict, btf: Optional[dict]) -> None:
+    print("\ngoals (issue 3):")
+    print(f"  cold ≤ pfunct:      {cold['wall']:.2f} s vs {anchor['wall']:.2f} s  "
+          f"ratio {cold['wall'] / anchor['wall']:.2f}  "
+          f"{verdict(cold['wall'] <= anchor['wall'])}  (CPU {cold['cpu']:.1f} s over "
+          f"its processes vs {anchor['cpu']:.1f} s)")
+    best = warm["best"]
+    warm_cpu = min(m["cpu"] for m in warm["runs"])
+    print(f"  warm ≤ {GOAL_WARM_S} s:       best {best['wall']:.3f} s, median "
+          f"{warm['median']:.3f} s  {verdict(best['wall'] <= GOAL_WARM_S)}  (CPU "
+          f"{warm_cpu:.3f} s: one process, so its wall time on an idle machine)")
+    if btf is not None:
+        print(f"  BTF ≤ {GOAL_BTF_S} s:        {btf['wall']:.3f} s  "
+              f"{verdict(btf['wall'] <= GOAL_BTF_S)}")
+    print(f"  peak RSS ≤ {GOAL_RSS_MB} MB:  cold {cold['rss_mb']:.0f} MB per process "
+          f"(pfunct {anchor['rss_mb']:.0f} MB)  {verdict(cold['rss_mb'] <= GOAL_RSS_MB)}")
+    if cold["lines"] != best["lines"]:
+        print(f"  WARNING: cold printed {cold['lines']} lines, warm {best['lines']}")
+
+
+def bench(vmlinux: str, rounds: int, warm_runs: int, env: dict, cache_home: str) -> None:
+    print(f"load average before: {loadavg()}, {len(os.sched_getaffinity(0))} CPUs")
+    print(f"{'':<44} {'wall':>10} {'ratio':>8} {'cpu':>10} {'peak RSS':>11}")
+    query = ["functions", "struct", "sock", "--binary", vmlinux]
+    anchors, colds = [], []
+    for _ in range(rounds):  # alternate, so that both meet the same load
+        anchors.append(run_measured(["pfunct", "--class=sock", vmlinux], env))
+        shutil.rmtree(os.path.join(cache_home, "ctracer"), ignore_errors=True)
+        colds.append(run_measured(ctracer(*query), env))
+    anchor, cold = median_run(anchors), median_run(colds)
+    print(row(f"pfunct --class=sock (anchor, median of {len(anchors)})", anchor,
+              anchor["wall"]))
+    print(row(f"ctracer functions, cold (median of {len(colds)})", cold, anchor["wall"]))
+    warm = measure_warm(query, env, warm_runs)
+    print(row(f"ctracer functions, warm (best of {warm_runs})", warm["best"], anchor["wall"]))
+    print(row("python -c pass (start-up floor, best)", warm["start"], anchor["wall"]))
+    btf = None
+    if os.path.exists(KERNEL_BTF):
+        run_measured(ctracer("functions", "struct", "sock"), env)  # its cache, if any
+        runs = [run_measured(ctracer("functions", "struct", "sock"), env)
+                for _ in range(warm_runs)]
+        btf = min(runs, key=lambda m: m["wall"])
+        print(row(f"ctracer functions on {KERNEL_BTF} (best of {len(runs)})", btf,
+                  anchor["wall"]))
+    print(f"load average after: {loadavg()}")
+    print_warm(warm, anchor, cold)
+    print_goals(anchor, cold, warm, btf)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("vmlinux", nargs="?", default=DEFAULT_VMLINUX)
@@ -137,7 +221,6 @@ def main() -> int:
                  "pass the path of usr/lib/debug/boot/vmlinux-*")
     if shutil.which("pfunct") is None:
         sys.exit("bench: pfunct (Debian package pahole) is needed for the anchor")
-
     cache_home = tempfile.mkdtemp(prefix="ctracer-bench-")
     # an installed ctracer has its bytecode compiled: let the children cache theirs
     # (under the temporary directory) even where PYTHONDONTWRITEBYTECODE is set
@@ -145,48 +228,7 @@ def main() -> int:
            "PYTHONPYCACHEPREFIX": os.path.join(cache_home, "pycache")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
-        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-              f"{len(os.sched_getaffinity(0))} CPUs")
-        print(f"{'':<44} {'wall':>10} {'ratio':>8} {'cpu':>10} {'peak RSS':>11}")
-        query = ["functions", "struct", "sock", "--binary", args.vmlinux]
-        anchors, colds = [], []
-        for _ in range(args.rounds):  # alternate, so that both meet the same load
-            anchors.append(run_measured(["pfunct", "--class=sock", args.vmlinux], env))
-            shutil.rmtree(os.path.join(cache_home, "ctracer"), ignore_errors=True)
-            colds.append(run_measured(ctracer(*query), env))
-        anchor, cold = median_run(anchors), median_run(colds)
-        print(row(f"pfunct --class=sock (anchor, median of {len(anchors)})", anchor,
-                  anchor["wall"]))
-        print(row(f"ctracer functions, cold (median of {len(colds)})", cold, anchor["wall"]))
-        warm = [run_measured(ctracer(*query), env) for _ in range(args.warm_runs)]
-        warm_best = min(warm, key=lambda m: m["wall"])
-        warm_median = statistics.median(m["wall"] for m in warm)
-        print(row(f"ctracer functions, warm (best of {len(warm)})", warm_best, anchor["wall"]))
-        btf = None
-        if os.path.exists(KERNEL_BTF):
-            run_measured(ctracer("functions", "struct", "sock"), env)  # its cache, if any
-            runs = [run_measured(ctracer("functions", "struct", "sock"), env)
-                    for _ in range(args.warm_runs)]
-            btf = min(runs, key=lambda m: m["wall"])
-            print(row(f"ctracer functions on {KERNEL_BTF} (best of {len(runs)})", btf,
-                      anchor["wall"]))
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print("\ngoals (issue 3):")
-        print(f"  cold ≤ pfunct:      {cold['wall']:.2f} s vs {anchor['wall']:.2f} s  "
-              f"ratio {cold['wall'] / anchor['wall']:.2f}  "
-              f"{verdict(cold['wall'] <= anchor['wall'])}  (CPU {cold['cpu']:.1f} s over "
-              f"its processes vs {anchor['cpu']:.1f} s)")
-        warm_cpu = min(m["cpu"] for m in warm)
-        print(f"  warm ≤ {GOAL_WARM_S} s:       best {warm_best['wall']:.3f} s, median "
-              f"{warm_median:.3f} s  {verdict(warm_best['wall'] <= GOAL_WARM_S)}  (CPU "
-              f"{warm_cpu:.3f} s: one process, so its wall time on an idle machine)")
-        if btf is not None:
-            print(f"  BTF ≤ {GOAL_BTF_S} s:        {btf['wall']:.3f} s  "
-                  f"{verdict(btf['wall'] <= GOAL_BTF_S)}")
-        print(f"  peak RSS ≤ {GOAL_RSS_MB} MB:  cold {cold['rss_mb']:.0f} MB per process "
-              f"(pfunct {anchor['rss_mb']:.0f} MB)  {verdict(cold['rss_mb'] <= GOAL_RSS_MB)}")
-        if cold["lines"] != warm_best["lines"]:
-            print(f"  WARNING: cold printed {cold['lines']} lines, warm {warm_best['lines']}")
+        bench(args.vmlinux, args.rounds, args.warm_runs, env, cache_home)
     finally:
         shutil.rmtree(cache_home, ignore_errors=True)
     if args.phases:

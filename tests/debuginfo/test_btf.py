@@ -281,7 +281,7 @@ def test_layout_matches_pahole_on_clang_btf(clang_obj, name):
 def test_model_types(gcc_obj):
     model = btf.open_btf(str(gcc_obj))
     g = model.find_struct("thing")
-    members = {m.name: m for m in g.root_type.members}
+    members = {m.name: m for m in g[g.root].members}
     matrix = g[members["matrix"].type]
     # pahole 1.24 encodes int[2][3][4] as one array of 24 (clang keeps the nesting)
     assert isinstance(matrix, ArrayType) and matrix.dims == (24,)
@@ -294,19 +294,19 @@ def test_model_types(gcc_obj):
     assert isinstance(g[cb.target], FunctionType) and len(g[cb.target].params) == 2
     cv = g[members["cv"].type]
     assert isinstance(cv, QualifiedType) and cv.qualifier in ("const", "volatile")
-    opaque = g[g[g.strip(g.root_type.members[1].type)].members[0].type].target
+    opaque = g[g[g.strip(g[g.root].members[1].type)].members[0].type].target
     assert g[opaque] == CompositeType("struct", "opaque", 0, (), declaration=True)
     msg = model.find_struct("message")
-    assert msg.size_of(msg.root_type.members[1].type) == 0  # flexible array
+    assert msg.size_of(msg[msg.root].members[1].type) == 0  # flexible array
     # the lazy mapping walks the whole closure when iterated
     assert g.root in g.types and len(list(g.types)) == len(g.types)
-    assert all(m.type in g.types for m in g.root_type.members if m.type)
+    assert all(m.type in g.types for m in g[g.root].members if m.type)
 
 
 def test_nested_arrays_become_dims(clang_obj):
     """BTF nests int[2][3][4] as arrays of arrays; the model has one array, as DWARF."""
     g = btf.open_btf(str(clang_obj)).find_struct("thing")
-    matrix = next(m for m in g.root_type.members if m.name == "matrix")
+    matrix = next(m for m in g[g.root].members if m.name == "matrix")
     assert g[matrix.type].dims == (2, 3, 4)
     assert g[g[matrix.type].element].name == "int"
     assert g.size_of(matrix.type) == 96
@@ -353,7 +353,7 @@ def test_catalog_lookups(gcc_obj):
     assert [(m.name, m.bit_offset) for m in thing.members] == \
         [(path, bits) for path, _, bits in iter_members_flat(g, g.root)]
     assert {".op", "..lo", ".flag"} <= {m.name for m in thing.members}
-    assert thing.size == g.root_type.size
+    assert thing.size == g[g.root].size
     assert cat.struct("nope") is None
     assert "flags" in cat.struct_names()
 
@@ -379,7 +379,7 @@ def test_split_btf(split_pair):
     assert {f.name for f in cat.functions_referencing(ShapeKind.STRUCT, "thing")} == \
         {"mod_use", "mod_get"}
     g = mod.find_struct("mod_state")
-    obj = g[g.root_type.members[0].type]
+    obj = g[g[g.root].members[0].type]
     assert obj.target < mod.btf.first_id  # struct thing comes from the base
     assert g[obj.target].name == "thing"
     # an already opened base works as well as a path
@@ -615,7 +615,8 @@ def test_saved_indexes_answer_like_a_fresh_parse(gcc_obj, tmp_path):
         assert second.catalog().structs_with_member_of(*key) == \
             fresh.catalog().structs_with_member_of(*key)
     assert second.struct_names() == fresh.struct_names()
-    assert second.find_struct("thing").root_type == fresh.find_struct("thing").root_type
+    cached, built = second.find_struct("thing"), fresh.find_struct("thing")
+    assert cached[cached.root] == built[built.root]
     # a damaged file is ignored (and replaced)
     files[0].write_bytes(b"not marshal data")
     third = btf.open_btf(str(gcc_obj))

@@ -68,7 +68,8 @@ def test_cachelines_and_max_bytes():
 @pytest.mark.parametrize("args, words", [
     (("--cachelines", "1,x"), "invalid cacheline list value"),
     (("--max-bytes", "0"), "--max-bytes must be 1 or more"),
-    (("--field", "sk_lok"), "did you mean"),
+    (("--fields", "sk_lok"), "did you mean"),
+    (("--field", "sk_lok"), "did you mean"),  # the former spelling, kept
 ])
 def test_bad_selection_is_one_line(args, words):
     r = struct(*args)

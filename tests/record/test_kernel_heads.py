@@ -80,7 +80,7 @@ def test_only_sock_common_is_read_in_time_wait_and_request_sockets(tw_run):
     assert head["states"] == [[6, "TCP_TIME_WAIT"], [12, "TCP_NEW_SYN_RECV"]]
     from ctracer.debuginfo.sources import TypeSource, open_type_source
     sock_common = open_type_source(TypeSource(use_cache=False)).find_struct("sock_common")
-    assert head["bytes"] == [0, sock_common.root_type.size]
+    assert head["bytes"] == [0, sock_common[sock_common.root].size]
     inside = trace.head_fields
     assert "__sk_common.skc_tw_rcv_nxt" in inside and "sk_rcvbuf" not in inside
     assert all(f.startswith("__sk_common.") for f in inside)

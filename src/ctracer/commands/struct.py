@@ -39,8 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mini = parser.add_argument_group("mini struct")
     mini.add_argument("--mini", action="store_true",
                       help="print the minimized struct a trace records instead of the layout")
-    mini.add_argument("--field", action="append", default=[], metavar="PATTERN",
-                      help="with --mini: only fields matching this name or glob (repeatable)")
+    mini.add_argument("--fields", nargs="+", action="extend", default=[], metavar="GLOB",
+                      help="with --mini: only these fields (names or globs; a glob naming "
+                           "a nested struct takes all of its fields), as `ctracer trace "
+                           "--fields`")
+    # the former spelling, one pattern a flag: kept working, no longer shown
+    mini.add_argument("--field", dest="fields", action="append", help=argparse.SUPPRESS)
     mini.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                       help="with --mini: leave out fields matching this name or glob")
     options.add_selection_arguments(mini, "with --mini: ")
@@ -59,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     kind, name = options.struct_name_from_args(args)
     kind_given = len(args.target) == 2
-    mini_only = (args.field or args.exclude or args.cachelines or args.pointers
+    mini_only = (args.fields or args.exclude or args.cachelines or args.pointers
                  or args.no_reorganize or args.max_bytes is not None or args.explain)
     if mini_only and not args.mini:
-        raise UsageError("--field, --exclude, --cachelines, --max-bytes, --pointers, "
+        raise UsageError("--fields, --exclude, --cachelines, --max-bytes, --pointers, "
                          "--no-reorganize and --explain need --mini")
     model = sources.open_type_source(options.type_source_from_args(args))
     try:
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 def _mini_text(graph, args: argparse.Namespace) -> str:
     from ctracer.collectors import registry
     from ctracer.plan import mini
-    built = mini.build_mini(graph, include=args.field, exclude=args.exclude,
+    built = mini.build_mini(graph, include=args.fields, exclude=args.exclude,
                             cachelines=[n for group in args.cachelines for n in group],
                             max_bytes=args.max_bytes, pointers=args.pointers,
                             reorganize_fields=not args.no_reorganize, kinds=registry.claim)

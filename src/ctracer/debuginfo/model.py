@@ -172,10 +172,6 @@ class TypeGraph:
             return count * self.size_of(t.element)
         return 0
 
-    @property
-    def root_type(self) -> Type:
-        return self.types[self.root]
-
 
 # ---------------------------------------------------------------- catalog
 

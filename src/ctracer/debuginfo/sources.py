@@ -15,11 +15,10 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
 from ctracer.errors import InputFileError, UsageError
 from ctracer.debuginfo.model import ShapeKind, TypeModel
 
-KERNEL_BTF = "/sys/kernel/btf/vmlinux"
-MODULE_BTF_DIR = "/sys/kernel/btf"
 
 
 def parse_struct_name(words: list[str]) -> tuple[ShapeKind, str]:

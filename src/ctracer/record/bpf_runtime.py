@@ -45,7 +45,7 @@ from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
 from ctracer.probes.program import ProbedFunction, ProbeProgram
 from ctracer.probes.tracepoint import ProbedTracepoint, TracepointProgram
-from ctracer.record.kernel import _BPF_LINK_CREATE, _bpf as bpf_syscall
+from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _PERF_EVENT_IOC_DISABLE = 0x2401
@@ -500,7 +500,7 @@ def _link_uprobe_multi(prog_fd: int, path: str, offset: int,
     ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(offsets)
     ctypes.c_uint32.from_buffer(attr, 48).value = 1
     ctypes.c_uint32.from_buffer(attr, 52).value = _UPROBE_MULTI_RETURN if retprobe else 0
-    return bpf_syscall(_BPF_LINK_CREATE, attr)
+    return bpf_syscall(BPF_LINK_CREATE, attr)
 
 
 #: threads closing probe fds at once (each close waits for an RCU grace period; waiters

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from ctracer.debuginfo.btf import KERNEL_BTF
 from ctracer.errors import CtracerError
 from ctracer.plan.attach import KernelFacts, Mechanism
 
@@ -369,10 +370,10 @@ class ProbeSupport:
                           "raw_tracepoints", "kprobe_programs"))
 
 
-# bpf(2) numbers, from include/uapi/linux/bpf.h
+# bpf(2) numbers, from include/uapi/linux/bpf.h (BPF_LINK_CREATE for the runtime too)
 _BPF_PROG_LOAD = 5
 _BPF_RAW_TRACEPOINT_OPEN = 17
-_BPF_LINK_CREATE = 28
+BPF_LINK_CREATE = 28
 _PROG_TYPE_KPROBE = 2
 _PROG_TYPE_RAW_TRACEPOINT = 17
 _TRACE_KPROBE_MULTI = 42
@@ -384,7 +385,9 @@ _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "
 _RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
 
 
-def _bpf(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
+def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
+    """bpf(2) without bcc: (its result, 0) or (-1, errno); the runtime links uprobe.multi
+    programs with it too (`ctracer.record.bpf_runtime`)."""
     nr = _BPF_SYSCALL.get(platform.machine())
     if nr is None:
         return -1, errno.ENOSYS
@@ -409,7 +412,7 @@ def _load_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0) 
     attr[48:48 + len(b"ctracer_probe")] = b"ctracer_probe"
     ctypes.c_uint32.from_buffer(attr, 68).value = attach_type
     ctypes.c_uint32.from_buffer(attr, 108).value = attach_btf_id
-    return _bpf(_BPF_PROG_LOAD, attr)
+    return bpf_syscall(_BPF_PROG_LOAD, attr)
 
 
 def _raw_tracepoint_open(prog_fd: int, name: Optional[bytes]) -> tuple[int, int]:
@@ -418,7 +421,7 @@ def _raw_tracepoint_open(prog_fd: int, name: Optional[bytes]) -> tuple[int, int]
     if name_buf is not None:
         ctypes.c_uint64.from_buffer(attr, 0).value = ctypes.addressof(name_buf)
     ctypes.c_uint32.from_buffer(attr, 8).value = prog_fd
-    return _bpf(_BPF_RAW_TRACEPOINT_OPEN, attr)
+    return bpf_syscall(_BPF_RAW_TRACEPOINT_OPEN, attr)
 
 
 def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: int = 0,
@@ -454,7 +457,7 @@ def _try_kprobe_multi(symbol: str) -> Mechanism:
         ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
         ctypes.c_uint32.from_buffer(attr, 20).value = 1
         ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-        link, err = _bpf(_BPF_LINK_CREATE, attr)
+        link, err = bpf_syscall(BPF_LINK_CREATE, attr)
         if link < 0:
             return Mechanism(False, f"a kprobe.multi program loaded but linking it to "
                                     f"{symbol} was refused "
@@ -500,7 +503,7 @@ def _fentry_target() -> Optional[tuple[str, int]]:
     try:
         from ctracer.debuginfo.btf import reader as btf
         from ctracer.debuginfo.btf import format as btf_format
-        model = btf.open_btf(btf.KERNEL_BTF)
+        model = btf.open_btf(KERNEL_BTF)
     except CtracerError:
         return None
     d = model.btf

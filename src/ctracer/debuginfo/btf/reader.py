@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Iterable, Iterator, Optional, Union
 
 from ctracer.debuginfo import cdecl
+from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
 from ctracer.debuginfo.btf import format as bf
 from ctracer.debuginfo.btf.format import BtfData
 from ctracer.errors import InputFileError, UnknownType
@@ -72,8 +73,6 @@ def _reading_damaged(cls):
     return cls
 
 
-KERNEL_BTF = "/sys/kernel/btf/vmlinux"
-MODULE_BTF_DIR = "/sys/kernel/btf"
 TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
 
 # kinds that only refine another type: followed when reducing a type to its shape
