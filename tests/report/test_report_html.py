@@ -311,3 +311,31 @@ def test_timeline_gives_a_callers_change_to_the_caller(report):
     changes = read(out / f"0x{address:x}" / "changes.html")
     assert f'href="index.html#{caller["id"]}"' in changes
     assert "in tcp_v4_connect, before it called tcp_set_state" in changes
+
+
+def test_png_plots_go_to_the_fields_that_changed_most(tmp_path):
+    """A struct with many fields changing (a kernel sock changes dozens): each changes
+    page draws MAX_PLOTS_PER_PAGE PNGs, of the fields that changed most, says so, and
+    leaves every changed field in the interactive plot."""
+    names = [f"f{i:02d}" for i in range(12)]
+    mini = Layout.packed_in_order("ctracer__mini_w", [Field(n, "s32", 0, "int") for n in names])
+    w = TraceWriter(str(tmp_path / "w.ctrace"))
+    w.set_meta(struct_name="wide", struct_kind="struct", mini_layout=mini.to_json())
+    w.add_functions([FunctionRow(1, "poke", reach="direct", attached="entry,exit")])
+    for step in range(24):  # field i changes on every event up to step 10 + i
+        values = {n: min(step, 10 + i) for i, n in enumerate(names)}
+        w.add_event(ts_ns=1000 * (step + 1), cpu=0, pid=1, tid=1, comm="t", function_id=1,
+                    phase=PHASE_ENTRY if step % 2 == 0 else PHASE_EXIT, object=0x1000,
+                    retval=None, depth=0, flags=0, snapshot=mini.encode(values))
+    w.close()
+    out = tmp_path / "out"
+    render_report(str(tmp_path / "w.ctrace"), str(out))
+    drawn = {p.name[:-4] for p in (out / "0x1000").glob("*.png")}
+    assert len(drawn) == report_html.MAX_PLOTS_PER_PAGE
+    assert drawn == set(names[-report_html.MAX_PLOTS_PER_PAGE:])  # the most changes
+    page = read(out / "0x1000" / "changes.html")
+    assert f"PNG plots are drawn for the {len(drawn)} fields that changed most" in page
+    live = re.search(r'<script type="application/json" id="field-series">(.*?)</script>',
+                     page, re.S).group(1)
+    assert all(f'"{n}"' in live for n in names)
+    assert len(list((out / "many_objects").glob("*.png"))) == report_html.MAX_PLOTS_PER_PAGE

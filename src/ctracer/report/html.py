@@ -51,6 +51,10 @@ MAX_CHANGES_ALL = 200
 #: a field gets a PNG plot on an object's page when it changed at least this often
 #: (the original ostra-cg's rule); fewer changes read better in the table
 MIN_CHANGES_TO_PLOT = 4
+#: PNG plots a changes page draws at most: of the fields that changed most (on the
+#: all-objects page, in most objects); the others are in the interactive plot and the
+#: tables (a struct of 250 fields changes dozens of them: each PNG costs ~80 ms)
+MAX_PLOTS_PER_PAGE = 8
 #: by default PNG plots are drawn for this many objects, those with most changes; every
 #: object's changes page has the interactive plot, drawn by the browser from the page
 DEFAULT_PLOT_OBJECTS = 10
@@ -119,6 +123,14 @@ def _copy_static(out_dir: str) -> None:
 def _page_name(number: int) -> str:
     """The file of timeline page ``number`` (from 0)."""
     return "index.html" if number == 0 else f"timeline-{number + 1}.html"
+
+
+def _fields_to_draw(series: dict[str, list[Any]], by_field: dict[str, list[Change]]) -> set[str]:
+    """The fields a changes page draws PNGs of: those with something to plot, most
+    objects first (all-objects pages), then most changes, at most MAX_PLOTS_PER_PAGE."""
+    candidates = [name for name in series if by_field.get(name)]
+    candidates.sort(key=lambda name: (-len(series[name]), -len(by_field[name])))
+    return set(candidates[:MAX_PLOTS_PER_PAGE])
 
 
 def _rows_file(number: int) -> str:
@@ -383,6 +395,7 @@ class _Site:
         by_field: dict[str, list[Change]] = {}
         for c in changes:
             by_field.setdefault(c.field, []).append(c)
+        drawn = _fields_to_draw(series, by_field) if self.plots else set()
         fields = []
         for f in self.layout.fields:
             found = by_field.get(f.name, [])
@@ -404,7 +417,7 @@ class _Site:
                     cause=escape(self.cause_text(c)),
                     href=escape(f"{page_of.get(c.seq, 'index.html')}#{anchor}{c.seq}")))
             stem = self.field_stem[f.name]
-            has_plot = self.plots and bool(found) and f.name in series
+            has_plot = f.name in drawn
             if has_plot:
                 kind = plotting.StripPlot if show_object else plotting.FieldPlot
                 self.plot_jobs.append(kind(
@@ -420,7 +433,8 @@ class _Site:
         self.write(f"{directory}/changes.html", "changes.html", title=title, heading=heading,
                    series_json=series_json,
                    fields=fields, show_object=show_object,
-                   changed=sum(1 for f in fields if f["count"]))
+                   changed=sum(1 for f in fields if f["count"]), drawn=len(drawn),
+                   left_out=len(set(series) & set(by_field)) - len(drawn))
 
     def note_unreadable_pages(self, objects: list[ObjectTimeline]) -> None:
         """Where each unreadable row of these objects' timelines is (the index links
@@ -582,6 +596,8 @@ class _Site:
 
 #: below this many objects helper processes cost more than they save
 HELPER_MIN_OBJECTS = 200
+#: ...or this many PNG plots
+HELPER_MIN_PLOTS = 40
 #: objects a helper takes at a time (small enough that the two finish together)
 OBJECTS_PER_TASK = 25
 
@@ -621,7 +637,8 @@ def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
     _helper_site = site
     _tasks_of_helpers[:] = tasks
     try:
-        if workers < 2 or len(chosen) < HELPER_MIN_OBJECTS or not hasattr(os, "fork"):
+        small = len(chosen) < HELPER_MIN_OBJECTS and _expected_plots(site) < HELPER_MIN_PLOTS
+        if workers < 2 or small or not hasattr(os, "fork"):
             return sum(_run_task(t) for t in tasks)
         import multiprocessing
         import sys
@@ -642,6 +659,21 @@ def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
 
 
 _tasks_of_helpers: list[tuple] = []
+
+
+def _expected_plots(site: "_Site") -> int:
+    """About how many PNG plots the report will draw (each costs tens of ms)."""
+    if not site.plots:
+        return 0
+    count = sum(1 for m in site.data.methods.values() if m.durations)
+    changed = set()
+    for obj in site.data.objects:
+        fields = [n for n, points in obj.series.items() if len(points) > 1]
+        changed.update(fields)
+        if obj.key in site.plotted:
+            count += min(MAX_PLOTS_PER_PAGE, sum(1 for n in fields
+                                                 if len(obj.series[n]) > MIN_CHANGES_TO_PLOT))
+    return count + min(MAX_PLOTS_PER_PAGE, len(changed))
 
 
 def _run_indexed(index: int) -> float:
