@@ -116,6 +116,23 @@ def test_report_and_export_say_not_read(tw_run):
         assert all(c.field in inside for c in obj.changes)
         assert all(points[0][1] is None for name, points in obj.series.items()
                    if name not in inside)
+    # one time-wait socket per connection, even where they share an address: another
+    # connection's ports at the same address start another object
+    resets = [o for o in partial_objects
+              if any(data.function_names.get(r.function_id) == "tp:tcp_send_reset"
+                     for r in o.rows)]
+    assert len(resets) == CONNECTIONS
+    ports = set()
+    for o in resets:
+        pairs = {trace.values(e)["__sk_common.skc_portpair"] for e in trace.events(o.key.address)
+                 if o.rows[0].seq <= e.seq <= o.rows[-1].seq}
+        assert len(pairs) == 1
+        ports |= pairs
+        if o.key.lifetime > 1 and o.started_by.startswith("a time-wait"):
+            assert "other addresses or ports at the same address" in o.started_by
+    assert len(ports) == CONNECTIONS
+    if any(o.key.lifetime > 1 for o in resets):
+        assert "time-wait or request socket with other addresses" in data.lifetime_rule
     render_report(trace.path, str(tmp / "report"))
     obj = next(o for o in partial_objects if o.key.address in tw)
     page = (tmp / "report" / obj.dirname / "index.html").read_text()

@@ -15,7 +15,9 @@ here) and the mini fields that lie inside the member.  The probe reads the head 
 and the rest of the object only when the state is not one of those
 (`ctracer.probes.ctext.snapshot_function`); an event read only in part carries
 `ctracer.event.FLAG_HEAD_ONLY`, and every reader of the trace shows the fields outside
-the head as not read (the trace's meta ``head_read`` is `HeadRead.to_json`).
+the head as not read (the trace's meta ``head_read`` is `HeadRead.to_json`).  Nothing
+traced marks where such an object ends, so its ``identity`` fields (the connection's
+addresses and ports) tell a new one at a reused address apart, in the report.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class HeadRule:
     state: str                # dotted path of the field saying which object it is
     states: tuple[str, ...]   # enumerator names of the states where only the head exists
     why: str
+    #: head fields that name one such object for its whole life (its connection's
+    #: addresses and ports): another value at the same address is another object
+    identity: tuple[str, ...] = ()
 
 
 RULES = (
@@ -43,8 +48,13 @@ RULES = (
              "time-wait and request sockets (struct inet_timewait_sock, struct "
              "request_sock) share only struct sock_common with struct sock: in states "
              "TCP_TIME_WAIT and TCP_NEW_SYN_RECV only __sk_common is read "
-             "(the kernel's sk_fullsock())"),
+             "(the kernel's sk_fullsock())",
+             identity=("__sk_common.skc_addrpair", "__sk_common.skc_portpair")),
 )
+
+#: why an identity change splits lifetimes, as the report says it
+IDENTITY_RULE = ("a time-wait or request socket with other addresses or ports at the same "
+                 "address is another socket (nothing traced marks its end)")
 
 
 @dataclass(frozen=True)
@@ -59,12 +69,14 @@ class HeadRead:
     states: tuple[tuple[int, str], ...]
     fields: tuple[str, ...]            # the mini fields read from inside the member
     why: str
+    identity: tuple[str, ...] = ()     # the rule's identity fields the mini records
 
     def to_json(self) -> dict:
         return {"member": self.member, "bytes": [self.start, self.end],
                 "state_offset": self.state_offset, "state_size": self.state_size,
                 "states": [list(s) for s in self.states], "fields": list(self.fields),
-                "rule": self.why}
+                "rule": self.why, "identity": list(self.identity),
+                "identity_rule": IDENTITY_RULE if self.identity else ""}
 
 
 def _member_bytes(graph: TypeGraph, name: str) -> Optional[tuple[int, int]]:
@@ -115,7 +127,8 @@ def resolve(rule: HeadRule, graph: TypeGraph, layout: Layout,
         if start <= int(f.source.get("byte_offset", -1))
         and int(f.source.get("byte_offset", 0)) + int(f.source.get("size", 0)) <= end))
     return HeadRead(rule.member, start, end, state[0], state[1],
-                    tuple((int(values[s]), s) for s in rule.states), inside, rule.why)
+                    tuple((int(values[s]), s) for s in rule.states), inside, rule.why,
+                    tuple(f for f in rule.identity if f in inside))
 
 
 def head_read_for(struct: str, graph: TypeGraph, layout: Layout,

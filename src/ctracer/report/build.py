@@ -396,13 +396,21 @@ class Pairing:
     #: which lifetime they belong to (the object was made during the call)
     lifetime_at: dict[int, int]
     unmatched_exits: int
+    #: the identity rule of objects read only in their head, when it split any lifetime
+    identity_rule: str = ""
 
 
 class _Pairer:
     """Pass 1 over the time-ordered rows (see the module docstring)."""
 
-    def __init__(self, fns: FunctionTable, rows: list[Row]):
+    def __init__(self, fns: FunctionTable, rows: list[Row],
+                 identities: Optional[dict[int, tuple]] = None, identity_rule: str = ""):
         self.fns, self.rows = fns, rows
+        #: row index -> identity of an object read only in its head (`head_identities`)
+        self.identities = identities or {}
+        self.identity_rule = identity_rule
+        self.identity_split = False
+        self._identity: dict[int, tuple] = {}
         self.frames: list[_Frame] = []
         self.threads: dict[int, _Thread] = {}
         self.lifetimes = _Lifetimes()
@@ -441,6 +449,13 @@ class _Pairer:
         lifetimes = self.lifetimes
         lifetimes.seen_again(address, index)
         lifetimes.seen(address, index, self.fns.name(row.function_id))
+        identity = self.identities.get(index) if self.identities else None
+        if identity is not None:
+            last = self._identity.get(address)
+            self._identity[address] = identity
+            if last is not None and last != identity:
+                lifetimes.rule_starts(address, index, self.identity_rule)
+                self.identity_split = True
         for rule in self.fns.rules.get(row.slot, ()):
             arg = rule.get("arg")
             if arg is not None and (row.args or {}).get(arg) != rule.get("equals"):
@@ -502,11 +517,14 @@ class _Pairer:
 
 
 def pair_calls(rows: list[Row], fns: FunctionTable,
-               say: Callable[[str], None] = lambda _m: None) -> Pairing:
+               say: Callable[[str], None] = lambda _m: None,
+               identities: Optional[dict[int, tuple]] = None,
+               identity_rule: str = "") -> Pairing:
     """Pass 1: pair each exit with its entry per thread (a lost event closes the frames
     above it), giving depths, durations and callers; resolve objects known only at exit;
-    find where reused addresses start new lifetimes."""
-    pairer = _Pairer(fns, rows)
+    find where reused addresses start new lifetimes (``identities``: see
+    `head_identities`)."""
+    pairer = _Pairer(fns, rows, identities, identity_rule)
     threads = pairer.threads
     for index, row in enumerate(rows):
         th = threads.get(row.tid)
@@ -521,7 +539,28 @@ def pair_calls(rows: list[Row], fns: FunctionTable,
         if index and index % 100_000 == 0:
             say(f"paired {index} events")
     return Pairing(pairer.frames, pairer.lifetimes, pairer.lifetime_at,
-                   pairer.unmatched_exits)
+                   pairer.unmatched_exits,
+                   pairer.identity_rule if pairer.identity_split else "")
+
+
+def head_identities(trace: Trace, events: Events) -> tuple[dict[int, tuple], str]:
+    """Row index -> the identity (the trace's meta ``head_read``: the connection's
+    addresses and ports) of each event that read only its object's head, and the rule
+    saying why another identity at the same address is another object; ({}, "") when
+    the trace has none.  Such events are few: only they are decoded here."""
+    head = trace.meta_json("head_read")
+    names = head.get("identity") if isinstance(head, dict) else None
+    layout = trace.mini
+    known = {f.name for f in layout.fields}
+    if not isinstance(names, list) or not names or not all(n in known for n in names):
+        return {}, ""
+    out = {}
+    for i, (row, snapshot) in enumerate(zip(events.rows, events.snapshots)):
+        if (row.flags & FLAG_HEAD_ONLY and not row.flags & FLAG_READ_FAILED
+                and snapshot is not None and len(snapshot) == layout.size):
+            values = layout.decode(snapshot)
+            out[i] = tuple(values[n] for n in names)
+    return out, str(head.get("identity_rule") or "")
 
 
 @dataclass
@@ -848,7 +887,8 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None,
     events = read_events(trace, fns)
     rows = events.rows
     say(f"read {len(rows)} events")
-    pairing = pair_calls(rows, fns, say)
+    identities, identity_rule = head_identities(trace, events)
+    pairing = pair_calls(rows, fns, say, identities, identity_rule)
     calls = count_calls(rows, pairing, fns)
     pairing.frames = []  # half a million calls: their memory is needed from here
     found = assign_objects(events, pairing, calls.duplicates)
@@ -874,7 +914,8 @@ def _build(trace: Trace, say: Callable[[str], None]) -> ReportData:
         summary=summary, counts=counts, unreadable_rows=unreadable,
         objects=list(found.objects.values()),
         rows=found.events.rows, methods=p.calls.methods, function_names=fns.names,
-        canonical=fns.canon, start_ns=p.start_ns, lifetime_rule=lifetime_rule(fns),
+        canonical=fns.canon, start_ns=p.start_ns, lifetime_rule=lifetime_rule(fns) + (
+            f"; {p.pairing.identity_rule}" if p.pairing.identity_rule else ""),
         null_object_events=found.null_events, unmatched_exits=p.pairing.unmatched_exits,
         unfinished_calls=p.calls.unfinished)
 
