@@ -14,7 +14,7 @@ import pytest
 
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.errors import UsageError
-from ctracer.event import Field, Layout
+from ctracer.event import FLAG_HEAD_ONLY, Field, Layout
 from ctracer.plan import discovery, mini, where
 from ctracer.plan.lifetimes import rules_for
 from ctracer.probes import tracepoint as tp
@@ -149,3 +149,30 @@ def test_print_bpf_of_the_kernel(kernel):
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("(struct bpf_raw_tracepoint_args *ctx)") == 2
     assert "((u64)m->len > 0x64ULL)" in r.stdout
+
+
+def test_snapshot_reads_the_head_first_and_where_never_admits_on_fields_not_read(kernel):
+    """With a head rule (`ctracer.plan.heads`, resolved from the kernel's BTF) the
+    snapshot reads __sk_common first and the rest only for a full socket; a --where on
+    a field outside the head refuses an object read only in its head (its zeros were
+    never read), one on head fields does not."""
+    from ctracer.plan import heads
+    catalog, methods, layout = kernel
+    model = btf.open_btf(KERNEL_BTF)
+    head = heads.head_read_for("sock", model.find_struct("sock"), layout, model)
+    assert head is not None and head.member == "__sk_common" and head.start == 0
+    assert [n for _, n in head.states] == ["TCP_TIME_WAIT", "TCP_NEW_SYN_RECV"]
+    program = tp.build_tracepoint_program(
+        methods, layout, catalog, head=head,
+        admission=tp.Admission(where=where.parse("sk_rcvbuf == 0", layout)))
+    snapshot = program.text.split("int ctracer_snapshot(")[1].split("\n}\n")[0]
+    first = f"bpf_probe_read_kernel(buf->b, {head.end}, (void *)(addr + 0))"
+    states = " || ".join(f"state == {v}" for v, _ in head.states)
+    assert snapshot.index(first) < snapshot.index(f"if ({states})") < \
+        snapshot.index(f"(void *)(addr + {head.end})")
+    admit = program.text.split("int ctracer_admit(")[1].split("\n}\n")[0]
+    assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" in admit
+    on_head = tp.build_tracepoint_program(
+        methods, layout, catalog, head=head,
+        admission=tp.Admission(where=where.parse("skc_num == 80", layout)))
+    assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" not in on_head.text

@@ -198,6 +198,15 @@ def evaluate(node: Condition, values: dict) -> bool:
     return evaluate(node.left, values) or evaluate(node.right, values)
 
 
+def fields_of(node: Condition) -> set[str]:
+    """The names of the fields a condition reads."""
+    if isinstance(node, Compare):
+        return {node.field.name}
+    if isinstance(node, Not):
+        return fields_of(node.operand)
+    return fields_of(node.left) | fields_of(node.right)
+
+
 def to_text(node: Condition) -> str:
     """The condition written back canonically (for the trace's meta and the C comment)."""
     if isinstance(node, Compare):

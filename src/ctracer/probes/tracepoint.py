@@ -260,7 +260,8 @@ def _comm_c(comm: str) -> list[str]:
             "\t\treturn 0;"]
 
 
-def _admit_function(admission: Admission, mini: Layout) -> str:
+def _admit_function(admission: Admission, mini: Layout,
+                    head: Optional[HeadRead] = None) -> str:
     t = ctext.Text()
     t("/* Whether a not yet followed object starts being followed at this hit. */",
       f"static __always_inline int ctracer_admit(u64 object, struct {mini.name} *m, "
@@ -282,6 +283,10 @@ def _admit_function(admission: Admission, mini: Layout) -> str:
         wanted = " && ".join(f"object != {o:#x}ULL" for o in admission.objects)
         t(f"\tif ({wanted})", "\t\treturn 0;")
     if admission.where is not None:
+        if head is not None and not where_clause.fields_of(admission.where) <= set(head.fields):
+            t("\t/* --where reads fields an object read only in its head has not: no */",
+              f"\tif (flags & {FLAG_HEAD_ONLY})",
+              "\t\treturn 0;")
         t("\t/* --where, on the snapshot just taken */",
           f"\tif (flags & {FLAG_READ_FAILED} || !{where_c(admission.where, 'm')})",
           "\t\treturn 0;")
@@ -430,7 +435,7 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
     t.block(_DEREF)
     if admission.selective:
         t("")
-        t.block(_admit_function(admission, mini))
+        t.block(_admit_function(admission, mini, head))
     t("")
     t.block(_hit_function(admission, nargs, mini))
     for tp in tracepoints:
