@@ -309,3 +309,42 @@ def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_pa
     trace.close()
     seen.clear()
     assert Trace(str(path), progress=seen.append).event_count() == 15000 and not seen
+
+
+def test_the_log_is_copied_into_the_file_while_recording(tmp_path):
+    """`TraceWriter.checkpoint_in_background`: while the writer commits, a thread copies
+    the log into the file, so the file itself (read without its log) holds the events
+    committed so far and closing has little left to fold in; the trace reads whole."""
+    import time
+    from ctracer.event import HEADER, mini_offset
+    path = tmp_path / "live.ctrace"
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json())
+    w.add_functions([FunctionRow(2, "sock_bind")])
+    w.expect_raw()
+    w.checkpoint_in_background(every_s=0.01)
+
+    def raw(i):
+        header = HEADER.encode(dict(ts_ns=i, object=0x5000, retval=0, cpu=0, pid=1, tid=1,
+                                    function_id=2, depth=0, phase=0, flags=0, comm="x"))
+        return header + bytes(mini_offset(MINI) - len(header)) + MINI.encode(
+            {"state": 1, "refcnt": i})
+
+    for batch in range(4):
+        w.add_raw(b"".join(raw(batch * 1000 + i) for i in range(1000)))
+    in_file = 0
+    deadline = time.monotonic() + 60  # a liveness bound, not a speed check
+    while in_file < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        # immutable=1: the file alone, its log ignored
+        db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        try:
+            in_file = db.execute("SELECT count(*) FROM spool").fetchone()[0]
+        except sqlite3.DatabaseError:
+            in_file = 0  # caught between two page writes of a checkpoint
+        finally:
+            db.close()
+    assert in_file == 4
+    w.close()
+    trace = Trace(str(path))
+    assert [trace.values(e)["refcnt"] for e in trace.events()] == list(range(4000))

@@ -40,6 +40,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -302,6 +303,7 @@ class TraceWriter:
         self._pending: list[tuple] = []
         self._meta: dict[str, str] = {}
         self._decoder: Optional[RawDecoder] = None
+        self._checkpointer: Optional[_Checkpointer] = None
         self.events_written = 0   # decoded into the events table
         self.events_spooled = 0   # raw, committed, not decoded yet
         self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
@@ -376,6 +378,15 @@ class TraceWriter:
         not only a crash): a moment's work when little is pending."""
         self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
+    def checkpoint_in_background(self, every_s: float = 1.0) -> None:
+        """From now until `close`, a thread with a connection of its own copies the
+        committed log into the file every ``every_s`` seconds (a passive checkpoint
+        never blocks the writer's commits; SQLite releases the GIL while it copies).
+        The log then holds only the last moments of a recording, so closing folds it
+        back in quickly even after a flood (262 MB of log took 0.6 s here)."""
+        if self._checkpointer is None:
+            self._checkpointer = _Checkpointer(self.path, every_s)
+
     def flush(self) -> None:
         if self._pending:
             self.db.executemany(_INSERT_EVENTS, self._pending)
@@ -392,11 +403,43 @@ class TraceWriter:
             self.decode_spool(decode_budget_s)
             self.flush()
             self.set_meta(state=STATE_FINISHED)
+            if self._checkpointer is not None:
+                self._checkpointer.stop()  # its connection would keep the log open
+                self._checkpointer = None
             self.db.execute("PRAGMA journal_mode=DELETE")
             self.db.close()
         finally:
+            if self._checkpointer is not None:
+                self._checkpointer.stop()
+                self._checkpointer = None
             self.db = None
             os.close(self._fd)
+
+
+class _Checkpointer:
+    """A thread copying a trace file's write-ahead log into the file now and then
+    (`TraceWriter.checkpoint_in_background`)."""
+
+    def __init__(self, path: str, every_s: float):
+        self.db = sqlite3.connect(path, check_same_thread=False)
+        self._stop = threading.Event()
+        self._every_s = every_s
+        self._thread = threading.Thread(target=self._run, name="ctracer-checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass  # a full disk or a busy file: the writer meets it and decides
+
+    def stop(self) -> None:
+        """Stop (after the checkpoint in progress) and close the connection."""
+        self._stop.set()
+        self._thread.join()
+        self.db.close()
 
 
 def _sqlite_header(path: str) -> bytes:

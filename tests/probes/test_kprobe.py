@@ -48,6 +48,7 @@ def test_an_entry_and_an_exit_program_per_function_and_one_emitter(planned):
     # every probe hands over to the emitter; only the emitter writes events
     assert program.text.count("ctracer_emitters.call(ctx, 0);") == 2 * len(program.functions)
     assert program.text.count("ringbuf_reserve") == 1
+    assert re.findall(r"ringbuf_submit\(e, (\w+)\)", program.text) == ["flags"]
     assert "bpf_probe_read_kernel" in program.text and "bpf_probe_read_user" not in program.text
 
 

@@ -24,7 +24,8 @@ from ctracer.probes import program as probes
 from ctracer.collectors import registry
 from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.plan.discovery import Method
-from ctracer.event import c_event_definition
+from ctracer.event import c_event_definition, event_size
+from ctracer.probes import ctext
 from ctracer.debuginfo.model import FunctionInfo, Parameter, ShapeKind, TypeShape
 
 X86 = probes.ARCHES["x86_64"]
@@ -222,3 +223,34 @@ def test_print_bpf_needs_no_root(sample, tmp_path):
     r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == probes.build_program(methods, built.layout).text
+
+
+def _submits(text: str) -> list[str]:
+    """The flags of every ring buffer submit and discard in a program's C."""
+    return re.findall(r"ringbuf_(?:submit|discard)\(e, (\w+)\)", text)
+
+
+def test_events_are_submitted_without_waking_the_reader_but_once_per_batch(sample):
+    """A wake-up per event (the default, adaptive flags 0) cost more than the rest of a
+    probe; every event goes through ``ctracer_submit``, which wakes the reader once per
+    `wake_every` events of a CPU."""
+    methods, built = sample
+    text = probes.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20).text
+    assert _submits(text) == ["flags"]  # the one submit, in ctracer_submit
+    body = text.split("void ctracer_submit(")[1].split("\n}\n")[0]
+    assert "flags = CTRACER_RB_NO_WAKEUP" in body and "flags = CTRACER_RB_FORCE_WAKEUP" in body
+    every = ctext.wake_every(1 << 20, event_size(built.layout), os.cpu_count() or 1)
+    assert f"#define CTRACER_WAKE_EVERY {every}\n" in text
+    assert "ctracer_submit(e);" in text.split("void ctracer_emit(")[1]
+    # the maps come before any function (bcc crashed on a map declared after one)
+    assert text.index("BPF_PERCPU_ARRAY(ctracer_unwoken, u32, 1);") < text.index("\n{\n")
+
+
+@pytest.mark.parametrize("ring, event, cpus, every", [
+    (16 << 20, 248, 2, ctext.MAX_WAKE_EVERY),    # a big ring: the cap
+    (1 << 20, 248, 2, (1 << 20) // 256 // 8),    # a quarter of the ring over 2 CPUs
+    (1 << 20, 248, 64, (1 << 20) // 256 // 256),
+    (4096, 4000, 8, 1),                          # one event fills the ring: wake each
+])
+def test_a_cpu_wakes_the_reader_before_a_quarter_of_the_ring_is_full(ring, event, cpus, every):
+    assert ctext.wake_every(ring, event, cpus) == every

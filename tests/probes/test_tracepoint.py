@@ -7,6 +7,7 @@ input.  Needs the kernel's BTF (/sys/kernel/btf/vmlinux), no root."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -102,6 +103,9 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     assert "bpf_probe_read_kernel" in program.text and "bpf_probe_read_user" not in program.text
     # no admission asked: every object, no followed set consulted
     assert "ctracer_admit(" not in program.text
+    # events leave through ctracer_submit, which wakes the reader once per batch
+    assert re.findall(r"ringbuf_submit\(e, (\w+)\)", program.text) == ["flags"]
+    assert "ctracer_submit(e);" in program.text.split("void ctracer_hit(")[1]
 
 
 def test_admission_is_numbers_in_the_c(kernel):

@@ -338,3 +338,48 @@ def test_a_probe_that_cannot_attach_is_recorded_and_the_others_go_on():
     attached = bpf_runtime.row_attachments(program, results)
     assert all(attached[i].startswith("failed: ") for i in broken.row_ids)
     assert bpf_runtime.attach_summary(results) == (len(results) - 1, 1)
+
+
+def test_events_submitted_without_a_wake_up_are_delivered_by_the_next_poll(tmp_path):
+    """The probes wake the reader only once per batch (`ctext.submit_function`): a
+    command producing fewer events than a batch never wakes it, and one poll after the
+    command has exited still delivers all of them, each once."""
+    from ctracer.record import bpf_runtime
+    from ctracer.record.recorder import GatedCommand
+    from ctracer.plan import discovery
+    from ctracer.debuginfo.dwarf import reader as dwarf
+    from ctracer.plan import mini
+    from ctracer.probes import ctext, program as probes
+    from ctracer.event import HEADER, event_size
+    types = dwarf.open_elf_types(gt.SOCKDEMO)
+    found = discovery.discover(types.catalog(), "sock")
+    layout = mini.build_mini(types.find_struct("sock")).layout
+    program = probes.build_program(found.methods, layout, filtered=True)
+    log = tmp_path / "truth.log"
+    os.environ[gt.LOG_ENV] = str(log)
+    try:
+        command = GatedCommand([gt.SOCKDEMO, "--loops", "1", "--threads", "1"])
+    finally:
+        del os.environ[gt.LOG_ENV]
+    delivered: list[bytes] = []
+    session = bpf_runtime.ProbeSession(program, gt.SOCKDEMO, delivered.append)
+    try:
+        session.compile()
+        session.follow(command.pid)
+        session.attach()
+        command.release()
+        while command.poll() is None:
+            time.sleep(0.01)
+        logged = sum(1 for _ in open(log))  # a line per entry and per exit
+        assert 0 < logged < ctext.wake_every(program.ring_bytes, event_size(layout),
+                                             os.cpu_count() or 1)
+        session.poll(timeout_ms=10)
+        first = len(delivered)
+        session.stop_probes()
+        session.drain()
+        assert session.lost() == 0
+    finally:
+        session.close()
+    assert first == len(delivered) == logged
+    stamps = [HEADER.decode(raw)["ts_ns"] for raw in delivered]
+    assert len(set(stamps)) == len(stamps)  # none twice

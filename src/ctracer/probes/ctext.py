@@ -8,6 +8,7 @@ user text.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Optional
 
@@ -64,14 +65,70 @@ _EMIT_BODY = """\
 	if (!object || ctracer_snapshot(&e->m, object))
 		flags |= CTRACER_FLAG_READ_FAILED;
 	e->h.flags = flags;
-	ctracer_events.ringbuf_submit(e, 0);
+	ctracer_submit(e);
 }
 """
 
 
+#: the most events a CPU submits between two wake-ups of the reader
+MAX_WAKE_EVERY = 1024
+
+
+def wake_every(ring_bytes: int, event_bytes: int, cpus: int) -> int:
+    """Events a CPU submits before it wakes the reader: a quarter of the ring shared by
+    every CPU (so a burst wakes the reader well before the ring is full), at most
+    `MAX_WAKE_EVERY`."""
+    record = (event_bytes + 8 + 7) // 8 * 8   # the ring's 8-byte record header, aligned
+    return max(1, min(MAX_WAKE_EVERY, ring_bytes // record // (4 * max(1, cpus))))
+
+
+_SUBMIT = """\
+/* Submit an event without waking the reader (the wake-up is a self-IPI and a context
+   switch: it cost more than the rest of a probe when done for every event).  The
+   reader takes what the ring holds every few tens of milliseconds on its own; a CPU
+   wakes it after every CTRACER_WAKE_EVERY events, so a burst is taken before the ring
+   is full. */
+#define CTRACER_WAKE_EVERY %(every)d
+#define CTRACER_RB_NO_WAKEUP 1     /* BPF_RB_NO_WAKEUP of the kernel's ABI */
+#define CTRACER_RB_FORCE_WAKEUP 2  /* BPF_RB_FORCE_WAKEUP */
+
+static __always_inline void ctracer_submit(struct ctracer_event *e)
+{
+	u32 zero = 0;
+	u32 *unwoken = ctracer_unwoken.lookup(&zero);
+	u64 flags = CTRACER_RB_NO_WAKEUP;
+
+	if (!unwoken || ++*unwoken >= CTRACER_WAKE_EVERY) {
+		if (unwoken)
+			*unwoken = 0;
+		flags = CTRACER_RB_FORCE_WAKEUP;
+	}
+	ctracer_events.ringbuf_submit(e, flags);
+}
+"""
+
+
+def ring_buffer_maps(ring_bytes: int) -> list[str]:
+    """The maps events leave through, declared with the program's other maps (bcc
+    crashed compiling a map declared after a function when the kernel headers were
+    missing): the ring buffer, the per-CPU lost counter, and the per-CPU count of
+    events submitted since the reader was last woken (`submit_function`)."""
+    return ["BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
+            "BPF_PERCPU_ARRAY(ctracer_unwoken, u32, 1);",
+            f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});"]
+
+
+def submit_function(ring_bytes: int, event_bytes: int, cpus: Optional[int] = None) -> str:
+    """``ctracer_submit(e)``: submit a reserved event, waking the reader only once per
+    `wake_every` events of a CPU (``cpus``: how many may submit at once, this
+    machine's by default)."""
+    return _SUBMIT % {"every": wake_every(ring_bytes, event_bytes, cpus or os.cpu_count() or 1)}
+
+
 def emit_function(stop_check: bool) -> str:
     """``ctracer_emit``: reserve an event in the ring buffer (counting a failure as
-    lost), fill its header, snapshot the object.  With ``stop_check`` it first reads the
+    lost), fill its header, snapshot the object, submit it (`submit_function` defines
+    ``ctracer_submit``, which must come first).  With ``stop_check`` it first reads the
     ``ctracer_stopped`` flag, so a recording ends on every probe at one instant."""
     reserve = _EMIT_STOP_CHECK if stop_check else \
         "\tstruct ctracer_event *e = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));\n"

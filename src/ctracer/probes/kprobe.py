@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 from ctracer.collectors.base import KERNEL
 from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Layout, \
-    c_event_definition
+    c_event_definition, event_size
 from ctracer.debuginfo.model import FunctionInfo
 from ctracer.plan.attach import PlannedProbe
 from ctracer.plan.discovery import Method
@@ -288,10 +288,10 @@ def build_kprobe_program(probes: Sequence[PlannedProbe], mini: Layout, *,
               'BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, '
               'ctracer_kcalls, 65536);',
               'BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);',
-              "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
-              f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});", ""]
+              *ctext.ring_buffer_maps(ring_bytes), ""]
     lines += _snapshot(mini)
     lines += [""] + _HELPERS.rstrip("\n").split("\n")
+    lines += [""] + ctext.submit_function(ring_bytes, event_size(mini)).rstrip("\n").split("\n")
     lines += [""] + ctext.emit_function(stop_check=False).rstrip("\n").split("\n")
     lines += [""] + (_EMITTER % {"emitter": EMITTER, "entry": PHASE_ENTRY,
                                  "no_entry": FLAG_NO_ENTRY}).rstrip("\n").split("\n")

@@ -56,7 +56,7 @@ from ctracer.collectors.base import USER, ObjectReader
 from ctracer.probes import ctext
 from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
-                           Layout, c_event_definition)
+                           Layout, c_event_definition, event_size)
 from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
 from ctracer.tracefile import FunctionRow
 
@@ -454,13 +454,14 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       'BPF_TABLE("lru_hash", struct ctracer_call_key, struct ctracer_call, ctracer_calls, 65536);',
       'BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);',
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
-      "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
       "BPF_ARRAY(ctracer_stopped, u8, 1);",
-      f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
+      *ctext.ring_buffer_maps(ring_bytes),
       "")
     t.block(ctext.snapshot_function(mini, reader))
     t("")
     t.block(_COMMON)
+    t("")
+    t.block(ctext.submit_function(ring_bytes, event_size(mini)))
     t("")
     t.block(ctext.emit_function(stop_check=True))
     t("")

@@ -40,7 +40,7 @@ from typing import Optional, Sequence
 from ctracer.collectors.base import KERNEL
 from ctracer.debuginfo.model import Catalog, Parameter, ShapeKind, TracepointInfo
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_TRACEPOINT, Layout,
-                           c_event_definition)
+                           c_event_definition, event_size)
 from ctracer.plan import where as where_clause
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
@@ -343,7 +343,7 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       f"\t\tflags |= {FLAG_HEAD_ONLY};")
     if admission.selective:
         t("\tif (!followed && !ctracer_admit(object, &e->m, pid_tgid, flags)) {",
-          "\t\tctracer_events.ringbuf_discard(e, 0);",
+          "\t\tctracer_events.ringbuf_discard(e, CTRACER_RB_NO_WAKEUP);",
           "\t\treturn;",
           "\t}",
           "\tif (ends)",
@@ -361,7 +361,7 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\tbpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));")
     for i in range(nargs):
         t(f"\te->args[{i}] = args[{i}];")
-    t("\tctracer_events.ringbuf_submit(e, 0);",
+    t("\tctracer_submit(e);",
       "}")
     return str(t)
 
@@ -427,8 +427,7 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
       f"BPF_HASH(ctracer_objects, u64, u8, {int(capacity)});",
       "BPF_ARRAY(ctracer_admitted, u64, 1);",
-      "BPF_PERCPU_ARRAY(ctracer_lost, u64, 1);",
-      f"BPF_RINGBUF_OUTPUT(ctracer_events, {ring_bytes // 4096});",
+      *ctext.ring_buffer_maps(ring_bytes),
       "")
     t.block(ctext.snapshot_function(mini, KERNEL, head))
     t("")
@@ -436,6 +435,8 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
     if admission.selective:
         t("")
         t.block(_admit_function(admission, mini, head))
+    t("")
+    t.block(ctext.submit_function(ring_bytes, event_size(mini, nargs)))
     t("")
     t.block(_hit_function(admission, nargs, mini))
     for tp in tracepoints:

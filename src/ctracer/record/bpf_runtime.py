@@ -268,6 +268,8 @@ class ProbeSession:
         #: events delivered since the current poll began, and when a poll must yield
         self._delivered = 0
         self._budget = 0
+        #: the last poll stopped at its budget with events left in the ring buffer
+        self._backlog = False
         #: set (e.g. from a signal handler) to make the current poll return at once
         self.interrupted = False
         #: uprobe.multi link fds, one per attached probe
@@ -404,11 +406,19 @@ class ProbeSession:
 
     # -- running --------------------------------------------------------------
 
-    def poll(self, timeout_ms: int = 100, budget: int = 20000) -> int:
-        """Wait up to ``timeout_ms`` for events and deliver them, at most about
-        ``budget`` before returning; the number delivered."""
+    def poll(self, timeout_ms: int = 50, budget: int = 20000) -> int:
+        """Wait up to ``timeout_ms`` (less when a CPU of the probes wakes us: they do
+        once per batch, see `ctracer.probes.ctext.submit_function`), then deliver what
+        the ring buffer holds, at most about ``budget`` events; the number delivered.
+        The timeout is thus how late an event may be delivered (``--tail``)."""
+        if self._backlog:  # the last call left events behind: no wake-up may come
+            timeout_ms = 0
         self._delivered, self._budget = 0, budget
         self.bpf.ring_buffer_poll(timeout_ms)
+        if not self.interrupted and self._delivered < budget:
+            # the probes submit without waking us: take what they left since
+            self.bpf.ring_buffer_consume()
+        self._backlog = self._delivered >= budget
         return self._delivered
 
     def stop_probes(self) -> None:

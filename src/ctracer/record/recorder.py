@@ -75,9 +75,14 @@ def is_disk_full(e: BaseException) -> bool:
     return getattr(e, "sqlite_errorcode", None) == 13  # SQLITE_FULL
 
 
+#: how long the recorder waits for the ring buffer between its other duties: the probes
+#: wake it only once per batch of events, so this bounds how late an event is seen
+#: (``--tail``) and how long a poll takes when a stop is requested
+POLL_MS = 50
+
 #: seconds the recorder spends decoding raw events once stopped (the first reader of
 #: the trace decodes what is left)
-FINISH_BUDGET_S = 0.5
+FINISH_BUDGET_S = 0.2
 
 
 class EventSink:
@@ -90,7 +95,6 @@ class EventSink:
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
     DECODE_BUDGET_S = 0.05   # per commit: decoding never starves the ring buffer ...
     BUSY_EVENTS = 5000       # ... and waits for the end while a commit holds more
-    CHECKPOINT_S = 5.0       # when not busy: the log synced into the file this often
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
                  tail: Optional[Callable[[bytes], None]] = None):
@@ -99,7 +103,7 @@ class EventSink:
         self.tail = tail
         self.pending: list[bytes] = []
         self.held: list[bytes] = []   # counted, not yet committed
-        self.last_commit = self.last_checkpoint = time.monotonic()
+        self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
@@ -136,9 +140,6 @@ class EventSink:
             self.writer.add_raw(batch)
             if not commit and len(batch) // self.size < self.BUSY_EVENTS:
                 self.writer.decode_spool(self.DECODE_BUDGET_S)
-                if now - self.last_checkpoint >= self.CHECKPOINT_S:
-                    self.last_checkpoint = now
-                    self.writer.checkpoint()
 
 
 class Progress:
@@ -315,6 +316,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                         host=socket.gethostname(), kernel_release=os.uname().release,
                         command=list(command) if command else None, pid=pid)
         writer.expect_raw()
+        writer.checkpoint_in_background()
         if command:
             gated = GatedCommand(command)
             session.follow(gated.pid)
@@ -470,7 +472,7 @@ def _poll_until_done(session, counts: Counts, progress: Progress,
                      watch: MappingWatch) -> str:
     next_check = 0.0
     while True:
-        session.poll(100)
+        session.poll(POLL_MS)
         try:
             session.on_event.flush()
         except Exception as e:
