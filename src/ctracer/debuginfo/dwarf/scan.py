@@ -728,6 +728,8 @@ class UnitScanner:
                     continue
             values, end = r.decode(after, plan)
             pos = handlers[plan.tag](pos - r.base, plan, values, end)
+            if pos < end:
+                raise backward_sibling(pos, end)
 
     def _namespace(self, offset, plan, values, end) -> int:
         return self._children(end) if plan.children else end
@@ -795,6 +797,8 @@ class UnitScanner:
                                 self._bit_offset(values)))
             elif plan.tag in COMPOSITE_TAGS:  # a struct defined inside another one
                 pos = self._composite(pos - r.base, plan, values, end)
+                if pos < end:
+                    raise backward_sibling(pos, end)
                 continue
             pos = r.next_sibling(plan, values, end)
 
