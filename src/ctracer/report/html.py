@@ -163,7 +163,7 @@ class _RunningState:
 
     def _initial(self, key: Any) -> dict[str, str]:
         obj = self.site.data_objects.get(key)
-        show = self.site.fmt.show
+        show = self.site.timeline.value
         if obj is None:
             return {}
         return {name: show(name, points[0][1]) for name, points in obj.series.items() if points}
@@ -228,6 +228,8 @@ class _Site:
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
         self._cells: dict[Any, tuple[str, str]] = {}
+        self._shown_html: dict[tuple[str, Any], str] = {}
+        self._cause_html: dict[tuple, str] = {}
         self.notes: list[str] = []
         self.dot = graphs.dot_available()
         if not self.dot:
@@ -261,6 +263,23 @@ class _Site:
         if self.reach.get(row.function_id) == "returns" or abs(v) >= 1 << 32:
             return "NULL" if v == 0 else f"0x{v & (1 << 64) - 1:x}"
         return self.fmt.show_retval(v)
+
+    def shown_html(self, field: str, value: Any) -> str:
+        """A value as shown, escaped (values repeat: each is formatted once)."""
+        key = (field, value)
+        text = self._shown_html.get(key)
+        if text is None:
+            if len(self._shown_html) > 200_000:
+                self._shown_html.clear()
+            text = self._shown_html[key] = str(escape(self.timeline.value(field, value)))
+        return text
+
+    def cause_html(self, c: Change) -> str:
+        key = (c.cause, c.function_id, c.function, c.seen_at)
+        text = self._cause_html.get(key)
+        if text is None:
+            text = self._cause_html[key] = str(escape(self.cause_text(c)))
+        return text
 
     def cause_text(self, c: Change) -> str:
         tracepoint = c.seen_at.startswith("tp:")
@@ -410,12 +429,12 @@ class _Site:
                             if c.obj in self.rendered else "")
                     cell = (_CHANGE_OBJECT.format(escape(href), escape(obj.label)) if href
                             else _CHANGE_OBJECT_PLAIN.format(escape(obj.label)))
+                # the link is made of our own file names and numbers: nothing to escape
                 items.append(_CHANGE_ROW.format(
                     time=format_offset(c.ts_ns), object=cell,
-                    old=escape(self.fmt.show(c.field, c.old)),
-                    new=escape(self.fmt.show(c.field, c.new)),
-                    cause=escape(self.cause_text(c)),
-                    href=escape(f"{page_of.get(c.seq, 'index.html')}#{anchor}{c.seq}")))
+                    old=self.shown_html(c.field, c.old), new=self.shown_html(c.field, c.new),
+                    cause=self.cause_html(c),
+                    href=f"{page_of.get(c.seq, 'index.html')}#{anchor}{int(c.seq)}"))
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn
             if has_plot:
@@ -456,7 +475,7 @@ class _Site:
             numbers, ticks = self.fmt.plot_axis(name, raw)
             out[self.field_stem[name]] = {
                 "t": [round(t / 1e6, 6) for t, _ in points], "y": numbers,
-                "label": [self.fmt.show(name, v) for v in raw],
+                "label": [self.timeline.value(name, v) for v in raw],
                 "ticks": [[p, label] for p, label in ticks] if ticks else None,
                 "end": round((obj.last_ns - start) / 1e6, 6)}
         return out
@@ -489,7 +508,7 @@ class _Site:
             series = {name: [plotting.Series(obj.label, points, obj.last_ns - start)]
                       for name, points in obj.series.items()
                       if len(points) > MIN_CHANGES_TO_PLOT}
-        values = {name: self.fmt.show(name, points[0][1])
+        values = {name: self.timeline.value(name, points[0][1])
                   for name, points in obj.series.items() if points}
         self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
                           page_of, series, show_object=False, limit=None, values=values,
@@ -517,7 +536,7 @@ class _Site:
         plotted = f"{len(data.objects)} objects, one strip each"
         values = {}
         for f in self.layout.fields:
-            seen = {self.fmt.show(f.name, o.series[f.name][0][1])
+            seen = {self.timeline.value(f.name, o.series[f.name][0][1])
                     for o in data.objects if o.series.get(f.name)}
             values[f.name] = (next(iter(seen)) if len(seen) == 1 else
                               f"{len(seen)} values across objects" if seen else "")
