@@ -19,6 +19,7 @@ import sys
 from typing import Optional, Sequence
 
 from ctracer import __version__
+from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.errors import CtracerError
 
 #: subcommand → (module, one-line help)
@@ -117,7 +118,10 @@ def describe_os_error(e: OSError) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = build_parser(_subcommand(argv)).parse_args(argv)
+    # start-up makes only objects kept for the process's life (modules, classes, the
+    # parser): no collection until it is over, and none of them walked by later ones
+    with collector_paused(freeze=True):
+        args = build_parser(_subcommand(argv)).parse_args(argv)
     debug = bool(getattr(args, "debug", False) or os.environ.get("CTRACER_DEBUG"))
 
     def fail(message: str, status: int) -> int:

@@ -16,9 +16,10 @@ import pytest
 from cbuild import Build, compile_c, need
 from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.dwarf import reader as dwarf
-from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
-                           FunctionType, Member, PointerType, QualifiedType, ShapeKind,
-                           TypeGraph, Typedef, iter_members_flat)
+from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+                                     FunctionType, Member, PointerType, QualifiedType, TypeGraph,
+                                     Typedef, iter_members_flat)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
 

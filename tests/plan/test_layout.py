@@ -17,8 +17,8 @@ from cbuild import Build, compile_c, need
 from ctracer import cli
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import pahole as layout
-from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, Member, PointerType,
-                           TypeGraph)
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, Member,
+                                     PointerType, TypeGraph)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
 

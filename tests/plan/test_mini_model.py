@@ -7,8 +7,8 @@ import pytest
 from ctracer.errors import UsageError
 from ctracer.debuginfo.cdecl import type_text
 from ctracer.plan.mini import build_mini, extract_field, select_fields
-from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, FunctionType,
-                           Member, PointerType, QualifiedType, TypeGraph, Typedef)
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, FunctionType,
+                                     Member, PointerType, QualifiedType, TypeGraph, Typedef)
 
 TYPES = {
     1: BaseType("int", 4, Encoding.SIGNED),

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Callable, Hashable, NamedTuple, Optional, Union
 
-from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
-                                     FunctionType, Member, PointerType, QualifiedType,
-                                     TypeGraph, TypeId, Typedef)
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+                                     FunctionType, Member, PointerType, QualifiedType, TypeGraph,
+                                     TypeId, Typedef)
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: qualifiers in the order C programmers usually write them

@@ -185,17 +185,17 @@ class Discovery:
 # ---------------------------------------------------------------- the search
 
 
-@dataclass(frozen=True)
-class _Target:
-    """A type whose pointer is a pointer to the target: the target or one of its aliases."""
+class _Target(NamedTuple):
+    """A type whose pointer is a pointer to the target: the target or one of its aliases.
+    (This and `_Holder` are named tuples: a frozen dataclass costs 3M instructions of
+    start-up to define, a named tuple a fifth of that.)"""
 
     kind: ShapeKind
     name: str
     alias_chain: tuple[Link, ...]
 
 
-@dataclass(frozen=True)
-class _Holder:
+class _Holder(NamedTuple):
     """A struct from whose address ``path`` leads to a target (display: ``text``)."""
 
     kind: ShapeKind

@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from ctracer.debuginfo.model import EnumType
+from ctracer.debuginfo.graph import EnumType
 from ctracer.event import Field, Layout
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ctracer.debuginfo.model import CompositeType, TypeGraph, iter_members_flat
+from ctracer.debuginfo.graph import CompositeType, TypeGraph, iter_members_flat
 from ctracer.event import Layout
 from ctracer.plan.displays import EnumSource
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ctracer.debuginfo.model import (ArrayType, BaseType, CompositeType, EnumType, FunctionType, Member,
-                           PointerType, QualifiedType, TypeGraph, TypeId, Typedef)
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, EnumType, FunctionType,
+                                     Member, PointerType, QualifiedType, TypeGraph, TypeId,
+                                     Typedef)
 
 CACHELINE_SIZE = 64
 #: pahole's column widths: a member's type is padded to TYPE_SPACING, its name then ends

@@ -35,10 +35,11 @@ from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
 from ctracer.debuginfo.btf import format as bf
 from ctracer.debuginfo.btf.format import BtfData
 from ctracer.errors import InputFileError, UnknownType
-from ctracer.debuginfo.model import (ArrayType, BaseType, Catalog, CompositeType, Encoding, EnumType,
-                           FunctionInfo, FunctionType, Member, MemberInfo, Parameter,
-                           PointerType, QualifiedType, ShapeKind, StructInfo,
-                           TracepointInfo, Type, TypeGraph, TypeShape, Typedef)
+from ctracer.debuginfo.model import (Catalog, FunctionInfo, MemberInfo, Parameter, ShapeKind,
+                                     StructInfo, TracepointInfo, TypeShape)
+from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+                                     FunctionType, Member, PointerType, QualifiedType, Type,
+                                     TypeGraph, Typedef)
 
 #: what reading a damaged blob raises from inside the reader (an id or offset that a
 #: record points past the end with, a count that makes no sense)

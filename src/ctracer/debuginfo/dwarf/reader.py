@@ -22,13 +22,16 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ctracer.debuginfo.elf import (SHT_NOBITS, ElfHeaders, build_id, function_symbols,
                                    read_elf_headers)
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import Catalog, ShapeKind, TypeGraph
+from ctracer.debuginfo.model import Catalog, ShapeKind
 from ctracer.errors import InputFileError, UnknownType
+
+if TYPE_CHECKING:  # (the type graph is defined only when a struct's full types are read)
+    from ctracer.debuginfo.graph import TypeGraph
 
 
 class _DwarfUnits:
