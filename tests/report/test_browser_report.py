@@ -336,3 +336,31 @@ def test_hostile_names_are_drawn_as_text(browser, tmp_path):
     assert watch.problems == [] and injected == 0
     assert threads and set(threads) == {"<svg onload=x>/1"}
     assert any("<b>UP</b> → A&B" in c for c in changes)
+
+
+def test_a_row_deep_in_a_long_page_is_drawn_with_its_neighbours(browser, tmp_path):
+    """A page draws 2,000 rows at a time: a link to a row past them draws the rows
+    around it (not every row before it), and the earlier ones come back on demand."""
+    write_synthetic_trace(str(tmp_path / "long.ctrace"), threads=1, lifecycles=1,
+                          sends=500, addresses_per_thread=1)
+    out = Path(render_report(str(tmp_path / "long.ctrace"), str(tmp_path / "out")).out_dir)
+    page_path = next(out.glob("0x*")) / "index.html"
+    ids = [row["id"] for row in page_rows(page_path)]
+    assert len(ids) > 2400
+    target = ids[2300]
+    page = browser.new_page()
+    watch = PageProblems(page)
+    page.goto(page_path.as_uri() + "#" + target, wait_until="load")
+    assert page.evaluate("document.querySelector(':target')?.id") == target
+    drawn = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
+                          ".map(r => r.id)")
+    assert target in drawn and ids[0] not in drawn and len(drawn) <= 2000
+    for _ in range(5):  # 2,000 more a click, until the first row is back
+        if not page.is_visible("button[data-timeline=earlier]"):
+            break
+        page.click("button[data-timeline=earlier]")
+    drawn = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
+                          ".map(r => r.id)")
+    assert ids[0] in drawn and target in drawn
+    page.close()
+    assert watch.problems == []

@@ -159,12 +159,15 @@
   var q = function (name) { return document.querySelector("[data-timeline='" + name + "']"); };
   var search = q("search"), fnSel = q("function"), threadSel = q("thread"), fieldSel = q("field");
   var fromBox = q("from"), toBox = q("to"), shown = q("shown"), more = q("more");
+  var earlier = q("earlier");
   var onlyChanged = document.querySelector("input[data-only-changed]");
   options(fnSel, Object.keys(fnSet));
   options(threadSel, Object.keys(threadSet));
   options(fieldSel, Object.keys(fieldSet));
 
-  var kept = items, limit = SCREEN;
+  // the rows drawn: kept[first .. first + limit) (a row linked deep in a long page is
+  // drawn with its neighbours, not with every row before it)
+  var kept = items, first = 0, limit = SCREEN;
   function filter() {
     var want = search ? search.value.trim().toLowerCase() : "";
     var fn = fnSel ? fnSel.value : "", th = threadSel ? threadSel.value : "";
@@ -181,20 +184,23 @@
   }
   function draw() {
     if (!items.length) { return; }
-    body.innerHTML = kept.slice(0, limit).map(rowHtml).join("");
+    var end = Math.min(kept.length, first + limit);
+    body.innerHTML = kept.slice(first, end).map(rowHtml).join("");
     if (shown) {
       shown.textContent = kept.length + " of " + items.length + " rows shown" +
-        (kept.length > limit ? " (the first " + limit + " drawn)" : "");
+        (end - first < kept.length ? " (" + (first + 1) + "–" + end + " drawn)" : "");
     }
-    if (more) { more.parentNode.hidden = kept.length <= limit; }
+    if (more) { more.parentNode.hidden = end >= kept.length; }
+    if (earlier) { earlier.parentNode.hidden = first === 0; }
   }
   function apply() {
     // the same rows as drawn: nothing is redrawn (a change event fired by a blur as the
     // user clicks a row must not replace the row under the mouse)
     var before = kept;
     filter();
-    if (limit === SCREEN && before.length === kept.length &&
+    if (first === 0 && limit === SCREEN && before.length === kept.length &&
         before.every(function (it, j) { return kept[j] === it; })) { return; }
+    first = 0;
     limit = SCREEN;
     draw();
   }
@@ -202,6 +208,13 @@
     if (el) { el.addEventListener("input", apply); el.addEventListener("change", apply); }
   });
   if (more) { more.addEventListener("click", function () { limit += SCREEN; draw(); }); }
+  if (earlier) {
+    earlier.addEventListener("click", function () {
+      var back = Math.min(first, SCREEN);
+      first -= back; limit += back;
+      draw();
+    });
+  }
 
   // a row named in the address (a link from the changes page, the call graph, the
   // index) is drawn, filters cleared if they hide it, before the browser looks for it
@@ -215,7 +228,10 @@
       filter();
       at = kept.indexOf(it);
     }
-    if (at >= limit) { limit = at + SCREEN; }
+    if (at < first || at >= first + limit) {
+      first = Math.max(0, at - 100);
+      limit = SCREEN;
+    }
     draw();
   }
   document.addEventListener("click", function (ev) {
