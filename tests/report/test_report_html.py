@@ -339,3 +339,6 @@ def test_png_plots_go_to_the_fields_that_changed_most(tmp_path):
                      page, re.S).group(1)
     assert all(f'"{n}"' in live for n in names)
     assert len(list((out / "many_objects").glob("*.png"))) == report_html.MAX_PLOTS_PER_PAGE
+    render_report(str(tmp_path / "w.ctrace"), str(out), plots=False)  # --no-plots
+    assert not list(out.rglob("*.png"))
+    assert "PNG plots are drawn" not in read(out / "0x1000" / "changes.html")

@@ -453,7 +453,7 @@ class _Site:
                    series_json=series_json,
                    fields=fields, show_object=show_object,
                    changed=sum(1 for f in fields if f["count"]), drawn=len(drawn),
-                   left_out=len(set(series) & set(by_field)) - len(drawn))
+                   left_out=(len(set(series) & set(by_field)) - len(drawn)) if self.plots else 0)
 
     def note_unreadable_pages(self, objects: list[ObjectTimeline]) -> None:
         """Where each unreadable row of these objects' timelines is (the index links
