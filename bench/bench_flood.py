@@ -101,13 +101,25 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--buffer-mb", type=int, default=1)
     p.add_argument("--flood-seconds", type=float, default=8.0)
+    p.add_argument("--sigint-rounds", type=int, default=3)
     args = p.parse_args()
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average at the start: {load}")
     with tempfile.TemporaryDirectory() as folder:
         first = to_completion(folder, args.loops, args.threads, args.buffer_mb)
         print("to completion:", json.dumps(first))
-        second = responsiveness(folder, args.threads, args.buffer_mb, args.flood_seconds)
-        print("SIGINT in a flood:", json.dumps(second))
+        print(f"  produced {first['produced']} = written {first['written']} + lost "
+              f"{first['lost']}: {'exact' if first['exact'] else 'NOT EXACT'}; "
+              f"RATIO sample traced / untraced: {first['slowdown']}x")
+        stops = []
+        for _ in range(args.sigint_rounds):
+            second = responsiveness(folder, args.threads, args.buffer_mb, args.flood_seconds)
+            print("SIGINT in a flood:", json.dumps(second))
+            stops.append(second["stop_after_sigint_s"])
+            os.unlink(os.path.join(folder, "sigint.ctrace"))
+    print(f"  SIGINT to exit: {', '.join(f'{s:.2f} s' for s in stops)}; worst "
+          f"{max(stops):.2f} s (goal <= 1 s)")
     return 0 if first["exact"] else 1
 
 

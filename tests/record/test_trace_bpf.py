@@ -383,3 +383,45 @@ def test_events_submitted_without_a_wake_up_are_delivered_by_the_next_poll(tmp_p
     assert first == len(delivered) == logged
     stamps = [HEADER.decode(raw)["ts_ns"] for raw in delivered]
     assert len(set(stamps)) == len(stamps)  # none twice
+
+
+def test_ctrl_c_in_a_busy_recording_finishes_the_file_with_every_event_once(tmp_path):
+    """Ctrl-C while two threads of the sample fill a 1 MB buffer: the probes are
+    detached while what the ring buffer holds is committed, the file is finished (the
+    raw events the recorder did not decode in time, if any, are decoded by its first
+    reader, once), and nothing is in it twice or more than was produced (written + lost
+    <= logged: the sample logs on after the stop)."""
+    import sqlite3
+    out, log = tmp_path / "flood.ctrace", tmp_path / "truth.log"
+    tracer = subprocess.Popen(ctracer_argv("trace", "sock", "--binary", gt.SOCKDEMO,
+                                           "--buffer-mb", "1", "-o", str(out), "--",
+                                           gt.SOCKDEMO, "--loops", "1000000", "--threads", "2"),
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, gt.LOG_ENV: str(log)})
+    try:
+        _wait_for_line(tracer.stderr, "recording struct sock")
+        deadline = time.monotonic() + 120
+        while not (log.exists() and log.stat().st_size > 20_000_000):
+            assert time.monotonic() < deadline, "the sample never flooded"
+            time.sleep(0.05)
+        tracer.send_signal(signal.SIGINT)
+        assert tracer.wait(timeout=120) == 0
+        rest = tracer.stderr.read()
+    finally:
+        tracer.kill()
+    assert "stopped: Ctrl-C" in rest and "Traceback" not in rest
+    assert not os.path.exists(str(out) + "-wal")
+    db = sqlite3.connect(str(out))
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    left = db.execute("SELECT count(*) FROM spool").fetchone()[0]
+    db.close()
+    assert meta["state"] == "finished" and meta["stopped_by"] == "ctrl-c"
+    print(f"raw events left to the reader in {left} spool rows")
+    trace = Trace(str(out))
+    assert trace.event_count() == int(meta["events"])
+    lost = trace.meta_json("lost_events")
+    logged = sum(1 for _ in open(log))
+    assert 0 < trace.event_count() and trace.event_count() + lost <= logged
+    seen = set(trace.db.execute("SELECT tid, ts_ns FROM events"))
+    assert len(seen) == trace.event_count()  # no event twice
+    assert trace.db.execute("SELECT count(*) FROM spool").fetchone()[0] == 0

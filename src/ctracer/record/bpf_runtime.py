@@ -257,8 +257,6 @@ class ProbeSession:
                  on_event: Callable[[bytes], None]):
         self.program = program
         self.binary = os.path.realpath(binary) if binary else None
-        #: raw tracepoints attached (kernel programs)
-        self._raw_tracepoints: list[str] = []
         self.on_event = on_event
         self.bpf = None
         self.results: list[AttachResult] = []
@@ -342,7 +340,6 @@ class ProbeSession:
                 failure = str(e).splitlines()[0] if str(e) else type(e).__name__
             else:
                 failure = ""
-                self._raw_tracepoints.append(tp.name)
         if failure:
             detail = _first_error(diagnostics.getvalue())
             return f"{failure}{': ' + detail if detail else ''}"
@@ -421,26 +418,33 @@ class ProbeSession:
         self._backlog = self._delivered >= budget
         return self._delivered
 
-    def stop_probes(self) -> None:
-        """Stop every probe from firing: uprobe.multi links are closed (detached),
-        perf-event uprobes disabled at once (`close` detaches them), raw tracepoints
-        detached."""
+    def begin_stop(self) -> threading.Thread:
+        """Stop every probe, now: the ``ctracer_stopped`` flag ends emission at once (the
+        uprobe programs read it); a thread then detaches every probe at the same time
+        (uprobe.multi links, raw tracepoints, the fork-following tracepoints: each close
+        waits for a grace period, and closes at the same time share one), while the
+        caller takes what the ring buffer holds.  Perf-event uprobes are disabled
+        (`close` detaches them).  Join the thread returned: once it has ended no probe
+        runs, so nothing more reaches the ring buffer."""
         self._stop_emitting()
-        links, self._links = self._links, []
-        _close_in_parallel(links)
-        for name in self._raw_tracepoints if self.bpf is not None else ():
-            with _captured_output():
-                try:
-                    self.bpf.detach_raw_tracepoint(tp=name.encode())
-                except Exception:
-                    pass
+        fds, self._links = self._links, []
         if self.bpf is not None:
-            self._raw_tracepoints.clear()
-        for fd in list(self.bpf.uprobe_fds.values()) if self.bpf is not None else ():
-            try:
-                fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
-            except OSError:
-                pass
+            for attached in (self.bpf.raw_tracepoint_fds, self.bpf.tracepoint_fds):
+                fds += attached.values()  # closed here: bcc's cleanup must not again
+                attached.clear()
+            for fd in self.bpf.uprobe_fds.values():
+                try:
+                    fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
+                except OSError:
+                    pass
+        closing = threading.Thread(target=_close_in_parallel, args=(fds,),
+                                   name="ctracer-detach", daemon=True)
+        closing.start()
+        return closing
+
+    def stop_probes(self) -> None:
+        """Stop every probe from firing and return once they are all detached."""
+        self.begin_stop().join()
 
     def drain(self) -> None:
         """Deliver every event in the buffer (stop the probes first, or this runs as

@@ -80,9 +80,12 @@ def is_disk_full(e: BaseException) -> bool:
 #: (``--tail``) and how long a poll takes when a stop is requested
 POLL_MS = 50
 
-#: seconds the recorder spends decoding raw events once stopped (the first reader of
-#: the trace decodes what is left)
-FINISH_BUDGET_S = 0.2
+#: seconds the recorder spends decoding raw events once stopped, while the probes are
+#: being detached and again when it closes the file (the first reader of the trace
+#: decodes what is left), so that Ctrl-C ends even a flood within a second
+FINISH_BUDGET_S = 0.15
+#: raw events left at the end that are still decoded when the file is closed
+FINISH_DECODES = 20000
 
 
 class EventSink:
@@ -363,7 +366,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             # a flood leaves more raw events than a second decodes: its first reader
             # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
             if stopped_by != DISK_FULL:
-                writer.close(decode_budget_s=FINISH_BUDGET_S if recording else None)
+                writer.close(decode_budget_s=_finish_budget(writer) if recording else None)
             if not recording:
                 os.unlink(output)
         finally:
@@ -385,19 +388,42 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
 
 def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
                     stopped_by: str) -> str:
-    """Stop every probe at once, take what the ring buffer still holds and commit it;
-    why the recording stopped (a full disk met only now included)."""
-    session.stop_probes()
+    """Stop every probe at once, take what the ring buffer holds and commit it (decoding
+    some of it) while the probes are being detached, then what the last probes in
+    flight left; why the recording stopped (a full disk met only now included)."""
+    closing = session.begin_stop()
+    try:
+        session.drain()
+        stopped_by = _commit(sink, stopped_by, decode_s=FINISH_BUDGET_S)
+    finally:
+        closing.join()
     session.drain()
-    if stopped_by != DISK_FULL:
-        try:
-            sink.flush(commit=True)
-        except Exception as e:
-            if not is_disk_full(e):
-                raise
-            stopped_by = DISK_FULL
+    stopped_by = _commit(sink, stopped_by)
     counts.lost = session.lost()
     watch.check()
+    return stopped_by
+
+
+def _finish_budget(writer: TraceWriter) -> float:
+    """Seconds to decode for when the file is closed: what is left when it is little
+    (then the file needs no decoding by its reader, who may not be allowed to write
+    it), none after a flood (the reader decodes it all anyway)."""
+    return FINISH_BUDGET_S if writer.events_spooled <= FINISH_DECODES else 0.0
+
+
+def _commit(sink: "EventSink", stopped_by: str, decode_s: float = 0.0) -> str:
+    """Commit what the sink holds, then decode for up to ``decode_s`` seconds, unless
+    the disk is full (met now or before); why the recording stopped."""
+    if stopped_by == DISK_FULL:
+        return stopped_by
+    try:
+        sink.flush(commit=True)
+        if decode_s:
+            sink.writer.decode_spool(decode_s)
+    except Exception as e:
+        if not is_disk_full(e):
+            raise
+        return DISK_FULL
     return stopped_by
 
 
