@@ -189,14 +189,18 @@ def _as_text(found, description: str, attachable) -> str:
     header += ("REACHED THROUGH",)
     rows = []
     status = Counter()
+    vias: dict = {}  # Method.via by what it depends on (sock: 414 texts, 11,746 methods)
     for m in found.methods:  # (m.function.key: Method.key without a property call)
         probe = "yes" if m.probeable else f"no: {m.not_probeable}"
+        via = vias.get((m.route, m.param_index, m.param_name))
+        if via is None:
+            via = vias[(m.route, m.param_index, m.param_name)] = m.via
         if attachable is None:
-            rows.append((m.function.key, m.reach, probe, m.via))
+            rows.append((m.function.key, m.reach, probe, via))
         else:
             state = attachable(m)
             status[state.split(":")[0]] += 1
-            rows.append((m.function.key, m.reach, probe, state, m.via))
+            rows.append((m.function.key, m.reach, probe, state, via))
     if rows:
         lines.append("")
         lines.extend(_table(rows, header))
