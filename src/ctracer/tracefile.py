@@ -685,8 +685,10 @@ class Trace:
             raise self._damaged(e) from None
         return db, meta
 
-    def _damaged(self, e: Exception) -> TraceFileError:
-        return TraceFileError(f"{self.path} is damaged: {e}")
+    def _damaged(self, e: object) -> TraceFileError:
+        # one line, whatever SQLite said (its integrity report spans lines)
+        said = "; ".join(part.strip() for part in str(e).splitlines() if part.strip())
+        return TraceFileError(f"{self.path} is damaged: {said}")
 
     def _check_integrity(self) -> None:
         """SQLite's own check (reads the whole file: only where something is already
