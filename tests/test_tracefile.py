@@ -258,6 +258,19 @@ def test_trace_from_a_newer_ctracer(tmp_path):
         Trace(str(path))
 
 
+@pytest.mark.parametrize("value", [99, 2.5, b"1"])
+def test_schema_version_of_another_sqlite_type(tmp_path, value):
+    """Found by the fuzz suite: a meta value that is not text (an integer) is the trace's
+    error, not an AttributeError."""
+    path = _good(tmp_path)
+    db = sqlite3.connect(str(path))
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (value,))
+    db.commit()
+    db.close()
+    with pytest.raises(TraceFileError):
+        Trace(str(path))
+
+
 def test_files_that_are_not_traces(tmp_path):
     empty = tmp_path / "empty"
     empty.write_bytes(b"")

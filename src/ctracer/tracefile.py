@@ -617,7 +617,9 @@ class Trace:
             _finish(path, recording, progress)
             self.db, self.meta = self._open()
         version = self.meta.get("schema_version")
-        if not (version or "").isdigit():
+        # a damaged meta row may hold another SQLite type than the text we write
+        version = str(version) if isinstance(version, (int, str)) else ""
+        if not version.isdigit():
             self._check_integrity()  # our tables, no version: a damaged meta table?
             raise TraceFileError(f"{path} is not a ctracer trace file (no schema version)")
         if int(version) > max(READABLE_VERSIONS):
