@@ -101,7 +101,10 @@ def main() -> int:
         print(f"anchor (read + decode every event once, one by one): {anchor:.2f} s")
         for stage, what in (("model", "model"), ("graphs", "graphs"),
                             ("html", "pages (HTML, data files and plots)"), ("total", "total")):
-            print(f"  {s.get(stage, 0):7.2f} s  = {s.get(stage, 0) / anchor:5.2f} x anchor: {what}")
+            line = f"  {s.get(stage, 0):7.2f} s  = {s.get(stage, 0) / anchor:5.2f} x anchor: {what}"
+            if f"{stage}_cpu" in s:
+                line += f"; {s[stage + '_cpu']:.2f} cpu s"
+            print(line)
         print(f"  ({s.get('plots', 0):.2f} s of the pages' time went to plots, summed over "
               "the helper processes)")
         print(f"  cpu     {cpu:7.2f} s  = {cpu / anchor_cpu:5.2f} x the anchor's "

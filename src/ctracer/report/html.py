@@ -699,6 +699,14 @@ def _run_indexed(index: int) -> float:
     return _run_task(_tasks_of_helpers[index])
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its helpers that have ended."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 @private_files  # the report holds addresses, argv and traced strings: 0600 files, 0700 dirs
 def render(trace_path: str, out_dir: Optional[str] = None, *,
            max_objects: Optional[int] = None, plots: bool = True,
@@ -709,7 +717,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     are drawn for the ``plot_objects`` objects with most changes (None or 0: all), and
     none without ``plots`` (pages then list changes and plot them in the browser)."""
     say = progress or (lambda _msg: None)
-    clock = time.perf_counter()
+    clock, cpu = time.perf_counter(), _cpu_seconds()
     seconds: dict[str, float] = {}
     trace = Trace(trace_path)
     try:
@@ -718,6 +726,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         _prepare(out_dir)
         data = build_report(trace, say)
         seconds["model"] = time.perf_counter() - clock
+        seconds["model_cpu"] = _cpu_seconds() - cpu
 
         site = _Site(data, trace, out_dir, plots)
         chosen = data.objects
@@ -744,11 +753,12 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
         say(f"laying out {len(site.graphs)} call graphs")
         site.layout_graphs()
         seconds["graphs"] = time.perf_counter() - mark
-        mark = time.perf_counter()
+        mark, cpu = time.perf_counter(), _cpu_seconds()
         site.note_unreadable_pages(chosen)
         seconds["plots"] = _write_pages(site, chosen, min(os.cpu_count() or 1, 2), say)
         site.index_page(len(data.objects))
         seconds["html"] = time.perf_counter() - mark
+        seconds["html_cpu"] = _cpu_seconds() - cpu
     finally:
         trace.close()
     seconds["total"] = time.perf_counter() - clock
