@@ -35,6 +35,7 @@ from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import mini
 from ctracer.probes import program as probes
 from ctracer.record import recorder as record
+from ctracer.event import event_size  # noqa: E402
 from ctracer.tracefile import TraceWriter  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -70,8 +71,10 @@ def traced_run(program, argv, consumer: str, out_dir: str) -> dict:
     session = bpf_runtime.ProbeSession(program, SAMPLE, lambda raw: None)
     session.compile()
     if consumer == "count":
-        def count(raw: bytes) -> None:
-            counts.events += 1
+        size = event_size(program.mini, program.nargs)
+
+        def count(raw: bytes) -> None:  # one or more events, back to back
+            counts.events += len(raw) // size
         session.on_event = count
     else:
         writer = TraceWriter(os.path.join(out_dir, "bench.ctrace"))
@@ -87,7 +90,7 @@ def traced_run(program, argv, consumer: str, out_dir: str) -> dict:
     start = time.perf_counter()
     command.release()
     while command.poll() is None:
-        session.poll(100)
+        session.poll(record.POLL_MS)
         if writer:
             session.on_event.flush()
     session.drain()

@@ -2,8 +2,9 @@
 
 `ProbeSession` compiles a `ctracer.probes.program.ProbeProgram`, attaches its entry and exit
 probes to a binary (one function at a time: a function that fails, or whose probe the
-verifier rejects, is recorded and the others go on), follows process ids, hands every
-event to a callback, reports the lost count and detaches cleanly.
+verifier rejects, is recorded and the others go on), follows process ids, hands the
+events to a callback (a batch at a time, back to back, read from the ring buffer's
+memory map by `ctracer.record.ringbuf`), reports the lost count and detaches cleanly.
 
 Probes are attached as uprobe.multi BPF links where the kernel has them (6.6+; found by
 trying, per session): closing a link detaches its uprobes after one RCU grace period, and
@@ -43,8 +44,10 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
+from ctracer.event import event_size
 from ctracer.probes.program import ProbedFunction, ProbeProgram
 from ctracer.probes.tracepoint import ProbedTracepoint, TracepointProgram
+from ctracer.record import ringbuf
 from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
@@ -255,6 +258,7 @@ class ProbeSession:
 
     def __init__(self, program: Union[ProbeProgram, TracepointProgram], binary: Optional[str],
                  on_event: Callable[[bytes], None]):
+        """``on_event`` receives one or more whole events, back to back."""
         self.program = program
         self.binary = os.path.realpath(binary) if binary else None
         self.on_event = on_event
@@ -268,6 +272,9 @@ class ProbeSession:
         self._budget = 0
         #: the last poll stopped at its budget with events left in the ring buffer
         self._backlog = False
+        #: the ring buffer read through its memory map (`ctracer.record.ringbuf`);
+        #: None where libbpf's consumer calls `on_event` once per event instead
+        self._ring: Optional[ringbuf.MappedRing] = None
         #: set (e.g. from a signal handler) to make the current poll return at once
         self.interrupted = False
         #: uprobe.multi link fds, one per attached probe
@@ -303,7 +310,12 @@ class ProbeSession:
             return 0
 
         self._callback = deliver
-        self.bpf[b"ctracer_events"].open_ring_buffer(deliver)
+        events = self.bpf[b"ctracer_events"]
+        if ringbuf.supported():
+            self._ring = ringbuf.MappedRing(events.map_fd, self.program.ring_bytes,
+                                            event_size(self.program.mini, self.program.nargs))
+        else:
+            events.open_ring_buffer(deliver)
 
     def follow(self, pid: int) -> None:
         """Record process ``pid`` (and the children it forks from now on)."""
@@ -410,6 +422,12 @@ class ProbeSession:
         The timeout is thus how late an event may be delivered (``--tail``)."""
         if self._backlog:  # the last call left events behind: no wake-up may come
             timeout_ms = 0
+        if self._ring is not None:
+            if timeout_ms:
+                self._ring.wait(timeout_ms / 1000)
+            self._delivered = self._take(budget)
+            self._backlog = self._delivered >= budget
+            return self._delivered
         self._delivered, self._budget = 0, budget
         self.bpf.ring_buffer_poll(timeout_ms)
         if not self.interrupted and self._delivered < budget:
@@ -449,9 +467,21 @@ class ProbeSession:
     def drain(self) -> None:
         """Deliver every event in the buffer (stop the probes first, or this runs as
         long as they keep producing)."""
-        self._delivered, self._budget = 0, 0
         self.interrupted = False
+        if self._ring is not None:
+            while self._take(0):
+                pass
+            return
+        self._delivered, self._budget = 0, 0
         self.bpf.ring_buffer_consume()
+
+    def _take(self, limit: int) -> int:
+        """Hand what the mapped ring holds (at most ``limit`` records) to `on_event`
+        in one piece; the number of records taken."""
+        events, taken = self._ring.take(limit)
+        if events:
+            self.on_event(events)
+        return taken
 
     def _stop_emitting(self) -> None:
         """Make every probe stop emitting at one instant (the programs read the
@@ -483,6 +513,9 @@ class ProbeSession:
         if self.bpf is None:
             return
         self.stop_probes()
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         bpf, self.bpf = self.bpf, None
         _close_in_parallel(list(bpf.uprobe_fds.values()))
         bpf.uprobe_fds.clear()

@@ -105,6 +105,7 @@ class EventSink:
         self.counts = counts
         self.tail = tail
         self.pending: list[bytes] = []
+        self.pending_bytes = 0
         self.held: list[bytes] = []   # counted, not yet committed
         self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
@@ -114,15 +115,19 @@ class EventSink:
                                     f"{self.size - flags.offset - 1}x")
 
     def __call__(self, raw: bytes) -> None:
+        """Take one or more whole events, back to back (a batch from the mapped ring
+        buffer, or one event from libbpf's per-event callback)."""
         self.pending.append(raw)
+        self.pending_bytes += len(raw)
         if self.tail is not None:
-            self.tail(raw)
-        if len(self.pending) >= self.BATCH:
+            for at in range(0, len(raw), self.size):
+                self.tail(raw[at:at + self.size])
+        if self.pending_bytes >= self.BATCH * self.size:
             self._take()
 
     def _take(self) -> None:
         if self.pending:
-            batch, self.pending = b"".join(self.pending), []
+            batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
             if len(batch) % self.size:
                 raise RuntimeError("an event of unexpected size came out of the ring buffer")
             self.held.append(batch)

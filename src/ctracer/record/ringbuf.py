@@ -1,0 +1,125 @@
+"""Reading a BPF ring buffer through its memory map, a batch of events at a time.
+
+libbpf's consumer (what bcc's ``ring_buffer_poll`` runs) calls back into Python once per
+event: about 0.8 µs of the reader's CPU per event here, on a 2-core machine where that
+CPU is taken from the traced program.  Every record ctracer's probes reserve has the same
+size (``sizeof(struct ctracer_event)``), so the records between the consumer and the
+producer positions lie at a fixed stride, and `MappedRing.take` reads them with a few
+numpy operations: the record headers (a length with a *busy* bit while the producer has
+not submitted it yet, a *discard* bit for a record given back), then the payloads copied
+out in one piece, then the consumer position moved past them.
+
+The layout is the kernel's (``kernel/bpf/ringbuf.c``, ``include/uapi/linux/bpf.h``):
+page 0 of the map holds the consumer position (written by the reader); from page 1 on,
+read-only, the producer position, then the data pages mapped twice in a row, so a run of
+records that wraps around the end reads as one contiguous block.  A record header is
+written (busy) before the producer position moves past it, and its busy bit is cleared
+after its payload is written; the reader relies on x86's ordering of loads and stores
+for that (`supported` is true only there; elsewhere libbpf's consumer is used).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import platform
+import select
+
+import numpy as np
+
+#: include/uapi/linux/bpf.h
+BUSY_BIT = 1 << 31
+DISCARD_BIT = 1 << 30
+HEADER_BYTES = 8
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def supported() -> bool:
+    """Whether this machine orders memory as `MappedRing` assumes (x86-64)."""
+    return platform.machine() in ("x86_64", "AMD64")
+
+
+def record_bytes(event_bytes: int) -> int:
+    """Bytes one event takes in the ring: its header, then the event, 8-byte aligned."""
+    return (event_bytes + HEADER_BYTES + 7) // 8 * 8
+
+
+def _map(fd: int, length: int, prot: int, offset: int) -> int:
+    address = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, offset)
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot map the ring buffer: {os.strerror(err)}")
+    return address
+
+
+class MappedRing:
+    """One ring buffer map (``fd``, ``ring_bytes`` of data) whose records all carry
+    ``event_bytes`` of event."""
+
+    def __init__(self, fd: int, ring_bytes: int, event_bytes: int):
+        if ring_bytes & (ring_bytes - 1):
+            raise ValueError("a ring buffer's size is a power of two")
+        page = mmap.PAGESIZE
+        self.event_bytes = event_bytes
+        self.stride = record_bytes(event_bytes)
+        self._mask = ring_bytes - 1
+        self._consumer_len = page
+        self._producer_len = page + 2 * ring_bytes
+        self._consumer = _map(fd, self._consumer_len, mmap.PROT_READ | mmap.PROT_WRITE, 0)
+        try:
+            self._producer = _map(fd, self._producer_len, mmap.PROT_READ, page)
+        except OSError:
+            _libc.munmap(self._consumer, self._consumer_len)
+            raise
+        # single aligned 8-byte loads and stores (ctypes copies the value as one word)
+        self._consumer_pos = ctypes.c_uint64.from_address(self._consumer)
+        self._producer_pos = ctypes.c_uint64.from_address(self._producer)
+        data = (ctypes.c_uint8 * (2 * ring_bytes)).from_address(self._producer + page)
+        self._data = np.frombuffer(data, dtype=np.uint8)
+        self._poller = select.epoll()
+        self._poller.register(fd, select.EPOLLIN)
+
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a probe wakes the reader or ``timeout_s`` passes."""
+        self._poller.poll(timeout_s)
+
+    def take(self, limit: int = 0) -> tuple[bytes, int]:
+        """The events submitted since the last call (at most ``limit`` records when
+        given), back to back, and how many records were consumed (discarded ones
+        included); the space they took is given back to the producers."""
+        consumer = self._consumer_pos.value
+        count = (self._producer_pos.value - consumer) // self.stride
+        if limit:
+            count = min(count, limit)
+        if count <= 0:
+            return b"", 0
+        start = consumer & self._mask
+        block = self._data[start:start + count * self.stride].reshape(count, self.stride)
+        lengths = block[:, :4].copy().view("<u4").ravel()
+        busy = np.flatnonzero(lengths & BUSY_BIT)
+        if len(busy):  # a producer has not submitted it yet: stop before it
+            count = int(busy[0])
+            block, lengths = block[:count], lengths[:count]
+        kept = (lengths & DISCARD_BIT) == 0
+        if np.any(lengths[kept] != self.event_bytes):
+            raise RuntimeError("a record of unexpected size in the ring buffer")
+        payload = block[kept, HEADER_BYTES:HEADER_BYTES + self.event_bytes].tobytes()
+        self._consumer_pos.value = consumer + count * self.stride
+        return payload, count
+
+    def close(self) -> None:
+        if self._poller is None:
+            return
+        self._poller.close()
+        self._poller = None
+        self._data = None
+        _libc.munmap(self._producer, self._producer_len)
+        _libc.munmap(self._consumer, self._consumer_len)
