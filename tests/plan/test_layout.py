@@ -90,6 +90,28 @@ def test_mini_field_is_the_hidden_former_spelling_of_fields(capsys, fixture_so):
     assert "--fields GLOB" in help_text and "--field " not in help_text
 
 
+def test_mini_exclude_fields_spelled_as_in_trace(capsys, fixture_so):
+    """Fields are left out with `--exclude-fields GLOB...` in `struct --mini` as in
+    `trace` (`--exclude` leaves out functions there); `struct --exclude P` still works,
+    hidden."""
+    base = ("struct", "big_one", "--binary", str(fixture_so), "--mini", "--no-cache")
+    _, everything, _ = ctracer(capsys, *base)
+    _, new, _ = ctracer(capsys, *base, "--exclude-fields", "refs", "flag")
+    _, old, _ = ctracer(capsys, *base, "--exclude", "refs", "--exclude", "flag")
+    names = set(re.findall(r"^\t\S+\s+(\w+)(?:\[\d+\])?;", everything, re.M))
+    assert {"refs", "flag"} <= names
+    assert old == new
+    assert set(re.findall(r"^\t\S+\s+(\w+)(?:\[\d+\])?;", new, re.M)) == names - {
+        "refs", "flag"}
+    with pytest.raises(SystemExit):
+        ctracer(capsys, "struct", "--help")
+    help_text = capsys.readouterr().out
+    assert "--exclude-fields GLOB" in help_text and "--exclude " not in help_text
+    with pytest.raises(SystemExit):
+        ctracer(capsys, "trace", "--help")
+    assert "--exclude-fields GLOB" in capsys.readouterr().out
+
+
 def test_render_refuses_what_is_not_a_struct():
     g = TypeGraph({1: BaseType("int", 4, Encoding.SIGNED)}, 1)
     with pytest.raises(TypeError):

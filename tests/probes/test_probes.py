@@ -225,6 +225,18 @@ def test_print_bpf_needs_no_root(sample, tmp_path):
     assert r.stdout == probes.build_program(methods, built.layout).text
 
 
+def test_exclude_fields_leaves_them_out_of_the_program(sample, tmp_path):
+    """`ctracer trace --exclude-fields GLOB` reaches the program: the sk_* members are
+    not copied, the __sk_common ones still are."""
+    r = subprocess.run([sys.executable, "-m", "ctracer", "trace", "struct", "sock", "--binary",
+                        gt.SOCKDEMO, "--print-bpf", "--exclude-fields", "sk_*"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    event = r.stdout.split("struct ctracer__mini_sock {")[1].split("};")[0]
+    assert "__sk_common__skc_state" in event and "sk_" not in event.replace("__sk_common", "")
+
+
 def _submits(text: str) -> list[str]:
     """The flags of every ring buffer submit and discard in a program's C."""
     return re.findall(r"ringbuf_(?:submit|discard)\(e, (\w+)\)", text)

@@ -45,8 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "--fields`")
     # the former spelling, one pattern a flag: kept working, no longer shown
     mini.add_argument("--field", dest="fields", action="append", help=argparse.SUPPRESS)
-    mini.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                      help="with --mini: leave out fields matching this name or glob")
+    mini.add_argument("--exclude-fields", nargs="+", action="extend", default=[],
+                      metavar="GLOB", help="with --mini: leave out these fields (names or "
+                                           "globs), as `ctracer trace --exclude-fields`")
+    # the former spelling: kept working, no longer shown (in `trace` and `plan`, --exclude
+    # leaves out functions)
+    mini.add_argument("--exclude", dest="exclude_fields", action="append",
+                      help=argparse.SUPPRESS)
     options.add_selection_arguments(mini, "with --mini: ")
     mini.add_argument("--explain", action="store_true",
                       help="with --mini: list what is left out and why, and what the "
@@ -63,10 +68,10 @@ def run(args: argparse.Namespace) -> int:
 
     kind, name = options.struct_name_from_args(args)
     kind_given = len(args.target) == 2
-    mini_only = (args.fields or args.exclude or args.cachelines or args.pointers
+    mini_only = (args.fields or args.exclude_fields or args.cachelines or args.pointers
                  or args.no_reorganize or args.max_bytes is not None or args.explain)
     if mini_only and not args.mini:
-        raise UsageError("--fields, --exclude, --cachelines, --max-bytes, --pointers, "
+        raise UsageError("--fields, --exclude-fields, --cachelines, --max-bytes, --pointers, "
                          "--no-reorganize and --explain need --mini")
     model = sources.open_type_source(options.type_source_from_args(args))
     try:
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def _mini_text(graph, args: argparse.Namespace) -> str:
     from ctracer.collectors import registry
     from ctracer.plan import mini
-    built = mini.build_mini(graph, include=args.fields, exclude=args.exclude,
+    built = mini.build_mini(graph, include=args.fields, exclude=args.exclude_fields,
                             cachelines=[n for group in args.cachelines for n in group],
                             max_bytes=args.max_bytes, pointers=args.pointers,
                             reorganize_fields=not args.no_reorganize, kinds=registry.claim)

@@ -79,6 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--fields", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="only these fields of the struct (a glob naming a nested struct "
                           "takes all of its fields)")
+    run.add_argument("--exclude-fields", nargs="+", action="extend", default=[],
+                     metavar="GLOB", help="leave out these fields of the struct")
     run.add_argument("--pointers", action="store_true",
                      help="also record pointer members (as addresses)")
     options.add_selection_arguments(run)
@@ -188,7 +190,7 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
     return TraceRequest(
         kind=kind, name=name, source=options.type_source_from_args(args),
         functions=tuple(args.functions), exclude=tuple(args.exclude),
-        fields=tuple(args.fields), exclude_fields=tuple(getattr(args, "exclude_fields", ())),
+        fields=tuple(args.fields), exclude_fields=tuple(args.exclude_fields),
         cachelines=tuple(n for group in args.cachelines for n in group),
         max_bytes=args.max_bytes, project=getattr(args, "project_file", None),
         pointers=args.pointers,
@@ -310,7 +312,6 @@ def apply_project(args: argparse.Namespace) -> None:
     added to it; a type source on the command line wins)."""
     from ctracer.errors import UsageError
     from ctracer.plan import project
-    args.exclude_fields = []
     args.project_file = None
     if not getattr(args, "project", None):
         return
@@ -324,7 +325,7 @@ def apply_project(args: argparse.Namespace) -> None:
     args.functions = list(p.functions) + list(args.functions)
     args.exclude = list(p.exclude_functions) + list(args.exclude)
     args.fields = list(p.fields) + list(args.fields)
-    args.exclude_fields = list(p.exclude_fields)
+    args.exclude_fields = list(p.exclude_fields) + list(args.exclude_fields)
     args.cachelines = ([list(p.cachelines)] if p.cachelines else []) + list(args.cachelines)
     if args.max_bytes is None:
         args.max_bytes = p.max_bytes
