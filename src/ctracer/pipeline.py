@@ -16,6 +16,7 @@ refused; the probe plan of ``ctracer plan`` decides).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
@@ -190,6 +191,23 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
                            methods)
 
 
+@contextlib.contextmanager
+def _project_rule_lines(request: TraceRequest):
+    """A refused lifetime rule that the project file gave names the file's line."""
+    try:
+        yield
+    except UsageError as err:
+        texts = getattr(request.project, "lifetime_rules", None)
+        if not texts or tuple(request.lifetime_rules or ()) != tuple(texts):
+            raise
+        culprit = next((t for t in texts if repr(t) in str(err)), None)
+        if culprit is None:
+            raise
+        reason = str(err).removeprefix("--lifetime-rule ").removeprefix("lifetime rule ")
+        raise request.project.error(f"[objects] lifetime_rules: {reason}", "objects",
+                                    culprit) from None
+
+
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
@@ -233,14 +251,16 @@ def build(request: TraceRequest) -> BuiltTrace:
                                f"{name} (directly, through an alias or a holder): nothing to "
                                "probe")
         admission = _admission(request, built.layout)
-        rules = _lifetime_rules(request, name, model, methods)
+        with _project_rule_lines(request):
+            rules = _lifetime_rules(request, name, model, methods)
         head = (heads.head_read_for(name, graph, built.layout, model)
                 if hasattr(model, "find_enum") else None)
         program = build_tracepoint_program(methods, built.layout, catalog,
                                            admission=admission, rules=rules,
                                            ring_bytes=ring, head=head)
-        lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
-                                          for tp in program.tracepoints})
+        with _project_rule_lines(request):
+            lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
+                                              for tp in program.tracepoints})
         extra = dict(
             traced="kernel", type_source=source.describe(),
             tracepoint_args={str(row): [a.to_json() for a in args]

@@ -112,3 +112,31 @@ def test_init_writes_every_method_and_field_and_trace_uses_it(tmp_path):
                      "sk_err", "sk_stats__rx_packets"}, names
     r = ctracer("trace", "sock", "--project", str(out), "--print-bpf")
     assert r.returncode == 2 and "give no NAME with --project" in r.stderr
+
+
+def test_lifetime_rules_from_the_file_as_from_the_command_line(tmp_path):
+    """``[objects] lifetime_rules`` replaces the defaults as ``--lifetime-rule`` does (the
+    same program); a rule the kernel's tracepoints refuse names the file's line."""
+    p = project.load(write(tmp_path, 'struct = "sock"\n[objects]\nlifetime_rules = '
+                                     '["ends:tcp_destroy_sock"]\n'))
+    assert p.lifetime_rules == ("ends:tcp_destroy_sock",)
+    assert project.load(write(tmp_path, 'struct = "sock"\n')).lifetime_rules is None
+    with pytest.raises(UsageError, match=r"p.toml:3: \[objects\] lifetime_rules must be a list"):
+        project.load(write(tmp_path, 'struct = "sock"\n[objects]\nlifetime_rules = "x"\n'))
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.skip("the kernel part needs the running kernel's BTF")
+    path = write(tmp_path, 'struct = "sock"\n[objects]\nlifetime_rules = [\n'
+                           '  "ends:tcp_destroy_sock",\n]\n')
+    from_file = ctracer("trace", "--project", path, "--print-bpf")
+    given = ctracer("trace", "struct", "sock", "--lifetime-rule", "ends:tcp_destroy_sock",
+                    "--print-bpf")
+    defaults = ctracer("trace", "struct", "sock", "--print-bpf")
+    assert from_file.returncode == given.returncode == defaults.returncode == 0, from_file.stderr
+    assert from_file.stdout == given.stdout != defaults.stdout
+    path = write(tmp_path, 'struct = "sock"\n[objects]\nlifetime_rules = [\n'
+                           '  "ends:tcp_destroy_sock",\n  "starts:no_such_tracepoint",\n]\n')
+    r = ctracer("trace", "--project", path, "--print-bpf")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert f"{path}:5: [objects] lifetime_rules: 'starts:no_such_tracepoint': " \
+           "no_such_tracepoint is not a traced tracepoint" in r.stderr, r.stderr

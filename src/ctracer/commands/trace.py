@@ -330,6 +330,8 @@ def apply_project(args: argparse.Namespace) -> None:
     if args.max_bytes is None:
         args.max_bytes = p.max_bytes
     args.pointers = args.pointers or p.pointers
+    if not args.lifetime_rules and p.lifetime_rules is not None:
+        args.lifetime_rules = list(p.lifetime_rules)   # --lifetime-rule replaces the file's
     args.project_file = p
 
 

@@ -15,6 +15,8 @@ The file is TOML::
     cachelines = []                 # e.g. [1, 3]
     max_bytes = 64                  # optional
     pointers = false
+    [objects]                       # kernel traces: where an object's lifetime starts or ends
+    lifetime_rules = ["ends:tcp_destroy_sock"]  # replaces the defaults, as --lifetime-rule
 
 `load` reads and checks the shape of the file (TOML syntax errors and unknown keys name
 their line); `Project.check` checks the names against the struct's methods and fields
@@ -34,9 +36,11 @@ from typing import Optional, Sequence
 
 from ctracer.errors import InputFileError, UsageError
 
-_TOP = ("struct", "union", "binary", "btf", "btf_base", "module", "functions", "fields")
+_TOP = ("struct", "union", "binary", "btf", "btf_base", "module", "functions", "fields",
+        "objects")
 _SECTIONS = {"functions": ("include", "exclude"),
-             "fields": ("include", "exclude", "cachelines", "max_bytes", "pointers")}
+             "fields": ("include", "exclude", "cachelines", "max_bytes", "pointers"),
+             "objects": ("lifetime_rules",)}
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Project:
     cachelines: tuple[int, ...] = ()
     max_bytes: Optional[int] = None
     pointers: bool = False
+    #: ``--lifetime-rule`` texts replacing the defaults; None: the defaults
+    lifetime_rules: Optional[tuple[str, ...]] = None
 
     def error(self, message: str, section: str = "", value: str = "") -> UsageError:
         """``FILE:LINE: message``, the line being where ``value`` is written (in
@@ -171,13 +177,16 @@ def load(path: str) -> Project:
     pointers = fields.get("pointers", False)
     if not isinstance(pointers, bool):
         raise fail("pointers must be true or false", "fields", "pointers")
+    objects = doc.get("objects", {})
+    rules = _globs(objects, "lifetime_rules", "objects", fail) \
+        if "lifetime_rules" in objects else None
     return Project(path, text, kind, name, functions=_globs(functions, "include", "functions",
                                                              fail),
                    exclude_functions=_globs(functions, "exclude", "functions", fail),
                    fields=_globs(fields, "include", "fields", fail),
                    exclude_fields=_globs(fields, "exclude", "fields", fail),
                    cachelines=tuple(cachelines), max_bytes=max_bytes, pointers=pointers,
-                   **sources)
+                   lifetime_rules=rules, **sources)
 
 
 def _unknown_keys(table: dict, known: Sequence[str], section: str, fail) -> None:
@@ -200,7 +209,7 @@ def _string(table: dict, key: str, section: str, fail) -> str:
 def _globs(table: dict, key: str, section: str, fail) -> tuple[str, ...]:
     value = table.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise fail(f"[{section}] {key} must be a list of names or globs", section, key)
+        raise fail(f"[{section}] {key} must be a list of strings", section, key)
     return tuple(value)
 
 
@@ -238,5 +247,11 @@ def render(kind: str, name: str, source: dict, methods: Sequence[tuple[str, str]
             "cachelines = []            # e.g. [1, 3]: only fields on these cachelines "
             "(from 0)",
             "# max_bytes = 64           # keep fields in order while the snapshot fits",
-            "pointers = false           # also record pointer members, as addresses", ""]
+            "pointers = false           # also record pointer members, as addresses", "",
+            "[objects]",
+            "# kernel traces: where an object's lifetime starts or ends, replacing the "
+            "defaults (printed",
+            "# when recording starts), as --lifetime-rule: "
+            "starts|ends:TRACEPOINT[:ARGUMENT=VALUE], or \"none\"",
+            "# lifetime_rules = [\"ends:tcp_destroy_sock\"]", ""]
     return "\n".join(out)
