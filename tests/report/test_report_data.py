@@ -328,3 +328,24 @@ def test_values_are_shown_by_kind():
     assert [dict(ticks)[n] for n in numbers] == ["TCP_CLOSE", "TCP_ESTABLISHED", "TCP_CLOSE"]
     numbers, ticks = fmt.plot_axis("ptr", [0, 0x1000, 0])
     assert [dict(ticks)[n] for n in numbers] == ["NULL", "0x1000", "NULL"]
+
+
+def test_ports_and_addresses_climb_the_plot_as_their_shown_values_do():
+    """__be16 ports and __be32 addresses are read little-endian (33119 is raw 0x5f81):
+    placed by their host-order value, 33119 sits below 38934 (raw 0x1698 would put it
+    above), and many ports get a numeric axis in host order."""
+    layout = Layout.packed_in_order("ctracer__mini_n", [
+        Field("dport", "u16", 0, "uint", source={"ctype": "__be16"}),
+        Field("daddr", "u32", 0, "uint", source={"ctype": "__be32"})])
+    fmt = ValueFormatter(layout)
+    raw_33119, raw_38934 = 0x5F81, 0x1698
+    numbers, ticks = fmt.plot_axis("dport", [raw_33119, raw_38934])
+    assert numbers[0] < numbers[1]
+    assert [dict(ticks)[n] for n in numbers] == ["33119 (0x5f81)", "38934 (0x1698)"]
+    many = [int.from_bytes(p.to_bytes(2, "big"), "little") for p in range(1000, 1010)]
+    numbers, ticks = fmt.plot_axis("dport", many)
+    assert ticks is None and numbers == [float(p) for p in range(1000, 1010)]
+    loopback, ten = 0x0100007F, 0x0100000A          # 127.0.0.1, 10.0.0.1 as read
+    numbers, ticks = fmt.plot_axis("daddr", [loopback, ten])
+    assert numbers[1] < numbers[0]
+    assert [dict(ticks)[n] for n in numbers][1].startswith("10.0.0.1")

@@ -201,6 +201,9 @@ class ValueFormatter:
                 order[v] = float(len(order))
             return ([order[v] for v in values],
                     [(p, _shorten(self.show(field, v))) for v, p in order.items()])
+        display = self._display.get(field)
+        if display in ("ipv4", "port") and all(isinstance(v, int) for v in values):
+            return self._network_order_axis(field, display, values)
         distinct = sorted(set(values))
         if len(distinct) <= FEW_VALUES or (kind == "char" and len(distinct) <= 16):
             # a field that takes a handful of values reads best as labelled levels
@@ -208,6 +211,24 @@ class ValueFormatter:
             return [pos[v] for v in values], [(pos[v], _shorten(self.show(field, v)))
                                               for v in distinct]
         return [float(v) for v in values], None
+
+
+    def _network_order_axis(self, field: str, display: str,
+                            values: Sequence[int]) -> tuple[list[float], AxisTicks]:
+        """Ports and IPv4 addresses (network order, read little-endian) placed by their
+        host-order value, so the axis climbs as the numbers shown do; addresses are
+        labelled levels, ports a numeric axis once they are many."""
+        def host(v: int) -> int:
+            if display == "port":
+                return port(v)
+            return int.from_bytes((v & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+
+        distinct = sorted(set(values), key=host)
+        if display == "ipv4" or len(distinct) <= FEW_VALUES:
+            pos = {v: float(i) for i, v in enumerate(distinct)}
+            return [pos[v] for v in values], [(pos[v], _shorten(self.show(field, v)))
+                                              for v in distinct]
+        return [float(host(v)) for v in values], None
 
 
 def _shorten(text: str, limit: int = 24) -> str:
