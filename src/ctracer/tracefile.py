@@ -378,12 +378,13 @@ class TraceWriter:
         not only a crash): a moment's work when little is pending."""
         self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def checkpoint_in_background(self, every_s: float = 1.0) -> None:
+    def checkpoint_in_background(self, every_s: float = 0.25) -> None:
         """From now until `close`, a thread with a connection of its own copies the
         committed log into the file every ``every_s`` seconds (a passive checkpoint
         never blocks the writer's commits; SQLite releases the GIL while it copies).
         The log then holds only the last moments of a recording, so closing folds it
-        back in quickly even after a flood (262 MB of log took 0.6 s here)."""
+        back in quickly even after a flood (every second: 0.43 s to fold in after a
+        flood writing 400k events/s; every quarter of a second: 0.1-0.2 s)."""
         if self._checkpointer is None:
             self._checkpointer = _Checkpointer(self.path, every_s)
 
