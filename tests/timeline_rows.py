@@ -1,12 +1,14 @@
 """The rows a timeline page shows, read from its data files as the page's script reads
 them (`ctracer.report.timeline`), for tests that check rows without a browser: one dict
-per table row, caller rows (``c<seq>``) before the row that showed their changes."""
+per table row, caller rows (``c<seq>``) before the row that showed their changes; and
+the objects the index lists (`ctracer.report.index_data`)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from ctracer.report.index_data import OBJECTS_FILE, read_objects_file
 from ctracer.report.timeline import read_data_file
 
 
@@ -60,3 +62,9 @@ def row_text(row: dict) -> str:
              row["dur"], row["ret"]]
     parts += [f"{f} {o} → {n}" for f, o, n in row["changes"]]
     return " ".join(p for p in parts if p)
+
+
+def index_objects(report: Path) -> list[dict]:
+    """The objects the report's index lists (from its data file, as its script draws
+    them): dicts with ``label``, ``dir`` ("" when the object has no pages), counts."""
+    return read_objects_file((report / OBJECTS_FILE).read_text(encoding="utf-8"))

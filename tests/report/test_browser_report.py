@@ -15,7 +15,8 @@ import pytest
 
 from ctracer.report import render_report
 from synthetic_trace import write_synthetic_trace
-from timeline_rows import page_rows
+from ctracer.report.timeline import read_data_file
+from timeline_rows import index_objects, page_rows, rows_of
 
 pytestmark = pytest.mark.browser
 
@@ -146,7 +147,7 @@ def test_object_page_scripts_and_targets(report, browser):
 def test_index_filter(report, browser):
     page, watch = open_page(browser, report / "index.html")
     first = page.locator("#objects tbody tr").first.locator("td").first.inner_text()
-    page.fill("input[data-filter=objects]", first.split()[0])
+    page.fill("input[data-objects=filter]", first.split()[0])
     visible = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
                             ".filter(r => !r.hidden).map(r => r.cells[0].innerText)")
     assert visible and all(v.startswith(first.split()[0]) for v in visible)
@@ -177,6 +178,10 @@ def test_every_local_link_and_image_resolves(report):
         # timeline rows are drawn by the page from its data files: their ids count
         p.ids.update(row["id"] for row in page_rows(html))
         parsed[html.resolve()] = p
+    # the index's object links are drawn by its script from objects.js: they count
+    index = parsed[(report / "index.html").resolve()]
+    for o in index_objects(report):
+        index.links += [("a", f"{o['dir']}/index.html"), ("a", f"{o['dir']}/changes.html")]
     checked, bad = 0, []
     for html, p in parsed.items():
         for tag, link in p.links:
@@ -320,6 +325,69 @@ def test_many_objects_pages_load_cleanly(many, browser, which):
     assert biggest < 2_000_000
 
 
+def test_index_filter_and_sort_reach_every_object(many, browser):
+    """The index draws its objects a page at a time from objects.js: the filter searches
+    all of them, a header sorts all of them, and an object past the first page opens."""
+    objects = index_objects(many)
+    target = objects[800]
+    page, watch = open_page(browser, many / "index.html")
+    drawn = ("Array.from(document.querySelectorAll('#objects tbody tr'))"
+             ".map(r => r.cells[0].innerText)")
+    first = page.evaluate(drawn)
+    assert 0 < len(first) < len(objects) and target["label"] not in first
+    assert page.is_visible("nav.pager[data-objects=pager]")
+    page.fill("input[data-objects=filter]", target["label"])
+    assert page.evaluate(drawn) == [target["label"]]
+    # sorting by events sorts every object, not the page shown
+    page.fill("input[data-objects=filter]", "")
+    page.click("#objects thead th:nth-child(6)")
+    events = [int(t) for t in page.locator("#objects tbody td:nth-child(6)").all_inner_texts()]
+    assert events == sorted(events) and events[0] == min(o["events"] for o in objects)
+    page.click("#objects thead th:nth-child(6)")
+    events = [int(t) for t in page.locator("#objects tbody td:nth-child(6)").all_inner_texts()]
+    assert events[0] == max(o["events"] for o in objects)
+    page.fill("input[data-objects=filter]", target["label"])
+    page.locator("#objects tbody a", has_text=target["label"]).click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith(f"/{target['dir']}/index.html")
+    assert page.locator("h1").inner_text().endswith(target["label"])
+    page.close()
+    assert watch.problems == []
+
+
+def test_all_objects_search_finds_rows_on_later_pages(many, browser):
+    """The all-objects timeline is paged (20,000 rows a page): a search loads the other
+    pages' data files, lists the pages with matches, and their link lands on the rows."""
+    d = many / "many_objects"
+    pages = sorted(d.glob("rows-*.js"), key=lambda p: int(p.stem.split("-")[1]))
+    assert len(pages) >= 3
+    on_first = {r["object"] for r in rows_of(read_data_file(pages[0].read_text()))}
+    last = rows_of(read_data_file(pages[-1].read_text()))
+    target = next(r for r in last if r["object"] not in on_first)
+    page, watch = open_page(browser, d / "index.html")
+    page.fill("input[data-timeline=search]", target["object"])
+    status = page.locator("[data-timeline=elsewhere]")
+    page.wait_for_function("!document.querySelector('[data-timeline=elsewhere]')"
+                           ".textContent.startsWith('Searching')", timeout=60_000)
+    assert status.inner_text().startswith("Matches on other pages")
+    assert page.evaluate("document.querySelectorAll('#timeline tbody tr[id]').length") == 0
+    link = status.locator("a", has_text=f"page {len(pages)} (")
+    link.click()
+    page.wait_for_load_state("load")
+    assert page.url.split("#")[0].endswith(f"timeline-{len(pages)}.html")
+    assert page.input_value("input[data-timeline=search]") == target["object"]
+    objects = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
+                            ".map(r => r.cells[2].textContent)")
+    assert objects and set(objects) == {target["object"]}
+    assert page.locator(f"#timeline tbody tr#{target['id']}").count() == 1
+    # a function filter also looks through every page (the list offers every function)
+    page.fill("input[data-timeline=search]", "")
+    functions = page.evaluate("CTRACER_PAGES.functions.length")
+    assert page.locator("select[data-timeline=function] option").count() == functions + 1
+    page.close()
+    assert watch.problems == []
+
+
 def test_hostile_names_are_drawn_as_text(browser, tmp_path):
     """Rows come from data files: the page script must make their texts DOM text."""
     from test_report_html import hostile_trace
@@ -336,6 +404,14 @@ def test_hostile_names_are_drawn_as_text(browser, tmp_path):
     assert watch.problems == [] and injected == 0
     assert threads and set(threads) == {"<svg onload=x>/1"}
     assert any("<b>UP</b> → A&B" in c for c in changes)
+    # the index draws its objects from objects.js as text too
+    page, watch = open_page(browser, out / "index.html")
+    injected = page.evaluate("document.querySelectorAll('#objects tbody img, "
+                             "#objects tbody svg, #objects tbody b').length")
+    began = page.locator("#objects tbody td:nth-child(3)").all_inner_texts()
+    page.close()
+    assert watch.problems == [] and injected == 0
+    assert began == [o["began"] for o in index_objects(out)]
 
 
 def test_a_row_deep_in_a_long_page_is_drawn_with_its_neighbours(browser, tmp_path):

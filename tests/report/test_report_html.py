@@ -14,7 +14,7 @@ from PIL import Image, ImageStat
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report import html as report_html
 from ctracer.report import render_report
-from timeline_rows import page_rows
+from timeline_rows import index_objects, page_rows
 from synthetic_trace import write_synthetic_trace
 from ctracer.tracefile import FunctionRow, TraceWriter
 
@@ -67,13 +67,18 @@ def test_a_plot_for_every_field_that_changed_often_and_no_other(report):
 
 
 def test_index_shows_the_summary_and_warnings(report):
-    _, _, out = report
+    truth, _, out = report
     page = read(out / "index.html")
     assert "3 events lost." in page
     assert "tcp_poll</code>: entry: symbol not found" in page
     assert "/usr/local/bin/sockdemo" in page and "6.1.0-synthetic" in page
     assert "2023-11-14 22:13:20 UTC" in page
-    assert re.search(r"0x55d0[0-9a-f]+ #2</a>", page)
+    assert "objects.js" in page  # the object list is drawn from it
+    objects = index_objects(out)
+    assert len(objects) == len(truth.lifetimes)
+    again = [o for o in objects if re.fullmatch(r"0x55d0[0-9a-f]+ #2", o["label"])]
+    assert again and all((out / o["dir"] / "index.html").is_file() for o in again)
+    assert {o["began"] for o in objects} and all(o["events"] > 0 for o in objects)
 
 
 def test_changes_page_lists_every_change_and_links_to_its_row(report):
@@ -196,7 +201,9 @@ def test_max_objects_limits_object_pages(tmp_path):
     assert result.objects_rendered == 2 and result.objects_total == len(truth.lifetimes)
     assert len(list(out.glob("0x*"))) == 2
     index = read(out / "index.html")
-    assert index.count('.html">0x') == 2  # only rendered objects are links
+    objects = index_objects(out)
+    assert len(objects) == len(truth.lifetimes)
+    assert sum(1 for o in objects if o["dir"]) == 2  # only rendered objects are links
     assert "busiest" in index
 
 

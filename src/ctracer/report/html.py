@@ -2,10 +2,12 @@
 
 Layout under the output directory (``callgraph/<struct>/`` by default)::
 
-    index.html                 the trace summary and every object
+    index.html                 the trace summary and every object, drawn by its script
+    objects.js                 the object list index.html draws (`ctracer.report.index_data`)
     <object>/index.html        call graph and the first page of the call timeline
     <object>/timeline-N.html   further timeline pages (long timelines are split)
     <object>/rows-N.js         the rows of timeline page N, drawn by the page's script
+    <object>/pages.js          what each page of a paged timeline holds (to search them all)
     <object>/changes.html      every field: unchanged, or each change old → new
     <object>/<field>.png       each field that changed, over time
     <object>/callgraph.svg
@@ -38,8 +40,9 @@ from ctracer.report import plots as plotting
 from ctracer.report.build import build_report
 from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
+from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import StemAllocator, safe_component
-from ctracer.report.timeline import TimelineData, data_file_text
+from ctracer.report.timeline import PAGES_FILE, TimelineData, data_file_text, pages_file_text
 from ctracer.report.values import ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
 
@@ -316,6 +319,7 @@ class _Site:
         states = _RunningState(self, show_object)
         objects = self._object_cell if show_object else None
         os.makedirs(os.path.join(self.out_dir, directory), exist_ok=True)
+        index_file = self.write_pages_index(directory, rows, files) if count > 1 else ""
         for number in range(count):
             chunk = rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]
             data = self.timeline.page(chunk, use_object_depth=use_object_depth,
@@ -329,8 +333,19 @@ class _Site:
                        page_files=files, first_page=number == 0, show_object=show_object,
                        graph_svg=graph_svg, graph_note=graph_note,
                        facts=facts, methods=methods, total_rows=len(rows),
-                       page_rows=PAGE_ROWS, page_count=len(chunk))
+                       page_rows=PAGE_ROWS, page_count=len(chunk), index_file=index_file)
         return page_of
+
+    def write_pages_index(self, directory: str, rows: list[Row], files: list[str]) -> str:
+        """Write the index of a paged timeline's pages (what each holds: the page script
+        finds rows on every page with it); return its file name."""
+        pages = []
+        for number, page in enumerate(files):
+            summary = self.timeline.page_summary(rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS])
+            pages.append(dict(summary, page=page, rows=_rows_file(number)))
+        with open(os.path.join(self.out_dir, directory, PAGES_FILE), "w", encoding="utf-8") as f:
+            f.write(pages_file_text(pages))
+        return PAGES_FILE
 
     def _object_cell(self, row: Row) -> tuple[str, str]:
         """An all-objects row's object: its label and the link to its page."""
@@ -570,18 +585,16 @@ class _Site:
 
     def index_page(self, objects_total: int) -> None:
         data, start = self.data, self.data.start_ns
-        objects = []
-        for obj in data.objects:
-            objects.append({
-                "label": obj.label, "address": f"0x{obj.key.address:x}",
-                "lifetime": obj.key.lifetime, "started_by": obj.started_by,
-                "href": f"{obj.dirname}/index.html" if obj.key in self.rendered else "",
-                "changes_href": f"{obj.dirname}/changes.html",
-                "first": format_offset(obj.first_ns - start),
-                "last": format_offset(obj.last_ns - start),
-                "events": len(obj.rows), "calls": obj.calls,
-                "changes": len(obj.changes), "fields": len(obj.changed_fields),
-            })
+        objects = [{
+            "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
+            "lifetime": obj.key.lifetime, "began": obj.started_by,
+            "first": format_offset(obj.first_ns - start),
+            "last": format_offset(obj.last_ns - start),
+            "events": len(obj.rows), "calls": obj.calls,
+            "changes": len(obj.changes), "fields": len(obj.changed_fields),
+        } for obj in data.objects]
+        with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
+            f.write(objects_file_text(objects_data(objects)))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
@@ -599,7 +612,7 @@ class _Site:
                          if obj is not None else "")})
         self.write("index.html", "index.html", title=self.struct_title,
                    unreadable=unreadable, max_listed=MAX_LISTED,
-                   heading=self.struct_title, objects=objects,
+                   heading=self.struct_title, objects_file=OBJECTS_FILE,
                    rendered=len(self.rendered), objects_total=objects_total,
                    reach_counts=sorted(reach_counts.items()), data=data,
                    function_count=distinct,

@@ -25,6 +25,10 @@ from ctracer.report.values import ValueFormatter, format_duration
 
 #: the variable a data file assigns (report.js reads it)
 DATA_VARIABLE = "CTRACER_ROWS"
+#: the variable of a paged timeline's index of pages (what each page holds)
+PAGES_VARIABLE = "CTRACER_PAGES"
+#: the file of that index, beside the pages
+PAGES_FILE = "pages.js"
 
 _SEQ, _TS, _TID, _FN, _PHASE = (attrgetter(n) for n in ("seq", "ts_ns", "tid", "function_id",
                                                          "phase"))
@@ -118,7 +122,7 @@ class TimelineData:
         data: dict[str, Any] = {
             "fields": self.fields, "entry": PHASE_ENTRY, "point": PHASE_TRACEPOINT,
             "functions": {str(f): self.names.get(f, f"function#{f}") for f in functions},
-            "threads": [f"{comm}/{tid}" if comm else str(tid) for comm, tid in threads],
+            "threads": [thread_label(comm, tid) for comm, tid in threads],
             "seq": list(map(_SEQ, rows)),
             "t": [t - start for t in map(_TS, rows)],
             "th": thread_of, "fn": list(map(_FN, rows)), "ph": list(map(_PHASE, rows)),
@@ -141,6 +145,23 @@ class TimelineData:
         data["changes"], data["tags"], data["causes"] = changes, tags, self._cause_list
         return data
 
+    def page_summary(self, rows: list[Row]) -> dict[str, Any]:
+        """What one page holds, for finding rows across pages without loading them: its
+        functions (callers that made changes included, as their rows show them),
+        threads and fields changed, and its time span."""
+        functions = {self.names.get(f, f"function#{f}") for f in set(map(_FN, rows))}
+        fields: set[str] = set()
+        for r in rows:
+            if r.changes:
+                for c in r.changes:
+                    fields.add(c.field)
+                    if c.cause == CAUSE_CALLER:
+                        functions.add(self.names.get(c.function_id, c.function or ""))
+        threads = {thread_label(comm, tid) for comm, tid in {(r.comm, r.tid) for r in rows}}
+        start = self.start_ns
+        return {"fn": functions, "th": threads, "field": fields, "n": len(rows),
+                "t": [rows[0].ts_ns - start, rows[-1].ts_ns - start] if rows else [0, 0]}
+
     def _tags(self, row: Row) -> list[list[str]]:
         """[kind, text] each: ``args`` (a tracepoint's arguments), or a kind that also
         marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
@@ -157,6 +178,28 @@ class TimelineData:
         elif row.flags & FLAG_HEAD_ONLY:
             tags.append(self.head_tag)
         return tags
+
+
+def thread_label(comm: str, tid: int) -> str:
+    """A thread as rows show it: ``comm/tid``, or the tid alone."""
+    return f"{comm}/{tid}" if comm else str(tid)
+
+
+def pages_file_text(pages: list[dict[str, Any]]) -> str:
+    """The index of a paged timeline: every function, thread and field changed over all
+    pages (sorted), and per page its files, rows, time span (ns from the trace's start)
+    and which of those it holds (indexes), from `TimelineData.page_summary` dicts with
+    ``page`` and ``rows`` (the files) added."""
+    everywhere = {key: sorted(set().union(*(p[key] for p in pages)))
+                  for key in ("fn", "th", "field")}
+    where = {key: {v: i for i, v in enumerate(values)} for key, values in everywhere.items()}
+    out = {"functions": everywhere["fn"], "threads": everywhere["th"],
+           "fields": everywhere["field"],
+           "pages": [{"page": p["page"], "rows": p["rows"], "n": p["n"], "t": p["t"],
+                      **{key: sorted(where[key][v] for v in p[key]) for key in where}}
+                     for p in pages]}
+    return (f"/* ctracer timeline pages, read by report.js */\n{PAGES_VARIABLE} = "
+            + json.dumps(out, separators=(",", ":"), ensure_ascii=False) + ";\n")
 
 
 def data_file_text(data: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@
       ? { n: number, t: text } : { n: null, t: text.toLowerCase() };
   }
 
-  document.querySelectorAll("table.sortable").forEach(function (table) {
+  document.querySelectorAll("table.sortable:not([data-drawn])").forEach(function (table) {
     var headers = table.tHead ? table.tHead.rows[0].cells : [];
     Array.prototype.forEach.call(headers, function (th, column) {
       th.addEventListener("click", function () {
@@ -56,6 +56,130 @@
       });
     });
   });
+}());
+
+/* Index: the object table, drawn from its data file (objects.js, which sets
+   CTRACER_OBJECTS: see ctracer/report/index_data.py) a page of objects at a time; the
+   filter searches every object and a header click sorts all of them, not only the page
+   shown.  No network: the data file is a <script src> beside the page. */
+(function () {
+  "use strict";
+  var table = document.getElementById("objects");
+  var D = window.CTRACER_OBJECTS;
+  if (!table || !table.tBodies.length || !D || !D.rows.length) { return; }
+  var PAGE = 500;
+  var body = table.tBodies[0];
+  var col = {};
+  D.columns.forEach(function (name, k) { col[name] = k; });
+  // the table's columns, each with the data field it shows and how it sorts
+  var shown = ["label", "lifetime", "began", "first", "last", "events", "calls", "changes",
+    "fields"];
+  var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, changes: 1, fields: 1 };
+  var all = D.rows.map(function (r, i) {
+    return { r: r, i: i, why: D.why[r[col.began]] };
+  });
+  function value(o, name) {
+    if (name === "began") { return o.why; }
+    var v = o.r[col[name]];
+    return numeric[name] ? parseFloat(v) : String(v).toLowerCase();
+  }
+  function text(o) {
+    if (o.text === undefined) {
+      o.text = [o.r[col.label], o.why, o.r[col.dir]].join(" ").toLowerCase();
+    }
+    return o.text;
+  }
+  var q = function (name) { return document.querySelector("[data-objects='" + name + "']"); };
+  var filterBox = q("filter"), count = q("shown"), pager = q("pager");
+  var kept = all, page = 0;
+
+  function cell(tr, content, cls) {
+    var td = tr.insertCell();
+    if (cls) { td.className = cls; }
+    if (content && content.nodeType) { td.appendChild(content); } else { td.textContent = content; }
+    return td;
+  }
+  function link(href, label) {
+    var a = document.createElement("a");
+    a.href = href;
+    a.textContent = label;
+    return a;
+  }
+  function row(o) {
+    var r = o.r, dir = r[col.dir], tr = document.createElement("tr");
+    cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono");
+    cell(tr, String(r[col.lifetime]), "num");
+    cell(tr, o.why);
+    cell(tr, r[col.first], "num");
+    cell(tr, r[col.last], "num");
+    cell(tr, String(r[col.events]), "num");
+    cell(tr, String(r[col.calls]), "num");
+    var changes = String(r[col.changes]);
+    cell(tr, dir && r[col.changes] ? link(dir + "/changes.html", changes) : changes, "num");
+    cell(tr, String(r[col.fields]), "num");
+    return tr;
+  }
+  function pageButton(label, target, current) {
+    var b = document.createElement(current ? "strong" : "button");
+    b.textContent = label;
+    if (!current) {
+      b.type = "button";
+      b.addEventListener("click", function () { page = target; draw(); });
+    }
+    pager.appendChild(b);
+  }
+  function drawPager(pages) {
+    pager.textContent = "";
+    pager.hidden = pages < 2;
+    if (pages < 2) { return; }
+    if (page > 0) { pageButton("‹ previous", page - 1, false); }
+    for (var p = 0; p < pages; p += 1) {
+      if (p === 0 || p === pages - 1 || Math.abs(p - page) <= 3) {
+        pageButton(String(p + 1), p, p === page);
+      } else if (p === 1 || p === pages - 2) {
+        pager.appendChild(document.createTextNode("…"));
+      }
+    }
+    if (page < pages - 1) { pageButton("next ›", page + 1, false); }
+  }
+  function draw() {
+    var pages = Math.max(1, Math.ceil(kept.length / PAGE));
+    page = Math.min(page, pages - 1);
+    var start = page * PAGE, end = Math.min(kept.length, start + PAGE);
+    var frag = document.createDocumentFragment();
+    kept.slice(start, end).forEach(function (o) { frag.appendChild(row(o)); });
+    body.textContent = "";
+    body.appendChild(frag);
+    if (count) {
+      count.textContent = (kept.length === all.length ? all.length + " objects"
+        : kept.length + " of " + all.length + " objects match") +
+        (kept.length > end - start ? ", " + (start + 1) + "–" + end + " shown" : "");
+    }
+    drawPager(pages);
+  }
+  function filter() {
+    var want = filterBox ? filterBox.value.trim().toLowerCase() : "";
+    kept = want ? all.filter(function (o) { return text(o).indexOf(want) >= 0; }) : all;
+    page = 0;
+    draw();
+  }
+  if (filterBox) { filterBox.addEventListener("input", filter); }
+
+  var headers = table.tHead ? table.tHead.rows[0].cells : [];
+  Array.prototype.forEach.call(headers, function (th, column) {
+    th.addEventListener("click", function () {
+      var ascending = th.getAttribute("aria-sort") !== "ascending", name = shown[column];
+      Array.prototype.forEach.call(headers, function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+      all.forEach(function (o) { o.k = value(o, name); });
+      all.sort(function (a, b) {
+        var c = a.k < b.k ? -1 : a.k > b.k ? 1 : 0;
+        return (ascending ? c : -c) || a.i - b.i;
+      });
+      filter();
+    });
+  });
+  filter();
 }());
 
 /* Timeline: the rows of the page, drawn from its data file (rows-N.js, which sets
@@ -80,39 +204,44 @@
 
   // one item per table row: a traced caller's changes get a row of their own (c<seq>)
   // before the row that showed them (e<seq>)
-  var items = [], byId = {}, n = D.seq.length, i;
-  for (i = 0; i < n; i += 1) {
-    var ph = D.ph[i], entry = ph === D.entry, point = ph === D.point;
-    var label = D.o ? D.objects[D.o[i]][0] : "";
-    var base = { seq: D.seq[i], t: D.t[i], th: D.threads[D.th[i]], d: D.d[i],
-      o: label, obj: D.o ? D.objects[D.o[i]] : null, row: i };
-    var fn = D.functions[String(D.fn[i])];
-    var chg = D.changes[String(i)], tags = D.tags[String(i)] || [];
-    var mine = null, cls = entry ? "entry" : point ? "tracepoint" : "exit";
-    if (chg) {
-      var cause = D.causes[chg[0]], list = [];
-      for (var k = 1; k + 2 < chg.length; k += 3) {
-        list.push([D.fields[chg[k]], chg[k + 1], chg[k + 2]]);
+  function itemsOf(D) {
+    var items = [], n = D.seq.length, i;
+    for (i = 0; i < n; i += 1) {
+      var ph = D.ph[i], entry = ph === D.entry, point = ph === D.point;
+      var label = D.o ? D.objects[D.o[i]][0] : "";
+      var base = { seq: D.seq[i], t: D.t[i], th: D.threads[D.th[i]], d: D.d[i],
+        o: label, obj: D.o ? D.objects[D.o[i]] : null, row: i };
+      var fn = D.functions[String(D.fn[i])];
+      var chg = D.changes[String(i)], tags = D.tags[String(i)] || [];
+      var mine = null, cls = entry ? "entry" : point ? "tracepoint" : "exit";
+      if (chg) {
+        var cause = D.causes[chg[0]], list = [];
+        for (var k = 1; k + 2 < chg.length; k += 3) {
+          list.push([D.fields[chg[k]], chg[k + 1], chg[k + 2]]);
+        }
+        if (cause[0]) {
+          var c = Object.assign({}, base, { id: "c" + base.seq, cls: "by-caller changed",
+            fn: cause[2], arrow: "⋯", d: Math.max(0, base.d - 1), dur: "", ret: "",
+            tags: [["tag", cause[3]]], changes: list, why: cause[1] });
+          items.push(c);
+        } else {
+          mine = list;
+          cls += " changed";
+        }
       }
-      if (cause[0]) {
-        var c = Object.assign({}, base, { id: "c" + base.seq, cls: "by-caller changed",
-          fn: cause[2], arrow: "⋯", d: Math.max(0, base.d - 1), dur: "", ret: "",
-          tags: [["tag", cause[3]]], changes: list, why: cause[1] });
-        items.push(c);
-      } else {
-        mine = list;
-        cls += " changed";
-      }
+      var tagList = tags.map(function (t) {
+        if (t[0] !== "args") { cls += " " + t[0]; }
+        return [t[0] === "args" ? "args" : "tag", t[1]];
+      });
+      items.push(Object.assign(base, { id: "e" + base.seq, cls: cls, fn: fn,
+        arrow: entry ? "→" : point ? "•" : "←", dur: D.dur[i], ret: D.ret[i], tags: tagList,
+        changes: mine || [], why: mine ? D.causes[chg[0]][1] : "" }));
     }
-    var tagList = tags.map(function (t) {
-      if (t[0] !== "args") { cls += " " + t[0]; }
-      return [t[0] === "args" ? "args" : "tag", t[1]];
-    });
-    items.push(Object.assign(base, { id: "e" + base.seq, cls: cls, fn: fn,
-      arrow: entry ? "→" : point ? "•" : "←", dur: D.dur[i], ret: D.ret[i], tags: tagList,
-      changes: mine || [], why: mine ? D.causes[chg[0]][1] : "" }));
+    items.forEach(function (it, j) { it.at = j; it.changed = it.changes.length > 0; });
+    return items;
   }
-  items.forEach(function (it, j) { it.at = j; it.changed = it.changes.length > 0; byId[it.id] = it; });
+  var items = itemsOf(D), byId = {};
+  items.forEach(function (it) { byId[it.id] = it; });
 
   function text(it) {
     if (it.text === undefined) {
@@ -161,26 +290,34 @@
   var fromBox = q("from"), toBox = q("to"), shown = q("shown"), more = q("more");
   var earlier = q("earlier");
   var onlyChanged = document.querySelector("input[data-only-changed]");
-  options(fnSel, Object.keys(fnSet));
-  options(threadSel, Object.keys(threadSet));
-  options(fieldSel, Object.keys(fieldSet));
+  // a paged timeline lists what every page holds (pages.js): the filters offer it all
+  var P = window.CTRACER_PAGES, here = parseInt(table.getAttribute("data-page") || "0", 10) - 1;
+  options(fnSel, P ? P.functions.slice() : Object.keys(fnSet));
+  options(threadSel, P ? P.threads.slice() : Object.keys(threadSet));
+  options(fieldSel, P ? P.fields.slice() : Object.keys(fieldSet));
 
   // the rows drawn: kept[first .. first + limit) (a row linked deep in a long page is
   // drawn with its neighbours, not with every row before it)
   var kept = items, first = 0, limit = SCREEN;
+  function criteria() {
+    return {
+      want: search ? search.value.trim().toLowerCase() : "",
+      fn: fnSel ? fnSel.value : "", th: threadSel ? threadSel.value : "",
+      field: fieldSel ? fieldSel.value : "",
+      lo: fromBox && fromBox.value !== "" ? parseFloat(fromBox.value) * 1e6 : -Infinity,
+      hi: toBox && toBox.value !== "" ? parseFloat(toBox.value) * 1e6 : Infinity,
+      changedOnly: !!(onlyChanged && onlyChanged.checked)
+    };
+  }
+  function matches(it, c) {
+    return (!c.want || text(it).indexOf(c.want) >= 0) && (!c.fn || it.fn === c.fn) &&
+      (!c.th || it.th === c.th) && (!c.changedOnly || it.changed) &&
+      (!c.field || it.changes.some(function (x) { return x[0] === c.field; })) &&
+      it.t >= c.lo - 0.5 && it.t <= c.hi + 0.5;
+  }
   function filter() {
-    var want = search ? search.value.trim().toLowerCase() : "";
-    var fn = fnSel ? fnSel.value : "", th = threadSel ? threadSel.value : "";
-    var field = fieldSel ? fieldSel.value : "";
-    var lo = fromBox && fromBox.value !== "" ? parseFloat(fromBox.value) * 1e6 : -Infinity;
-    var hi = toBox && toBox.value !== "" ? parseFloat(toBox.value) * 1e6 : Infinity;
-    var changedOnly = onlyChanged && onlyChanged.checked;
-    kept = items.filter(function (it) {
-      return (!want || text(it).indexOf(want) >= 0) && (!fn || it.fn === fn) &&
-        (!th || it.th === th) && (!changedOnly || it.changed) &&
-        (!field || it.changes.some(function (c) { return c[0] === field; })) &&
-        it.t >= lo - 0.5 && it.t <= hi + 0.5;
-    });
+    var c = criteria();
+    kept = items.filter(function (it) { return matches(it, c); });
   }
   function draw() {
     if (!items.length) { return; }
@@ -198,6 +335,7 @@
     // user clicks a row must not replace the row under the mouse)
     var before = kept;
     filter();
+    searchElsewhere();
     if (first === 0 && limit === SCREEN && before.length === kept.length &&
         before.every(function (it, j) { return kept[j] === it; })) { return; }
     first = 0;
@@ -207,6 +345,93 @@
   [search, fnSel, threadSel, fieldSel, fromBox, toBox, onlyChanged].forEach(function (el) {
     if (el) { el.addEventListener("input", apply); el.addEventListener("change", apply); }
   });
+
+  // the other pages of a paged timeline: when a search or filter is set, each page that
+  // may hold matches (by pages.js) has its data file loaded in turn (a <script src>, as
+  // the page's own) and searched; the pages with matches are listed as links that open
+  // them with the same search.  A newer search cancels the one under way.
+  var elsewhere = q("elsewhere"), scanKey = "", scanTimer = null;
+  function active(c) {
+    return c.want || c.fn || c.th || c.field || c.changedOnly || c.lo > -Infinity ||
+      c.hi < Infinity;
+  }
+  function hashOf(c) {
+    var p = new URLSearchParams();
+    if (c.want) { p.set("q", search.value.trim()); }
+    if (c.fn) { p.set("fn", c.fn); }
+    if (c.th) { p.set("thread", c.th); }
+    if (c.field) { p.set("field", c.field); }
+    if (c.lo > -Infinity) { p.set("from", fromBox.value); }
+    if (c.hi < Infinity) { p.set("to", toBox.value); }
+    if (c.changedOnly) { p.set("changed", "1"); }
+    return "#" + p.toString();
+  }
+  function mayHold(page, c) {
+    function has(list, values, v) { return !v || list.indexOf(values.indexOf(v)) >= 0; }
+    return has(page.fn, P.functions, c.fn) && has(page.th, P.threads, c.th) &&
+      has(page.field, P.fields, c.field) && page.t[1] >= c.lo - 0.5 && page.t[0] <= c.hi + 0.5;
+  }
+  function loadRows(file, done) {
+    var tag = document.createElement("script");
+    var finish = function (data) {
+      window.CTRACER_ROWS = D;
+      tag.remove();
+      done(data);
+    };
+    tag.onload = function () { finish(window.CTRACER_ROWS !== D ? window.CTRACER_ROWS : null); };
+    tag.onerror = function () { finish(null); };
+    tag.src = file;
+    document.body.appendChild(tag);
+  }
+  function showFound(found, done, total, c) {
+    elsewhere.textContent = "";
+    elsewhere.hidden = false;
+    var lead = done < total ? "Searching page " + (done + 1) + " of " + total + "… "
+      : found.length ? "Matches on other pages: " : "No matches on the other " + (total - 1) +
+        " pages.";
+    elsewhere.appendChild(document.createTextNode(lead));
+    found.forEach(function (f, k) {
+      if (k) { elsewhere.appendChild(document.createTextNode(" · ")); }
+      var a = document.createElement("a");
+      a.href = f.page.page + hashOf(c);
+      a.textContent = "page " + f.number + " (" + f.count + " row" + (f.count === 1 ? "" : "s") + ")";
+      elsewhere.appendChild(a);
+    });
+  }
+  function scan(c, key) {
+    var found = [], total = P.pages.length;
+    function step(k) {
+      if (key !== scanKey) { return; }
+      if (k === here) { step(k + 1); return; }
+      showFound(found, Math.min(k, total), total, c);
+      if (k >= total) { return; }
+      var page = P.pages[k];
+      if (!mayHold(page, c)) { step(k + 1); return; }
+      loadRows(page.rows, function (data) {
+        if (key !== scanKey) { return; }
+        var count = data ? itemsOf(data).filter(function (it) { return matches(it, c); }).length : 0;
+        if (count) { found.push({ page: page, number: k + 1, count: count }); }
+        step(k + 1);
+      });
+    }
+    step(0);
+  }
+  function searchElsewhere() {
+    if (!P || !elsewhere || here < 0) { return; }
+    var c = criteria(), key = JSON.stringify([c.want, c.fn, c.th, c.field, String(c.lo),
+      String(c.hi), c.changedOnly]);
+    if (key === scanKey) { return; }
+    scanKey = key;
+    clearTimeout(scanTimer);
+    // the page numbers carry the search to the page they open
+    document.querySelectorAll("nav.pager a").forEach(function (a) {
+      a.setAttribute("href", a.getAttribute("href").split("#")[0] + (active(c) ? hashOf(c) : ""));
+    });
+    if (!active(c)) { elsewhere.hidden = true; return; }
+    elsewhere.hidden = false;
+    elsewhere.textContent = "Searching the other " + (P.pages.length - 1) + " pages…";
+    scanTimer = setTimeout(function () { scan(c, key); }, 300);
+  }
   if (more) { more.addEventListener("click", function () { limit += SCREEN; draw(); }); }
   if (earlier) {
     earlier.addEventListener("click", function () {
@@ -244,10 +469,24 @@
     }
   }, true);
   // the function named in the address (#fn=NAME) filters at once
+  // a search in the address (#q=TEXT&fn=NAME&thread=…&field=…&from=…&to=…&changed=1,
+  // as the links to other pages' matches give) is applied at once
   function fromHash() {
-    var m = /^#fn=(.+)$/.exec(window.location.hash);
-    if (m && fnSel) { fnSel.value = decodeURIComponent(m[1]); apply(); }
-    else if (window.location.hash) { reveal(window.location.hash.slice(1)); }
+    var hash = window.location.hash;
+    if (hash.indexOf("=") < 0) {
+      if (hash) { reveal(decodeURIComponent(hash.slice(1))); }
+      return;
+    }
+    var p = new URLSearchParams(hash.slice(1));
+    var set = function (el, name) { if (el) { el.value = p.get(name) || ""; } };
+    set(search, "q"); set(fnSel, "fn"); set(threadSel, "thread"); set(fieldSel, "field");
+    set(fromBox, "from"); set(toBox, "to");
+    if (onlyChanged) {
+      onlyChanged.checked = p.get("changed") === "1";
+      table.classList.toggle("only-changed", onlyChanged.checked);
+    }
+    apply();
+    if (kept.length) { table.scrollIntoView(); }
   }
   window.addEventListener("hashchange", fromHash);
   filter();
