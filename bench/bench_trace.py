@@ -7,8 +7,8 @@ run (needs root; run with the project's venv):
 * set-up: bcc compile of the generated program against the compile of a one-line program
   (the anchor: bcc's fixed cost), then attach and detach time per probe;
 * throughput: the -O2 sample (no ground-truth log) run under the probes with the events
-  consumed (a) by a callback that only counts them (the anchor: what bcc's ring buffer
-  delivers to Python) and (b) by the recorder (committing them raw to the trace file
+  consumed (a) by a callback that only counts them (the anchor: what the ring buffer,
+  read through its memory map, delivers to Python) and (b) by the recorder (committing them raw to the trace file
   every 0.25 s and decoding them as time allows); events/s delivered and lost, and the
   sample's slowdown against running it untraced;
 * finishing the trace file (decoding what was left when the recording stopped).
