@@ -6,6 +6,7 @@ line per stage, the output's size and its largest file; run with the project's v
 
     .venv/bin/python bench/bench_report.py                 # 1M events, 2,700 objects
     .venv/bin/python bench/bench_report.py --shape long    # ~200k events, 200 objects
+    .venv/bin/python bench/bench_report.py --shape tenk    # ~400k events, 10,000 objects
     .venv/bin/python bench/bench_report.py --trace big.ctrace --keep   # reuse a trace
 
 The goal (issue 9): the 1M-event trace in <= 30 s and <= 1 GB on a 2-core machine, no
@@ -33,6 +34,7 @@ SHAPES = {
     "flood": (4, 675, 66, 2),   # ~1M events on 2,700 objects, 8 addresses reused
     "long": (4, 50, 190, 8),    # ~200k events on 200 objects of ~1000 events each
     "many": (4, 1000, 2, 16),   # ~4000 objects of ~30 events
+    "tenk": (4, 2500, 1, 16),   # ~10,000 objects of ~40 events (the index's object list)
 }
 
 
@@ -116,6 +118,9 @@ def main() -> int:
               f"{kids:.0f} MB (largest helper process)")
         print(f"  output: {files} files, {size / 1e6:.0f} MB; largest HTML {name} "
               f"{biggest / 1e6:.2f} MB")
+        print(f"  index.html {os.path.getsize(os.path.join(out, 'index.html')) / 1e3:.1f} KB, "
+              f"its object list objects.js "
+              f"{os.path.getsize(os.path.join(out, 'objects.js')) / 1e6:.2f} MB")
         if args.keep:
             print(f"report kept at {out}")
     finally:

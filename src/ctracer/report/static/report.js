@@ -371,9 +371,12 @@
     return has(page.fn, P.functions, c.fn) && has(page.th, P.threads, c.th) &&
       has(page.field, P.fields, c.field) && page.t[1] >= c.lo - 0.5 && page.t[0] <= c.hi + 0.5;
   }
+  var loading = false;  // one data file at a time: each assigns the same variable
   function loadRows(file, done) {
     var tag = document.createElement("script");
+    loading = true;
     var finish = function (data) {
+      loading = false;
       window.CTRACER_ROWS = D;
       tag.remove();
       done(data);
@@ -407,6 +410,10 @@
       if (k >= total) { return; }
       var page = P.pages[k];
       if (!mayHold(page, c)) { step(k + 1); return; }
+      if (loading) {  // an older search's file is still loading
+        setTimeout(function () { step(k); }, 30);
+        return;
+      }
       loadRows(page.rows, function (data) {
         if (key !== scanKey) { return; }
         var count = data ? itemsOf(data).filter(function (it) { return matches(it, c); }).length : 0;
