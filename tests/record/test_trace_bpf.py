@@ -235,24 +235,40 @@ def test_ctrl_c_keeps_everything_recorded(tmp_path):
     assert not os.path.exists(f"/proc/{calls[0].tid}"), "the command outlived the recording"
 
 
-def test_every_event_is_recorded_or_counted_lost(tmp_path):
-    """The recorder is stopped (SIGSTOP) for a second while the sample runs, so its 1 MB
-    buffer overflows: what it could not take is in the lost count, so recorded + lost
-    equals what the sample logged, and the summary says so."""
-    out, log = tmp_path / "lossy.ctrace", tmp_path / "truth.log"
+def _trace_sample_through_1mb(tmp_path, name: str, loops: int):
+    """``ctracer trace`` of two threads of the sample running ``loops`` loops through a
+    1 MB ring buffer, started and recording; (process, trace path, the sample's log)."""
+    out, log = tmp_path / name, tmp_path / "truth.log"
     tracer = subprocess.Popen(ctracer_argv("trace", "sock", "--binary", gt.SOCKDEMO,
                                            "--buffer-mb", "1", "-o", str(out), "--",
-                                           gt.SOCKDEMO, "--loops", "1500", "--threads", "2"),
+                                           gt.SOCKDEMO, "--loops", str(loops), "--threads",
+                                           "2"),
                               stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                               env={**os.environ, gt.LOG_ENV: str(log)})
     try:
         _wait_for_line(tracer.stderr, "recording struct sock")
+    except BaseException:
+        tracer.kill()
+        raise
+    return tracer, out, log
+
+
+def _wait_for_log(log, size: int, failure: str) -> None:
+    deadline = time.monotonic() + 120
+    while not (log.exists() and log.stat().st_size > size):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.01)
+
+
+def test_every_event_is_recorded_or_counted_lost(tmp_path):
+    """The recorder is stopped (SIGSTOP) for a second while the sample runs, so its 1 MB
+    buffer overflows: what it could not take is in the lost count, so recorded + lost
+    equals what the sample logged, and the summary says so."""
+    tracer, out, log = _trace_sample_through_1mb(tmp_path, "lossy.ctrace", loops=1500)
+    try:
         # stop the recorder only once the sample is producing events (it is released from
         # its start gate after that line; stopping earlier would just hold it at the gate)
-        deadline = time.monotonic() + 120
-        while not (log.exists() and log.stat().st_size > 100_000):
-            assert time.monotonic() < deadline, "the sample never started logging"
-            time.sleep(0.01)
+        _wait_for_log(log, 100_000, "the sample never started logging")
         tracer.send_signal(signal.SIGSTOP)
         time.sleep(1.0)
         tracer.send_signal(signal.SIGCONT)
@@ -394,18 +410,9 @@ def test_ctrl_c_in_a_busy_recording_finishes_the_file_with_every_event_once(tmp_
     reader, once), and nothing is in it twice or more than was produced (written + lost
     <= logged: the sample logs on after the stop)."""
     import sqlite3
-    out, log = tmp_path / "flood.ctrace", tmp_path / "truth.log"
-    tracer = subprocess.Popen(ctracer_argv("trace", "sock", "--binary", gt.SOCKDEMO,
-                                           "--buffer-mb", "1", "-o", str(out), "--",
-                                           gt.SOCKDEMO, "--loops", "1000000", "--threads", "2"),
-                              stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                              env={**os.environ, gt.LOG_ENV: str(log)})
+    tracer, out, log = _trace_sample_through_1mb(tmp_path, "flood.ctrace", loops=1_000_000)
     try:
-        _wait_for_line(tracer.stderr, "recording struct sock")
-        deadline = time.monotonic() + 120
-        while not (log.exists() and log.stat().st_size > 20_000_000):
-            assert time.monotonic() < deadline, "the sample never flooded"
-            time.sleep(0.05)
+        _wait_for_log(log, 20_000_000, "the sample never flooded")
         tracer.send_signal(signal.SIGINT)
         assert tracer.wait(timeout=120) == 0
         rest = tracer.stderr.read()
