@@ -179,19 +179,9 @@ def _head_snapshot(t: Text, mini: Layout, reader: ObjectReader, head: HeadRead,
     states = " || ".join(f"state == {int(v)}" for v, _ in head.states)
     t(f"/* Copies the mini fields of the object at addr: object bytes [{start}, {end}); "
       f"only [{start}, {split}) when the state says only "
-      f"{comment_name(head.member)} exists. */",
-      "struct ctracer_object_bytes {",
-      f"\tu8 b[{end - start}];",
-      "} __attribute__((aligned(8)));",
-      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
-      "",
-      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
-      "{",
-      "\tu32 zero = 0;",
-      "\tu32 state = 0;",
-      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
-      "",
-      f"\tif (!buf || {reader.helper}(buf->b, {split - start}, (void *)(addr + {start})))",
+      f"{comment_name(head.member)} exists. */")
+    _scratch_and_opening(t, mini, end - start, "\tu32 state = 0;")
+    t(f"\tif (!buf || {reader.helper}(buf->b, {split - start}, (void *)(addr + {start})))",
       "\t\treturn -1;",
       f"\t__builtin_memcpy(&state, buf->b + {head.state_offset - start}, "
       f"{int(head.state_size)});",
@@ -211,6 +201,22 @@ def _head_snapshot(t: Text, mini: Layout, reader: ObjectReader, head: HeadRead,
     t("\treturn 0;", "}")
 
 
+def _scratch_and_opening(t: Text, mini: Layout, size: int, *locals_: str) -> None:
+    """The per-CPU scratch buffer of ``size`` object bytes and the opening of
+    ``ctracer_snapshot`` up to its buffer lookup (``locals_``: more declarations)."""
+    t("struct ctracer_object_bytes {",
+      f"\tu8 b[{size}];",
+      "} __attribute__((aligned(8)));",
+      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
+      "",
+      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
+      "{",
+      "\tu32 zero = 0;",
+      *locals_,
+      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
+      "")
+
+
 def snapshot_function(mini: Layout, reader: ObjectReader,
                       head: Optional[HeadRead] = None) -> str:
     """``ctracer_snapshot(m, addr)``: one read of the span of the object the mini fields
@@ -228,17 +234,8 @@ def snapshot_function(mini: Layout, reader: ObjectReader,
         t(f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
           "{", "\treturn 0;", "}")
         return str(t)
-    t("struct ctracer_object_bytes {",
-      f"\tu8 b[{end - start}];",
-      "} __attribute__((aligned(8)));",
-      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
-      "",
-      f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
-      "{",
-      "\tu32 zero = 0;",
-      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
-      "",
-      f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
+    _scratch_and_opening(t, mini, end - start)
+    t(f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
       "\t\treturn -1;")
     for c in collectors:
         for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
