@@ -322,7 +322,8 @@
   function draw() {
     if (!items.length) { return; }
     var end = Math.min(kept.length, first + limit);
-    body.innerHTML = kept.slice(first, end).map(rowHtml).join("");
+    body.innerHTML = kept.length ? kept.slice(first, end).map(rowHtml).join("")
+      : '<tr><td colspan="7" class="empty">No row on this page matches.</td></tr>';
     if (shown) {
       shown.textContent = kept.length + " of " + items.length + " rows shown" +
         (end - first < kept.length ? " (" + (first + 1) + "–" + end + " drawn)" : "");
