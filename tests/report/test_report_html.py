@@ -349,3 +349,32 @@ def test_png_plots_go_to_the_fields_that_changed_most(tmp_path):
     render_report(str(tmp_path / "w.ctrace"), str(out), plots=False)  # --no-plots
     assert not list(out.rglob("*.png"))
     assert "PNG plots are drawn" not in read(out / "0x1000" / "changes.html")
+
+
+def test_paged_timeline_index_says_what_each_page_holds(tmp_path, monkeypatch):
+    """pages.js (what the page script uses to search every page) lists, per page, the
+    functions, threads and fields changed its rows show, and its time span."""
+    import json
+
+    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=2, lifecycles=3, sends=4)
+    out = tmp_path / "out"
+    render_report(str(trace), str(out))
+    d = out / "many_objects"
+    text = (d / "pages.js").read_text(encoding="utf-8")
+    index = json.loads(text[text.index("=") + 1:].rstrip().rstrip(";"))
+    assert len(index["pages"]) > 3
+    assert index["pages"][0]["page"] == "index.html"
+    for page in index["pages"]:
+        rows = page_rows(d / page["page"])
+        assert page["rows"] in (d / page["page"]).read_text(encoding="utf-8")
+        assert {index["functions"][i] for i in page["fn"]} == {r["fn"] for r in rows}
+        assert {index["threads"][i] for i in page["th"]} == {r["thread"] for r in rows}
+        assert {index["fields"][i] for i in page["field"]} == {
+            f for r in rows for f, _, _ in r["changes"]}
+        assert page["t"] == [rows[0]["t"], rows[-1]["t"]]
+    # a timeline of one page needs no index; every longer one has it
+    objects = list(out.glob("0x*"))
+    assert {o for o in objects if (o / "pages.js").is_file()} == {
+        o for o in objects if (o / "timeline-2.html").is_file()}
