@@ -147,17 +147,8 @@ def verify_programs(text: str, names: Sequence[str], *,
     bcc = _import_bcc()
     kind = getattr(bcc.BPF, _PROGRAM_TYPES[program_type])
     began = time.monotonic()
-    with _captured_output() as diagnostics:
-        try:
-            # without debug info (BTF line info): half the compile time, same bytecode
-            b = bcc.BPF(text=text.encode(), cflags=["-g0"])
-        except Exception as e:  # bcc raises plain Exception
-            failure = str(e)
-        else:
-            failure = ""
-    if failure:
-        detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
-        raise BPFUnavailable(f"bcc could not compile the programs to verify: {detail}")
+    # without debug info (BTF line info): half the compile time, same bytecode
+    b = _compile(bcc, text, ["-g0"], "bcc could not compile the programs to verify")
     compiled = time.monotonic()
     out: dict[str, str] = {}
     try:
@@ -218,6 +209,18 @@ def _captured_output() -> Iterator[io.StringIO]:
                 os.close(copy)
             tmp.seek(0)
             out.write(tmp.read().decode("utf-8", "replace"))
+
+
+def _compile(bcc, text: str, cflags: list[str], failing: str):
+    """``bcc.BPF`` of the C ``text``; what it cannot compile is `BPFUnavailable`,
+    ``failing`` followed by the compiler's first error."""
+    with _captured_output() as diagnostics:
+        try:
+            return bcc.BPF(text=text.encode(), cflags=cflags)
+        except Exception as e:  # bcc raises plain Exception
+            failure = str(e)
+    detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
+    raise BPFUnavailable(f"{failing}: {detail}")
 
 
 def _first_error(text: str) -> str:
@@ -288,16 +291,8 @@ class ProbeSession:
         prepare()
         bcc = _import_bcc()
         start = time.monotonic()
-        with _captured_output() as diagnostics:
-            try:
-                self.bpf = bcc.BPF(text=self.program.text.encode())
-            except Exception as e:  # bcc raises plain Exception
-                failure = str(e)
-            else:
-                failure = ""
-        if failure:
-            detail = _first_error(diagnostics.getvalue()) or failure.splitlines()[0]
-            raise BPFUnavailable(f"bcc could not compile or load the probes: {detail}")
+        self.bpf = _compile(bcc, self.program.text, [],
+                            "bcc could not compile or load the probes")
         self.compile_seconds = time.monotonic() - start
 
         def deliver(_ctx, data, size):
