@@ -224,12 +224,9 @@ def test_ctrl_c_keeps_everything_recorded(tmp_path):
     try:
         _wait_for_line(tracer.stderr, "recording struct sock")
         time.sleep(1.0)
-        tracer.send_signal(signal.SIGINT)
-        assert tracer.wait(timeout=120) == 0
-        rest = tracer.stderr.read()
+        _ctrl_c(tracer)
     finally:
         tracer.kill()
-    assert "stopped: Ctrl-C" in rest and "Traceback" not in rest
     trace, calls = compare_with_log(out, log, prefix=True)
     assert trace.meta["stopped_by"] == "ctrl-c" and trace.event_count() > 0
     assert not os.path.exists(f"/proc/{calls[0].tid}"), "the command outlived the recording"
@@ -251,6 +248,16 @@ def _trace_sample_through_1mb(tmp_path, name: str, loops: int):
         tracer.kill()
         raise
     return tracer, out, log
+
+
+def _ctrl_c(tracer) -> str:
+    """Ctrl-C to a recording: it exits 0 saying so, no traceback; the rest of its
+    stderr."""
+    tracer.send_signal(signal.SIGINT)
+    assert tracer.wait(timeout=120) == 0
+    rest = tracer.stderr.read()
+    assert "stopped: Ctrl-C" in rest and "Traceback" not in rest, rest
+    return rest
 
 
 def _wait_for_log(log, size: int, failure: str) -> None:
@@ -413,12 +420,9 @@ def test_ctrl_c_in_a_busy_recording_finishes_the_file_with_every_event_once(tmp_
     tracer, out, log = _trace_sample_through_1mb(tmp_path, "flood.ctrace", loops=1_000_000)
     try:
         _wait_for_log(log, 20_000_000, "the sample never flooded")
-        tracer.send_signal(signal.SIGINT)
-        assert tracer.wait(timeout=120) == 0
-        rest = tracer.stderr.read()
+        _ctrl_c(tracer)
     finally:
         tracer.kill()
-    assert "stopped: Ctrl-C" in rest and "Traceback" not in rest
     assert not os.path.exists(str(out) + "-wal")
     db = sqlite3.connect(str(out))
     meta = dict(db.execute("SELECT key, value FROM meta"))
