@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ctracer.debuginfo.graph import CompositeType, TypeGraph, iter_members_flat
+from ctracer.debuginfo.graph import CompositeType, TypeGraph
 from ctracer.event import Layout
 from ctracer.plan.displays import EnumSource
+from ctracer.plan.mini import member_fields
 
 
 @dataclass(frozen=True)
@@ -91,20 +92,12 @@ def _member_bytes(graph: TypeGraph, name: str) -> Optional[tuple[int, int]]:
 
 
 def _state_bytes(graph: TypeGraph, path: str) -> Optional[tuple[int, int]]:
-    """(byte offset, size) of the integer member at a dotted path (named members one
-    step each, anonymous ones none, as C spells the access)."""
-    tid, base_bits, prefix = graph.root, 0, ""
-    while True:
-        step = None
-        for name, m, bits in iter_members_flat(graph, tid, base_bits=base_bits):
-            if prefix + name == path and not m.is_bitfield and bits % 8 == 0:
-                size = graph.size_of(m.type)
-                return (bits // 8, size) if size in (1, 2, 4) else None
-            if path.startswith(prefix + name + "."):
-                step = (m, bits, prefix + name + ".")
-        if step is None:
-            return None
-        tid, base_bits, prefix = step[0].type, step[1], step[2]
+    """(byte offset, size) of the whole integer member at a dotted path, as the mini
+    struct names it."""
+    f = member_fields(graph, graph.root).get(path)
+    if f is None or f.source.get("bit_size") or f.size not in (1, 2, 4):
+        return None
+    return int(f.source["byte_offset"]), f.size
 
 
 def resolve(rule: HeadRule, graph: TypeGraph, layout: Layout,
