@@ -194,18 +194,16 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
 @contextlib.contextmanager
 def _project_rule_lines(request: TraceRequest):
     """A refused lifetime rule that the project file gave names the file's line."""
+    from ctracer.plan.lifetimes import LifetimeRuleError
     try:
         yield
-    except UsageError as err:
+    except LifetimeRuleError as err:
         texts = getattr(request.project, "lifetime_rules", None)
-        if not texts or tuple(request.lifetime_rules or ()) != tuple(texts):
+        if not texts or tuple(request.lifetime_rules or ()) != tuple(texts) \
+                or err.rule not in texts:
             raise
-        culprit = next((t for t in texts if repr(t) in str(err)), None)
-        if culprit is None:
-            raise
-        reason = str(err).removeprefix("--lifetime-rule ").removeprefix("lifetime rule ")
-        raise request.project.error(f"[objects] lifetime_rules: {reason}", "objects",
-                                    culprit) from None
+        raise request.project.error(f"[objects] lifetime_rules: {err.rule!r}: {err.reason}",
+                                    "objects", err.rule) from None
 
 
 def build(request: TraceRequest) -> BuiltTrace:

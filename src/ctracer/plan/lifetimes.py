@@ -73,6 +73,14 @@ RULES = (
 )
 
 
+class LifetimeRuleError(UsageError):
+    """A lifetime rule refused: ``rule`` is its text as written, ``reason`` why."""
+
+    def __init__(self, rule: str, reason: str, option: str = "--lifetime-rule"):
+        super().__init__(f"{option} {rule!r}: {reason}")
+        self.rule, self.reason = rule, reason
+
+
 def rules_for(struct: str) -> tuple[LifetimeRule, ...]:
     return tuple(r for r in RULES if r.struct == struct)
 
@@ -91,16 +99,16 @@ def parse_rule(text: str, struct: str,
     `place`."""
     m = _RULE.match(text.strip())
     if not m:
-        raise UsageError(f"--lifetime-rule {text!r}: expected starts|ends:TRACEPOINT"
-                         "[:ARGUMENT=VALUE], e.g. starts:inet_sock_set_state:oldstate=TCP_CLOSE")
+        raise LifetimeRuleError(text, "expected starts|ends:TRACEPOINT[:ARGUMENT=VALUE], "
+                                      "e.g. starts:inet_sock_set_state:oldstate=TCP_CLOSE")
     effect, tracepoint, arg, value = m.groups()
     equals = None
     if value is not None:
         if value[0].isalpha() or value[0] == "_":
             equals = enumerator_value(value)
             if equals is None:
-                raise UsageError(f"--lifetime-rule {text!r}: no enumerator {value} in the "
-                                 "kernel's debug info")
+                raise LifetimeRuleError(text, f"no enumerator {value} in the kernel's "
+                                              "debug info")
         else:
             equals = int(value, 0)
     cond = f" when {arg} is {value}" if arg else ""
@@ -120,9 +128,10 @@ def place(rules: Sequence[LifetimeRule], methods: Sequence) -> tuple[LifetimeRul
         if not direct:
             known = sorted({m.name for m in methods if m.is_tracepoint
                             and not m.path and not m.holder})
-            raise UsageError(f"lifetime rule {rule.text!r}: {rule.tracepoint} is not a traced "
-                             f"tracepoint handing {rule.struct} itself (these do: "
-                             f"{', '.join(known[:8])}{', ...' if len(known) > 8 else ''})")
+            raise LifetimeRuleError(
+                rule.text, f"{rule.tracepoint} is not a traced tracepoint handing "
+                           f"{rule.struct} itself (these do: {', '.join(known[:8])}"
+                           f"{', ...' if len(known) > 8 else ''})", option="lifetime rule")
         placed.append(dataclasses.replace(rule, param_index=direct[0].param_index))
     return tuple(placed)
 
@@ -133,5 +142,6 @@ def check_arguments(rules: Sequence[LifetimeRule], arguments: dict[str, Sequence
     for rule in rules:
         names = arguments.get(rule.tracepoint, ())
         if rule.arg is not None and rule.arg not in names:
-            raise UsageError(f"lifetime rule {rule.text!r}: {rule.tracepoint} has no argument "
-                             f"{rule.arg} (it has {', '.join(names) or 'none'})")
+            raise LifetimeRuleError(rule.text, f"{rule.tracepoint} has no argument {rule.arg} "
+                                               f"(it has {', '.join(names) or 'none'})",
+                                    option="lifetime rule")
