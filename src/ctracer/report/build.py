@@ -66,20 +66,20 @@ class _Frame:
     #: not seen: one short list, not two dicts (a trace has half a million calls)
     slots: list[int] = field(default_factory=list)
 
-    def entry(self, slot: int) -> Optional[int]:
-        """The row index of ``slot``'s entry, if seen."""
+    def _get(self, slot: int, offset: int) -> Optional[int]:
+        """The row index at ``offset`` (1 entry, 2 exit) of ``slot``, if seen."""
         s = self.slots
         for k in range(0, len(s), 3):
             if s[k] == slot:
-                return s[k + 1] if s[k + 1] >= 0 else None
+                return s[k + offset] if s[k + offset] >= 0 else None
         return None
 
+    def entry(self, slot: int) -> Optional[int]:
+        """The row index of ``slot``'s entry, if seen."""
+        return self._get(slot, 1)
+
     def exit(self, slot: int) -> Optional[int]:
-        s = self.slots
-        for k in range(0, len(s), 3):
-            if s[k] == slot:
-                return s[k + 2] if s[k + 2] >= 0 else None
-        return None
+        return self._get(slot, 2)
 
     def _set(self, slot: int, offset: int, index: int) -> None:
         s = self.slots
@@ -95,21 +95,20 @@ class _Frame:
     def add_exit(self, slot: int, index: int) -> None:
         self._set(slot, 2, index)
 
-    def entries(self) -> list[tuple[int, int]]:
-        """(slot, row index) of every entry seen, in time order."""
+    def _seen(self, offset: int) -> list[tuple[int, int]]:
+        """(slot, row index at ``offset``) of every slot seen there, in time order."""
         s = self.slots
         if len(s) == 3:  # one slot: most calls
-            return [(s[0], s[1])] if s[1] >= 0 else []
-        return sorted(((s[k], s[k + 1]) for k in range(0, len(s), 3) if s[k + 1] >= 0),
-                      key=lambda p: p[1])
+            return [(s[0], s[offset])] if s[offset] >= 0 else []
+        return sorted(((s[k], s[k + offset]) for k in range(0, len(s), 3)
+                       if s[k + offset] >= 0), key=lambda p: p[1])
+
+    def entries(self) -> list[tuple[int, int]]:
+        """(slot, row index) of every entry seen, in time order."""
+        return self._seen(1)
 
     def exits(self) -> list[tuple[int, int]]:
-        s = self.slots
-        if len(s) == 3:
-            return [(s[0], s[2])] if s[2] >= 0 else []
-        return sorted(((s[k], s[k + 2]) for k in range(0, len(s), 3) if s[k + 2] >= 0),
-                      key=lambda p: p[1])
-
+        return self._seen(2)
 
 class _Thread:
     __slots__ = ("stack", "last_entry", "last_exit")
