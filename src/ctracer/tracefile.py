@@ -404,17 +404,18 @@ class TraceWriter:
             self.decode_spool(decode_budget_s)
             self.flush()
             self.set_meta(state=STATE_FINISHED)
-            if self._checkpointer is not None:
-                self._checkpointer.stop()  # its connection would keep the log open
-                self._checkpointer = None
+            self._stop_checkpointer()  # its connection would keep the log open
             self.db.execute("PRAGMA journal_mode=DELETE")
             self.db.close()
         finally:
-            if self._checkpointer is not None:
-                self._checkpointer.stop()
-                self._checkpointer = None
+            self._stop_checkpointer()
             self.db = None
             os.close(self._fd)
+
+    def _stop_checkpointer(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
 
 
 class _Checkpointer:
