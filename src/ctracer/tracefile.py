@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import functools
 import json
 import os
 import sqlite3
@@ -773,19 +774,14 @@ class Trace:
                 r = r[:8] + (r[8] + _U64,) + r[9:]
             yield r
 
-    @property
+    @functools.cached_property
     def head_fields(self) -> Optional[frozenset[str]]:
         """The fields an event flagged `FLAG_HEAD_ONLY` carries: those inside the head
         the meta ``head_read`` names (`ctracer.plan.heads`); None when the trace has
         no such rule."""
-        cached = self.__dict__.get("_head_fields", False)
-        if cached is False:
-            head = self.meta_json("head_read")
-            names = head.get("fields") if isinstance(head, dict) else None
-            cached = (frozenset(str(n) for n in names) if isinstance(names, list)
-                      else None)
-            self.__dict__["_head_fields"] = cached
-        return cached
+        head = self.meta_json("head_read")
+        names = head.get("fields") if isinstance(head, dict) else None
+        return frozenset(str(n) for n in names) if isinstance(names, list) else None
 
     def values(self, event: Event) -> Optional[dict[str, Any]]:
         """The decoded mini snapshot of an event, None when the object was unreadable;
