@@ -186,19 +186,22 @@ def _head_snapshot(t: Text, mini: Layout, reader: ObjectReader, head: HeadRead,
       f"\t__builtin_memcpy(&state, buf->b + {head.state_offset - start}, "
       f"{int(head.state_size)});",
       )
-    for c in inside:
-        for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
-            t("\t" + stmt)
+    _collect(t, inside, start)
     t(f"\tif ({states})", "\t\treturn 1;")
     if end > split:
         t(f"\tif ({reader.helper}(buf->b + {split - start}, {end - split}, "
           f"(void *)(addr + {split})))",
           "\t\treturn -1;")
-    for c in collectors:
-        if c not in inside:
-            for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
-                t("\t" + stmt)
+    _collect(t, [c for c in collectors if c not in inside], start)
     t("\treturn 0;", "}")
+
+
+def _collect(t: Text, collectors: list, start: int) -> None:
+    """The ``collectors``' statements moving their fields from the scratch buffer (object
+    bytes from ``start`` on) into the event's mini snapshot."""
+    for c in collectors:
+        for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
+            t("\t" + stmt)
 
 
 def _scratch_and_opening(t: Text, mini: Layout, size: int, *locals_: str) -> None:
@@ -237,9 +240,7 @@ def snapshot_function(mini: Layout, reader: ObjectReader,
     _scratch_and_opening(t, mini, end - start)
     t(f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
       "\t\treturn -1;")
-    for c in collectors:
-        for stmt in c.c_statements("(*m)", "buf->b", start, "addr"):
-            t("\t" + stmt)
+    _collect(t, collectors, start)
     t("\treturn 0;", "}")
     return str(t)
 
