@@ -65,6 +65,17 @@ def test_cachelines_and_max_bytes():
     assert "over the 24-byte limit */" in r.stdout
 
 
+def test_collector_count_follows_the_selection():
+    whole = int(re.search(r"collector of their type: (\d+) members \*/", struct().stdout)
+                .group(1))
+    r = struct("--fields", "sk_lock.*", "--explain")
+    assert r.returncode == 0, r.stderr
+    assert (f"collector of their type: 1 member ({whole - 1} more left out by the "
+            "selection) */") in r.stdout
+    listed = re.findall(r"^/\*   (\S+) \(.*?\): (.*) \*/$", r.stdout, re.M)
+    assert ("sk_lock", "sk_lock.owned, sk_lock.slock.held") in listed
+
+
 @pytest.mark.parametrize("args, words", [
     (("--cachelines", "1,x"), "invalid cacheline list value"),
     (("--max-bytes", "0"), "--max-bytes must be 1 or more"),

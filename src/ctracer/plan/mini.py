@@ -601,12 +601,18 @@ def render_built(built: MiniStruct, *, explain: bool = False) -> str:
     lines.append(f"/* reorganized: {built.layout.size} bytes, {saved} saved over "
                  f"{built.unreorganized_size} in source order */")
     if built.collected:
-        lines.append(f"/* recorded by the collector of their type: {len(built.collected)} "
-                     "members */")
+        kept = {f.name for f in built.layout.fields}
+        recorded = [c for c in built.collected if any(n in kept for n in c.fields)]
+        dropped = len(built.collected) - len(recorded)
+        lines.append(f"/* recorded by the collector of their type: {len(recorded)} "
+                     f"member{'' if len(recorded) == 1 else 's'}"
+                     + (f" ({dropped} more left out by the selection)" if dropped else "")
+                     + " */")
         if explain:
-            for c in built.collected:
+            for c in recorded:
+                values = [n for n in c.fields if n in kept]
                 lines.append(f"/*   {c.name} ({c.type_name}, {c.collector}): "
-                             f"{', '.join(c.fields)} */")
+                             f"{', '.join(values)} */")
     for title, items in (("not recorded", built.skipped),
                          ("left out by the selection", built.unselected)):
         if not items:
