@@ -11,7 +11,10 @@ root and bpftrace; run with the project's venv):
    tracepoints to a file (the anchor).  Events per second = events stored / the time
    from the workload's start until the tool's output is complete (ctracer: the trace
    file written; bpftrace: its output flushed and the tool gone; each tool's compile
-   and attach come before the start).  Goal: ≥ 2×, with 0 events lost.
+   and attach come before the start).  Goal: ≥ 2×, with 0 events lost.  The same
+   workload is then traced with the collectors' default selection of struct sock and
+   with only its cacheline 1 (``--selections``), each with its snapshot size, so the
+   cost of the fields a user keeps is seen against the same anchor.
 2. **Cost per traced call** (user space, uprobes): the -O2 socket sample under
    `ctracer trace --binary` (entry and exit snapshots of struct sock on every method
    with a unique name) against bpftrace with empty uprobe+uretprobe pairs on the same
@@ -69,14 +72,27 @@ def _started(stamp: str) -> float:
         return float(f.read().split()[0])
 
 
-def _ctracer_kernel(workload: str, stamp: str,
+#: what each kernel run of ctracer snapshots: the five fields bpftrace prints, the
+#: collectors' default selection (every recordable field), one cacheline
+SELECTIONS = {"five": {"fields": FIELDS}, "default": {}, "cacheline1": {"cachelines": (1,)}}
+
+
+def _kernel_program(selection: str) -> pipeline.BuiltTrace:
+    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", functions=TRACEPOINTS,
+                                    follow_processes=True, buffer_mb=64,
+                                    **SELECTIONS[selection])
+    return pipeline.build(request)
+
+
+def _snapshot_bytes(built: pipeline.BuiltTrace) -> int:
+    return built.program.mini.size
+
+
+def _ctracer_kernel(built: pipeline.BuiltTrace, workload: str, stamp: str,
                     tmp: str) -> tuple[int, float, float, float, int]:
     """(events stored, seconds from the workload's start to the trace file written and
     finished, seconds of recording, seconds the first reader then takes to decode the
     raw events the recorder left, events lost) of one ctracer run."""
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", functions=TRACEPOINTS,
-                                    fields=FIELDS, follow_processes=True, buffer_mb=64)
-    built = pipeline.build(request)
     out = os.path.join(tmp, "k.ctrace")
     for old in (out, out + ".old"):
         if os.path.exists(old):
@@ -118,34 +134,48 @@ def _bpftrace_kernel(workload: str, stamp: str, tmp: str) -> tuple[int, float, i
     return printed, seconds, _lost(text)
 
 
-def kernel_throughput(connections: int, messages: int, rounds: int, tmp: str) -> None:
+def kernel_throughput(connections: int, messages: int, rounds: int, selections: list[str],
+                      tmp: str) -> None:
     stamp = os.path.join(tmp, "started")
     workload = (f"echo $EPOCHREALTIME > {stamp}; exec {TCPLOOP} --connections {connections} "
                 f"--messages {messages} --settle-ms 0 >/dev/null")
+    programs = {name: _kernel_program(name) for name in selections}
     print(f"kernel, tcploop --connections {connections} --messages {messages}, "
-          f"{len(TRACEPOINTS)} tracepoints, {len(FIELDS)} fields, {rounds} rounds "
-          f"(load average {_load()}):")
-    ours, decoded, theirs = [], [], []
+          f"{len(TRACEPOINTS)} tracepoints, {rounds} rounds (load average {_load()}); "
+          "ctracer's snapshots: " + ", ".join(
+              f"{name} {len(p.program.mini.fields)} fields / {_snapshot_bytes(p)} bytes"
+              for name, p in programs.items()) + ":")
+    ours = {name: [] for name in selections}
+    decoded = {name: [] for name in selections}
+    theirs = []
     for r in range(rounds):
-        stored, seconds, recording_s, decode_s, lost = _ctracer_kernel(workload, stamp, tmp)
-        ours.append(stored / seconds)
-        decoded.append(stored / (seconds + decode_s))
-        print(f"  round {r + 1} ctracer: {stored} events stored, {lost} lost, in {seconds:.2f} s"
-              f" = {stored / seconds:,.0f} events/s (recording {recording_s:.2f} s, then "
-              f"{seconds - recording_s:.2f} s finishing the file); the first reader decoding "
-              f"what was left raw: {decode_s:.2f} s more = {decoded[-1]:,.0f} events/s")
+        for name, built in programs.items():
+            stored, seconds, recording_s, decode_s, lost = _ctracer_kernel(
+                built, workload, stamp, tmp)
+            ours[name].append(stored / seconds)
+            decoded[name].append(stored / (seconds + decode_s))
+            print(f"  round {r + 1} ctracer ({name}): {stored} events stored, {lost} lost, in "
+                  f"{seconds:.2f} s = {stored / seconds:,.0f} events/s (recording "
+                  f"{recording_s:.2f} s, then {seconds - recording_s:.2f} s finishing the "
+                  f"file); the first reader decoding what was left raw: {decode_s:.2f} s "
+                  f"more = {decoded[name][-1]:,.0f} events/s")
         printed, seconds, lost = _bpftrace_kernel(workload, stamp, tmp)
         theirs.append(printed / seconds)
-        print(f"  round {r + 1} bpftrace (anchor): {printed} lines printed, {lost} lost, in "
-              f"{seconds:.2f} s = {printed / seconds:,.0f} events/s")
+        print(f"  round {r + 1} bpftrace (anchor, {len(FIELDS)} fields): {printed} lines "
+              f"printed, {lost} lost, in {seconds:.2f} s = {printed / seconds:,.0f} events/s")
     print(f"  events/s from the workload's start to the output complete, best of {rounds}: "
-          f"ctracer {max(ours):,.0f} (with the first reader's decoding {max(decoded):,.0f}), "
-          f"bpftrace {max(theirs):,.0f}")
-    print(f"  RATIO kernel events/s ctracer / bpftrace: {max(ours) / max(theirs):.2f}x "
-          f"(goal >= 2x); per round: "
-          + ", ".join(f"{o / t:.2f}x" for o, t in zip(ours, theirs)))
-    print(f"  RATIO counting the first reader's decoding: {max(decoded) / max(theirs):.2f}x; "
-          "per round: " + ", ".join(f"{o / t:.2f}x" for o, t in zip(decoded, theirs)))
+          + ", ".join(f"ctracer {name} {max(ours[name]):,.0f} (with the first reader's "
+                      f"decoding {max(decoded[name]):,.0f})" for name in selections)
+          + f", bpftrace {max(theirs):,.0f}")
+    for name in selections:
+        size = _snapshot_bytes(programs[name])
+        print(f"  RATIO kernel events/s ctracer ({name}, {size}-byte snapshot) / bpftrace: "
+              f"{max(ours[name]) / max(theirs):.2f}x"
+              + (" (goal >= 2x)" if name == "five" else "") + "; per round: "
+              + ", ".join(f"{o / t:.2f}x" for o, t in zip(ours[name], theirs)))
+        print(f"  RATIO ({name}) counting the first reader's decoding: "
+              f"{max(decoded[name]) / max(theirs):.2f}x; per round: "
+              + ", ".join(f"{o / t:.2f}x" for o, t in zip(decoded[name], theirs)))
 
 
 def _load() -> str:
@@ -219,6 +249,8 @@ def main() -> None:
     ap.add_argument("--loops", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3,
                     help="runs of each tool, alternating; the best of each is compared")
+    ap.add_argument("--selections", default=",".join(SELECTIONS),
+                    help="ctracer's kernel snapshots to run, of: " + ", ".join(SELECTIONS))
     ap.add_argument("--skip-kernel", action="store_true")
     ap.add_argument("--skip-uprobes", action="store_true")
     args = ap.parse_args()
@@ -227,7 +259,11 @@ def main() -> None:
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
     with tempfile.TemporaryDirectory(prefix="ctracer-bench-") as tmp:
         if not args.skip_kernel:
-            kernel_throughput(args.connections, args.messages, args.rounds, tmp)
+            selections = [n.strip() for n in args.selections.split(",") if n.strip()]
+            unknown = sorted(set(selections) - set(SELECTIONS))
+            if unknown:
+                raise SystemExit(f"bench_ktrace: unknown selection {', '.join(unknown)}")
+            kernel_throughput(args.connections, args.messages, args.rounds, selections, tmp)
         if not args.skip_uprobes:
             uprobe_cost(args.loops, args.rounds, tmp)
 
