@@ -5,6 +5,7 @@ are not blank), the page scripts work, and every local link and image in the who
 report resolves, anchors included."""
 
 import os
+import re
 import shutil
 import tempfile
 from html.parser import HTMLParser
@@ -13,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from ctracer.report import html as report_html
 from ctracer.report import render_report
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.timeline import read_data_file
@@ -438,5 +440,28 @@ def test_a_row_deep_in_a_long_page_is_drawn_with_its_neighbours(browser, tmp_pat
     drawn = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
                           ".map(r => r.id)")
     assert ids[0] in drawn and target in drawn
+    page.close()
+    assert watch.problems == []
+
+
+def test_a_fields_other_changes_open_the_timeline_filtered_by_it(browser, tmp_path,
+                                                                   monkeypatch):
+    """A changes page lists a field's first changes; its link opens the timeline with
+    the field filter set, and every row drawn changed that field."""
+    monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
+    write_synthetic_trace(str(tmp_path / "t.ctrace"), threads=1, lifecycles=1, sends=200,
+                          addresses_per_thread=1)
+    out = Path(render_report(str(tmp_path / "t.ctrace"), str(tmp_path / "out")).out_dir)
+    page, watch = open_page(browser, next(out.glob("0x*")) / "changes.html")
+    link = page.locator('[id="f-sk_stats.tx_bytes"] p.more-changes a')
+    total = int(re.search(r"all (\d+) in the timeline", link.text_content()).group(1))
+    link.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith("index.html#field=sk_stats.tx_bytes&changed=1")
+    assert page.eval_on_selector("[data-timeline=field]", "e => e.value") == \
+        "sk_stats.tx_bytes"
+    changes = page.evaluate("Array.from(document.querySelectorAll('#timeline tbody tr'))"
+                            ".map(r => r.textContent)")
+    assert len(changes) == total and all("sk_stats.tx_bytes" in c for c in changes)
     page.close()
     assert watch.problems == []

@@ -44,3 +44,18 @@ def test_function_names_in_bar_plots_are_literal(tmp_path):
     assert ("f$a$", False) in labels
     assert ax.title.get_text() and not ax.title._preprocess_math(ax.title.get_text())[1] \
         or not ax._left_title._preprocess_math(ax._left_title.get_text())[1]
+
+
+def test_envelope_keeps_each_stretchs_first_last_lowest_and_highest():
+    assert plots.envelope([3, 1, 2], 8) == [0, 1, 2]
+    values = [(i * 7919) % 1000 for i in range(10_000)]
+    values[4321], values[6789] = -5000, 5000
+    kept = plots.envelope(values, 400)
+    assert len(kept) <= 400 and kept == sorted(set(kept))
+    assert kept[0] == 0 and kept[-1] == len(values) - 1
+    assert 4321 in kept and 6789 in kept  # the lowest and highest of all
+    for k in range(100):  # every stretch keeps its own extremes
+        lo, hi = k * 100, (k + 1) * 100
+        part = values[lo:hi]
+        mine = [values[i] for i in kept if lo <= i < hi]
+        assert min(mine) == min(part) and max(mine) == max(part)

@@ -1,6 +1,7 @@
 """The rendered report: which files exist, what the pages say, that names from a trace
 are escaped and never become paths, that long timelines page correctly, and the CLI."""
 
+import json
 import os
 import re
 from collections import Counter
@@ -191,6 +192,46 @@ def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch)
     assert {page for page, _ in links} - {"index.html"}  # some changes are on later pages
     for page, anchor in links:
         assert anchor in ids[page]
+
+
+def test_a_long_lived_object_keeps_its_changes_page_small(tmp_path, monkeypatch):
+    """Each field lists its first changes (the page shares CHANGE_ROWS_PER_PAGE among the
+    fields that changed) and links to the timeline filtered by it for the rest; the
+    interactive plot draws at most LIVE_POINTS points of a field, saying of how many."""
+    monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
+    monkeypatch.setattr(report_html, "LIVE_POINTS", 60)
+    trace = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=200,
+                          addresses_per_thread=1)
+    out = tmp_path / "out"
+    render_report(str(trace), str(out))
+    for d in (next(out.glob("0x*")), out / "many_objects"):
+        page = read(d / "changes.html")
+        sections = re.findall(r'<section class="field" id="f-([\w.]+)">(.*?)</section>', page,
+                              re.S)
+        counts = {name: int(n) for name, n in
+                  re.findall(r'<h2><code>([\w.]+)</code> <span class="meta">[^<]*· (\d+) '
+                             r'change', page)}
+        per_field = max(report_html.MIN_CHANGE_ROWS_PER_FIELD, 100 // len(counts))
+        capped = 0
+        for name, body in sections:
+            if name not in counts:
+                continue
+            rows = body.count('">timeline row</a>')
+            assert rows == min(counts[name], per_field), name
+            if counts[name] > per_field:
+                capped += 1
+                assert (f"The first {per_field} of {counts[name]} changes; "
+                        f'<a href="index.html#field={name}&amp;changed=1">all '
+                        f"{counts[name]} in the timeline</a>") in body
+        assert capped >= 2
+    series = json.loads(re.search(r'<script type="application/json" id="field-series">'
+                                  r"(.*?)</script>", read(next(out.glob("0x*")) /
+                                                          "changes.html"), re.S).group(1))
+    sampled = {k: v for k, v in series.items() if v["of"]}
+    assert sampled and all(len(v["t"]) <= 60 < v["of"] for v in sampled.values())
+    assert all(len(v["t"]) == len(v["y"]) == len(v["label"]) for v in series.values())
+    assert all(v["of"] == 0 and len(v["t"]) <= 60 for v in series.values() if not v["of"])
 
 
 def test_max_objects_limits_object_pages(tmp_path):

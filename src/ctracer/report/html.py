@@ -28,6 +28,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
+from urllib.parse import urlencode
 
 from markupsafe import Markup, escape
 
@@ -48,9 +49,15 @@ from ctracer.tracefile import Trace
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
 PAGE_ROWS = 20_000
-#: changes listed per field on the all-objects changes page (object pages list all); the
-#: page stays well under 2 MB however many objects changed the field
-MAX_CHANGES_ALL = 200
+#: change rows a changes page lists in all, shared among the fields that changed (each
+#: lists at least MIN_CHANGE_ROWS_PER_FIELD); the rest of a field's changes are one click
+#: away in the timeline filtered by that field, so a page stays well under 2 MB however
+#: long the trace or however many objects changed the field
+CHANGE_ROWS_PER_PAGE = 4000
+MIN_CHANGE_ROWS_PER_FIELD = 20
+#: points of a field's interactive plot: past this, each stretch of changes keeps its
+#: first, last, lowest and highest value (the step plot's envelope)
+LIVE_POINTS = 2000
 #: a field gets a PNG plot on an object's page when it changed at least this often
 #: (the original ostra-cg's rule); fewer changes read better in the table
 MIN_CHANGES_TO_PLOT = 4
@@ -421,7 +428,7 @@ class _Site:
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: list[Change], page_of: dict[int, str],
                      series: dict[str, list[plotting.Series]], show_object: bool,
-                     limit: Optional[int], plot_title: Optional[str] = None,
+                     plot_title: Optional[str] = None,
                      values: Optional[dict[str, str]] = None,
                      live: Optional[ObjectTimeline] = None) -> None:
         """The changes page; ``values`` shows what unchanged fields hold, ``live`` is the
@@ -430,10 +437,13 @@ class _Site:
         for c in changes:
             by_field.setdefault(c.field, []).append(c)
         drawn = _fields_to_draw(series, by_field) if self.plots else set()
+        live_data = self.live_series(live) if live is not None else {}
+        per_field = max(MIN_CHANGE_ROWS_PER_FIELD,
+                        CHANGE_ROWS_PER_PAGE // max(1, len(by_field)))
         fields = []
         for f in self.layout.fields:
             found = by_field.get(f.name, [])
-            shown = found if limit is None else found[:limit]
+            shown = found[:per_field]
             items = []
             for c in shown:
                 obj = self.data_objects[c.obj]
@@ -460,10 +470,14 @@ class _Site:
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
                            "count": len(found), "rows_html": Markup("".join(items)),
                            "stem": stem,
-                           "has_plot": has_plot, "omitted": len(found) - len(shown),
+                           "has_plot": has_plot, "shown": len(shown),
+                           "omitted": len(found) - len(shown),
+                           "in_timeline": "index.html#" + urlencode({"field": f.name,
+                                                                    "changed": "1"}),
                            "value": (values or {}).get(f.name, ""),
-                           "live": live is not None and len(live.series.get(f.name, ())) > 1})
-        series_json = _json_island(self.live_series(live)) if live is not None else ""
+                           "live": stem in live_data,
+                           "live_of": live_data.get(stem, {}).get("of", 0)})
+        series_json = _json_island(live_data) if live is not None else ""
         self.write(f"{directory}/changes.html", "changes.html", title=title, heading=heading,
                    series_json=series_json,
                    fields=fields, show_object=show_object,
@@ -488,7 +502,13 @@ class _Site:
                 continue
             raw = [v for _, v in points]
             numbers, ticks = self.fmt.plot_axis(name, raw)
+            total = len(points)
+            if total > LIVE_POINTS:
+                points = [points[i] for i in plotting.envelope(numbers, LIVE_POINTS)]
+                raw = [v for _, v in points]
+                numbers, ticks = self.fmt.plot_axis(name, raw)
             out[self.field_stem[name]] = {
+                "of": total if total > len(points) else 0,
                 "t": [round(t / 1e6, 6) for t, _ in points], "y": numbers,
                 "label": [self.timeline.value(name, v) for v in raw],
                 "ticks": [[p, label] for p, label in ticks] if ticks else None,
@@ -526,7 +546,7 @@ class _Site:
         values = {name: self.timeline.value(name, points[0][1])
                   for name, points in obj.series.items() if points}
         self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
-                          page_of, series, show_object=False, limit=None, values=values,
+                          page_of, series, show_object=False, values=values,
                           live=obj)
 
     def all_objects_pages(self) -> None:
@@ -556,7 +576,7 @@ class _Site:
             values[f.name] = (next(iter(seen)) if len(seen) == 1 else
                               f"{len(seen)} values across objects" if seen else "")
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
-                          changes, page_of, series, show_object=True, limit=MAX_CHANGES_ALL,
+                          changes, page_of, series, show_object=True,
                           plot_title=plotted, values=values)
 
     def methods_page(self) -> None:

@@ -28,6 +28,25 @@ _LEGEND_PX = 150  # right margin when a legend names the objects
 MAX_DOTS = 4000   # dots in a duration plot
 
 
+def envelope(values: Sequence[float], budget: int) -> list[int]:
+    """Indices of at most ``budget`` of ``values`` that keep their shape: the values in
+    ``budget // 4`` equal stretches, each kept by its first, last, lowest and highest
+    (all of them when there are no more than ``budget``)."""
+    n = len(values)
+    if n <= budget:
+        return list(range(n))
+    stretches = max(1, budget // 4)
+    keep: set[int] = set()
+    for k in range(stretches):
+        lo, hi = k * n // stretches, (k + 1) * n // stretches
+        if lo == hi:
+            continue
+        part = range(lo, hi)
+        keep.update((lo, hi - 1, min(part, key=values.__getitem__),
+                     max(part, key=values.__getitem__)))
+    return sorted(keep)
+
+
 @dataclass
 class Series:
     label: str
