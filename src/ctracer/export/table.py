@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, array_value
 from ctracer.report import build
+from ctracer.report.snapshots import SnapshotColumn
 from ctracer.tracefile import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,7 +117,7 @@ def function_names(trace: Trace, fns) -> dict[int, str]:
     return out
 
 
-def _snapshot_columns(trace: Trace, snapshots: list, valid,
+def _snapshot_columns(trace: Trace, snapshots: SnapshotColumn, valid,
                       head_only=None) -> tuple[list[str], list]:
     """Every mini field as a column, decoded from all snapshots at once; null where the
     object was not read, and, in rows that read only its head (``head_only``), for the
@@ -127,9 +128,7 @@ def _snapshot_columns(trace: Trace, snapshots: list, valid,
     mini = trace.mini
     if not mini.fields:
         return [], []
-    zero = bytes(mini.size)
-    blob = b"".join([s if s is not None and len(s) == mini.size else zero for s in snapshots])
-    decoded = np.frombuffer(blob, dtype=mini.numpy_dtype())
+    decoded = snapshots.table(mini)
     names, arrays = [], []
     head = trace.head_fields or frozenset()
     for f in mini.ordered_fields:
@@ -193,7 +192,7 @@ def event_table(trace: Trace) -> EventTable:
     args = pa.array([tp_args.get(s) for s in seqs], pa.string())
 
     read_failed = (flags & FLAG_READ_FAILED) != 0
-    valid = ~read_failed & np.array([s is not None for s in snapshots], bool)
+    valid = ~read_failed & snapshots.present_mask()
     head_only = (flags & FLAG_HEAD_ONLY) != 0
     field_names, field_arrays = _snapshot_columns(trace, snapshots, valid,
                                                   head_only if head_only.any() else None)

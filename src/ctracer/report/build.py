@@ -38,6 +38,7 @@ from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSI
                                   MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
+from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
 from ctracer.tracefile import FunctionRow, Trace
 
 _U64_MASK = (1 << 64) - 1
@@ -348,7 +349,7 @@ class Events:
     """Every event in time order: a `Row` each, plus what rows do not keep."""
 
     rows: list[Row]
-    snapshots: list[Optional[bytes]]
+    snapshots: SnapshotColumn
     recorded: list[int]  # the object address as the probe recorded it (0: none)
 
 
@@ -357,7 +358,7 @@ def read_events(trace: Trace, fns: FunctionTable) -> Events:
     order; a thread's events are), then recording order."""
     canon = fns.canon
     intern = sys.intern
-    rows, snapshots = [], []
+    rows, snapshots = [], SnapshotColumn(trace.mini.size)
     add_row, add_snapshot = rows.append, snapshots.append
     addresses: dict[int, int] = {}  # one int object per address or tid, not one per event
     for seq, ts, cpu, pid, tid, comm, slot, phase, obj, ret, _depth, flags, snapshot \
@@ -554,11 +555,13 @@ def head_identities(trace: Trace, events: Events) -> tuple[dict[int, tuple], str
     if not isinstance(names, list) or not names or not all(n in known for n in names):
         return {}, ""
     out = {}
-    for i, (row, snapshot) in enumerate(zip(events.rows, events.snapshots)):
-        if (row.flags & FLAG_HEAD_ONLY and not row.flags & FLAG_READ_FAILED
-                and snapshot is not None and len(snapshot) == layout.size):
-            values = layout.decode(snapshot)
-            out[i] = tuple(values[n] for n in names)
+    snapshots = events.snapshots
+    for i, row in enumerate(events.rows):
+        if row.flags & FLAG_HEAD_ONLY and not row.flags & FLAG_READ_FAILED:
+            snapshot = snapshots[i]
+            if snapshot is not None:
+                values = layout.decode(snapshot)
+                out[i] = tuple(values[n] for n in names)
     return out, str(head.get("identity_rule") or "")
 
 
@@ -641,13 +644,13 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
     objects: dict[ObjectKey, ObjectTimeline] = {}
     #: the one object of an address never reused (the common case): no lookup of lifetimes
     single: dict[int, ObjectTimeline] = {}
-    kept = events if not duplicates else Events(
-        *([x for i, x in enumerate(column) if i not in duplicates]
-          for column in (events.rows, events.snapshots, events.recorded)))
-    lifetime_at = pairing.lifetime_at
     # lifetimes were found at positions among all rows: kept positions map back
     original = (range(len(events.rows)) if not duplicates else
                 [i for i in range(len(events.rows)) if i not in duplicates])
+    kept = events if not duplicates else Events(
+        [events.rows[i] for i in original], events.snapshots.select(original),
+        [events.recorded[i] for i in original])
+    lifetime_at = pairing.lifetime_at
     null_events = 0
     for index, row in enumerate(kept.rows):
         address = row.address
@@ -690,10 +693,10 @@ def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
     index_of = {key: i for i, key in enumerate(objects)}
     owners, positions = array("q"), array("q")  # 8 bytes an entry, not a Python int
     partial = array("b")
-    blobs = []
     events = found.events
-    for pos, (row, snapshot, recorded) in enumerate(
-            zip(events.rows, events.snapshots, events.recorded)):
+    snapshots = events.snapshots
+    present = snapshots.present
+    for pos, (row, recorded) in enumerate(zip(events.rows, events.recorded)):
         key = row.obj
         if key is None:
             continue
@@ -704,101 +707,28 @@ def find_changes(found: Objects, layout: Layout, fns: FunctionTable,
                 row.unreadable = True
                 obj.unreadable += 1
             continue
-        if snapshot is not None:
+        if present[pos]:
             owners.append(index_of[key])
             positions.append(pos)
             partial.append(1 if row.flags & FLAG_HEAD_ONLY else 0)
-            blobs.append(snapshot)
             if row.flags & FLAG_HEAD_ONLY:
                 obj.head_only += 1
     if release_snapshots:
-        events.snapshots = []
-    if blobs:
-        table = _Snapshots(layout, owners, positions, blobs,
-                           partial if head_fields is not None and any(partial) else None,
-                           head_fields or frozenset())
-        del blobs
+        events.snapshots = SnapshotColumn(snapshots.size)
+    if positions:
+        table = SnapshotTable(layout, snapshots, owners, positions,
+                              partial if head_fields is not None and any(partial) else None,
+                              head_fields or frozenset())
+        del snapshots
         _walk_changes(table, list(objects.values()), events.rows, fns, methods, start_ns)
 
 
-class _Snapshots:
-    """Every readable snapshot as one numpy table, grouped by object (time order kept
-    within each), with a column per field saying where it differs from the object's
-    previous snapshot."""
-
-    def __init__(self, layout: Layout, owners: Sequence[int], positions: Sequence[int],
-                 blobs: list[bytes], partial: Optional[Sequence[int]] = None,
-                 head_fields: frozenset[str] = frozenset()):
-        import numpy
-
-        size = layout.size
-        owner = numpy.frombuffer(owners, dtype=numpy.int64)
-        order = numpy.argsort(owner, kind="stable")
-        # joined in table order: the table is the joined bytes, never copied
-        blob = b"".join(b if len(b) == size else bytes(b[:size]).ljust(size, b"\0")
-                        for b in map(blobs.__getitem__, order.tolist()))
-        blobs.clear()
-        self.table = numpy.frombuffer(blob, layout.numpy_dtype())
-        self.owner = owner[order]
-        self.position = numpy.frombuffer(positions, dtype=numpy.int64)[order]
-        n = len(self.owner)
-        self.first = numpy.ones(n, dtype=bool)
-        self.first[1:] = self.owner[1:] != self.owner[:-1]
-        self.names = [f.name for f in layout.fields]
-        self.columns = [f.name for f in layout.fields]
-        self.array_kinds = {f.name: f.kind for f in layout.fields if f.ctype.startswith("char[")}
-        self.changed = numpy.zeros((n, len(self.columns)), dtype=bool)
-        #: per field outside the head: rows where it holds a value read (None: every row)
-        self.known: dict[int, Any] = {}
-        if partial is not None:
-            self._carry_over_unread(numpy.frombuffer(partial, dtype=numpy.int8)[order] != 0,
-                                    head_fields)
-        for j, column in enumerate(self.columns):
-            col = self.table[column]
-            self.changed[1:, j] = col[1:] != col[:-1]
-            known = self.known.get(j)
-            if known is not None:  # a first value read after rows that read none
-                self.changed[1:, j] &= known[:-1]
-        self.changed[self.first] = False
-
-    def _carry_over_unread(self, partial, head_fields: frozenset[str]) -> None:
-        """In rows that read only the head, each field outside it takes the value its
-        object's last full read had (so nothing changes there, and the next read is
-        compared with the last value read); `known` says where there was one."""
-        import numpy
-
-        n = len(partial)
-        at = numpy.arange(n)
-        group = numpy.maximum.accumulate(numpy.where(self.first, at, 0))
-        last = numpy.maximum.accumulate(numpy.where(~partial, at, -1))
-        known = last >= group
-        source = numpy.where(known, last, at)
-        table = self.table.copy()
-        for j, column in enumerate(self.columns):
-            if column not in head_fields:
-                table[column] = table[column][source]
-                self.known[j] = known
-        self.table = table
-
-    def value_known(self, j: int, rows: Any) -> list[bool]:
-        known = self.known.get(j)
-        return [True] * len(rows) if known is None else known[rows].tolist()
-
-    def values(self, j: int, rows: Any) -> list[Any]:
-        """Python values of field ``j`` at the given table rows."""
-        column = self.columns[j]
-        vals = self.table[column][rows].tolist()
-        kind = self.array_kinds.get(column)
-        if kind is not None:
-            vals = [array_value(kind, v) for v in vals]
-        return vals
-
-
-def _walk_changes(snaps: _Snapshots, objects: list[ObjectTimeline], rows: list[Row],
+def _walk_changes(snaps: SnapshotTable, objects: list[ObjectTimeline], rows: list[Row],
                   fns: FunctionTable, methods: dict[int, MethodStats], start_ns: int) -> None:
     """Series start at each object's first snapshot; then every changed row, in time
-    order per object, becomes its `Change` records.  Only changed values become Python
-    objects (a million snapshots of 14 fields would be 14 million)."""
+    order, becomes its `Change` records.  Only changed values become Python objects (a
+    million snapshots of 100 fields would be 100 million), and the work is one step per
+    change, not per field of every changed row."""
     import numpy
 
     names = snaps.names
@@ -810,18 +740,23 @@ def _walk_changes(snaps: _Snapshots, objects: list[ObjectTimeline], rows: list[R
                                    snaps.position[firsts].tolist())):
         ts = rows[p].ts_ns - start_ns
         objects[o].series = {name: [(ts, initial[j][k])] for j, name in enumerate(names)}
-    per_field: list[dict[int, tuple[Any, Any]]] = []
-    for j in range(len(names)):
-        at = numpy.flatnonzero(snaps.changed[:, j])
-        per_field.append(dict(zip(at.tolist(), zip(snaps.values(j, at - 1),
-                                                    snaps.values(j, at)))))
-    need = numpy.flatnonzero(snaps.changed.any(axis=1))
-    fields = list(zip(names, per_field))
+    by_row: dict[int, list[tuple[str, Any, Any]]] = {}
+    for j, name in enumerate(names):
+        at = snaps.changed_at[j]
+        if not len(at):
+            continue
+        for i, old, new in zip(at.tolist(), snaps.values(j, snaps.prev[at]),
+                               snaps.values(j, at)):
+            found = by_row.get(i)
+            if found is None:
+                by_row[i] = [(name, old, new)]
+            else:
+                found.append((name, old, new))
+    need = numpy.array(sorted(by_row), dtype=numpy.int64)
     for i, o, p in zip(need.tolist(), snaps.owner[need].tolist(),
                        snaps.position[need].tolist()):
         row = rows[p]
-        changed = [(name, *found[i]) for name, found in fields if i in found]
-        _record_changes(objects[o], row, changed, row.ts_ns - start_ns, fns, methods)
+        _record_changes(objects[o], row, by_row.pop(i), row.ts_ns - start_ns, fns, methods)
 
 
 def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any, Any]],
