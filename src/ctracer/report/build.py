@@ -35,7 +35,7 @@ from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY,
                            PHASE_TRACEPOINT, Layout, array_value)
 from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
-                                  MethodStats, ObjectKey, ObjectTimeline, ReportData, Row,
+                                  MethodStats, ObjectKey, ObjectTimeline, Points, ReportData, Row,
                                   TraceSummary)
 from ctracer.report.names import object_dir, object_label
 from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
@@ -739,24 +739,49 @@ def _walk_changes(snaps: SnapshotTable, objects: list[ObjectTimeline], rows: lis
     for k, (o, p) in enumerate(zip(snaps.owner[firsts].tolist(),
                                    snaps.position[firsts].tolist())):
         ts = rows[p].ts_ns - start_ns
-        objects[o].series = {name: [(ts, initial[j][k])] for j, name in enumerate(names)}
-    by_row: dict[int, list[tuple[str, Any, Any]]] = {}
-    for j, name in enumerate(names):
+        objects[o].series = {name: Points(((ts, initial[j][k]),))
+                             for j, name in enumerate(names)}
+    # the changed values out of the table, field by field, side by side; then the
+    # table is let go before the changes become objects
+    at_parts, field_parts, olds, news = [], [], [], []
+    for j in range(len(names)):
         at = snaps.changed_at[j]
-        if not len(at):
-            continue
-        for i, old, new in zip(at.tolist(), snaps.values(j, snaps.prev[at]),
-                               snaps.values(j, at)):
-            found = by_row.get(i)
-            if found is None:
-                by_row[i] = [(name, old, new)]
-            else:
-                found.append((name, old, new))
-    need = numpy.array(sorted(by_row), dtype=numpy.int64)
-    for i, o, p in zip(need.tolist(), snaps.owner[need].tolist(),
-                       snaps.position[need].tolist()):
-        row = rows[p]
-        _record_changes(objects[o], row, by_row.pop(i), row.ts_ns - start_ns, fns, methods)
+        if len(at):
+            at_parts.append(at)
+            field_parts.append(numpy.full(len(at), j, dtype=numpy.int32))
+            olds += snaps.values(j, snaps.prev[at])
+            news += snaps.values(j, at)
+    snaps.release()
+    if not at_parts:
+        return
+    at_all = numpy.concatenate(at_parts)
+    order = numpy.lexsort((numpy.concatenate(field_parts), at_all))  # row, then field
+    del at_parts, field_parts
+    at_sorted = at_all[order]
+    starts = numpy.flatnonzero(numpy.r_[True, at_sorted[1:] != at_sorted[:-1]])
+    ends = numpy.r_[starts[1:], len(order)]
+    heads = at_sorted[starts]
+    owners, positions = snaps.owner[heads], snaps.position[heads]
+    field_of = numpy.concatenate([numpy.full(len(a), j, dtype=numpy.int32)
+                                  for j, a in enumerate(snaps.changed_at) if len(a)])[order]
+    # rows a block at a time: a million changed rows as Python ints at once would cost
+    # more than their changes
+    for g0 in range(0, len(starts), _ROWS_A_BLOCK):
+        g1 = min(g0 + _ROWS_A_BLOCK, len(starts))
+        base, stop = int(starts[g0]), int(ends[g1 - 1])
+        picks, fields = order[base:stop].tolist(), field_of[base:stop].tolist()
+        for start, end, o, p in zip((starts[g0:g1] - base).tolist(),
+                                    (ends[g0:g1] - base).tolist(),
+                                    owners[g0:g1].tolist(), positions[g0:g1].tolist()):
+            row = rows[p]
+            _record_changes(objects[o], row,
+                            [(names[fields[x]], olds[picks[x]], news[picks[x]])
+                             for x in range(start, end)],
+                            row.ts_ns - start_ns, fns, methods)
+
+
+#: changed rows turned into `Change` records a block at a time
+_ROWS_A_BLOCK = 65536
 
 
 def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any, Any]],

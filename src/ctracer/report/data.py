@@ -16,7 +16,7 @@ Vocabulary:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
 from ctracer.tracefile import FunctionRow
 
@@ -102,6 +102,46 @@ class MethodStats:
         return self.total_ns / len(self.durations) if self.durations else None
 
 
+class Points:
+    """One field's values over time: (ns from trace start, value) pairs, first value
+    then each change, kept as two lists (a pair as a tuple costs 72 bytes: a kernel
+    trace has millions of changes).  Reads as a sequence of pairs."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self, pairs: Iterable[tuple[int, Any]] = ()):
+        self.times: list[int] = []
+        self.values: list[Any] = []
+        for point in pairs:
+            self.append(point)
+
+    def append(self, point: tuple[int, Any]) -> None:
+        self.times.append(point[0])
+        self.values.append(point[1])
+
+    def clear(self) -> None:
+        self.times.clear()
+        self.values.clear()
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        return zip(self.times, self.values)
+
+    def __getitem__(self, i: int) -> tuple[int, Any]:
+        return self.times[i], self.values[i]
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return list(self) == list(other)  # type: ignore[call-overload]
+        except TypeError:
+            return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Points({list(self)!r})"
+
+
 @dataclass(slots=True)
 class ObjectTimeline:
     """Everything seen of one object (one lifetime of an address)."""
@@ -113,7 +153,7 @@ class ObjectTimeline:
     rows: list[Row] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     #: per field, (ns from trace start, value) from the first value seen, at each change
-    series: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    series: dict[str, Points] = field(default_factory=dict)
     methods: dict[int, MethodStats] = field(default_factory=dict)
     unreadable: int = 0
     #: events that read only the object's head (a time-wait or request socket)

@@ -141,6 +141,11 @@ class SnapshotTable:
             if name not in head_fields:
                 self.known[j] = known
 
+    def release(self) -> None:
+        """Let the snapshots go (their buffer is freed unless someone else holds it);
+        what was found (`prev`, `changed_at`, `owner`, `position`) stays."""
+        self.full = None
+
     def value_known(self, j: int, rows: Any) -> list[bool]:
         known = self.known.get(j)
         return [True] * len(rows) if known is None else known[rows].tolist()
