@@ -55,6 +55,7 @@ class TimelineData:
         self._cause_list: list[list] = []
         self._durations: dict[int, str] = {}
         self._retvals: dict[tuple[int, int], str] = {}
+        self._args: dict[tuple, str] = {}
 
     def value(self, field: str, value: Any) -> str:
         key = (field, value)
@@ -96,6 +97,20 @@ class TimelineData:
             if len(self._durations) > 200_000:
                 self._durations.clear()
             text = self._durations[ns] = format_duration(ns)
+        return text
+
+    def _args_text(self, slot: int, args: dict[str, Any]) -> str:
+        """``(name value, ...)`` of a tracepoint hit's arguments; the same arguments
+        recur (a socket's address, its state, a message size), so each text is made
+        once."""
+        key = (slot, *args.items())
+        text = self._args.get(key)
+        if text is None:
+            if len(self._args) > 200_000:
+                self._args.clear()
+            kinds = self.arg_kinds.get(slot, {})
+            text = self._args[key] = "(" + ", ".join(
+                f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in args.items()) + ")"
         return text
 
     def _retval(self, row: Row) -> str:
@@ -167,9 +182,7 @@ class TimelineData:
         marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
         tags = []
         if row.phase == PHASE_TRACEPOINT and row.args:
-            kinds = self.arg_kinds.get(row.slot, {})
-            tags.append(["args", "(" + ", ".join(f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}"
-                                                 for k, v in row.args.items()) + ")"])
+            tags.append(["args", self._args_text(row.slot, row.args)])
         if not row.matched:
             tags.append(["unmatched",
                          "no exit seen" if row.phase == PHASE_ENTRY else "no entry seen"])
