@@ -465,3 +465,23 @@ def test_a_fields_other_changes_open_the_timeline_filtered_by_it(browser, tmp_pa
     assert len(changes) == total and all("sk_stats.tx_bytes" in c for c in changes)
     page.close()
     assert watch.problems == []
+
+
+def test_index_filter_lives_in_the_address(report, browser):
+    """#q=TEXT opens the index filtered; typing in the filter puts it in the address."""
+    first = index_objects(report)[0]["label"].split()[0]
+    page, watch = open_page(browser, report / "index.html")
+    page.goto((report / "index.html").as_uri() + "#q=" + first, wait_until="load")
+    page.reload(wait_until="load")  # a fresh load with the filter in the address
+    assert page.input_value("input[data-objects=filter]") == first
+    labels = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
+                           ".map(r => r.cells[0].innerText)")
+    total = len(index_objects(report))
+    assert labels and len(labels) < total and all(v.startswith(first) for v in labels)
+    page.fill("input[data-objects=filter]", "")
+    assert page.evaluate("location.href").endswith("index.html")
+    assert len(page.locator("#objects tbody tr").all()) == total
+    page.fill("input[data-objects=filter]", "#2")
+    assert page.evaluate("location.href").endswith("index.html#q=%232")
+    page.close()
+    assert watch.problems == []

@@ -163,7 +163,21 @@
     page = 0;
     draw();
   }
-  if (filterBox) { filterBox.addEventListener("input", filter); }
+  // the filter lives in the address (#q=TEXT), so a filtered list can be linked to
+  function fromHash() {
+    if (!filterBox) { return; }
+    var p = new URLSearchParams(window.location.hash.slice(1));
+    if (filterBox.value !== (p.get("q") || "")) { filterBox.value = p.get("q") || ""; filter(); }
+  }
+  if (filterBox) {
+    filterBox.addEventListener("input", function () {
+      filter();
+      var want = filterBox.value.trim();
+      history.replaceState(null, "", want ? "#" + new URLSearchParams({ q: want }).toString()
+        : window.location.pathname + window.location.search);
+    });
+    window.addEventListener("hashchange", fromHash);
+  }
 
   var headers = table.tHead ? table.tHead.rows[0].cells : [];
   Array.prototype.forEach.call(headers, function (th, column) {
@@ -180,6 +194,7 @@
     });
   });
   filter();
+  fromHash();
 }());
 
 /* Timeline: the rows of the page, drawn from its data file (rows-N.js, which sets
