@@ -448,10 +448,10 @@ def test_a_fields_other_changes_open_the_timeline_filtered_by_it(browser, tmp_pa
                                                                    monkeypatch):
     """A changes page lists a field's first changes; its link opens the timeline with
     the field filter set, and every row drawn changed that field."""
+    from test_report_html import one_object_report
+
     monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
-    write_synthetic_trace(str(tmp_path / "t.ctrace"), threads=1, lifecycles=1, sends=200,
-                          addresses_per_thread=1)
-    out = Path(render_report(str(tmp_path / "t.ctrace"), str(tmp_path / "out")).out_dir)
+    out = one_object_report(tmp_path, sends=200)
     page, watch = open_page(browser, next(out.glob("0x*")) / "changes.html")
     link = page.locator('[id="f-sk_stats.tx_bytes"] p.more-changes a')
     total = int(re.search(r"all (\d+) in the timeline", link.text_content()).group(1))

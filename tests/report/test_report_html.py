@@ -174,14 +174,19 @@ def test_names_from_the_trace_are_escaped_and_never_paths(tmp_path, monkeypatch)
     assert "<img" not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
 
 
-def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+def one_object_report(tmp_path, sends: int):
+    """The report of one socket's lifecycle with ``sends`` sends (its directory)."""
     trace = tmp_path / "t.ctrace"
-    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=30,
+    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=sends,
                           addresses_per_thread=1)
     out = tmp_path / "out"
     render_report(str(trace), str(out))
-    d = next(out.glob("0x*"))
+    return out
+
+
+def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+    d = next(one_object_report(tmp_path, sends=30).glob("0x*"))
     pages = sorted(p.name for p in d.glob("timeline-*.html"))
     assert len(pages) >= 2
     ids = {p: [r["id"] for r in page_rows(d / p)] for p in ["index.html"] + pages}
@@ -200,11 +205,7 @@ def test_a_long_lived_object_keeps_its_changes_page_small(tmp_path, monkeypatch)
     interactive plot draws at most LIVE_POINTS points of a field, saying of how many."""
     monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
     monkeypatch.setattr(report_html, "LIVE_POINTS", 60)
-    trace = tmp_path / "t.ctrace"
-    write_synthetic_trace(str(trace), threads=1, lifecycles=1, sends=200,
-                          addresses_per_thread=1)
-    out = tmp_path / "out"
-    render_report(str(trace), str(out))
+    out = one_object_report(tmp_path, sends=200)
     for d in (next(out.glob("0x*")), out / "many_objects"):
         page = read(d / "changes.html")
         sections = re.findall(r'<section class="field" id="f-([\w.]+)">(.*?)</section>', page,
