@@ -377,13 +377,12 @@ def read_events(trace: Trace, fns: FunctionTable) -> Events:
     return Events(rows, snapshots, [r.address for r in rows])
 
 
-def _tracepoint_args(trace: Trace) -> dict[int, dict]:
-    """seq -> a tracepoint hit's arguments by name, where the trace has them."""
+def _tracepoint_args(trace: Trace) -> dict[int, str]:
+    """seq -> a tracepoint hit's arguments text, where the trace has them."""
     columns = {r[1] for r in trace.db.execute("PRAGMA table_info(events)")}
     if "args" not in columns:
         return {}
-    return {seq: json.loads(text) for seq, text in
-            trace.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL")}
+    return dict(trace.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL"))
 
 
 @dataclass
@@ -458,7 +457,7 @@ class _Pairer:
                 self.identity_split = True
         for rule in self.fns.rules.get(row.slot, ()):
             arg = rule.get("arg")
-            if arg is not None and (row.args or {}).get(arg) != rule.get("equals"):
+            if arg is not None and (row.arguments() or {}).get(arg) != rule.get("equals"):
                 continue
             why = rule.get("rule") or f"{rule.get('function')} {rule.get('effect')} a lifetime"
             if rule.get("effect") == "starts":

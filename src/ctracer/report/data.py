@@ -15,6 +15,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, NamedTuple, Optional
 
@@ -73,7 +74,14 @@ class Row:
     changes: Optional[list[Change]] = None
     unreadable: bool = False  # the probe could not read the object
     slot: int = -1          # the functions-table row the event came from (the object's reach)
-    args: Optional[dict] = None  # a tracepoint hit's arguments by name
+    #: a tracepoint hit's arguments, as the trace holds them (JSON text: a kernel trace
+    #: has a million of them, and a dict costs three times the text); `arguments` reads it
+    args: Optional[str] = None
+
+    def arguments(self) -> Optional[dict[str, Any]]:
+        """The tracepoint hit's arguments by name (None without any, or when the text
+        is not a JSON object)."""
+        return parse_arguments(self.args)
 
 
 @dataclass(slots=True)
@@ -100,6 +108,18 @@ class MethodStats:
     @property
     def mean_ns(self) -> Optional[float]:
         return self.total_ns / len(self.durations) if self.durations else None
+
+
+def parse_arguments(text: Optional[str]) -> Optional[dict[str, Any]]:
+    """A tracepoint hit's arguments text as a dict by name (None when absent or not a
+    JSON object)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class Points:

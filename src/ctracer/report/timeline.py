@@ -20,7 +20,7 @@ from operator import attrgetter
 from typing import Any, Callable, Optional
 
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
-from ctracer.report.data import CAUSE_CALLER, Change, Row
+from ctracer.report.data import CAUSE_CALLER, Change, Row, parse_arguments
 from ctracer.report.values import ValueFormatter, format_duration
 
 #: the variable a data file assigns (report.js reads it)
@@ -55,7 +55,7 @@ class TimelineData:
         self._cause_list: list[list] = []
         self._durations: dict[int, str] = {}
         self._retvals: dict[tuple[int, int], str] = {}
-        self._args: dict[tuple, str] = {}
+        self._args: dict[tuple[int, str], Optional[str]] = {}
 
     def value(self, field: str, value: Any) -> str:
         key = (field, value)
@@ -99,18 +99,19 @@ class TimelineData:
             text = self._durations[ns] = format_duration(ns)
         return text
 
-    def _args_text(self, slot: int, args: dict[str, Any]) -> str:
-        """``(name value, ...)`` of a tracepoint hit's arguments; the same arguments
-        recur (a socket's address, its state, a message size), so each text is made
-        once."""
-        key = (slot, *args.items())
-        text = self._args.get(key)
-        if text is None:
-            if len(self._args) > 200_000:
-                self._args.clear()
-            kinds = self.arg_kinds.get(slot, {})
-            text = self._args[key] = "(" + ", ".join(
-                f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in args.items()) + ")"
+    def _args_text(self, slot: int, args: str) -> Optional[str]:
+        """``(name value, ...)`` of a tracepoint hit's arguments (None when they do not
+        read); the same arguments recur (a socket's address, its state, a message size),
+        so each text is made once."""
+        key = (slot, args)
+        if key in self._args:
+            return self._args[key]
+        if len(self._args) > 200_000:
+            self._args.clear()
+        values = parse_arguments(args)
+        kinds = self.arg_kinds.get(slot, {})
+        text = self._args[key] = None if values is None else "(" + ", ".join(
+            f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in values.items()) + ")"
         return text
 
     def _retval(self, row: Row) -> str:
@@ -182,7 +183,9 @@ class TimelineData:
         marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
         tags = []
         if row.phase == PHASE_TRACEPOINT and row.args:
-            tags.append(["args", self._args_text(row.slot, row.args)])
+            text = self._args_text(row.slot, row.args)
+            if text is not None:
+                tags.append(["args", text])
         if not row.matched:
             tags.append(["unmatched",
                          "no exit seen" if row.phase == PHASE_ENTRY else "no entry seen"])
