@@ -92,6 +92,12 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     assert [(a.name, a.ctype, a.kind) for a in state.args] == [
         ("sk", "u64", "pointer"), ("oldstate", "s64", "int"), ("newstate", "s64", "int")]
     assert state.slots[0].starts is not None and state.slots[0].ends is None
+    # events of a class take the names of the class's __bpf_trace_ function when every
+    # function with their types names them alike: net_dev_queue (class net_dev_template)
+    # has skb; sock_send_length's types are also inet_sock_set_state's: no guess
+    args = {t.name: [a.name for a in t.args] for t in program.tracepoints}
+    assert args["net_dev_queue"] == ["skb"] and args["tcp_rcv_space_adjust"] == ["sk"]
+    assert args["sock_send_length"] == ["arg1", "arg2", "arg3"]
     body = program.text.split(f"int {state.probe}(")[1].split("\n}\n")[0]
     assert "((s64)args[1] == 7)" in body  # a transition out of TCP_CLOSE starts a lifetime
     # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule

@@ -182,15 +182,27 @@ def _arg_of(p: Parameter, index: int, names: Sequence[Optional[str]]) -> Tracepo
 
 
 def parameter_names(catalog: Catalog, tp: TracepointInfo) -> list[Optional[str]]:
-    """The tracepoint's parameter names, from its ``__bpf_trace_<name>`` function (the
-    ``btf_trace_`` typedef's prototype has none); [] when BTF does not have it."""
+    """The tracepoint's parameter names (the ``btf_trace_`` typedef's prototype has
+    none): from its ``__bpf_trace_<name>`` function, or, for an event of a class (the
+    kernel's DEFINE_EVENT: one such function per class, named after the class), from the
+    ``__bpf_trace_`` functions whose parameters have the event's types, when they all
+    name them alike (the event's own class is among them); [] when BTF does not say."""
     wanted = f"__bpf_trace_{tp.name}"
+    alike: set[tuple[Optional[str], ...]] = set()
     for p in tp.params:
         if p.shape.kind in (ShapeKind.STRUCT, ShapeKind.UNION) and p.shape.name:
             for f in catalog.functions_referencing(p.shape.kind, p.shape.name):
                 if f.name == wanted:
                     return [q.name for q in f.params[1:]]
-    return []
+                if f.name.startswith("__bpf_trace_") and _same_types(f.params[1:], tp.params):
+                    alike.add(tuple(q.name for q in f.params[1:]))
+    return list(alike.pop()) if len(alike) == 1 else []
+
+
+def _same_types(these: Sequence[Parameter], those: Sequence[Parameter]) -> bool:
+    return len(these) == len(those) and all(
+        (a.shape.kind, a.shape.name, a.shape.pointers) ==
+        (b.shape.kind, b.shape.name, b.shape.pointers) for a, b in zip(these, those))
 
 
 def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
