@@ -98,6 +98,7 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     args = {t.name: [a.name for a in t.args] for t in program.tracepoints}
     assert args["net_dev_queue"] == ["skb"] and args["tcp_rcv_space_adjust"] == ["sk"]
     assert args["sock_send_length"] == ["arg1", "arg2", "arg3"]
+    assert args["tcp_send_reset"][:2] == ["sk", "skb"]  # BTF: skb__nullable
     body = program.text.split(f"int {state.probe}(")[1].split("\n}\n")[0]
     assert "((s64)args[1] == 7)" in body  # a transition out of TCP_CLOSE starts a lifetime
     # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule

@@ -2,8 +2,8 @@
 
 On a kernel where neither kprobes nor fentry can be used, the ways into a struct that
 remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` finds
-them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions name
-the parameters).  `plan_tracepoints` decides what to probe (one function-table row per
+them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions, or
+those of the event's class, name the parameters).  `plan_tracepoints` decides what to probe (one function-table row per
 method, one raw tracepoint program per tracepoint); `emit_tracepoint_c` writes the C;
 `build_tracepoint_program` does both.
 
@@ -160,8 +160,16 @@ class TracepointProgram:
 # ------------------------------------------------------------------ planning
 
 
+#: suffixes the kernel puts on a tracepoint parameter's name for the BPF verifier
+#: (``skb__nullable``: the argument may be NULL); the argument is shown without them
+_ANNOTATIONS = ("__nullable",)
+
+
 def _arg_of(p: Parameter, index: int, names: Sequence[Optional[str]]) -> TracepointArg:
     name = names[index] if index < len(names) and names[index] else f"arg{index + 1}"
+    for suffix in _ANNOTATIONS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[:-len(suffix)]
     if not _IDENT.match(name):
         name = f"arg{index + 1}"
     s = p.shape
