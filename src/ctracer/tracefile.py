@@ -658,8 +658,7 @@ class Trace:
         """Every event and function row holds values of its column's type and range
         (one scan in SQLite), so no reader meets a string for a cpu, a negative pid or a
         snapshot of the wrong size (found by tests/test_tracefile_fuzz.py)."""
-        columns = {r[1] for r in self.db.execute("PRAGMA table_info(events)")}
-        events = _EVENT_CHECKS + (_ARGS_CHECK if "args" in columns else "")
+        events = _EVENT_CHECKS + (_ARGS_CHECK if self._has_args else "")
         bad = self.db.execute(f"SELECT seq FROM events WHERE {events} LIMIT 1",
                               {"size": self.mini.size}).fetchone()
         if bad is not None:
@@ -773,6 +772,17 @@ class Trace:
             if r[8] < 0:
                 r = r[:8] + (r[8] + _U64,) + r[9:]
             yield r
+
+    @functools.cached_property
+    def _has_args(self) -> bool:
+        """The events table has the tracepoint arguments' column (schema 1 has not)."""
+        return any(r[1] == "args" for r in self.db.execute("PRAGMA table_info(events)"))
+
+    def tracepoint_args(self) -> dict[int, str]:
+        """seq -> a tracepoint hit's arguments (JSON text), where the trace has them."""
+        if not self._has_args:
+            return {}
+        return dict(self.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL"))
 
     @functools.cached_property
     def head_fields(self) -> Optional[frozenset[str]]:

@@ -100,14 +100,6 @@ def _dictionary(indices, values: list[str], mask=None) -> "pa.Array":
         pa.array(indices, type=pa.int32(), mask=mask), pa.array(values, type=pa.string()))
 
 
-def _tracepoint_args(trace: Trace) -> dict[int, str]:
-    """seq -> the tracepoint arguments' JSON text, where the events table has them."""
-    columns = {r[1] for r in trace.db.execute("PRAGMA table_info(events)")}
-    if "args" not in columns:
-        return {}
-    return dict(trace.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL"))
-
-
 def function_names(trace: Trace, fns) -> dict[int, str]:
     """Display name per function id; tracepoints as ``tp:NAME``."""
     out = {}
@@ -154,7 +146,6 @@ def event_table(trace: Trace) -> EventTable:
     n = len(rows)
     names = function_names(trace, fns)
     reach = {fid: f.reach for fid, f in trace.functions.items()}
-    tp_args = _tracepoint_args(trace)
 
     # the report's values of each row (the one Python pass of the export)
     ts = np.fromiter((r.ts_ns for r in rows), np.int64, n)
@@ -170,7 +161,6 @@ def event_table(trace: Trace) -> EventTable:
     flags = np.fromiter((r.flags for r in rows), np.uint8, n)
     rets = [r.retval for r in rows]
     comms = [r.comm for r in rows]
-    seqs = [r.seq for r in rows]
     changed = [[c.field for c in r.changes] if r.changes else None for r in rows]
     changed_by = [r.changes[0].function if r.changes else None for r in rows]
 
@@ -189,7 +179,7 @@ def event_table(trace: Trace) -> EventTable:
     has_ret = np.array([v is not None for v in rets], bool)
     ret = pa.array(np.array([v if v is not None else 0 for v in rets], np.int64),
                    mask=~has_ret)
-    args = pa.array([tp_args.get(s) for s in seqs], pa.string())
+    args = pa.array([r.args for r in rows], pa.string())
 
     read_failed = (flags & FLAG_READ_FAILED) != 0
     valid = ~read_failed & snapshots.present_mask()

@@ -3,9 +3,9 @@
 On a kernel where neither kprobes nor fentry can be used, the ways into a struct that
 remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` finds
 them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions, or
-those of the event's class, name the parameters).  `plan_tracepoints` decides what to probe (one function-table row per
-method, one raw tracepoint program per tracepoint); `emit_tracepoint_c` writes the C;
-`build_tracepoint_program` does both.
+those of the event's class, name the parameters).  `plan_tracepoints` decides what to
+probe (one function-table row per method, one raw tracepoint program per tracepoint);
+`emit_tracepoint_c` writes the C; `build_tracepoint_program` does both.
 
 What a probe does on each hit, per method of its tracepoint:
 

@@ -369,20 +369,11 @@ def read_events(trace: Trace, fns: FunctionTable) -> Events:
                     canon.get(slot, slot),
                     phase, obj, ret, flags, slot=slot))
         add_snapshot(snapshot)
-    args = _tracepoint_args(trace)
+    args = trace.tracepoint_args()
     if args:
         for row in rows:
-            if row.phase == PHASE_TRACEPOINT:
-                row.args = args.get(row.seq)
+            row.args = args.get(row.seq)
     return Events(rows, snapshots, [r.address for r in rows])
-
-
-def _tracepoint_args(trace: Trace) -> dict[int, str]:
-    """seq -> a tracepoint hit's arguments text, where the trace has them."""
-    columns = {r[1] for r in trace.db.execute("PRAGMA table_info(events)")}
-    if "args" not in columns:
-        return {}
-    return dict(trace.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL"))
 
 
 @dataclass
@@ -753,16 +744,14 @@ def _walk_changes(snaps: SnapshotTable, objects: list[ObjectTimeline], rows: lis
     snaps.release()
     if not at_parts:
         return
-    at_all = numpy.concatenate(at_parts)
-    order = numpy.lexsort((numpy.concatenate(field_parts), at_all))  # row, then field
+    at_all, field_all = numpy.concatenate(at_parts), numpy.concatenate(field_parts)
     del at_parts, field_parts
-    at_sorted = at_all[order]
+    order = numpy.lexsort((field_all, at_all))  # row, then field
+    at_sorted, field_of = at_all[order], field_all[order]
     starts = numpy.flatnonzero(numpy.r_[True, at_sorted[1:] != at_sorted[:-1]])
     ends = numpy.r_[starts[1:], len(order)]
     heads = at_sorted[starts]
     owners, positions = snaps.owner[heads], snaps.position[heads]
-    field_of = numpy.concatenate([numpy.full(len(a), j, dtype=numpy.int32)
-                                  for j, a in enumerate(snaps.changed_at) if len(a)])[order]
     # rows a block at a time: a million changed rows as Python ints at once would cost
     # more than their changes
     for g0 in range(0, len(starts), _ROWS_A_BLOCK):
