@@ -44,7 +44,7 @@ from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import StemAllocator, safe_component
 from ctracer.report.timeline import PAGES_FILE, TimelineData, data_file_text, pages_file_text
-from ctracer.report.values import ValueFormatter, format_duration, format_offset
+from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
@@ -238,7 +238,7 @@ class _Site:
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
         self._cells: dict[Any, tuple[str, str]] = {}
-        self._shown_html: dict[tuple[str, Any], str] = {}
+        self._shown_html = TextMemo()
         self._cause_html: dict[tuple, str] = {}
         self.notes: list[str] = []
         self.dot = graphs.dot_available()
@@ -279,9 +279,7 @@ class _Site:
         key = (field, value)
         text = self._shown_html.get(key)
         if text is None:
-            if len(self._shown_html) > 200_000:
-                self._shown_html.clear()
-            text = self._shown_html[key] = str(escape(self.timeline.value(field, value)))
+            text = self._shown_html.remember(key, str(escape(self.timeline.value(field, value))))
         return text
 
     def cause_html(self, c: Change) -> str:

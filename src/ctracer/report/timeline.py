@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.data import CAUSE_CALLER, Change, Row, parse_arguments
-from ctracer.report.values import ValueFormatter, format_duration
+from ctracer.report.values import TextMemo, ValueFormatter, format_duration
 
 #: the variable a data file assigns (report.js reads it)
 DATA_VARIABLE = "CTRACER_ROWS"
@@ -50,20 +50,18 @@ class TimelineData:
         self.head_tag = ["head-only", f"only {head_member or 'the head'} read"]
         self.retval, self.cause = retval, cause
         self.field_index = {name: i for i, name in enumerate(fields)}
-        self._values: dict[tuple[str, Any], str] = {}
+        self._values = TextMemo()
         self._causes: dict[tuple, int] = {}
         self._cause_list: list[list] = []
-        self._durations: dict[int, str] = {}
-        self._retvals: dict[tuple[int, int], str] = {}
-        self._args: dict[tuple[int, str], Optional[str]] = {}
+        self._durations = TextMemo()
+        self._retvals = TextMemo()
+        self._args = TextMemo()
 
     def value(self, field: str, value: Any) -> str:
         key = (field, value)
         text = self._values.get(key)
         if text is None:
-            if len(self._values) > 200_000:
-                self._values.clear()
-            text = self._values[key] = self.fmt.show(field, value)
+            text = self._values.remember(key, self.fmt.show(field, value))
         return text
 
     def _cause_index(self, c: Change, tracepoint: bool) -> int:
@@ -94,24 +92,21 @@ class TimelineData:
             return ""
         text = self._durations.get(ns)
         if text is None:
-            if len(self._durations) > 200_000:
-                self._durations.clear()
-            text = self._durations[ns] = format_duration(ns)
+            text = self._durations.remember(ns, format_duration(ns))
         return text
 
-    def _args_text(self, slot: int, args: str) -> Optional[str]:
-        """``(name value, ...)`` of a tracepoint hit's arguments (None when they do not
+    def _args_text(self, slot: int, args: str) -> str:
+        """``(name value, ...)`` of a tracepoint hit's arguments ("" when they do not
         read); the same arguments recur (a socket's address, its state, a message size),
         so each text is made once."""
         key = (slot, args)
-        if key in self._args:
-            return self._args[key]
-        if len(self._args) > 200_000:
-            self._args.clear()
-        values = parse_arguments(args)
-        kinds = self.arg_kinds.get(slot, {})
-        text = self._args[key] = None if values is None else "(" + ", ".join(
-            f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in values.items()) + ")"
+        text = self._args.get(key)
+        if text is None:
+            values = parse_arguments(args)
+            kinds = self.arg_kinds.get(slot, {})
+            text = self._args.remember(key, "" if values is None else "(" + ", ".join(
+                f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in values.items())
+                + ")")
         return text
 
     def _retval(self, row: Row) -> str:
@@ -120,9 +115,7 @@ class TimelineData:
         key = (row.function_id, row.retval)
         text = self._retvals.get(key)
         if text is None:
-            if len(self._retvals) > 200_000:
-                self._retvals.clear()
-            text = self._retvals[key] = self.retval(row)
+            text = self._retvals.remember(key, self.retval(row))
         return text
 
     def page(self, rows: list[Row], *, use_object_depth: bool,
@@ -184,7 +177,7 @@ class TimelineData:
         tags = []
         if row.phase == PHASE_TRACEPOINT and row.args:
             text = self._args_text(row.slot, row.args)
-            if text is not None:
+            if text:
                 tags.append(["args", text])
         if not row.matched:
             tags.append(["unmatched",

@@ -28,6 +28,21 @@ FEW_VALUES = 5
 AxisTicks = Optional[list[tuple[float, str]]]
 
 
+class TextMemo(dict):
+    """Texts already made, by key: a trace's values, durations and arguments recur, so
+    each is formatted once.  Past `CAP` keys it forgets them all (a million distinct
+    values must not all stay).  Readers look up with ``get`` and `remember` a miss."""
+
+    __slots__ = ()
+    CAP = 200_000
+
+    def remember(self, key: Any, text: str) -> str:
+        if len(self) > self.CAP:
+            self.clear()
+        self[key] = text
+        return text
+
+
 def format_duration(ns: Optional[int]) -> str:
     """``850 ns``, ``12.4 µs``, ``3.21 ms``, ``1.500 s``."""
     if ns is None:
