@@ -9,7 +9,7 @@ reads the fields straight out of it with numpy, never copying the whole table.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ctracer.event import Layout, array_value
 
@@ -44,9 +44,6 @@ class SnapshotColumn:
             return None
         start = (i if i >= 0 else len(self) + i) * self.size
         return bytes(self.data[start:start + self.size])
-
-    def __iter__(self) -> Iterator[Optional[bytes]]:
-        return (self[i] for i in range(len(self)))
 
     def select(self, keep: Sequence[int]) -> "SnapshotColumn":
         """The snapshots of the events at ``keep``, in that order."""
