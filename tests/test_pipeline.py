@@ -15,7 +15,7 @@ from ctracer.debuginfo.model import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import UsageError
 from ctracer.probes.program import ProbeProgram
-from ctracer.probes.tracepoint import TracepointProgram
+from ctracer.probes.kernel import KernelProgram
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_the_kernel_gets_raw_tracepoints():
     built = pipeline.build(pipeline.TraceRequest(
         ShapeKind.STRUCT, "sock", functions=("inet_sock_set_state", "tcp_*"),
         exclude=("tcp_probe",), where="skc_state == 1"))
-    assert isinstance(built.program, TracepointProgram) and built.is_kernel
+    assert isinstance(built.program, KernelProgram) and built.is_kernel
     names = {t.name for t in built.program.tracepoints}
     assert "inet_sock_set_state" in names and "tcp_probe" not in names
     assert built.meta["traced"] == "kernel" and built.meta["binary"] is None

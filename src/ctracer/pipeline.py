@@ -9,9 +9,10 @@ it; nothing here knows about command-line parsing.
 
 A user-space binary (``--binary``) is traced with a uprobe and a uretprobe per method.
 A kernel (the running one by default, ``--module``, ``--btf``) is traced through the
-probes `choose_kernel_probes` picks: on this kernel generation that is the raw
-tracepoints whose arguments carry the struct (kprobes may be absent and fentry
-refused; the probe plan of ``ctracer plan`` decides).
+probes `choose_kernel_probes` picks from the probe plan of ``ctracer plan``: every
+function taking the struct on entry and exit, with the kind the kernel accepts (fentry/
+fexit, else kprobe/kretprobe), plus the raw tracepoints whose arguments carry it; on a
+kernel attaching neither fentry nor kprobes, the tracepoints alone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class TraceRequest:
     #: lifetime rules as ``--lifetime-rule`` writes them (None: the defaults of
     #: `ctracer.plan.lifetimes`; "none" alone: no rule)
     lifetime_rules: Optional[tuple[str, ...]] = None
+    #: how kernel functions are probed: "auto" (the plan's choice), "fentry", "kprobe"
+    #: or "none" (tracepoints only); and the most functions a trace may probe
+    function_probes: str = "auto"
+    max_functions: Optional[int] = None
     buffer_mb: int = 16
     #: the command line, stored in the trace
     argv: tuple[str, ...] = ()
@@ -62,7 +67,7 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class BuiltTrace:
-    program: object  # ProbeProgram | TracepointProgram
+    program: object  # ProbeProgram | KernelProgram
     meta: dict
     #: the binary whose uprobes are attached; None for a kernel
     binary: Optional[str]
@@ -95,19 +100,44 @@ def select_methods(methods: Sequence, patterns: Sequence[str],
             if not any(fnmatch.fnmatchcase(n, p) for n in names_of(m) for p in exclude)]
 
 
-def choose_kernel_probes(methods: Sequence, space: str = "kernel") -> tuple[list, dict]:
+@dataclass(frozen=True)
+class KernelChoice:
+    """What a kernel trace probes: the tracepoint methods, the function methods and the
+    entry kind of the functions (None without functions), and the plan's note for the
+    trace's meta (``probe_plan``), whose ``kinds`` line says which kinds were used and
+    why the others were not."""
+
+    tracepoints: list
+    functions: list
+    entry_kind: Optional[str]
+    note: dict
+
+    @property
+    def summary(self) -> str:
+        return self.note["kinds"]
+
+
+FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
+
+
+def choose_kernel_probes(methods: Sequence, space: str = "kernel",
+                         function_probes: str = "auto") -> KernelChoice:
     """The methods a kernel trace probes, from the probe plan (`ctracer.plan.attach`,
     with what the running kernel was seen to accept): the tracepoints the plan gives a
-    raw tracepoint probe that the kernel accepts (or that could not be tried, e.g.
-    without root for ``--print-bpf``).  The plan's counts go to the trace's meta; kernel
-    functions are not traced by this version even where the plan could attach them
-    (`ctracer plan` shows them)."""
+    raw tracepoint probe that the kernel accepts, and the functions it places (their
+    kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
+    "none": no function).  Probes that could not be tried (without root, for
+    ``--print-bpf``) are kept."""
     from ctracer.plan.attach import plan_probes
     from ctracer.record.kernel import kernel_facts
+    if function_probes not in FUNCTION_PROBES:
+        raise UsageError(f"--function-probes {function_probes!r}: one of "
+                         f"{', '.join(FUNCTION_PROBES)}")
     tracepoints = sorted({m.name for m in methods if m.is_tracepoint})
     functions = sorted({m.name for m in methods if not m.is_tracepoint})
     facts = kernel_facts(functions, tracepoints)
-    plan = plan_probes(methods, facts, space=space)
+    plan = plan_probes(methods, facts, space=space,
+                       prefer=None if function_probes in ("auto", "none") else function_probes)
     chosen: list = []
     refused: list[str] = []
     for p in plan.of_kind("raw_tracepoint"):
@@ -115,16 +145,29 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel") -> tuple[list
             refused.append(f"{p.target}: {p.reason}")
         else:
             chosen.extend(p.methods)
-    if not chosen and refused:
-        raise CtracerError(f"no tracepoint can be traced here ({refused[0]})")
-    placed = {p.function for p in plan.placed() if p.kind != "raw_tracepoint"}
+    entries = plan.of_kind("fentry", "kprobe")
+    usable = [p for p in entries if p.attachable is not False]
+    kind = usable[0].kind if usable else None
+    picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
+    if not chosen and not picked:
+        why = refused[0] if refused else (entries[0].reason if entries else
+                                          "no tracepoint or function to probe")
+        raise CtracerError(f"nothing can be traced here ({why})")
+    reason = entries[0].reason if entries else "no function takes the struct"
+    if picked:
+        kinds = (f"{kind}/{'fexit' if kind == 'fentry' else 'kretprobe'} on "
+                 f"{len({m.key for m in picked})} functions ({reason})")
+    elif function_probes == "none":
+        kinds = "no function probes (--function-probes none)"
+    else:
+        kinds = f"no function probes ({reason})"
+    kinds += f"; raw tracepoints on {len({m.name for m in chosen})}"
     note = {"counts": plan.counts(), "kernel": facts.to_json(),
             "tracepoints_refused": refused,
-            "functions_not_traced": len({m.key for m in methods if not m.is_tracepoint}),
-            "functions_attachable_not_traced": len(placed),
-            "why": "this ctracer traces a kernel through its raw tracepoints; `ctracer plan` "
-                   "shows what each function could use"}
-    return chosen, note
+            "functions_planned": len({p.function for p in entries}),
+            "functions_left_out": [[p.function, p.reason] for p in plan.left_out()][:200],
+            "entry_kind": kind if picked else None, "kinds": kinds}
+    return KernelChoice(chosen, picked, kind if picked else None, note)
 
 
 def _ring_bytes(buffer_mb: int) -> int:
@@ -241,21 +284,32 @@ def build(request: TraceRequest) -> BuiltTrace:
     if source.is_kernel:
         from ctracer.plan import heads
         from ctracer.plan import lifetimes
-        from ctracer.probes.tracepoint import build_tracepoint_program
-        chosen, note = choose_kernel_probes(found.methods)
-        methods = select_methods(chosen, request.functions, request.exclude)
+        from ctracer.probes.kernel import build_kernel_program
+        choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
+        note = choice.note
+        methods = select_methods(choice.tracepoints + choice.functions, request.functions,
+                                 request.exclude)
         if not methods:
-            raise CtracerError(f"no tracepoint of {source.describe()} carries {kind.value} "
-                               f"{name} (directly, through an alias or a holder): nothing to "
-                               "probe")
+            raise CtracerError(f"no function or tracepoint of {source.describe()} taking "
+                               f"{kind.value} {name} is left once --exclude has dropped "
+                               "what it names: nothing to probe")
+        function_methods = [m for m in methods if not m.is_tracepoint]
+        probed = len({m.key for m in function_methods})
+        if request.max_functions is not None and probed > request.max_functions:
+            raise UsageError(f"{probed} functions would be probed, more than --max-functions "
+                             f"{request.max_functions}: choose them with --functions or "
+                             "--exclude, or raise the limit")
+        methods = [m for m in methods if m.is_tracepoint]
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
             rules = _lifetime_rules(request, name, model, methods)
         head = (heads.head_read_for(name, graph, built.layout, model)
                 if hasattr(model, "find_enum") else None)
-        program = build_tracepoint_program(methods, built.layout, catalog,
-                                           admission=admission, rules=rules,
-                                           ring_bytes=ring, head=head)
+        program = build_kernel_program(methods, built.layout, catalog,
+                                       function_methods=function_methods,
+                                       entry_kind=choice.entry_kind,
+                                       admission=admission, rules=rules,
+                                       ring_bytes=ring, head=head)
         with _project_rule_lines(request):
             lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})

@@ -19,6 +19,7 @@ from ctracer.event import FLAG_HEAD_ONLY, Field, Layout
 from ctracer.plan import discovery, mini, where
 from ctracer.plan.lifetimes import rules_for
 from ctracer.probes import tracepoint as tp
+from ctracer.probes.kernel import build_kernel_program
 
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 
@@ -83,7 +84,7 @@ def test_where_c_is_built_from_the_tree_only():
 
 def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     catalog, methods, layout = kernel
-    program = tp.build_tracepoint_program(methods, layout, catalog, rules=rules_for("sock"))
+    program = build_kernel_program(methods, layout, catalog, rules=rules_for("sock"))
     names = {t.name for t in program.tracepoints}
     assert {"inet_sock_set_state", "tcp_destroy_sock", "kfree_skb"} <= names
     assert len(program.rows) == sum(1 for m in methods if m.is_tracepoint)
@@ -119,7 +120,7 @@ def test_admission_is_numbers_in_the_c(kernel):
     catalog, methods, layout = kernel
     admission = tp.Admission(processes=True, comm="tcp-loop", objects=(0xFFFF888012345678,),
                              where=where.parse("skc_num == 8080", layout), max_objects=5)
-    text = tp.build_tracepoint_program(methods, layout, catalog, admission=admission).text
+    text = build_kernel_program(methods, layout, catalog, admission=admission).text
     admit = text.split("int ctracer_admit(")[1].split("\n}\n")[0]
     assert "tcp-loop" not in text
     assert "c[0] != 116 || c[1] != 99 || c[2] != 112 || c[3] != 45" in admit
@@ -129,7 +130,7 @@ def test_admission_is_numbers_in_the_c(kernel):
     assert "BPF_HASH(ctracer_objects, u64, u8, 5);" in text
     assert "TRACEPOINT_PROBE(sched, sched_process_fork)" in text
     with pytest.raises(ValueError):
-        tp.build_tracepoint_program(methods, layout, catalog,
+        build_kernel_program(methods, layout, catalog,
                                     admission=tp.Admission(comm='x"; y'))
 
 
@@ -173,17 +174,17 @@ def test_snapshot_reads_the_head_first_and_where_never_admits_on_fields_not_read
     head = heads.head_read_for("sock", model.find_struct("sock"), layout, model)
     assert head is not None and head.member == "__sk_common" and head.start == 0
     assert [n for _, n in head.states] == ["TCP_TIME_WAIT", "TCP_NEW_SYN_RECV"]
-    program = tp.build_tracepoint_program(
+    program = build_kernel_program(
         methods, layout, catalog, head=head,
         admission=tp.Admission(where=where.parse("sk_rcvbuf == 0", layout)))
-    snapshot = program.text.split("int ctracer_snapshot(")[1].split("\n}\n")[0]
+    snapshot = program.text.split("int ctracer_snapshot_in(")[-1].split("\n}\n")[0]
     first = f"bpf_probe_read_kernel(buf->b, {head.end}, (void *)(addr + 0))"
     states = " || ".join(f"state == {v}" for v, _ in head.states)
     assert snapshot.index(first) < snapshot.index(f"if ({states})") < \
         snapshot.index(f"(void *)(addr + {head.end})")
     admit = program.text.split("int ctracer_admit(")[1].split("\n}\n")[0]
     assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" in admit
-    on_head = tp.build_tracepoint_program(
+    on_head = build_kernel_program(
         methods, layout, catalog, head=head,
         admission=tp.Admission(where=where.parse("skc_num == 80", layout)))
     assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" not in on_head.text

@@ -76,6 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="only the methods (functions, tracepoints) whose name matches")
     run.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="leave out the methods whose name matches")
+    run.add_argument("--function-probes", default="auto",
+                     choices=("auto", "fentry", "kprobe", "none"),
+                     help="how kernel functions are probed: the kind the kernel accepts "
+                          "(fentry/fexit, else kprobe/kretprobe; default), one of them, or "
+                          "none (tracepoints only)")
+    run.add_argument("--max-functions", type=int, metavar="N",
+                     help="refuse to probe more than N kernel functions (a guard: every "
+                          "function taking the struct is probed by default)")
     run.add_argument("--fields", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="only these fields of the struct (a glob naming a nested struct "
                           "takes all of its fields)")
@@ -198,6 +206,8 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
         objects=tuple(args.objects), where=args.where, max_objects=args.max_objects,
         lifetime_rules=(tuple(args.lifetime_rules)
                         if getattr(args, "lifetime_rules", None) else None),
+        function_probes=getattr(args, "function_probes", "auto"),
+        max_functions=getattr(args, "max_functions", None),
         buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv))
 
 
@@ -271,6 +281,9 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
             who = (f"the objects process {args.pid} touches" if args.pid else
                    "the objects the command touches" if args.command else "every object")
             rules = getattr(built.program, "rules", ())
+            plan = built.meta.get("probe_plan") or {}
+            if plan.get("kinds"):
+                print(f"ctracer: probes: {plan['kinds']}", file=out)
             print(f"ctracer: lifetime rules: "
                   f"{', '.join(r.text for r in rules) if rules else 'none'} "
                   "(change with --lifetime-rule)", file=out)

@@ -177,11 +177,20 @@ def _word(m: Mechanism) -> str:
     return {True: "works", False: "refused", None: "not known"}[m.works]
 
 
-def _kernel_function_kind(facts: KernelFacts) -> tuple[str, Optional[bool], str]:
-    """(entry kind, attachable, reason) for kernel functions on this kernel."""
+def _kernel_function_kind(facts: KernelFacts,
+                          prefer: Optional[str] = None) -> tuple[str, Optional[bool], str]:
+    """(entry kind, attachable, reason) for kernel functions on this kernel; ``prefer``
+    ("fentry" or "kprobe") asks for that kind where the kernel takes it."""
     here = True if facts.running_kernel else None
     elsewhere = "" if facts.running_kernel else (
         "; not the running kernel's types: whether its functions attach is not known here")
+    if prefer == "kprobe" and facts.kprobes.works:
+        how = ("through kprobe.multi links" if facts.kprobe_multi.works
+               else "one kprobe per function (no kprobe.multi link here)")
+        return "kprobe", here, f"kprobes asked for; {how}" + elsewhere
+    if prefer == "fentry" and not facts.fentry.works:
+        return "fentry", False if facts.fentry.works is False else None, \
+            f"fentry asked for, but {facts.fentry.why}"
     if facts.fentry.works:
         return "fentry", here, "fentry programs load and attach here" + elsewhere
     if facts.kprobes.works:
@@ -197,11 +206,30 @@ def _kernel_function_kind(facts: KernelFacts) -> tuple[str, Optional[bool], str]
     return "kprobe", False, "this kernel attaches neither fentry nor kprobes"
 
 
+#: functions not probed by default, and why: BPF's own code (the probes run on it; its
+#: helpers take sockets) and what runs with the probes' locks held
+DENIED = (
+    (("bpf_", "__bpf_", "____bpf_", "sk_storage_", "bpf_sk_"),
+     "deny list: BPF's own functions (the probes and their helpers run there)"),
+)
+
+
+def denied(name: str) -> str:
+    """Why the default deny list leaves a kernel function out ("" when it does not)."""
+    for prefixes, why in DENIED:
+        if name.startswith(prefixes):
+            return why
+    return ""
+
+
 def _left_out_kernel(name: str, methods: Sequence[Method], facts: KernelFacts) -> str:
     """Why a kernel function gets no probe ("" when it can have one)."""
     for prefix, why in _LEFT_OUT_PREFIXES:
         if name.startswith(prefix):
             return why
+    why = denied(name)
+    if why:
+        return why
     if not all(m.probeable for m in methods):
         return next(m.not_probeable for m in methods if not m.probeable)
     if facts.symbols is None:
@@ -238,15 +266,16 @@ def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
 
 
 def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
-                space: str = "kernel") -> ProbePlan:
+                space: str = "kernel", prefer: Optional[str] = None) -> ProbePlan:
     """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
-    the running kernel, a vmlinux or a module, ``user`` for a program or library."""
+    the running kernel, a vmlinux or a module, ``user`` for a program or library;
+    ``prefer``: the kernel functions' kind asked for ("fentry", "kprobe")."""
     if space not in ("kernel", "user"):
         raise ValueError(f"unknown address space {space!r}")
     grouped: dict[str, list[Method]] = {}
     for m in methods:
         grouped.setdefault(m.key, []).append(m)
-    function_kind = _kernel_function_kind(facts) if space == "kernel" else (
+    function_kind = _kernel_function_kind(facts, prefer) if space == "kernel" else (
         "uprobe", facts.uprobes.works, f"uprobes: {facts.uprobes.why}")
     probes: list[PlannedProbe] = []
     for key in sorted(grouped):

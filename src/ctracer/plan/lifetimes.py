@@ -25,6 +25,13 @@ from typing import Callable, Optional, Sequence
 
 from ctracer.errors import UsageError
 
+#: what a function's name says of its objects, where the functions table gives no
+#: structural signal: frees one, creates one, or (typed as a creator) returns one that
+#: already exists
+FREE_LIKE = re.compile(r"(^|_)(free|destroy|destruct|dealloc|kfree)(_|$)")
+ALLOC_LIKE = re.compile(r"(^|_)(alloc|new|create|clone)(_|$)")
+LOOKUP_LIKE = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
+
 #: the value TCP_CLOSE has where the debug info cannot say (include/net/tcp_states.h);
 #: a rule's condition names the enumerator, looked up in the kernel's BTF when traced
 TCP_CLOSE = 7

@@ -181,7 +181,7 @@ def _head_snapshot(t: Text, mini: Layout, reader: ObjectReader, head: HeadRead,
       f"only [{start}, {split}) when the state says only "
       f"{comment_name(head.member)} exists. */")
     _scratch_and_opening(t, mini, end - start, "\tu32 state = 0;")
-    t(f"\tif (!buf || {reader.helper}(buf->b, {split - start}, (void *)(addr + {start})))",
+    t(f"\tif ({reader.helper}(buf->b, {split - start}, (void *)(addr + {start})))",
       "\t\treturn -1;",
       f"\t__builtin_memcpy(&state, buf->b + {head.state_offset - start}, "
       f"{int(head.state_size)});",
@@ -204,19 +204,46 @@ def _collect(t: Text, collectors: list, start: int) -> None:
             t("\t" + stmt)
 
 
+#: nesting levels a CPU snapshots at once (task, softirq, hardirq, NMI): a probe that
+#: interrupts another one's snapshot on the same CPU takes the next scratch buffer
+SCRATCH_LEVELS = 4
+
+
 def _scratch_and_opening(t: Text, mini: Layout, size: int, *locals_: str) -> None:
-    """The per-CPU scratch buffer of ``size`` object bytes and the opening of
-    ``ctracer_snapshot`` up to its buffer lookup (``locals_``: more declarations)."""
+    """The per-CPU scratch buffers of ``size`` object bytes (one per nesting level),
+    ``ctracer_snapshot`` taking the level's buffer for ``ctracer_snapshot_in``, and the
+    opening of ``ctracer_snapshot_in`` (``locals_``: more declarations)."""
     t("struct ctracer_object_bytes {",
       f"\tu8 b[{size}];",
       "} __attribute__((aligned(8)));",
-      "BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, 1);",
+      f"BPF_PERCPU_ARRAY(ctracer_scratch, struct ctracer_object_bytes, {SCRATCH_LEVELS});",
+      "BPF_PERCPU_ARRAY(ctracer_nest, u32, 1);",
       "",
+      f"static __always_inline int ctracer_snapshot_in(struct {mini.name} *m, u64 addr,",
+      "\t\t\t\t\t       struct ctracer_object_bytes *buf);",
+      "",
+      "/* The object's mini fields into m, through this nesting level's scratch buffer. */",
       f"static __always_inline int ctracer_snapshot(struct {mini.name} *m, u64 addr)",
       "{",
-      "\tu32 zero = 0;",
+      "\tu32 zero = 0, level;",
+      "\tu32 *nest = ctracer_nest.lookup(&zero);",
+      "\tstruct ctracer_object_bytes *buf;",
+      "\tint read;",
+      "",
+      f"\tif (!nest || *nest >= {SCRATCH_LEVELS})",
+      "\t\treturn -1;",
+      "\tlevel = *nest;",
+      "\t*nest = level + 1;",
+      "\tbuf = ctracer_scratch.lookup(&level);",
+      "\tread = buf ? ctracer_snapshot_in(m, addr, buf) : -1;",
+      "\t*nest = level;",
+      "\treturn read;",
+      "}",
+      "",
+      f"static __always_inline int ctracer_snapshot_in(struct {mini.name} *m, u64 addr,",
+      "\t\t\t\t\t       struct ctracer_object_bytes *buf)",
+      "{",
       *locals_,
-      "\tstruct ctracer_object_bytes *buf = ctracer_scratch.lookup(&zero);",
       "")
 
 
@@ -238,7 +265,7 @@ def snapshot_function(mini: Layout, reader: ObjectReader,
           "{", "\treturn 0;", "}")
         return str(t)
     _scratch_and_opening(t, mini, end - start)
-    t(f"\tif (!buf || {reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
+    t(f"\tif ({reader.helper}(buf->b, {end - start}, (void *)(addr + {start})))",
       "\t\treturn -1;")
     _collect(t, collectors, start)
     t("\treturn 0;", "}")

@@ -203,14 +203,23 @@ def _integer_registers(shape: TypeShape) -> Optional[int]:
     return None
 
 
-def argument_expr(function: FunctionInfo, index: int, arch: Arch) -> tuple[Optional[str], str]:
-    """C expression reading parameter ``index`` at entry, or (None, why not)."""
+def register_index(function: FunctionInfo, index: int) -> tuple[Optional[int], str]:
+    """The integer argument register (counting stack slots on) that parameter ``index``
+    is passed in, or (None, why it cannot be told)."""
     reg = 0
     for p in function.params[:index]:
         n = _integer_registers(p.shape)
         if n is None:
             return None, f"cannot locate parameter {index + 1}: an earlier one is passed by value"
         reg += n
+    return reg, ""
+
+
+def argument_expr(function: FunctionInfo, index: int, arch: Arch) -> tuple[Optional[str], str]:
+    """C expression reading parameter ``index`` at entry, or (None, why not)."""
+    reg, why = register_index(function, index)
+    if reg is None:
+        return None, why
     if reg < arch.register_args:
         return f"PT_REGS_PARM{reg + 1}(ctx)", ""
     slot = reg - arch.register_args

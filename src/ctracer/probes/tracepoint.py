@@ -5,7 +5,8 @@ remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` fi
 them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions, or
 those of the event's class, name the parameters).  `plan_tracepoints` decides what to
 probe (one function-table row per method, one raw tracepoint program per tracepoint);
-`emit_tracepoint_c` writes the C; `build_tracepoint_program` does both.
+`emit_tracepoint_c` writes the C, with the probes of kernel functions when there are
+any; `ctracer.probes.kernel.build_kernel_program` builds the whole program.
 
 What a probe does on each hit, per method of its tracepoint:
 
@@ -34,7 +35,7 @@ Lost events (ring buffer full) are counted in ``ctracer_lost`` as in the uprobe 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ctracer.collectors.base import KERNEL
@@ -46,6 +47,7 @@ from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
 from ctracer.plan.lifetimes import LifetimeRule
 from ctracer.probes import ctext
+from ctracer.probes.arguments import Argument, argument_of
 from ctracer.tracefile import FunctionRow
 
 #: default ring buffer size (bytes)
@@ -57,27 +59,6 @@ MAX_ARGS = 12
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMM_LEN = 16
-
-
-@dataclass(frozen=True)
-class TracepointArg:
-    """One argument of a tracepoint as the trace file describes it."""
-
-    name: str
-    ctype: str        # "s64" or "u64": how the raw slot is read
-    kind: str         # "int", "uint", "enum", "pointer", "bool"
-    type_text: str    # the C type, for display
-    enum: Optional[str] = None
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "ctype": self.ctype, "kind": self.kind,
-                "type": self.type_text, "enum": self.enum}
-
-    def value(self, raw: int) -> int:
-        """The raw u64 slot as this argument's value (sign-extended where signed)."""
-        if self.ctype == "s64" and raw >= 1 << 63:
-            return raw - (1 << 64)
-        return raw
 
 
 @dataclass(frozen=True)
@@ -94,7 +75,7 @@ class TracepointSlot:
 class ProbedTracepoint:
     index: int
     name: str
-    args: tuple[TracepointArg, ...]
+    args: tuple[Argument, ...]
     slots: tuple[TracepointSlot, ...]
 
     @property
@@ -128,65 +109,7 @@ class Admission:
                 "max_objects": self.max_objects}
 
 
-@dataclass(frozen=True)
-class TracepointProgram:
-    """The generated C and what it probes (the kernel counterpart of
-    `ctracer.probes.program.ProbeProgram`)."""
-
-    text: str
-    mini: Layout
-    tracepoints: tuple[ProbedTracepoint, ...]
-    rows: tuple[FunctionRow, ...]
-    admission: Admission
-    ring_bytes: int
-    nargs: int
-    rules: tuple[LifetimeRule, ...] = ()
-    #: objects that may be only their head (`ctracer.plan.heads`), None: always whole
-    head: Optional[HeadRead] = None
-    #: no uprobes (the recorder and runtime handle both kinds of program)
-    functions: tuple = field(default=(), init=False)
-
-    @property
-    def filtered(self) -> bool:
-        return self.admission.processes
-
-    def rows_with_return_value(self) -> frozenset[int]:
-        return frozenset()
-
-    def args_by_row(self) -> dict[int, tuple[TracepointArg, ...]]:
-        return {row: tp.args for tp in self.tracepoints for row in tp.row_ids}
-
-
 # ------------------------------------------------------------------ planning
-
-
-#: suffixes the kernel puts on a tracepoint parameter's name for the BPF verifier
-#: (``skb__nullable``: the argument may be NULL); the argument is shown without them
-_ANNOTATIONS = ("__nullable",)
-
-
-def _arg_of(p: Parameter, index: int, names: Sequence[Optional[str]]) -> TracepointArg:
-    name = names[index] if index < len(names) and names[index] else f"arg{index + 1}"
-    for suffix in _ANNOTATIONS:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[:-len(suffix)]
-    if not _IDENT.match(name):
-        name = f"arg{index + 1}"
-    s = p.shape
-    text = s.text or (s.name or "?")
-    if s.pointers or s.kind in (ShapeKind.STRUCT, ShapeKind.UNION, ShapeKind.FUNCTION,
-                                ShapeKind.ARRAY):
-        return TracepointArg(name, "u64", "pointer", text)
-    if s.kind == ShapeKind.ENUM:
-        return TracepointArg(name, "u64", "enum", text, s.name)
-    if s.kind == ShapeKind.BASE and s.name:
-        words = s.name.split()
-        if s.name in ("_Bool", "bool"):
-            return TracepointArg(name, "u64", "bool", text)
-        signed = "unsigned" not in words and not s.name.startswith("u")
-        return TracepointArg(name, "s64" if signed else "u64", "int" if signed else "uint",
-                             text)
-    return TracepointArg(name, "u64", "uint", text)
 
 
 def parameter_names(catalog: Catalog, tp: TracepointInfo) -> list[Optional[str]]:
@@ -241,7 +164,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
     for index, name in enumerate(sorted(by_tp)):
         info = infos[name]
         names = parameter_names(catalog, info)
-        args = tuple(_arg_of(p, i, names) for i, p in enumerate(info.params[:MAX_ARGS]))
+        args = tuple(argument_of(p, i, names) for i, p in enumerate(info.params[:MAX_ARGS]))
         tracepoints.append(ProbedTracepoint(index, name, args, tuple(by_tp[name])))
     return tuple(rows), tuple(tracepoints)
 
@@ -263,6 +186,11 @@ def where_c(node: where_clause.Condition, var: str) -> str:
         return f"(!{where_c(node.operand, var)})"
     op = "&&" if isinstance(node, where_clause.And) else "||"
     return f"({where_c(node.left, var)} {op} {where_c(node.right, var)})"
+
+
+def validate_comm(comm: str) -> None:
+    """ValueError unless ``comm`` can be a process name (`_comm_c` compares it)."""
+    _comm_c(comm)
 
 
 def _comm_c(comm: str) -> list[str]:
@@ -326,21 +254,36 @@ def _admit_function(admission: Admission, mini: Layout,
 
 
 def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
+    """``ctracer_hit``: one event of a followed or newly admitted object, for a
+    tracepoint hit and for a kernel function's entry or exit alike (`ctracer.probes.
+    kfunctions`).  Object 0 is a creation function's entry (there is no object yet):
+    written only for a followed process, never admitted."""
     t = ctext.Text()
-    t("static __always_inline void ctracer_hit(u32 function_id, u64 object, const u64 *args,",
+    t("static __always_inline void ctracer_hit(u32 function_id, u8 phase, u64 object,",
+      "\t\t\t\t\ts64 retval, u32 depth, u8 flags, const u64 *args,",
       "\t\t\t\t\tu64 pid_tgid, int starts, int ends)",
       "{",
       "\tu32 zero = 0;",
-      "\tu8 flags = 0;",
       "\tint read;",
       "\tstruct ctracer_event *e;",
       "")
     if admission.selective:
-        t("\tint followed;",
+        t("\tint followed = 0;",
           "",
-          "\tif (starts)",
-          "\t\tctracer_objects.delete(&object);",
-          "\tfollowed = ctracer_objects.lookup(&object) != 0;")
+          "\tif (!object) {")
+        if admission.processes and not (admission.comm or admission.objects
+                                        or admission.where is not None):
+            t("\t\tu32 tgid = pid_tgid >> 32;",
+              "",
+              "\t\tif (!ctracer_pids.lookup(&tgid))",
+              "\t\t\treturn;")
+        else:
+            t("\t\treturn;")
+        t("\t} else {",
+          "\t\tif (starts)",
+          "\t\t\tctracer_objects.delete(&object);",
+          "\t\tfollowed = ctracer_objects.lookup(&object) != 0;",
+          "\t}")
         if admission.processes:
             t("\tif (!followed) {",
               "\t\tu32 tgid = pid_tgid >> 32;",
@@ -356,13 +299,13 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\t\treturn;",
       "\t}",
       "\t__builtin_memset(&e->m, 0, sizeof(e->m));",
-      "\tread = ctracer_snapshot(&e->m, object);",
+      "\tread = object ? ctracer_snapshot(&e->m, object) : -1;",
       "\tif (read < 0)",
       f"\t\tflags |= {FLAG_READ_FAILED};",
       "\telse if (read > 0)  /* only the object's head exists: the rest was not read */",
       f"\t\tflags |= {FLAG_HEAD_ONLY};")
     if admission.selective:
-        t("\tif (!followed && !ctracer_admit(object, &e->m, pid_tgid, flags)) {",
+        t("\tif (object && !followed && !ctracer_admit(object, &e->m, pid_tgid, flags)) {",
           "\t\tctracer_events.ringbuf_discard(e, CTRACER_RB_NO_WAKEUP);",
           "\t\treturn;",
           "\t}",
@@ -370,13 +313,13 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
           "\t\tctracer_objects.delete(&object);")
     t("\te->h.ts_ns = bpf_ktime_get_ns();",
       "\te->h.object = object;",
-      "\te->h.retval = 0;",
+      "\te->h.retval = retval;",
       "\te->h.cpu = bpf_get_smp_processor_id();",
       "\te->h.pid = pid_tgid >> 32;",
       "\te->h.tid = (u32)pid_tgid;",
       "\te->h.function_id = function_id;",
-      "\te->h.depth = 0;",
-      f"\te->h.phase = {PHASE_TRACEPOINT};",
+      "\te->h.depth = depth > 0xffff ? 0xffff : depth;",
+      "\te->h.phase = phase;",
       "\te->h.flags = flags;",
       "\tbpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));")
     for i in range(nargs):
@@ -406,7 +349,8 @@ def _probe(tp: ProbedTracepoint, nargs: int) -> str:
           f"\t\tu64 obj = args[{s.method.param_index}];")
         t(*("\t\t" + line for line in ctext.path_statements(s.method, "obj")))
         t("\t\tif (obj)",
-          f"\t\t\tctracer_hit({s.id}, obj, args, pid_tgid, {starts}, {ends});",
+          f"\t\t\tctracer_hit({s.id}, {PHASE_TRACEPOINT}, obj, 0, 0, 0, args, pid_tgid, "
+          f"{starts}, {ends});",
           "\t}")
     t("\treturn 0;", "}")
     return str(t)
@@ -435,7 +379,11 @@ static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
 
 def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
                       admission: Admission, nargs: int, ring_bytes: int,
-                      head: Optional[HeadRead] = None) -> str:
+                      head: Optional[HeadRead] = None,
+                      functions_c: tuple[str, str] = ("", "")) -> str:
+    """The C of the tracepoint probes; ``functions_c``: the maps and the programs of
+    kernel functions' probes (`ctracer.probes.kfunctions`) sharing the same event,
+    admission and emitter."""
     capacity = admission.max_objects or OBJECT_CAPACITY
     t = ctext.Text()
     t("/* Generated by ctracer: raw tracepoint probes snapshotting "
@@ -449,6 +397,9 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "BPF_ARRAY(ctracer_admitted, u64, 1);",
       *ctext.ring_buffer_maps(ring_bytes),
       "")
+    if functions_c[0]:
+        t.block(functions_c[0])
+        t("")
     t.block(ctext.snapshot_function(mini, KERNEL, head))
     t("")
     t.block(_DEREF)
@@ -462,24 +413,10 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
     for tp in tracepoints:
         t("")
         t.block(_probe(tp, nargs))
+    if functions_c[1]:
+        t("")
+        t.block(functions_c[1])
     if admission.processes:
         t("")
         t.block(ctext.FOLLOW_FORKS)
     return str(t)
-
-
-def build_tracepoint_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
-                             admission: Admission = Admission(),
-                             rules: Sequence[LifetimeRule] = (),
-                             ring_bytes: int = RING_BYTES,
-                             head: Optional[HeadRead] = None) -> TracepointProgram:
-    """Raw tracepoint probes for the tracepoint ``methods`` recording ``mini``."""
-    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
-        raise ValueError("the ring buffer size must be a power of two of at least 4096")
-    if admission.comm is not None:
-        _comm_c(admission.comm)  # validates
-    rows, tracepoints = plan_tracepoints(methods, catalog, rules)
-    nargs = max((len(tp.args) for tp in tracepoints), default=0)
-    text = emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head)
-    return TracepointProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
-                             tuple(rules), head)

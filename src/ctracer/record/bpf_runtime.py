@@ -46,8 +46,10 @@ from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
 from ctracer.event import event_size
 from ctracer.probes.program import ProbedFunction, ProbeProgram
-from ctracer.probes.tracepoint import ProbedTracepoint, TracepointProgram
+from ctracer.probes.kernel import KernelProgram
+from ctracer.probes.tracepoint import ProbedTracepoint
 from ctracer.record import ringbuf
+from ctracer.record.kattach import KernelLinks, close_in_parallel
 from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
@@ -259,7 +261,7 @@ class AttachResult:
 class ProbeSession:
     """One compiled program and its attachments; use as a context manager."""
 
-    def __init__(self, program: Union[ProbeProgram, TracepointProgram], binary: Optional[str],
+    def __init__(self, program: Union[ProbeProgram, KernelProgram], binary: Optional[str],
                  on_event: Callable[[bytes], None]):
         """``on_event`` receives one or more whole events, back to back."""
         self.program = program
@@ -284,6 +286,8 @@ class ProbeSession:
         self._links: list[int] = []
         #: whether this kernel takes uprobe.multi links (None: not tried yet)
         self._multi: Optional[bool] = None
+        #: the kernel functions' programs and links (`ctracer.record.kattach`)
+        self.kernel_links: Optional[KernelLinks] = None
 
     # -- set-up ---------------------------------------------------------------
 
@@ -305,12 +309,32 @@ class ProbeSession:
             return 0
 
         self._callback = deliver
+        self._describe_kernel_functions()
         events = self.bpf[b"ctracer_events"]
         if ringbuf.supported():
             self._ring = ringbuf.MappedRing(events.map_fd, self.program.ring_bytes,
                                             event_size(self.program.mini, self.program.nargs))
         else:
             events.open_ring_buffer(deliver)
+
+    def _describe_kernel_functions(self) -> None:
+        """Each probed kernel function's row of ``ctracer_kfns`` (its index is its
+        links' cookie): what the generic programs read to know the function."""
+        from ctracer.probes.kfunctions import descriptor_bytes
+        functions = getattr(self.program, "kfunctions", ())
+        if not functions:
+            return
+        table = self.bpf[b"ctracer_kfns"]
+        for f in functions:
+            table[table.Key(f.index)] = table.Leaf.from_buffer_copy(descriptor_bytes(f))
+
+    def instructions(self, name: str) -> bytes:
+        """The compiled, map-relocated instructions of one program of the text."""
+        lib = _import_bcc().libbcc.lib
+        start = lib.bpf_function_start(self.bpf.module, name.encode())
+        if not start:
+            raise CtracerError(f"the compiled probes have no program {name}")
+        return ctypes.string_at(start, lib.bpf_function_size(self.bpf.module, name.encode()))
 
     def follow(self, pid: int) -> None:
         """Record process ``pid`` (and the children it forks from now on)."""
@@ -326,6 +350,12 @@ class ProbeSession:
         for tp in getattr(self.program, "tracepoints", ()):
             self.results.append(AttachResult(tp, self._attach_raw_tracepoint(tp),
                                              kind="raw_tracepoint"))
+        functions = getattr(self.program, "kfunctions", ())
+        if functions:
+            from ctracer.record.kernel import btf_targets
+            self.kernel_links = KernelLinks(self.program.entry_kind, functions,
+                                            self.instructions, btf_targets(functions))
+            self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)
             r.entry = self._attach_one(f, f.entry_probe, retprobe=False)
@@ -441,6 +471,9 @@ class ProbeSession:
         runs, so nothing more reaches the ring buffer."""
         self._stop_emitting()
         fds, self._links = self._links, []
+        if self.kernel_links is not None:
+            fds += self.kernel_links.link_fds
+            self.kernel_links.link_fds = []
         if self.bpf is not None:
             for attached in (self.bpf.raw_tracepoint_fds, self.bpf.tracepoint_fds):
                 fds += attached.values()  # closed here: bcc's cleanup must not again
@@ -450,7 +483,7 @@ class ProbeSession:
                     fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
                 except OSError:
                     pass
-        closing = threading.Thread(target=_close_in_parallel, args=(fds,),
+        closing = threading.Thread(target=close_in_parallel, args=(fds,),
                                    name="ctracer-detach", daemon=True)
         closing.start()
         return closing
@@ -512,7 +545,9 @@ class ProbeSession:
             self._ring.close()
             self._ring = None
         bpf, self.bpf = self.bpf, None
-        _close_in_parallel(list(bpf.uprobe_fds.values()))
+        if self.kernel_links is not None:
+            self.kernel_links.close()
+        close_in_parallel(list(bpf.uprobe_fds.values()))
         bpf.uprobe_fds.clear()
         with _captured_output():
             try:
@@ -543,39 +578,6 @@ def _link_uprobe_multi(prog_fd: int, path: str, offset: int,
     ctypes.c_uint32.from_buffer(attr, 48).value = 1
     ctypes.c_uint32.from_buffer(attr, 52).value = _UPROBE_MULTI_RETURN if retprobe else 0
     return bpf_syscall(BPF_LINK_CREATE, attr)
-
-
-#: threads closing probe fds at once (each close waits for an RCU grace period; waiters
-#: at the same time share one)
-_CLOSERS = 128
-
-
-def _close_in_parallel(fds: Sequence[int]) -> None:
-    """Close ``fds`` from up to `_CLOSERS` threads and return when all are closed."""
-    if len(fds) <= 1:
-        for fd in fds:
-            os.close(fd)
-        return
-    pending = list(fds)
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                if not pending:
-                    return
-                fd = pending.pop()
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    threads = [threading.Thread(target=work, daemon=True)
-               for _ in range(min(_CLOSERS, len(fds)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def attach_summary(results: Sequence[AttachResult]) -> tuple[int, int]:

@@ -124,14 +124,13 @@ def _verify_kernel(plan: ProbePlan, layout, per_compile: int, verdicts: Verdicts
 def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:
     """The raw tracepoint programs a recording loads (`ctracer.probes.tracepoint`, with no
     filter), one per tracepoint."""
-    from ctracer.probes import tracepoint
+    from ctracer.probes.kernel import build_kernel_program
     from ctracer.record import bpf_runtime
 
     entries = plan.of_kind("raw_tracepoint")
     if not entries:
         return
-    program = tracepoint.build_tracepoint_program([m for p in entries for m in p.methods],
-                                                  layout, catalog)
+    program = build_kernel_program([m for p in entries for m in p.methods], layout, catalog)
     results = bpf_runtime.verify_programs(program.text, [t.probe for t in program.tracepoints],
                                           program_type="raw_tracepoint", timing=verdicts)
     verdicts.programs += len(results)

@@ -26,7 +26,6 @@ import bisect
 from array import array
 import datetime
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -37,6 +36,7 @@ from ctracer.event import (FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHAS
 from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, Change,
                                   MethodStats, ObjectKey, ObjectTimeline, Points, ReportData, Row,
                                   TraceSummary)
+from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.report.names import object_dir, object_label
 from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
 from ctracer.tracefile import FunctionRow, Trace
@@ -44,11 +44,6 @@ from ctracer.tracefile import FunctionRow, Trace
 _U64_MASK = (1 << 64) - 1
 _ERR_PTR_LOWEST = (1 << 64) - 4095  # the kernel's ERR_PTR(-MAX_ERRNO)
 
-#: name heuristics, used only where the functions table gives no structural signal
-_FREE_LIKE = re.compile(r"(^|_)(free|destroy|destruct|dealloc|kfree)(_|$)")
-_ALLOC_LIKE = re.compile(r"(^|_)(alloc|new|create|clone)(_|$)")
-#: creation-typed functions that usually return an object that already exists
-_LOOKUP_LIKE = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
 
 
 @dataclass(slots=True)
@@ -338,10 +333,10 @@ def function_table(functions: dict[int, FunctionRow],
     return FunctionTable(
         canon=canon, names=_display_names(functions, canon),
         creators={fid for fid, r in reach.items()
-                  if r == "returns" and not _LOOKUP_LIKE.search(raw[fid])},
+                  if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
         use_names=not any(r == "returns" for r in reach.values()) and not rules,
-        free_like={fid for fid, n in raw.items() if _FREE_LIKE.search(n)},
-        alloc_like={fid for fid, n in raw.items() if _ALLOC_LIKE.search(n)}, rules=rules)
+        free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
+        alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules)
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""The one BPF program that traces a kernel struct: raw tracepoint probes
+(`ctracer.probes.tracepoint`) and entry/exit probes of kernel functions
+(`ctracer.probes.kfunctions`), sharing one event layout, one ring buffer, one set of
+followed objects and one emitter (``ctracer_hit``), compiled by bcc in one piece.
+
+`build_kernel_program` plans both (function-table rows: the tracepoints' first, then the
+functions'), writes the C and returns a `KernelProgram` that `ctracer.record` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ctracer.debuginfo.model import Catalog
+from ctracer.event import Layout
+from ctracer.plan.discovery import Method
+from ctracer.plan.heads import HeadRead
+from ctracer.plan.lifetimes import LifetimeRule
+from ctracer.probes import kfunctions, tracepoint
+from ctracer.probes.arguments import Argument
+from ctracer.probes.kfunctions import KernelFunction
+from ctracer.probes.program import Arch, host_arch
+from ctracer.probes.tracepoint import Admission, ProbedTracepoint
+from ctracer.tracefile import FunctionRow
+
+#: default ring buffer size (bytes)
+RING_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+    """The generated C and what it probes (the kernel counterpart of
+    `ctracer.probes.program.ProbeProgram`)."""
+
+    text: str
+    mini: Layout
+    tracepoints: tuple[ProbedTracepoint, ...]
+    rows: tuple[FunctionRow, ...]
+    admission: Admission
+    ring_bytes: int
+    nargs: int
+    rules: tuple[LifetimeRule, ...] = ()
+    #: objects that may be only their head (`ctracer.plan.heads`), None: always whole
+    head: Optional[HeadRead] = None
+    #: kernel functions probed on entry and exit, and the entry kind ("fentry" or
+    #: "kprobe"; its exit kind is `kfunctions.KINDS`'s)
+    kfunctions: tuple[KernelFunction, ...] = ()
+    entry_kind: Optional[str] = None
+    #: no uprobes (the recorder and runtime handle both kinds of program)
+    functions: tuple = field(default=(), init=False)
+
+    @property
+    def filtered(self) -> bool:
+        return self.admission.processes
+
+    def rows_with_return_value(self) -> frozenset[int]:
+        return frozenset(row for f in self.kfunctions if f.returns for row in f.row_ids)
+
+    def args_by_row(self) -> dict[int, tuple[Argument, ...]]:
+        out = {row: tp.args for tp in self.tracepoints for row in tp.row_ids}
+        out.update({row: f.args for f in self.kfunctions for row in f.row_ids if f.args})
+        return out
+
+    def program_names(self) -> list[str]:
+        """The entry and exit programs the functions use."""
+        if not self.entry_kind:
+            return []
+        exit_kind = kfunctions.KINDS[self.entry_kind]
+        return sorted({f.program(k) for f in self.kfunctions for k in (self.entry_kind, exit_kind)})
+
+
+def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
+                         function_methods: Sequence[Method] = (),
+                         entry_kind: Optional[str] = None,
+                         admission: Admission = Admission(),
+                         rules: Sequence[LifetimeRule] = (),
+                         ring_bytes: int = RING_BYTES,
+                         head: Optional[HeadRead] = None,
+                         arch: Optional[Arch] = None) -> KernelProgram:
+    """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
+    (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``."""
+    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    if admission.comm is not None:
+        tracepoint.validate_comm(admission.comm)
+    rows, tracepoints = tracepoint.plan_tracepoints(methods, catalog, rules)
+    functions: tuple[KernelFunction, ...] = ()
+    if function_methods:
+        if entry_kind not in kfunctions.KINDS:
+            raise ValueError(f"kernel functions need an entry kind, not {entry_kind!r}")
+        arch = arch or host_arch()
+        frows, functions = kfunctions.plan_kernel_functions(
+            function_methods, arch, first_row=len(rows) + 1,
+            max_regs=12 if entry_kind == "fentry" else arch.register_args)
+        rows = rows + frows
+    nargs = max((len(tp.args) for tp in tracepoints), default=0)
+    functions_c = ("", "")
+    if functions:
+        nargs = max(nargs, kfunctions.NARGS)
+        counts = sorted({f.slot_count for f in functions})
+        functions_c = (kfunctions.struct_definitions(len(functions)),
+                       kfunctions.programs_c([entry_kind], counts, nargs))
+    text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
+                                        functions_c)
+    return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
+                         tuple(rules), head, functions, entry_kind if functions else None)

@@ -1,0 +1,505 @@
+"""Entry and exit probes on kernel functions: a handful of generic programs, not one per
+function.
+
+Every function the probe plan places (`ctracer.plan.attach`: fentry/fexit where the kernel
+loads them, else kprobe/kretprobe) is described by data, not by code: a row of the array
+map ``ctracer_kfns`` (index = the function's number, handed to the program as the link's
+BPF cookie) says which integer registers hold the arguments the objects are reached from,
+the steps from each argument to its object (``socket->sk``: a read at an offset), which
+function-table row each way is, how wide and signed the return value and the recorded
+arguments are, and whether the call starts or ends an object's life.  So the C text holds
+one entry and one exit program per probe kind and per slot count (1, 2, 4, 8 ways to the
+object; a function reaching it three ways uses the program for four), compiled once by
+bcc whatever the number of functions, and the loaded instructions are attached to every
+function: fentry/fexit programs are loaded once per target (a tracing program is bound
+to its function's BTF id when loaded; the verifier checks each clone), kprobe programs
+are loaded once and linked to many functions (one kprobe.multi link, or one perf kprobe
+each).
+
+What the programs do per call, for each way to the object (each function-table row):
+
+* entry: the thread's call depth is counted up (a per-thread counter), the object's
+  address computed, the object snapshotted and an entry event written through
+  ``ctracer_hit`` (the same admission, following and lifetime rules as the tracepoint
+  probes: `ctracer.probes.tracepoint`), with the call's first `NARGS` register arguments
+  in the event's argument slots; what the exit needs is saved per (thread, depth);
+* exit: the depth is counted down, the entry's saved state taken (its objects: a
+  kretprobe no longer has the arguments; an exit with no saved entry is flagged
+  `FLAG_NO_ENTRY`), the return value read and normalised to its C type, and an exit
+  event written per way (a ``returns`` method's object is the return value).
+
+A ``ctracer_stopped`` flag ends every probe at one instant (detaching thousands of links
+takes a while).  Recursion is avoided by construction: the probed functions take the
+traced struct and the programs call none of them; what the kernel refuses to run
+(fentry recursion, kretprobe instances exhausted) is counted by the kernel and read by
+the recorder (`ctracer.record.kattach`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
+from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
+from ctracer.plan.discovery import Method
+from ctracer.plan.lifetimes import FREE_LIKE, LOOKUP_LIKE
+from ctracer.probes import ctext
+from ctracer.probes.arguments import Argument, argument_of
+from ctracer.probes.program import Arch, register_index
+from ctracer.tracefile import FunctionRow
+
+#: slot counts the programs come in (a function uses the smallest that holds its ways)
+SLOT_COUNTS = (1, 2, 4, 8)
+MAX_SLOTS = SLOT_COUNTS[-1]
+#: steps from an argument to its object (``a->b.c->d`` is three)
+MAX_STEPS = 4
+#: register arguments each event records
+NARGS = 6
+#: entry kinds and the exit kind each goes with
+KINDS = {"fentry": "fexit", "kprobe": "kretprobe"}
+
+_FLAG_STARTS, _FLAG_ENDS = 1, 2
+_OP = {"deref": 1, "offset": 2}
+
+
+@dataclass(frozen=True)
+class KernelSlot:
+    """One way a probed function reaches the object: one function-table row."""
+
+    row: int
+    method: Method
+    #: the integer register holding the argument (-1: the object is the return value)
+    reg: int
+    starts: bool = False
+    ends: bool = False
+
+
+@dataclass(frozen=True)
+class KernelFunction:
+    """A kernel function with entry and exit probes; ``index`` is its ``ctracer_kfns``
+    row and its links' cookie."""
+
+    index: int
+    key: str
+    name: str
+    slots: tuple[KernelSlot, ...]
+    #: (bits, signed) of the return value, None when it is not an integer register
+    returns: Optional[tuple[int, bool]]
+    #: the register arguments each event records, in register order
+    args: tuple[Argument, ...]
+    #: (bits, signed) per recorded argument, for normalising the raw register
+    arg_widths: tuple[tuple[int, bool], ...]
+
+    @property
+    def slot_count(self) -> int:
+        return next(n for n in SLOT_COUNTS if n >= len(self.slots))
+
+    def program(self, kind: str) -> str:
+        """The name of the program that probes this function as ``kind``."""
+        return program_name(kind, self.slot_count)
+
+    @property
+    def row_ids(self) -> tuple[int, ...]:
+        return tuple(s.row for s in self.slots)
+
+
+def program_name(kind: str, slots: int) -> str:
+    return f"ctracer_{kind}_s{slots}"
+
+
+def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
+    """(bits, signed) of an integer, enum, bool or pointer value in a register."""
+    if shape.pointers or shape.kind in (ShapeKind.ARRAY, ShapeKind.FUNCTION):
+        return 64, False
+    if shape.kind == ShapeKind.ENUM:
+        return 32, False
+    if shape.kind == ShapeKind.BASE and shape.name:
+        words = shape.name.split()
+        if shape.name in ("_Bool", "bool"):
+            return 8, False
+        if {"float", "double"} & set(words) or "__int128" in shape.name:
+            return None
+        signed = "unsigned" not in words and not shape.name.startswith("u")
+        if "char" in words or shape.name in ("s8", "u8", "__s8", "__u8"):
+            return 8, signed
+        if "short" in words or shape.name.endswith("16"):
+            return 16, signed
+        if "long" in words or shape.name.endswith("64"):
+            return 64, signed
+        return 32, signed
+    return None
+
+
+def _lifetime_flags(m: Method) -> tuple[bool, bool]:
+    """(starts, ends): a creation function's return starts an object's life (the
+    address may be a reused one; functions named like lookups return existing objects);
+    a freeing function's exit ends it.  The report splits lifetimes by the same names
+    (`ctracer.report.build`)."""
+    direct = not m.path and not m.holder
+    starts = m.reach == "returns" and not LOOKUP_LIKE.search(m.name)
+    ends = direct and m.param_index is not None and bool(FREE_LIKE.search(m.name))
+    return starts, ends
+
+
+def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: int = 1,
+                          max_regs: int = 6) -> tuple[tuple[FunctionRow, ...],
+                                                      tuple[KernelFunction, ...]]:
+    """Function-table rows (ids from ``first_row``, one per method, ``attached`` saying
+    why one is not probed) and the functions to probe, in key order.  ``max_regs``: the
+    registers the argument can be in (6 for kprobes; fentry programs read more)."""
+    ordered = sorted(methods, key=lambda m: (m.key, m.param_index is None, m.param_index or 0))
+    rows: list[FunctionRow] = []
+    grouped: dict[str, list[KernelSlot]] = {}
+    infos: dict[str, FunctionInfo] = {}
+    for m in ordered:
+        row_id = first_row + len(rows)
+        f = m.function
+        why, reg = "", -1
+        if m.is_tracepoint or not isinstance(f, FunctionInfo):
+            why = "skipped: not a kernel function"
+        elif not m.probeable:
+            why = f"skipped: {m.not_probeable}"
+        elif len(m.path) > MAX_STEPS:
+            why = f"skipped: the object is more than {MAX_STEPS} steps from the argument"
+        elif m.param_index is not None:
+            found, reason = register_index(f, m.param_index)
+            if found is None:
+                why = f"skipped: {reason}"
+            elif found >= max_regs:
+                why = f"skipped: the argument is not in the first {max_regs} registers"
+            else:
+                reg = found
+        if not why and len(grouped.get(m.key, ())) >= MAX_SLOTS:
+            why = f"skipped: the function reaches the object more than {MAX_SLOTS} ways"
+        rows.append(FunctionRow(row_id, m.name, getattr(f, "unit", "") or "", m.reach, m.via,
+                                None, why))
+        if why:
+            continue
+        starts, ends = _lifetime_flags(m)
+        grouped.setdefault(m.key, []).append(KernelSlot(row_id, m, reg, starts, ends))
+        infos[m.key] = f  # type: ignore[assignment]
+    functions = []
+    for index, key in enumerate(sorted(grouped)):
+        f = infos[key]
+        args, widths = [], []
+        names = [p.name for p in f.params]
+        reg = 0
+        for i, p in enumerate(f.params):
+            width = _width(p.shape)
+            if width is None or reg >= NARGS:
+                break   # the registers after a float or a struct by value are not known
+            args.append(argument_of(p, i, names))
+            widths.append(width)
+            reg += 1
+        functions.append(KernelFunction(index, key, f.name, tuple(grouped[key]),
+                                        _width(f.returns), tuple(args), tuple(widths)))
+    return tuple(rows), tuple(functions)
+
+
+def descriptor(f: KernelFunction) -> dict:
+    """The ``ctracer_kfns`` row of a function, as plain values (the runtime packs them
+    with `descriptor_bytes`)."""
+    return {"nslots": len(f.slots), "nargs": len(f.args),
+            "ret_bits": f.returns[0] if f.returns else 0,
+            "ret_signed": int(bool(f.returns and f.returns[1])),
+            "arg_bits": [w[0] for w in f.arg_widths], "arg_signed": [int(w[1]) for w in f.arg_widths],
+            "slots": [{"row": s.row, "reg": s.reg,
+                       "flags": (_FLAG_STARTS if s.starts else 0) | (_FLAG_ENDS if s.ends else 0),
+                       "steps": [(_OP[st.op], int(st.offset)) for st in s.method.path]}
+                      for s in f.slots]}
+
+
+#: layout of ``struct ctracer_kslot`` and ``struct ctracer_kfn`` (checked by static asserts)
+SLOT_BYTES = 8 + 4 + 4 * MAX_STEPS + 4  # row, reg/nsteps/flags/pad, op[4], off[4]; see below
+KFN_HEADER = 4 + 2 * NARGS + 4          # nslots, nargs, ret_bits, ret_signed, bits, signed, pad
+
+
+def descriptor_bytes(f: KernelFunction) -> bytes:
+    """The packed ``struct ctracer_kfn`` of a function (see `struct_definitions`)."""
+    import struct
+    d = descriptor(f)
+    head = struct.pack("<BBBB", d["nslots"], d["nargs"], d["ret_bits"], d["ret_signed"])
+    head += bytes(d["arg_bits"] + [0] * (NARGS - d["nargs"]))
+    head += bytes(d["arg_signed"] + [0] * (NARGS - d["nargs"]))
+    head += b"\0" * (_kfn_slots_offset() - len(head))
+    out = [head]
+    for s in d["slots"] + [None] * (MAX_SLOTS - len(d["slots"])):
+        if s is None:
+            out.append(b"\0" * _slot_size())
+            continue
+        ops = [op for op, _ in s["steps"]] + [0] * (MAX_STEPS - len(s["steps"]))
+        offs = [off for _, off in s["steps"]] + [0] * (MAX_STEPS - len(s["steps"]))
+        out.append(struct.pack(f"<IBBBB{MAX_STEPS}B{MAX_STEPS}i", s["row"], s["reg"] & 0xFF,
+                               len(s["steps"]), s["flags"], 0, *ops, *offs))
+    return b"".join(out)
+
+
+def _slot_size() -> int:
+    return 4 + 4 + MAX_STEPS + 4 * MAX_STEPS
+
+
+def _kfn_slots_offset() -> int:
+    return (4 + 2 * NARGS + 3) // 4 * 4
+
+
+def kfn_size() -> int:
+    return _kfn_slots_offset() + MAX_SLOTS * _slot_size()
+
+
+def struct_definitions(functions: int) -> str:
+    """The descriptor structs and the maps of the method programs."""
+    return f"""\
+#define CTRACER_MAX_SLOTS {MAX_SLOTS}
+#define CTRACER_MAX_STEPS {MAX_STEPS}
+#define CTRACER_NARGS {NARGS}
+
+struct ctracer_kslot {{
+	u32 row;
+	u8 reg;		/* integer register of the argument; 255: the return value */
+	u8 nsteps;
+	u8 flags;	/* {_FLAG_STARTS}: starts a lifetime, {_FLAG_ENDS}: ends one */
+	u8 pad;
+	u8 op[CTRACER_MAX_STEPS];	/* 1: read the pointer at +off, 2: add off */
+	s32 off[CTRACER_MAX_STEPS];
+}};
+_Static_assert(sizeof(struct ctracer_kslot) == {_slot_size()}, "kslot size");
+
+struct ctracer_kfn {{
+	u8 nslots;
+	u8 nargs;
+	u8 ret_bits;
+	u8 ret_signed;
+	u8 arg_bits[CTRACER_NARGS];
+	u8 arg_signed[CTRACER_NARGS];
+	struct ctracer_kslot slot[CTRACER_MAX_SLOTS];
+}};
+_Static_assert(sizeof(struct ctracer_kfn) == {kfn_size()}, "kfn size");
+_Static_assert(__builtin_offsetof(struct ctracer_kfn, slot) == {_kfn_slots_offset()}, "kfn slots");
+
+struct ctracer_kcall_key {{
+	u32 tid;
+	u32 depth;
+}};
+
+/* What an entry leaves for its exit. */
+struct ctracer_kcall {{
+	u32 fn;
+	u32 pad;
+	u64 object[CTRACER_MAX_SLOTS];
+	u64 args[CTRACER_NARGS];
+}};
+
+BPF_ARRAY(ctracer_kfns, struct ctracer_kfn, {max(1, functions)});
+BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
+BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
+BPF_ARRAY(ctracer_stopped, u8, 1);
+"""
+
+
+_HELPERS = """\
+static __always_inline u64 ctracer_normalise(u64 v, u8 bits, u8 is_signed)
+{
+	switch (bits) {
+	case 8:
+		return is_signed ? (u64)(s64)(s8)v : (u64)(u8)v;
+	case 16:
+		return is_signed ? (u64)(s64)(s16)v : (u64)(u16)v;
+	case 32:
+		return is_signed ? (u64)(s64)(s32)v : (u64)(u32)v;
+	}
+	return v;
+}
+
+static __always_inline u64 ctracer_follow(u64 obj, struct ctracer_kslot *s)
+{
+#pragma clang loop unroll(full)
+	for (int j = 0; j < CTRACER_MAX_STEPS; j++) {
+		if (j >= s->nsteps || !obj)
+			break;
+		if (s->op[j] == 1)
+			obj = ctracer_deref(obj, s->off[j]);
+		else
+			obj = obj + s->off[j];
+	}
+	return obj;
+}
+
+/* A kprobe's argument registers, read at constant offsets of ctx (the verifier refuses
+ * a read through a computed ctx pointer), then chosen by index. */
+static __always_inline void ctracer_kprobe_regs(struct pt_regs *ctx, u64 *regs)
+{
+	regs[0] = PT_REGS_PARM1(ctx);
+	regs[1] = PT_REGS_PARM2(ctx);
+	regs[2] = PT_REGS_PARM3(ctx);
+	regs[3] = PT_REGS_PARM4(ctx);
+	regs[4] = PT_REGS_PARM5(ctx);
+	regs[5] = PT_REGS_PARM6(ctx);
+}
+
+static __always_inline u64 ctracer_fentry_reg(void *ctx, int reg)
+{
+	u64 v = 0;
+
+	bpf_get_func_arg(ctx, reg, &v);
+	return v;
+}
+
+/* The call's recorded arguments (``regs``: a kprobe's registers, NULL for fentry),
+ * normalised to their C types. */
+static __always_inline void ctracer_kargs(void *ctx, const u64 *regs, struct ctracer_kfn *fn,
+					  u64 *out)
+{
+#pragma clang loop unroll(full)
+	for (int i = 0; i < CTRACER_NARGS; i++) {
+		u64 v;
+
+		if (i >= fn->nargs)
+			break;
+		v = regs ? regs[i] : ctracer_fentry_reg(ctx, i);
+		out[i] = ctracer_normalise(v, fn->arg_bits[i], fn->arg_signed[i]);
+	}
+}
+"""
+
+
+def _entry_program(kind: str, slots: int, nargs: int) -> str:
+    fentry = int(kind == "fentry")
+    ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
+    reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else "regs[s->reg & 7]"
+    return f"""\
+int {program_name(kind, slots)}({ctx})
+{{
+	u32 zero = 0, fi, depth, tid;
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct ctracer_kfn *fn;
+	struct ctracer_kcall call = {{}};
+	struct ctracer_kcall_key key = {{}};
+	u64 args[{max(nargs, 1)}] = {{}};
+	u64 regs[8] = {{}};
+	u32 *counter;
+
+	if (stopped && *stopped)
+		return 0;
+	fi = (u32)bpf_get_attach_cookie(ctx);
+	fn = ctracer_kfns.lookup(&fi);
+	if (!fn)
+		return 0;
+	{"" if fentry else "ctracer_kprobe_regs(ctx, regs);"}
+	tid = (u32)pid_tgid;
+	counter = ctracer_depth.lookup_or_try_init(&tid, &zero);
+	depth = counter ? *counter : 0;
+	if (counter)
+		*counter = depth + 1;
+	call.fn = fi;
+	ctracer_kargs(ctx, {"0" if fentry else "regs"}, fn, args);
+#pragma clang loop unroll(full)
+	for (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)
+		call.args[a] = args[a];
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < {slots}; i++) {{
+		struct ctracer_kslot *s;
+		u64 obj = 0;
+
+		if (i >= fn->nslots)
+			break;
+		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
+		if (s->reg != 255)
+			obj = ctracer_follow({reg}, s);
+		call.object[i & (CTRACER_MAX_SLOTS - 1)] = obj;
+		if (obj || s->reg == 255)
+			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0);
+	}}
+	key.tid = tid;
+	key.depth = depth;
+	ctracer_kcalls.update(&key, &call);
+	return 0;
+}}
+"""
+
+
+def _exit_program(kind: str, slots: int, nargs: int) -> str:
+    fexit = int(kind == "fexit")
+    ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
+    ret = "bpf_get_func_ret(ctx, &raw);" if fexit else "raw = PT_REGS_RC(ctx);"
+    again = ("if (!obj && s->reg != 255)\n\t\t\tobj = ctracer_follow(ctracer_fentry_reg(ctx, s->reg), s);"
+             if fexit else
+             "if (!obj && s->reg != 255 && s->reg < CTRACER_NARGS && have)\n"
+             "\t\t\tobj = ctracer_follow(call.args[s->reg & 7], s);")
+    args_line = ("ctracer_kargs(ctx, 0, fn, args);" if fexit else
+                 "#pragma clang loop unroll(full)\n"
+                 f"\tfor (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)\n"
+                 "\t\targs[a] = call.args[a];")
+    return f"""\
+int {program_name(kind, slots)}({ctx})
+{{
+	u32 zero = 0, fi, depth, tid;
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct ctracer_kfn *fn;
+	struct ctracer_kcall call = {{}};
+	struct ctracer_kcall *saved;
+	struct ctracer_kcall_key key = {{}};
+	u64 args[{max(nargs, 1)}] = {{}};
+	u64 raw = 0;
+	s64 ret;
+	u32 *counter;
+	u8 flags = 0;
+	int have = 0;
+
+	if (stopped && *stopped)
+		return 0;
+	fi = (u32)bpf_get_attach_cookie(ctx);
+	fn = ctracer_kfns.lookup(&fi);
+	if (!fn)
+		return 0;
+	tid = (u32)pid_tgid;
+	counter = ctracer_depth.lookup(&tid);
+	depth = counter && *counter ? *counter - 1 : 0;
+	if (counter)
+		*counter = depth;
+	key.tid = tid;
+	key.depth = depth;
+	saved = ctracer_kcalls.lookup(&key);
+	if (saved && saved->fn == fi) {{
+		__builtin_memcpy(&call, saved, sizeof(call));
+		ctracer_kcalls.delete(&key);
+		have = 1;
+	}} else {{
+		flags = {FLAG_NO_ENTRY};
+	}}
+	{ret}
+	ret = fn->ret_bits ? (s64)ctracer_normalise(raw, fn->ret_bits, fn->ret_signed) : 0;
+	{args_line}
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < {slots}; i++) {{
+		struct ctracer_kslot *s;
+		u64 obj;
+
+		if (i >= fn->nslots)
+			break;
+		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
+		obj = s->reg == 255 ? raw : call.object[i & (CTRACER_MAX_SLOTS - 1)];
+		{again}
+		if (obj)
+			ctracer_hit(s->row, {PHASE_EXIT}, obj, ret, depth, flags, args, pid_tgid,
+				    s->reg == 255 && (s->flags & {_FLAG_STARTS}), s->flags & {_FLAG_ENDS});
+	}}
+	return 0;
+}}
+"""
+
+
+def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int) -> str:
+    """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
+    for each slot count."""
+    t = ctext.Text()
+    t.block(_HELPERS)
+    for kind in kinds:
+        for n in slot_counts:
+            t("")
+            t.block(_entry_program(kind, n, nargs))
+            t("")
+            t.block(_exit_program(KINDS[kind], n, nargs))
+    return str(t)

@@ -1,0 +1,404 @@
+"""Attaching the compiled kernel-function programs (`ctracer.probes.kfunctions`) to many
+functions with bpf(2) itself: bcc compiles them once and creates their maps; this module
+loads the instructions bcc produced and links them.
+
+* fentry/fexit: a tracing program is bound to one function's BTF id when it is loaded,
+  so the same instructions are loaded once per target (the verifier checks each clone)
+  and linked with ``BPF_LINK_CREATE``, the function's index as the link's cookie (what
+  the program reads with ``bpf_get_attach_cookie``); functions of modules name their
+  module's BTF object.  Loads and links run from a few threads at once.
+* kprobe/kretprobe: each program is loaded once; with kprobe.multi one link per
+  program carries every function's symbol and cookie; without it, one perf kprobe per
+  function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
+
+Every function that cannot be loaded or attached is kept with the kernel's reason;
+nothing is dropped silently.  `KernelLinks.close` closes every link from parallel
+threads (each close waits for a grace period; closes at the same time share one).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from ctracer.probes.kfunctions import KernelFunction
+from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
+
+_BPF_PROG_LOAD = 5
+_BPF_OBJ_GET_INFO_BY_FD = 15
+_BPF_BTF_GET_FD_BY_ID = 19
+_BPF_BTF_GET_NEXT_ID = 23
+_PROG_TYPE_KPROBE = 2
+_PROG_TYPE_TRACING = 26
+_TRACE_FENTRY, _TRACE_FEXIT = 24, 25
+_PERF_EVENT = 41
+_TRACE_KPROBE_MULTI = 42
+_KPROBE_MULTI_RETURN = 1
+_ATTACH_TYPE = {"fentry": _TRACE_FENTRY, "fexit": _TRACE_FEXIT}
+_NR_PERF_EVENT_OPEN = 298  # x86_64
+_PMU_DIR = "/sys/bus/event_source/devices/kprobe"
+#: threads loading and linking fentry clones at once
+LOADERS = 4
+
+
+def _err(err: int) -> str:
+    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
+
+
+@dataclass
+class FunctionAttach:
+    """How one function's probes went: "" for attached, else why not."""
+
+    function: KernelFunction
+    entry: str = "not tried"
+    exit: str = "not tried"
+
+    @property
+    def ok(self) -> bool:
+        return not self.entry
+
+    @property
+    def attached(self) -> str:
+        if not self.entry and not self.exit:
+            return "entry,exit"
+        if self.entry:
+            return f"failed: {self.entry}"
+        return f"entry only; exit failed: {self.exit}"
+
+
+def load_program(insns: bytes, prog_type: int, attach_type: int = 0, btf_id: int = 0,
+                 btf_obj_fd: int = 0, name: bytes = b"ctracer") -> tuple[int, str]:
+    """BPF_PROG_LOAD of ``insns``; (fd, "") or (-1, why, with the verifier's last
+    line when it refused)."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    for log_size in (0, 1 << 20):
+        log = ctypes.create_string_buffer(log_size) if log_size else None
+        attr = ctypes.create_string_buffer(144)
+        ctypes.c_uint32.from_buffer(attr, 0).value = prog_type
+        ctypes.c_uint32.from_buffer(attr, 4).value = len(insns) // 8
+        ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(code)
+        ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(license_)
+        if log is not None:
+            ctypes.c_uint32.from_buffer(attr, 24).value = 1
+            ctypes.c_uint32.from_buffer(attr, 28).value = log_size
+            ctypes.c_uint64.from_buffer(attr, 32).value = ctypes.addressof(log)
+        attr[48:48 + min(15, len(name))] = name[:15]
+        ctypes.c_uint32.from_buffer(attr, 68).value = attach_type
+        ctypes.c_uint32.from_buffer(attr, 108).value = btf_id
+        ctypes.c_uint32.from_buffer(attr, 112).value = btf_obj_fd
+        fd, err = bpf_syscall(_BPF_PROG_LOAD, attr)
+        if fd >= 0:
+            return fd, ""
+        if log is None and err in (errno.EACCES, errno.EINVAL):
+            continue  # load again with the verifier's log, to say why
+        lines = [l for l in (log.value.decode("utf-8", "replace").splitlines() if log else [])
+                 if l.strip() and not l.startswith(("processed ", "verification time"))]
+        why = f"the kernel refused to load it ({_err(err)})"
+        return -1, f"{why}: {lines[-1][:200]}" if lines else why
+    return -1, "unreachable"
+
+
+def _link(prog_fd: int, attach_type: int, target_fd: int = 0, *,
+          cookie: Optional[int] = None, cookie_at: int = 24) -> tuple[int, int]:
+    attr = ctypes.create_string_buffer(64)
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
+    ctypes.c_uint32.from_buffer(attr, 4).value = target_fd
+    ctypes.c_uint32.from_buffer(attr, 8).value = attach_type
+    if cookie is not None:
+        ctypes.c_uint64.from_buffer(attr, cookie_at).value = cookie
+    return bpf_syscall(BPF_LINK_CREATE, attr)
+
+
+# ------------------------------------------------------------------ BTF objects
+
+def module_btf_fds() -> dict[str, int]:
+    """An fd of every loaded kernel BTF object by name (``vmlinux``, module names)."""
+    out: dict[str, int] = {}
+    next_id = 0
+    while True:
+        attr = ctypes.create_string_buffer(16)
+        ctypes.c_uint32.from_buffer(attr, 0).value = next_id
+        ret, err = bpf_syscall(_BPF_BTF_GET_NEXT_ID, attr)
+        if ret < 0:
+            return out
+        next_id = ctypes.c_uint32.from_buffer(attr, 4).value
+        fattr = ctypes.create_string_buffer(16)
+        ctypes.c_uint32.from_buffer(fattr, 0).value = next_id
+        fd, _ = bpf_syscall(_BPF_BTF_GET_FD_BY_ID, fattr)
+        if fd < 0:
+            continue
+        name = ctypes.create_string_buffer(64)
+        info = ctypes.create_string_buffer(32)
+        ctypes.c_uint64.from_buffer(info, 16).value = ctypes.addressof(name)
+        ctypes.c_uint32.from_buffer(info, 24).value = 64
+        iattr = ctypes.create_string_buffer(16)
+        ctypes.c_uint32.from_buffer(iattr, 0).value = fd
+        ctypes.c_uint32.from_buffer(iattr, 4).value = 32
+        ctypes.c_uint64.from_buffer(iattr, 8).value = ctypes.addressof(info)
+        ok, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, iattr)
+        kernel_btf = ctypes.c_uint32.from_buffer(info, 28).value
+        label = name.value.decode("utf-8", "replace")
+        if ok < 0 or not kernel_btf or not label or label in out:
+            os.close(fd)
+            continue
+        out[label] = fd
+
+
+def prog_recursion_misses(fd: int) -> int:
+    """``bpf_prog_info.recursion_misses`` of a loaded program (0 when unknown)."""
+    info = ctypes.create_string_buffer(232)
+    attr = ctypes.create_string_buffer(16)
+    ctypes.c_uint32.from_buffer(attr, 0).value = fd
+    ctypes.c_uint32.from_buffer(attr, 4).value = 232
+    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(info)
+    ret, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, attr)
+    return int(ctypes.c_uint64.from_buffer(info, 208).value) if ret >= 0 else 0
+
+
+def link_missed(fd: int) -> int:
+    """``bpf_link_info.kprobe_multi.missed`` (kernels 6.7+; 0 when unknown)."""
+    info = ctypes.create_string_buffer(64)
+    attr = ctypes.create_string_buffer(16)
+    ctypes.c_uint32.from_buffer(attr, 0).value = fd
+    ctypes.c_uint32.from_buffer(attr, 4).value = 64
+    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(info)
+    ret, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, attr)
+    return int(ctypes.c_uint64.from_buffer(info, 32).value) if ret >= 0 else 0
+
+
+# ------------------------------------------------------------------ perf kprobes
+
+def _perf_kprobe(symbol: str, retprobe: bool) -> tuple[int, str]:
+    """A perf event on the kprobe PMU at ``symbol``'s entry (or return)."""
+    try:
+        with open(os.path.join(_PMU_DIR, "type")) as f:
+            pmu = int(f.read())
+        bit = 0
+        with open(os.path.join(_PMU_DIR, "format", "retprobe")) as f:
+            bit = int(f.read().strip().split(":")[1])
+    except (OSError, ValueError, IndexError) as e:
+        return -1, f"no kprobe PMU ({e})"
+    name = ctypes.create_string_buffer(symbol.encode())
+    attr = ctypes.create_string_buffer(128)
+    ctypes.c_uint32.from_buffer(attr, 0).value = pmu
+    ctypes.c_uint32.from_buffer(attr, 4).value = 128
+    ctypes.c_uint64.from_buffer(attr, 8).value = (1 << bit) if retprobe else 0
+    ctypes.c_uint64.from_buffer(attr, 56).value = ctypes.addressof(name)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    fd = libc.syscall(ctypes.c_long(_NR_PERF_EVENT_OPEN), attr, ctypes.c_int(-1),
+                      ctypes.c_int(0), ctypes.c_int(-1), ctypes.c_ulong(8))
+    if fd < 0:
+        return -1, f"perf_event_open refused the kprobe ({_err(ctypes.get_errno())})"
+    return int(fd), ""
+
+
+# ------------------------------------------------------------------ the links
+
+@dataclass
+class KernelLinks:
+    """The loaded programs and links of one recording's kernel functions."""
+
+    entry_kind: str
+    functions: Sequence[KernelFunction]
+    #: the compiled instructions of a program by name (from bcc)
+    instructions: Callable[[str], bytes]
+    #: (fd or 0, BTF type id) of a function's BTF FUNC, None when not found
+    btf_target: Callable[[KernelFunction], Optional[tuple[int, int]]] = lambda f: None
+    results: list[FunctionAttach] = field(default_factory=list)
+    prog_fds: list[int] = field(default_factory=list)
+    link_fds: list[int] = field(default_factory=list)
+    multi_fds: list[int] = field(default_factory=list)
+    how: str = ""
+    seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, use_multi: Optional[bool] = None) -> list[FunctionAttach]:
+        """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
+        links (None: try them, fall back to perf kprobes)."""
+        start = time.monotonic()
+        self.results = [FunctionAttach(f) for f in self.functions]
+        if self.entry_kind == "fentry":
+            self._attach_fentry()
+        else:
+            self._attach_kprobes(use_multi)
+        self.seconds = time.monotonic() - start
+        return self.results
+
+    # -- fentry -----------------------------------------------------------------
+
+    def _attach_fentry(self) -> None:
+        self.how = "fentry/fexit: one loaded clone per function, linked with its cookie"
+        code = {name: self.instructions(name) for name in
+                {f.program(k) for f in self.functions for k in ("fentry", "fexit")}}
+
+        def one(r: FunctionAttach) -> None:
+            f = r.function
+            target = self.btf_target(f)
+            if target is None:
+                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
+                return
+            obj_fd, btf_id = target
+            for kind in ("fentry", "fexit"):
+                fd, why = load_program(code[f.program(kind)], _PROG_TYPE_TRACING,
+                                       _ATTACH_TYPE[kind], btf_id, obj_fd,
+                                       f.program(kind).encode())
+                if fd >= 0:
+                    link, err = _link(fd, _ATTACH_TYPE[kind], cookie=f.index, cookie_at=24)
+                    if link < 0:
+                        why = f"the kernel refused to attach it ({_err(err)})"
+                    with self._lock:
+                        self.prog_fds.append(fd)
+                        if link >= 0:
+                            self.link_fds.append(link)
+                if kind == "fentry":
+                    r.entry = why
+                    if why:
+                        r.exit = "entry failed"
+                        return
+                else:
+                    r.exit = why
+
+        with ThreadPoolExecutor(LOADERS) as pool:
+            list(pool.map(one, self.results))
+
+    # -- kprobes ----------------------------------------------------------------
+
+    def _attach_kprobes(self, use_multi: Optional[bool]) -> None:
+        by_program: dict[tuple[str, str], list[FunctionAttach]] = {}
+        for r in self.results:
+            for kind in ("kprobe", "kretprobe"):
+                by_program.setdefault((kind, r.function.program(kind)), []).append(r)
+        multi = use_multi is not False
+        for (kind, name), results in sorted(by_program.items()):
+            insns = self.instructions(name)
+            if multi:
+                done = self._link_multi(kind, name, insns, results)
+                if done or use_multi:
+                    continue
+                multi = False
+            self._link_perf(kind, name, insns, results)
+        self.how = ("kprobe/kretprobe: one kprobe.multi link per program" if multi else
+                    "kprobe/kretprobe: one perf kprobe per function")
+
+    def _set(self, r: FunctionAttach, kind: str, why: str) -> None:
+        if kind == "kprobe":
+            r.entry = why
+        else:
+            r.exit = why
+
+    def _link_multi(self, kind: str, name: str, insns: bytes,
+                    results: list[FunctionAttach]) -> bool:
+        """One kprobe.multi link for ``results``; False when the kernel has none."""
+        fd, why = load_program(insns, _PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI,
+                               name=name.encode())
+        if fd < 0:
+            return False
+        self.prog_fds.append(fd)
+        names = [ctypes.create_string_buffer(r.function.name.encode()) for r in results]
+        syms = (ctypes.c_uint64 * len(names))(*[ctypes.addressof(n) for n in names])
+        cookies = (ctypes.c_uint64 * len(names))(*[r.function.index for r in results])
+        attr = ctypes.create_string_buffer(64)
+        ctypes.c_uint32.from_buffer(attr, 0).value = fd
+        ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
+        ctypes.c_uint32.from_buffer(attr, 16).value = _KPROBE_MULTI_RETURN if kind == "kretprobe" else 0
+        ctypes.c_uint32.from_buffer(attr, 20).value = len(names)
+        ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
+        ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookies)
+        link, err = bpf_syscall(BPF_LINK_CREATE, attr)
+        if link >= 0:
+            self.multi_fds.append(link)
+            self.link_fds.append(link)
+            for r in results:
+                self._set(r, kind, "")
+            return True
+        if err in (errno.EOPNOTSUPP, errno.ENOTSUPP if hasattr(errno, "ENOTSUPP") else 524):
+            return False
+        # one bad symbol fails the whole link: find the functions that link, one by one
+        for r in results:
+            one = ctypes.create_string_buffer(r.function.name.encode())
+            sym = (ctypes.c_uint64 * 1)(ctypes.addressof(one))
+            cookie = (ctypes.c_uint64 * 1)(r.function.index)
+            ctypes.c_uint32.from_buffer(attr, 20).value = 1
+            ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(sym)
+            ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookie)
+            link, err = bpf_syscall(BPF_LINK_CREATE, attr)
+            if link >= 0:
+                self.multi_fds.append(link)
+                self.link_fds.append(link)
+            self._set(r, kind, "" if link >= 0 else
+                      f"the kernel refused the kprobe.multi link ({_err(err)})")
+        return True
+
+    def _link_perf(self, kind: str, name: str, insns: bytes,
+                   results: list[FunctionAttach]) -> None:
+        fd, why = load_program(insns, _PROG_TYPE_KPROBE, name=name.encode())
+        if fd < 0:
+            for r in results:
+                self._set(r, kind, why)
+            return
+        self.prog_fds.append(fd)
+        for r in results:
+            event, why = _perf_kprobe(r.function.name, kind == "kretprobe")
+            if event >= 0:
+                link, err = _link(fd, _PERF_EVENT, event, cookie=r.function.index, cookie_at=16)
+                os.close(event)  # the link holds the event
+                if link >= 0:
+                    self.link_fds.append(link)
+                else:
+                    why = f"the kernel refused to link the kprobe ({_err(err)})"
+            self._set(r, kind, why)
+
+    # -- reading and closing ----------------------------------------------------
+
+    def missed(self) -> dict[str, int]:
+        """What the kernel did not run: fentry/fexit recursion (program stats) and
+        kprobe.multi misses (link info)."""
+        return {"recursion": sum(prog_recursion_misses(fd) for fd in self.prog_fds),
+                "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds)}
+
+    def close(self) -> None:
+        links, self.link_fds, self.multi_fds = self.link_fds, [], []
+        close_in_parallel(links)
+        progs, self.prog_fds = self.prog_fds, []
+        close_in_parallel(progs)
+
+
+#: threads closing probe fds at once (each close waits for an RCU grace period; waiters
+#: at the same time share one)
+CLOSERS = 128
+
+
+def close_in_parallel(fds: Sequence[int]) -> None:
+    """Close ``fds`` from up to `CLOSERS` threads and return when all are closed."""
+    if len(fds) <= 1:
+        for fd in fds:
+            os.close(fd)
+        return
+    pending = list(fds)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                fd = pending.pop()
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(CLOSERS, len(fds)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
