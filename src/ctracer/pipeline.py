@@ -112,10 +112,6 @@ class KernelChoice:
     entry_kind: Optional[str]
     note: dict
 
-    @property
-    def summary(self) -> str:
-        return self.note["kinds"]
-
 
 FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
 
@@ -153,21 +149,30 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
         why = refused[0] if refused else (entries[0].reason if entries else
                                           "no tracepoint or function to probe")
         raise CtracerError(f"nothing can be traced here ({why})")
-    reason = entries[0].reason if entries else "no function takes the struct"
-    if picked:
-        kinds = (f"{kind}/{'fexit' if kind == 'fentry' else 'kretprobe'} on "
-                 f"{len({m.key for m in picked})} functions ({reason})")
-    elif function_probes == "none":
-        kinds = "no function probes (--function-probes none)"
-    else:
-        kinds = f"no function probes ({reason})"
-    kinds += f"; raw tracepoints on {len({m.name for m in chosen})}"
     note = {"counts": plan.counts(), "kernel": facts.to_json(),
             "tracepoints_refused": refused,
             "functions_planned": len({p.function for p in entries}),
             "functions_left_out": [[p.function, p.reason] for p in plan.left_out()][:200],
-            "entry_kind": kind if picked else None, "kinds": kinds}
+            "entry_kind": kind if picked else None,
+            "reason": entries[0].reason if entries else "no function takes the struct",
+            "function_probes": function_probes}
     return KernelChoice(chosen, picked, kind if picked else None, note)
+
+
+def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
+    """Which probe kinds a kernel trace uses and why the others are not, in one line."""
+    reason = choice.note["reason"]
+    if program.kfunctions:
+        kind = program.entry_kind
+        line = (f"{kind}/{'fexit' if kind == 'fentry' else 'kretprobe'} on "
+                f"{len(program.kfunctions)} functions ({reason})")
+    elif choice.note["function_probes"] == "none":
+        line = "no function probes (--function-probes none)"
+    elif choice.functions:
+        line = "no function probes (none selected)"
+    else:
+        line = f"no function probes ({reason})"
+    return line + f"; raw tracepoints on {tracepoints}"
 
 
 def _ring_bytes(buffer_mb: int) -> int:
@@ -313,8 +318,9 @@ def build(request: TraceRequest) -> BuiltTrace:
         with _project_rule_lines(request):
             lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
+        note = dict(note, kinds=_kinds_line(program, choice, len(program.tracepoints)))
         extra = dict(
-            traced="kernel", type_source=source.describe(),
+            traced="kernel", type_source=source.describe(), event_nargs=program.nargs,
             tracepoint_args={str(row): [a.to_json() for a in args]
                              for row, args in program.args_by_row().items()},
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),

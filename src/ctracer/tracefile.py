@@ -157,12 +157,16 @@ class RawDecoder:
     the event layout (`ctracer.event.event_dtype`)."""
 
     def __init__(self, mini: Layout, returns: Iterable[int] = (),
-                 tracepoint_args: Optional[dict[int, list[dict]]] = None):
+                 tracepoint_args: Optional[dict[int, list[dict]]] = None,
+                 nargs: Optional[int] = None):
         self.mini = mini
         #: per function id, the tracepoint's arguments (name, ctype) in slot order
         self.arg_specs = {int(k): [(_json_key(a["name"]), a.get("ctype") == "s64") for a in v]
                           for k, v in (tracepoint_args or {}).items()}
-        self.nargs = max((len(v) for v in self.arg_specs.values()), default=0)
+        #: argument slots in every event: the meta's ``event_nargs`` (a kernel-function
+        #: probe has a fixed number), else the most any row's arguments take
+        self.nargs = nargs if nargs is not None else \
+            max((len(v) for v in self.arg_specs.values()), default=0)
         self.size = event_size(mini, self.nargs)
         self.dtype = event_dtype(mini, self.nargs)
         self.returns = sorted(set(returns))  # function ids whose exits carry a value
@@ -174,7 +178,8 @@ class RawDecoder:
     def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
         return cls(Layout.from_json(meta["mini_layout"]),
                    json.loads(meta.get("return_value_functions") or "[]"),
-                   json.loads(meta.get("tracepoint_args") or "{}"))
+                   json.loads(meta.get("tracepoint_args") or "{}"),
+                   int(meta["event_nargs"]) if meta.get("event_nargs") else None)
 
     def _args(self, fid, slots) -> list:
         """The JSON text of each event's arguments (None without any), built per

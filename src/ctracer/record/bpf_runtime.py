@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 from ctracer.debuginfo.elf import uprobe_offset
@@ -49,7 +48,7 @@ from ctracer.probes.program import ProbedFunction, ProbeProgram
 from ctracer.probes.kernel import KernelProgram
 from ctracer.probes.tracepoint import ProbedTracepoint
 from ctracer.record import ringbuf
-from ctracer.record.kattach import KernelLinks, close_in_parallel
+from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
 from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
@@ -231,31 +230,6 @@ def _first_error(text: str) -> str:
             return line.split("error:", 1)[1].strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
-
-
-@dataclass
-class AttachResult:
-    function: Union[ProbedFunction, ProbedTracepoint]
-    entry: str = ""   # "" when attached, else why not
-    exit: str = ""
-    #: what an attached function got: "entry,exit" (uprobes) or "raw_tracepoint"
-    kind: str = "entry,exit"
-
-    @property
-    def complete(self) -> bool:
-        return not self.entry and not self.exit
-
-    @property
-    def attached(self) -> str:
-        if not self.entry and not self.exit:
-            return self.kind
-        if self.entry:
-            return f"failed: {self.entry}"
-        return f"entry only; exit failed: {self.exit}"
-
-    @property
-    def ok(self) -> bool:
-        return not self.entry
 
 
 class ProbeSession:

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ctracer.probes.kfunctions import KernelFunction
+from ctracer.probes.kfunctions import KINDS, KernelFunction
 from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
 
 _BPF_PROG_LOAD = 5
@@ -52,24 +52,31 @@ def _err(err: int) -> str:
 
 
 @dataclass
-class FunctionAttach:
-    """How one function's probes went: "" for attached, else why not."""
+class AttachResult:
+    """How one probed function (or tracepoint) went: "" for attached, else why not."""
 
-    function: KernelFunction
-    entry: str = "not tried"
-    exit: str = "not tried"
+    function: object   # anything with ``name`` and ``row_ids``
+    entry: str = ""
+    exit: str = ""
+    #: what an attached function got: "entry,exit" (uprobes), "raw_tracepoint",
+    #: "fentry,fexit", "kprobe,kretprobe"
+    kind: str = "entry,exit"
 
     @property
-    def ok(self) -> bool:
-        return not self.entry
+    def complete(self) -> bool:
+        return not self.entry and not self.exit
 
     @property
     def attached(self) -> str:
         if not self.entry and not self.exit:
-            return "entry,exit"
+            return self.kind
         if self.entry:
             return f"failed: {self.entry}"
         return f"entry only; exit failed: {self.exit}"
+
+    @property
+    def ok(self) -> bool:
+        return not self.entry
 
 
 def load_program(insns: bytes, prog_type: int, attach_type: int = 0, btf_id: int = 0,
@@ -200,6 +207,19 @@ def _perf_kprobe(symbol: str, retprobe: bool) -> tuple[int, str]:
     return int(fd), ""
 
 
+def raise_open_files(wanted: int) -> None:
+    """Raise this process's open-file limit towards ``wanted`` (each probed function
+    holds two programs and two links open), as far as the hard limit allows."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass
+
+
 # ------------------------------------------------------------------ the links
 
 @dataclass
@@ -212,7 +232,7 @@ class KernelLinks:
     instructions: Callable[[str], bytes]
     #: (fd or 0, BTF type id) of a function's BTF FUNC, None when not found
     btf_target: Callable[[KernelFunction], Optional[tuple[int, int]]] = lambda f: None
-    results: list[FunctionAttach] = field(default_factory=list)
+    results: list[AttachResult] = field(default_factory=list)
     prog_fds: list[int] = field(default_factory=list)
     link_fds: list[int] = field(default_factory=list)
     multi_fds: list[int] = field(default_factory=list)
@@ -220,11 +240,13 @@ class KernelLinks:
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def attach(self, use_multi: Optional[bool] = None) -> list[FunctionAttach]:
+    def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
         """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
         links (None: try them, fall back to perf kprobes)."""
         start = time.monotonic()
-        self.results = [FunctionAttach(f) for f in self.functions]
+        raise_open_files(4 * len(self.functions) + 1024)
+        kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
+        self.results = [AttachResult(f, "not tried", "not tried", kind) for f in self.functions]
         if self.entry_kind == "fentry":
             self._attach_fentry()
         else:
@@ -239,32 +261,36 @@ class KernelLinks:
         code = {name: self.instructions(name) for name in
                 {f.program(k) for f in self.functions for k in ("fentry", "fexit")}}
 
-        def one(r: FunctionAttach) -> None:
+        def one(r: AttachResult) -> None:
             f = r.function
             target = self.btf_target(f)
             if target is None:
                 r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
                 return
             obj_fd, btf_id = target
+            made: list[int] = []
             for kind in ("fentry", "fexit"):
                 fd, why = load_program(code[f.program(kind)], _PROG_TYPE_TRACING,
                                        _ATTACH_TYPE[kind], btf_id, obj_fd,
                                        f.program(kind).encode())
                 if fd >= 0:
+                    made.append(fd)
                     link, err = _link(fd, _ATTACH_TYPE[kind], cookie=f.index, cookie_at=24)
                     if link < 0:
                         why = f"the kernel refused to attach it ({_err(err)})"
-                    with self._lock:
-                        self.prog_fds.append(fd)
-                        if link >= 0:
-                            self.link_fds.append(link)
-                if kind == "fentry":
-                    r.entry = why
-                    if why:
-                        r.exit = "entry failed"
-                        return
-                else:
-                    r.exit = why
+                    else:
+                        made.append(link)
+                if why:
+                    # both or neither: an entry without its exit would skew every
+                    # depth on the thread
+                    close_in_parallel(made)
+                    r.entry = why if kind == "fentry" else f"its fexit failed: {why}"
+                    r.exit = why if kind == "fexit" else "entry failed"
+                    return
+            r.entry = r.exit = ""
+            with self._lock:
+                self.prog_fds.extend(made[0::2])
+                self.link_fds.extend(made[1::2])
 
         with ThreadPoolExecutor(LOADERS) as pool:
             list(pool.map(one, self.results))
@@ -272,7 +298,7 @@ class KernelLinks:
     # -- kprobes ----------------------------------------------------------------
 
     def _attach_kprobes(self, use_multi: Optional[bool]) -> None:
-        by_program: dict[tuple[str, str], list[FunctionAttach]] = {}
+        by_program: dict[tuple[str, str], list[AttachResult]] = {}
         for r in self.results:
             for kind in ("kprobe", "kretprobe"):
                 by_program.setdefault((kind, r.function.program(kind)), []).append(r)
@@ -288,14 +314,14 @@ class KernelLinks:
         self.how = ("kprobe/kretprobe: one kprobe.multi link per program" if multi else
                     "kprobe/kretprobe: one perf kprobe per function")
 
-    def _set(self, r: FunctionAttach, kind: str, why: str) -> None:
+    def _set(self, r: AttachResult, kind: str, why: str) -> None:
         if kind == "kprobe":
             r.entry = why
         else:
             r.exit = why
 
     def _link_multi(self, kind: str, name: str, insns: bytes,
-                    results: list[FunctionAttach]) -> bool:
+                    results: list[AttachResult]) -> bool:
         """One kprobe.multi link for ``results``; False when the kernel has none."""
         fd, why = load_program(insns, _PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI,
                                name=name.encode())
@@ -338,7 +364,7 @@ class KernelLinks:
         return True
 
     def _link_perf(self, kind: str, name: str, insns: bytes,
-                   results: list[FunctionAttach]) -> None:
+                   results: list[AttachResult]) -> None:
         fd, why = load_program(insns, _PROG_TYPE_KPROBE, name=name.encode())
         if fd < 0:
             for r in results:
