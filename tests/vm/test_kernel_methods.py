@@ -1,0 +1,191 @@
+"""Kernel functions traced on entry and exit, in the guests (Debian 6.1 and 6.12), against
+bpftrace counting the same functions in the same run.
+
+Each kernel is traced twice over the loopback workload: with the kind the plan picks
+(fentry/fexit on both kernels) and with kprobes forced (``--function-probes kprobe``:
+kprobe.multi links on 6.12, one perf kprobe per function on 6.1, which has no
+kprobe.multi).  ctracer records every object (the guest is quiet: only the workload's
+sockets); bpftrace's kprobes count calls per (function, socket address) at the same
+time.  Checked: the calls per (function, socket) are bpftrace's exactly, softirq
+receive paths included (tcp_v4_do_rcv, tcp_rcv_established); tcp_sendmsg's return
+values add up to the bytes the workload sent; tcp_set_state's exit snapshot has
+skc_state equal to its state argument; a method called inside tcp_sendmsg is one level
+deeper; no program of ctracer stays attached once it has exited; the report renders.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import groundtruth as gt
+
+pytestmark = pytest.mark.vm
+
+CTRACER = [sys.executable, "-m", "ctracer"]
+TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")
+#: functions taking the socket as their first argument, counted by bpftrace too
+COUNTED = ("tcp_sendmsg", "tcp_recvmsg", "tcp_set_state", "tcp_rcv_established",
+           "tcp_v4_do_rcv", "tcp_ack", "tcp_data_queue", "tcp_rcv_state_process",
+           "tcp_close", "tcp_done")
+#: called inside tcp_sendmsg
+NESTED = ("tcp_push", "tcp_sendmsg_locked")
+CONNECTIONS, MESSAGES, BYTES = 4, 3, 100
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{proc.args[0]} did not get to {text!r}: "
+                                 f"{path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.5)
+
+
+def _attached_ctracer_programs() -> list[str]:
+    out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "ctracer_" in line]
+
+
+def _record(tmp: Path, probes: str) -> dict:
+    """bpftrace counting, ctracer recording every sock object, the workload between."""
+    script = " ".join([",".join(f"kprobe:{f}" for f in COUNTED) +
+                       " { @calls[func, (uint64)arg0] = count(); }",
+                       "kretprobe:tcp_sendmsg { @sent = sum(retval); }"])
+    bt_out = tmp / "bpftrace.txt"
+    bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
+                          stderr=subprocess.STDOUT)
+    _wait_for(bt_out, "Attaching", bt, 300)
+    trace = tmp / "sock.ctrace"
+    log = tmp / "ctracer.log"
+    started = time.monotonic()
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--functions", *COUNTED,
+                                     *NESTED, "--function-probes", probes, "-d", "900",
+                                     "-o", str(trace)],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _wait_for(log, "recording struct sock", ct)
+    attached = time.monotonic() - started
+    work = subprocess.run([TCPLOOP, "--connections", str(CONNECTIONS), "--messages",
+                           str(MESSAGES), "--bytes", str(BYTES)],
+                          capture_output=True, text=True, timeout=300)
+    assert work.returncode == 0, work.stderr
+    time.sleep(1)
+    stop = time.monotonic()
+    ct.send_signal(signal.SIGINT)
+    assert ct.wait(300) == 0, log.read_text()
+    detached = time.monotonic() - stop
+    bt.send_signal(signal.SIGINT)
+    bt.wait(120)
+    calls: collections.Counter = collections.Counter()
+    sent = None
+    for line in bt_out.read_text().splitlines():
+        if line.startswith("@calls["):
+            key, value = line[len("@calls["):].split("]: ")
+            func, address = key.split(", ")
+            calls[(func, int(address) % (1 << 64))] = int(value)
+        elif line.startswith("@sent:"):
+            sent = int(line.split(":")[1])
+    jsonl = tmp / "sock.jsonl"
+    done = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o",
+                                     str(jsonl)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    print(f"{probes}: {len(events)} events; attach {attached:.1f} s (with the compile), "
+          f"detach {detached:.1f} s; {log.read_text().splitlines()[-3:]}")
+    return {"calls": calls, "sent": sent, "events": events, "trace": trace, "log": log.read_text(),
+            "tmp": tmp}
+
+
+@pytest.fixture(scope="module", params=["auto", "kprobe"])
+def run(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"methods-{request.param}")
+    return request.param, _record(tmp, request.param)
+
+
+def test_the_plan_picks_the_kind_and_says_so(vm_kernel, run):
+    probes, r = run
+    if probes == "auto":
+        assert "probes: fentry/fexit on" in r["log"], r["log"]
+    elif vm_kernel == "6.12":
+        assert "probes: kprobe/kretprobe on" in r["log"] and "kprobe.multi" in r["log"], r["log"]
+    else:
+        assert "probes: kprobe/kretprobe on" in r["log"] and "one kprobe per function" in r["log"]
+    assert " 0 failed" in r["log"], r["log"]
+
+
+def test_calls_per_socket_equal_bpftrace(vm_kernel, run):
+    _, r = run
+    ours = collections.Counter((e["function"], int(e["object"], 16)) for e in r["events"]
+                               if e["probe"] == "entry" and e["function"] in COUNTED)
+    assert r["calls"], "bpftrace counted nothing"
+    assert ours == r["calls"]
+    receive = sum(n for (f, _), n in ours.items() if f in ("tcp_v4_do_rcv", "tcp_rcv_established"))
+    assert receive > 0
+    sockets = {a for _, a in ours}
+    assert len(sockets) >= 3
+
+
+def test_tcp_sendmsg_returns_add_up_to_the_bytes_sent(vm_kernel, run):
+    _, r = run
+    rets = [e["ret"] for e in r["events"] if e["function"] == "tcp_sendmsg"
+            and e["probe"] == "exit"]
+    assert sum(rets) == CONNECTIONS * MESSAGES * 2 * BYTES == r["sent"]
+
+
+def test_tcp_set_state_exit_has_the_state_it_was_given(vm_kernel, run):
+    _, r = run
+    exits = [e for e in r["events"] if e["function"] == "tcp_set_state" and e["probe"] == "exit"]
+    assert exits
+    for e in exits:
+        assert e["fields"]["__sk_common.skc_state"] == e["args"]["state"], e
+
+
+def test_methods_nest_inside_tcp_sendmsg(vm_kernel, run):
+    _, r = run
+    open_calls: dict[int, int] = {}
+    nested = 0
+    for e in r["events"]:
+        if e["function"] == "tcp_sendmsg":
+            if e["probe"] == "entry":
+                open_calls[e["tid"]] = e["depth"]
+            else:
+                open_calls.pop(e["tid"], None)
+        elif e["function"] in NESTED and e["probe"] == "entry" and e["tid"] in open_calls:
+            assert e["depth"] > open_calls[e["tid"]], e
+            nested += 1
+    assert nested >= CONNECTIONS * MESSAGES
+
+
+def test_nothing_stays_attached_and_the_report_renders(vm_kernel, run):
+    _, r = run
+    assert _attached_ctracer_programs() == []
+    out = r["tmp"] / "report"
+    done = subprocess.run(CTRACER + ["callgraph", str(r["trace"]), "-o", str(out), "--no-plots"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    index = (out / "sock" / "index.html").read_text()
+    assert "tcp_sendmsg" in (out / "sock" / "methods" / "index.html").read_text() or \
+        "tcp_sendmsg" in index
+
+
+def test_sigkill_leaves_no_program_attached(vm_kernel, tmp_path):
+    log = tmp_path / "ctracer.log"
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--functions", "tcp_sendmsg",
+                                     "tcp_recvmsg", "-d", "600", "-o", str(tmp_path / "k.ctrace")],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _wait_for(log, "recording struct sock", ct)
+    assert _attached_ctracer_programs()
+    ct.kill()
+    ct.wait(60)
+    deadline = time.monotonic() + 60
+    while _attached_ctracer_programs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _attached_ctracer_programs() == []
