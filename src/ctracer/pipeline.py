@@ -25,7 +25,7 @@ from typing import Optional, Sequence, Union
 
 from ctracer.debuginfo.model import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
-from ctracer.errors import CtracerError, UsageError
+from ctracer.errors import CtracerError, UnknownType, UsageError
 
 
 @dataclass(frozen=True)
@@ -254,22 +254,58 @@ def _project_rule_lines(request: TraceRequest):
                                     "objects", err.rule) from None
 
 
+def _from_modules(name: str, kind: ShapeKind, use_cache: bool):
+    """(model, type graph, discovery) of a struct the running kernel's modules define
+    and vmlinux does not: its layout from the first module defining it, its methods from
+    every one (each module's functions are attached through its own BTF); None when no
+    loaded module defines it."""
+    import dataclasses as dc
+
+    from ctracer.debuginfo import sources
+    from ctracer.plan import discovery
+    models = sources.module_models_defining(name, kind, use_cache)
+    if not models:
+        return None
+    found = [discovery.discover(m.catalog(), name, kind) for m in models]
+    methods: dict[str, object] = {}
+    for f in found:
+        for m in f.methods:
+            methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
+    merged = dc.replace(found[0], methods=tuple(methods.values()))
+    return models[0], models[0].find_struct(name, kind), merged
+
+
+def open_struct(source: TypeSource, name: str, kind: ShapeKind):
+    """(type model, type graph, discovery) of the struct: from the type source, or, for
+    the running kernel when vmlinux does not define it, from the loaded modules that
+    do (`_from_modules`); UnknownType (with close names) when none does."""
+    from ctracer.debuginfo import sources
+    from ctracer.plan import discovery
+    model = sources.open_type_source(source)
+    try:
+        return model, model.find_struct(name, kind), discovery.discover(model.catalog(), name,
+                                                                       kind)
+    except UnknownType:
+        if source.is_kernel and not (source.btf or source.module):
+            found = _from_modules(name, kind, source.use_cache)
+            if found is not None:
+                return found
+        raise
+
+
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
     from ctracer.collectors import registry
-    from ctracer.debuginfo import sources
-    from ctracer.plan import discovery, mini
+    from ctracer.plan import mini
     from ctracer.record import recorder
 
     kind, name, source = request.kind, request.name, request.source
     ring = _ring_bytes(request.buffer_mb)
     if not source.is_kernel:
         _check_kernel_only(request)
-    model = sources.open_type_source(source)
-    graph = model.find_struct(name, kind)
+    model, graph, found = open_struct(source, name, kind)
     catalog = model.catalog()
-    found = discovery.discover(catalog, name, kind)
     if request.project is not None:
         fields, _ = mini.candidate_fields(graph, pointers=request.pointers,
                                           kinds=registry.claim)

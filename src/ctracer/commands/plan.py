@@ -57,12 +57,20 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType
 
+    from ctracer.pipeline import open_struct
+
     kind, name = options.struct_name_from_args(args)
-    model = sources.open_type_source(options.type_source_from_args(args))
+    source = options.type_source_from_args(args)
+    model = sources.open_type_source(source)
     catalog = model.catalog()
     found = discovery.discover(catalog, name, kind)
     if found.struct is None and not found.methods:
-        raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
+        try:
+            model, _, found = open_struct(source, name, kind)  # a module's struct
+        except UnknownType:
+            raise UnknownType(kind.value, name, catalog.struct_names(kind),
+                              model.description) from None
+        catalog = model.catalog()
     if args.functions or args.exclude:
         from ctracer.pipeline import select_methods
         found = dataclasses.replace(found, methods=tuple(

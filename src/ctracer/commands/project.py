@@ -15,7 +15,6 @@ import shlex
 import sys
 
 from ctracer.commands import options
-from ctracer.debuginfo import sources
 
 EPILOG = """\
 examples:
@@ -36,12 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ctracer.collectors import registry
     from ctracer.errors import CtracerError
-    from ctracer.plan import discovery, mini, project
+    from ctracer.plan import mini, project
 
     kind, name = options.struct_name_from_args(args)
-    model = sources.open_type_source(options.type_source_from_args(args))
-    graph = model.find_struct(name, kind)
-    found = discovery.discover(model.catalog(), name, kind)
+    from ctracer.pipeline import open_struct
+    model, graph, found = open_struct(options.type_source_from_args(args), name, kind)
     wanted = [m for m in found.methods if m.probeable
               and (m.is_tracepoint != bool(args.binary))]
     methods: dict[str, str] = {}

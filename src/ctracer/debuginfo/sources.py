@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
-from ctracer.errors import InputFileError, UsageError
+from ctracer.errors import CtracerError, InputFileError, UsageError
 from ctracer.debuginfo.model import ShapeKind, TypeModel
 
 
@@ -103,3 +103,27 @@ def open_type_source(source: TypeSource) -> TypeModel:
     if not os.path.exists(KERNEL_BTF):
         raise InputFileError(f"this kernel has no BTF ({KERNEL_BTF}); give --binary PATH")
     return btf.open_btf(KERNEL_BTF, use_cache=use_cache)
+
+
+def module_models_defining(name: str, kind: ShapeKind = ShapeKind.STRUCT,
+                           use_cache: bool = True) -> list[TypeModel]:
+    """The BTF of every loaded kernel module that defines ``kind name`` (a struct of a
+    module, like NFS's ``nfs_fh``, is in each module that uses it: nfs, nfsv3, nfsv4),
+    in module-name order; [] without module BTF."""
+    from ctracer.debuginfo.btf import reader as btf
+    try:
+        names = sorted(os.listdir(MODULE_BTF_DIR))
+    except OSError:
+        return []
+    found = []
+    for module in names:
+        if module == "vmlinux":
+            continue
+        try:
+            model = btf.open_btf(os.path.join(MODULE_BTF_DIR, module), base=KERNEL_BTF,
+                                 use_cache=use_cache)
+        except CtracerError:
+            continue
+        if model.struct_id(name, kind) is not None:
+            found.append(model)
+    return found
