@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""What `ctracer plan --verify` costs, as ratios to anchors measured in the same run (needs
-root; run with the project's venv):
+"""What `ctracer plan --verify` and a kernel-function trace's compile cost, as ratios to
+an anchor measured in the same run (needs root; run with the project's venv):
 
     .venv/bin/python bench/bench_verify.py [--struct sock] [--functions N]
 
 * the anchor: bcc compiling a one-line kprobe program (bcc's fixed cost);
-* the first N kprobe functions of the struct's plan on the running kernel (an entry and an
-  exit program each, one shared emitter), compiled without debug info (what --verify does)
-  and with bcc's default debug info, each then loaded through the verifier: seconds, ms
-  per function, and the compile's ratio to the anchor;
-* the same N functions with the snapshot inlined in every probe instead of the shared
-  emitter (the design not taken): compile time and ratio.
+* the kprobe/kretprobe programs of the first N (default: every) kernel function of the
+  struct's plan (`ctracer.probes.kfunctions`: one entry and one exit program per slot
+  count, shared by all the functions), compiled once and each loaded through the
+  verifier: seconds, the compile's ratio to the anchor, and per-function cost, which
+  should not grow with N.
 """
 
 from __future__ import annotations
@@ -22,10 +21,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from ctracer.collectors import registry  # noqa: E402
 from ctracer.debuginfo.btf import reader as btf  # noqa: E402
 from ctracer.debuginfo.model import ShapeKind  # noqa: E402
 from ctracer.plan import attach, discovery, mini  # noqa: E402
-from ctracer.probes import kprobe  # noqa: E402
+from ctracer.probes.kernel import build_kernel_program  # noqa: E402
 from ctracer.record import bpf_runtime, kernel  # noqa: E402
 
 
@@ -36,21 +36,10 @@ def _compile(text: str, cflags: list[str]) -> tuple[object, float]:
     return b, time.monotonic() - start
 
 
-def _inlined(program: kprobe.KprobeProgram) -> str:
-    """The same probes with the emitter's work done in each probe (no tail call)."""
-    text = program.text.replace("\tctracer_emitters.call(ctx, 0);",
-                                "\tctracer_emit_inline(ctx);")
-    emitter = text.index(f"int {kprobe.EMITTER}(struct pt_regs *ctx)")
-    inline = text[emitter:].split("\n}\n", 1)[0].replace(
-        f"int {kprobe.EMITTER}(struct pt_regs *ctx)",
-        "static __always_inline int ctracer_emit_inline(struct pt_regs *ctx)") + "\n}\n"
-    return text[:emitter] + inline + text[emitter:]
-
-
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--struct", default="sock")
-    p.add_argument("--functions", type=int, default=300, metavar="N")
+    p.add_argument("--functions", type=int, default=None)
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench_verify: needs root", file=sys.stderr)
@@ -61,33 +50,29 @@ def main() -> int:
     model = btf.open_btf(btf.KERNEL_BTF)
     found = discovery.discover(model.catalog(), args.struct)
     facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint])
-    plan = attach.plan_probes(found.methods, facts)
-    layout = mini.build_mini(model.find_struct(args.struct, ShapeKind.STRUCT)).layout
+    plan = attach.plan_probes(found.methods, facts, prefer="kprobe")
+    layout = mini.build_mini(model.find_struct(args.struct, ShapeKind.STRUCT),
+                             kinds=registry.claim).layout
     entries = plan.of_kind("kprobe")[:args.functions]
-    program = kprobe.build_kprobe_program(entries, layout)
-    n = len(program.functions)
+    program = build_kernel_program((), layout, None, entry_kind="kprobe",
+                                   function_methods=[m for e in entries for m in e.methods])
+    n = len(program.kfunctions)
 
     b, anchor = _compile("int probe(void *ctx) { return 0; }", ["-g0"])
     b.cleanup()
     print(f"anchor: one-line program compile {anchor:.2f} s")
-    for label, flags in (("without debug info (--verify)", ["-g0"]), ("bcc default", [])):
-        b, seconds = _compile(program.text, flags)
-        start = time.monotonic()
-        fd = b.load_func(kprobe.EMITTER.encode(), bcc.BPF.KPROBE).fd
-        b[b"ctracer_emitters"][0] = fd
-        for name in program.program_names[1:]:
-            f = b.load_func(name.encode(), bcc.BPF.KPROBE)
-            os.close(f.fd)
-            del b.funcs[name.encode()]
-        load = time.monotonic() - start
-        b.cleanup()
-        print(f"{n} {args.struct} functions, {label}: compile {seconds:.1f} s "
-              f"({seconds / n * 1000:.1f} ms a function, {seconds / anchor:.0f}x the anchor), "
-              f"load {2 * n + 1} programs {load:.2f} s ({load / (2 * n + 1) * 1000:.2f} ms each)")
-    b, seconds = _compile(_inlined(program), ["-g0"])
+    b, seconds = _compile(program.text, ["-g0"])
+    names = program.program_names()
+    start = time.monotonic()
+    for name in names:
+        f = b.load_func(name.encode(), bcc.BPF.KPROBE)
+        os.close(f.fd)
+        del b.funcs[name.encode()]
+    load = time.monotonic() - start
     b.cleanup()
-    print(f"{n} functions with the snapshot inlined in every probe: compile {seconds:.1f} s "
-          f"({seconds / n * 1000:.1f} ms a function, {seconds / anchor:.0f}x the anchor)")
+    print(f"{n} {args.struct} functions: {len(names)} programs, compile {seconds:.1f} s "
+          f"({seconds / anchor:.1f}x the anchor; {seconds / max(n, 1) * 1000:.2f} ms a "
+          f"function), load {load:.2f} s ({load / len(names) * 1000:.1f} ms a program)")
     return 0
 
 

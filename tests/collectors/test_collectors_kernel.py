@@ -41,7 +41,7 @@ def support():
 @pytest.mark.parametrize("cachelines", [(), (1,)], ids=["default", "cacheline-1"])
 def test_collectors_pass_the_verifier(support, name, cachelines):
     from ctracer.debuginfo.btf import reader as btf
-    from ctracer.probes import kprobe
+    from ctracer.probes.kernel import build_kernel_program
     from ctracer.record import bpf_runtime
     model = btf.open_btf(KERNEL_BTF)
     found = discovery.discover(model.catalog(), name)
@@ -56,13 +56,13 @@ def test_collectors_pass_the_verifier(support, name, cachelines):
         assert any(f.source.get("op") for f in layout.fields)    # collectors' values
     assert layout.fields and built.collected
     entries = plan.of_kind("kprobe")[:SAMPLE]
-    program = kprobe.build_kprobe_program(entries, layout)
-    assert program.functions
-    results = bpf_runtime.verify_programs(program.text, program.program_names,
-                                          tail_call=("ctracer_emitters", kprobe.EMITTER))
+    program = build_kernel_program((), layout, None, entry_kind="kprobe",
+                                   function_methods=[m for p in entries for m in p.methods])
+    assert program.kfunctions
+    results = bpf_runtime.verify_programs(program.text, program.program_names())
     rejected = {n: e for n, e in results.items() if e}
     assert not rejected, rejected
-    assert len(results) == len(program.program_names)
+    assert len(results) == len(program.program_names()) >= 2
 
 
 def test_plan_verify_with_one_cacheline(support):

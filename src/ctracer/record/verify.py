@@ -1,17 +1,18 @@
 """Proof by the verifier: every program a probe plan could use, loaded and never attached.
 
 For kernel functions the plan's kprobe/kretprobe entries become the programs of
-`ctracer.probes.kprobe` (an entry and an exit program per function, one shared emitter);
+`ctracer.probes.kfunctions` (an entry and an exit program per slot count, shared by
+every function: what a recording attaches);
 for a user-space binary its uprobe/uretprobe entries become the programs of
 `ctracer.probes.program`.  Both are kprobe-type programs, which a kernel loads (runs
 through its verifier) even when it cannot attach kprobes, so a plan this kernel cannot
 place is still checked program by program, each rejection with the verifier's message.
 
-Kernel programs are compiled in batches (`FUNCTIONS_PER_COMPILE`): bcc's compile time
-grows faster than linearly with the number of functions in one text.  What a verdict
-proves: the program generated for that function passes the verifier.  A kprobe-type
-program is not bound to a function when it is loaded, so it does not prove that the
-function could be attached; `ctracer.plan.attach` says that.
+Kernel functions share a handful of programs, compiled once whatever their number.  What
+a verdict proves: the program that function would run passes the verifier (the program
+reads what it needs of the function from a map, so one verdict holds for all of them).
+A kprobe-type program is not bound to a function when it is loaded, so it does not prove
+that the function could be attached; `ctracer.plan.attach` says that.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from typing import Callable, Optional, Sequence
 
 from ctracer.plan.attach import PlannedProbe, ProbePlan
 
-#: kernel functions per bcc compile (about 40 ms each on this 2-core machine)
-FUNCTIONS_PER_COMPILE = 800
 
 
 @dataclass
@@ -51,7 +50,6 @@ class Verdicts:
 
 
 def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog=None,
-                functions_per_compile: int = FUNCTIONS_PER_COMPILE,
                 progress: Optional[Callable[[str], None]] = None,
                 cachelines: Sequence[int] = (), max_bytes: Optional[int] = None) -> Verdicts:
     """Load the plan's kprobe/kretprobe and raw tracepoint (kernel; the tracepoints'
@@ -82,7 +80,7 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
     if plan.space == "user":
         _verify_user(plan, layout, binary, verdicts)
     else:
-        _verify_kernel(plan, layout, functions_per_compile, verdicts, progress)
+        _verify_kernel(plan, layout, verdicts, progress)
         if catalog is not None and plan.facts.raw_tracepoints.works is not False:
             _verify_tracepoints(plan, layout, catalog, verdicts)
     c = verdicts.counts()
@@ -92,33 +90,36 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
     return verdicts
 
 
-def _verify_kernel(plan: ProbePlan, layout, per_compile: int, verdicts: Verdicts,
-                   progress: Optional[Callable[[str], None]]) -> None:
-    from ctracer.probes import kprobe
+def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Optional[Callable[[str], None]]) -> None:
+    """The kprobe and kretprobe programs a recording would attach
+    (`ctracer.probes.kfunctions`: one per slot count, shared by every function), loaded
+    through the verifier; a function's verdict is that of the programs it would use."""
+    from ctracer.probes.kernel import build_kernel_program
     from ctracer.record import bpf_runtime
 
     entries = plan.of_kind("kprobe")
-    for start in range(0, len(entries), per_compile):
-        batch = entries[start:start + per_compile]
-        program = kprobe.build_kprobe_program(batch, layout)
-        for key, why in program.skipped.items():
-            for kind in ("kprobe", "kretprobe"):
-                verdicts.by_probe[(key, kind)] = (None, f"no program generated: {why}")
-        began = time.monotonic()
-        results = bpf_runtime.verify_programs(
-            program.text, program.program_names,
-            tail_call=("ctracer_emitters", kprobe.EMITTER), timing=verdicts)
-        verdicts.programs += len(results)
-        emitter = results.get(kprobe.EMITTER, "")
-        for f in program.functions:
-            for kind, name in (("kprobe", f.entry_probe), ("kretprobe", f.exit_probe)):
-                error = results.get(name, "not loaded")
-                if not error and emitter:
-                    error = f"the shared emitter {kprobe.EMITTER} was rejected: {emitter}"
-                verdicts.by_probe[(f.key, kind)] = (not error, error)
-        if progress:
-            progress(f"verified {min(start + per_compile, len(entries))}/{len(entries)} "
-                     f"functions ({time.monotonic() - began:.0f} s for this batch)")
+    if not entries:
+        return
+    program = build_kernel_program((), layout, None, entry_kind="kprobe",
+                                   function_methods=[m for p in entries for m in p.methods])
+    began = time.monotonic()
+    results = bpf_runtime.verify_programs(program.text, program.program_names(),
+                                          timing=verdicts)
+    verdicts.programs += len(results)
+    by_key = {f.key: f for f in program.kfunctions}
+    skipped = {r.name: r.attached for r in program.rows if r.attached}
+    for p in entries:
+        f = by_key.get(p.function)
+        for kind in ("kprobe", "kretprobe"):
+            if f is None:
+                why = skipped.get(p.target, "no program generated")
+                verdicts.by_probe[(p.function, kind)] = (None, f"no program generated: {why}")
+            else:
+                error = results.get(f.program(kind), "not loaded")
+                verdicts.by_probe[(p.function, kind)] = (not error, error)
+    if progress:
+        progress(f"verified the {len(results)} kprobe programs of {len(by_key)} functions "
+                 f"({time.monotonic() - began:.0f} s)")
 
 
 def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:
