@@ -505,6 +505,11 @@ class ProbeSession:
             return []
         return [int(k.value) for k in self.bpf[b"ctracer_pids"].keys()]
 
+    def misses(self) -> dict[str, int]:
+        """Calls the kernel ran no probe for: fentry/fexit recursion, kprobe.multi
+        misses (`ctracer.record.kattach.KernelLinks.missed`); {} without functions."""
+        return self.kernel_links.missed() if self.kernel_links is not None else {}
+
     def lost(self) -> int:
         table = self.bpf[b"ctracer_lost"]
         return int(sum(table[ctypes.c_int(0)]))

@@ -61,6 +61,9 @@ class RecordResult:
     warnings: list[str] = field(default_factory=list)
     #: events taken from the ring buffer but never written (the disk was full)
     unwritten: int = 0
+    detach_seconds: float = 0.0
+    #: calls the kernel did not run a probe for (`ctracer.record.kattach.KernelLinks.missed`)
+    misses: dict = field(default_factory=dict)
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -354,10 +357,13 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            detaching = time.monotonic()
             if recording:
                 stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
+            misses = session.misses() if recording else {}
             status = gated.stop() if gated else None
             session.close()
+            detach_seconds = time.monotonic() - detaching
             if recording and stopped_by == DISK_FULL:
                 progress.done()
                 _finish_on_full_disk(writer, counts, end_time=end_time, end_ns=end_ns)
@@ -365,7 +371,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 progress.done()
                 writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
                                 lost_events=counts.lost, stopped_by=stopped_by,
-                                warnings=watch.warnings(counts.events, command, pid))
+                                warnings=watch.warnings(counts.events, command, pid),
+                                probe_misses=misses, detach_seconds=round(detach_seconds, 3))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
             # a flood leaves more raw events than a second decodes: its first reader
@@ -388,7 +395,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         writer.kept_old, watch.warnings(counts.events, command, pid),
-        max(0, counts.events - kept))
+        max(0, counts.events - kept), detach_seconds, misses)
 
 
 def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
@@ -564,7 +571,12 @@ def summary_lines(result: RecordResult) -> list[str]:
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
     lines.append(f"probes on {result.attached} functions, {result.failed} failed{skipped} "
                  f"(bcc compile {result.compile_seconds:.1f} s, attach "
-                 f"{result.attach_seconds:.1f} s)")
+                 f"{result.attach_seconds:.1f} s, detach {result.detach_seconds:.1f} s)")
+    missed = {k: v for k, v in result.misses.items() if v}
+    if missed:
+        lines.append("warning: the kernel skipped probes on some calls ("
+                     + ", ".join(f"{v} {k}" for k, v in missed.items())
+                     + "): those calls are not in the trace")
     lines += [f"  {failure}" for failure in result.failures[:5]]
     if len(result.failures) > 5:
         lines.append(f"  ... and {len(result.failures) - 5} more (see the trace's "

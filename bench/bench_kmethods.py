@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Kernel-function tracing against bpftrace on the same functions, in one run (needs
+root and a kernel with fentry and kprobes: run it in a guest):
+
+    scripts/vm-run --kernel 6.12 -- .venv/bin/python bench/bench_kmethods.py [--struct sock]
+        [--functions GLOB...] [--rounds N]
+
+* attach + detach: ``ctracer trace struct S -d 1`` over every method the plan places
+  (its summary line says compile, attach and detach seconds) against bpftrace attaching
+  a kprobe to each of the same functions and detaching (goal: ctracer's attach + detach
+  no slower: ratio <= 1);
+* cost per traced call: the loopback workload (tcploop, many small messages) untraced,
+  under ctracer tracing the struct's functions the workload runs through, and under
+  bpftrace's empty fentry probes (``kfunc:``) on the same functions (goal <= 1.3x the
+  empty probes' cost over the untraced run);
+* events written: ctracer's events per second, 0 lost, against bpftrace printing the same
+  functions' entries with two fields of the object (goal >= 2x).
+Ratios are against anchors measured in the same run; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CTRACER = [sys.executable, "-m", "ctracer"]
+TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
+#: the functions a loopback exchange runs through, for the per-call and events figures
+HOT = ("tcp_sendmsg", "tcp_sendmsg_locked", "tcp_push", "tcp_write_xmit",
+       "__tcp_transmit_skb", "tcp_recvmsg", "tcp_rcv_established", "tcp_v4_do_rcv",
+       "tcp_ack", "tcp_data_queue", "tcp_event_data_recv", "tcp_rcv_space_adjust",
+       "tcp_cleanup_rbuf", "tcp_check_space", "sk_reset_timer", "tcp_rate_gen")
+
+
+def _planned(struct: str, globs: list[str]) -> list[str]:
+    import json
+    cmd = CTRACER + ["plan", "struct", struct, "--json"]
+    if globs:
+        cmd += ["--functions", *globs]
+    doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return sorted({p["target"] for p in doc["probes"] if p["kind"] in ("fentry", "kprobe")
+                   and p.get("attachable")})
+
+
+def _ctracer_attach(struct: str, globs: list[str], out: str) -> dict:
+    cmd = CTRACER + ["trace", "struct", struct, "-d", "1", "-q", "-o", out,
+                     "--function-probes", "auto"]
+    if globs:
+        cmd += ["--functions", *globs]
+    start = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    m = re.search(r"probes on (\d+) functions, (\d+) failed.*bcc compile ([\d.]+) s, attach "
+                  r"([\d.]+) s, detach ([\d.]+) s", r.stderr)
+    if not m:
+        raise SystemExit(f"ctracer trace failed: {r.stderr[-1500:]}")
+    n, failed, comp, att, det = m.groups()
+    return {"functions": int(n), "failed": int(failed), "compile": float(comp),
+            "attach": float(att), "detach": float(det), "wall": wall}
+
+
+def _bpftrace(script: str, env_extra: dict, until: str = "Attaching") -> tuple[subprocess.Popen, str, float]:
+    out = tempfile.NamedTemporaryFile("w+", delete=False, suffix=".bt")
+    env = dict(os.environ, **env_extra)
+    start = time.monotonic()
+    p = subprocess.Popen(["bpftrace", "-B", "full", "-e", script], stdout=out,
+                         stderr=subprocess.STDOUT, env=env)
+    while True:
+        text = open(out.name).read()
+        if p.poll() is not None:
+            raise SystemExit(f"bpftrace ended: {text[-800:]}")
+        if until in text and "Attaching" in text:
+            break
+        time.sleep(0.2)
+    return p, out.name, time.monotonic() - start
+
+
+def _stop(p: subprocess.Popen) -> float:
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    p.wait(3600)
+    return time.monotonic() - start
+
+
+def _workload(messages: int) -> float:
+    start = time.monotonic()
+    subprocess.run([TCPLOOP, "--connections", "2", "--messages", str(messages),
+                    "--bytes", "64"], check=True, capture_output=True)
+    return time.monotonic() - start
+
+
+def _traced_run(struct: str, functions, fields, tmp: str, name: str,
+                messages: int) -> tuple[float, int, int]:
+    """The workload's seconds under ctracer tracing ``functions`` (``fields``: the
+    mini's, all when empty), and the events written and lost."""
+    log = os.path.join(tmp, f"{name}.log")
+    cmd = CTRACER + ["trace", "struct", struct, "--functions", *functions, "-o",
+                     os.path.join(tmp, f"{name}.ctrace"), "-d", "3600", "--buffer-mb", "64"]
+    if fields:
+        cmd += ["--fields", *fields]
+    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    while "recording struct" not in open(log).read():
+        if ct.poll() is not None:
+            raise SystemExit(open(log).read()[-1500:])
+        time.sleep(0.3)
+    seconds = _workload(messages)
+    ct.send_signal(signal.SIGINT)
+    ct.wait(600)
+    m = re.search(r"(\d+) events, \d+ object addresses, (\d+) lost", open(log).read())
+    return seconds, (int(m.group(1)) if m else 0), (int(m.group(2)) if m else -1)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--struct", default="sock")
+    p.add_argument("--functions", nargs="*", default=[],
+                   help="globs of the functions for attach + detach (default: every method)")
+    p.add_argument("--messages", type=int, default=3000)
+    p.add_argument("--skip-attach", action="store_true")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        print("bench_kmethods: needs root", file=sys.stderr)
+        return 2
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
+    tmp = tempfile.mkdtemp(prefix="bench-kmethods-", dir="/var/tmp")
+    print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}")
+
+    if not args.skip_attach:
+        functions = _planned(args.struct, args.functions)
+        ours = _ctracer_attach(args.struct, args.functions, os.path.join(tmp, "a.ctrace"))
+        probes = ",".join(f"kprobe:{f}" for f in functions)
+        bt, _, bt_attach = _bpftrace(probes + " { }",
+                                     {"BPFTRACE_MAX_PROBES": str(len(functions) + 100)})
+        bt_detach = _stop(bt)
+        total = ours["attach"] + ours["detach"]
+        print(f"attach+detach, {ours['functions']} functions ({ours['failed']} failed): "
+              f"ctracer attach {ours['attach']:.1f} s + detach {ours['detach']:.1f} s = "
+              f"{total:.1f} s (bcc compile {ours['compile']:.1f} s more); bpftrace "
+              f"{len(functions)} kprobes: start to attached {bt_attach:.1f} s + detach "
+              f"{bt_detach:.1f} s = {bt_attach + bt_detach:.1f} s; ratio "
+              f"{total / (bt_attach + bt_detach):.2f} (with our compile "
+              f"{(total + ours['compile']) / (bt_attach + bt_detach):.2f})")
+
+    base = min(_workload(args.messages) for _ in range(2))
+    bt, _, _ = _bpftrace(",".join(f"kfunc:{f}" for f in HOT) + " { }", {})
+    empty = _workload(args.messages)
+    _stop(bt)
+    traced, events, lost = _traced_run(args.struct, HOT, [], tmp, "c", args.messages)
+    print(f"per call, {args.messages} messages x 2 connections, {len(HOT)} functions: untraced "
+          f"{base:.2f} s, empty fentry probes {empty:.2f} s, ctracer {traced:.2f} s "
+          f"({events} events, {lost} lost); cost over untraced: ctracer {traced - base:.2f} s, "
+          f"empty {empty - base:.2f} s, ratio {(traced - base) / max(empty - base, 1e-3):.2f} "
+          "(goal <= 1.3)")
+    six = ("tcp_sendmsg", "tcp_recvmsg", "tcp_rcv_established", "tcp_ack", "tcp_data_queue",
+           "tcp_v4_do_rcv")
+    traced, events, lost = _traced_run(args.struct, six, ["skc_state", "sk_sndbuf"], tmp, "e",
+                                       args.messages)
+    print(f"events: ctracer on {len(six)} functions, 2 fields: {events} events, {lost} lost, in "
+          f"{traced:.2f} s ({events / traced:.0f}/s)")
+    script = " ".join(f"kfunc:{f} {{ printf(\"%s %d %d\\n\", func, args->sk->__sk_common.skc_state, "
+                      "args->sk->sk_sndbuf); }" for f in six)
+    try:
+        bt, out, _ = _bpftrace(script, {})
+        printed_time = _workload(args.messages)
+        _stop(bt)
+        lines = sum(1 for line in open(out) if line.startswith(("tcp_", "__tcp")))
+        print(f"bpftrace printing the same functions' entries, 2 fields: {lines} lines in "
+              f"{printed_time:.2f} s ({lines / printed_time:.0f}/s); ctracer/bpftrace events "
+              f"per second: {(events / traced) / max(lines / printed_time, 1):.2f} (goal >= 2)")
+    except SystemExit as e:
+        print(f"bpftrace printing could not run: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
