@@ -1,14 +1,17 @@
 #!/bin/sh
 # Everything ctracer and its tests need on a fresh Debian 12 machine, as root:
 # Debian packages (bcc's Python module, compilers, pahole, graphviz, Chromium, kernel
-# headers for bcc) and a virtual environment in .venv that sees Debian's bcc module.
+# headers for bcc; QEMU, udev, kmod, busybox and the NFS server and client for the tests
+# that run in a guest), a virtual environment in .venv that sees Debian's bcc module
+# (virtme-ng in it), and Debian's 6.1 and 6.12 kernels for those guests, in the cache.
 # Safe to run again: it installs only what is missing.
 set -eu
 cd "$(dirname "$0")/.."
 
 arch=$(dpkg --print-architecture)
 packages="python3 python3-venv python3-pip python3-bpfcc gcc clang make libc6-dev
-  pahole bpftool bpftrace llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates"
+  pahole bpftool bpftrace llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates
+  qemu-system-x86 udev kmod busybox-static nfs-kernel-server nfs-common rpcbind"
 
 missing=""
 for p in $packages; do
@@ -36,3 +39,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 make -s -C samples
+
+# the kernels the guests boot (scripts/vm-run; fetched once into the cache)
+./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null

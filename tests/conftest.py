@@ -8,6 +8,9 @@ are never read by another, nor by the user.  Modules that want it for every test
 ``build_c``: compiles a C fixture into the test's own directory (see `cbuild.compile_c`),
 e.g. ``build_c("net.c", Build("clang", dwarf=4, opt=2))``; modules and sessions that
 build once call `cbuild.compile_c` directly.
+
+``vm_kernel`` and the marker ``vm``: tests that run inside QEMU guests booting Debian's
+6.1 and 6.12 kernels, one boot per kernel (`vmguest`, loaded here).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from cbuild import Build, compile_c
+
+pytest_plugins = ["vmguest"]
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """What the real-BPF kernel tests share: skipping (with the reason) only where BPF is
 truly unavailable, a free loopback port, a private copy of the loopback workload (its
-own comm), and bpftrace as the independent observer started before and stopped after
-the traced run."""
+own comm), bpftrace as the independent observer started before and stopped after the
+traced run, and the run of `ctracer trace` under it with the comparison of per-socket
+``inet_sock_set_state`` transitions (on this machine's kernel and in the guests)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+from collections import defaultdict
+from typing import Optional
 
 import pytest
 
 import groundtruth as gt
+from ctracer.tracefile import Trace
 
 TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")
 
@@ -48,15 +53,17 @@ class Observer:
     """bpftrace running a script, its output in a file, started before and stopped
     after the traced run."""
 
-    def __init__(self, script: str, path):
+    def __init__(self, script: str, path, start_timeout: float = 60):
         self.out = open(path, "w+")
         self.proc = subprocess.Popen(["bpftrace", "-B", "line", "-e", script],
                                      stdout=self.out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
+        start = time.monotonic()
         while "Attaching" not in self.text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"bpftrace did not start: {self.text()}")
+            if self.proc.poll() is not None or time.monotonic() > start + start_timeout:
+                raise AssertionError(f"bpftrace did not start within {start_timeout:.0f} s: "
+                                     f"{self.text()}")
             time.sleep(0.1)
+        print(f"bpftrace attached in {time.monotonic() - start:.1f} s")
 
     def text(self) -> str:
         self.out.seek(0)
@@ -71,3 +78,50 @@ class Observer:
             self.proc.kill()
             self.proc.wait(timeout=30)
         return [ln for ln in self.text().splitlines() if ln.startswith("E ")]
+
+
+def trace_with_observer(tmp_path, struct: str, port: int, observer_script: str,
+                        workload: Optional[str] = None, options: tuple = (),
+                        timeout: float = 600, start_timeout: float = 60):
+    """`ctracer trace struct STRUCT [OPTIONS] -- tcploop` (6 connections on `port`) while
+    bpftrace runs `observer_script`: (the trace, tcploop's stdout, bpftrace's ``E``
+    lines); `start_timeout`: how long bpftrace may take to attach."""
+    bpf_or_skip()
+    workload = workload or workload_copy(tmp_path)
+    observer = Observer(observer_script, tmp_path / f"{struct}.bpftrace", start_timeout)
+    start = time.monotonic()
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "ctracer", "trace", "struct", struct, "-q",
+             "-o", str(tmp_path / f"{struct}.ctrace"), *options, "--",
+             workload, "--connections", "6", "--port", str(port)],
+            capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    finally:
+        seen = observer.stop()
+    print(f"ctracer trace struct {struct}: {time.monotonic() - start:.1f} s")
+    assert r.returncode == 0, r.stderr
+    assert " 0 lost" in r.stderr, r.stderr
+    return Trace(str(tmp_path / f"{struct}.ctrace")), r.stdout, seen
+
+
+def sock_states_script(port: int) -> str:
+    """bpftrace: each TCP ``inet_sock_set_state`` of the workload's port, as
+    ``E ADDRESS OLDSTATE NEWSTATE``."""
+    return ("tracepoint:sock:inet_sock_set_state /args->protocol == 6 && "
+            f"(args->sport == {port} || args->dport == {port})/ "
+            '{ printf("E %lx %d %d\\n", args->skaddr, args->oldstate, args->newstate); }')
+
+
+def sock_transitions(trace: Trace, seen: list[str]) -> tuple[dict, dict]:
+    """(bpftrace's, the trace's) ``inet_sock_set_state`` transitions per socket address:
+    address -> [(oldstate, newstate), ...] in order."""
+    expected: dict[int, list] = defaultdict(list)
+    for line in seen:
+        _, addr, old, new = line.split()
+        expected[int(addr, 16)].append((int(old), int(new)))
+    fid = next(fid for fid, f in trace.functions.items() if f.name == "inet_sock_set_state")
+    recorded: dict[int, list] = defaultdict(list)
+    for e in trace.events():
+        if e.function_id == fid:
+            recorded[e.object].append((e.args["oldstate"], e.args["newstate"]))
+    return dict(expected), dict(recorded)

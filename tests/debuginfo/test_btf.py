@@ -223,12 +223,15 @@ def check_against_bpftool(model: btf.BtfModel, path: Path, base: Optional[Path] 
 COMMENT = re.compile(r"/\*\s*(\d+)(?::\s*(\d+))?\s+(\d+)\s*\*/\s*$")
 
 
-def pahole_leaves(path: Path, name: str, fmt: str = "dwarf") -> list[tuple[int, int]]:
+def pahole_leaves(path: Path, name: str, fmt: str = "dwarf",
+                  base: Optional[Path] = None) -> list[tuple[int, int]]:
     """(absolute bit offset, size) of each member line of ``pahole -C`` in print order,
     anonymous structs/unions expanded; pahole writes a bitfield as
-    ``/* unit_offset: bit size */``, absolute bit = unit_offset * 8 + bit."""
+    ``/* unit_offset: bit size */``, absolute bit = unit_offset * 8 + bit.  ``base``: the
+    BTF a split BTF file is built on."""
     out = []
-    for line in run("pahole", "-F", fmt, "-C", name, str(path)).splitlines()[1:-1]:
+    split = [f"--btf_base={base}"] if base else []
+    for line in run("pahole", "-F", fmt, *split, "-C", name, str(path)).splitlines()[1:-1]:
         m = COMMENT.search(line)
         if not m or line.strip().startswith("}"):
             continue
@@ -537,11 +540,46 @@ def test_kernel_module_btf():
                if not os.path.exists("/proc/modules") else "no module with BTF is loaded")
         pytest.skip(f"no module BTF under {KERNEL_BTF.parent}: {why}; split BTF is tested "
                     "with pahole --btf_base objects and, in the corpus run, Debian's nfs.ko")
+    check_module_btf(module)
+
+
+def check_module_btf(module: Path) -> btf.BtfModel:
+    """A module's split BTF read on top of the kernel's, record by record as bpftool."""
     model = btf.open_btf(str(module))  # the kernel's BTF is found as its base
     assert model.btf.first_id > 1
     kinds = check_against_bpftool(model, module, KERNEL_BTF)
     # the module's own FUNC records, as bpftool counts them, not its base's
     assert model.catalog().function_count() == kinds[bf.kind_name(bf.FUNC)]
+    return model
+
+
+@pytest.mark.vm
+def test_kernel_module_btf_of_nfs_in_a_guest(vm_kernel):
+    """Where the running kernel has modules (Debian's, in the guests): nfs.ko's BTF, as
+    the kernel exposes it once loaded, read and checked as above; struct nfs_fh's
+    layout as pahole reads it from the same split BTF; methods of nfs_fh found in it."""
+    subprocess.run(["modprobe", "nfs"], check=True, capture_output=True, timeout=120)
+    module = KERNEL_BTF.parent / "nfs"
+    assert module.exists(), sorted(p.name for p in KERNEL_BTF.parent.iterdir())
+    model = check_module_btf(module)
+    need("pahole")
+    theirs = pahole_leaves(module, "nfs_fh", "btf", base=KERNEL_BTF)
+    assert theirs and our_leaves(model, "nfs_fh") == theirs
+    # the functions taking a struct nfs_fh *, as bpftool's records of the module say; a
+    # type of the base (absent from the module's dump) is never nfs_fh, which the base
+    # does not define
+    class WithBase(dict):
+        def __missing__(self, tid):
+            return {"kind": "BASE", "name": "", "attrs": {}, "items": []}
+
+    dump = WithBase(bpftool_dump(module, KERNEL_BTF))
+    assert any(t["kind"] == "STRUCT" and t["name"] == "nfs_fh" for t in dump.values())
+    cat = model.catalog()
+    ours = {f.name for f in cat.functions_referencing(ShapeKind.STRUCT, "nfs_fh")
+            if any(points_to_struct(p.shape, "nfs_fh") for p in f.params)}
+    print(f"\n{module}: {cat.function_count()} functions, {len(ours)} taking a "
+          "struct nfs_fh *")
+    assert ours and ours == bpftool_functions_taking(dump, "nfs_fh")
 
 
 # ------------------------------------------------------------------ Debian's kernel

@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from typing import Optional
 
 import pytest
 
@@ -35,22 +34,7 @@ _workload = kr.workload_copy
 Observer = kr.Observer
 
 
-def _trace(tmp_path, struct: str, port: int, observer_script: str,
-           workload: Optional[str] = None):
-    _bpf_or_skip()
-    workload = workload or _workload(tmp_path)
-    observer = Observer(observer_script, tmp_path / f"{struct}.bpftrace")
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "ctracer", "trace", "struct", struct, "-q",
-             "-o", str(tmp_path / f"{struct}.ctrace"), "--",
-             workload, "--connections", "6", "--port", str(port)],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    finally:
-        seen = observer.stop()
-    assert r.returncode == 0, r.stderr
-    assert " 0 lost" in r.stderr, r.stderr
-    return Trace(str(tmp_path / f"{struct}.ctrace")), r.stdout, seen
+_trace = kr.trace_with_observer
 
 
 def _by_name(trace: Trace) -> dict[str, int]:
@@ -61,26 +45,15 @@ def _by_name(trace: Trace) -> dict[str, int]:
 def sock_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sock")
     port = _free_port()
-    script = ("tracepoint:sock:inet_sock_set_state /args->protocol == 6 && "
-              f"(args->sport == {port} || args->dport == {port})/ "
-              '{ printf("E %lx %d %d\\n", args->skaddr, args->oldstate, args->newstate); }')
-    return (*_trace(tmp, "sock", port, script), port)
+    return (*_trace(tmp, "sock", port, kr.sock_states_script(port)), port)
 
 
 def test_transitions_per_socket_equal_bpftrace(sock_run):
     trace, _, seen, port = sock_run
-    expected: dict[int, list] = defaultdict(list)
-    for line in seen:
-        _, addr, old, new = line.split()
-        expected[int(addr, 16)].append((int(old), int(new)))
-    fid = _by_name(trace)["inet_sock_set_state"]
-    recorded: dict[int, list] = defaultdict(list)
-    for e in trace.events():
-        if e.function_id == fid:
-            recorded[e.object].append((e.args["oldstate"], e.args["newstate"]))
+    expected, recorded = kr.sock_transitions(trace, seen)
     assert len(expected) >= 3  # listener, clients, accepted sockets (addresses reused)
     assert sum(map(len, expected.values())) >= 6 * 6
-    assert {a: recorded[a] for a in expected} == dict(expected)
+    assert {a: recorded.get(a) for a in expected} == expected
     # nothing recorded beyond the workload's sockets
     assert set(recorded) == set(expected)
 

@@ -1,0 +1,66 @@
+"""A tracepoint trace of `struct sock` over the loopback workload, in the guests: the
+same run as tests/record/test_kernel_trace.py makes on this machine's kernel (its
+helpers, tests/kernelrun.py), bpftrace the independent observer.  Per socket, the
+``inet_sock_set_state`` transitions ctracer recorded equal bpftrace's, and each hit's
+snapshot has ``skc_state`` equal to the tracepoint's ``oldstate``.  Only tracepoints
+(``--functions 'tp:*'``), whatever else the kernel would take: this proves the
+tracepoint path on Debian's kernels, not the kernel-methods one.
+
+The trace file is written under pytest's tmp_path, on the guest's /tmp (a tmpfs
+overlay: SQLite on the 9p root says "database is locked")."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import kernelrun as kr
+
+pytestmark = pytest.mark.vm
+
+
+@pytest.fixture(scope="module")
+def sock_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sock")
+    port = kr.free_port()
+    trace, stdout, seen = kr.trace_with_observer(
+        tmp, "sock", port, kr.sock_states_script(port), options=("--functions", "tp:*"),
+        timeout=900, start_timeout=300)  # bpftrace takes over a minute to start under TCG
+    return trace, stdout, seen, port
+
+
+def _filesystem(path) -> str:
+    best, kind = "", "?"
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, point, fstype, *_ = line.split()
+            if (str(path) + "/").startswith(point.rstrip("/") + "/") and len(point) > len(best):
+                best, kind = point, fstype
+    return kind
+
+
+def test_transitions_per_socket_equal_bpftrace(vm_kernel, sock_run):
+    trace, _, seen, port = sock_run
+    # recorded on the kernel the guest booted
+    assert trace.meta["kernel_release"] == os.uname().release
+    assert os.uname().release.startswith(vm_kernel + "."), os.uname().release
+    expected, recorded = kr.sock_transitions(trace, seen)
+    assert len(expected) >= 3  # listener, clients, accepted sockets (addresses reused)
+    assert sum(map(len, expected.values())) >= 6 * 6
+    assert {a: recorded.get(a) for a in expected} == expected
+    assert set(recorded) == set(expected)
+    assert _filesystem(trace.path) in ("tmpfs", "overlay"), trace.path
+
+
+def test_snapshot_state_is_the_tracepoints_oldstate(vm_kernel, sock_run):
+    trace, _, _, _ = sock_run
+    fid = next(fid for fid, f in trace.functions.items() if f.name == "inet_sock_set_state")
+    hits = 0
+    for e in trace.events():
+        if e.function_id == fid:
+            v = trace.values(e)
+            assert v["__sk_common.skc_state"] == e.args["oldstate"]
+            assert e.args["sk"] == e.object
+            hits += 1
+    assert hits >= 6 * 6

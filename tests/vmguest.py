@@ -1,0 +1,219 @@
+"""Tests marked ``vm`` run inside QEMU guests booting Debian's 6.1 and 6.12 kernels
+(``scripts/vm-run``), started from the ordinary ``python -m pytest`` on the host.
+
+A vm test is parametrized by ``vm_kernel`` ("6.1", "6.12"; a fixture every test sees,
+None outside vm tests).  On the host, the first vm item of a kernel boots that kernel
+once and runs ``pytest -p no:cacheprovider -m vm NODEID...`` in the guest over exactly
+the selected vm items of that kernel; every host item then reports its guest outcome
+(passed; failed with the guest's failure text; skipped with the guest's reason) without
+running its fixtures or body on the host.  The guest's output is kept in
+``<basetemp>/vm-<kernel>/pytest.log`` (with ``junit.xml``, the per-report
+``results.jsonl`` the host reads, and vm-run's console log under ``.vm-run/``), named in
+every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 1500 s a kernel) or
+dies fails its items with vm-run's one-line message.  vm items are skipped, with the
+reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no vng.
+
+Inside a guest (``CTRACER_VM_KERNEL`` set by vm-run) only vm items of that kernel run;
+every other item is deselected.  ``-m "not vm"`` deselects them all before anything
+boots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+KERNELS = ("6.1", "6.12")
+ROOT = Path(__file__).resolve().parents[1]
+VM_RUN = ROOT / "scripts" / "vm-run"
+GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
+RESULTS_ENV = "CTRACER_VM_RESULTS"
+TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "1500"))
+
+_runs = pytest.StashKey[dict]()       # kernel -> GuestRun (host)
+_wanted = pytest.StashKey[dict]()     # kernel -> [nodeid] (host)
+
+
+def in_guest() -> bool:
+    return GUEST_KERNEL is not None
+
+
+def qemu_unavailable() -> Optional[str]:
+    """Why no guest can start here at all, or None."""
+    if os.geteuid() != 0:
+        return "booting a guest (scripts/vm-run) needs root"
+    if not shutil.which("qemu-system-x86_64"):
+        return "qemu-system-x86_64 is not installed (Debian package qemu-system-x86; scripts/setup.sh)"
+    candidates = [ROOT / ".venv" / "bin" / "vng", Path(sys.executable).parent / "vng"]
+    if not any(os.access(c, os.X_OK) for c in candidates) and not shutil.which("vng"):
+        return "virtme-ng (vng) is not installed (scripts/setup.sh puts it in .venv)"
+    return None
+
+
+def _is_vm(item) -> bool:
+    return item.get_closest_marker("vm") is not None
+
+
+def _kernel_of(item) -> Optional[str]:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("vm_kernel") if callspec else None
+
+
+# ------------------------------------------------------------------ both sides
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("vm") is not None:
+        metafunc.parametrize("vm_kernel", KERNELS)
+
+
+@pytest.fixture(autouse=True)
+def vm_kernel(request) -> Optional[str]:
+    """The guest kernel a vm test runs on ("6.1", "6.12"); None for other tests."""
+    return getattr(request, "param", None)
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k have deselected
+def pytest_collection_modifyitems(config, items):
+    if in_guest():
+        keep = [i for i in items if _is_vm(i) and _kernel_of(i) == GUEST_KERNEL]
+        dropped = [i for i in items if i not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+        return
+    wanted: dict[str, list[str]] = {}
+    for item in items:
+        if _is_vm(item):
+            wanted.setdefault(_kernel_of(item), []).append(item.nodeid)
+            # the body and the fixtures run in the guest, not here
+            item.setup = lambda: None  # type: ignore[method-assign]
+    config.stash[_wanted] = wanted
+    config.stash[_runs] = {}
+
+
+# ------------------------------------------------------------------ the guest's side
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get(RESULTS_ENV)
+    if not in_guest() or not path:
+        return
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = report.longrepr[2]
+    else:
+        text = report.longreprtext
+    row = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+           "text": text, "wasxfail": getattr(report, "wasxfail", None),
+           "duration": round(report.duration, 2)}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def pytest_collectreport(report):
+    path = os.environ.get(RESULTS_ENV)
+    if in_guest() and path and report.failed:
+        with open(path, "a") as f:
+            f.write(json.dumps({"nodeid": report.nodeid, "when": "collect",
+                                "outcome": "failed", "text": report.longreprtext}) + "\n")
+
+
+# ------------------------------------------------------------------ the host's side
+
+class GuestRun:
+    """One boot of a kernel running the selected vm items of that kernel."""
+
+    def __init__(self, config, kernel: str, nodeids: list[str]):
+        self.kernel = kernel
+        self.out = Path(config._tmp_path_factory.getbasetemp()) / f"vm-{kernel}"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = self.out / "pytest.log"
+        self.results_path = self.out / "results.jsonl"
+        self.reports: dict[str, list[dict]] = {}
+        self.broken: Optional[str] = None   # why no item of this run has a result
+        self.seconds = 0.0
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        say = (lambda s: reporter.write_line(s)) if reporter else (lambda s: None)
+        say(f"\nvm: booting Debian's {kernel} kernel for {len(nodeids)} tests "
+            f"(guest log: {self.log})")
+        if self.results_path.exists():
+            self.results_path.unlink()
+        cmd = [sys.executable, str(VM_RUN), "--kernel", kernel, "--out", str(self.out),
+               "--timeout", str(int(TIMEOUT_S)), "--",
+               sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "vm",
+               "-v", "-rA", f"--junitxml={self.out / 'junit.xml'}", *nodeids]
+        env = dict(os.environ, **{RESULTS_ENV: str(self.results_path)})
+        env.pop("PYTEST_ADDOPTS", None)  # the host's options are not the guest's
+        env.pop("PYTEST_CURRENT_TEST", None)
+        start = time.monotonic()
+        with open(self.log, "w") as log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            done = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        self.seconds = time.monotonic() - start
+        lines = self.log.read_text(errors="replace").splitlines()
+        said = [ln for ln in lines if ln.startswith("vm-run: ")]
+        if done.returncode not in (0, 1):   # 1: some test failed; the rest say why not
+            self.broken = (said[-1] if said and done.returncode in (2, 3, 4, 124, 125, 130)
+                           else f"the guest's pytest exited {done.returncode}: "
+                                f"{lines[-1] if lines else 'no output'}")
+        self._read_results()
+        say(f"vm: {kernel} guest done in {self.seconds:.0f} s (exit {done.returncode})")
+
+    def _read_results(self) -> None:
+        if not self.results_path.exists():
+            return
+        for line in self.results_path.read_text().splitlines():
+            row = json.loads(line)
+            self.reports.setdefault(row["nodeid"], []).append(row)
+
+    def report(self, nodeid: str) -> None:
+        """Raise (or return, for a pass) what the guest said of this item."""
+        where = f"in the {self.kernel} guest (log: {self.log})"
+        rows = self.reports.get(nodeid)
+        if not rows:
+            errors = [r for rs in self.reports.values() for r in rs if r["when"] == "collect"]
+            why = self.broken or (f"collection failed: {errors[0]['text'].splitlines()[-1]}"
+                                  if errors else "the guest reported no result for it")
+            pytest.fail(f"{why} ({where})", pytrace=False)
+        for r in rows:
+            if r["outcome"] == "failed":
+                pytest.fail(f"{where}, {r['when']}:\n{r['text']}", pytrace=False)
+        for r in rows:
+            if r["outcome"] == "skipped":
+                if r.get("wasxfail") is not None:
+                    pytest.xfail(f"{r['wasxfail']} ({where})")
+                pytest.skip(f"{r['text'].removeprefix('Skipped: ')} ({where})")
+        if not any(r["when"] == "call" and r["outcome"] == "passed" for r in rows):
+            pytest.fail(f"the guest did not finish this test ({where})", pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if in_guest() or not _is_vm(pyfuncitem):
+        return None
+    why = qemu_unavailable()
+    if why:
+        pytest.skip(f"no guest can start here: {why}")
+    config = pyfuncitem.config
+    kernel = _kernel_of(pyfuncitem)
+    runs = config.stash[_runs]
+    if kernel not in runs:
+        runs[kernel] = GuestRun(config, kernel, config.stash[_wanted][kernel])
+    runs[kernel].report(pyfuncitem.nodeid)
+    return True
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    runs = config.stash.get(_runs, {})
+    for kernel, run in runs.items():
+        terminalreporter.write_line(
+            f"vm: {kernel} guest {run.seconds:.0f} s for {len(config.stash[_wanted][kernel])} "
+            f"tests; log {run.log}")
