@@ -45,8 +45,8 @@ def _planned(struct: str, globs: list[str]) -> list[str]:
     if globs:
         cmd += ["--functions", *globs]
     doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return sorted({p["target"] for p in doc["probes"] if p["kind"] in ("fentry", "kprobe")
-                   and p.get("attachable")})
+    return sorted({p["function"].split("@")[0] for p in doc["probes"]
+                   if p["kind"] in ("fentry", "kprobe")})
 
 
 def _ctracer_attach(struct: str, globs: list[str], out: str) -> dict:
