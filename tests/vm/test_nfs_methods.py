@@ -1,0 +1,119 @@
+"""``struct nfs_fh`` traced through the NFS client's own functions, in the guests, over a
+loopback NFSv3 and NFSv4.2 mount (`nfs_mount`, tests/vm/conftest.py).
+
+The struct is defined only in modules (nfs, nfsv3, nfsv4): ctracer finds it in their BTF
+without ``--module`` and probes the methods of all of them.  While files are written,
+listed and read back through the mount, bpftrace's kprobes count each probed function
+that takes the file handle as a parameter (non-NULL), in the same run; ctracer, recording
+every object, must count the same calls per function.  ``-- COMMAND`` records the file
+handles the command's own calls touch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.vm
+
+CTRACER = [sys.executable, "-m", "ctracer"]
+
+
+def _direct_methods() -> dict[str, int]:
+    """Placed functions taking ``struct nfs_fh *`` directly: name -> parameter index."""
+    r = subprocess.run(CTRACER + ["functions", "struct", "nfs_fh", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for m in json.loads(r.stdout)["methods"]:
+        if m["reach"] == "direct" and not m["tracepoint"] and m["param_index"] is not None \
+                and m["param_index"] < 6 and str(m.get("attachable", "")).startswith("yes") \
+                and m["key"] == m["function"]:
+            out.setdefault(m["function"], m["param_index"])
+    return out
+
+
+def _workload(point, tag: str) -> None:
+    for i in range(3):
+        path = point / f"{tag}-{i}"
+        path.write_bytes(os.urandom(10_000 + i))
+        os.stat(path)
+    names = sorted(os.listdir(point))
+    assert f"{tag}-0" in names
+    for i in range(3):
+        assert len((point / f"{tag}-{i}").read_bytes()) == 10_000 + i
+
+
+def _wait_for(path, text: str, proc, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(path.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("version", ["3", "4.2"])
+def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path, version):
+    point, _ = nfs_mount(version)
+    direct = _direct_methods()
+    assert direct, "no function takes struct nfs_fh directly"
+    script = " ".join(f"kprobe:{f} /arg{i} != 0/ {{ @[func] = count(); }}"
+                      for f, i in sorted(direct.items()))
+    bt_out = tmp_path / "bpftrace.txt"
+    bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
+                          stderr=subprocess.STDOUT,
+                          env=dict(os.environ, BPFTRACE_MAX_PROBES="10000"))
+    _wait_for(bt_out, "Attaching", bt, 300)
+    log, trace = tmp_path / "ctracer.log", tmp_path / "fh.ctrace"
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "nfs_fh", "-d", "900", "-o", str(trace)],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _wait_for(log, "recording struct nfs_fh", ct)
+    _workload(point, f"v{version}")
+    time.sleep(1)
+    ct.send_signal(signal.SIGINT)
+    assert ct.wait(300) == 0, log.read_text()
+    bt.send_signal(signal.SIGINT)
+    bt.wait(120)
+    theirs = collections.Counter()
+    for line in bt_out.read_text().splitlines():
+        if line.startswith("@["):
+            name, value = line[2:].split("]: ")
+            theirs[name] = int(value)
+    text = log.read_text()
+    print(f"NFSv{version}: {text.splitlines()[-3:]}; bpftrace: {dict(theirs)}")
+    assert "probes: fentry/fexit on" in text, text
+    jsonl = tmp_path / "fh.jsonl"
+    r = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o", str(jsonl)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    ours = collections.Counter(e["function"] for e in map(json.loads, jsonl.read_text().splitlines())
+                               if e["probe"] == "entry" and e["function"] in direct)
+    assert theirs, "the NFS workload called none of the functions"
+    assert ours == theirs
+    # the report of the trace renders
+    out = tmp_path / "report"
+    r = subprocess.run(CTRACER + ["callgraph", str(trace), "-o", str(out), "--no-plots"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_command_records_the_file_handles_it_touches(vm_kernel, nfs_mount, tmp_path):
+    point, _ = nfs_mount("4.2")
+    trace = tmp_path / "cmd.ctrace"
+    r = subprocess.run(CTRACER + ["trace", "struct", "nfs_fh", "-o", str(trace), "--",
+                                  "sh", "-c", f"cat /etc/hostname > {point}/cmd-file && "
+                                  f"cat {point}/cmd-file > /dev/null && ls -l {point} > /dev/null"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    summary = r.stderr.splitlines()
+    events = int(next(line for line in summary if " events, " in line).split("ctracer: ")[1]
+                 .split()[0])
+    print(summary[-3:])
+    assert events > 0

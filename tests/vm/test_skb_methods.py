@@ -1,0 +1,83 @@
+"""``struct sk_buff`` through its allocation and freeing functions, in the guests: over the
+loopback workload, each buffer's lifetime (as the export gives it) ends where it is freed
+(``consume_skb``, ``kfree_skb_reason``/``sk_skb_reason_drop``, ``__kfree_skb``), and what
+ctracer recorded at ``consume_skb``'s entry — the buffer and its ``len`` — is what
+bpftrace's kprobe on the same function read in the same run."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import groundtruth as gt
+
+pytestmark = pytest.mark.vm
+
+CTRACER = [sys.executable, "-m", "ctracer"]
+TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")
+FUNCTIONS = ("__alloc_skb", "consume_skb", "kfree_skb_reason", "sk_skb_reason_drop",
+             "__kfree_skb", "skb_release_data", "tcp_v4_rcv", "ip_rcv")
+FREES = ("consume_skb", "kfree_skb_reason", "sk_skb_reason_drop", "__kfree_skb")
+
+
+def _wait_for(path, text: str, proc, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(path.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)
+
+
+def test_skb_lifetimes_end_where_they_are_freed_with_their_lengths(vm_kernel, tmp_path):
+    bt_out = tmp_path / "bpftrace.txt"
+    bt = subprocess.Popen(["bpftrace", "-e", "kprobe:consume_skb { printf(\"skb %lu %u\\n\", "
+                           "arg0, ((struct sk_buff *)arg0)->len); }"],
+                          stdout=open(bt_out, "w"), stderr=subprocess.STDOUT)
+    _wait_for(bt_out, "Attaching", bt, 300)
+    log, trace = tmp_path / "ctracer.log", tmp_path / "skb.ctrace"
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "sk_buff", "--functions", *FUNCTIONS,
+                                     "--fields", "len", "data_len", "truesize", "-d", "900",
+                                     "-o", str(trace)],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _wait_for(log, "recording struct sk_buff", ct)
+    work = subprocess.run([TCPLOOP, "--connections", "3", "--messages", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert work.returncode == 0, work.stderr
+    time.sleep(1)
+    ct.send_signal(signal.SIGINT)
+    assert ct.wait(300) == 0, log.read_text()
+    bt.send_signal(signal.SIGINT)
+    bt.wait(120)
+    print(log.read_text().splitlines()[-3:])
+    jsonl = tmp_path / "skb.jsonl"
+    r = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o", str(jsonl)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    theirs = collections.Counter(
+        (int(a), int(n)) for a, n in (line.split()[1:3] for line in bt_out.read_text().splitlines()
+                                      if line.startswith("skb ")))
+    ours = collections.Counter((int(e["object"], 16), e["fields"]["len"]) for e in events
+                               if e["function"] == "consume_skb" and e["probe"] == "entry")
+    assert theirs and ours == theirs
+    by_life = collections.defaultdict(list)
+    for e in events:
+        by_life[(e["object"], e["lifetime"])].append(e)
+    ended = 0
+    for life in by_life.values():
+        frees = [i for i, e in enumerate(life) if e["function"] in FREES and e["probe"] == "entry"]
+        if not frees:
+            continue
+        ended += 1
+        # once the outermost free is entered, only calls nested in it follow, on its thread
+        first = life[frees[0]]
+        rest = life[frees[0]:]
+        assert all(e["tid"] == first["tid"] and e["depth"] >= first["depth"] for e in rest), rest
+    assert ended >= 10
