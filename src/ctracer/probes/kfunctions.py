@@ -26,7 +26,9 @@ What the programs do per call, for each way to the object (each function-table r
 * exit: the depth is counted down, the entry's saved state taken (its objects: a
   kretprobe no longer has the arguments; an exit with no saved entry is flagged
   `FLAG_NO_ENTRY`), the return value read and normalised to its C type, and an exit
-  event written per way (a ``returns`` method's object is the return value).
+  event written for each way its entry wrote one (a ``returns`` method's object is the
+  return value; a holder still NULL at entry, like an incoming skb's ``->sk``, gives
+  neither), so every exit has its entry.
 
 A ``ctracer_stopped`` flag ends every probe at one instant (detaching thousands of links
 takes a while).  Recursion is avoided by construction: the probed functions take the
@@ -423,10 +425,12 @@ def _exit_program(kind: str, slots: int, nargs: int) -> str:
     fexit = int(kind == "fexit")
     ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
     ret = "bpf_get_func_ret(ctx, &raw);" if fexit else "raw = PT_REGS_RC(ctx);"
-    again = ("if (!obj && s->reg != 255)\n\t\t\tobj = ctracer_follow(ctracer_fentry_reg(ctx, s->reg), s);"
-             if fexit else
-             "if (!obj && s->reg != 255 && s->reg < CTRACER_NARGS && have)\n"
-             "\t\t\tobj = ctracer_follow(call.args[s->reg & 7], s);")
+    # an exit is written for what its entry wrote: the object the entry saw (a holder
+    # still NULL at entry, like an incoming skb's ->sk, gives no entry and no exit), or
+    # the return value; with no saved entry (the call began before the probes), fexit
+    # finds the object again from the arguments
+    again = ("if (!have && s->reg != 255)\n\t\t\tobj = ctracer_follow(ctracer_fentry_reg(ctx, s->reg), s);"
+             if fexit else "")
     args_line = ("ctracer_kargs(ctx, 0, fn, args);" if fexit else
                  "#pragma clang loop unroll(full)\n"
                  f"\tfor (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)\n"

@@ -245,6 +245,10 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
         except (TypeError, ValueError):
             return None
 
+    def mapping(key: str) -> dict:
+        v = trace.meta_json(key) if key in trace.meta else None
+        return v if isinstance(v, dict) else {}
+
     functions = sorted(trace.functions.values(), key=lambda f: (f.name, f.id))
     failed = [f for f in functions if f.attached and not _attached_fully(f.attached)]
     return TraceSummary(
@@ -256,14 +260,18 @@ def _summary(trace: Trace, events: int) -> TraceSummary:
         started_at=when("started_at", "start_time"), ended_at=when("ended_at", "end_time"),
         events=events, events_claimed=count("events"),
         lost_events=count("lost_events") or 0, full_layout=text("full_layout"),
-        trace_path=trace.path, functions=functions, failed_probes=failed)
+        trace_path=trace.path, functions=functions, failed_probes=failed,
+        probe_kinds=str(mapping("probe_plan").get("kinds") or ""),
+        probe_misses={str(k): int(v) for k, v in mapping("probe_misses").items()
+                      if isinstance(v, (int, float)) and v})
 
 
 def _attached_fully(attached: str) -> bool:
     """Every probe the function needs attached: entry and exit of a function, or the one
     program of a tracepoint (which has no exit)."""
     parts = {p.strip() for p in attached.split(",")}
-    return {"entry", "exit"} <= parts or parts == {"raw_tracepoint"}
+    return any(pair <= parts for pair in ({"entry", "exit"}, {"fentry", "fexit"},
+                                          {"kprobe", "kretprobe"})) or parts == {"raw_tracepoint"}
 
 
 def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:

@@ -219,6 +219,10 @@ class TraceSummary:
     trace_path: str
     functions: list[FunctionRow]
     failed_probes: list[FunctionRow]  # functions whose probes did not (all) attach
+    #: a kernel trace's probe kinds and why (meta ``probe_plan.kinds``); calls the
+    #: kernel ran no probe for, by why (meta ``probe_misses``)
+    probe_kinds: str = ""
+    probe_misses: dict = field(default_factory=dict)
 
 
 @dataclass
