@@ -357,6 +357,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         note = dict(note, kinds=_kinds_line(program, choice, len(program.tracepoints)))
         extra = dict(
             traced="kernel", type_source=source.describe(), event_nargs=program.nargs,
+            return_kinds={str(k): v for k, v in program.return_kinds().items()},
             tracepoint_args={str(row): [a.to_json() for a in args]
                              for row, args in program.args_by_row().items()},
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),

@@ -57,6 +57,10 @@ class KernelProgram:
     def rows_with_return_value(self) -> frozenset[int]:
         return frozenset(row for f in self.kfunctions if f.returns for row in f.row_ids)
 
+    def return_kinds(self) -> dict[int, str]:
+        """How each function row's return value reads ("pointer", "int", ...)."""
+        return {row: f.return_kind for f in self.kfunctions if f.return_kind for row in f.row_ids}
+
     def args_by_row(self) -> dict[int, tuple[Argument, ...]]:
         out = {row: tp.args for tp in self.tracepoints for row in tp.row_ids}
         out.update({row: f.args for f in self.kfunctions for row in f.row_ids if f.args})

@@ -92,6 +92,8 @@ class KernelFunction:
     args: tuple[Argument, ...]
     #: (bits, signed) per recorded argument, for normalising the raw register
     arg_widths: tuple[tuple[int, bool], ...]
+    #: how the return value reads: "pointer", "int", "uint", "bool", "enum" ("" none)
+    return_kind: str = ""
 
     @property
     def slot_count(self) -> int:
@@ -131,6 +133,18 @@ def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
             return 64, signed
         return 32, signed
     return None
+
+
+def _return_kind(shape: TypeShape) -> str:
+    if _width(shape) is None:
+        return ""
+    if shape.pointers or shape.kind in (ShapeKind.ARRAY, ShapeKind.FUNCTION):
+        return "pointer"
+    if shape.kind == ShapeKind.ENUM:
+        return "enum"
+    if shape.name in ("_Bool", "bool"):
+        return "bool"
+    return "int" if _width(shape)[1] else "uint"  # type: ignore[index]
 
 
 def _lifetime_flags(m: Method) -> tuple[bool, bool]:
@@ -195,7 +209,8 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
             widths.append(width)
             reg += 1
         functions.append(KernelFunction(index, key, f.name, tuple(grouped[key]),
-                                        _width(f.returns), tuple(args), tuple(widths)))
+                                        _width(f.returns), tuple(args), tuple(widths),
+                                        _return_kind(f.returns)))
     return tuple(rows), tuple(functions)
 
 

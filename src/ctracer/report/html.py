@@ -222,6 +222,10 @@ class _Site:
         self.layout = trace.mini
         self.names = data.function_names
         self.reach = {fid: f.reach for fid, f in trace.functions.items()}
+        kinds = trace.meta_json("return_kinds") if "return_kinds" in trace.meta else None
+        #: function row -> how its return value reads (kernel functions: from BTF)
+        self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
+            if isinstance(kinds, dict) else {}
         fields = StemAllocator("field")
         self.field_stem = {f.name: fields.stem(f.name, f.name) for f in trace.mini.fields}
         functions = StemAllocator("function")
@@ -270,8 +274,14 @@ class _Site:
         if row.phase == PHASE_ENTRY or row.retval is None:
             return ""
         v = row.retval
-        if self.reach.get(row.function_id) == "returns" or abs(v) >= 1 << 32:
-            return "NULL" if v == 0 else f"0x{v & (1 << 64) - 1:x}"
+        kind = self.return_kinds.get(row.slot) or self.return_kinds.get(row.function_id)
+        if kind == "pointer" or (kind is None and (self.reach.get(row.function_id) == "returns"
+                                                   or abs(v) >= 1 << 32)):
+            return self.fmt.show_pointer(v)
+        if kind in ("uint", "enum"):
+            return str(v)
+        if kind == "bool":
+            return "true" if v else "false"
         return self.fmt.show_retval(v)
 
     def shown_html(self, field: str, value: Any) -> str:

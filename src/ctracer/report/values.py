@@ -191,6 +191,17 @@ class ValueFormatter:
             return ipv4(value)
         return str(value)
 
+    def show_pointer(self, value: int) -> str:
+        """A returned pointer: ``NULL``, ``ERR_PTR(-ENOMEM)`` for the kernel's error
+        pointers (the last 4,095 addresses), else the address."""
+        raw = value & (1 << 64) - 1
+        if raw == 0:
+            return "NULL"
+        if raw >= (1 << 64) - 4095:
+            code = raw - (1 << 64)
+            return f"ERR_PTR({errno_name(code) or code})"
+        return f"0x{raw:x}"
+
     def show_retval(self, value: int) -> str:
         """A function's int return value: a negative errno by name, with its number."""
         name = errno_name(value) if -4096 < value < 0 else None

@@ -1,0 +1,112 @@
+"""The kernel-function programs, without loading them (tests/record/test_verify.py loads the
+kprobe ones here; tests/vm/ attaches them in the guests): a handful of generic programs
+whatever the number of functions, each function described by a packed descriptor whose
+layout the C pins with static asserts, its ways to the object in parameter order with
+their function-table rows, registers, holder steps, return and argument widths, and
+lifetime flags from the names; nothing from debug info in the C text."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+
+import pytest
+
+import groundtruth as gt
+from ctracer.debuginfo.dwarf import reader as dwarf
+from ctracer.plan import attach, discovery, mini
+from ctracer.plan.attach import KernelFacts, Mechanism
+from ctracer.probes import kfunctions
+from ctracer.probes.kernel import build_kernel_program
+from ctracer.probes.program import ARCHES
+from ctracer.report.values import ValueFormatter
+
+X86 = ARCHES["x86_64"]
+FENTRY = KernelFacts(fentry=Mechanism(True, "works"), kprobes=Mechanism(True, "works"))
+
+
+@pytest.fixture(scope="module")
+def sample():
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    types = dwarf.open_elf_types(gt.SOCKDEMO, use_cache=False)
+    found = discovery.discover(types.catalog(), "sock")
+    plan = attach.plan_probes(found.methods, FENTRY)
+    layout = mini.build_mini(types.find_struct("sock")).layout
+    methods = [m for p in plan.of_kind("fentry") for m in p.methods]
+    return methods, layout, types.catalog()
+
+
+@pytest.mark.parametrize("kind", ["fentry", "kprobe"])
+def test_a_handful_of_programs_whatever_the_function_count(sample, kind):
+    methods, layout, catalog = sample
+    few = build_kernel_program((), layout, catalog, function_methods=methods[:3],
+                               entry_kind=kind, arch=X86)
+    every = build_kernel_program((), layout, catalog, function_methods=methods,
+                                 entry_kind=kind, arch=X86)
+    assert len(every.kfunctions) > 10
+    names = every.program_names()
+    exit_kind = kfunctions.KINDS[kind]
+    assert names and all(re.fullmatch(rf"ctracer_({kind}|{exit_kind})_s[1248]", n) for n in names)
+    defined = set(re.findall(r"^int (ctracer_\w+)\(", every.text, re.M))
+    assert set(names) <= defined and len(defined) <= 2 * len(kfunctions.SLOT_COUNTS)
+    # the text does not grow with the functions: only the descriptor map's size does
+    assert abs(len(every.text) - len(few.text)) < 2000
+    # no name from the debug info reaches the C
+    for f in every.kfunctions:
+        assert not re.search(rf"\b{re.escape(f.name)}\b", every.text), f.name
+
+
+def test_descriptors_pack_as_the_c_struct_says(sample):
+    methods, layout, catalog = sample
+    program = build_kernel_program((), layout, catalog, function_methods=methods,
+                                   entry_kind="fentry", arch=X86)
+    size = kfunctions.kfn_size()
+    assert f'_Static_assert(sizeof(struct ctracer_kfn) == {size}, "kfn size");' in program.text
+    rows = {r.id: r for r in program.rows}
+    for f in program.kfunctions:
+        packed = kfunctions.descriptor_bytes(f)
+        assert len(packed) == size
+        nslots, nargs, ret_bits, ret_signed = struct.unpack_from("<BBBB", packed)
+        assert nslots == len(f.slots) and nargs == len(f.args)
+        assert (ret_bits, bool(ret_signed)) == (f.returns or (0, False))
+        at = kfunctions._kfn_slots_offset()
+        for s in f.slots:
+            row, reg, nsteps, flags = struct.unpack_from("<IBBB", packed, at)
+            assert rows[row].name == f.name and row == s.row
+            assert reg == (255 if s.method.param_index is None else s.reg)
+            assert nsteps == len(s.method.path)
+            at += kfunctions._slot_size()
+        order = [(s.method.param_index is None, s.method.param_index or 0) for s in f.slots]
+        assert order == sorted(order)
+
+
+def test_holders_and_returns_and_lifetime_names(sample):
+    methods, layout, catalog = sample
+    program = build_kernel_program((), layout, catalog, function_methods=methods,
+                                   entry_kind="fentry", arch=X86)
+    slots = [s for f in program.kfunctions for s in f.slots]
+    assert any(s.method.path for s in slots)               # socket->sk and the like
+    returns = [s for s in slots if s.method.param_index is None]
+    assert returns and all(s.reg == -1 for s in returns)
+    lookup = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
+    free = re.compile(r"(^|_)(free|destroy|destruct|dealloc|kfree)(_|$)")
+    for s in slots:
+        assert s.starts == (s.method.reach == "returns" and not lookup.search(s.method.name))
+        assert s.ends == (not s.method.path and s.method.param_index is not None
+                          and bool(free.search(s.method.name)))
+    assert any(s.starts for s in slots) and any(s.ends for s in slots)
+    kinds = program.return_kinds()
+    assert kinds and set(kinds.values()) <= {"pointer", "int", "uint", "bool", "enum"}
+    assert all(kinds[s.row] == "pointer" for s in returns)
+
+
+def test_returned_pointers_read_as_null_err_ptr_or_address():
+    from ctracer.event import Layout
+    fmt = ValueFormatter(Layout("m", (), 0))
+    assert fmt.show_pointer(0) == "NULL"
+    assert fmt.show_pointer(-12) == "ERR_PTR(-ENOMEM)"
+    assert fmt.show_pointer((1 << 64) - 11) == "ERR_PTR(-EAGAIN)"
+    assert fmt.show_pointer(0xffff888012345678) == "0xffff888012345678"
+    assert fmt.show_retval(-11) == "-EAGAIN (-11)"
