@@ -326,7 +326,7 @@ class ProbeSession:
                                              kind="raw_tracepoint"))
         functions = getattr(self.program, "kfunctions", ())
         if functions:
-            from ctracer.record.kernel import btf_targets
+            from ctracer.record.kattach import btf_targets
             self.kernel_links = KernelLinks(self.program.entry_kind, functions,
                                             self.instructions, btf_targets(functions))
             self.results.extend(self.kernel_links.attach())

@@ -180,6 +180,51 @@ def link_missed(fd: int) -> int:
     return int(ctypes.c_uint64.from_buffer(info, 32).value) if ret >= 0 else 0
 
 
+# ------------------------------------------------------------------ fentry targets
+
+def btf_targets(functions) -> Callable[[object], Optional[tuple[int, int]]]:
+    """For fentry/fexit loads: a function's (BTF object fd, BTF FUNC id) in the running
+    kernel — vmlinux's (fd 0) or its module's (the module BTF object's fd, the id in
+    its split BTF); None when BTF has no FUNC of that name.  The BTF objects stay open
+    for the recording's life (the loads name them)."""
+    from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
+    from ctracer.debuginfo.btf import format as btf_format
+    from ctracer.debuginfo.btf import reader as btf
+    from ctracer.errors import CtracerError
+    from ctracer.record.kernel import kernel_symbols
+
+    symbols = kernel_symbols()
+    wanted: dict[Optional[str], set[str]] = {}
+    for f in functions:
+        module = symbols.module_of(f.name) if symbols is not None else None
+        wanted.setdefault(module, set()).add(f.name)
+    ids: dict[tuple[Optional[str], str], int] = {}
+    fds = module_btf_fds() if any(m for m in wanted) else {}
+    for module, names in wanted.items():
+        path = KERNEL_BTF if module is None else os.path.join(MODULE_BTF_DIR, module)
+        try:
+            model = btf.open_btf(path)
+        except CtracerError:
+            continue
+        data = model.btf
+        for tid in data.ids_of_kind(btf_format.FUNC):
+            name = data.name(tid)
+            if name in names:
+                ids.setdefault((module, name), tid)
+
+    def target(f) -> Optional[tuple[int, int]]:
+        module = symbols.module_of(f.name) if symbols is not None else None
+        tid = ids.get((module, f.name))
+        if tid is None:
+            return None
+        if module is None:
+            return 0, tid
+        fd = fds.get(module)
+        return (fd, tid) if fd is not None else None
+
+    return target
+
+
 # ------------------------------------------------------------------ perf kprobes
 
 def _perf_kprobe(symbol: str, retprobe: bool) -> tuple[int, str]:

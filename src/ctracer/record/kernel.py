@@ -17,7 +17,7 @@ import os
 import platform
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF
 from ctracer.errors import CtracerError
@@ -623,47 +623,3 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
         notrace=_notrace(symbols, functions) if symbols is not None else frozenset(),
         clones=clones, running_kernel=running_kernel,
         tracepoints=tracepoints_attachable(tracepoints) if running_kernel else None)
-
-
-# ------------------------------------------------------------------ fentry targets
-
-def btf_targets(functions) -> Callable[[object], Optional[tuple[int, int]]]:
-    """For fentry/fexit loads: a function's (BTF object fd, BTF FUNC id) in the running
-    kernel — vmlinux's (fd 0) or its module's (the module BTF object's fd, the id in
-    its split BTF); None when BTF has no FUNC of that name.  The BTF objects stay open
-    for the recording's life (the loads name them)."""
-    from ctracer.debuginfo.btf import MODULE_BTF_DIR
-    from ctracer.debuginfo.btf import format as btf_format
-    from ctracer.debuginfo.btf import reader as btf
-    from ctracer.record.kattach import module_btf_fds
-
-    symbols = kernel_symbols()
-    wanted: dict[Optional[str], set[str]] = {}
-    for f in functions:
-        module = symbols.module_of(f.name) if symbols is not None else None
-        wanted.setdefault(module, set()).add(f.name)
-    ids: dict[tuple[Optional[str], str], int] = {}
-    fds = module_btf_fds() if any(m for m in wanted) else {}
-    for module, names in wanted.items():
-        path = KERNEL_BTF if module is None else os.path.join(MODULE_BTF_DIR, module)
-        try:
-            model = btf.open_btf(path)
-        except CtracerError:
-            continue
-        data = model.btf
-        for tid in data.ids_of_kind(btf_format.FUNC):
-            name = data.name(tid)
-            if name in names:
-                ids.setdefault((module, name), tid)
-
-    def target(f) -> Optional[tuple[int, int]]:
-        module = symbols.module_of(f.name) if symbols is not None else None
-        tid = ids.get((module, f.name))
-        if tid is None:
-            return None
-        if module is None:
-            return 0, tid
-        fd = fds.get(module)
-        return (fd, tid) if fd is not None else None
-
-    return target
