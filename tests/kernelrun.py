@@ -34,6 +34,18 @@ def bpf_or_skip() -> None:
         pytest.skip(f"raw tracepoints unavailable: {support.why}")
 
 
+def wait_for_text(path, text: str, proc: subprocess.Popen, timeout: float = 900) -> None:
+    """Wait until the output file ``path`` of ``proc`` holds ``text`` (bpftrace's
+    "Attaching", ctracer's "recording struct ..."); fail with its end if the process
+    ends first or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{proc.args[0]} did not get to {text!r}: "
+                                 f"{path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

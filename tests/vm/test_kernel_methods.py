@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelrun import wait_for_text
+
 import groundtruth as gt
 
 pytestmark = pytest.mark.vm
@@ -41,15 +43,6 @@ NESTED = ("tcp_push", "tcp_sendmsg_locked")
 CONNECTIONS, MESSAGES, BYTES = 4, 3, 100
 
 
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"{proc.args[0]} did not get to {text!r}: "
-                                 f"{path.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.5)
-
-
 def _attached_ctracer_programs() -> list[str]:
     out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "ctracer_" in line]
@@ -63,7 +56,7 @@ def _record(tmp: Path, probes: str) -> dict:
     bt_out = tmp / "bpftrace.txt"
     bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
                           stderr=subprocess.STDOUT)
-    _wait_for(bt_out, "Attaching", bt, 300)
+    wait_for_text(bt_out, "Attaching", bt, 300)
     trace = tmp / "sock.ctrace"
     log = tmp / "ctracer.log"
     started = time.monotonic()
@@ -71,7 +64,7 @@ def _record(tmp: Path, probes: str) -> dict:
                                      *NESTED, "--function-probes", probes, "-d", "900",
                                      "-o", str(trace)],
                           stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _wait_for(log, "recording struct sock", ct)
+    wait_for_text(log, "recording struct sock", ct)
     attached = time.monotonic() - started
     work = subprocess.run([TCPLOOP, "--connections", str(CONNECTIONS), "--messages",
                            str(MESSAGES), "--bytes", str(BYTES)],
@@ -181,7 +174,7 @@ def test_sigkill_leaves_no_program_attached(vm_kernel, tmp_path):
     ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--functions", "tcp_sendmsg",
                                      "tcp_recvmsg", "-d", "600", "-o", str(tmp_path / "k.ctrace")],
                           stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _wait_for(log, "recording struct sock", ct)
+    wait_for_text(log, "recording struct sock", ct)
     assert _attached_ctracer_programs()
     ct.kill()
     ct.wait(60)

@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from kernelrun import wait_for_text
+
 pytestmark = pytest.mark.vm
 
 CTRACER = [sys.executable, "-m", "ctracer"]
@@ -52,14 +54,6 @@ def _workload(point, tag: str) -> None:
         assert len((point / f"{tag}-{i}").read_bytes()) == 10_000 + i
 
 
-def _wait_for(path, text: str, proc, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(path.read_text(errors="replace")[-2000:])
-        time.sleep(0.5)
-
-
 def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path):
     """One recording over both mounts (one bcc compile: the guest's TCG is slow)."""
     points = {version: nfs_mount(version)[0] for version in ("3", "4.2")}
@@ -71,11 +65,11 @@ def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path
     bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
                           stderr=subprocess.STDOUT,
                           env=dict(os.environ, BPFTRACE_MAX_PROBES="10000"))
-    _wait_for(bt_out, "Attaching", bt, 300)
+    wait_for_text(bt_out, "Attaching", bt, 300)
     log, trace = tmp_path / "ctracer.log", tmp_path / "fh.ctrace"
     ct = subprocess.Popen(CTRACER + ["trace", "struct", "nfs_fh", "-d", "900", "-o", str(trace)],
                           stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _wait_for(log, "recording struct nfs_fh", ct)
+    wait_for_text(log, "recording struct nfs_fh", ct)
     for version, point in points.items():
         _workload(point, f"v{version}")
     time.sleep(1)

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from kernelrun import wait_for_text
+
 import groundtruth as gt
 
 pytestmark = pytest.mark.vm
@@ -32,26 +34,18 @@ def _is_free(function: str) -> bool:
     return function in ("consume_skb", "tp:consume_skb") or "kfree_skb" in function
 
 
-def _wait_for(path, text: str, proc, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(path.read_text(errors="replace")[-2000:])
-        time.sleep(0.5)
-
-
 def test_skb_lifetimes_end_where_they_are_freed_with_their_lengths(vm_kernel, tmp_path):
     bt_out = tmp_path / "bpftrace.txt"
     bt = subprocess.Popen(["bpftrace", "-e", "kprobe:consume_skb { printf(\"skb %lu %u\\n\", "
                            "arg0, ((struct sk_buff *)arg0)->len); }"],
                           stdout=open(bt_out, "w"), stderr=subprocess.STDOUT)
-    _wait_for(bt_out, "Attaching", bt, 300)
+    wait_for_text(bt_out, "Attaching", bt, 300)
     log, trace = tmp_path / "ctracer.log", tmp_path / "skb.ctrace"
     ct = subprocess.Popen(CTRACER + ["trace", "struct", "sk_buff", "--functions", *FUNCTIONS,
                                      "--fields", "len", "data_len", "truesize", "-d", "900",
                                      "-o", str(trace)],
                           stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _wait_for(log, "recording struct sk_buff", ct)
+    wait_for_text(log, "recording struct sk_buff", ct)
     work = subprocess.run([TCPLOOP, "--connections", "3", "--messages", "2"],
                           capture_output=True, text=True, timeout=300)
     assert work.returncode == 0, work.stderr

@@ -380,6 +380,17 @@ static __always_inline void ctracer_kargs(void *ctx, const u64 *regs, struct ctr
 """
 
 
+#: the opening every program shares: stop when the recording has ended, find the
+#: function's descriptor by the link's cookie
+_OPENING = """\
+	if (stopped && *stopped)
+		return 0;
+	fi = (u32)bpf_get_attach_cookie(ctx);
+	fn = ctracer_kfns.lookup(&fi);
+	if (!fn)
+		return 0;"""
+
+
 def _entry_program(kind: str, slots: int, nargs: int) -> str:
     fentry = int(kind == "fentry")
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
@@ -397,12 +408,7 @@ int {program_name(kind, slots)}({ctx})
 	u64 regs[8] = {{}};
 	u32 *counter;
 
-	if (stopped && *stopped)
-		return 0;
-	fi = (u32)bpf_get_attach_cookie(ctx);
-	fn = ctracer_kfns.lookup(&fi);
-	if (!fn)
-		return 0;
+{_OPENING}
 	{"" if fentry else "ctracer_kprobe_regs(ctx, regs);"}
 	tid = (u32)pid_tgid;
 	counter = ctracer_depth.lookup_or_try_init(&tid, &zero);
@@ -467,12 +473,7 @@ int {program_name(kind, slots)}({ctx})
 	u8 flags = 0;
 	int have = 0;
 
-	if (stopped && *stopped)
-		return 0;
-	fi = (u32)bpf_get_attach_cookie(ctx);
-	fn = ctracer_kfns.lookup(&fi);
-	if (!fn)
-		return 0;
+{_OPENING}
 	tid = (u32)pid_tgid;
 	counter = ctracer_depth.lookup(&tid);
 	depth = counter && *counter ? *counter - 1 : 0;

@@ -145,39 +145,37 @@ def module_btf_fds() -> dict[str, int]:
         info = ctypes.create_string_buffer(32)
         ctypes.c_uint64.from_buffer(info, 16).value = ctypes.addressof(name)
         ctypes.c_uint32.from_buffer(info, 24).value = 64
-        iattr = ctypes.create_string_buffer(16)
-        ctypes.c_uint32.from_buffer(iattr, 0).value = fd
-        ctypes.c_uint32.from_buffer(iattr, 4).value = 32
-        ctypes.c_uint64.from_buffer(iattr, 8).value = ctypes.addressof(info)
-        ok, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, iattr)
+        got = _object_info(fd, 32, info)
         kernel_btf = ctypes.c_uint32.from_buffer(info, 28).value
         label = name.value.decode("utf-8", "replace")
-        if ok < 0 or not kernel_btf or not label or label in out:
+        if got is None or not kernel_btf or not label or label in out:
             os.close(fd)
             continue
         out[label] = fd
 
 
-def prog_recursion_misses(fd: int) -> int:
-    """``bpf_prog_info.recursion_misses`` of a loaded program (0 when unknown)."""
-    info = ctypes.create_string_buffer(232)
+def _object_info(fd: int, size: int, info: Optional[ctypes.Array] = None) -> Optional[ctypes.Array]:
+    """BPF_OBJ_GET_INFO_BY_FD of a program, link or BTF object into ``size`` bytes (of
+    ``info``, when it carries pointers the kernel fills in)."""
+    info = info if info is not None else ctypes.create_string_buffer(size)
     attr = ctypes.create_string_buffer(16)
     ctypes.c_uint32.from_buffer(attr, 0).value = fd
-    ctypes.c_uint32.from_buffer(attr, 4).value = 232
+    ctypes.c_uint32.from_buffer(attr, 4).value = size
     ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(info)
     ret, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, attr)
-    return int(ctypes.c_uint64.from_buffer(info, 208).value) if ret >= 0 else 0
+    return info if ret >= 0 else None
+
+
+def prog_recursion_misses(fd: int) -> int:
+    """``bpf_prog_info.recursion_misses`` of a loaded program (0 when unknown)."""
+    info = _object_info(fd, 232)
+    return int(ctypes.c_uint64.from_buffer(info, 208).value) if info is not None else 0
 
 
 def link_missed(fd: int) -> int:
     """``bpf_link_info.kprobe_multi.missed`` (kernels 6.7+; 0 when unknown)."""
-    info = ctypes.create_string_buffer(64)
-    attr = ctypes.create_string_buffer(16)
-    ctypes.c_uint32.from_buffer(attr, 0).value = fd
-    ctypes.c_uint32.from_buffer(attr, 4).value = 64
-    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(info)
-    ret, _ = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, attr)
-    return int(ctypes.c_uint64.from_buffer(info, 32).value) if ret >= 0 else 0
+    info = _object_info(fd, 64)
+    return int(ctypes.c_uint64.from_buffer(info, 32).value) if info is not None else 0
 
 
 # ------------------------------------------------------------------ fentry targets
@@ -263,6 +261,24 @@ def raise_open_files(wanted: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         except (ValueError, OSError):
             pass
+
+
+def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult]) -> tuple[int, int]:
+    """One kprobe.multi link of the program on the functions' symbols, each with its
+    index as cookie; (fd, 0) or (-1, errno)."""
+    names = [ctypes.create_string_buffer(r.function.name.encode()) for r in results]
+    syms = (ctypes.c_uint64 * len(names))(*[ctypes.addressof(n) for n in names])
+    cookies = (ctypes.c_uint64 * len(names))(*[r.function.index for r in results])
+    attr = ctypes.create_string_buffer(64)
+    # link_create: prog_fd @0, attach_type @8; kprobe_multi: flags @16, cnt @20,
+    # syms @24, addrs @32, cookies @40
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
+    ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
+    ctypes.c_uint32.from_buffer(attr, 16).value = _KPROBE_MULTI_RETURN if kind == "kretprobe" else 0
+    ctypes.c_uint32.from_buffer(attr, 20).value = len(names)
+    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
+    ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookies)
+    return bpf_syscall(BPF_LINK_CREATE, attr)
 
 
 # ------------------------------------------------------------------ the links
@@ -373,34 +389,18 @@ class KernelLinks:
         if fd < 0:
             return False
         self.prog_fds.append(fd)
-        names = [ctypes.create_string_buffer(r.function.name.encode()) for r in results]
-        syms = (ctypes.c_uint64 * len(names))(*[ctypes.addressof(n) for n in names])
-        cookies = (ctypes.c_uint64 * len(names))(*[r.function.index for r in results])
-        attr = ctypes.create_string_buffer(64)
-        ctypes.c_uint32.from_buffer(attr, 0).value = fd
-        ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
-        ctypes.c_uint32.from_buffer(attr, 16).value = _KPROBE_MULTI_RETURN if kind == "kretprobe" else 0
-        ctypes.c_uint32.from_buffer(attr, 20).value = len(names)
-        ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-        ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookies)
-        link, err = bpf_syscall(BPF_LINK_CREATE, attr)
+        link, err = _kprobe_multi_link(fd, kind, results)
         if link >= 0:
             self.multi_fds.append(link)
             self.link_fds.append(link)
             for r in results:
                 self._set(r, kind, "")
             return True
-        if err in (errno.EOPNOTSUPP, errno.ENOTSUPP if hasattr(errno, "ENOTSUPP") else 524):
+        if err in (errno.EOPNOTSUPP, 524):  # 524: the kernel's ENOTSUPP
             return False
         # one bad symbol fails the whole link: find the functions that link, one by one
         for r in results:
-            one = ctypes.create_string_buffer(r.function.name.encode())
-            sym = (ctypes.c_uint64 * 1)(ctypes.addressof(one))
-            cookie = (ctypes.c_uint64 * 1)(r.function.index)
-            ctypes.c_uint32.from_buffer(attr, 20).value = 1
-            ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(sym)
-            ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookie)
-            link, err = bpf_syscall(BPF_LINK_CREATE, attr)
+            link, err = _kprobe_multi_link(fd, kind, [r])
             if link >= 0:
                 self.multi_fds.append(link)
                 self.link_fds.append(link)
