@@ -259,6 +259,9 @@ def test_selection_by_name_and_cacheline(built):
     for f in second.layout.fields:
         start, size = f.source["byte_offset"], f.source["size"]
         assert start // 64 <= 1 <= (start + size - 1) // 64
+    # a member of the kernel's two-underscore wrapper struct goes by its own name too
+    state = build_mini(graph, include=["skc_state", "sk_rcvbuf"])
+    assert {f.name for f in state.layout.fields} == {"__sk_common.skc_state", "sk_rcvbuf"}
     both = build_mini(graph, include=["sk_*"], cachelines=[0])
     assert {f.name for f in both.layout.fields} == {
         f.name for f in build_mini(graph, cachelines=[0]).layout.fields if f.name.startswith("sk_")}

@@ -336,9 +336,14 @@ def _smallest(bits: int) -> int:
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     """A pattern matches a field or any struct it is nested in (``__sk_common`` covers
-    ``__sk_common.skc_state``)."""
+    ``__sk_common.skc_state``), also without the leading wrapper structs the kernel names
+    with two underscores (``skc_state`` is ``__sk_common.skc_state``, as ``--where``
+    and the pages name it)."""
     parts = name.split(".")
-    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    names = [parts]
+    while len(names[-1]) > 1 and names[-1][0].startswith("__"):
+        names.append(names[-1][1:])
+    prefixes = [".".join(p[:i]) for p in names for i in range(1, len(p) + 1)]
     return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in prefixes)
 
 
