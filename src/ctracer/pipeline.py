@@ -254,43 +254,57 @@ def _project_rule_lines(request: TraceRequest):
                                     "objects", err.rule) from None
 
 
-def _from_modules(name: str, kind: ShapeKind, use_cache: bool):
-    """(model, type graph, discovery) of a struct the running kernel's modules define
-    and vmlinux does not: its layout from the first module defining it, its methods from
-    every one (each module's functions are attached through its own BTF); None when no
-    loaded module defines it."""
+def _module_methods(name: str, kind: ShapeKind, use_cache: bool, found=None,
+                    **options):
+    """(the first module defining the struct or None, discovery) with the methods every loaded module's BTF adds to
+    ``found`` (vmlinux's; None when vmlinux does not define the struct, e.g. NFS's
+    ``nfs_fh`` on a kernel built without NFS: the layout is then the first defining
+    module's); None when neither vmlinux nor a module defines it.  Each module's
+    functions are attached through its own BTF."""
     import dataclasses as dc
 
     from ctracer.debuginfo import sources
     from ctracer.plan import discovery
-    models = sources.module_models_defining(name, kind, use_cache)
-    if not models:
+    models = sources.module_models(use_cache)
+    defining = [m for m in models if m.struct_id(name, kind) is not None]
+    if found is None and not defining:
         return None
-    found = [discovery.discover(m.catalog(), name, kind) for m in models]
-    methods: dict[str, object] = {}
-    for f in found:
-        for m in f.methods:
+    base = found
+    if base is None:
+        base = discovery.discover(defining[0].catalog(), name, kind, **options)
+    methods: dict[tuple, object] = {}
+    for m in base.methods:
+        methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
+    for model in models:
+        for m in discovery.discover(model.catalog(), name, kind, **options).methods:
             methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
-    merged = dc.replace(found[0], methods=tuple(methods.values()))
-    return models[0], models[0].find_struct(name, kind), merged
+    merged = dc.replace(base, methods=tuple(methods.values()))
+    return (defining[0] if found is None else None), merged
 
 
-def open_struct(source: TypeSource, name: str, kind: ShapeKind):
-    """(type model, type graph, discovery) of the struct: from the type source, or, for
-    the running kernel when vmlinux does not define it, from the loaded modules that
-    do (`_from_modules`); UnknownType (with close names) when none does."""
+def open_struct(source: TypeSource, name: str, kind: ShapeKind, **options):
+    """(type model, type graph, discovery) of the struct from the type source; for the
+    running kernel with the methods of every loaded module too, and, when vmlinux does
+    not define the struct, its layout from the first module that does
+    (`_module_methods`); UnknownType (with close names) when none defines it.
+    ``options``: `ctracer.plan.discovery.discover`'s."""
     from ctracer.debuginfo import sources
     from ctracer.plan import discovery
     model = sources.open_type_source(source)
+    running = source.is_kernel and not (source.btf or source.module)
     try:
-        return model, model.find_struct(name, kind), discovery.discover(model.catalog(), name,
-                                                                       kind)
+        graph = model.find_struct(name, kind)
     except UnknownType:
-        if source.is_kernel and not (source.btf or source.module):
-            found = _from_modules(name, kind, source.use_cache)
+        if running:
+            found = _module_methods(name, kind, source.use_cache, **options)
             if found is not None:
-                return found
+                defining, merged = found
+                return defining, defining.find_struct(name, kind), merged
         raise
+    found = discovery.discover(model.catalog(), name, kind, **options)
+    if running:
+        _, found = _module_methods(name, kind, source.use_cache, found, **options)
+    return model, graph, found
 
 
 def build(request: TraceRequest) -> BuiltTrace:

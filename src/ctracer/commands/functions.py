@@ -110,16 +110,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--holder-depth must be 0 or more")
     loader = _kernel_symbols_loader(args)
     source = options.type_source_from_args(args)
-    model = sources.open_type_source(source)
-    catalog = model.catalog()
-    found = discovery.discover(catalog, name, kind, reaches=reaches, holder_depth=args.holder_depth)
-    if found.struct is None and not found.methods:
-        from ctracer.pipeline import open_struct
-        try:
-            model, _, found = open_struct(source, name, kind)  # a struct of modules
-        except UnknownType:
-            raise UnknownType(kind.value, name, catalog.struct_names(kind),
-                              model.description) from None
+    if source.is_kernel and not (source.btf or source.module):
+        from ctracer.pipeline import open_struct   # vmlinux and every loaded module
+        model, _, found = open_struct(source, name, kind, reaches=reaches,
+                                      holder_depth=args.holder_depth)
+    else:
+        model = sources.open_type_source(source)
+        catalog = model.catalog()
+        found = discovery.discover(catalog, name, kind, reaches=reaches,
+                                   holder_depth=args.holder_depth)
+        if found.struct is None and not found.methods:
+            raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
     attachable = _attach_column(loader, found)
     out = sys.stdout
     with collector_paused():  # a row per method, all kept until written

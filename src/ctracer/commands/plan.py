@@ -61,16 +61,15 @@ def run(args: argparse.Namespace) -> int:
 
     kind, name = options.struct_name_from_args(args)
     source = options.type_source_from_args(args)
-    model = sources.open_type_source(source)
+    if source.is_kernel and not (source.btf or source.module):
+        model, _, found = open_struct(source, name, kind)   # vmlinux and every module
+    else:
+        model = sources.open_type_source(source)
+        found = discovery.discover(model.catalog(), name, kind)
+        if found.struct is None and not found.methods:
+            raise UnknownType(kind.value, name, model.catalog().struct_names(kind),
+                              model.description)
     catalog = model.catalog()
-    found = discovery.discover(catalog, name, kind)
-    if found.struct is None and not found.methods:
-        try:
-            model, _, found = open_struct(source, name, kind)  # a module's struct
-        except UnknownType:
-            raise UnknownType(kind.value, name, catalog.struct_names(kind),
-                              model.description) from None
-        catalog = model.catalog()
     if args.functions or args.exclude:
         from ctracer.pipeline import select_methods
         found = dataclasses.replace(found, methods=tuple(

@@ -105,11 +105,11 @@ def open_type_source(source: TypeSource) -> TypeModel:
     return btf.open_btf(KERNEL_BTF, use_cache=use_cache)
 
 
-def module_models_defining(name: str, kind: ShapeKind = ShapeKind.STRUCT,
-                           use_cache: bool = True) -> list[TypeModel]:
-    """The BTF of every loaded kernel module that defines ``kind name`` (a struct of a
-    module, like NFS's ``nfs_fh``, is in each module that uses it: nfs, nfsv3, nfsv4),
-    in module-name order; [] without module BTF."""
+def module_models(use_cache: bool = True) -> list[TypeModel]:
+    """The BTF of every loaded kernel module (split on vmlinux's), in module-name order;
+    [] without module BTF.  A struct of modules, like NFS's ``nfs_fh``, is defined in
+    each that uses it (nfs, nfsv3, nfsv4); their functions are methods of vmlinux's
+    structs too (sunrpc's of ``struct sock``)."""
     from ctracer.debuginfo.btf import reader as btf
     try:
         names = sorted(os.listdir(MODULE_BTF_DIR))
@@ -120,10 +120,8 @@ def module_models_defining(name: str, kind: ShapeKind = ShapeKind.STRUCT,
         if module == "vmlinux":
             continue
         try:
-            model = btf.open_btf(os.path.join(MODULE_BTF_DIR, module), base=KERNEL_BTF,
-                                 use_cache=use_cache)
+            found.append(btf.open_btf(os.path.join(MODULE_BTF_DIR, module), base=KERNEL_BTF,
+                                      use_cache=use_cache))
         except CtracerError:
             continue
-        if model.struct_id(name, kind) is not None:
-            found.append(model)
     return found

@@ -205,7 +205,10 @@ def btf_targets(functions) -> Callable[[object], Optional[tuple[int, int]]]:
         except CtracerError:
             continue
         data = model.btf
+        first = data.first_id if module is not None else 1  # a module's own, not vmlinux's
         for tid in data.ids_of_kind(btf_format.FUNC):
+            if tid < first:
+                continue
             name = data.name(tid)
             if name in names:
                 ids.setdefault((module, name), tid)
