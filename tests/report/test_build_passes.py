@@ -122,3 +122,19 @@ def test_find_changes_attributes_to_the_exiting_function_or_the_caller(tmp_path)
         (0, 1, "outer", CAUSE_CALLER), (1, 2, "inner", CAUSE_DURING)]
     assert obj.series["count"] == [(0, 0), (10, 1), (20, 2)]
     assert counts.methods[1].changed_fields == 1 and counts.methods[2].changed_fields == 1
+
+
+def test_a_tracepoint_is_not_the_function_of_its_name():
+    """consume_skb is both a tracepoint and a function of the kernel: two functions of
+    the report, each with its own name (once, the function's calls were shown as the
+    tracepoint's)."""
+    from ctracer.report.build import function_table
+    from ctracer.tracefile import FunctionRow
+    rows = {1: FunctionRow(1, "consume_skb", "", "tracepoint", "struct sk_buff (param 1)"),
+            2: FunctionRow(2, "__kfree_skb", "", "direct", "param 1"),
+            3: FunctionRow(3, "consume_skb", "", "direct", "param 1"),
+            4: FunctionRow(4, "consume_skb", "", "holder", "x->skb (param 2)")}
+    table = function_table(rows)
+    assert table.canon == {1: 1, 2: 2, 3: 3, 4: 3}
+    assert [table.name(i) for i in (1, 2, 3, 4)] == ["tp:consume_skb", "__kfree_skb",
+                                                    "consume_skb", "consume_skb"]

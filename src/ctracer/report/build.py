@@ -275,13 +275,14 @@ def _attached_fully(attached: str) -> bool:
 
 
 def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:
-    """Functions-table rows of the same function (same name, unit and address) → the
-    smallest of their ids, which then stands for the function."""
+    """Functions-table rows of the same function (same name, unit and address; a
+    tracepoint is never the function of its name, ``consume_skb``) → the smallest of
+    their ids, which then stands for the function."""
     first: dict[tuple, int] = {}
     out = {}
     for fid in sorted(functions):
         f = functions[fid]
-        out[fid] = first.setdefault((f.name, f.unit, f.address), fid)
+        out[fid] = first.setdefault((f.reach == "tracepoint", f.name, f.unit, f.address), fid)
     return out
 
 
@@ -290,7 +291,8 @@ def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> 
     several compile units): ``sk_check (tcp.c)``."""
     by_name: dict[str, set[int]] = {}
     for fid, c in canon.items():
-        by_name.setdefault(functions[fid].name, set()).add(c)
+        if functions[fid].reach != "tracepoint":   # tp:NAME is told apart by its prefix
+            by_name.setdefault(functions[fid].name, set()).add(c)
     out = {}
     for fid, c in canon.items():
         f = functions[c]
