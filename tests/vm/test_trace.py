@@ -75,3 +75,14 @@ def test_snapshot_state_is_the_tracepoints_oldstate(vm_kernel, sock_run):
             assert e.args["sk"] == e.object
             hits += 1
     assert hits >= 6 * 6
+
+
+def test_every_tracepoint_carrying_sock_attached(vm_kernel, sock_run):
+    """All of the kernel's tracepoints carrying the struct were probed and attached (the
+    trace's functions table says how each was attached, or why not)."""
+    trace, _, _, _ = sock_run
+    functions = list(trace.functions.values())
+    assert len(functions) > 20
+    assert {(f.reach, f.attached) for f in functions} == {("tracepoint", "raw_tracepoint")}, \
+        sorted((f.name, f.attached) for f in functions if f.attached != "raw_tracepoint")
+    print(f"{vm_kernel}: {len(functions)} tracepoints attached")
