@@ -40,5 +40,7 @@ fi
 
 make -s -C samples
 
-# the kernels the guests boot (scripts/vm-run; fetched once into the cache)
-./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null
+# the kernels the guests boot (scripts/vm-run; fetched once into the cache); package
+# lists that do not know them yet are refreshed once
+./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null 2>&1 \
+  || { apt-get update -q && ./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null; }

@@ -94,26 +94,63 @@ class Observer:
 
 def trace_with_observer(tmp_path, struct: str, port: int, observer_script: str,
                         workload: Optional[str] = None, options: tuple = (),
-                        timeout: float = 600, start_timeout: float = 60):
+                        timeout: float = 600, start_timeout: float = 60,
+                        system_wide: bool = False):
     """`ctracer trace struct STRUCT [OPTIONS] -- tcploop` (6 connections on `port`) while
     bpftrace runs `observer_script`: (the trace, tcploop's stdout, bpftrace's ``E``
-    lines); `start_timeout`: how long bpftrace may take to attach."""
+    lines); `start_timeout`: how long bpftrace may take to attach.  `system_wide`:
+    ctracer records every object (no command: `options` choose them, e.g. ``--where``),
+    tcploop runs once it says it is recording, and Ctrl-C ends the recording after."""
     bpf_or_skip()
     workload = workload or workload_copy(tmp_path)
     observer = Observer(observer_script, tmp_path / f"{struct}.bpftrace", start_timeout)
+    output = tmp_path / f"{struct}.ctrace"
+    argv = [sys.executable, "-m", "ctracer", "trace", "struct", struct, "-o", str(output),
+            *options]
+    tcploop = [workload, "--connections", "6", "--port", str(port)]
     start = time.monotonic()
     try:
-        r = subprocess.run(
-            [sys.executable, "-m", "ctracer", "trace", "struct", struct, "-q",
-             "-o", str(tmp_path / f"{struct}.ctrace"), *options, "--",
-             workload, "--connections", "6", "--port", str(port)],
-            capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+        if system_wide:
+            returncode, stdout, stderr = _record_around(argv, tcploop, tmp_path, timeout)
+        else:
+            r = subprocess.run([*argv, "-q", "--", *tcploop], capture_output=True,
+                               text=True, timeout=timeout, cwd=tmp_path)
+            returncode, stdout, stderr = r.returncode, r.stdout, r.stderr
     finally:
         seen = observer.stop()
     print(f"ctracer trace struct {struct}: {time.monotonic() - start:.1f} s")
-    assert r.returncode == 0, r.stderr
-    assert " 0 lost" in r.stderr, r.stderr
-    return Trace(str(tmp_path / f"{struct}.ctrace")), r.stdout, seen
+    assert returncode == 0, stderr
+    assert " 0 lost" in stderr, stderr
+    return Trace(str(output)), stdout, seen
+
+
+def _record_around(argv: list, command: list, cwd, timeout: float) -> tuple[int, str, str]:
+    """ctracer recording system-wide around one run of `command`: (ctracer's exit
+    status, the command's stdout, ctracer's stderr)."""
+    log = open(os.path.join(cwd, "ctracer.stderr"), "w+")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, cwd=cwd)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            log.seek(0)
+            if "ctracer: recording " in log.read():
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise AssertionError(f"ctracer did not start recording: {log.read()}")
+            time.sleep(0.2)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.3)  # the last softirq transitions of the run
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log.seek(0)
+    return proc.returncode, done.stdout, log.read()
 
 
 def sock_states_script(port: int) -> str:

@@ -9,7 +9,7 @@ the selected vm items of that kernel; every host item then reports its guest out
 running its fixtures or body on the host.  The guest's output is kept in
 ``<basetemp>/vm-<kernel>/pytest.log`` (with ``junit.xml``, the per-report
 ``results.jsonl`` the host reads, and vm-run's console log under ``.vm-run/``), named in
-every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 1500 s a kernel) or
+every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 1200 s a kernel) or
 dies fails its items with vm-run's one-line message.  vm items are skipped, with the
 reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no vng.
 
@@ -36,10 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
-TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "1500"))
+TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "1200"))
 
 _runs = pytest.StashKey[dict]()       # kernel -> GuestRun (host)
 _wanted = pytest.StashKey[dict]()     # kernel -> [nodeid] (host)
+_said = pytest.StashKey[bool]()       # why no guest can start, said once (host)
 
 
 def in_guest() -> bool:
@@ -126,6 +127,19 @@ def pytest_collectreport(report):
 
 # ------------------------------------------------------------------ the host's side
 
+def _say(config, line: str) -> None:
+    """A line on the terminal now, not in the running test's captured output."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    if capture is None:
+        reporter.write_line(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
+
+
 class GuestRun:
     """One boot of a kernel running the selected vm items of that kernel."""
 
@@ -138,9 +152,8 @@ class GuestRun:
         self.reports: dict[str, list[dict]] = {}
         self.broken: Optional[str] = None   # why no item of this run has a result
         self.seconds = 0.0
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        say = (lambda s: reporter.write_line(s)) if reporter else (lambda s: None)
-        say(f"\nvm: booting Debian's {kernel} kernel for {len(nodeids)} tests "
+        say = lambda line: _say(config, line)  # noqa: E731
+        say(f"vm: booting Debian's {kernel} kernel for {len(nodeids)} tests "
             f"(guest log: {self.log})")
         if self.results_path.exists():
             self.results_path.unlink()
@@ -159,11 +172,13 @@ class GuestRun:
                                   stdout=log, stderr=subprocess.STDOUT)
         self.seconds = time.monotonic() - start
         lines = self.log.read_text(errors="replace").splitlines()
-        said = [ln for ln in lines if ln.startswith("vm-run: ")]
+        # vm-run's own refusal (its first line only says which kernel and accelerator)
+        refused = [ln for ln in lines if ln.startswith("vm-run: ")
+                   and not ln.startswith("vm-run: Linux ")]
         if done.returncode not in (0, 1):   # 1: some test failed; the rest say why not
-            self.broken = (said[-1] if said and done.returncode in (2, 3, 4, 124, 125, 130)
-                           else f"the guest's pytest exited {done.returncode}: "
-                                f"{lines[-1] if lines else 'no output'}")
+            self.broken = refused[-1] if refused else (
+                f"the guest's pytest exited {done.returncode}: "
+                f"{lines[-1] if lines else 'no output'}")
         self._read_results()
         say(f"vm: {kernel} guest done in {self.seconds:.0f} s (exit {done.returncode})")
 
@@ -192,17 +207,21 @@ class GuestRun:
                     pytest.xfail(f"{r['wasxfail']} ({where})")
                 pytest.skip(f"{r['text'].removeprefix('Skipped: ')} ({where})")
         if not any(r["when"] == "call" and r["outcome"] == "passed" for r in rows):
-            pytest.fail(f"the guest did not finish this test ({where})", pytrace=False)
+            pytest.fail(f"{self.broken or 'the guest did not finish this test'} ({where})",
+                        pytrace=False)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     if in_guest() or not _is_vm(pyfuncitem):
         return None
+    config = pyfuncitem.config
     why = qemu_unavailable()
     if why:
+        if not config.stash.get(_said, False):
+            _say(config, f"vm: no guest can start here: {why}; vm tests skipped")
+            config.stash[_said] = True
         pytest.skip(f"no guest can start here: {why}")
-    config = pyfuncitem.config
     kernel = _kernel_of(pyfuncitem)
     runs = config.stash[_runs]
     if kernel not in runs:
