@@ -9,7 +9,7 @@ the selected vm items of that kernel; every host item then reports its guest out
 running its fixtures or body on the host.  The guest's output is kept in
 ``<basetemp>/vm-<kernel>/pytest.log`` (with ``junit.xml``, the per-report
 ``results.jsonl`` the host reads, and vm-run's console log under ``.vm-run/``), named in
-every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 1200 s a kernel) or
+every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 2400 s a kernel) or
 dies fails its items with vm-run's one-line message.  vm items are skipped, with the
 reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no vng.
 
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
-TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "1200"))
+TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "2400"))
 
 _runs = pytest.StashKey[dict]()       # kernel -> GuestRun (host)
 _wanted = pytest.StashKey[dict]()     # kernel -> [nodeid] (host)
