@@ -65,3 +65,17 @@ def test_the_kernel_gets_raw_tracepoints():
             all(f.name.startswith("tcp_") for f in built.program.kfunctions)
     with pytest.raises(UsageError):
         pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock", buffer_mb=3))
+
+
+def test_a_function_this_kernel_cannot_probe_is_said_so():
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.skip("this kernel has no BTF")
+    from ctracer.errors import CtracerError
+    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", functions=("tcp_sendmsg",))
+    try:
+        built = pipeline.build(request)
+    except CtracerError as e:   # a kernel attaching neither fentry nor kprobes (this one)
+        assert "tcp_sendmsg cannot be probed here (" in str(e)
+        assert "matches no method" not in str(e)
+    else:
+        assert [f.name for f in built.program.kfunctions] == ["tcp_sendmsg"]

@@ -159,6 +159,21 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     return KernelChoice(chosen, picked, kind if picked else None, note)
 
 
+def _check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequence) -> None:
+    """A ``--functions`` glob naming only methods this kernel cannot probe says so
+    (rather than that it matches no method)."""
+    placed = {n for m in choice.tracepoints + choice.functions for n in (m.name, m.key)}
+    for pat in patterns:
+        if any(fnmatch.fnmatchcase(n, pat) for n in placed):
+            continue
+        known = sorted({m.name for m in methods
+                        if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
+        if known:
+            shown = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
+            raise CtracerError(f"--functions {pat!r}: {shown} cannot be probed here "
+                               f"({choice.note['reason']}; `ctracer plan` says why)")
+
+
 def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
     """Which probe kinds a kernel trace uses and why the others are not, in one line."""
     reason = choice.note["reason"]
@@ -342,6 +357,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         from ctracer.probes.kernel import build_kernel_program
         choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
         note = choice.note
+        _check_placeable(request.functions, choice, found.methods)
         methods = select_methods(choice.tracepoints + choice.functions, request.functions,
                                  request.exclude)
         if not methods:
