@@ -227,11 +227,6 @@ def descriptor(f: KernelFunction) -> dict:
                       for s in f.slots]}
 
 
-#: layout of ``struct ctracer_kslot`` and ``struct ctracer_kfn`` (checked by static asserts)
-SLOT_BYTES = 8 + 4 + 4 * MAX_STEPS + 4  # row, reg/nsteps/flags/pad, op[4], off[4]; see below
-KFN_HEADER = 4 + 2 * NARGS + 4          # nslots, nargs, ret_bits, ret_signed, bits, signed, pad
-
-
 def descriptor_bytes(f: KernelFunction) -> bytes:
     """The packed ``struct ctracer_kfn`` of a function (see `struct_definitions`)."""
     import struct

@@ -50,8 +50,6 @@ from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.tracefile import FunctionRow
 
-#: default ring buffer size (bytes)
-RING_BYTES = 16 << 20
 #: followed objects when no --max-objects bounds them
 OBJECT_CAPACITY = 65536
 #: the number of raw tracepoint arguments bcc reads from ``ctx->args``
