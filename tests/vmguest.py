@@ -2,14 +2,17 @@
 (``scripts/vm-run``), started from the ordinary ``python -m pytest`` on the host.
 
 A vm test is parametrized by ``vm_kernel`` ("6.1", "6.12"; a fixture every test sees,
-None outside vm tests).  On the host, the first vm item of a kernel boots that kernel
-once and runs ``pytest -p no:cacheprovider -m vm NODEID...`` in the guest over exactly
-the selected vm items of that kernel; every host item then reports its guest outcome
+None outside vm tests).  On the host, when the session's tests start, every kernel
+wanted boots once, in the background and niced, while the host's own tests run (vm
+items are moved last), and runs ``pytest -p no:cacheprovider -m vm NODEID...`` in the
+guest over exactly the selected vm items of that kernel; the guests of both kernels run
+at the same time (each keeps about one core busy: TCG).  Every host item then waits
+for its guest and reports its guest outcome
 (passed; failed with the guest's failure text; skipped with the guest's reason) without
 running its fixtures or body on the host.  The guest's output is kept in
 ``<basetemp>/vm-<kernel>/pytest.log`` (with ``junit.xml``, the per-report
 ``results.jsonl`` the host reads, and vm-run's console log under ``.vm-run/``), named in
-every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 2400 s a kernel) or
+every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 3600 s a kernel) or
 dies fails its items with vm-run's one-line message.  vm items are skipped, with the
 reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no vng.
 
@@ -36,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
-TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "2400"))
+TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "3600"))
+GUEST_NICE = 10    # guests yield to the host's tests running beside them
 
 _runs = pytest.StashKey[dict]()       # kernel -> GuestRun (host)
 _wanted = pytest.StashKey[dict]()     # kernel -> [nodeid] (host)
@@ -91,6 +95,7 @@ def pytest_collection_modifyitems(config, items):
             items[:] = keep
         return
     wanted: dict[str, list[str]] = {}
+    items[:] = [i for i in items if not _is_vm(i)] + [i for i in items if _is_vm(i)]
     for item in items:
         if _is_vm(item):
             wanted.setdefault(_kernel_of(item), []).append(item.nodeid)
@@ -141,9 +146,12 @@ def _say(config, line: str) -> None:
 
 
 class GuestRun:
-    """One boot of a kernel running the selected vm items of that kernel."""
+    """One boot of a kernel running the selected vm items of that kernel, started in the
+    background when the session's tests start (`start_guests`) and waited for by the
+    first vm item of that kernel."""
 
     def __init__(self, config, kernel: str, nodeids: list[str]):
+        self.config = config
         self.kernel = kernel
         self.out = Path(config._tmp_path_factory.getbasetemp()) / f"vm-{kernel}"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -152,9 +160,7 @@ class GuestRun:
         self.reports: dict[str, list[dict]] = {}
         self.broken: Optional[str] = None   # why no item of this run has a result
         self.seconds = 0.0
-        say = lambda line: _say(config, line)  # noqa: E731
-        say(f"vm: booting Debian's {kernel} kernel for {len(nodeids)} tests "
-            f"(guest log: {self.log})")
+        self.returncode: Optional[int] = None
         if self.results_path.exists():
             self.results_path.unlink()
         cmd = [sys.executable, str(VM_RUN), "--kernel", kernel, "--out", str(self.out),
@@ -164,23 +170,43 @@ class GuestRun:
         env = dict(os.environ, **{RESULTS_ENV: str(self.results_path)})
         env.pop("PYTEST_ADDOPTS", None)  # the host's options are not the guest's
         env.pop("PYTEST_CURRENT_TEST", None)
-        start = time.monotonic()
+        self.started = time.monotonic()
         with open(self.log, "w") as log:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
-            done = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=log, stderr=subprocess.STDOUT)
-        self.seconds = time.monotonic() - start
+            # niced: the host's own tests, running meanwhile, come first; a session of
+            # its own: the host stops it (SIGTERM stops the guest), not the terminal
+            self.process = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=lambda: os.nice(GUEST_NICE))
+
+    def finish(self) -> None:
+        """Wait for the guest, once, and read what it said."""
+        if self.returncode is not None:
+            return
+        self.returncode = self.process.wait()
+        self.seconds = time.monotonic() - self.started
         lines = self.log.read_text(errors="replace").splitlines()
         # vm-run's own refusal (its first line only says which kernel and accelerator)
         refused = [ln for ln in lines if ln.startswith("vm-run: ")
                    and not ln.startswith("vm-run: Linux ")]
-        if done.returncode not in (0, 1):   # 1: some test failed; the rest say why not
+        if self.returncode not in (0, 1):   # 1: some test failed; the rest say why not
             self.broken = refused[-1] if refused else (
-                f"the guest's pytest exited {done.returncode}: "
+                f"the guest's pytest exited {self.returncode}: "
                 f"{lines[-1] if lines else 'no output'}")
         self._read_results()
-        say(f"vm: {kernel} guest done in {self.seconds:.0f} s (exit {done.returncode})")
+        _say(self.config, f"vm: {self.kernel} guest done in {self.seconds:.0f} s "
+                          f"(exit {self.returncode})")
+
+    def stop(self) -> None:
+        """End a guest still running (the session stopped early)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
 
     def _read_results(self) -> None:
         if not self.results_path.exists():
@@ -191,6 +217,7 @@ class GuestRun:
 
     def report(self, nodeid: str) -> None:
         """Raise (or return, for a pass) what the guest said of this item."""
+        self.finish()
         where = f"in the {self.kernel} guest (log: {self.log})"
         rows = self.reports.get(nodeid)
         if not rows:
@@ -212,6 +239,29 @@ class GuestRun:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Boot every wanted kernel now, in the background, while the host's own tests run
+    (vm items run last and wait for their guest)."""
+    config = session.config
+    if in_guest() or config.option.collectonly or not config.stash.get(_wanted, None):
+        return None
+    why = qemu_unavailable()
+    if why:
+        return None
+    runs = config.stash[_runs]
+    for kernel, nodeids in config.stash[_wanted].items():
+        runs[kernel] = GuestRun(config, kernel, nodeids)
+        _say(config, f"vm: booting Debian's {kernel} kernel in the background for "
+                     f"{len(nodeids)} tests (guest log: {runs[kernel].log})")
+    return None
+
+
+def pytest_sessionfinish(session):
+    for run in session.config.stash.get(_runs, {}).values():
+        run.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     if in_guest() or not _is_vm(pyfuncitem):
         return None
@@ -223,10 +273,7 @@ def pytest_pyfunc_call(pyfuncitem):
             config.stash[_said] = True
         pytest.skip(f"no guest can start here: {why}")
     kernel = _kernel_of(pyfuncitem)
-    runs = config.stash[_runs]
-    if kernel not in runs:
-        runs[kernel] = GuestRun(config, kernel, config.stash[_wanted][kernel])
-    runs[kernel].report(pyfuncitem.nodeid)
+    config.stash[_runs][kernel].report(pyfuncitem.nodeid)
     return True
 
 

@@ -86,10 +86,6 @@ def test_freed_buffers_and_their_lengths_equal_bpftrace(vm_kernel, skb_run):
     assert theirs and ours == theirs
 
 
-#: changed after the last guest run (a caller's exit after the free is allowed now) and
-#: not run in a guest since
-@pytest.mark.xfail(reason="not yet run in a guest since its last change", strict=False,
-                   raises=AssertionError)
 def test_lifetimes_end_where_the_buffer_is_freed(vm_kernel, skb_run):
     events = skb_run[0]
     by_life = collections.defaultdict(list)
