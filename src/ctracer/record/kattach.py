@@ -178,6 +178,26 @@ def link_missed(fd: int) -> int:
     return int(ctypes.c_uint64.from_buffer(info, 32).value) if info is not None else 0
 
 
+#: bpf_link_info.perf_event.type of a kprobe or kretprobe (BPF_PERF_EVENT_KPROBE, _KRETPROBE)
+_PERF_KPROBE_TYPES = (1, 2)
+
+
+def perf_link_missed(fd: int) -> int:
+    """``bpf_link_info.perf_event.kprobe.missed`` of a perf kprobe's link: the calls its
+    kprobe or kretprobe did not run for (a kretprobe's are those beyond its maxactive
+    instances in flight); kernels 6.7+, 0 when unknown."""
+    name = ctypes.create_string_buffer(256)
+    info = ctypes.create_string_buffer(72)
+    # perf_event at 16: type @16; kprobe: func_name @24, name_len @32, ..., missed @48
+    ctypes.c_uint64.from_buffer(info, 24).value = ctypes.addressof(name)
+    ctypes.c_uint32.from_buffer(info, 32).value = len(name)
+    if _object_info(fd, len(info), info) is None:
+        return 0
+    if ctypes.c_uint32.from_buffer(info, 16).value not in _PERF_KPROBE_TYPES:
+        return 0
+    return int(ctypes.c_uint64.from_buffer(info, 48).value)
+
+
 # ------------------------------------------------------------------ fentry targets
 
 def btf_targets(functions) -> Callable[[object], Optional[tuple[int, int]]]:
@@ -300,6 +320,7 @@ class KernelLinks:
     prog_fds: list[int] = field(default_factory=list)
     link_fds: list[int] = field(default_factory=list)
     multi_fds: list[int] = field(default_factory=list)
+    perf_fds: list[int] = field(default_factory=list)   # perf kprobes' links (also in link_fds)
     how: str = ""
     seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -426,6 +447,7 @@ class KernelLinks:
                 os.close(event)  # the link holds the event
                 if link >= 0:
                     self.link_fds.append(link)
+                    self.perf_fds.append(link)
                 else:
                     why = f"the kernel refused to link the kprobe ({_err(err)})"
             self._set(r, kind, why)
@@ -433,13 +455,14 @@ class KernelLinks:
     # -- reading and closing ----------------------------------------------------
 
     def missed(self) -> dict[str, int]:
-        """What the kernel did not run: fentry/fexit recursion (program stats) and
-        kprobe.multi misses (link info)."""
+        """What the kernel did not run: fentry/fexit recursion (program stats),
+        kprobe.multi misses and perf kprobes' (kretprobe maxactive) misses (link info)."""
         return {"recursion": sum(prog_recursion_misses(fd) for fd in self.prog_fds),
-                "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds)}
+                "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds),
+                "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
     def close(self) -> None:
-        links, self.link_fds, self.multi_fds = self.link_fds, [], []
+        links, self.link_fds, self.multi_fds, self.perf_fds = self.link_fds, [], [], []
         close_in_parallel(links)
         progs, self.prog_fds = self.prog_fds, []
         close_in_parallel(progs)
