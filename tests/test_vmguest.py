@@ -34,6 +34,7 @@ def run_pytest(tmp_path, *args: str, path: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_guesty.py").write_text(VM_TEST)
     env = dict(os.environ, PATH=path, PYTHONPATH=str(TESTS))
     env.pop("CTRACER_VM_KERNEL", None)
+    env.pop("PYTEST_ADDOPTS", None)   # the outer run's options are not the inner one's
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "vmguest", "-p",
                            "no:cacheprovider", "-rs", "-v", f"--basetemp={tmp_path / 'bt'}",
                            *args, str(tmp_path / "test_guesty.py")],
