@@ -142,10 +142,11 @@ def test_spark_merged_schema_has_one_type_per_member(spark, dataset):
     assert (types["window"], types["retrans"], types["state"], types["state:name"],
             types["ready"], types["name"], types["host"]) == (
         "bigint", "bigint", "bigint", "string", "boolean", "string", "string")
+    assert types["peer.port"] == "bigint"
     rows = spark.sql("SELECT host, max(window) AS top, count(retrans) AS retrans, "
-                     "count(*) AS events, collect_set(`state:name`) AS states "
-                     "FROM events GROUP BY host ORDER BY host").collect()
-    got = [(r.host, r.top, r.retrans, r.events, sorted(r.states)) for r in rows]
-    assert got == [("build-narrow", 1002, 0, 2 * 3 * 6, ["CONN_CLOSED", "CONN_IDLE", "CONN_OPEN"]),
-                   ("build-wide", 70004, 2 * 5 * 4, 2 * 5 * 4,
-                    ["CONN_CLOSED", "CONN_IDLE", "CONN_OPEN"])]
+                     "count(*) AS events, collect_set(`state:name`) AS states, "
+                     "max(`peer.port`) AS port FROM events GROUP BY host ORDER BY host").collect()
+    got = [(r.host, r.top, r.retrans, r.events, sorted(r.states), r.port) for r in rows]
+    states = ["CONN_CLOSED", "CONN_IDLE", "CONN_OPEN"]
+    assert got == [("build-narrow", 1002, 0, 2 * 3 * 6, states, 8002),
+                   ("build-wide", 70004, 2 * 5 * 4, 2 * 5 * 4, states, 8004)]
