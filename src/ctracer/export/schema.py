@@ -134,7 +134,8 @@ def _field_columns(column: str, f, data: "pa.Array") -> list[tuple[str, "pa.Arra
     if kind == "enum" and f.enumerators:
         names = dict(f.enumerators)
         out.append((column + ENUM_NAME, _per_value(data, names.get, "string")))
-    bits = [(int(b), str(n)) for b, n in f.source.get("bits", ())]
+    bits = [(b, str(n)) for b, n in f.source.get("bits", ())
+            if isinstance(b, int) and 0 <= b < 64]
     if bits:
         out.append((column + FLAG_BITS, _per_value(
             data, lambda v: [n for b, n in bits if v >> b & 1], "list<string>")))
