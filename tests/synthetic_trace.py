@@ -243,7 +243,8 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                           sends: int = 5, addresses_per_thread: int = 2, seed: int = 1,
                           lost_events: int = 0, attach_failures: bool = False,
                           base_address: int = 0x55D0C0A0,
-                          host: str = "synthetic-host") -> SyntheticTruth:
+                          host: str = "synthetic-host",
+                          kernel: str = "6.1.0-synthetic") -> SyntheticTruth:
     """Write a trace of ``threads`` threads each running ``lifecycles`` socket lifecycles
     on its own pool of ``addresses_per_thread`` reused addresses; return the truth."""
     sim = _Simulation(seed)
@@ -264,7 +265,7 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                full_layout="struct sock {\n\tstruct sock_common sk_common; /* 0 136 */\n"
                            "\t/* ... synthetic ... */\n};",
                target="/usr/local/bin/sockdemo", host=host,
-               kernel_release="6.1.0-synthetic", argv=["ctracer", "trace", "struct", "sock"],
+               kernel_release=kernel, argv=["ctracer", "trace", "struct", "sock"],
                command=["sockdemo", "--run"], started_at=1_700_000_000.0,
                ended_at=1_700_000_003.5, lost_events=lost_events, events=len(merged))
     rows = []

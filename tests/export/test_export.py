@@ -19,7 +19,7 @@ import pytest
 
 from ctracer.report.build import build_report
 from ctracer.tracefile import Trace
-from synthetic_trace import MINI, write_synthetic_trace
+from synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 
 JSONL_KEYS = ["time_ns", "cpu", "pid", "tid", "comm", "function", "probe", "object",
               "lifetime", "depth", "ret", "args", "fields"]
@@ -285,9 +285,22 @@ def test_parquet_file_schema(simulated, tmp_path):
             "depth", "ret", "args", "changed", "changed_by", "unreadable"]
     assert t.column_names[:len(want)] == want
     assert t.column_names[-4:] == ["host", "kernel", "struct", "trace_id"]
-    assert [f.name for f in MINI.ordered_fields] == t.column_names[len(want):-4]
-    assert str(t.schema.field("time_ns").type) == "int64"
-    assert str(t.schema.field("sk_stats.tx_bytes").type) == "uint64"
+    fields = [[f.name] + ([f.name + ":name"] if f.kind == "enum" else [])
+              for f in MINI.ordered_fields]
+    assert sum(fields, []) == t.column_names[len(want):-4]
+    types = {f.name: str(f.type) for f in t.schema}
+    assert types["time_ns"] == "int64" and types["pid"] == "int32"
+    # a field's type is its kind's, whatever its width: u8, u16, s32 and u64 alike
+    assert {types[n] for n in ("sk_common.skc_state", "sk_common.skc_family", "sk_refcnt",
+                               "sk_stats.tx_bytes", "sk_prio_class")} == {"int64"}
+    assert (types["sk_common.skc_reuse"], types["sk_user_data"], types["sk_name"],
+            types["sk_common.skc_state:name"]) == ("bool", "string", "string", "string")
+    states = dict(zip(t.column("sk_common.skc_state").to_pylist(),
+                      t.column("sk_common.skc_state:name").to_pylist()))
+    assert states and all(name == dict(TCP_STATES).get(v) for v, name in states.items()
+                          if v is not None)
+    assert {v[:2] for v in t.column("sk_user_data").to_pylist() if v} == {"0x"}
+    assert pq.read_metadata(out).metadata[b"ctracer.export_schema"] == b"2"
     assert set(t.column("host").to_pylist()) == {"synthetic-host"}
     assert len(set(t.column("trace_id").to_pylist())) == 1
 

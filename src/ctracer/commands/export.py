@@ -16,6 +16,7 @@ examples:
   ctracer export sock.ctrace --format perfetto -o sock.json  # open in ui.perfetto.dev
   ctracer export sock.ctrace --format parquet -o sock.parquet
   ctracer export sock.ctrace --format parquet -o dataset/    # dataset/host=…/struct=sock/…
+  ctracer export sock.ctrace --format parquet --host web-1 -o dataset/   # host=web-1/…
 """
 
 
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "perfetto to TRACE.perfetto.json; parquet to TRACE.parquet, or "
                              "with a directory, Hive-partitioned files under it. An existing "
                              "file is kept as FILE.old")
+    parser.add_argument("--host", metavar="NAME",
+                        help="the host column of csv and parquet exports (and parquet's "
+                             "host=NAME/ folder): default the trace's host; give one when "
+                             "machines named alike recorded traces (letters, digits, _.-)")
 
 
 def default_output(trace: str, fmt: str):
@@ -37,11 +42,27 @@ def default_output(trace: str, fmt: str):
     return {"perfetto": f"{stem}.perfetto.json", "parquet": f"{stem}.parquet"}.get(fmt)
 
 
+def check_host(host, fmt: str) -> None:
+    """``--host``: a name that is its own partition folder, for formats with a host."""
+    from ctracer.errors import UsageError
+    from ctracer.files import safe_name
+
+    if host is None:
+        return
+    if fmt not in ("csv", "parquet"):
+        raise UsageError(f"--host names the host column of csv and parquet exports; "
+                         f"{fmt} has none")
+    if not host or safe_name(host) != host:
+        raise UsageError(f"--host {host!r}: a host name is letters, digits, '_', '.' "
+                         "and '-' (it names the export's host=NAME/ folder)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ctracer.export import perfetto, parquet, text
     from ctracer.export.table import event_table
     from ctracer.tracefile import Trace, decoding_progress
 
+    check_host(args.host, args.format)
     trace = Trace(args.trace, progress=decoding_progress())
     output = args.output or default_output(args.trace, args.format)
     if trace.incomplete:
@@ -51,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         written = output
     else:
         table = event_table(trace)
+        if args.host is not None:
+            table = table.with_host(args.host)
         if args.format == "jsonl":
             text.write_jsonl(table, output)
         elif args.format == "csv":

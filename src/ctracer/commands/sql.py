@@ -1,6 +1,7 @@
 """Run SQL (DuckDB, embedded) over trace files and their exports: every input is one view,
-`events` (one row per event; the columns of `ctracer export --format parquet`, fields as
-columns named by their dotted path — quote them: "__sk_common.skc_state")."""
+`events` (one row per event; the columns and types of `ctracer export --format parquet`,
+the export schema of README.md, fields as columns named by their dotted path — quote
+them: "__sk_common.skc_state")."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import sys
 EPILOG = """\
 examples:
   ctracer sql "SELECT function, count(*) AS calls FROM events GROUP BY 1 ORDER BY 2 DESC" sock.ctrace
-  # which function changed a field most, per host, over many hosts' exports
+  # calls per function, per host and kernel, over many hosts' exports
+  ctracer sql "SELECT host, kernel, function, count(*) AS calls FROM events
+               WHERE probe <> 'entry' GROUP BY ALL ORDER BY host, calls DESC" dataset/
+  # field changes per host and function (README.md: which function changes each most)
   ctracer sql "SELECT host, field, changed_by, count(*) AS changes
                FROM (SELECT host, changed_by, unnest(changed) AS field FROM events)
                GROUP BY ALL ORDER BY changes DESC" dataset/

@@ -9,8 +9,10 @@ never disagree.  The writers, each in its own module:
   by DuckDB from the table;
 * `perfetto` — Chrome trace JSON that the Perfetto UI opens: a track per object, a
   slice per call, field changes as the slice's args;
-* `parquet` — the documented columnar schema (`parquet.SCHEMA_DOC`), as one file or
-  Hive-partitioned (``host=…/struct=…/``) for DuckDB, Spark or Trino;
+* `schema` — the export schema: one column type per kind of member, whatever the
+  kernel or build (so many hosts' exports merge), its version, and the checks of files;
+* `parquet` — that schema written as one file or Hive-partitioned
+  (``host=…/struct=…/``) for DuckDB, Spark or Trino;
 * `sql` — DuckDB (embedded) over trace files and exports together.
 
 Heavy libraries (numpy, pyarrow, duckdb) are imported only when an export runs.

@@ -1,15 +1,18 @@
 """SQL over traces and exports, run by DuckDB (embedded): `ctracer sql`.
 
-Every input becomes part of one view, ``events``, with the columns of
-`ctracer.export.table` (the Parquet schema in `ctracer.export.parquet`):
+Every input becomes part of one view, ``events``, in the export schema
+(`ctracer.export.schema`, the columns and types of a Parquet export):
 
 * a trace file is read into its event table (the report stage's lifetimes, depths and
-  change attribution included);
+  change attribution included), in that schema;
 * a Parquet file is read as it is; a directory is every ``*.parquet`` below it, read with
-  Hive partitioning (``host=…/struct=…/``), and every trace file below it.
+  Hive partitioning (``host=…/struct=…/``, both read as text), and every trace file
+  below it.  Each Parquet file is checked first (`schema.check_file`): one of a newer
+  schema, or filed under another struct's partition, is refused in one line.
 
-Inputs are combined by column name, so traces of different structs (different field
-columns) query together; a column an input lacks reads as null.
+Inputs are combined by column name, so hosts on different kernels and traces of
+different structs (different field columns) query together; a column an input lacks
+reads as null.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ctracer.errors import CtracerError, InputFileError, UsageError
+from ctracer.export.schema import PARTITIONS, check_file, export_table
 from ctracer.export.text import sql_string
 from ctracer.tracefile import Trace
 
 _SQLITE_MAGIC = b"SQLite format 3\0"
 _PARQUET_MAGIC = b"PAR1"
+#: partition values are names (a host called 1234 stays text)
+_TEXT_PARTITIONS = "{" + ", ".join(f"'{p}': 'VARCHAR'" for p in PARTITIONS) + "}"
 
 
 @dataclass
@@ -55,6 +61,7 @@ def _inputs(paths: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
                 for name in sorted(files):
                     full = os.path.join(root, name)
                     if name.endswith(".parquet"):
+                        check_file(full)
                         found = True
                     elif name.endswith(".ctrace"):
                         traces.append(full)
@@ -68,6 +75,7 @@ def _inputs(paths: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
         elif _kind(path) == "trace":
             traces.append(path)
         else:
+            check_file(path)
             parquets.append(path)
     return traces, parquets, dirs
 
@@ -86,7 +94,7 @@ def connect(paths: Sequence[str]):
     for i, path in enumerate(traces):
         trace = Trace(path)
         try:
-            table = event_table(trace).table
+            table = export_table(event_table(trace))
         finally:
             trace.close()
         con.register(f"trace_{i}", table)
@@ -96,7 +104,8 @@ def connect(paths: Sequence[str]):
     for path in dirs:
         pattern = os.path.join(path, "**", "*.parquet")
         parts.append(f"SELECT * FROM read_parquet({sql_string(pattern)}, "
-                     "hive_partitioning = true, union_by_name = true)")
+                     f"hive_partitioning = true, hive_types = {_TEXT_PARTITIONS}, "
+                     "union_by_name = true)")
     con.execute("CREATE VIEW events AS " + " UNION ALL BY NAME ".join(parts))
     return con
 

@@ -1,6 +1,6 @@
 """A trace file as one columnar table: one row per event, in time order.
 
-The columns (`COLUMNS`, documented for Parquet in `ctracer.export.parquet`):
+The columns (`COLUMNS`; their types in exports: `ctracer.export.schema`):
 
 * the event: ``time_ns``, ``cpu``, ``pid``, ``tid``, ``comm``, ``function`` (tracepoints
   as ``tp:NAME``), ``probe`` (``entry``, ``exit``, ``tracepoint``), ``object`` (hex
@@ -27,12 +27,13 @@ all events at once with a numpy structured dtype built from the event layout
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, array_value
+from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, Layout, array_value
 from ctracer.report import build
 from ctracer.report.snapshots import SnapshotColumn
 from ctracer.tracefile import Trace
@@ -56,6 +57,16 @@ class EventTable:
     trace_columns: dict[str, str]  # host, kernel, struct, trace_id
     incomplete: Optional[str]  # `Trace.incomplete`
     struct_name: str
+    layout: Optional[Layout] = None  # the trace's mini layout: each field's kind
+
+    def with_host(self, host: str) -> "EventTable":
+        """The same table with ``host`` in its host column (`ctracer export --host`)."""
+        import numpy as np
+        column = self.table.column_names.index("host")
+        zeros = np.zeros(self.table.num_rows, np.int32)
+        table = self.table.set_column(column, "host", _dictionary(zeros, [host]))
+        return dataclasses.replace(self, table=table,
+                                   trace_columns={**self.trace_columns, "host": host})
 
 
 def trace_id(trace: Trace) -> str:
@@ -206,4 +217,4 @@ def event_table(trace: Trace) -> EventTable:
     for name, value in constants.items():
         columns[name] = _dictionary(zeros, [value])
     table = pa.table(columns)
-    return EventTable(table, fields, constants, trace.incomplete, trace.struct_name)
+    return EventTable(table, fields, constants, trace.incomplete, trace.struct_name, trace.mini)
