@@ -102,3 +102,27 @@ def test_not_root(tmp_path):
                 as_nobody=True)
     assert_one_line_error(r, "root")
     assert not (tmp_path / "sock.ctrace").exists()
+
+
+@pytest.mark.parametrize("target", [["sock", "--binary", gt.SOCKDEMO], ["struct", "sock"]])
+@pytest.mark.parametrize("command, words", [
+    ("no-such-command-ctracer", "command not found"),
+    ("/no/such/program", "no such file"),
+    ("/etc", "is a directory"),
+    ("/etc/passwd", "not executable")])
+def test_a_command_that_cannot_run_exits_127_before_anything_is_compiled(tmp_path, target,
+                                                                        command, words):
+    """As a shell says it (127), and before the seconds of compiling: run as nobody, the
+    recording would stop at 'needs root' after building the probes, so 127 here shows
+    the command was checked first."""
+    r = ctracer(["trace", *target, "--", command], tmp_path, as_nobody=True)
+    assert_one_line_error(r, f"cannot run {command}", words)
+    assert r.returncode == 127
+
+
+@pytest.mark.parametrize("extra, words", [(["--", gt.SOCKDEMO], "-- COMMAND"),
+                                          (["-d", "3"], "-d"), (["--tail"], "--tail")])
+def test_print_bpf_refuses_what_it_would_ignore(tmp_path, extra, words):
+    r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--print-bpf", *extra], tmp_path)
+    assert_one_line_error(r, "--print-bpf prints the program and records nothing", words)
+    assert r.returncode == 2
