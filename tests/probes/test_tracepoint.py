@@ -63,8 +63,9 @@ def test_where_parses_into_a_tree_of_layout_fields():
     ("skc_nmu == 1", ["no 'skc_nmu'", "did you mean"]),
     ("name == 1", ["not an integer field"]),
     ("skc_state == ); system(\"x\")", ["cannot read"]),
-    ("skc_state == )", ["needs an integer"]),
-    ("skc_state = 1", ["cannot read"]),
+    ("skc_state == )", ["needs a value"]),
+    ("skc_state =", ["needs a value"]),
+    ("skc_dport == 127.0.0.1", ["needs a number, not '127.0.0.1'"]),
     ("skc_state == 1 extra", ["unexpected"]),
     ("(skc_state == 1", ["expected ')'"]),
     ("", ["needs a condition"]),
@@ -74,6 +75,11 @@ def test_where_refuses_what_it_cannot_check(text, words):
         where.parse(text, LAYOUT)
     for w in words:
         assert w in str(e.value)
+
+
+def test_a_single_equals_sign_is_read_as_two():
+    assert where.parse("skc_dport = 8080 and sk_err=-1", LAYOUT) == \
+        where.parse("skc_dport == 8080 && sk_err == -1", LAYOUT)
 
 
 def test_where_c_is_built_from_the_tree_only():

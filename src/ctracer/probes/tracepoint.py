@@ -173,6 +173,12 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
 def where_c(node: where_clause.Condition, var: str) -> str:
     """C for a parsed ``--where`` condition on the snapshot ``var`` (a pointer to the
     mini struct): identifiers from the layout, integers as literals, nothing else."""
+    if isinstance(node, where_clause.Compare) and node.field.kind == "ipv6":
+        # 16 bytes, compared one by one as unsigned (== and != only, the parser says)
+        data = (node.value % (1 << 128)).to_bytes(16, "big")
+        same = " && ".join(f"(u8){var}->{node.field.c_name}[{i}] == {b:#x}"
+                           for i, b in enumerate(data))
+        return f"({same})" if node.op == "==" else f"(!({same}))"
     if isinstance(node, where_clause.Compare):
         signed = node.field.kind == "int" or node.field.ctype.startswith("s")
         cast = "s64" if signed else "u64"
