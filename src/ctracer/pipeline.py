@@ -345,6 +345,14 @@ def build(request: TraceRequest) -> BuiltTrace:
                             cachelines=list(request.cachelines), max_bytes=request.max_bytes,
                             kinds=registry.claim)
     if not built.layout.fields:
+        chosen = [o for o, given in (("--fields", request.fields),
+                                     ("--exclude-fields", request.exclude_fields),
+                                     ("--cachelines", request.cachelines),
+                                     ("--max-bytes", request.max_bytes)) if given]
+        if chosen:
+            raise UsageError(f"no field of {kind.value} {name} is left after "
+                             f"{', '.join(chosen)}: a snapshot needs at least "
+                             "one (ctracer struct --mini --explain lists them)")
         raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
     if source.is_kernel and hasattr(model, "find_enum"):
         from ctracer.plan import displays
@@ -397,6 +405,10 @@ def build(request: TraceRequest) -> BuiltTrace:
         methods = select_methods([m for m in found.methods if not m.is_tracepoint],
                                  request.functions, request.exclude)
         if not methods:
+            if request.exclude or request.functions:
+                raise UsageError(f"no function of {source.binary} taking {kind.value} "
+                                 f"{name} is left after --functions and --exclude: "
+                                 "nothing to probe")
             raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
                                "(directly, through an alias or a holder): nothing to probe")
         program = uprobes.build_program(methods, built.layout,

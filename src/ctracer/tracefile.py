@@ -684,10 +684,13 @@ class Trace:
         try:
             names = {r[0] for r in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "meta" not in names:
+            columns = ({r[1] for r in db.execute("PRAGMA table_info(meta)")}
+                       if "meta" in names else set())
+            if not {"key", "value"} <= columns:
                 db.close()
+                why = " (its meta table is not a trace's)" if "meta" in names else ""
                 raise TraceFileError(f"{path} is an SQLite database but not a ctracer "
-                                     "trace file")
+                                     f"trace file{why}")
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.Error as e:
             db.close()

@@ -126,3 +126,24 @@ def test_print_bpf_refuses_what_it_would_ignore(tmp_path, extra, words):
     r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--print-bpf", *extra], tmp_path)
     assert_one_line_error(r, "--print-bpf prints the program and records nothing", words)
     assert r.returncode == 2
+
+
+def test_a_field_glob_is_suggested_names_it_could_use(tmp_path):
+    """Suggestions include the names a glob may give (skc_num for __sk_common.skc_num,
+    as --where and the pages name it), not only full paths."""
+    r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--fields", "skc_nmu",
+                 "--print-bpf"], tmp_path)
+    assert_one_line_error(r, "'skc_nmu' matches no recordable field", "did you mean skc_num")
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--exclude", "*"], ["is left after --functions and --exclude"]),
+    (["--exclude-fields", "*"], ["no field of struct sock is left after --exclude-fields"]),
+    (["--fields", "sk_rcvbuf", "--exclude-fields", "sk_rcv*"],
+     ["is left after --fields, --exclude-fields"]),
+])
+def test_a_selection_that_leaves_nothing_says_so(tmp_path, options, words):
+    r = ctracer(["trace", "struct", "sock", "--binary", gt.SOCKDEMO, *options, "--print-bpf"],
+                tmp_path)
+    assert_one_line_error(r, *words)
+    assert r.returncode == 2
