@@ -362,6 +362,7 @@ def build(request: TraceRequest) -> BuiltTrace:
     if source.is_kernel:
         from ctracer.plan import heads
         from ctracer.plan import lifetimes
+        from ctracer.plan import stores
         from ctracer.probes.kernel import build_kernel_program
         choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
         note = choice.note
@@ -399,6 +400,9 @@ def build(request: TraceRequest) -> BuiltTrace:
             tracepoint_args={str(row): [a.to_json() for a in args]
                              for row, args in program.args_by_row().items()},
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
+            announced_stores=[r.to_json() for r in stores.place(
+                name, {tp.name: [a.name for a in tp.args] for tp in program.tracepoints},
+                [f.name for f in built.layout.fields])],
             probe_plan=note, head_read=head.to_json() if head is not None else None)
     else:
         from ctracer.probes import program as uprobes

@@ -278,7 +278,9 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
     if args.tail:
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
-        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini))
+        from ctracer.plan.stores import rules_by_tracepoint
+        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini),
+                    announced=rules_by_tracepoint(built.meta.get("announced_stores")))
 
     def announce() -> None:
         if args.quiet:

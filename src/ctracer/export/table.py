@@ -10,8 +10,9 @@ The columns (`COLUMNS`, documented for Parquet in `ctracer.export.parquet`):
   functions that return one), ``args`` (a tracepoint's arguments by name, as JSON);
 * what the report derives: ``changed`` (the fields whose value differs from the
   object's previous snapshot) and ``changed_by`` (the function that made those changes:
-  the exiting function, or at an entry the traced caller; null when no traced function
-  was running), ``unreadable`` (the probe could not read the object);
+  the exiting function, or at an entry the traced caller; at a tracepoint hit with no
+  traced call running, the tracepoint that announced or showed them, ``tp:NAME``; null
+  otherwise), ``unreadable`` (the probe could not read the object);
 * the snapshot: one column per mini-struct field, named by its dotted member path as
   ``ctracer struct --mini`` prints it (``__sk_common.skc_state``; ``fields.PATH`` where
   the path is one of the names above, e.g. task_struct's ``pid``), raw values (null when
@@ -162,7 +163,7 @@ def event_table(trace: Trace) -> EventTable:
     rets = [r.retval for r in rows]
     comms = [r.comm for r in rows]
     changed = [[c.field for c in r.changes] if r.changes else None for r in rows]
-    changed_by = [r.changes[0].function if r.changes else None for r in rows]
+    changed_by = [r.changes[0].credited if r.changes else None for r in rows]
 
     fid_list = sorted(names)
     index_of = {f: i for i, f in enumerate(fid_list)}

@@ -4,7 +4,10 @@ written as usual (what nfs_trace's reader and bpftrace users expect).
 A line is: seconds since the first event, the object's address, the function (a
 tracepoint as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it
 changed since the object's previous event, ``old → new`` (the first event of an object
-shows none: there is nothing to compare with).  Values are shown by the ``formatter``
+shows none: there is nothing to compare with, nor has the first hit of a lifetime a
+lifetime rule starts, and a hit a rule says ends one is the last compared with).  A
+store a tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
+announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by the ``formatter``
 the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
 addresses by name), else as raw numbers.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Protocol, TextIO
 
+from ctracer.plan import stores
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
                            PHASE_TRACEPOINT, args_offset, mini_offset)
 
@@ -39,7 +43,8 @@ class Tail:
     """A ring buffer callback printing each event on one line."""
 
     def __init__(self, program, out: Optional[TextIO] = None,
-                 formatter: Optional[Formatter] = None):
+                 formatter: Optional[Formatter] = None,
+                 announced: Optional[dict[str, stores.Announced]] = None):
         self.out = out or sys.stdout
         self.fmt = formatter or _Raw()
         self.mini = program.mini
@@ -48,6 +53,12 @@ class Tail:
         self.names = {r.id: (f"tp:{r.name}" if r.reach == "tracepoint" else r.name)
                       for r in program.rows}
         self.args = program.args_by_row()
+        self.tracepoint_names = {r.id: r.name for r in program.rows if r.reach == "tracepoint"}
+        #: tracepoint name -> the lifetime rules naming it, the store it announces
+        self.rules: dict[str, list] = {}
+        for rule in getattr(program, "rules", ()):
+            self.rules.setdefault(rule.tracepoint, []).append(rule)
+        self.announced = announced or {}
         head = getattr(program, "head", None)
         #: the fields an event that read only the object's head carries, and the head
         self.head_fields = frozenset(head.fields) if head is not None else frozenset()
@@ -62,11 +73,22 @@ class Tail:
         obj, fid, phase = h["object"], h["function_id"], h["phase"]
         what = self.names.get(fid, f"#{fid}")
         parts = [f"{(h['ts_ns'] - self.first_ns) / 1e9:12.6f}", f"{obj:#x}", what]
+        args: dict[str, Any] = {}
+        starts = ends = False
+        announced = None
         if phase == PHASE_TRACEPOINT:
             spec = self.args.get(fid, ())
             if spec:
                 import struct
                 raw_args = struct.unpack_from(f"<{self.nargs}Q", raw, args_offset())
+                args = {a.name: a.value(v) for a, v in zip(spec, raw_args)}
+                name = self.tracepoint_names.get(fid, "")
+                for rule in self.rules.get(name, ()):
+                    if (rule.param_index < len(raw_args) and raw_args[rule.param_index] == obj
+                            and rule.applies(args)):
+                        starts = starts or rule.effect == "starts"
+                        ends = ends or rule.effect == "ends"
+                announced = self.announced.get(name)
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
                     f"{a.name}={a.value(v):#x}" if a.kind == "pointer" else
@@ -80,17 +102,28 @@ class Tail:
             parts.append("(object unreadable)")
         else:
             values = self.mini.decode(raw, self.start)
-            before = self.last.get(obj)
+            before = None if starts else self.last.get(obj)  # never across lifetimes
             if h["flags"] & FLAG_HEAD_ONLY:
                 parts.append(f"(only {self.head_member} read)")
                 values = {k: v for k, v in values.items() if k in self.head_fields}
                 if before is not None:  # the fields not read keep their last value read
                     values = {**before, **values}
-            self.last[obj] = values
+            show = self.fmt.show
+            changed = []
             if before is not None:
-                show = self.fmt.show
                 changed = [f"{k}: {show(k, before[k])} → {show(k, v)}"
                            for k, v in values.items() if k in before and before[k] != v]
+            if announced is not None and announced.field in values:
+                values = dict(values)
+                done = stores.apply(announced, values, args)
+                if done is not None:
+                    changed.append(f"{announced.field}: {show(announced.field, done[0])} → "
+                                   f"{show(announced.field, done[1])} (announced)")
+            if ends:
+                self.last.pop(obj, None)  # the address is a new object from its next hit
+            else:
+                self.last[obj] = values
+            if changed:
                 shown = changed[:MAX_CHANGES_SHOWN]
                 if len(changed) > len(shown):
                     shown.append(f"… {len(changed) - len(shown)} more")

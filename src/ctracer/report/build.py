@@ -18,6 +18,8 @@ Each pass is a named function, linear in the number of events, tested on its own
    first, so unchanged snapshots are never decoded); each difference attributed: at an
    exit, to the function exiting; at an entry, to the traced caller running on that
    thread, or to code outside any traced call.
+6. `announce_changes` (`ctracer.report.announced`) — a change a tracepoint announces
+   before its store (``inet_sock_set_state``'s ``newstate``) moved to that tracepoint's row.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSI
                                   MethodStats, ObjectKey, ObjectTimeline, Points, ReportData, Row,
                                   TraceSummary)
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.report.announced import announce_changes
 from ctracer.report.names import object_dir, object_label
 from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
 from ctracer.tracefile import FunctionRow, Trace
@@ -847,6 +850,9 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None,
     start_ns = rows[0].ts_ns if rows else 0
     find_changes(found, trace.mini, fns, calls.methods, start_ns, trace.head_fields,
                  release_snapshots=not keep_snapshots)
+    tracepoints = {r.function_id for r in rows if r.phase == PHASE_TRACEPOINT}
+    announce_changes(list(found.objects.values()), {f: fns.name(f) for f in tracepoints},
+                     trace.meta_json("announced_stores"), start_ns)
     return Passes(fns, pairing, calls, found, start_ns, len(rows))
 
 

@@ -40,7 +40,7 @@ from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
 from ctracer.report.build import build_report
-from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
+from ctracer.report.data import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
@@ -303,6 +303,9 @@ class _Site:
 
     def cause_text(self, c: Change) -> str:
         tracepoint = c.seen_at.startswith("tp:")
+        if c.cause == CAUSE_ANNOUNCED:
+            return (f"announced by tracepoint {c.seen_at[3:]} (its argument; the store "
+                    "follows the hit)")
         if c.cause == CAUSE_DURING:
             return f"during {c.function}"
         if c.cause == CAUSE_CALLER:
