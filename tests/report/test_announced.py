@@ -134,8 +134,11 @@ def test_tail_shows_the_announced_store_and_never_diffs_across_lifetimes():
         (2, 2, (SK,)),        # the store seen: nothing to say
         (3, 1, (SK,)),        # tcp_destroy_sock: SYN_SENT → ESTABLISHED seen; life ends
         (2, 7, (SK,)),        # the next socket at the address: not diffed with the last
+        (1, 10, (SK, 10, 3)), # LISTEN → SYN_RECV on an address last seen CLOSE: a clone
     ]]
     assert lines[0].endswith("| __sk_common.skc_state: TCP_CLOSE → TCP_SYN_SENT (announced)")
     assert "|" not in lines[1]
     assert lines[2].endswith("| __sk_common.skc_state: TCP_SYN_SENT → TCP_ESTABLISHED")
     assert "|" not in lines[3]
+    assert "(another object at this address)" in lines[4]
+    assert lines[4].endswith("| __sk_common.skc_state: 10 → 3 (announced)")

@@ -7,7 +7,9 @@ changed since the object's previous event, ``old → new`` (the first event of a
 shows none: there is nothing to compare with, nor has the first hit of a lifetime a
 lifetime rule starts, and a hit a rule says ends one is the last compared with).  A
 store a tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
-announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by the ``formatter``
+announcing hit, ``old → new (announced)``, as the report shows it; an announcing hit
+whose snapshot does not hold the value last announced for the address is another
+object's, not diffed with it.  Values are shown by the ``formatter``
 the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
 addresses by name), else as raw numbers.
 """
@@ -108,6 +110,12 @@ class Tail:
                 values = {k: v for k, v in values.items() if k in self.head_fields}
                 if before is not None:  # the fields not read keep their last value read
                     values = {**before, **values}
+            if (before is not None and announced is not None
+                    and before.get(announced.field) != values.get(announced.field)):
+                # the last store announced for the object is not what it holds: another
+                # object at the address (a rule's end or start not traced)
+                before = None
+                parts.append("(another object at this address)")
             show = self.fmt.show
             changed = []
             if before is not None:
@@ -117,8 +125,8 @@ class Tail:
                 values = dict(values)
                 done = stores.apply(announced, values, args)
                 if done is not None:
-                    changed.append(f"{announced.field}: {show(announced.field, done[0])} → "
-                                   f"{show(announced.field, done[1])} (announced)")
+                    changed.insert(0, f"{announced.field}: {show(announced.field, done[0])}"
+                                      f" → {show(announced.field, done[1])} (announced)")
             if ends:
                 self.last.pop(obj, None)  # the address is a new object from its next hit
             else:
