@@ -17,7 +17,6 @@ ret                 int64           return value (exits of functions returning o
 args                string          tracepoint arguments by name, as a JSON object
 changed             list<string>    fields that differ from the object's previous event
 changed_by          string          the function the report credits with those changes
-                                    (a tracepoint ``tp:NAME`` when no traced call ran)
 unreadable          bool            the probe could not read the object
 <field path>        per C type      one column per mini-struct field, named by its dotted
                                     member path (``__sk_common.skc_state``; ``fields.X``
