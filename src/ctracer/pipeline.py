@@ -207,6 +207,14 @@ def _check_kernel_only(request: TraceRequest) -> None:
                          "trace (no --binary)")
 
 
+def _argument_names(arguments: dict, model) -> dict:
+    """Tracepoint arguments with the names of their enums from the kernel's BTF."""
+    if not hasattr(model, "find_enum"):
+        return arguments
+    from ctracer.plan import displays
+    return displays.annotate_arguments(arguments, model)
+
+
 def _admission(request: TraceRequest, layout):
     from ctracer.plan import where as where_clause
     from ctracer.probes.tracepoint import Admission
@@ -397,8 +405,9 @@ def build(request: TraceRequest) -> BuiltTrace:
         extra = dict(
             traced="kernel", type_source=source.describe(), event_nargs=program.nargs,
             return_kinds={str(k): v for k, v in program.return_kinds().items()},
-            tracepoint_args={str(row): [a.to_json() for a in args]
-                             for row, args in program.args_by_row().items()},
+            tracepoint_args=_argument_names({str(row): [a.to_json() for a in args]
+                                             for row, args in program.args_by_row().items()},
+                                            model),
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
             announced_stores=[r.to_json() for r in stores.place(
                 name, {tp.name: [a.name for a in tp.args] for tp in program.tracepoints},

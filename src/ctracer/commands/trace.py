@@ -279,7 +279,8 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
         from ctracer.plan.stores import rules_by_tracepoint
-        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini),
+        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini,
+                                                            built.meta.get("tracepoint_args")),
                     announced=rules_by_tracepoint(built.meta.get("announced_stores")))
 
     def announce() -> None:

@@ -389,6 +389,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                                 probe_misses=misses, detach_seconds=round(detach_seconds, 3))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
+                _name_kernel_text(writer, meta)
             # a flood leaves more raw events than a second decodes: its first reader
             # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
             if stopped_by != DISK_FULL:
@@ -428,6 +429,20 @@ def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingW
     counts.lost = session.lost()
     watch.check()
     return stopped_by
+
+
+def _name_kernel_text(writer: TraceWriter, meta: dict) -> None:
+    """A kernel trace's code addresses in tracepoint arguments (``location``) as
+    ``symbol+off`` in the meta ``kernel_symbols``: only this host can say (see
+    `ctracer.record.symbols`)."""
+    from ctracer.record import symbols
+    if meta.get("traced") != "kernel":
+        return
+    args = meta.get("tracepoint_args")
+    names = symbols.text_arguments(args if isinstance(args, dict) else None)
+    if names:
+        found = symbols.Kallsyms().names(writer.argument_values(names))
+        writer.set_meta(kernel_symbols=found)
 
 
 def _finish_budget(writer: TraceWriter) -> float:

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Optional, Protocol, TextIO
 
 from ctracer.plan import stores
+from ctracer.record import symbols
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
                            PHASE_TRACEPOINT, args_offset, mini_offset)
 
@@ -30,14 +31,14 @@ MAX_CHANGES_SHOWN = 8
 class Formatter(Protocol):
     def show(self, field: str, value: Any) -> str: ...
 
-    def show_arg(self, name: str, value: Any) -> str: ...
+    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str: ...
 
 
 class _Raw:
     def show(self, field: str, value: Any) -> str:
         return str(value)
 
-    def show_arg(self, name: str, value: Any) -> str:
+    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str:
         return str(value)
 
 
@@ -61,6 +62,7 @@ class Tail:
         for rule in getattr(program, "rules", ()):
             self.rules.setdefault(rule.tracepoint, []).append(rule)
         self.announced = announced or {}
+        self._kallsyms = None
         head = getattr(program, "head", None)
         #: the fields an event that read only the object's head carries, and the head
         self.head_fields = frozenset(head.fields) if head is not None else frozenset()
@@ -93,8 +95,8 @@ class Tail:
                 announced = self.announced.get(name)
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
-                    f"{a.name}={a.value(v):#x}" if a.kind == "pointer" else
-                    f"{a.name}={show(a.name, a.value(v))}"
+                    f"{a.name}={self._pointer(a.name, a.value(v))}" if a.kind == "pointer" else
+                    f"{a.name}={show(a.name, a.value(v), a.kind, fid)}"
                     for a, v in zip(spec, raw_args)) + ")")
         else:
             parts.append("entry" if phase == PHASE_ENTRY else f"exit ret={h['retval']}")
@@ -138,6 +140,16 @@ class Tail:
                 if shown:
                     parts.append("| " + ", ".join(shown))
         return " ".join(parts)
+
+    def _pointer(self, name: str, value: int) -> str:
+        """A pointer argument in hex; a code address (``location``) as symbol+off."""
+        if name in symbols.TEXT_ARGUMENTS and value:
+            if self._kallsyms is None:
+                self._kallsyms = symbols.Kallsyms()
+            text = self._kallsyms.name(value)
+            if text:
+                return f"{text} ({value:#x})"
+        return f"{value:#x}"
 
     def __call__(self, raw: bytes) -> None:
         self.out.write(self.line(raw) + "\n")

@@ -220,7 +220,8 @@ class _Site:
     def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
         self.env = _environment()
-        self.fmt = ValueFormatter(trace.mini)
+        self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
+                                  trace.meta_json("kernel_symbols") or {})
         self.layout = trace.mini
         self.names = data.function_names
         self.reach = {fid: f.reach for fid, f in trace.functions.items()}

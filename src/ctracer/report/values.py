@@ -74,8 +74,21 @@ def _char(v: int) -> str:
 class ValueFormatter:
     """Display and plot helpers for the fields of one mini layout."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Layout, arguments: Optional[dict] = None,
+                 symbols: Optional[dict] = None):
+        """``arguments``: the trace's meta ``tracepoint_args`` (row → argument dicts),
+        whose ``names`` name enum arguments (``reason``: ``SKB_DROP_REASON_...``);
+        ``symbols``: its meta ``kernel_symbols`` (hex address → ``symbol+off``)."""
         self.layout = layout
+        self._symbols = {str(k): str(v) for k, v in (symbols or {}).items()}
+        self._arg_names: dict[tuple[int, str], dict[int, str]] = {}
+        for row, args in (arguments or {}).items():
+            for a in args if str(row).isdigit() and isinstance(args, list) else ():
+                names = a.get("names") if isinstance(a, dict) else None
+                if isinstance(names, list):
+                    self._arg_names[(int(row), str(a.get("name")))] = {
+                        int(v): str(n) for v, n in names
+                        if isinstance(v, int) and isinstance(n, str)}
         self.fields: dict[str, Field] = {f.name: f for f in layout.fields}
         self._enum_names = {f.name: dict(f.enumerators) for f in layout.fields
                             if f.kind == "enum"}
@@ -127,14 +140,22 @@ class ValueFormatter:
             return f"{portpair(value)} (0x{value:x})"
         return f"{flag_names(value, self._bits.get(field, ()))} (0x{value:x})"
 
-    def show_arg(self, name: str, value: Any, kind: Optional[str] = None) -> str:
+    def show_arg(self, name: str, value: Any, kind: Optional[str] = None,
+                 row: Optional[int] = None) -> str:
         """A tracepoint argument (``oldstate``, ``newstate``, ``family``...) as read;
         ``kind`` is the argument's as the trace's meta ``tracepoint_args`` says
-        (pointers in hex)."""
+        (pointers in hex), ``row`` its functions-table row (for enum names)."""
         if not isinstance(value, int):
             return str(value)
         if kind == "pointer":
-            return "NULL" if value == 0 else f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
+            if value == 0:
+                return "NULL"
+            text = f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
+            symbol = self._symbols.get(text)
+            return f"{symbol} ({text})" if symbol else text
+        named = self._arg_names.get((row, name)) if row is not None else None
+        if named and value in named:
+            return f"{named[value]} ({value})"
         if name.endswith("state") and value in self._states:
             return self._states[value]
         if name == "family" and value in FAMILIES:
