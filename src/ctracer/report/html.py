@@ -35,7 +35,7 @@ from markupsafe import Markup, escape
 
 from ctracer import __version__
 from ctracer.errors import CtracerError
-from ctracer.event import PHASE_ENTRY
+from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
@@ -220,6 +220,11 @@ class _Site:
     def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
         self.env = _environment()
+        #: which probe kinds filled the trace: pages leave out what the others would fill
+        phases = {r.phase for r in data.rows}
+        self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
+        self.has_tracepoints = PHASE_TRACEPOINT in phases
+        self.announced = bool(trace.meta_json("announced_stores"))
         self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
                                   trace.meta_json("kernel_symbols") or {})
         self.layout = trace.mini
@@ -265,6 +270,9 @@ class _Site:
     def write(self, relpath: str, template: str, **context: Any) -> None:
         depth = relpath.count("/")
         context.setdefault("root", "../" * depth)
+        context.setdefault("has_calls", self.has_calls)
+        context.setdefault("has_tracepoints", self.has_tracepoints)
+        context.setdefault("announced", self.announced)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
