@@ -39,6 +39,7 @@ from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
+from ctracer.report import summaries
 from ctracer.report.build import build_report
 from ctracer.report.data import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
@@ -629,6 +630,8 @@ class _Site:
         """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
         that died), shown first."""
         data, start = self.data, self.data.start_ns
+        columns = summaries.columns_for(data.summary.struct_name,
+                                        [f.name for f in self.layout.fields])
         objects = [{
             "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
             "lifetime": obj.key.lifetime, "began": obj.started_by,
@@ -636,9 +639,10 @@ class _Site:
             "last": format_offset(obj.last_ns - start),
             "events": len(obj.rows), "calls": obj.calls,
             "changes": len(obj.changes), "fields": len(obj.changed_fields),
+            "summary": summaries.summary(obj, columns, self.fmt),
         } for obj in data.objects]
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
-            f.write(objects_file_text(objects_data(objects)))
+            f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
@@ -662,7 +666,7 @@ class _Site:
                    function_count=distinct,
                    trace_span=format_duration(duration) or "0 ns",
                    mini_fields=self.layout.fields, notes=self.notes,
-                   incomplete=incomplete,
+                   incomplete=incomplete, summary_columns=[c.name for c in columns],
                    trace_name=os.path.basename(data.summary.trace_path))
 
     @property
