@@ -207,6 +207,16 @@ def _check_kernel_only(request: TraceRequest) -> None:
                          "trace (no --binary)")
 
 
+def _format_fields(source):
+    """The running kernel's tracefs formats, which name tracepoint arguments BTF leaves
+    unnamed; None for another kernel's debug info (--btf FILE: its tracepoints are not
+    this kernel's)."""
+    if getattr(source, "btf", None):
+        return None
+    from ctracer.record.kernel import tracepoint_format_fields
+    return tracepoint_format_fields
+
+
 def _argument_names(arguments: dict, model) -> dict:
     """Tracepoint arguments with the names of their enums from the kernel's BTF."""
     if not hasattr(model, "find_enum"):
@@ -397,7 +407,8 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        function_methods=function_methods,
                                        entry_kind=choice.entry_kind,
                                        admission=admission, rules=rules,
-                                       ring_bytes=ring, head=head)
+                                       ring_bytes=ring, head=head,
+                                       format_fields=_format_fields(source))
         with _project_rule_lines(request):
             lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
