@@ -142,3 +142,46 @@ def test_tail_shows_the_announced_store_and_never_diffs_across_lifetimes():
     assert "|" not in lines[3]
     assert "(another object at this address)" in lines[4]
     assert lines[4].endswith("| __sk_common.skc_state: 10 → 3 (announced)")
+
+
+def test_lifetimes_split_where_the_kernel_says_and_stale_hits_stay_behind(tmp_path):
+    """Two rules of the sock: a hit through a holder (kfree_skb's skb->sk) after
+    tcp_destroy_sock ended a socket is still that socket's (the buffer outlived it); an
+    inet_sock_set_state whose oldstate is not the state last stored at the address is
+    another socket (an accepted one, cloned from the listener: LISTEN → SYN_RECV)."""
+    ends = {"struct": "sock", "function": "tcp_destroy_sock", "probe": "tracepoint",
+            "param_index": 0, "effect": "ends", "arg": None, "equals": None,
+            "rule": "sock: tcp_destroy_sock ends its lifetime"}
+    w = TraceWriter(str(tmp_path / "l.ctrace"))
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
+               lifetime_rules=[RULE, ends], traced="kernel", announced_stores=ANNOUNCED)
+    w.add_functions([
+        FunctionRow(1, "inet_sock_set_state", reach="tracepoint", via="struct sock (param 1)",
+                    attached="tracepoint"),
+        FunctionRow(2, "tcp_destroy_sock", reach="tracepoint", via="struct sock (param 1)",
+                    attached="tracepoint"),
+        FunctionRow(3, "kfree_skb", reach="tracepoint", via="sk_buff->sk (param 1)",
+                    attached="tracepoint")])
+    hits = [(1, 7, {"oldstate": 7, "newstate": 2}), (1, 2, {"oldstate": 2, "newstate": 7}),
+            (2, 7, {}), (3, 7, {}),                             # ended; a stale buffer
+            (1, 10, {"oldstate": 10, "newstate": 3}),           # an accepted socket here
+            (1, 3, {"oldstate": 3, "newstate": 7}),
+            (1, 10, {"oldstate": 10, "newstate": 3})]           # and another, no end seen
+    for ts, (fid, state, args) in enumerate(hits, 1):
+        w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="t", function_id=fid,
+                    phase=PHASE_TRACEPOINT, object=SK, retval=None, depth=0, flags=0,
+                    snapshot=MINI.encode({"__sk_common.skc_state": state,
+                                          "__sk_common.skc_daddr": 0,
+                                          "__sk_common.skc_dport": 0, "sk_err": 0,
+                                          "sk_flags": 0}), args={"sk": SK, **args})
+    w.close()
+    data = build_report(Trace(str(tmp_path / "l.ctrace")))
+    names = {1: "tp:inet_sock_set_state", 2: "tp:tcp_destroy_sock", 3: "tp:kfree_skb"}
+    lives = [[names[r.function_id] for r in o.rows] for o in data.objects]
+    assert lives == [
+        ["tp:inet_sock_set_state", "tp:inet_sock_set_state", "tp:tcp_destroy_sock",
+         "tp:kfree_skb"],
+        ["tp:inet_sock_set_state", "tp:inet_sock_set_state"],
+        ["tp:inet_sock_set_state"]]
+    assert data.objects[2].started_by.startswith(
+        "sock: an inet_sock_set_state hit whose oldstate is not the state")

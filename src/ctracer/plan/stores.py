@@ -27,21 +27,29 @@ class Announced:
     field: str       # the mini field's dotted path the store writes
     argument: str    # the tracepoint argument holding the value stored
     why: str = ""
+    #: the argument holding the value the field had (``oldstate``): a hit whose value
+    #: is not the one the address's last hit stored is another object's
+    before: str = ""
 
     def to_json(self) -> dict:
         return {"struct": self.struct, "tracepoint": self.tracepoint, "field": self.field,
-                "argument": self.argument, "rule": self.why}
+                "argument": self.argument, "rule": self.why, "before": self.before}
 
     @classmethod
     def from_json(cls, d: dict) -> "Announced":
         return cls(str(d["struct"]), str(d["tracepoint"]), str(d["field"]),
-                   str(d["argument"]), str(d.get("rule") or ""))
+                   str(d["argument"]), str(d.get("rule") or ""), str(d.get("before") or ""))
+
+    @property
+    def continuity_text(self) -> str:
+        return (f"{self.struct}: an {self.tracepoint} hit whose {self.before} is not the "
+                f"state the address's last one stored is another {self.struct}")
 
 
 RULES = (
     Announced("sock", "inet_sock_set_state", "__sk_common.skc_state", "newstate",
               why="inet_sock_set_state fires before inet_sk_state_store() writes "
-                  "sk_state: the new state is its newstate argument"),
+                  "sk_state: the new state is its newstate argument", before="oldstate"),
 )
 
 
