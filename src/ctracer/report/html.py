@@ -615,7 +615,9 @@ class _Site:
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
-                "calls per method" + (" (40 busiest)" if len(rows) > 40 else ""), bars))
+                ("calls" if self.has_calls else "hits") + " per method"
+                + (" (40 busiest)" if len(rows) > 40 else ""), bars,
+                "calls" if self.has_calls else "hits"))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
         canonical = self.data.canonical
         functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
