@@ -113,6 +113,15 @@ def test_callgraph_of_something_that_is_not_a_trace(tmp_path, content):
     one_line_error(r, "bad.ctrace")
 
 
+@pytest.mark.parametrize("plot_objects", ["3", "10"])
+def test_callgraph_refuses_plot_objects_without_plots(tmp_path, plot_objects):
+    trace = tmp_path / "synthetic.ctrace"
+    write_synthetic_trace(str(trace), lifecycles=2)
+    r = ctracer(tmp_path, "callgraph", str(trace), "--no-plots", "--plot-objects", plot_objects)
+    one_line_error(r, "--no-plots", "--plot-objects would be ignored")
+    assert r.returncode == 2 and not (tmp_path / "callgraph").exists()
+
+
 def test_callgraph_of_a_missing_file(tmp_path):
     r = ctracer(tmp_path, "callgraph", str(tmp_path / "none.ctrace"))
     one_line_error(r, "none.ctrace")

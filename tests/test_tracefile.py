@@ -283,6 +283,16 @@ def test_files_that_are_not_traces(tmp_path):
     db.close()
     with pytest.raises(TraceFileError, match="an SQLite database but not a ctracer trace"):
         Trace(str(other))
+    # tables named as ours, columns not ours: not a trace (was "damaged: no such column")
+    lookalike = tmp_path / "lookalike.db"
+    db = sqlite3.connect(str(lookalike))
+    db.execute("CREATE TABLE events(a)")
+    db.execute("CREATE TABLE meta(x)")
+    db.commit()
+    db.close()
+    with pytest.raises(TraceFileError, match="an SQLite database but not a ctracer trace "
+                                             r"file \(its meta table is not a trace's\)"):
+        Trace(str(lookalike))
     with pytest.raises(TraceFileError, match="is a directory"):
         Trace(str(tmp_path))
 

@@ -135,7 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return int(args._run(args) or 0)
     except CtracerError as e:
-        return fail(f"error: {e}", e.exit_status)
+        return fail(f"{e.prefix}: {e}", e.exit_status)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
     except BrokenPipeError:

@@ -15,6 +15,8 @@ class CtracerError(Exception):
     """A problem with the user's input or environment, explained in one line."""
 
     exit_status = 1
+    #: the word before the message: ``ctracer: error: ...``
+    prefix = "error"
 
 
 class UsageError(CtracerError):
@@ -35,6 +37,23 @@ class UnknownType(CtracerError):
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         super().__init__(f"no {kind} {name} in {where}{hint}")
         self.suggestions = close
+
+
+class CommandNotFound(InputFileError):
+    """The command to trace does not exist or cannot be executed: 127, as a shell says."""
+
+    exit_status = 127
+
+
+class Interrupted(CtracerError):
+    """Ctrl-C (or SIGTERM) ended the work before it was done; the message says what is
+    left, e.g. an incomplete report.  128 + the signal's number, as a shell says."""
+
+    prefix = "interrupted"
+
+    def __init__(self, message: str, signal_number: int = 2):
+        super().__init__(message)
+        self.exit_status = 128 + signal_number
 
 
 class BPFUnavailable(CtracerError):

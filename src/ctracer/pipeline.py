@@ -207,6 +207,24 @@ def _check_kernel_only(request: TraceRequest) -> None:
                          "trace (no --binary)")
 
 
+def _format_fields(source):
+    """The running kernel's tracefs formats, which name tracepoint arguments BTF leaves
+    unnamed; None for another kernel's debug info (--btf FILE: its tracepoints are not
+    this kernel's)."""
+    if getattr(source, "btf", None):
+        return None
+    from ctracer.record.kernel import tracepoint_format_fields
+    return tracepoint_format_fields
+
+
+def _argument_names(arguments: dict, model) -> dict:
+    """Tracepoint arguments with the names of their enums from the kernel's BTF."""
+    if not hasattr(model, "find_enum"):
+        return arguments
+    from ctracer.plan import displays
+    return displays.annotate_arguments(arguments, model)
+
+
 def _admission(request: TraceRequest, layout):
     from ctracer.plan import where as where_clause
     from ctracer.probes.tracepoint import Admission
@@ -345,6 +363,14 @@ def build(request: TraceRequest) -> BuiltTrace:
                             cachelines=list(request.cachelines), max_bytes=request.max_bytes,
                             kinds=registry.claim)
     if not built.layout.fields:
+        chosen = [o for o, given in (("--fields", request.fields),
+                                     ("--exclude-fields", request.exclude_fields),
+                                     ("--cachelines", request.cachelines),
+                                     ("--max-bytes", request.max_bytes)) if given]
+        if chosen:
+            raise UsageError(f"no field of {kind.value} {name} is left after "
+                             f"{', '.join(chosen)}: a snapshot needs at least "
+                             "one (ctracer struct --mini --explain lists them)")
         raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
     if source.is_kernel and hasattr(model, "find_enum"):
         from ctracer.plan import displays
@@ -354,6 +380,7 @@ def build(request: TraceRequest) -> BuiltTrace:
     if source.is_kernel:
         from ctracer.plan import heads
         from ctracer.plan import lifetimes
+        from ctracer.plan import stores
         from ctracer.probes.kernel import build_kernel_program
         choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
         note = choice.note
@@ -380,7 +407,8 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        function_methods=function_methods,
                                        entry_kind=choice.entry_kind,
                                        admission=admission, rules=rules,
-                                       ring_bytes=ring, head=head)
+                                       ring_bytes=ring, head=head,
+                                       format_fields=_format_fields(source))
         with _project_rule_lines(request):
             lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
@@ -388,15 +416,23 @@ def build(request: TraceRequest) -> BuiltTrace:
         extra = dict(
             traced="kernel", type_source=source.describe(), event_nargs=program.nargs,
             return_kinds={str(k): v for k, v in program.return_kinds().items()},
-            tracepoint_args={str(row): [a.to_json() for a in args]
-                             for row, args in program.args_by_row().items()},
+            tracepoint_args=_argument_names({str(row): [a.to_json() for a in args]
+                                             for row, args in program.args_by_row().items()},
+                                            model),
             lifetime_rules=[r.to_json() for r in rules], admission=admission.to_json(),
+            announced_stores=[r.to_json() for r in stores.place(
+                name, {tp.name: [a.name for a in tp.args] for tp in program.tracepoints},
+                [f.name for f in built.layout.fields])],
             probe_plan=note, head_read=head.to_json() if head is not None else None)
     else:
         from ctracer.probes import program as uprobes
         methods = select_methods([m for m in found.methods if not m.is_tracepoint],
                                  request.functions, request.exclude)
         if not methods:
+            if request.exclude or request.functions:
+                raise UsageError(f"no function of {source.binary} taking {kind.value} "
+                                 f"{name} is left after --functions and --exclude: "
+                                 "nothing to probe")
             raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
                                "(directly, through an alias or a holder): nothing to probe")
         program = uprobes.build_program(methods, built.layout,

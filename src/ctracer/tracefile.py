@@ -345,6 +345,23 @@ class TraceWriter:
         if len(self._pending) >= self.batch:
             self.flush()
 
+    def argument_values(self, names: Iterable[str]) -> set[int]:
+        """The distinct integer values the decoded events hold in the arguments called
+        ``names`` (raw events not yet decoded are not looked at)."""
+        wanted, found = set(names), set()
+        if not wanted:
+            return found
+        for (text,) in self.db.execute("SELECT DISTINCT args FROM events "
+                                       "WHERE args IS NOT NULL"):
+            try:
+                values = json.loads(text)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(values, dict):
+                found.update(v for k, v in values.items()
+                             if k in wanted and isinstance(v, int) and v)
+        return found
+
     def expect_raw(self) -> None:
         """Get ready for `add_raw` (numpy imported, the decoder built from the meta,
         which must hold ``mini_layout`` and the rest the decoder reads) before the first
@@ -684,10 +701,13 @@ class Trace:
         try:
             names = {r[0] for r in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "meta" not in names:
+            columns = ({r[1] for r in db.execute("PRAGMA table_info(meta)")}
+                       if "meta" in names else set())
+            if not {"key", "value"} <= columns:
                 db.close()
+                why = " (its meta table is not a trace's)" if "meta" in names else ""
                 raise TraceFileError(f"{path} is an SQLite database but not a ctracer "
-                                     "trace file")
+                                     f"trace file{why}")
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.Error as e:
             db.close()

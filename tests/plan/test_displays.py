@@ -57,7 +57,9 @@ def test_where_takes_the_names(kernel_sock):
     _, layout = kernel_sock
     cond = where.parse("skc_state == TCP_LISTEN && !(skc_flags & SOCK_DEAD)", layout)
     assert where.to_text(cond) == \
-        "(__sk_common.skc_state == 10 && !(__sk_common.skc_flags & 1))"
+        "(__sk_common.skc_state == TCP_LISTEN && !(__sk_common.skc_flags & SOCK_DEAD))"
+    assert cond.left.value == 10 and cond.right.operand.value == 1
+    assert where.parse(where.to_text(cond), layout) == cond
     with pytest.raises(UsageError, match="TCP_ESTABLISHED"):
         where.parse("skc_state == TCP_NOT_A_STATE", layout)
 

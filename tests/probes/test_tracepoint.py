@@ -63,8 +63,9 @@ def test_where_parses_into_a_tree_of_layout_fields():
     ("skc_nmu == 1", ["no 'skc_nmu'", "did you mean"]),
     ("name == 1", ["not an integer field"]),
     ("skc_state == ); system(\"x\")", ["cannot read"]),
-    ("skc_state == )", ["needs an integer"]),
-    ("skc_state = 1", ["cannot read"]),
+    ("skc_state == )", ["needs a value"]),
+    ("skc_state =", ["needs a value"]),
+    ("skc_dport == 127.0.0.1", ["needs a number, not '127.0.0.1'"]),
     ("skc_state == 1 extra", ["unexpected"]),
     ("(skc_state == 1", ["expected ')'"]),
     ("", ["needs a condition"]),
@@ -74,6 +75,11 @@ def test_where_refuses_what_it_cannot_check(text, words):
         where.parse(text, LAYOUT)
     for w in words:
         assert w in str(e.value)
+
+
+def test_a_single_equals_sign_is_read_as_two():
+    assert where.parse("skc_dport = 8080 and sk_err=-1", LAYOUT) == \
+        where.parse("skc_dport == 8080 && sk_err == -1", LAYOUT)
 
 
 def test_where_c_is_built_from_the_tree_only():
@@ -188,3 +194,32 @@ def test_snapshot_reads_the_head_first_and_where_never_admits_on_fields_not_read
         methods, layout, catalog, head=head,
         admission=tp.Admission(where=where.parse("skc_num == 80", layout)))
     assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" not in on_head.text
+
+
+def test_arguments_btf_leaves_unnamed_are_named_from_tracefs(kernel):
+    """sock_recv_length's prototype is inet_sock_set_state's class-mate's: BTF cannot
+    say its names (arg1..arg3 above); its tracefs format can: sk, ret, flags, the
+    computed family and protocol between them skipped."""
+    from ctracer.record.kernel import find_tracefs, tracepoint_format_fields
+    if find_tracefs() is None:
+        pytest.skip("tracefs is not mounted here")
+    catalog, methods, layout = kernel
+    fields = tracepoint_format_fields("sock_recv_length")
+    assert [n for _, n in fields] == ["sk", "family", "protocol", "ret", "flags"]
+    program = build_kernel_program(methods, layout, catalog, rules=rules_for("sock"),
+                                   format_fields=tracepoint_format_fields)
+    args = {t.name: [a.name for a in t.args] for t in program.tracepoints}
+    assert args["sock_recv_length"] == ["sk", "ret", "flags"]
+    assert args["inet_sock_set_state"] == ["sk", "oldstate", "newstate"]  # BTF's, kept
+    assert tracepoint_format_fields("no_such_tracepoint") == []
+    assert tracepoint_format_fields("../etc") == []
+
+
+def test_names_from_a_format_need_every_parameter_matched():
+    from ctracer.debuginfo.model import Parameter, ShapeKind, TypeShape as Shape
+    sk = Parameter(None, Shape(ShapeKind.STRUCT, "sock", pointers=1))
+    ret = Parameter(None, Shape(ShapeKind.BASE, "int"))
+    fields = [("void *", "sk"), ("__u16", "family"), ("int", "ret")]
+    assert tp.names_from_format([sk, ret], fields) == ["sk", "ret"]
+    assert tp.names_from_format([sk, ret, ret], fields) == []  # a third never found
+    assert tp.names_from_format([ret, sk], fields) == []       # order kept

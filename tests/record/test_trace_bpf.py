@@ -251,10 +251,10 @@ def _trace_sample_through_1mb(tmp_path, name: str, loops: int):
 
 
 def _ctrl_c(tracer) -> str:
-    """Ctrl-C to a recording: it exits 0 saying so, no traceback; the rest of its
-    stderr."""
+    """Ctrl-C to a recording: it exits 130 (128 + SIGINT, as a shell says) saying so, no
+    traceback; the rest of its stderr."""
     tracer.send_signal(signal.SIGINT)
-    assert tracer.wait(timeout=120) == 0
+    assert tracer.wait(timeout=120) == 130
     rest = tracer.stderr.read()
     assert "stopped: Ctrl-C" in rest and "Traceback" not in rest, rest
     return rest

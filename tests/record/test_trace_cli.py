@@ -102,3 +102,48 @@ def test_not_root(tmp_path):
                 as_nobody=True)
     assert_one_line_error(r, "root")
     assert not (tmp_path / "sock.ctrace").exists()
+
+
+@pytest.mark.parametrize("target", [["sock", "--binary", gt.SOCKDEMO], ["struct", "sock"]])
+@pytest.mark.parametrize("command, words", [
+    ("no-such-command-ctracer", "command not found"),
+    ("/no/such/program", "no such file"),
+    ("/etc", "is a directory"),
+    ("/etc/passwd", "not executable")])
+def test_a_command_that_cannot_run_exits_127_before_anything_is_compiled(tmp_path, target,
+                                                                        command, words):
+    """As a shell says it (127), and before the seconds of compiling: run as nobody, the
+    recording would stop at 'needs root' after building the probes, so 127 here shows
+    the command was checked first."""
+    r = ctracer(["trace", *target, "--", command], tmp_path, as_nobody=True)
+    assert_one_line_error(r, f"cannot run {command}", words)
+    assert r.returncode == 127
+
+
+@pytest.mark.parametrize("extra, words", [(["--", gt.SOCKDEMO], "-- COMMAND"),
+                                          (["-d", "3"], "-d"), (["--tail"], "--tail")])
+def test_print_bpf_refuses_what_it_would_ignore(tmp_path, extra, words):
+    r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--print-bpf", *extra], tmp_path)
+    assert_one_line_error(r, "--print-bpf prints the program and records nothing", words)
+    assert r.returncode == 2
+
+
+def test_a_field_glob_is_suggested_names_it_could_use(tmp_path):
+    """Suggestions include the names a glob may give (skc_num for __sk_common.skc_num,
+    as --where and the pages name it), not only full paths."""
+    r = ctracer(["trace", "sock", "--binary", gt.SOCKDEMO, "--fields", "skc_nmu",
+                 "--print-bpf"], tmp_path)
+    assert_one_line_error(r, "'skc_nmu' matches no recordable field", "did you mean skc_num")
+
+
+@pytest.mark.parametrize("options, words", [
+    (["--exclude", "*"], ["is left after --functions and --exclude"]),
+    (["--exclude-fields", "*"], ["no field of struct sock is left after --exclude-fields"]),
+    (["--fields", "sk_rcvbuf", "--exclude-fields", "sk_rcv*"],
+     ["is left after --fields, --exclude-fields"]),
+])
+def test_a_selection_that_leaves_nothing_says_so(tmp_path, options, words):
+    r = ctracer(["trace", "struct", "sock", "--binary", gt.SOCKDEMO, *options, "--print-bpf"],
+                tmp_path)
+    assert_one_line_error(r, *words)
+    assert r.returncode == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 #: PNG plots cost tens of ms each: by default they are drawn for the objects with most
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write per-object pages (timeline, changes) only for the N "
                              "objects with the most events (default 0: every object); every "
                              "object is still listed in the index and shown in many_objects/")
-    parser.add_argument("--plot-objects", type=int, default=DEFAULT_PLOT_OBJECTS, metavar="N",
+    parser.add_argument("--plot-objects", type=int, default=None, metavar="N",
                         help="draw PNG plots of fields for the N objects with most changes "
                              f"(default {DEFAULT_PLOT_OBJECTS}; 0 for all)")
     parser.add_argument("--no-plots", action="store_true",
@@ -40,13 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctracer.errors import UsageError
+    from ctracer.errors import CtracerError, UsageError
     from ctracer.report import render_report
 
-    if args.max_objects < 0:
-        raise UsageError("--max-objects needs a number of objects, or 0 for all")
+    if args.no_plots and args.plot_objects is not None:
+        raise UsageError("--no-plots draws no PNG plots: --plot-objects would be ignored "
+                         "(give one of them)")
+    if args.plot_objects is None:
+        args.plot_objects = DEFAULT_PLOT_OBJECTS
     if args.plot_objects < 0:
         raise UsageError("--plot-objects needs a number of objects, or 0 for all")
+    if args.max_objects < 0:
+        raise UsageError("--max-objects needs a number of objects, or 0 for all")
+
     def show_progress(message: str) -> None:
         print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
 
@@ -58,11 +65,25 @@ def run(args: argparse.Namespace) -> int:
     if incomplete:
         print(f"ctracer: warning: {args.trace}: {incomplete}", file=sys.stderr)
     progress = show_progress if not args.quiet and sys.stderr.isatty() else None
-    result = render_report(args.trace, args.output, max_objects=args.max_objects or None,
-                           plots=not args.no_plots, plot_objects=args.plot_objects or None,
-                           progress=progress)
-    if progress:
-        print("\r\033[K", end="", file=sys.stderr)
+    terminated = []
+
+    def on_sigterm(signum, frame) -> None:  # stopped like Ctrl-C, said as SIGTERM
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        result = render_report(args.trace, args.output, max_objects=args.max_objects or None,
+                               plots=not args.no_plots, plot_objects=args.plot_objects or None,
+                               progress=progress)
+    except CtracerError as e:
+        if terminated and e.exit_status == 128 + signal.SIGINT:
+            e.exit_status = 128 + signal.SIGTERM
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if progress:
+            print("\r\033[K", end="", file=sys.stderr)
     index = os.path.abspath(result.index)
     if not args.quiet:
         objects = f"{result.objects_total} objects"

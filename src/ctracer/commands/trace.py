@@ -156,13 +156,20 @@ def check_output(path: str) -> None:
     os.unlink(probe)
 
 
+#: how a recording stopped by a signal to ctracer exits: 128 + the signal, as a shell says
+SIGNAL_STOPS = {"ctrl-c": 128 + signal.SIGINT, "terminated": 128 + signal.SIGTERM}
+
+
 def exit_status(result) -> int:
     """ctracer's exit status after a recording: the command's own when the recording
     ended because it exited (128 + N when signal N killed it, as a shell and strace
-    report it); 1 when the disk filled up (the trace is cut short); else 0."""
+    report it); 130 after Ctrl-C and 143 after SIGTERM (the trace is kept all the same);
+    1 when the disk filled up (the trace is cut short); else 0 (-d, -p's process gone)."""
     from ctracer.record.recorder import DISK_FULL
     if result.stopped_by == DISK_FULL:
         return 1
+    if result.stopped_by in SIGNAL_STOPS:
+        return SIGNAL_STOPS[result.stopped_by]
     status = result.command_status
     if result.stopped_by != "command exited" or not status:
         return 0
@@ -246,7 +253,10 @@ def _check_run_options(args: argparse.Namespace) -> None:
 def trace(args: argparse.Namespace, kind, name: str, *, out=None):
     """Record as the options say; returns the `ctracer.record.recorder.RecordResult`."""
     from ctracer import pipeline
+    from ctracer.record.recorder import check_command
     _check_run_options(args)
+    if args.command:
+        check_command(args.command)  # 127 now, not after seconds of compiling
     check_output(args.output or f"{name}.ctrace")
     built = pipeline.build(request_from_args(args, kind, name))
     return record_built(built, args, kind, name, out=out)
@@ -268,7 +278,10 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
     if args.tail:
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
-        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini))
+        from ctracer.plan.stores import rules_by_tracepoint
+        tail = Tail(built.program, formatter=ValueFormatter(built.program.mini,
+                                                            built.meta.get("tracepoint_args")),
+                    announced=rules_by_tracepoint(built.meta.get("announced_stores")))
 
     def announce() -> None:
         if args.quiet:
@@ -312,6 +325,14 @@ def run(args: argparse.Namespace) -> int:
     kind, name = target_from_args(args)
     if args.print_bpf:
         from ctracer import pipeline
+        from ctracer.errors import UsageError
+        given = [what for what, on in (("-- COMMAND", args.command), ("-p", args.pid),
+                                       ("-d", args.duration), ("--tail", args.tail),
+                                       ("-o", args.output)) if on]
+        if given:
+            raise UsageError(f"--print-bpf prints the program and records nothing: "
+                             f"{', '.join(given)} would be ignored (drop --print-bpf to "
+                             "record)")
         built = pipeline.build(request_from_args(args, kind, name))
         print(built.program.text, end="")
         return 0

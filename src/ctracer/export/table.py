@@ -7,11 +7,13 @@ The columns (`COLUMNS`; their types in exports: `ctracer.export.schema`):
   address, null when the event has none), ``lifetime`` (1 for the first object at an
   address, 2 after it was handed out again…, 0 without object), ``depth`` (open traced
   calls of the thread around the event), ``ret`` (the return value on exits of
-  functions that return one), ``args`` (a tracepoint's arguments by name, as JSON);
+  functions that return one), ``args`` (a tracepoint's arguments by name, as JSON;
+  pointers as hex strings, ``"0xffff…"``, which jq and JavaScript keep exact);
 * what the report derives: ``changed`` (the fields whose value differs from the
   object's previous snapshot) and ``changed_by`` (the function that made those changes:
-  the exiting function, or at an entry the traced caller; null when no traced function
-  was running), ``unreadable`` (the probe could not read the object);
+  the exiting function, or at an entry the traced caller; at a tracepoint hit with no
+  traced call running, the tracepoint that announced or showed them, ``tp:NAME``; null
+  otherwise), ``unreadable`` (the probe could not read the object);
 * the snapshot: one column per mini-struct field, named by its dotted member path as
   ``ctracer struct --mini`` prints it (``__sk_common.skc_state``; ``fields.PATH`` where
   the path is one of the names above, e.g. task_struct's ``pid``), raw values (null when
@@ -148,6 +150,37 @@ def _snapshot_columns(trace: Trace, snapshots: SnapshotColumn, valid,
     return names, arrays
 
 
+def _pointer_arguments(trace: Trace) -> dict[int, frozenset[str]]:
+    """Per functions-table row, the names of its arguments that are pointers (meta
+    ``tracepoint_args``)."""
+    found = trace.meta_json("tracepoint_args") or {}
+    out = {}
+    for row, spec in (found.items() if isinstance(found, dict) else ()):
+        if str(row).isdigit() and isinstance(spec, list):
+            names = frozenset(str(a.get("name")) for a in spec
+                              if isinstance(a, dict) and a.get("kind") == "pointer")
+            if names:
+                out[int(row)] = names
+    return out
+
+
+def _hex_pointers(args: Optional[str], pointers: Optional[frozenset[str]]) -> Optional[str]:
+    """A hit's arguments (JSON text) with its pointers as hex strings (``"0xffff…"``):
+    64-bit addresses as JSON numbers lose digits in jq and JavaScript."""
+    if args is None or not pointers:
+        return args
+    try:
+        values = json.loads(args)
+    except ValueError:
+        return args
+    if not isinstance(values, dict):
+        return args
+    for name in pointers & values.keys():
+        if isinstance(values[name], int):
+            values[name] = f"0x{values[name] & 0xFFFFFFFFFFFFFFFF:x}"
+    return json.dumps(values, separators=(",", ":"))
+
+
 def event_table(trace: Trace) -> EventTable:
     """The whole trace as an `EventTable`."""
     import numpy as np
@@ -173,7 +206,7 @@ def event_table(trace: Trace) -> EventTable:
     rets = [r.retval for r in rows]
     comms = [r.comm for r in rows]
     changed = [[c.field for c in r.changes] if r.changes else None for r in rows]
-    changed_by = [r.changes[0].function if r.changes else None for r in rows]
+    changed_by = [r.changes[0].credited if r.changes else None for r in rows]
 
     fid_list = sorted(names)
     index_of = {f: i for i, f in enumerate(fid_list)}
@@ -190,7 +223,8 @@ def event_table(trace: Trace) -> EventTable:
     has_ret = np.array([v is not None for v in rets], bool)
     ret = pa.array(np.array([v if v is not None else 0 for v in rets], np.int64),
                    mask=~has_ret)
-    args = pa.array([r.args for r in rows], pa.string())
+    pointers = _pointer_arguments(trace)
+    args = pa.array([_hex_pointers(r.args, pointers.get(r.slot)) for r in rows], pa.string())
 
     read_failed = (flags & FLAG_READ_FAILED) != 0
     valid = ~read_failed & snapshots.present_mask()

@@ -70,6 +70,38 @@ HINTS = (
 )
 
 
+#: tracepoint arguments a plain integer type hides an enum of: by argument name, the
+#: enumerator declaring it (``tcp_cong_state_set``'s ``ca_state`` is a u8)
+ARGUMENT_HINTS = {"ca_state": "TCP_CA_Open"}
+
+
+def annotate_arguments(arguments: dict, types: EnumSource) -> dict:
+    """The trace's ``tracepoint_args`` (row → argument dicts) with ``names`` (``[[value,
+    name], ...]``) added to every argument whose enum the debug info has: by its C enum
+    (``enum skb_drop_reason reason``) or by `ARGUMENT_HINTS`."""
+    found: dict = {}
+
+    def names_of(enum: Optional[str], enumerator: Optional[str]):
+        key = (enum, enumerator)
+        if key not in found:
+            t = types.find_enum(enum, enumerator)
+            found[key] = ([[int(v), str(n)] for n, v in t.enumerators]
+                          if t is not None and t.enumerators else None)
+        return found[key]
+
+    out = {}
+    for row, args in arguments.items():
+        out[row] = []
+        for a in args:
+            names = None
+            if a.get("kind") == "enum" and a.get("enum"):
+                names = names_of(a["enum"], None)
+            elif a.get("kind") in ("int", "uint") and a.get("name") in ARGUMENT_HINTS:
+                names = names_of(None, ARGUMENT_HINTS[a["name"]])
+            out[row].append({**a, "names": names} if names else a)
+    return out
+
+
 def hints_for(struct: str) -> tuple[DisplayHint, ...]:
     return tuple(h for h in HINTS if h.struct == struct)
 

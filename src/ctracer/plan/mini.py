@@ -339,12 +339,16 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     ``__sk_common.skc_state``), also without the leading wrapper structs the kernel names
     with two underscores (``skc_state`` is ``__sk_common.skc_state``, as ``--where``
     and the pages name it)."""
+    return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in _selectable(name))
+
+
+def _selectable(name: str) -> list[str]:
+    """The names a field pattern may give ``name`` by (see `_matches`)."""
     parts = name.split(".")
     names = [parts]
     while len(names[-1]) > 1 and names[-1][0].startswith("__"):
         names.append(names[-1][1:])
-    prefixes = [".".join(p[:i]) for p in names for i in range(1, len(p) + 1)]
-    return any(fnmatch.fnmatchcase(p, pat) for pat in patterns for p in prefixes)
+    return [".".join(p[:i]) for p in names for i in range(1, len(p) + 1)]
 
 
 def select_fields(fields: Sequence[Field], include: Sequence[str] = (),
@@ -356,7 +360,8 @@ def select_fields(fields: Sequence[Field], include: Sequence[str] = (),
     for pat in list(include) + list(exclude):
         if not any(_matches(f.name, [pat]) for f in fields):
             import difflib
-            names = sorted({p for f in fields for p in _prefixes(f.name)})
+            # suggested by every name a pattern may use: skc_nmu → skc_num
+            names = sorted({p for f in fields for p in _selectable(f.name)})
             close = difflib.get_close_matches(pat, names, n=5, cutoff=0.5)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UsageError(f"field pattern {pat!r} matches no recordable field{hint}")
@@ -374,12 +379,6 @@ def select_fields(fields: Sequence[Field], include: Sequence[str] = (),
             continue
         out.append(f)
     return out
-
-
-def _prefixes(name: str) -> Iterator[str]:
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        yield ".".join(parts[:i])
 
 
 # ------------------------------------------------------------------ building

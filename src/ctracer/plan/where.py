@@ -12,14 +12,18 @@ Grammar (C operators, plus the words ``and``, ``or``, ``not``)::
     or      := and (("||" | "or") and)*
     and     := unary (("&&" | "and") unary)*
     unary   := ("!" | "not") unary | "(" expr ")" | compare
-    compare := FIELD OP INTEGER | FIELD            (a bare field means FIELD != 0)
-    OP      := == != < <= > >= &                    (a & b: any of the bits of b set)
+    compare := FIELD OP VALUE | FIELD              (a bare field means FIELD != 0)
+    OP      := == != < <= > >= &                    (a & b: any of the bits of b set;
+                                                     a single = is read as ==)
 
 A FIELD is a member path as ``ctracer struct --mini`` prints it
 (``__sk_common.skc_num``) or any unambiguous dotted suffix of one (``skc_num``).
-INTEGER is decimal, hex (0x...), or negative; or, for a field the layout names values
-of, one of those names: an enumerator (``skc_state == TCP_LISTEN``) or a flag bit as its
-mask (``skc_flags & SOCK_DEAD``).
+A VALUE is written as the report and ``--tail`` show the field (`ctracer.decode`):
+a port in host order (``skc_dport == 8080``), an address as a dotted quad or IPv6
+text (``skc_daddr == 127.0.0.1``, ``skc_v6_daddr == ::1``; addresses take == and !=
+only), an enumerator (``skc_state == TCP_LISTEN``), a flag bit as its mask
+(``skc_flags & SOCK_DEAD``), an errno name (``sk_err == ECONNRESET``); else a decimal,
+hex (0x...) or negative number, the raw value.
 """
 
 from __future__ import annotations
@@ -28,20 +32,24 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
+from ctracer import decode
 from ctracer.errors import UsageError
 from ctracer.event import Field, Layout
 
 OPERATORS = ("==", "!=", "<=", ">=", "<", ">", "&")
 
-_TOKEN = re.compile(r"\s*(?:(?P<num>-?0[xX][0-9a-fA-F]+|-?\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.]*)"
-                    r"|(?P<op>==|!=|<=|>=|&&|\|\||[<>!&()]))")
+_IPV4 = r"\d{1,3}(?:\.\d{1,3}){3}"
+_TOKEN = re.compile(r"\s*(?:(?P<addr>\d+(?:\.\d+)+(?![\w.])|(?:[0-9A-Fa-f]{0,4}:){2,7}(?:"
+                    + _IPV4 + r"|[0-9A-Fa-f]{1,4})?(?![\w:.]))"
+                    r"|(?P<num>-?0[xX][0-9a-fA-F]+|-?\d+)|(?P<name>-?[A-Za-z_][A-Za-z0-9_.]*)"
+                    r"|(?P<op>==|!=|<=|>=|&&|\|\||[<>!&()=]))")
 
 
 @dataclass(frozen=True)
 class Compare:
     field: Field
     op: str
-    value: int
+    value: int        # the raw value the probe compares
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         value = m.group(kind)
         if kind == "name" and value in ("and", "or", "not"):
             kind, value = "op", {"and": "&&", "or": "||", "not": "!"}[value]
+        if (kind, value) == ("op", "="):  # as SQL and shells write it: ==
+            value = "=="
         out.append((kind, value))
         at = m.end()
     return out
@@ -95,14 +105,6 @@ def resolve_field(layout: Layout, path: str) -> Field:
                                       n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise UsageError(f"--where: the recorded fields of {layout.name} have no {path!r}{hint}")
-
-
-def _names_of(field: Field) -> dict[str, int]:
-    """The names a comparison with ``field`` may use instead of a number: its enum's
-    enumerators (``TCP_LISTEN``), or its flag bits' names as masks (``SOCK_DEAD``)."""
-    if field.kind == "enum":
-        return {name: value for value, name in field.enumerators}
-    return {str(name): 1 << int(bit) for bit, name in field.source.get("bits", ())}
 
 
 class _Parser:
@@ -146,28 +148,30 @@ class _Parser:
             node = self.parse_or()
             self.expect(")")
             return node
-        if kind != "name":
+        if kind != "name" or value.startswith("-"):
             raise UsageError(f"--where: expected a field name, got {value or 'the end'!r}")
         self.take()
         field = resolve_field(self.layout, value)
-        if field.ctype.startswith("char[") or field.ctype in ("float", "double"):
+        address = field.kind == "ipv6" or decode.display_of(field) == "ipv4"
+        if field.kind != "ipv6" and (field.ctype.startswith("char[")
+                                     or field.ctype in ("float", "double")):
             raise UsageError(f"--where: {field.name} ({field.ctype}) is not an integer field")
         kind, op = self.peek()
         if kind != "op" or op not in OPERATORS:
             return Compare(field, "!=", 0)
         self.take()
-        kind, number = self.take()
-        if kind == "name" and number in _names_of(field):
-            return Compare(field, op, _names_of(field)[number])
-        if kind != "num":
-            known = ", ".join(list(_names_of(field))[:4])
-            raise UsageError(f"--where: {field.name} {op} needs an integer"
-                             f"{' or a name (' + known + ', ...)' if known else ''}, got "
-                             f"{number or 'the end'!r}")
-        n = int(number, 0)
-        if not -(1 << 63) <= n < (1 << 64):
-            raise UsageError(f"--where: {number} does not fit in 64 bits")
-        return Compare(field, op, n)
+        if address and op not in ("==", "!="):
+            raise UsageError(f"--where: {field.name} holds an address: compare it with == "
+                             f"or != (e.g. {field.name.rsplit('.', 1)[-1]} == "
+                             f"{decode.example_of(field)})")
+        kind, text = self.take()
+        if kind not in ("num", "name", "addr"):
+            raise UsageError(f"--where: {field.name} {op} needs a value, e.g. "
+                             f"{decode.example_of(field)}; got {text or 'the end'!r}")
+        try:
+            return Compare(field, op, decode.parse_value(field, text))
+        except ValueError as e:
+            raise UsageError(f"--where: {e}") from None
 
 
 def parse(text: str, layout: Layout) -> Condition:
@@ -188,6 +192,8 @@ def evaluate(node: Condition, values: dict) -> bool:
     for checking a trace afterwards)."""
     if isinstance(node, Compare):
         v = values[node.field.name]
+        if node.field.kind == "ipv6" and isinstance(v, str):
+            v = decode.ipv6_raw(v)
         return {"==": v == node.value, "!=": v != node.value, "<": v < node.value,
                 "<=": v <= node.value, ">": v > node.value, ">=": v >= node.value,
                 "&": bool(v & node.value)}[node.op]
@@ -208,9 +214,10 @@ def fields_of(node: Condition) -> set[str]:
 
 
 def to_text(node: Condition) -> str:
-    """The condition written back canonically (for the trace's meta and the C comment)."""
+    """The condition written back canonically, values in the units pages show (for the
+    trace's meta and the C comment; it parses back to the same tree)."""
     if isinstance(node, Compare):
-        return f"{node.field.name} {node.op} {node.value}"
+        return f"{node.field.name} {node.op} {decode.filter_text(node.field, node.value)}"
     if isinstance(node, Not):
         return f"!({to_text(node.operand)})"
     op = "&&" if isinstance(node, And) else "||"

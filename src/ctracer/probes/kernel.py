@@ -81,14 +81,16 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          rules: Sequence[LifetimeRule] = (),
                          ring_bytes: int = RING_BYTES,
                          head: Optional[HeadRead] = None,
-                         arch: Optional[Arch] = None) -> KernelProgram:
+                         arch: Optional[Arch] = None,
+                         format_fields: Optional[tracepoint.FormatFields] = None
+                         ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``."""
     if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
         raise ValueError("the ring buffer size must be a power of two of at least 4096")
     if admission.comm is not None:
         tracepoint.validate_comm(admission.comm)
-    rows, tracepoints = tracepoint.plan_tracepoints(methods, catalog, rules)
+    rows, tracepoints = tracepoint.plan_tracepoints(methods, catalog, rules, format_fields)
     functions: tuple[KernelFunction, ...] = ()
     if function_methods:
         if entry_kind not in kfunctions.KINDS:

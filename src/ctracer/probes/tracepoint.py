@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ctracer.collectors.base import KERNEL
 from ctracer.debuginfo.model import Catalog, Parameter, ShapeKind, TracepointInfo
@@ -128,6 +128,33 @@ def parameter_names(catalog: Catalog, tp: TracepointInfo) -> list[Optional[str]]
     return list(alike.pop()) if len(alike) == 1 else []
 
 
+#: a tracefs format's fields of one tracepoint: (C type, name), ``common_*`` left out
+FormatFields = Callable[[str], Sequence[tuple[str, str]]]
+
+
+def names_from_format(params: Sequence[Parameter],
+                      fields: Sequence[tuple[str, str]]) -> list[Optional[str]]:
+    """Parameter names from the tracepoint's tracefs format, where BTF has none: the
+    record's fields are mostly the parameters under their names, with computed ones
+    between (``sock_recv_length``: ``sk``, family, protocol, ``ret``, ``flags``).  Each
+    parameter takes the next field of its type (a pointer a pointer field, an integer a
+    field of the same C type); [] unless every parameter finds one."""
+    names: list[Optional[str]] = []
+    at = 0
+    for p in params:
+        s = p.shape
+        pointer = bool(s.pointers) or s.kind in (ShapeKind.STRUCT, ShapeKind.UNION)
+        while at < len(fields):
+            ctype, name = fields[at]
+            at += 1
+            if ("*" in ctype) if pointer else (ctype.replace("const ", "").strip() == s.name):
+                names.append(name)
+                break
+        else:
+            return []
+    return names
+
+
 def _same_types(these: Sequence[Parameter], those: Sequence[Parameter]) -> bool:
     return len(these) == len(those) and all(
         (a.shape.kind, a.shape.name, a.shape.pointers) ==
@@ -135,9 +162,12 @@ def _same_types(these: Sequence[Parameter], those: Sequence[Parameter]) -> bool:
 
 
 def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
-                     rules: Sequence[LifetimeRule] = ()) -> tuple[tuple[FunctionRow, ...],
-                                                                   tuple[ProbedTracepoint, ...]]:
-    """Function-table rows (one per tracepoint method) and the tracepoints to probe."""
+                     rules: Sequence[LifetimeRule] = (),
+                     format_fields: Optional[FormatFields] = None,
+                     ) -> tuple[tuple[FunctionRow, ...], tuple[ProbedTracepoint, ...]]:
+    """Function-table rows (one per tracepoint method) and the tracepoints to probe;
+    ``format_fields`` (the running kernel's tracefs) names the arguments BTF leaves
+    unnamed (`names_from_format`)."""
     ordered = sorted((m for m in methods if m.is_tracepoint),
                      key=lambda m: (m.name, m.param_index or 0, m.route))
     rows: list[FunctionRow] = []
@@ -162,6 +192,8 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
     for index, name in enumerate(sorted(by_tp)):
         info = infos[name]
         names = parameter_names(catalog, info)
+        if not names and format_fields is not None:
+            names = names_from_format(info.params[:MAX_ARGS], format_fields(name))
         args = tuple(argument_of(p, i, names) for i, p in enumerate(info.params[:MAX_ARGS]))
         tracepoints.append(ProbedTracepoint(index, name, args, tuple(by_tp[name])))
     return tuple(rows), tuple(tracepoints)
@@ -173,6 +205,12 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
 def where_c(node: where_clause.Condition, var: str) -> str:
     """C for a parsed ``--where`` condition on the snapshot ``var`` (a pointer to the
     mini struct): identifiers from the layout, integers as literals, nothing else."""
+    if isinstance(node, where_clause.Compare) and node.field.kind == "ipv6":
+        # 16 bytes, compared one by one as unsigned (== and != only, the parser says)
+        data = (node.value % (1 << 128)).to_bytes(16, "big")
+        same = " && ".join(f"(u8){var}->{node.field.c_name}[{i}] == {b:#x}"
+                           for i, b in enumerate(data))
+        return f"({same})" if node.op == "==" else f"(!({same}))"
     if isinstance(node, where_clause.Compare):
         signed = node.field.kind == "int" or node.field.ctype.startswith("s")
         cast = "s64" if signed else "u64"

@@ -65,6 +65,27 @@ def find_tracefs() -> Optional[str]:
     return None
 
 
+def tracepoint_format_fields(name: str) -> list[tuple[str, str]]:
+    """The fields of tracepoint ``name``'s record as its tracefs ``format`` file lists
+    them: (C type, name), the ``common_*`` ones left out; [] when tracefs or the file is
+    not there."""
+    import glob
+    root = find_tracefs()
+    if root is None or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        return []
+    out = []
+    for path in glob.glob(os.path.join(root, "events", "*", name, "format"))[:1]:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            return []
+        for m in re.finditer(r"field:([^;]*?)\s*([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?;", text):
+            if not m.group(2).startswith("common_"):
+                out.append((m.group(1).strip(), m.group(2)))
+    return out
+
+
 def _kernel_has_filesystem(name: str) -> bool:
     try:
         with open("/proc/filesystems") as f:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ctracer.errors import InputFileError
+from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
 from ctracer.probes.program import ProbeProgram
 from ctracer.tracefile import FunctionRow, TraceWriter
@@ -188,6 +188,24 @@ class Progress:
             self.stream.flush()
 
 
+def check_command(argv: Sequence[str]) -> None:
+    """Refuse, with exit status 127 as a shell does, a command that cannot be run: not on
+    PATH, no such file, not executable, a directory.  Checked before the probes are
+    compiled (seconds), so a typo costs nothing."""
+    program = argv[0] if argv else ""
+    if not program:
+        raise CommandNotFound("cannot run an empty command")
+    if os.sep not in program:
+        if shutil.which(program) is None:
+            raise CommandNotFound(f"cannot run {program}: command not found")
+        return
+    if os.path.isdir(program):
+        raise CommandNotFound(f"cannot run {program}: is a directory")
+    if not os.access(program, os.X_OK):
+        raise CommandNotFound(f"cannot run {program}: "
+                              f"{'not executable' if os.path.exists(program) else 'no such file'}")
+
+
 class GatedCommand:
     """A command forked and held at a gate (a pipe read before exec), so its process id
     is known and the probes are in place before it runs a single instruction of its own.
@@ -196,11 +214,7 @@ class GatedCommand:
     def __init__(self, argv: Sequence[str]):
         argv = list(argv)
         program = argv[0]
-        if os.sep not in program and shutil.which(program) is None:
-            raise InputFileError(f"cannot run {program}: command not found")
-        if os.sep in program and not os.access(program, os.X_OK):
-            raise InputFileError(f"cannot run {program}: "
-                                 f"{'not executable' if os.path.exists(program) else 'no such file'}")
+        check_command(argv)
         read_end, self._gate = os.pipe()
         self.returncode: Optional[int] = None
         self.pid = os.fork()
@@ -375,6 +389,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                                 probe_misses=misses, detach_seconds=round(detach_seconds, 3))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
+                _name_kernel_text(writer, meta)
             # a flood leaves more raw events than a second decodes: its first reader
             # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
             if stopped_by != DISK_FULL:
@@ -414,6 +429,20 @@ def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingW
     counts.lost = session.lost()
     watch.check()
     return stopped_by
+
+
+def _name_kernel_text(writer: TraceWriter, meta: dict) -> None:
+    """A kernel trace's code addresses in tracepoint arguments (``location``) as
+    ``symbol+off`` in the meta ``kernel_symbols``: only this host can say (see
+    `ctracer.record.symbols`)."""
+    from ctracer.record import symbols
+    if meta.get("traced") != "kernel":
+        return
+    args = meta.get("tracepoint_args")
+    names = symbols.text_arguments(args if isinstance(args, dict) else None)
+    if names:
+        found = symbols.Kallsyms().names(writer.argument_values(names))
+        writer.set_meta(kernel_symbols=found)
 
 
 def _finish_budget(writer: TraceWriter) -> float:

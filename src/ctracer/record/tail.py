@@ -4,7 +4,12 @@ written as usual (what nfs_trace's reader and bpftrace users expect).
 A line is: seconds since the first event, the object's address, the function (a
 tracepoint as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it
 changed since the object's previous event, ``old → new`` (the first event of an object
-shows none: there is nothing to compare with).  Values are shown by the ``formatter``
+shows none: there is nothing to compare with, nor has the first hit of a lifetime a
+lifetime rule starts, and a hit a rule says ends one is the last compared with).  A
+store a tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
+announcing hit, ``old → new (announced)``, as the report shows it; an announcing hit
+whose snapshot does not hold the value last announced for the address is another
+object's, not diffed with it.  Values are shown by the ``formatter``
 the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
 addresses by name), else as raw numbers.
 """
@@ -14,6 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Protocol, TextIO
 
+from ctracer.plan import stores
+from ctracer.record import symbols
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
                            PHASE_TRACEPOINT, args_offset, mini_offset)
 
@@ -24,14 +31,14 @@ MAX_CHANGES_SHOWN = 8
 class Formatter(Protocol):
     def show(self, field: str, value: Any) -> str: ...
 
-    def show_arg(self, name: str, value: Any) -> str: ...
+    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str: ...
 
 
 class _Raw:
     def show(self, field: str, value: Any) -> str:
         return str(value)
 
-    def show_arg(self, name: str, value: Any) -> str:
+    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str:
         return str(value)
 
 
@@ -39,7 +46,8 @@ class Tail:
     """A ring buffer callback printing each event on one line."""
 
     def __init__(self, program, out: Optional[TextIO] = None,
-                 formatter: Optional[Formatter] = None):
+                 formatter: Optional[Formatter] = None,
+                 announced: Optional[dict[str, stores.Announced]] = None):
         self.out = out or sys.stdout
         self.fmt = formatter or _Raw()
         self.mini = program.mini
@@ -48,6 +56,13 @@ class Tail:
         self.names = {r.id: (f"tp:{r.name}" if r.reach == "tracepoint" else r.name)
                       for r in program.rows}
         self.args = program.args_by_row()
+        self.tracepoint_names = {r.id: r.name for r in program.rows if r.reach == "tracepoint"}
+        #: tracepoint name -> the lifetime rules naming it, the store it announces
+        self.rules: dict[str, list] = {}
+        for rule in getattr(program, "rules", ()):
+            self.rules.setdefault(rule.tracepoint, []).append(rule)
+        self.announced = announced or {}
+        self._kallsyms = None
         head = getattr(program, "head", None)
         #: the fields an event that read only the object's head carries, and the head
         self.head_fields = frozenset(head.fields) if head is not None else frozenset()
@@ -62,15 +77,26 @@ class Tail:
         obj, fid, phase = h["object"], h["function_id"], h["phase"]
         what = self.names.get(fid, f"#{fid}")
         parts = [f"{(h['ts_ns'] - self.first_ns) / 1e9:12.6f}", f"{obj:#x}", what]
+        args: dict[str, Any] = {}
+        starts = ends = False
+        announced = None
         if phase == PHASE_TRACEPOINT:
             spec = self.args.get(fid, ())
             if spec:
                 import struct
                 raw_args = struct.unpack_from(f"<{self.nargs}Q", raw, args_offset())
+                args = {a.name: a.value(v) for a, v in zip(spec, raw_args)}
+                name = self.tracepoint_names.get(fid, "")
+                for rule in self.rules.get(name, ()):
+                    if (rule.param_index < len(raw_args) and raw_args[rule.param_index] == obj
+                            and rule.applies(args)):
+                        starts = starts or rule.effect == "starts"
+                        ends = ends or rule.effect == "ends"
+                announced = self.announced.get(name)
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
-                    f"{a.name}={a.value(v):#x}" if a.kind == "pointer" else
-                    f"{a.name}={show(a.name, a.value(v))}"
+                    f"{a.name}={self._pointer(a.name, a.value(v))}" if a.kind == "pointer" else
+                    f"{a.name}={show(a.name, a.value(v), a.kind, fid)}"
                     for a, v in zip(spec, raw_args)) + ")")
         else:
             parts.append("entry" if phase == PHASE_ENTRY else f"exit ret={h['retval']}")
@@ -80,23 +106,50 @@ class Tail:
             parts.append("(object unreadable)")
         else:
             values = self.mini.decode(raw, self.start)
-            before = self.last.get(obj)
+            before = None if starts else self.last.get(obj)  # never across lifetimes
             if h["flags"] & FLAG_HEAD_ONLY:
                 parts.append(f"(only {self.head_member} read)")
                 values = {k: v for k, v in values.items() if k in self.head_fields}
                 if before is not None:  # the fields not read keep their last value read
                     values = {**before, **values}
-            self.last[obj] = values
+            if (before is not None and announced is not None
+                    and before.get(announced.field) != values.get(announced.field)):
+                # the last store announced for the object is not what it holds: another
+                # object at the address (a rule's end or start not traced)
+                before = None
+                parts.append("(another object at this address)")
+            show = self.fmt.show
+            changed = []
             if before is not None:
-                show = self.fmt.show
                 changed = [f"{k}: {show(k, before[k])} → {show(k, v)}"
                            for k, v in values.items() if k in before and before[k] != v]
+            if announced is not None and announced.field in values:
+                values = dict(values)
+                done = stores.apply(announced, values, args)
+                if done is not None:
+                    changed.insert(0, f"{announced.field}: {show(announced.field, done[0])}"
+                                      f" → {show(announced.field, done[1])} (announced)")
+            if ends:
+                self.last.pop(obj, None)  # the address is a new object from its next hit
+            else:
+                self.last[obj] = values
+            if changed:
                 shown = changed[:MAX_CHANGES_SHOWN]
                 if len(changed) > len(shown):
                     shown.append(f"… {len(changed) - len(shown)} more")
                 if shown:
                     parts.append("| " + ", ".join(shown))
         return " ".join(parts)
+
+    def _pointer(self, name: str, value: int) -> str:
+        """A pointer argument in hex; a code address (``location``) as symbol+off."""
+        if name in symbols.TEXT_ARGUMENTS and value:
+            if self._kallsyms is None:
+                self._kallsyms = symbols.Kallsyms()
+            text = self._kallsyms.name(value)
+            if text:
+                return f"{text} ({value:#x})"
+        return f"{value:#x}"
 
     def __call__(self, raw: bytes) -> None:
         self.out.write(self.line(raw) + "\n")

@@ -18,6 +18,8 @@ Each pass is a named function, linear in the number of events, tested on its own
    first, so unchanged snapshots are never decoded); each difference attributed: at an
    exit, to the function exiting; at an entry, to the traced caller running on that
    thread, or to code outside any traced call.
+6. `announce_changes` (`ctracer.report.announced`) — a change a tracepoint announces
+   before its store (``inet_sock_set_state``'s ``newstate``) moved to that tracepoint's row.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSI
                                   MethodStats, ObjectKey, ObjectTimeline, Points, ReportData, Row,
                                   TraceSummary)
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.report.announced import announce_changes
 from ctracer.report.names import object_dir, object_label
 from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
 from ctracer.tracefile import FunctionRow, Trace
@@ -320,6 +323,10 @@ class FunctionTable:
     alloc_like: set[int]
     #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
     rules: dict[int, list[dict]] = field(default_factory=dict)
+    #: tracepoint slots reaching the object through a holder (``skb->sk``)
+    held: set[int] = field(default_factory=set)
+    #: tracepoint slot -> the store it announces (meta ``announced_stores``)
+    announced: dict[int, Any] = field(default_factory=dict)
 
     def name(self, fid: int) -> str:
         n = self.names.get(fid)
@@ -329,9 +336,13 @@ class FunctionTable:
 
 
 def function_table(functions: dict[int, FunctionRow],
-                   lifetime_rules: Iterable[dict] = ()) -> FunctionTable:
-    """The passes' view of the functions table; ``lifetime_rules`` are the trace's
-    (`ctracer.plan.lifetimes`, as its meta carries them)."""
+                   lifetime_rules: Iterable[dict] = (),
+                   announced_stores: Optional[Sequence[dict]] = None) -> FunctionTable:
+    """The passes' view of the functions table; ``lifetime_rules`` and
+    ``announced_stores`` are the trace's (`ctracer.plan.lifetimes`,
+    `ctracer.plan.stores`, as its meta carries them)."""
+    from ctracer.plan import stores
+    by_tp = stores.rules_by_tracepoint(announced_stores)
     canon = _canonical_ids(functions)
     rules: dict[int, list[dict]] = {}
     for rule in lifetime_rules:
@@ -346,7 +357,11 @@ def function_table(functions: dict[int, FunctionRow],
                   if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
         use_names=not any(r == "returns" for r in reach.values()) and not rules,
         free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
-        alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules)
+        alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules,
+        held={fid for fid, f in functions.items()
+              if f.reach == "tracepoint" and "->" in (f.via or "")},
+        announced={fid: by_tp[f.name] for fid, f in functions.items()
+                   if f.reach == "tracepoint" and f.name in by_tp and not "->" in (f.via or "")})
 
 
 @dataclass
@@ -406,6 +421,8 @@ class _Pairer:
         self.identity_rule = identity_rule
         self.identity_split = False
         self._identity: dict[int, tuple] = {}
+        #: address -> the value its last announcing hit stored (`FunctionTable.announced`)
+        self._stored: dict[int, Any] = {}
         self.frames: list[_Frame] = []
         self.threads: dict[int, _Thread] = {}
         self.lifetimes = _Lifetimes()
@@ -442,8 +459,20 @@ class _Pairer:
         if not address:
             return
         lifetimes = self.lifetimes
-        lifetimes.seen_again(address, index)
+        if row.slot not in self.fns.held:
+            # a hit through a holder after the object's end (a buffer freed after its
+            # socket, still pointing to it) is the ended object's: the next direct hit
+            # starts the new one
+            lifetimes.seen_again(address, index)
         lifetimes.seen(address, index, self.fns.name(row.function_id))
+        store = self.fns.announced.get(row.slot)
+        if store is not None and store.before:
+            args = row.arguments() or {}
+            last, before = self._stored.get(address), args.get(store.before)
+            if last is not None and before is not None and before != last:
+                lifetimes.rule_starts(address, index, store.continuity_text)
+            if args.get(store.argument) is not None:
+                self._stored[address] = args[store.argument]
         identity = self.identities.get(index) if self.identities else None
         if identity is not None:
             last = self._identity.get(address)
@@ -835,7 +864,8 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None,
     """Every pass over ``trace``, in order (see the module docstring); without
     ``keep_snapshots`` the rows' snapshots are let go once compared (the report needs
     only the changes)."""
-    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or ())
+    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (),
+                         trace.meta_json("announced_stores"))
     events = read_events(trace, fns)
     rows = events.rows
     say(f"read {len(rows)} events")
@@ -847,6 +877,9 @@ def run_passes(trace: Trace, say: Callable[[str], None] = lambda _m: None,
     start_ns = rows[0].ts_ns if rows else 0
     find_changes(found, trace.mini, fns, calls.methods, start_ns, trace.head_fields,
                  release_snapshots=not keep_snapshots)
+    tracepoints = {r.function_id for r in rows if r.phase == PHASE_TRACEPOINT}
+    announce_changes(list(found.objects.values()), {f: fns.name(f) for f in tracepoints},
+                     trace.meta_json("announced_stores"), start_ns)
     return Passes(fns, pairing, calls, found, start_ns, len(rows))
 
 

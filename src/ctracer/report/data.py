@@ -25,6 +25,7 @@ from ctracer.tracefile import FunctionRow
 CAUSE_DURING = "during"    # seen at the exit of the function: it (or untraced code it ran) did it
 CAUSE_CALLER = "caller"    # seen at an entry: the traced caller did it before this call
 CAUSE_OUTSIDE = "outside"  # seen at an entry with no traced caller on the thread
+CAUSE_ANNOUNCED = "announced"  # a tracepoint firing just before the store, by its argument
 
 
 class ObjectKey(NamedTuple):
@@ -46,8 +47,17 @@ class Change:
     obj: ObjectKey
     function: Optional[str]  # who changed it; None when no traced function was running
     function_id: int         # its id in the functions table, -1 for None
-    cause: str               # CAUSE_DURING | CAUSE_CALLER | CAUSE_OUTSIDE
+    cause: str               # CAUSE_DURING | CAUSE_CALLER | CAUSE_OUTSIDE | CAUSE_ANNOUNCED
     seen_at: str             # the function whose entry/exit showed the new value
+
+    @property
+    def credited(self) -> Optional[str]:
+        """Who the exports credit (``changed_by``): the traced function, else the
+        tracepoint that announced or showed the change (``tp:NAME``: on a kernel traced
+        through tracepoints that is all there is), else None."""
+        if self.function is not None:
+            return self.function
+        return self.seen_at if self.seen_at.startswith("tp:") else None
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
@@ -34,13 +35,15 @@ from markupsafe import Markup, escape
 
 from ctracer import __version__
 from ctracer.errors import CtracerError
-from ctracer.event import PHASE_ENTRY
+from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
+from ctracer.report import summaries
 from ctracer.report.build import build_report
-from ctracer.report.data import (CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
+from ctracer.report.data import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
                                   ObjectTimeline, ReportData, Row)
+from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import StemAllocator, safe_component
 from ctracer.report.timeline import PAGES_FILE, TimelineData, data_file_text, pages_file_text
@@ -218,7 +221,13 @@ class _Site:
     def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
         self.env = _environment()
-        self.fmt = ValueFormatter(trace.mini)
+        #: which probe kinds filled the trace: pages leave out what the others would fill
+        phases = {r.phase for r in data.rows}
+        self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
+        self.has_tracepoints = PHASE_TRACEPOINT in phases
+        self.announced = bool(trace.meta_json("announced_stores"))
+        self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
+                                  trace.meta_json("kernel_symbols") or {})
         self.layout = trace.mini
         self.names = data.function_names
         self.reach = {fid: f.reach for fid, f in trace.functions.items()}
@@ -262,6 +271,9 @@ class _Site:
     def write(self, relpath: str, template: str, **context: Any) -> None:
         depth = relpath.count("/")
         context.setdefault("root", "../" * depth)
+        context.setdefault("has_calls", self.has_calls)
+        context.setdefault("has_tracepoints", self.has_tracepoints)
+        context.setdefault("announced", self.announced)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
@@ -301,6 +313,9 @@ class _Site:
 
     def cause_text(self, c: Change) -> str:
         tracepoint = c.seen_at.startswith("tp:")
+        if c.cause == CAUSE_ANNOUNCED:
+            return (f"announced by tracepoint {c.seen_at[3:]} (its argument; the store "
+                    "follows the hit)")
         if c.cause == CAUSE_DURING:
             return f"during {c.function}"
         if c.cause == CAUSE_CALLER:
@@ -600,7 +615,9 @@ class _Site:
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
-                "calls per method" + (" (40 busiest)" if len(rows) > 40 else ""), bars))
+                ("calls" if self.has_calls else "hits") + " per method"
+                + (" (40 busiest)" if len(rows) > 40 else ""), bars,
+                "calls" if self.has_calls else "hits"))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
         canonical = self.data.canonical
         functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
@@ -611,8 +628,12 @@ class _Site:
                    heading=f"{self.struct_title}: methods", methods=rows,
                    functions=functions, has_bars=bool(bars))
 
-    def index_page(self, objects_total: int) -> None:
+    def index_page(self, objects_total: int, incomplete: str = "") -> None:
+        """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
+        that died), shown first."""
         data, start = self.data, self.data.start_ns
+        columns = summaries.columns_for(data.summary.struct_name,
+                                        [f.name for f in self.layout.fields])
         objects = [{
             "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
             "lifetime": obj.key.lifetime, "began": obj.started_by,
@@ -620,9 +641,10 @@ class _Site:
             "last": format_offset(obj.last_ns - start),
             "events": len(obj.rows), "calls": obj.calls,
             "changes": len(obj.changes), "fields": len(obj.changed_fields),
+            "summary": summaries.summary(obj, columns, self.fmt),
         } for obj in data.objects]
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
-            f.write(objects_file_text(objects_data(objects)))
+            f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
@@ -646,6 +668,7 @@ class _Site:
                    function_count=distinct,
                    trace_span=format_duration(duration) or "0 ns",
                    mini_fields=self.layout.fields, notes=self.notes,
+                   incomplete=incomplete, summary_columns=[c.name for c in columns],
                    trace_name=os.path.basename(data.summary.trace_path))
 
     @property
@@ -689,7 +712,7 @@ def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
     """Every page but the index, with its plots: the all-objects pages, the methods page
     and the object pages in tasks shared by ``workers`` forked helpers (they inherit the
     report data; the busiest task first); return the seconds spent on plots (summed over
-    the helpers)."""
+    the helpers).  `HelpersStopped` when Ctrl-C or a helper's death ends it early."""
     global _helper_site
     tasks: list[tuple] = [("all",), ("methods",)]
     tasks += [("objects", chosen[i:i + OBJECTS_PER_TASK])
@@ -699,20 +722,19 @@ def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
     try:
         small = len(chosen) < HELPER_MIN_OBJECTS and _expected_plots(site) < HELPER_MIN_PLOTS
         if workers < 2 or small or not hasattr(os, "fork"):
-            return sum(_run_task(t) for t in tasks)
-        import multiprocessing
+            plots = 0.0
+            for done, task in enumerate(tasks):
+                try:
+                    plots += _run_task(task)
+                except KeyboardInterrupt:
+                    raise HelpersStopped("interrupted", done, len(tasks), 2) from None
+            return plots
         import sys
 
         sys.stdout.flush()
         sys.stderr.flush()
-        plots = 0.0
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            # tasks go by index: the helpers find them in the site they inherited
-            for n, seconds in enumerate(pool.imap_unordered(_run_indexed, range(len(tasks))), 1):
-                plots += seconds
-                if n % 20 == 0:
-                    say(f"pages: {n}/{len(tasks)} parts written")
-        return plots
+        # tasks go by index: the helpers find them in the site they inherited
+        return run_in_helpers(_run_indexed, len(tasks), workers, say)
     finally:
         _helper_site = None
         _tasks_of_helpers.clear()
@@ -761,42 +783,49 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     clock, cpu = time.perf_counter(), _cpu_seconds()
     seconds: dict[str, float] = {}
     trace = Trace(trace_path)
+    site: Optional[_Site] = None
     try:
         if out_dir is None:
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
         _prepare(out_dir)
-        data = build_report(trace, say)
-        seconds["model"] = time.perf_counter() - clock
-        seconds["model_cpu"] = _cpu_seconds() - cpu
+        try:
+            data = build_report(trace, say)
+            seconds["model"] = time.perf_counter() - clock
+            seconds["model_cpu"] = _cpu_seconds() - cpu
 
-        site = _Site(data, trace, out_dir, plots)
-        chosen = data.objects
-        if max_objects is not None and 0 < max_objects < len(data.objects):
-            busiest = sorted(data.objects, key=lambda o: (-len(o.rows), o.first_ns))
-            keep = {o.key for o in busiest[:max_objects]}
-            chosen = [o for o in data.objects if o.key in keep]
-            site.notes.append(
-                f"pages were written for the {max_objects} busiest of {len(data.objects)} "
-                "objects (--max-objects); all of them are in many_objects/")
-        site.rendered = {o.key: o for o in chosen}
-        most_changed = sorted(chosen, key=lambda o: (-len(o.changes), o.first_ns))
-        site.plotted = {o.key for o in (most_changed if not plot_objects
-                                        else most_changed[:plot_objects])}
-        if plots and len(site.plotted) < len(chosen):
-            site.notes.append(
-                f"PNG plots were drawn for the {len(site.plotted)} objects with most changes "
-                "(--plot-objects); every object's changes page plots its fields interactively")
-        _copy_static(out_dir)
-        mark = time.perf_counter()
-        for obj in chosen:
-            site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
-        site.prepare_graph(ALL_DIR, data.rows, f"{len(data.objects)} objects", data.changes)
-        say(f"laying out {len(site.graphs)} call graphs")
-        site.layout_graphs()
-        seconds["graphs"] = time.perf_counter() - mark
-        mark, cpu = time.perf_counter(), _cpu_seconds()
-        site.note_unreadable_pages(chosen)
-        seconds["plots"] = _write_pages(site, chosen, min(os.cpu_count() or 1, 2), say)
+            site = _Site(data, trace, out_dir, plots)
+            chosen = data.objects
+            if max_objects is not None and 0 < max_objects < len(data.objects):
+                busiest = sorted(data.objects, key=lambda o: (-len(o.rows), o.first_ns))
+                keep = {o.key for o in busiest[:max_objects]}
+                chosen = [o for o in data.objects if o.key in keep]
+                site.notes.append(
+                    f"pages were written for the {max_objects} busiest of {len(data.objects)} "
+                    "objects (--max-objects); all of them are in many_objects/")
+            site.rendered = {o.key: o for o in chosen}
+            most_changed = sorted(chosen, key=lambda o: (-len(o.changes), o.first_ns))
+            site.plotted = {o.key for o in (most_changed if not plot_objects
+                                            else most_changed[:plot_objects])}
+            if plots and len(site.plotted) < len(chosen):
+                site.notes.append(
+                    f"PNG plots were drawn for the {len(site.plotted)} objects with most "
+                    "changes (--plot-objects); every object's changes page plots its fields "
+                    "interactively")
+            _copy_static(out_dir)
+            mark = time.perf_counter()
+            for obj in chosen:
+                site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
+            site.prepare_graph(ALL_DIR, data.rows, f"{len(data.objects)} objects", data.changes)
+            say(f"laying out {len(site.graphs)} call graphs")
+            site.layout_graphs()
+            seconds["graphs"] = time.perf_counter() - mark
+            mark, cpu = time.perf_counter(), _cpu_seconds()
+            site.note_unreadable_pages(chosen)
+            seconds["plots"] = _write_pages(site, chosen, min(os.cpu_count() or 1, 2), say)
+        except KeyboardInterrupt:
+            raise _incomplete(out_dir, site, HelpersStopped("interrupted", 0, 0, 2)) from None
+        except HelpersStopped as stopped:
+            raise _incomplete(out_dir, site, stopped) from None
         site.index_page(len(data.objects))
         seconds["html"] = time.perf_counter() - mark
         seconds["html_cpu"] = _cpu_seconds() - cpu
@@ -806,3 +835,39 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     return RenderResult(out_dir, os.path.join(out_dir, "index.html"), len(data.objects),
                         len(chosen), len(data.rows), seconds, site.notes,
                         data.counts.line() if data.counts else "")
+
+
+class RenderIncomplete(CtracerError):
+    """The report was left incomplete (its index says so): Ctrl-C (``prefix``
+    "interrupted", exit 130) or a helper process that died (exit 1)."""
+
+    def __init__(self, message: str, signal_number: Optional[int]):
+        super().__init__(message)
+        if signal_number:
+            self.prefix, self.exit_status = "interrupted", 128 + signal_number
+
+
+def _incomplete(out_dir: str, site: Optional["_Site"], stopped: HelpersStopped) -> RenderIncomplete:
+    """Mark the report in ``out_dir`` incomplete (its index.html says why and how far it
+    got; the full index when the report's data was built) and the one-line error."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the page is written first
+    try:
+        how = "Ctrl-C or SIGTERM" if stopped.signal_number else stopped.why
+        parts = f" after {stopped.done} of {stopped.total} parts of its pages" if stopped.total else ""
+        why = (f"This report is incomplete: rendering was stopped ({how}){parts}, so "
+               "pages linked from here may be missing. Render the trace again for all of them.")
+        if site is not None:
+            site.index_page(len(site.data.objects), incomplete=why)
+        else:
+            text = _environment().get_template("stopped.html").render(
+                why=why.replace(", so pages linked from here may be missing", ""),
+                version=__version__)
+            with open(os.path.join(out_dir, "index.html"), "w", encoding="utf-8") as f:
+                f.write(text)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    written = (f"{stopped.done} of {stopped.total} parts of its pages written; "
+               if stopped.total else "")
+    return RenderIncomplete(f"{'' if stopped.signal_number else stopped.why + ': '}the "
+                            f"report in {out_dir} is incomplete ({written}its index.html "
+                            "says so)", stopped.signal_number)

@@ -6,15 +6,17 @@ time from ``objects.js`` beside it, loaded with a ``<script src>`` (file:// refu
 ``fetch``): the filter box searches every object, a click on a header sorts all of them.
 
 The data file assigns ``CTRACER_OBJECTS``: ``columns`` names the fields of each row,
-``rows`` holds one list per object, and ``why`` the texts of how lifetimes began (they
-repeat, so a row holds an index into it).  Every text is plain text, made into DOM text
+``rows`` holds one list per object, ``why`` the texts of how lifetimes began (they
+repeat, so a row holds an index into it) and ``summary_columns`` the names of the
+texts in each row's ``summary`` (local and remote address:port, states...: what
+names the object, searched by the filter too).  Every text is plain text, made into DOM text
 by the page (never markup).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 #: the variable the data file assigns (report.js reads it)
 OBJECTS_VARIABLE = "CTRACER_OBJECTS"
@@ -22,19 +24,22 @@ OBJECTS_VARIABLE = "CTRACER_OBJECTS"
 OBJECTS_FILE = "objects.js"
 #: the fields of a row, in order
 COLUMNS = ["label", "dir", "lifetime", "began", "first", "last", "events", "calls",
-           "changes", "fields"]
+           "changes", "fields", "summary"]
 
 
-def objects_data(objects: list[dict[str, Any]]) -> dict[str, Any]:
+def objects_data(objects: list[dict[str, Any]],
+                 summary_columns: Sequence[str] = ()) -> dict[str, Any]:
     """The data of the object list: ``objects`` are dicts keyed by `COLUMNS`, ``began``
-    a text and ``dir`` the object's directory ("" when it has no pages)."""
+    a text, ``dir`` the object's directory ("" when it has no pages) and ``summary``
+    the texts of ``summary_columns`` (`ctracer.report.summaries`)."""
     why: dict[str, int] = {}
     rows = []
     for o in objects:
-        row = [o[name] for name in COLUMNS]
+        row = [o.get(name, []) if name == "summary" else o[name] for name in COLUMNS]
         row[3] = why.setdefault(str(o["began"]), len(why))
         rows.append(row)
-    return {"columns": COLUMNS, "why": list(why), "rows": rows}
+    return {"columns": COLUMNS, "why": list(why), "rows": rows,
+            "summary_columns": list(summary_columns)}
 
 
 def objects_file_text(data: dict[str, Any]) -> str:

@@ -88,6 +88,7 @@ class CallCountPlot:
     path: str
     title: str
     bars: list[tuple[str, int]] = field(default_factory=list)  # (function, calls)
+    unit: str = "calls"   # "hits" for tracepoints
 
 
 def literal(text: str) -> str:
@@ -304,7 +305,7 @@ class _Painter:
         ax.barh(range(len(bars)), [c for _, c in bars], color=_BLUE, height=0.65)
         ax.set_yticks(range(len(bars)), [literal(n) for n, _ in bars])
         ax.set_ylim(-0.6, len(bars) - 0.4)
-        self._labels(ax, job.title, "calls")
+        self._labels(ax, job.title, job.unit)
         self._save(ax, job.path)
 
 

@@ -105,7 +105,7 @@ class TimelineData:
             values = parse_arguments(args)
             kinds = self.arg_kinds.get(slot, {})
             text = self._args.remember(key, "" if values is None else "(" + ", ".join(
-                f"{k} {self.fmt.show_arg(k, v, kinds.get(k))}" for k, v in values.items())
+                f"{k} {self.fmt.show_arg(k, v, kinds.get(k), slot)}" for k, v in values.items())
                 + ")")
         return text
 

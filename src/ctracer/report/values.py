@@ -7,16 +7,19 @@ optionally ``bits`` (``[[bit, "SOCK_DEAD"], ...]``: a flag word whose bits an en
 names) or ``display`` (one of `DISPLAYS`, to say it outright).  So a trace renders the
 same on a machine that never saw the traced program or kernel.  Addresses show as dotted
 quads, ports in host order, errno values by name (``-EAGAIN``, ``ECONNRESET``), flag words
-as ``SOCK_DEAD|SOCK_DONE``; each with its raw value after it.  `ValueFormatter` also
+as ``SOCK_DEAD|SOCK_DONE``; each with its raw value after it (what each display means,
+both ways, is `ctracer.decode`'s: ``--where`` reads values the same way).  `ValueFormatter` also
 turns values into numbers plus tick labels for plots.
 """
 
 from __future__ import annotations
 
-import errno as _errno
 from typing import Any, Optional, Sequence
 
-from ctracer.event import Field, Layout
+# what a value means is `ctracer.decode`'s, shared with the filters; re-exported here
+from ctracer.decode import (DISPLAYS, FAMILIES, PROTOCOLS, addrpair, display_of,  # noqa: F401
+                            errno_name, flag_names, ipv4, port, portpair)
+from ctracer.event import Layout
 
 #: how a value the probe did not read is shown (a field outside the head of a time-wait
 #: or request socket, `ctracer.plan.heads`)
@@ -61,59 +64,6 @@ def format_offset(ns: int) -> str:
     return f"{ns / 1e6:.6f}"
 
 
-#: the ways a field may be shown besides its kind (``Field.source["display"]``)
-DISPLAYS = ("ipv4", "port", "errno", "flags")
-#: values of tracepoint arguments commonly met in the kernel's networking tracepoints
-_FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
-_PROTOCOLS = {1: "IPPROTO_ICMP", 6: "IPPROTO_TCP", 17: "IPPROTO_UDP", 58: "IPPROTO_ICMPV6",
-              132: "IPPROTO_SCTP", 262: "IPPROTO_MPTCP"}
-
-
-def ipv4(value: int) -> str:
-    """A ``__be32`` read as a little-endian u32, as dotted quad."""
-    return ".".join(str(b) for b in (value & 0xFFFFFFFF).to_bytes(4, "little"))
-
-
-def port(value: int) -> int:
-    """A ``__be16`` read as a little-endian u16, in host order."""
-    return int.from_bytes((value & 0xFFFF).to_bytes(2, "little"), "big")
-
-
-def errno_name(value: int) -> Optional[str]:
-    """``-EAGAIN`` for -11, ``ECONNRESET`` for 104; None when not an errno value."""
-    name = _errno.errorcode.get(abs(value)) if 0 < abs(value) < 4096 else None
-    if name is None:
-        return None
-    return f"-{name}" if value < 0 else name
-
-
-def flag_names(value: int, bits: Sequence[tuple[int, str]]) -> str:
-    names = [n for b, n in bits if value >> b & 1]
-    rest = value & ~sum(1 << b for b, _ in bits)
-    if rest:
-        names.append(f"0x{rest:x}")
-    return "|".join(names) if names else "0"
-
-
-def display_of(f: Field) -> str:
-    """How ``f`` is shown beyond its kind: one of `DISPLAYS`, or ""."""
-    explicit = f.source.get("display")
-    if explicit in DISPLAYS:
-        return explicit
-    if f.source.get("bits"):
-        return "flags"
-    ctext = str(f.source.get("ctype", "")).replace("const ", "").strip()
-    if ctext == "__be32":
-        return "ipv4"
-    if ctext == "__be16":
-        return "port"
-    base = f.name.rsplit(".", 1)[-1]
-    if f.kind == "int" and (base.endswith("_err") or base.endswith("_err_soft")
-                            or base in ("err", "error")):
-        return "errno"
-    return ""
-
-
 def _char(v: int) -> str:
     c = v & 0xFF
     if 0x20 <= c < 0x7F:
@@ -124,8 +74,21 @@ def _char(v: int) -> str:
 class ValueFormatter:
     """Display and plot helpers for the fields of one mini layout."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Layout, arguments: Optional[dict] = None,
+                 symbols: Optional[dict] = None):
+        """``arguments``: the trace's meta ``tracepoint_args`` (row → argument dicts),
+        whose ``names`` name enum arguments (``reason``: ``SKB_DROP_REASON_...``);
+        ``symbols``: its meta ``kernel_symbols`` (hex address → ``symbol+off``)."""
         self.layout = layout
+        self._symbols = {str(k): str(v) for k, v in (symbols or {}).items()}
+        self._arg_names: dict[tuple[int, str], dict[int, str]] = {}
+        for row, args in (arguments or {}).items():
+            for a in args if str(row).isdigit() and isinstance(args, list) else ():
+                names = a.get("names") if isinstance(a, dict) else None
+                if isinstance(names, list):
+                    self._arg_names[(int(row), str(a.get("name")))] = {
+                        int(v): str(n) for v, n in names
+                        if isinstance(v, int) and isinstance(n, str)}
         self.fields: dict[str, Field] = {f.name: f for f in layout.fields}
         self._enum_names = {f.name: dict(f.enumerators) for f in layout.fields
                             if f.kind == "enum"}
@@ -171,22 +134,34 @@ class ValueFormatter:
         if display == "errno":
             name = errno_name(value)
             return f"{name} ({value})" if name else str(value)
+        if display == "addrpair":
+            return f"{addrpair(value)} (0x{value:x})"
+        if display == "portpair":
+            return f"{portpair(value)} (0x{value:x})"
         return f"{flag_names(value, self._bits.get(field, ()))} (0x{value:x})"
 
-    def show_arg(self, name: str, value: Any, kind: Optional[str] = None) -> str:
+    def show_arg(self, name: str, value: Any, kind: Optional[str] = None,
+                 row: Optional[int] = None) -> str:
         """A tracepoint argument (``oldstate``, ``newstate``, ``family``...) as read;
         ``kind`` is the argument's as the trace's meta ``tracepoint_args`` says
-        (pointers in hex)."""
+        (pointers in hex), ``row`` its functions-table row (for enum names)."""
         if not isinstance(value, int):
             return str(value)
         if kind == "pointer":
-            return "NULL" if value == 0 else f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
+            if value == 0:
+                return "NULL"
+            text = f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
+            symbol = self._symbols.get(text)
+            return f"{symbol} ({text})" if symbol else text
+        named = self._arg_names.get((row, name)) if row is not None else None
+        if named and value in named:
+            return f"{named[value]} ({value})"
         if name.endswith("state") and value in self._states:
             return self._states[value]
-        if name == "family" and value in _FAMILIES:
-            return _FAMILIES[value]
-        if name == "protocol" and value in _PROTOCOLS:
-            return _PROTOCOLS[value]
+        if name == "family" and value in FAMILIES:
+            return FAMILIES[value]
+        if name == "protocol" and value in PROTOCOLS:
+            return PROTOCOLS[value]
         if name in ("saddr", "daddr") and 0 <= value < 1 << 32:
             return ipv4(value)
         return str(value)

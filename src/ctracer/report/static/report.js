@@ -72,20 +72,25 @@
   var col = {};
   D.columns.forEach(function (name, k) { col[name] = k; });
   // the table's columns, each with the data field it shows and how it sorts
-  var shown = ["label", "lifetime", "began", "first", "last", "events", "calls", "changes",
-    "fields"];
+  var summaries = D.summary_columns || [];
+  var shown = ["label"].concat(summaries.map(function (_, k) { return "summary:" + k; }),
+    ["lifetime", "began", "first", "last", "events", "calls", "changes", "fields"]);
   var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, changes: 1, fields: 1 };
   var all = D.rows.map(function (r, i) {
     return { r: r, i: i, why: D.why[r[col.began]] };
   });
   function value(o, name) {
     if (name === "began") { return o.why; }
+    if (name.indexOf("summary:") === 0) {
+      return String((o.r[col.summary] || [])[+name.slice(8)] || "").toLowerCase();
+    }
     var v = o.r[col[name]];
     return numeric[name] ? parseFloat(v) : String(v).toLowerCase();
   }
   function text(o) {
     if (o.text === undefined) {
-      o.text = [o.r[col.label], o.why, o.r[col.dir]].join(" ").toLowerCase();
+      o.text = [o.r[col.label], o.why, o.r[col.dir]].concat(o.r[col.summary] || [])
+        .join(" ").toLowerCase();
     }
     return o.text;
   }
@@ -108,8 +113,9 @@
   function row(o) {
     var r = o.r, dir = r[col.dir], tr = document.createElement("tr");
     cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono");
+    summaries.forEach(function (_, k) { cell(tr, String((r[col.summary] || [])[k] || ""), "summary"); });
     cell(tr, String(r[col.lifetime]), "num");
-    cell(tr, o.why);
+    cell(tr, o.why, "began").title = o.why;
     cell(tr, r[col.first], "num");
     cell(tr, r[col.last], "num");
     cell(tr, String(r[col.events]), "num");

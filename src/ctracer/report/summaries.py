@@ -1,0 +1,157 @@
+"""What names an object in the index, by the kind of struct: summary columns.
+
+An address and a lifetime number do not tell sockets apart; a kernel engineer names a
+socket by its family, local and remote address:port, states and role, and an sk_buff by
+its length and protocol.  `columns_for` gives, for a struct, the columns and how each
+is computed from an object's field series (`ctracer.report.data.ObjectTimeline.series`:
+its first value and every change, so the first, last and every value it took) and rows;
+values are shown as the pages show them (`ctracer.report.values.ValueFormatter`).  A
+column whose fields the trace did not record is left out.  The index searches these
+texts too (``index.html#q=:8080``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from ctracer.decode import FAMILIES, ipv4, port
+from ctracer.report.data import ObjectTimeline
+from ctracer.report.values import ValueFormatter
+
+#: EtherType values an sk_buff's ``protocol`` (``__be16``) commonly holds
+ETHER_TYPES = {0x0800: "ETH_P_IP", 0x86DD: "ETH_P_IPV6", 0x0806: "ETH_P_ARP",
+               0x8100: "ETH_P_8021Q", 0x0003: "ETH_P_ALL"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    fields: tuple[str, ...]   # what it needs recorded (any one of them for `any_field`)
+    text: Callable[[ObjectTimeline, ValueFormatter], str]
+    any_field: bool = False
+
+
+def _values(obj: ObjectTimeline, name: str) -> list[Any]:
+    return [v for _, v in obj.series.get(name, ()) if v is not None]
+
+
+def _last_set(obj: ObjectTimeline, name: str) -> Optional[Any]:
+    """The last non-zero value the field took (ports and addresses go back to 0 when a
+    socket closes)."""
+    values = [v for v in _values(obj, name) if v]
+    return values[-1] if values else None
+
+
+def _states(obj: ObjectTimeline, fmt: ValueFormatter) -> list[str]:
+    return [fmt.show("__sk_common.skc_state", v) for v in _values(obj, "__sk_common.skc_state")]
+
+
+def _family(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+    v = _last_set(obj, "__sk_common.skc_family")
+    return "" if v is None else FAMILIES.get(v, str(v))
+
+
+def _endpoint(obj: ObjectTimeline, v4: str, v6: str, port_text: str) -> str:
+    """``address:port`` ("" when neither was ever set: a listener's remote end)."""
+    six = _last_set(obj, v6)
+    raw = _last_set(obj, v4)
+    if _family_value(obj) == 10 and six and six != "::":
+        address = f"[{six}]"
+    else:
+        address = ipv4(raw) if raw is not None else ""
+    if not address and not port_text:
+        return ""
+    return f"{address or '?'}:{port_text or '?'}"
+
+
+def _family_value(obj: ObjectTimeline) -> Optional[int]:
+    return _last_set(obj, "__sk_common.skc_family")
+
+
+def _local(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+    num = _last_set(obj, "__sk_common.skc_num")
+    return _endpoint(obj, "__sk_common.skc_rcv_saddr", "__sk_common.skc_v6_rcv_saddr",
+                     str(num) if num is not None else "")
+
+
+def _remote(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+    dport = _last_set(obj, "__sk_common.skc_dport")
+    return _endpoint(obj, "__sk_common.skc_daddr", "__sk_common.skc_v6_daddr",
+                     str(port(dport)) if dport is not None else "")
+
+
+#: states a path lists before it elides the middle
+PATH_STATES = 6
+
+
+def _path(states: list[str]) -> str:
+    """The states taken, in order (first to last, the middle elided past
+    `PATH_STATES`): ``TCP_CLOSE → TCP_LISTEN → TCP_CLOSE``."""
+    if len(states) > PATH_STATES:
+        states = states[:PATH_STATES - 2] + ["…"] + states[-1:]
+    return " → ".join(states)
+
+
+def _role(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+    """listener, client (it connected), accepted (a listener's child), time-wait or
+    request socket, from the states the object went through."""
+    seen = set(_states(obj, fmt))
+    if "TCP_SYN_SENT" in seen:
+        return "client"
+    if "TCP_SYN_RECV" in seen:
+        return "accepted"
+    if "TCP_LISTEN" in seen:
+        return "listener"
+    if "TCP_TIME_WAIT" in seen:
+        return "time-wait"
+    if "TCP_NEW_SYN_RECV" in seen:
+        return "request"
+    return ""
+
+
+def _comm(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+    """The command that touched the object most, softirq's idle task aside."""
+    counts = Counter(r.comm for r in obj.rows if r.comm and not r.comm.startswith("swapper"))
+    return counts.most_common(1)[0][0] if counts else (obj.rows[0].comm if obj.rows else "")
+
+
+def _first(name: str, show: Callable[[Any], str]) -> Callable[[ObjectTimeline, ValueFormatter], str]:
+    def text(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+        values = _values(obj, name)
+        return show(values[0]) if values else ""
+    return text
+
+
+def _ether_type(value: int) -> str:
+    host = port(value)
+    return ETHER_TYPES.get(host, f"0x{host:04x}")
+
+
+COLUMNS = {
+    "sock": (
+        Column("family", ("__sk_common.skc_family",), _family),
+        Column("local", ("__sk_common.skc_num",), _local),
+        Column("remote", ("__sk_common.skc_dport",), _remote),
+        Column("states", ("__sk_common.skc_state",), lambda o, f: _path(_states(o, f))),
+        Column("role", ("__sk_common.skc_state",), _role),
+        Column("comm", (), _comm),
+    ),
+    "sk_buff": (
+        Column("len", ("len",), _first("len", str)),
+        Column("protocol", ("protocol",), _first("protocol", _ether_type)),
+        Column("comm", (), _comm),
+    ),
+}
+
+
+def columns_for(struct: str, recorded: Sequence[str]) -> tuple[Column, ...]:
+    """The summary columns of ``struct`` whose fields the trace recorded."""
+    have = set(recorded)
+    return tuple(c for c in COLUMNS.get(struct, ())
+                 if (any if c.any_field else all)(f in have for f in c.fields))
+
+
+def summary(obj: ObjectTimeline, columns: Sequence[Column], fmt: ValueFormatter) -> list[str]:
+    return [c.text(obj, fmt) for c in columns]

@@ -1,0 +1,40 @@
+"""Pointer arguments leave as hex strings: a 64-bit kernel address as a JSON number is
+rounded by jq and JavaScript (``18446612686548099808`` read back as ``…8100000``)."""
+
+import json
+import subprocess
+import sys
+
+from ctracer.event import PHASE_TRACEPOINT, Field, Layout
+from ctracer.tracefile import FunctionRow, TraceWriter
+
+MINI = Layout.packed_in_order("ctracer__mini_sock", [
+    Field("__sk_common.skc_state", "u8", 0, "uint")])
+SK = 0xFFFF_8880_1234_5600
+
+SKB = 0xFFFF_8881_181A_ECE0
+LOCATION = 0xFFFF_FFFF_81E9_BFA7
+
+
+def test_pointer_arguments_are_hex_strings_in_jsonl(tmp_path):
+    path = tmp_path / "k.ctrace"
+    w = TraceWriter(str(path))
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
+               traced="kernel", tracepoint_args={"1": [
+                   {"name": "skb", "ctype": "u64", "kind": "pointer", "type": "struct sk_buff *"},
+                   {"name": "location", "ctype": "u64", "kind": "pointer", "type": "void *"},
+                   {"name": "reason", "ctype": "u64", "kind": "enum",
+                    "type": "enum skb_drop_reason", "enum": "skb_drop_reason"}]})
+    w.add_functions([FunctionRow(1, "kfree_skb", reach="tracepoint", attached="tracepoint")])
+    w.add_event(ts_ns=1000, cpu=0, pid=1, tid=1, comm="tcploop", function_id=1,
+                phase=PHASE_TRACEPOINT, object=SK, retval=None, depth=0, flags=0,
+                snapshot=MINI.encode({"__sk_common.skc_state": 7}),
+                args={"skb": SKB, "location": LOCATION, "reason": 104})
+    w.close()
+    r = subprocess.run([sys.executable, "-m", "ctracer", "export", str(path), "--format",
+                        "jsonl"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (event,) = [json.loads(line) for line in r.stdout.splitlines()]
+    assert event["args"] == {"skb": f"0x{SKB:x}", "location": f"0x{LOCATION:x}",
+                             "reason": 104}
+    assert int(event["args"]["skb"], 16) == SKB
