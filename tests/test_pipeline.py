@@ -53,7 +53,7 @@ def test_the_kernel_gets_raw_tracepoints():
     names = {t.name for t in built.program.tracepoints}
     assert "inet_sock_set_state" in names and "tcp_probe" not in names
     assert built.meta["traced"] == "kernel" and built.meta["binary"] is None
-    assert built.meta["admission"]["where"] == "__sk_common.skc_state == 1"
+    assert built.meta["admission"]["where"] == "__sk_common.skc_state == TCP_ESTABLISHED"
     assert built.meta["probe_plan"]["counts"]["raw_tracepoint"]
     plan = built.meta["probe_plan"]
     assert plan["functions_planned"] > 1000
