@@ -12,7 +12,7 @@ for its guest and reports its guest outcome
 running its fixtures or body on the host.  The guest's output is kept in
 ``<basetemp>/vm-<kernel>/pytest.log`` (with ``junit.xml``, the per-report
 ``results.jsonl`` the host reads, and vm-run's console log under ``.vm-run/``), named in
-every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 3600 s a kernel) or
+every failure.  A guest that hangs (``CTRACER_VM_TIMEOUT``, default 4500 s a kernel, counted from the session's start) or
 dies fails its items with vm-run's one-line message.  vm items are skipped, with the
 reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no vng.
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
-TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "3600"))
+TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "4500"))
 GUEST_NICE = 10    # guests yield to the host's tests running beside them
 
 _runs = pytest.StashKey[dict]()       # kernel -> GuestRun (host)

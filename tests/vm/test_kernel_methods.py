@@ -56,7 +56,7 @@ def _record(tmp: Path, probes: str) -> dict:
     bt_out = tmp / "bpftrace.txt"
     bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
                           stderr=subprocess.STDOUT)
-    wait_for_text(bt_out, "Attaching", bt, 300)
+    wait_for_text(bt_out, "Attaching", bt, 900)
     trace = tmp / "sock.ctrace"
     log = tmp / "ctracer.log"
     started = time.monotonic()
@@ -78,7 +78,7 @@ def _record(tmp: Path, probes: str) -> dict:
     assert ct.wait(300) == 130, log.read_text()  # 128 + SIGINT
     detached = time.monotonic() - stop
     bt.send_signal(signal.SIGINT)
-    bt.wait(120)
+    bt.wait(900)   # bpftrace detaching in a loaded TCG guest takes minutes
     calls: collections.Counter = collections.Counter()
     sent = None
     for line in bt_out.read_text().splitlines():
