@@ -3,7 +3,10 @@
 (needs root and a kernel with fentry or kprobes: run it in a guest):
 
     scripts/vm-run --kernel 6.12 -- .venv/bin/python -u bench/soak_kmethods.py
-        [--structs sock sk_buff] [--seconds 30]
+        [--structs sock sk_buff] [--seconds 30] [--logs DIR]
+
+(``--logs`` a directory the host sees, e.g. vm-run's ``--out DIR``: ctracer's output of
+each recording is written there as it runs; the trace files stay in the guest.)
 
 For each struct: tcploop runs in a loop (many connections, orderly closes, an abort)
 while ``ctracer trace struct S -d SECONDS`` probes every method the plan places and its
@@ -72,10 +75,10 @@ def summary(text: str) -> str:
     return "\n    ".join(keep[:6])
 
 
-def one(struct: str, out: str, stop: str, seconds: float) -> tuple[float, int]:
+def one(struct: str, out: str, log_path: str, stop: str,
+        seconds: float) -> tuple[float, int]:
     """A recording of every method of ``struct`` ended by ``stop`` ("duration", "SIGINT",
     "SIGKILL"); returns (wall seconds, programs of ctracer left afterwards)."""
-    log_path = out + ".log"
     cmd = CTRACER + ["trace", "struct", struct, "-o", out, "--buffer-mb", "64"]
     if stop == "duration":
         cmd += ["-d", str(seconds)]
@@ -103,6 +106,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--structs", nargs="+", default=["sock", "sk_buff"])
     p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--logs", help="where ctracer's output goes (default: a temporary "
+                   "directory)")
     o = p.parse_args()
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
     before = len(kernel_log())
@@ -114,8 +119,10 @@ def main() -> int:
             load = Load()
             try:
                 for stop, secs in (("duration", o.seconds), ("SIGINT", 5), ("SIGKILL", 5)):
+                    logs = o.logs or tmp
+                    os.makedirs(logs, exist_ok=True)
                     _, left = one(struct, os.path.join(tmp, f"{struct}-{stop}.ctrace"),
-                                  stop, secs)
+                                  os.path.join(logs, f"{struct}-{stop}.log"), stop, secs)
                     bad |= left > 0
             finally:
                 load.stop()
