@@ -1,6 +1,7 @@
 """A trace file as one columnar table: one row per event, in time order.
 
-The columns (`EVENT_COLUMNS`, `DERIVED_COLUMNS`, `TRACE_COLUMNS`; their types in exports: `ctracer.export.schema`):
+The columns (`EVENT_COLUMNS`, `DERIVED_COLUMNS`, `TRACE_COLUMNS`; their types in exports:
+`ctracer.export.schema`):
 
 * the event: ``time_ns``, ``cpu``, ``pid``, ``tid``, ``comm``, ``function`` (tracepoints
   as ``tp:NAME``), ``probe`` (``entry``, ``exit``, ``tracepoint``), ``object`` (hex
