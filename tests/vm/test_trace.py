@@ -19,7 +19,6 @@ overlay: SQLite on the 9p root says "database is locked")."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
@@ -33,7 +32,7 @@ def sock_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sock")
     port = kr.free_port()
     # the workload's sockets, chosen as bpftrace chooses them: by port, in any context
-    where = f"skc_num == {port} || skc_dport == {socket.htons(port)}"
+    where = f"skc_num == {port} || skc_dport == {port}"   # both in host order, as shown
     trace, stdout, seen = kr.trace_with_observer(
         tmp, "sock", port, kr.sock_states_script(port),
         options=("--functions", "tp:*", "--where", where), system_wide=True,
