@@ -179,7 +179,7 @@ def link_missed(fd: int) -> int:
 
 
 #: bpf_link_info.perf_event.type of a kprobe or kretprobe (BPF_PERF_EVENT_KPROBE, _KRETPROBE)
-_PERF_KPROBE_TYPES = (1, 2)
+_PERF_KPROBE_TYPES = (3, 4)   # after UNSPEC 0, UPROBE 1, URETPROBE 2
 
 
 def perf_link_missed(fd: int) -> int:
