@@ -798,6 +798,56 @@ class Trace:
                 r = r[:8] + (r[8] + _U64,) + r[9:]
             yield r
 
+    def event_columns(self, chunk: int = 131072) -> dict[str, Any]:
+        """Every event as columns (numpy arrays), in time order (then recording order):
+        ``seq``, ``ts_ns``, ``cpu``, ``pid``, ``tid``, ``function_id``, ``phase``,
+        ``object`` (u64), ``retval`` with ``has_retval``, ``flags``, ``comm`` and
+        ``args`` as indexes into ``comms`` and ``args_texts`` (args -1: none), and the
+        snapshots as ``snapshots`` (one row of bytes per event, zeros where
+        ``has_snapshot`` is False)."""
+        import numpy as np
+
+        size = self.mini.size
+        args = "args" if self._has_args else "NULL"
+        sql = ("SELECT seq, ts_ns, cpu, pid, tid, function_id, phase, object, "
+               "ifnull(retval, 0), retval IS NOT NULL, flags, snapshot IS NOT NULL, comm, "
+               f"{args}, ifnull(snapshot, zeroblob({size})) FROM events ORDER BY ts_ns, seq")
+        names = ("seq", "ts_ns", "cpu", "pid", "tid", "function_id", "phase", "object",
+                 "retval", "has_retval", "flags", "has_snapshot")
+        types = (np.int64, np.int64, np.uint32, np.uint32, np.uint32, np.int32, np.uint8,
+                 np.int64, np.int64, bool, np.uint8, bool)
+        parts: dict[str, list] = {n: [] for n in names + ("comm", "args", "snapshots")}
+        comms: dict[str, int] = {}
+        texts: dict[Optional[str], int] = {None: -1}
+        try:
+            cursor = self.db.execute(sql)
+            while True:
+                rows = cursor.fetchmany(chunk)
+                if not rows:
+                    break
+                cols = list(zip(*rows))
+                for k, (name, kind) in enumerate(zip(names, types)):
+                    parts[name].append(np.array(cols[k], dtype=kind))
+                parts["comm"].append(np.array([comms.setdefault(c or "", len(comms))
+                                               for c in cols[12]], np.int32))
+                parts["args"].append(np.array([texts.setdefault(a, len(texts) - 1)
+                                               for a in cols[13]], np.int32))
+                parts["snapshots"].append(np.frombuffer(b"".join(cols[14]), np.uint8)
+                                          .reshape(len(rows), size))
+        except sqlite3.DatabaseError as e:
+            raise self._damaged(e) from None
+        out: dict[str, Any] = {}
+        for name, kind in zip(names, types):
+            out[name] = np.concatenate(parts[name]) if parts[name] else np.zeros(0, kind)
+        out["object"] = out["object"].view(np.uint64)
+        out["comm"] = np.concatenate(parts["comm"]) if parts["comm"] else np.zeros(0, np.int32)
+        out["args"] = np.concatenate(parts["args"]) if parts["args"] else np.zeros(0, np.int32)
+        out["snapshots"] = (np.concatenate(parts["snapshots"]) if parts["snapshots"]
+                            else np.zeros((0, size), np.uint8))
+        out["comms"] = list(comms)
+        out["args_texts"] = [t for t in texts if t is not None]
+        return out
+
     @functools.cached_property
     def _has_args(self) -> bool:
         """The events table has the tracepoint arguments' column (schema 1 has not)."""

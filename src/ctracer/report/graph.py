@@ -1,8 +1,8 @@
 """Call graphs: who called whom on an object (networkx), laid out to SVG by graphviz.
 
-`call_graph` turns timeline rows into a `networkx.DiGraph` whose nodes are functions
-(plus one root standing for "not called by a traced function") and whose edges count
-calls.  Thousands of objects of one struct share a handful of graph shapes (the same
+`call_graph` turns the call counts of some events (`ctracer.analysis.callgraph`) into a
+`networkx.DiGraph` whose nodes are functions (plus one root standing for "not called by
+a traced function") and whose edges count calls.  Thousands of objects of one struct share a handful of graph shapes (the same
 functions calling each other, with other counts), so `layout_shapes` lays out each
 shape once with graphviz's ``dot`` (many shapes per process, room reserved for any
 count) and `svg` draws each object's graph as inline SVG from its shape's layout, with
@@ -19,66 +19,31 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 import graphviz
 import networkx as nx
 from markupsafe import Markup, escape
 
-from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
-from ctracer.report.data import Row
+from ctracer.analysis.callgraph import ROOT, CallCounts
 from ctracer.report.values import format_duration
 
-ROOT = -1
 #: layouts beyond this many nodes take dot too long and are unreadable anyway
 MAX_NODES = 400
 _FONT = "DejaVu Sans"
 
 
-def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
+def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
                changed_by: Optional[dict[int, int]] = None) -> nx.DiGraph:
-    """A graph of calls among ``rows``: node per function id, edge caller → callee.
-
-    Nesting is per thread among the rows given: one object's rows give calls made on
-    that object inside calls on that object; all rows give the threads' nesting.  ``changed_by``
-    counts the field changes each function made (by function id), to mark those nodes.
-    """
-    calls: dict[int, int] = {}
-    total: dict[int, int] = {}
-    edges: dict[tuple[int, int], int] = {}
-    stacks: dict[int, list[int]] = {}
-    for row in rows:
-        stack = stacks.get(row.tid)
-        if stack is None:
-            stack = stacks[row.tid] = []
-        fid = row.function_id
-        if row.phase == PHASE_ENTRY:
-            edge = (stack[-1] if stack else ROOT, fid)
-            edges[edge] = edges.get(edge, 0) + 1
-            calls[fid] = calls.get(fid, 0) + 1
-            stack.append(fid)
-            continue
-        if row.phase == PHASE_TRACEPOINT:  # a hit inside whatever call runs
-            edge = (stack[-1] if stack else ROOT, fid)
-            edges[edge] = edges.get(edge, 0) + 1
-            calls[fid] = calls.get(fid, 0) + 1
-            continue
-        if fid in stack:
-            while stack and stack.pop() != fid:
-                pass
-        if fid not in calls:  # an exit whose entry was lost
-            calls[fid] = 1
-            edge = (stack[-1] if stack else ROOT, fid)
-            edges[edge] = edges.get(edge, 0) + 1
-        if row.duration_ns is not None:
-            total[fid] = total.get(fid, 0) + row.duration_ns
+    """A graph of the calls `ctracer.analysis.callgraph` counted: node per function id,
+    edge caller → callee.  ``changed_by`` counts the field changes each function made
+    (by function id), to mark those nodes."""
     g = nx.DiGraph()
     g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
-    for fid, n in calls.items():
-        g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n,
-                   total_ns=total.get(fid, 0),
+    for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
+        g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n, total_ns=total,
                    changes=(changed_by or {}).get(fid, 0))
-    for (a, b), n in edges.items():
+    for (a, b), n in zip(counts.edges, counts.edge_calls):
         g.add_edge(a, b, calls=n)
     return g
 

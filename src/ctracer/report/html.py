@@ -33,20 +33,25 @@ from urllib.parse import urlencode
 
 from markupsafe import Markup, escape
 
+import numpy as np
+
 from ctracer import __version__
+from ctracer import analysis
+from ctracer.analysis import Analysis
+from ctracer.analysis.callgraph import call_counts
+from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
+                                    MethodStats)
 from ctracer.errors import CtracerError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
 from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
 from ctracer.report import summaries
-from ctracer.report.build import build_report
-from ctracer.report.data import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, Change, MethodStats,
-                                  ObjectTimeline, ReportData, Row)
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import StemAllocator, safe_component
-from ctracer.report.timeline import PAGES_FILE, TimelineData, data_file_text, pages_file_text
+from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
+                                     pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
 
@@ -138,10 +143,10 @@ def _page_name(number: int) -> str:
     return "index.html" if number == 0 else f"timeline-{number + 1}.html"
 
 
-def _fields_to_draw(series: dict[str, list[Any]], by_field: dict[str, list[Change]]) -> set[str]:
+def _fields_to_draw(series: dict[str, list[Any]], by_field: dict[str, Any]) -> set[str]:
     """The fields a changes page draws PNGs of: those with something to plot, most
     objects first (all-objects pages), then most changes, at most MAX_PLOTS_PER_PAGE."""
-    candidates = [name for name in series if by_field.get(name)]
+    candidates = [name for name in series if len(by_field.get(name, ()))]
     candidates.sort(key=lambda name: (-len(series[name]), -len(by_field[name])))
     return set(candidates[:MAX_PLOTS_PER_PAGE])
 
@@ -172,40 +177,39 @@ class _RunningState:
 
     def __init__(self, site: "_Site", show_object: bool):
         self.site, self.show_object = site, show_object
-        self.values: dict[Any, dict[str, str]] = {}
+        self.values: dict[int, dict[str, str]] = {}
 
-    def _initial(self, key: Any) -> dict[str, str]:
-        obj = self.site.data_objects.get(key)
+    def _initial(self, i: int) -> dict[str, str]:
         show = self.site.timeline.value
-        if obj is None:
-            return {}
-        return {name: show(name, points[0][1]) for name, points in obj.series.items() if points}
+        return {name: show(name, value) for name, value in self.site.data.first_values(i).items()}
 
-    def page_start(self, rows: list[Row]) -> dict[str, dict[str, str]]:
+    def page_start(self, rows: np.ndarray) -> dict[str, dict[str, str]]:
         """Every field's value at the first of ``rows``, per object label ("" on an
         object's own pages); then the state moves past ``rows``."""
+        a = self.site.data
         objects: dict[str, dict[str, str]] = {}
-        for row in rows:
-            key = row.obj
-            if key is None:
-                continue
-            label = self.site.data_objects[key].label if self.show_object else ""
-            if key not in self.values:
-                self.values[key] = self._initial(key)
+        present = a.events.object[rows]
+        present = present[present >= 0]
+        uniques, first = np.unique(present, return_index=True)
+        for o in uniques[np.argsort(first, kind="stable")].tolist():
+            label = a.objects.labels[o] if self.show_object else ""
+            if o not in self.values:
+                self.values[o] = self._initial(o)
             if label not in objects:
-                objects[label] = dict(self.values[key])
-        value = self.site.timeline.value
-        for row in rows:  # then advance past this page
-            if row.changes and row.obj is not None:
-                current = self.values[row.obj]
-                for c in row.changes:
-                    current[c.field] = value(c.field, c.new)
+                objects[label] = dict(self.values[o])
+        timeline = self.site.timeline
+        picks = _changes_of(timeline.change_start[rows], timeline.change_end[rows])
+        ch = a.changes
+        fields = timeline.fields
+        for o, j, new in zip(a.events.object[ch.event[picks]].tolist(),
+                             ch.field[picks].tolist(), ch.new[picks].tolist()):
+            self.values[o][fields[j]] = timeline.code_text(j, new)
         return objects
 
 
-def _arg_kinds(trace: Trace) -> dict[int, dict[str, str]]:
+def _arg_kinds(data: Analysis) -> dict[int, dict[str, str]]:
     """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
-    found = trace.meta_json("tracepoint_args") or {}
+    found = data.meta_json("tracepoint_args") or {}
     out: dict[int, dict[str, str]] = {}
     if isinstance(found, dict):
         for row, args in found.items():
@@ -216,41 +220,41 @@ def _arg_kinds(trace: Trace) -> dict[int, dict[str, str]]:
 
 
 class _Site:
-    """Turns the report model into files; one instance per render."""
+    """Turns the analysis into files; one instance per render."""
 
-    def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
+    def __init__(self, data: Analysis, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
         self.env = _environment()
         #: which probe kinds filled the trace: pages leave out what the others would fill
-        phases = {r.phase for r in data.rows}
+        phases = set(np.unique(data.events.phase).tolist())
         self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
         self.has_tracepoints = PHASE_TRACEPOINT in phases
-        self.announced = bool(trace.meta_json("announced_stores"))
-        self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
-                                  trace.meta_json("kernel_symbols") or {})
-        self.layout = trace.mini
+        self.announced = bool(data.meta_json("announced_stores"))
+        self.fmt = ValueFormatter(data.layout, data.meta_json("tracepoint_args") or {},
+                                  data.meta_json("kernel_symbols") or {})
+        self.layout = data.layout
         self.names = data.function_names
-        self.reach = {fid: f.reach for fid, f in trace.functions.items()}
-        kinds = trace.meta_json("return_kinds") if "return_kinds" in trace.meta else None
+        self.reach = data.reach
+        kinds = data.meta_json("return_kinds") if "return_kinds" in data.meta else None
         #: function row -> how its return value reads (kernel functions: from BTF)
         self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
             if isinstance(kinds, dict) else {}
         fields = StemAllocator("field")
-        self.field_stem = {f.name: fields.stem(f.name, f.name) for f in trace.mini.fields}
+        self.field_stem = {f.name: fields.stem(f.name, f.name) for f in data.layout.fields}
         functions = StemAllocator("function")
+        rows = {f.id: f for f in data.summary.functions}
         self.function_stem = {fid: functions.stem(fid, f.name)
-                              for fid, f in sorted(trace.functions.items())
+                              for fid, f in sorted(rows.items())
                               if data.canonical.get(fid, fid) == fid}
         for fid in sorted(set(data.methods) - set(self.function_stem)):  # not in the table
             self.function_stem[fid] = functions.stem(fid, f"function-{fid}")
-        self.data_objects = {o.key: o for o in data.objects}
-        self.rendered: dict[Any, ObjectTimeline] = {}
-        self.plotted: set[Any] = set()  # objects whose fields get PNG plots
+        self.rendered: set[int] = set()   # objects with pages
+        self.plotted: set[int] = set()    # objects whose fields get PNG plots
         self.page_file: dict[int, str] = {}  # seq -> page of its object's timeline
         self.graphs: dict[str, Any] = {}  # directory -> its call graph (networkx)
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
-        self._cells: dict[Any, tuple[str, str]] = {}
+        self._cells: dict[int, tuple[str, str]] = {}
         self._shown_html = TextMemo()
         self._cause_html: dict[tuple, str] = {}
         self.notes: list[str] = []
@@ -258,13 +262,12 @@ class _Site:
         if not self.dot:
             self.notes.append("graphviz's dot is not installed: call graphs are left out")
         self.generated = time.strftime("%Y-%m-%d %H:%M:%S")
-        head = trace.meta_json("head_read")
+        head = data.meta_json("head_read")
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
-        self.timeline = TimelineData(self.names, self.fmt, data.start_ns,
-                                     [f.name for f in trace.mini.fields], self.retval,
-                                     self.cause_text, str(self.head.get("member") or ""),
-                                     arg_kinds=_arg_kinds(trace))
+        self.timeline = TimelineData(data, self.fmt, self.retval, self.cause_text,
+                                     str(self.head.get("member") or ""),
+                                     arg_kinds=_arg_kinds(data))
 
     # ---------------------------------------------------------------- helpers
 
@@ -282,12 +285,14 @@ class _Site:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
 
-    def retval(self, row: Row) -> str:
-        if row.phase == PHASE_ENTRY or row.retval is None:
+    def retval(self, at: int) -> str:
+        """The return value of the event at ``at``, as shown ("" on entries)."""
+        ev = self.data.events
+        if ev.phase[at] == PHASE_ENTRY or not ev.has_retval[at]:
             return ""
-        v = row.retval
-        kind = self.return_kinds.get(row.slot) or self.return_kinds.get(row.function_id)
-        if kind == "pointer" or (kind is None and (self.reach.get(row.function_id) == "returns"
+        v, fid = int(ev.retval[at]), int(ev.function[at])
+        kind = self.return_kinds.get(int(ev.slot[at])) or self.return_kinds.get(fid)
+        if kind == "pointer" or (kind is None and (self.reach.get(fid) == "returns"
                                                    or abs(v) >= 1 << 32)):
             return self.fmt.show_pointer(v)
         if kind in ("uint", "enum"):
@@ -296,55 +301,66 @@ class _Site:
             return "true" if v else "false"
         return self.fmt.show_retval(v)
 
-    def shown_html(self, field: str, value: Any) -> str:
+    def shown_html(self, j: int, code: int) -> str:
         """A value as shown, escaped (values repeat: each is formatted once)."""
-        key = (field, value)
+        key = (j, code)
         text = self._shown_html.get(key)
         if text is None:
-            text = self._shown_html.remember(key, str(escape(self.timeline.value(field, value))))
+            text = self._shown_html.remember(key, str(escape(self.timeline.code_text(j, code))))
         return text
 
-    def cause_html(self, c: Change) -> str:
-        key = (c.cause, c.function_id, c.function, c.seen_at)
+    def _cause_parts(self, k: int) -> tuple[str, Optional[str], str]:
+        a = self.data
+        fid = int(a.changes.function[k])
+        return (a.cause(k), a.function_name(fid) if fid >= 0 else None,
+                a.function_name(int(a.events.function[a.changes.event[k]])))
+
+    def cause_html(self, k: int) -> str:
+        cause, function, seen_at = self._cause_parts(k)
+        key = (cause, int(self.data.changes.function[k]), function, seen_at)
         text = self._cause_html.get(key)
         if text is None:
-            text = self._cause_html[key] = str(escape(self.cause_text(c)))
+            text = self._cause_html[key] = str(escape(self.cause_text(k)))
         return text
 
-    def cause_text(self, c: Change) -> str:
-        tracepoint = c.seen_at.startswith("tp:")
-        if c.cause == CAUSE_ANNOUNCED:
-            return (f"announced by tracepoint {c.seen_at[3:]} (its argument; the store "
+    def cause_text(self, k: int) -> str:
+        cause, function, seen_at = self._cause_parts(k)
+        tracepoint = seen_at.startswith("tp:")
+        if cause == CAUSE_ANNOUNCED:
+            return (f"announced by tracepoint {seen_at[3:]} (its argument; the store "
                     "follows the hit)")
-        if c.cause == CAUSE_DURING:
-            return f"during {c.function}"
-        if c.cause == CAUSE_CALLER:
+        if cause == CAUSE_DURING:
+            return f"during {function}"
+        if cause == CAUSE_CALLER:
             if tracepoint:
-                return f"in {c.function}, seen at tracepoint {c.seen_at[3:]}"
-            return f"in {c.function}, before it called {c.seen_at}"
+                return f"in {function}, seen at tracepoint {seen_at[3:]}"
+            return f"in {function}, before it called {seen_at}"
         if tracepoint:
-            return f"outside traced calls, seen at tracepoint {c.seen_at[3:]}"
-        return f"outside traced calls, seen on entry to {c.seen_at}"
+            return f"outside traced calls, seen at tracepoint {seen_at[3:]}"
+        return f"outside traced calls, seen on entry to {seen_at}"
 
-    def object_href(self, row: Row, from_root: str) -> str:
-        obj = self.rendered.get(row.obj)
-        return f"{from_root}{obj.dirname}/index.html" if obj is not None else ""
+    def object_href(self, o: int, from_root: str) -> str:
+        return f"{from_root}{self.data.objects.dirnames[o]}/index.html" \
+            if o in self.rendered else ""
 
     # ---------------------------------------------------------------- timelines
 
-    def write_timeline(self, directory: str, rows: list[Row], *, title: str, heading: str,
+    def write_timeline(self, directory: str, rows: np.ndarray, *, title: str, heading: str,
                        use_object_depth: bool, show_object: bool,
                        facts: list[tuple[str, str]], methods: list[dict]) -> dict[int, str]:
-        """Write the timeline, PAGE_ROWS rows a page: a small HTML page each, the call
-        graph on the first, and the page's rows as a data file beside it
-        (`ctracer.report.timeline`); return the page file (by seq) of every row that
-        changed fields or could not be read, for links to it."""
+        """Write the timeline of the events at ``rows``, PAGE_ROWS rows a page: a small
+        HTML page each, the call graph on the first, and the page's rows as a data file
+        beside it (`ctracer.report.timeline`); return the page file (by seq) of every row
+        that changed fields or could not be read, for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = [_page_name(i) for i in range(count)]
+        ev, tl = self.data.events, self.timeline
         # the page of every row something links to (changes; unreadable rows from the
         # index): not of every row, which for all objects is a million entries
-        page_of = {row.seq: files[i // PAGE_ROWS] for i, row in enumerate(rows)
-                   if row.changes or row.unreadable}
+        linked = np.flatnonzero((tl.change_end[rows] > tl.change_start[rows])
+                                | ev.unreadable[rows])
+        page_of = dict(zip(ev.seq[rows[linked]].tolist(),
+                           [files[i // PAGE_ROWS] for i in linked.tolist()]))
         graph_svg, graph_note = self.graph_for(directory, rows, files)
         states = _RunningState(self, show_object)
         objects = self._object_cell if show_object else None
@@ -366,7 +382,7 @@ class _Site:
                        page_rows=PAGE_ROWS, page_count=len(chunk), index_file=index_file)
         return page_of
 
-    def write_pages_index(self, directory: str, rows: list[Row], files: list[str]) -> str:
+    def write_pages_index(self, directory: str, rows: np.ndarray, files: list[str]) -> str:
         """Write the index of a paged timeline's pages (what each holds: the page script
         finds rows on every page with it); return its file name."""
         pages = []
@@ -377,13 +393,12 @@ class _Site:
             f.write(pages_file_text(pages))
         return PAGES_FILE
 
-    def _object_cell(self, row: Row) -> tuple[str, str]:
+    def _object_cell(self, o: int) -> tuple[str, str]:
         """An all-objects row's object: its label and the link to its page."""
-        cell = self._cells.get(row.obj)
+        cell = self._cells.get(o)
         if cell is None:
-            obj = self.data_objects.get(row.obj) if row.obj is not None else None
-            cell = self._cells[row.obj] = ((obj.label, self.object_href(row, "../"))
-                                           if obj else ("", ""))
+            cell = self._cells[o] = ((self.data.objects.labels[o], self.object_href(o, "../"))
+                                     if o >= 0 else ("", ""))
         return cell
 
     # ---------------------------------------------------------------- pages
@@ -391,37 +406,38 @@ class _Site:
     def method_rows(self, table: dict[int, MethodStats]) -> list[dict]:
         out = []
         for stats in sorted(table.values(), key=lambda s: (-s.calls, s.name)):
+            timed = len(stats.durations) > 0
             out.append({
                 "name": stats.name, "stem": self.function_stem.get(stats.function_id, ""),
                 "calls": stats.calls, "timed": len(stats.durations),
-                "total": format_duration(stats.total_ns) if stats.durations else "",
-                "mean": format_duration(int(stats.mean_ns)) if stats.durations else "",
+                "total": format_duration(stats.total_ns) if timed else "",
+                "mean": format_duration(int(stats.mean_ns)) if timed else "",
                 "median": format_duration(stats.percentile(50)),
                 "p95": format_duration(stats.percentile(95)),
-                "min": format_duration(min(stats.durations)) if stats.durations else "",
-                "max": format_duration(max(stats.durations)) if stats.durations else "",
+                "min": format_duration(int(stats.durations.min())) if timed else "",
+                "max": format_duration(int(stats.durations.max())) if timed else "",
                 "changes": stats.changed_fields,
-                "has_plot": self.plots and bool(stats.durations),
+                "has_plot": self.plots and timed,
             })
         return out
 
-    def prepare_graph(self, directory: str, rows: list[Row], root_label: str,
-                      changes: Iterable[Change]) -> None:
-        """Build the call graph of ``directory``'s page (laid out later, by shape)."""
-        if not self.dot or not rows:
+    def prepare_graph(self, directory: str, rows: np.ndarray, root_label: str,
+                      changes: np.ndarray, callers: np.ndarray) -> None:
+        """Count the call graph of ``directory``'s page (laid out later, by shape)."""
+        if not self.dot or not len(rows):
             return
-        changed_by: dict[int, int] = {}
-        for c in changes:
-            if c.function_id >= 0:
-                changed_by[c.function_id] = changed_by.get(c.function_id, 0) + 1
-        self.graphs[directory] = graphs.call_graph(rows, self.names, root_label, changed_by)
+        made = self.data.changes.function[changes]
+        made = made[made >= 0]
+        changed_by = dict(zip(*(a.tolist() for a in np.unique(made, return_counts=True))))
+        self.graphs[directory] = graphs.call_graph(
+            call_counts(self.data.events, rows, callers), self.names, root_label, changed_by)
 
     def layout_graphs(self) -> None:
         drawable = [g for g in self.graphs.values() if g.number_of_nodes() <= graphs.MAX_NODES]
         self.placed, notes = graphs.layout_shapes(drawable)
         self.notes.extend(notes)
 
-    def graph_for(self, directory: str, rows: list[Row], files: list[str]) -> tuple[Any, str]:
+    def graph_for(self, directory: str, rows: np.ndarray, files: list[str]) -> tuple[Any, str]:
         """The inline SVG of ``directory``'s call graph, or why there is none."""
         if not self.dot:
             return None, "graphviz's dot is not installed, so the call graph was not drawn."
@@ -434,55 +450,65 @@ class _Site:
         placed = self.placed.get(graphs.shape_key(g))
         if placed is None:
             return None, "dot could not lay out this call graph."
-        first: dict[int, tuple[int, int]] = {}
-        for i, row in enumerate(rows):
-            if row.function_id not in first:
-                first[row.function_id] = (i, row.seq)
+        ev = self.data.events
+        fids, first = np.unique(ev.function[rows], return_index=True)
+        at = {f: (i, s) for f, i, s in zip(fids.tolist(), first.tolist(),
+                                          ev.seq[rows[first]].tolist())}
         root = "../" * (directory.count("/") + 1)
 
         def links(fid: int) -> tuple[str, str]:
-            at = first.get(fid)
-            rows_href = f"{files[at[0] // PAGE_ROWS]}#e{at[1]}" if at else "#timeline"
+            found = at.get(fid)
+            rows_href = f"{files[found[0] // PAGE_ROWS]}#e{found[1]}" if found else "#timeline"
             stem = self.function_stem.get(fid, "")
             return rows_href, f"{root}{METHODS_DIR}/index.html#fn-{stem}"
 
         return graphs.svg(g, placed, links), ""
 
     def changes_page(self, directory: str, title: str, heading: str,
-                     changes: list[Change], page_of: dict[int, str],
+                     changes: np.ndarray, page_of: dict[int, str],
                      series: dict[str, list[plotting.Series]], show_object: bool,
                      plot_title: Optional[str] = None,
                      values: Optional[dict[str, str]] = None,
-                     live: Optional[ObjectTimeline] = None) -> None:
-        """The changes page; ``values`` shows what unchanged fields hold, ``live`` is the
-        object whose fields get the interactive plot."""
-        by_field: dict[str, list[Change]] = {}
-        for c in changes:
-            by_field.setdefault(c.field, []).append(c)
+                     live: Optional[int] = None,
+                     live_series: Optional[dict[str, tuple[list, list]]] = None) -> None:
+        """The changes page of the changes at ``changes`` (in the order listed);
+        ``values`` shows what unchanged fields hold, ``live`` is the object whose fields
+        get the interactive plot (``live_series``: its series)."""
+        a = self.data
+        ch, ev = a.changes, a.events
+        fields_of = ch.field[changes]
+        present, first = np.unique(fields_of, return_index=True)
+        by_field = {self.layout.fields[j].name: changes[fields_of == j]
+                    for j in present[np.argsort(first, kind="stable")].tolist()}
         drawn = _fields_to_draw(series, by_field) if self.plots else set()
-        live_data = self.live_series(live) if live is not None else {}
+        live_data = self.live_series(live, live_series or {}) if live is not None else {}
         per_field = max(MIN_CHANGE_ROWS_PER_FIELD,
                         CHANGE_ROWS_PER_PAGE // max(1, len(by_field)))
         fields = []
-        for f in self.layout.fields:
-            found = by_field.get(f.name, [])
+        start = a.start_ns
+        for j, f in enumerate(self.layout.fields):
+            found = by_field.get(f.name, changes[:0])
             shown = found[:per_field]
             items = []
-            for c in shown:
-                obj = self.data_objects[c.obj]
-                anchor = "c" if c.cause == CAUSE_CALLER else "e"
+            at = ch.event[shown]
+            for k, e, seq, ts, o, old, new, cause in zip(
+                    shown.tolist(), at.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
+                    ev.object[at].tolist(), ch.old[shown].tolist(), ch.new[shown].tolist(),
+                    ch.cause[shown].tolist()):
+                anchor = "c" if CAUSES[cause] == CAUSE_CALLER else "e"
                 cell = ""
                 if show_object:
-                    href = (f"../{obj.dirname}/changes.html#f-{self.field_stem[c.field]}"
-                            if c.obj in self.rendered else "")
-                    cell = (_CHANGE_OBJECT.format(escape(href), escape(obj.label)) if href
-                            else _CHANGE_OBJECT_PLAIN.format(escape(obj.label)))
+                    label = a.objects.labels[o]
+                    href = (f"../{a.objects.dirnames[o]}/changes.html#f-{self.field_stem[f.name]}"
+                            if o in self.rendered else "")
+                    cell = (_CHANGE_OBJECT.format(escape(href), escape(label)) if href
+                            else _CHANGE_OBJECT_PLAIN.format(escape(label)))
                 # the link is made of our own file names and numbers: nothing to escape
                 items.append(_CHANGE_ROW.format(
-                    time=format_offset(c.ts_ns), object=cell,
-                    old=self.shown_html(c.field, c.old), new=self.shown_html(c.field, c.new),
-                    cause=self.cause_html(c),
-                    href=f"{page_of.get(c.seq, 'index.html')}#{anchor}{int(c.seq)}"))
+                    time=format_offset(ts - start), object=cell,
+                    old=self.shown_html(j, old), new=self.shown_html(j, new),
+                    cause=self.cause_html(k),
+                    href=f"{page_of.get(seq, 'index.html')}#{anchor}{int(seq)}"))
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn
             if has_plot:
@@ -507,95 +533,110 @@ class _Site:
                    changed=sum(1 for f in fields if f["count"]), drawn=len(drawn),
                    left_out=(len(set(series) & set(by_field)) - len(drawn)) if self.plots else 0)
 
-    def note_unreadable_pages(self, objects: list[ObjectTimeline]) -> None:
+    def note_unreadable_pages(self, objects: list[int]) -> None:
         """Where each unreadable row of these objects' timelines is (the index links
         them), known before the pages are written, possibly by another process."""
-        for obj in objects:
-            for i, row in enumerate(obj.rows):
-                if row.unreadable:
-                    self.page_file[row.seq] = _page_name(i // PAGE_ROWS)
+        ev = self.data.events
+        for o in objects:
+            rows = self.data.objects.events(o)
+            for i in np.flatnonzero(ev.unreadable[rows]).tolist():
+                self.page_file[int(ev.seq[rows[i]])] = _page_name(i // PAGE_ROWS)
 
-    def live_series(self, obj: ObjectTimeline) -> dict[str, dict]:
-        """Each changed field of ``obj`` for the browser's plot: times (ms), numbers to
-        plot, the values as shown, and tick labels where the values are categories."""
-        start = self.data.start_ns
+    def live_series(self, o: int, series: dict[str, tuple[list, list]]) -> dict[str, dict]:
+        """Each changed field of object ``o`` for the browser's plot: times (ms), numbers
+        to plot, the values as shown, and tick labels where the values are categories."""
+        a = self.data
+        start = a.start_ns
+        last_ns = int(a.events.ts_ns[a.objects.events(o)[-1]])
         out = {}
-        for name, points in obj.series.items():
-            if len(points) < 2:
+        for name, (times, raw) in series.items():
+            if len(times) < 2:
                 continue
-            raw = [v for _, v in points]
             numbers, ticks = self.fmt.plot_axis(name, raw)
-            total = len(points)
+            total = len(times)
             if total > LIVE_POINTS:
-                points = [points[i] for i in plotting.envelope(numbers, LIVE_POINTS)]
-                raw = [v for _, v in points]
+                picks = plotting.envelope(numbers, LIVE_POINTS)
+                times = [times[i] for i in picks]
+                raw = [raw[i] for i in picks]
                 numbers, ticks = self.fmt.plot_axis(name, raw)
             out[self.field_stem[name]] = {
-                "of": total if total > len(points) else 0,
-                "t": [round(t / 1e6, 6) for t, _ in points], "y": numbers,
+                "of": total if total > len(times) else 0,
+                "t": [round(t / 1e6, 6) for t in times], "y": numbers,
                 "label": [self.timeline.value(name, v) for v in raw],
                 "ticks": [[p, label] for p, label in ticks] if ticks else None,
-                "end": round((obj.last_ns - start) / 1e6, 6)}
+                "end": round((last_ns - start) / 1e6, 6)}
         return out
 
-    def object_pages(self, obj: ObjectTimeline) -> None:
-        d = obj.dirname
-        start = self.data.start_ns
+    def object_pages(self, o: int) -> None:
+        a = self.data
+        d, label = a.objects.dirnames[o], a.objects.labels[o]
+        start = a.start_ns
+        rows = a.objects.events(o)
+        first_ns, last_ns = int(a.events.ts_ns[rows[0]]), int(a.events.ts_ns[rows[-1]])
+        series = a.series(o)
+        changed = [name for name, (times, _) in series.items() if len(times) > 1]
+        methods = a.object_methods(o)
+        changes = a.objects.changes(o)
         facts = [
-            ("lifetime", obj.started_by),
-            ("first seen", f"{format_offset(obj.first_ns - start)} ms"),
-            ("last seen", f"{format_offset(obj.last_ns - start)} ms"),
-            ("observed for", format_duration(obj.last_ns - obj.first_ns) or "0 ns"),
-            ("events", str(len(obj.rows))),
-            ("calls", str(obj.calls)),
-            ("field changes", f"{len(obj.changes)} in {len(obj.changed_fields)} fields"),
-            ("thread ids", ", ".join(str(t) for t in sorted(obj.threads))),
+            ("lifetime", a.objects.started_by[o]),
+            ("first seen", f"{format_offset(first_ns - start)} ms"),
+            ("last seen", f"{format_offset(last_ns - start)} ms"),
+            ("observed for", format_duration(last_ns - first_ns) or "0 ns"),
+            ("events", str(len(rows))),
+            ("calls", str(sum(m.calls for m in methods.values()))),
+            ("field changes", f"{len(changes)} in {len(changed)} fields"),
+            ("thread ids", ", ".join(str(t) for t in a.threads(o))),
         ]
-        if obj.unreadable:
-            facts.append(("unreadable snapshots", str(obj.unreadable)))
-        if obj.head_only:
-            facts.append(("read in part", f"{obj.head_only} events read only "
+        if a.objects.unreadable[o]:
+            facts.append(("unreadable snapshots", str(int(a.objects.unreadable[o]))))
+        if a.objects.head_only[o]:
+            facts.append(("read in part", f"{int(a.objects.head_only[o])} events read only "
                           f"{self.head.get('member') or 'the head'}, the other fields not "
                           f"read: {self.head.get('rule') or ''}"))
         page_of = self.write_timeline(
-            d, obj.rows, title=obj.label, heading=f"{self.struct_title} {obj.label}",
+            d, rows, title=label, heading=f"{self.struct_title} {label}",
             use_object_depth=True, show_object=False,
-            facts=facts, methods=self.method_rows(obj.methods))
-        series = {}
-        if obj.key in self.plotted:
-            series = {name: [plotting.Series(obj.label, points, obj.last_ns - start)]
-                      for name, points in obj.series.items()
-                      if len(points) > MIN_CHANGES_TO_PLOT}
-        values = {name: self.timeline.value(name, points[0][1])
-                  for name, points in obj.series.items() if points}
-        self.changes_page(d, obj.label, f"{self.struct_title} {obj.label}", obj.changes,
-                          page_of, series, show_object=False, values=values,
-                          live=obj)
+            facts=facts, methods=self.method_rows(methods))
+        plots = {}
+        if o in self.plotted:
+            plots = {name: [plotting.Series(label, list(zip(*points)), last_ns - start)]
+                     for name, points in series.items() if len(points[0]) > MIN_CHANGES_TO_PLOT}
+        values = {name: self.timeline.value(name, points[1][0])
+                  for name, points in series.items() if points[0]}
+        self.changes_page(d, label, f"{self.struct_title} {label}", changes,
+                          page_of, plots, show_object=False, values=values,
+                          live=o, live_series=series)
 
     def all_objects_pages(self) -> None:
-        data = self.data
-        changes = data.changes
-        facts = [("objects", str(len(data.objects))), ("events", str(len(data.rows))),
+        a = self.data
+        changes = a.changes_by_seq()
+        n_objects = len(a.objects)
+        facts = [("objects", str(n_objects)), ("events", str(len(a.events))),
                  ("field changes", str(len(changes)))]
         page_of = self.write_timeline(
-            ALL_DIR, data.rows, title="all objects",
+            ALL_DIR, np.arange(len(a.events)), title="all objects",
             heading=f"{self.struct_title}: all objects", use_object_depth=False,
-            show_object=True, facts=facts, methods=self.method_rows(data.methods))
+            show_object=True, facts=facts, methods=self.method_rows(a.methods))
         # one strip per object, on time since the object was first seen: readable at
         # thousands of objects, where lines over absolute time are not
         series: dict[str, list[plotting.Series]] = {}
-        for obj in data.objects:
-            for name, points in obj.series.items():
-                if len(points) > 1:
-                    first = obj.first_ns - data.start_ns
+        firsts: dict[str, set[str]] = {f.name: set() for f in self.layout.fields}
+        ts = a.events.ts_ns
+        for o in range(n_objects):
+            rows = a.objects.events(o)
+            first_ns, last_ns = int(ts[rows[0]]), int(ts[rows[-1]])
+            for name, (times, vals) in a.series(o).items():
+                if times:
+                    firsts[name].add(self.timeline.value(name, vals[0]))
+                if len(times) > 1:
+                    first = first_ns - a.start_ns
                     series.setdefault(name, []).append(plotting.Series(
-                        obj.label, [(t - first, v) for t, v in points],
-                        obj.last_ns - obj.first_ns))
-        plotted = f"{len(data.objects)} objects, one strip each"
+                        a.objects.labels[o], [(t - first, v) for t, v in zip(times, vals)],
+                        last_ns - first_ns))
+        plotted = f"{n_objects} objects, one strip each"
         values = {}
         for f in self.layout.fields:
-            seen = {self.timeline.value(f.name, o.series[f.name][0][1])
-                    for o in data.objects if o.series.get(f.name)}
+            seen = firsts[f.name]
             values[f.name] = (next(iter(seen)) if len(seen) == 1 else
                               f"{len(seen)} values across objects" if seen else "")
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
@@ -605,12 +646,12 @@ class _Site:
     def methods_page(self) -> None:
         rows = self.method_rows(self.data.methods)
         for stats in self.data.methods.values() if self.plots else ():
-            if stats.durations:
+            if len(stats.durations):
                 self.plot_jobs.append(plotting.DurationPlot(
                     os.path.join(self.out_dir, METHODS_DIR,
                                  f"{self.function_stem[stats.function_id]}.png"),
                     f"{stats.name}: {len(stats.durations)} timed calls",
-                    stats.call_times, stats.durations))
+                    stats.call_times.tolist(), stats.durations.tolist()))
         bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40] if self.plots else []
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
@@ -632,34 +673,43 @@ class _Site:
         """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
         that died), shown first."""
         data, start = self.data, self.data.start_ns
+        ev = data.events
         columns = summaries.columns_for(data.summary.struct_name,
                                         [f.name for f in self.layout.fields])
-        objects = [{
-            "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
-            "lifetime": obj.key.lifetime, "began": obj.started_by,
-            "first": format_offset(obj.first_ns - start),
-            "last": format_offset(obj.last_ns - start),
-            "events": len(obj.rows), "calls": obj.calls,
-            "changes": len(obj.changes), "fields": len(obj.changed_fields),
-            "summary": summaries.summary(obj, columns, self.fmt),
-        } for obj in data.objects]
+        counts, changes = data.objects.event_counts(), data.objects.change_counts()
+        changed_fields = (data.series_lengths() > 1).sum(axis=1)
+        objects = []
+        for o in range(len(data.objects)):
+            rows = data.objects.events(o)
+            seen = summaries.Seen.of(data, o)
+            objects.append({
+                "label": data.objects.labels[o],
+                "dir": data.objects.dirnames[o] if o in self.rendered else "",
+                "lifetime": data.objects.keys[o].lifetime, "began": data.objects.started_by[o],
+                "first": format_offset(int(ev.ts_ns[rows[0]]) - start),
+                "last": format_offset(int(ev.ts_ns[rows[-1]]) - start),
+                "events": int(counts[o]), "calls": seen.calls,
+                "changes": int(changes[o]), "fields": int(changed_fields[o]),
+                "summary": summaries.summary(seen, columns, self.fmt),
+            })
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
             f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
         distinct = len({(f.name, f.unit, f.address) for f in data.summary.functions})
-        duration = (data.rows[-1].ts_ns - start) if data.rows else 0
+        duration = (int(ev.ts_ns[-1]) - start) if len(ev) else 0
         unreadable = []
-        for row in data.unreadable_rows[:MAX_LISTED]:
-            obj = self.rendered.get(row.obj)
+        for at in np.flatnonzero(ev.unreadable)[:MAX_LISTED].tolist():
+            o = int(ev.object[at])
+            seq = int(ev.seq[at])
             unreadable.append({
-                "time": format_offset(row.ts_ns - start),
-                "object": self.data_objects[row.obj].label if row.obj else "",
-                "function": self.names.get(row.function_id, f"function#{row.function_id}"),
-                "phase": "entry" if row.phase == PHASE_ENTRY else "exit",
-                "href": (f"{obj.dirname}/{self.page_file.get(row.seq, 'index.html')}#e{row.seq}"
-                         if obj is not None else "")})
+                "time": format_offset(int(ev.ts_ns[at]) - start),
+                "object": data.objects.labels[o] if o >= 0 else "",
+                "function": data.function_name(int(ev.function[at])),
+                "phase": "entry" if ev.phase[at] == PHASE_ENTRY else "exit",
+                "href": (f"{data.objects.dirnames[o]}/{self.page_file.get(seq, 'index.html')}"
+                         f"#e{seq}" if o in self.rendered else "")})
         self.write("index.html", "index.html", title=self.struct_title,
                    unreadable=unreadable, max_listed=MAX_LISTED,
                    heading=self.struct_title, objects_file=OBJECTS_FILE,
@@ -707,7 +757,7 @@ def _run_task(task: tuple) -> float:
     return time.perf_counter() - mark
 
 
-def _write_pages(site: "_Site", chosen: list[ObjectTimeline], workers: int,
+def _write_pages(site: "_Site", chosen: list[int], workers: int,
                  say: Callable[[str], None]) -> float:
     """Every page but the index, with its plots: the all-objects pages, the methods page
     and the object pages in tasks shared by ``workers`` forked helpers (they inherit the
@@ -747,15 +797,12 @@ def _expected_plots(site: "_Site") -> int:
     """About how many PNG plots the report will draw (each costs tens of ms)."""
     if not site.plots:
         return 0
-    count = sum(1 for m in site.data.methods.values() if m.durations)
-    changed = set()
-    for obj in site.data.objects:
-        fields = [n for n, points in obj.series.items() if len(points) > 1]
-        changed.update(fields)
-        if obj.key in site.plotted:
-            count += min(MAX_PLOTS_PER_PAGE, sum(1 for n in fields
-                                                 if len(obj.series[n]) > MIN_CHANGES_TO_PLOT))
-    return count + min(MAX_PLOTS_PER_PAGE, len(changed))
+    count = sum(1 for m in site.data.methods.values() if len(m.durations))
+    lengths = site.data.series_lengths()
+    changed = (lengths > 1).any(axis=0).sum() if len(lengths) else 0
+    for o in site.plotted:
+        count += min(MAX_PLOTS_PER_PAGE, int((lengths[o] > MIN_CHANGES_TO_PLOT).sum()))
+    return count + min(MAX_PLOTS_PER_PAGE, int(changed))
 
 
 def _run_indexed(index: int) -> float:
@@ -789,23 +836,28 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
         _prepare(out_dir)
         try:
-            data = build_report(trace, say)
+            data = analysis.load(trace, say)
+            trace.close()
             seconds["model"] = time.perf_counter() - clock
             seconds["model_cpu"] = _cpu_seconds() - cpu
 
-            site = _Site(data, trace, out_dir, plots)
-            chosen = data.objects
-            if max_objects is not None and 0 < max_objects < len(data.objects):
-                busiest = sorted(data.objects, key=lambda o: (-len(o.rows), o.first_ns))
-                keep = {o.key for o in busiest[:max_objects]}
-                chosen = [o for o in data.objects if o.key in keep]
+            site = _Site(data, out_dir, plots)
+            n = len(data.objects)
+            ts, rows = data.events.ts_ns, data.objects
+            counts = rows.event_counts()
+            first_ns = [int(ts[rows.events(o)[0]]) for o in range(n)]
+            chosen = list(range(n))
+            if max_objects is not None and 0 < max_objects < n:
+                busiest = sorted(chosen, key=lambda o: (-counts[o], first_ns[o]))
+                keep = set(busiest[:max_objects])
+                chosen = [o for o in chosen if o in keep]
                 site.notes.append(
-                    f"pages were written for the {max_objects} busiest of {len(data.objects)} "
+                    f"pages were written for the {max_objects} busiest of {n} "
                     "objects (--max-objects); all of them are in many_objects/")
-            site.rendered = {o.key: o for o in chosen}
-            most_changed = sorted(chosen, key=lambda o: (-len(o.changes), o.first_ns))
-            site.plotted = {o.key for o in (most_changed if not plot_objects
-                                            else most_changed[:plot_objects])}
+            site.rendered = set(chosen)
+            changes = rows.change_counts()
+            most_changed = sorted(chosen, key=lambda o: (-changes[o], first_ns[o]))
+            site.plotted = set(most_changed if not plot_objects else most_changed[:plot_objects])
             if plots and len(site.plotted) < len(chosen):
                 site.notes.append(
                     f"PNG plots were drawn for the {len(site.plotted)} objects with most "
@@ -813,9 +865,12 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
                     "interactively")
             _copy_static(out_dir)
             mark = time.perf_counter()
-            for obj in chosen:
-                site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
-            site.prepare_graph(ALL_DIR, data.rows, f"{len(data.objects)} objects", data.changes)
+            ev = data.events
+            for o in chosen:
+                site.prepare_graph(rows.dirnames[o], rows.events(o), rows.labels[o],
+                                   rows.changes(o), ev.object_caller)
+            site.prepare_graph(ALL_DIR, np.arange(len(ev)), f"{n} objects",
+                               np.arange(len(data.changes)), ev.thread_caller)
             say(f"laying out {len(site.graphs)} call graphs")
             site.layout_graphs()
             seconds["graphs"] = time.perf_counter() - mark
@@ -826,14 +881,14 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             raise _incomplete(out_dir, site, HelpersStopped("interrupted", 0, 0, 2)) from None
         except HelpersStopped as stopped:
             raise _incomplete(out_dir, site, stopped) from None
-        site.index_page(len(data.objects))
+        site.index_page(n)
         seconds["html"] = time.perf_counter() - mark
         seconds["html_cpu"] = _cpu_seconds() - cpu
     finally:
         trace.close()
     seconds["total"] = time.perf_counter() - clock
-    return RenderResult(out_dir, os.path.join(out_dir, "index.html"), len(data.objects),
-                        len(chosen), len(data.rows), seconds, site.notes,
+    return RenderResult(out_dir, os.path.join(out_dir, "index.html"), n,
+                        len(chosen), len(data.events), seconds, site.notes,
                         data.counts.line() if data.counts else "")
 
 

@@ -3,8 +3,8 @@
 An address and a lifetime number do not tell sockets apart; a kernel engineer names a
 socket by its family, local and remote address:port, states and role, and an sk_buff by
 its length and protocol.  `columns_for` gives, for a struct, the columns and how each
-is computed from an object's field series (`ctracer.report.data.ObjectTimeline.series`:
-its first value and every change, so the first, last and every value it took) and rows;
+is computed from what was seen of an object (`Seen`: its field series — its first value
+and every change, so the first, last and every value it took — and its commands);
 values are shown as the pages show them (`ctracer.report.values.ValueFormatter`).  A
 column whose fields the trace did not record is left out.  The index searches these
 texts too (``index.html#q=:8080``).
@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from ctracer.analysis import Analysis
 from ctracer.decode import FAMILIES, ipv4, port
-from ctracer.report.data import ObjectTimeline
 from ctracer.report.values import ValueFormatter
 
 #: EtherType values an sk_buff's ``protocol`` (``__be16``) commonly holds
@@ -25,35 +25,57 @@ ETHER_TYPES = {0x0800: "ETH_P_IP", 0x86DD: "ETH_P_IPV6", 0x0806: "ETH_P_ARP",
                0x8100: "ETH_P_8021Q", 0x0003: "ETH_P_ALL"}
 
 
+@dataclass
+class Seen:
+    """What the summary columns read of one object."""
+
+    series: dict[str, tuple[list[int], list[Any]]]  # `Analysis.series`
+    comms: list[tuple[str, int]]   # commands of its events and how often, first seen first
+    calls: int
+
+    @classmethod
+    def of(cls, analysis: Analysis, i: int) -> "Seen":
+        import numpy as np
+
+        ev = analysis.events
+        comm = ev.comm[analysis.objects.events(i)]
+        uniques, first, counts = np.unique(comm, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        return cls(analysis.series(i),
+                   [(ev.comms[c], n) for c, n in zip(uniques[order].tolist(),
+                                                      counts[order].tolist())],
+                   analysis.object_calls(i))
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
     fields: tuple[str, ...]   # what it needs recorded (any one of them for `any_field`)
-    text: Callable[[ObjectTimeline, ValueFormatter], str]
+    text: Callable[[Seen, ValueFormatter], str]
     any_field: bool = False
 
 
-def _values(obj: ObjectTimeline, name: str) -> list[Any]:
-    return [v for _, v in obj.series.get(name, ()) if v is not None]
+def _values(obj: Seen, name: str) -> list[Any]:
+    return [v for v in obj.series.get(name, ((), ()))[1] if v is not None]
 
 
-def _last_set(obj: ObjectTimeline, name: str) -> Optional[Any]:
+def _last_set(obj: Seen, name: str) -> Optional[Any]:
     """The last non-zero value the field took (ports and addresses go back to 0 when a
     socket closes)."""
     values = [v for v in _values(obj, name) if v]
     return values[-1] if values else None
 
 
-def _states(obj: ObjectTimeline, fmt: ValueFormatter) -> list[str]:
+def _states(obj: Seen, fmt: ValueFormatter) -> list[str]:
     return [fmt.show("__sk_common.skc_state", v) for v in _values(obj, "__sk_common.skc_state")]
 
 
-def _family(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _family(obj: Seen, fmt: ValueFormatter) -> str:
     v = _last_set(obj, "__sk_common.skc_family")
     return "" if v is None else FAMILIES.get(v, str(v))
 
 
-def _endpoint(obj: ObjectTimeline, v4: str, v6: str, port_text: str) -> str:
+def _endpoint(obj: Seen, v4: str, v6: str, port_text: str) -> str:
     """``address:port`` ("" when neither was ever set: a listener's remote end)."""
     six = _last_set(obj, v6)
     raw = _last_set(obj, v4)
@@ -66,17 +88,17 @@ def _endpoint(obj: ObjectTimeline, v4: str, v6: str, port_text: str) -> str:
     return f"{address or '?'}:{port_text or '?'}"
 
 
-def _family_value(obj: ObjectTimeline) -> Optional[int]:
+def _family_value(obj: Seen) -> Optional[int]:
     return _last_set(obj, "__sk_common.skc_family")
 
 
-def _local(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _local(obj: Seen, fmt: ValueFormatter) -> str:
     num = _last_set(obj, "__sk_common.skc_num")
     return _endpoint(obj, "__sk_common.skc_rcv_saddr", "__sk_common.skc_v6_rcv_saddr",
                      str(num) if num is not None else "")
 
 
-def _remote(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _remote(obj: Seen, fmt: ValueFormatter) -> str:
     dport = _last_set(obj, "__sk_common.skc_dport")
     return _endpoint(obj, "__sk_common.skc_daddr", "__sk_common.skc_v6_daddr",
                      str(port(dport)) if dport is not None else "")
@@ -94,7 +116,7 @@ def _path(states: list[str]) -> str:
     return " → ".join(states)
 
 
-def _role(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _role(obj: Seen, fmt: ValueFormatter) -> str:
     """listener, client (it connected), accepted (a listener's child), time-wait or
     request socket, from the states the object went through."""
     seen = set(_states(obj, fmt))
@@ -111,14 +133,14 @@ def _role(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
     return ""
 
 
-def _comm(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _comm(obj: Seen, fmt: ValueFormatter) -> str:
     """The command that touched the object most, softirq's idle task aside."""
-    counts = Counter(r.comm for r in obj.rows if r.comm and not r.comm.startswith("swapper"))
-    return counts.most_common(1)[0][0] if counts else (obj.rows[0].comm if obj.rows else "")
+    counts = Counter({c: n for c, n in obj.comms if c and not c.startswith("swapper")})
+    return counts.most_common(1)[0][0] if counts else (obj.comms[0][0] if obj.comms else "")
 
 
-def _first(name: str, show: Callable[[Any], str]) -> Callable[[ObjectTimeline, ValueFormatter], str]:
-    def text(obj: ObjectTimeline, fmt: ValueFormatter) -> str:
+def _first(name: str, show: Callable[[Any], str]) -> Callable[[Seen, ValueFormatter], str]:
+    def text(obj: Seen, fmt: ValueFormatter) -> str:
         values = _values(obj, name)
         return show(values[0]) if values else ""
     return text
@@ -153,5 +175,5 @@ def columns_for(struct: str, recorded: Sequence[str]) -> tuple[Column, ...]:
                  if (any if c.any_field else all)(f in have for f in c.fields))
 
 
-def summary(obj: ObjectTimeline, columns: Sequence[Column], fmt: ValueFormatter) -> list[str]:
+def summary(obj: Seen, columns: Sequence[Column], fmt: ValueFormatter) -> list[str]:
     return [c.text(obj, fmt) for c in columns]

@@ -16,11 +16,13 @@ Every text in the data is plain text, made into DOM text by the page (never mark
 from __future__ import annotations
 
 import json
-from operator import attrgetter
 from typing import Any, Callable, Optional
 
+import numpy as np
+
+from ctracer.analysis import Analysis, parse_arguments
+from ctracer.analysis.model import CAUSE_CALLER, CAUSES, NO_DURATION
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
-from ctracer.report.data import CAUSE_CALLER, Change, Row, parse_arguments
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration
 
 #: the variable a data file assigns (report.js reads it)
@@ -30,32 +32,32 @@ PAGES_VARIABLE = "CTRACER_PAGES"
 #: the file of that index, beside the pages
 PAGES_FILE = "pages.js"
 
-_SEQ, _TS, _TID, _FN, _PHASE = (attrgetter(n) for n in ("seq", "ts_ns", "tid", "function_id",
-                                                         "phase"))
-_DEPTH, _OBJECT_DEPTH = attrgetter("depth"), attrgetter("object_depth")
+_CALLER = CAUSES.index(CAUSE_CALLER)
 
 
 class TimelineData:
-    """Makes the data files of one report's timelines; caches what repeats (values as
-    shown, causes, return values, durations)."""
+    """Makes the data files of one report's timelines from the analysis' columns; caches
+    what repeats (values as shown, causes, return values, durations)."""
 
-    def __init__(self, names: dict[int, str], fmt: ValueFormatter, start_ns: int,
-                 fields: list[str], retval: Callable[[Row], str],
-                 cause: Callable[[Change], str], head_member: str = "",
-                 arg_kinds: Optional[dict[int, dict[str, str]]] = None):
-        self.names, self.fmt, self.start_ns, self.fields = names, fmt, start_ns, fields
+    def __init__(self, analysis: Analysis, fmt: ValueFormatter,
+                 retval: Callable[[int], str], cause: Callable[[int], str],
+                 head_member: str = "", arg_kinds: Optional[dict[int, dict[str, str]]] = None):
+        a = self.analysis = analysis
+        self.names, self.fmt, self.start_ns = a.function_names, fmt, a.start_ns
+        self.fields = [f.name for f in a.layout.fields]
         #: per functions-table row, each tracepoint argument's kind (pointers in hex)
         self.arg_kinds = arg_kinds or {}
         #: the tag of a row that read only the object's head (`FLAG_HEAD_ONLY`)
         self.head_tag = ["head-only", f"only {head_member or 'the head'} read"]
         self.retval, self.cause = retval, cause
-        self.field_index = {name: i for i, name in enumerate(fields)}
         self._values = TextMemo()
+        self._codes = TextMemo()
         self._causes: dict[tuple, int] = {}
         self._cause_list: list[list] = []
         self._durations = TextMemo()
         self._retvals = TextMemo()
         self._args = TextMemo()
+        self.change_start, self.change_end = a.change_rows()
 
     def value(self, field: str, value: Any) -> str:
         key = (field, value)
@@ -64,36 +66,58 @@ class TimelineData:
             text = self._values.remember(key, self.fmt.show(field, value))
         return text
 
-    def _cause_index(self, c: Change, tracepoint: bool) -> int:
-        key = (c.cause, c.function_id, c.seen_at, tracepoint)
-        k = self._causes.get(key)
-        if k is None:
-            k = self._causes[key] = len(self._cause_list)
-            caller = c.cause == CAUSE_CALLER
+    def code_text(self, j: int, code: int) -> str:
+        """Field ``j``'s value of code ``code``, as shown."""
+        key = (j, code)
+        text = self._codes.get(key)
+        if text is None:
+            text = self._codes.remember(key, self.value(
+                self.fields[j], self.analysis.values.decode_one(j, code)))
+        return text
+
+    def _cause_index(self, k: int, tracepoint: bool) -> int:
+        """The index in the causes table of change ``k``'s cause."""
+        a = self.analysis
+        ch = a.changes
+        fid = int(ch.function[k])
+        seen = a.function_name(int(a.events.function[ch.event[k]]))
+        key = (int(ch.cause[k]), fid, seen, tracepoint)
+        i = self._causes.get(key)
+        if i is None:
+            i = self._causes[key] = len(self._cause_list)
+            caller = key[0] == _CALLER
             tag = ""
             if caller:
-                tag = f"seen at {c.seen_at}" if tracepoint else f"before calling {c.seen_at}"
-            self._cause_list.append([1 if caller else 0, self.cause(c),
-                                     self.names.get(c.function_id, c.function or ""), tag])
-        return k
+                tag = f"seen at {seen}" if tracepoint else f"before calling {seen}"
+            function = a.function_name(fid) if fid >= 0 else None
+            self._cause_list.append([1 if caller else 0, self.cause(k),
+                                     self.names.get(fid, function or ""), tag])
+        return i
 
-    def _changes(self, row: Row) -> list:
-        """``[cause, field, old, new, field, old, new...]`` (one cause per row: every
-        change a row shows was made by the same code)."""
-        changes = row.changes
-        out: list[Any] = [self._cause_index(changes[0], row.phase == PHASE_TRACEPOINT)]
-        index, value = self.field_index, self.value
-        for c in changes:
-            out += (index.get(c.field, -1), value(c.field, c.old), value(c.field, c.new))
+    def _changes(self, at: int, tracepoint: bool) -> list:
+        """``[cause, field, old, new, field, old, new...]`` of the event at ``at`` (one
+        cause per event: every change it shows was made by the same code)."""
+        ch = self.analysis.changes
+        lo, hi = int(self.change_start[at]), int(self.change_end[at])
+        out: list[Any] = [self._cause_index(lo, tracepoint)]
+        text = self.code_text
+        for j, old, new in zip(ch.field[lo:hi].tolist(), ch.old[lo:hi].tolist(),
+                               ch.new[lo:hi].tolist()):
+            out += (j, text(j, old), text(j, new))
         return out
 
-    def _duration(self, ns: Optional[int]) -> str:
-        if ns is None:
-            return ""
-        text = self._durations.get(ns)
-        if text is None:
-            text = self._durations.remember(ns, format_duration(ns))
-        return text
+    def _durations_of(self, durations: np.ndarray) -> list[str]:
+        uniques, inverse = np.unique(durations, return_inverse=True)
+        texts = []
+        for ns in uniques.tolist():
+            if ns == NO_DURATION:
+                texts.append("")
+                continue
+            text = self._durations.get(ns)
+            if text is None:
+                text = self._durations.remember(ns, format_duration(ns))
+            texts.append(text)
+        return [texts[k] for k in inverse.reshape(-1).tolist()]
 
     def _args_text(self, slot: int, args: str) -> str:
         """``(name value, ...)`` of a tracepoint hit's arguments ("" when they do not
@@ -109,84 +133,121 @@ class TimelineData:
                 + ")")
         return text
 
-    def _retval(self, row: Row) -> str:
-        if row.phase == PHASE_ENTRY or row.retval is None:
-            return ""
-        key = (row.function_id, row.retval)
-        text = self._retvals.get(key)
-        if text is None:
-            text = self._retvals.remember(key, self.retval(row))
-        return text
+    def _retvals_of(self, rows: np.ndarray) -> list[str]:
+        ev = self.analysis.events
+        out = [""] * len(rows)
+        shown = np.flatnonzero((ev.phase[rows] != PHASE_ENTRY) & ev.has_retval[rows])
+        for i, fid, v in zip(shown.tolist(), ev.function[rows[shown]].tolist(),
+                             ev.retval[rows[shown]].tolist()):
+            key = (fid, v)
+            text = self._retvals.get(key)
+            if text is None:
+                text = self._retvals.remember(key, self.retval(int(rows[i])))
+            out[i] = text
+        return out
 
-    def page(self, rows: list[Row], *, use_object_depth: bool,
-             objects: Optional[Callable[[Row], tuple[str, str]]],
+    def page(self, rows: np.ndarray, *, use_object_depth: bool,
+             objects: Optional[Callable[[int], tuple[str, str]]],
              state: dict[str, dict[str, str]]) -> dict[str, Any]:
-        """The data of one timeline page: ``objects`` gives each row's object (label,
-        link) on all-objects pages; ``state`` every field's value, per object label, at
-        the page's first row."""
+        """The data of one timeline page, the events at ``rows``: ``objects`` gives an
+        object's (label, link) on all-objects pages; ``state`` every field's value, per
+        object label, at the page's first row."""
+        ev = self.analysis.events
         start = self.start_ns
-        threads: dict[tuple[str, int], int] = {}
-        thread_of = [threads.setdefault((r.comm, r.tid), len(threads)) for r in rows]
-        functions = sorted(set(map(_FN, rows)))
+        comm, tid = ev.comm[rows], ev.tid[rows]
+        thread_of, threads = _first_seen(comm.astype(np.int64) << 32 | tid.astype(np.int64))
+        fn = ev.function[rows]
+        phase = ev.phase[rows]
         data: dict[str, Any] = {
             "fields": self.fields, "entry": PHASE_ENTRY, "point": PHASE_TRACEPOINT,
-            "functions": {str(f): self.names.get(f, f"function#{f}") for f in functions},
-            "threads": [thread_label(comm, tid) for comm, tid in threads],
-            "seq": list(map(_SEQ, rows)),
-            "t": [t - start for t in map(_TS, rows)],
-            "th": thread_of, "fn": list(map(_FN, rows)), "ph": list(map(_PHASE, rows)),
-            "d": list(map(_OBJECT_DEPTH if use_object_depth else _DEPTH, rows)),
-            "dur": [self._duration(r.duration_ns) for r in rows],
-            "ret": [self._retval(r) for r in rows],
+            "functions": {str(f): self.names.get(f, f"function#{f}")
+                          for f in np.unique(fn).tolist()},
+            "threads": [thread_label(ev.comms[k >> 32], k & 0xFFFFFFFF) for k in threads],
+            "seq": ev.seq[rows].tolist(),
+            "t": (ev.ts_ns[rows] - start).tolist(),
+            "th": thread_of, "fn": fn.tolist(), "ph": phase.tolist(),
+            "d": (ev.object_depth if use_object_depth else ev.depth)[rows].tolist(),
+            "dur": self._durations_of(ev.duration_ns[rows]),
+            "ret": self._retvals_of(rows),
             "state": state,
         }
         if objects is not None:
-            labels: dict[tuple[str, str], int] = {}
-            data["o"] = [labels.setdefault(objects(r), len(labels)) for r in rows]
-            data["objects"] = list(labels)
+            index_of, cells = _first_seen(ev.object[rows])
+            data["o"] = index_of
+            data["objects"] = [objects(o) for o in cells]
         changes, tags = {}, {}
-        for i, r in enumerate(rows):
-            if r.changes:
-                changes[i] = self._changes(r)
-            if (not r.matched or r.unreadable or r.flags & FLAG_HEAD_ONLY
-                    or (r.args and r.phase == PHASE_TRACEPOINT)):
-                tags[i] = self._tags(r)
+        changed = self.change_end[rows] > self.change_start[rows]
+        flagged = (~ev.matched[rows] | ev.unreadable[rows] | ((ev.flags[rows] & FLAG_HEAD_ONLY) != 0)
+                   | ((ev.args[rows] >= 0) & (phase == PHASE_TRACEPOINT)))
+        for i in np.flatnonzero(changed | flagged).tolist():
+            at = int(rows[i])
+            if changed[i]:
+                changes[i] = self._changes(at, phase[i] == PHASE_TRACEPOINT)
+            if flagged[i]:
+                tags[i] = self._tags(at)
         data["changes"], data["tags"], data["causes"] = changes, tags, self._cause_list
         return data
 
-    def page_summary(self, rows: list[Row]) -> dict[str, Any]:
+    def page_summary(self, rows: np.ndarray) -> dict[str, Any]:
         """What one page holds, for finding rows across pages without loading them: its
         functions (callers that made changes included, as their rows show them),
         threads and fields changed, and its time span."""
-        functions = {self.names.get(f, f"function#{f}") for f in set(map(_FN, rows))}
+        a = self.analysis
+        ev, ch = a.events, a.changes
+        functions = {self.names.get(f, f"function#{f}") for f in np.unique(ev.function[rows]).tolist()}
         fields: set[str] = set()
-        for r in rows:
-            if r.changes:
-                for c in r.changes:
-                    fields.add(c.field)
-                    if c.cause == CAUSE_CALLER:
-                        functions.add(self.names.get(c.function_id, c.function or ""))
-        threads = {thread_label(comm, tid) for comm, tid in {(r.comm, r.tid) for r in rows}}
+        picks = _changes_of(self.change_start[rows], self.change_end[rows])
+        for j in np.unique(ch.field[picks]).tolist():
+            fields.add(self.fields[j])
+        callers = picks[ch.cause[picks] == _CALLER]
+        for fid in np.unique(ch.function[callers]).tolist():
+            functions.add(self.names.get(fid, a.function_name(fid) if fid >= 0 else ""))
+        pairs = np.unique(ev.comm[rows].astype(np.int64) << 32 | ev.tid[rows].astype(np.int64))
+        threads = {thread_label(ev.comms[k >> 32], k & 0xFFFFFFFF) for k in pairs.tolist()}
         start = self.start_ns
         return {"fn": functions, "th": threads, "field": fields, "n": len(rows),
-                "t": [rows[0].ts_ns - start, rows[-1].ts_ns - start] if rows else [0, 0]}
+                "t": [int(ev.ts_ns[rows[0]]) - start, int(ev.ts_ns[rows[-1]]) - start]
+                if len(rows) else [0, 0]}
 
-    def _tags(self, row: Row) -> list[list[str]]:
+    def _tags(self, at: int) -> list[list[str]]:
         """[kind, text] each: ``args`` (a tracepoint's arguments), or a kind that also
         marks the row (``unmatched``, ``unreadable``, ``head-only``)."""
+        ev = self.analysis.events
         tags = []
-        if row.phase == PHASE_TRACEPOINT and row.args:
-            text = self._args_text(row.slot, row.args)
+        phase = int(ev.phase[at])
+        args = ev.args_text(at)
+        if phase == PHASE_TRACEPOINT and args:
+            text = self._args_text(int(ev.slot[at]), args)
             if text:
                 tags.append(["args", text])
-        if not row.matched:
+        if not ev.matched[at]:
             tags.append(["unmatched",
-                         "no exit seen" if row.phase == PHASE_ENTRY else "no entry seen"])
-        if row.unreadable:
+                         "no exit seen" if phase == PHASE_ENTRY else "no entry seen"])
+        if ev.unreadable[at]:
             tags.append(["unreadable", "unreadable"])
-        elif row.flags & FLAG_HEAD_ONLY:
+        elif ev.flags[at] & FLAG_HEAD_ONLY:
             tags.append(self.head_tag)
         return tags
+
+
+def _first_seen(keys: np.ndarray) -> tuple[list[int], list[int]]:
+    """Each key's index in order of first appearance, and the keys in that order."""
+    uniques, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniques), np.int64)
+    rank[order] = np.arange(len(uniques))
+    return rank[inverse.reshape(-1)].tolist(), uniques[order].tolist()
+
+
+def _changes_of(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The change positions of events whose changes lie at [start, end)."""
+    has = end > start
+    if not has.any():
+        return np.zeros(0, np.int64)
+    s, e = start[has], end[has]
+    lengths = e - s
+    offsets = np.repeat(s - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    return np.arange(lengths.sum()) + offsets
 
 
 def thread_label(comm: str, tid: int) -> str:

@@ -1,0 +1,146 @@
+"""The analysis stage: one model of a trace, for the report and the exports.
+
+`load` reads a trace file once and answers what its readers ask: the objects and their
+lifetimes, every event on its object and on its thread's calls (depth, caller,
+duration), the field changes with the function that made them, each field's series,
+call counts and durations, and the call graphs' counts (`callgraph`).  `report/` (HTML,
+plots) and `export/` (JSON Lines, CSV, Perfetto, Parquet, SQL) read this and nothing
+else, so a report and an export never disagree.
+
+Everything is columns (`model.Events`, `model.Changes`: numpy arrays), never a Python
+object per event or per change.  The modules, in the order `load` runs them:
+
+* `functions` — the functions table as the passes read it (names, creators, rules);
+* `passes` — events read in time order, calls paired, repeats dropped, objects placed;
+* `lifetimes` — where each reused address starts a new object, and why;
+* `snapshots`, `changes` — every object's snapshots compared with its previous one;
+  a change a tracepoint announces moved to its event;
+* `summary` — what the trace says about itself;
+* `callgraph` — who called whom, per object and over all of them;
+* `model` — the result: `Analysis` and its columns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional, Union
+
+from ctracer.analysis.model import Analysis, Counts
+
+__all__ = ["load", "Analysis"]
+
+
+def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = None) -> Analysis:
+    """Analyse the trace file at ``trace`` (a path, or an open `ctracer.tracefile.Trace`)."""
+    from ctracer.tracefile import Trace
+
+    if isinstance(trace, str):
+        opened = Trace(trace)
+        try:
+            return _analyse(opened, progress or (lambda _m: None))
+        finally:
+            opened.close()
+    return _analyse(trace, progress or (lambda _m: None))
+
+
+def _analyse(trace: Any, say: Callable[[str], None]) -> Analysis:
+    import numpy as np
+
+    from ctracer.analysis import changes as changing
+    from ctracer.analysis import passes
+    from ctracer.analysis.functions import function_table, lifetime_rule
+    from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
+    from ctracer.analysis.summary import trace_summary
+
+    announced = trace.meta_json("announced_stores")
+    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
+    read = passes.read_events(trace, fns)
+    c = read.columns
+    say(f"read {len(read)} events")
+    arguments = _Arguments(c["args_texts"], c["args"])
+    identities, identity_rule = passes.head_identities(trace, read)
+    pairing = passes.pair_calls(read, fns, say, identities, identity_rule, arguments.of_read)
+    calls = passes.count_calls(read, pairing, fns)
+    placed = passes.assign_objects(pairing, calls.duplicate)
+    keep = placed.keep
+    events = Events(
+        seq=c["seq"][keep], ts_ns=c["ts_ns"][keep], cpu=c["cpu"][keep], pid=c["pid"][keep],
+        tid=c["tid"][keep], comm=c["comm"][keep], slot=read.slot[keep],
+        function=read.function[keep], phase=c["phase"][keep], flags=c["flags"][keep],
+        address=pairing.address[keep], retval=c["retval"][keep],
+        has_retval=c["has_retval"][keep], args=c["args"][keep],
+        depth=pairing.depth[keep], caller=pairing.caller[keep],
+        duration_ns=pairing.duration_ns[keep], matched=pairing.matched[keep],
+        object=placed.object, object_depth=np.zeros(len(keep), np.int32),
+        unreadable=np.zeros(len(keep), bool), object_caller=None, thread_caller=None,
+        comms=c["comms"], args_texts=c["args_texts"])
+    events.object_depth, events.object_caller, events.thread_caller = passes.nesting(
+        events.object, events.tid, events.function, events.phase)
+    objects = Objects(placed.keys, placed.labels, placed.dirnames, placed.started_by,
+                      events.object, np.zeros(0, np.int64))
+    say(f"{len(events)} events, {len(objects)} objects")
+    values = FieldValues(trace.mini)
+    found = changing.find_changes(events, c["object"][keep], c["snapshots"], keep,
+                                  c["has_snapshot"][keep], objects, trace.mini, values,
+                                  trace.head_fields)
+    del c["snapshots"]
+    changing.count_attributed(found, events, objects, calls.methods,
+                              lambda f: MethodStats(f, fns.name(f)))
+    arguments.events = events
+    found = changing.announce_changes(found, events, objects, values, dict(fns.names),
+                                      announced, arguments.of_event)
+    objects.regroup_changes(events.object[found.event])
+    summary = trace_summary(trace, len(read))
+    recorded, shown = len(read), len(events)
+    incomplete = getattr(trace, "incomplete", None)
+    counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
+                    lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
+                    claimed=(summary.events_claimed
+                             if summary.events_claimed not in (None, recorded) else None),
+                    incomplete=incomplete or "")
+    return Analysis(
+        summary=summary, counts=counts, layout=trace.mini, meta=dict(trace.meta),
+        events=events, objects=objects, changes=found, values=values,
+        methods=calls.methods, function_names=fns.names, canonical=fns.canon,
+        reach={fid: f.reach for fid, f in trace.functions.items()},
+        start_ns=int(events.ts_ns[0]) if len(events) else 0,
+        lifetime_rule=lifetime_rule(fns) + (
+            f"; {pairing.identity_rule}" if pairing.identity_rule else ""),
+        null_object_events=placed.null_events, unmatched_exits=pairing.unmatched_exits,
+        unfinished_calls=calls.unfinished, incomplete=incomplete,
+        head_fields=trace.head_fields, trace_path=trace.path)
+
+
+class _Arguments:
+    """Tracepoint arguments by event, parsed once per distinct text."""
+
+    def __init__(self, texts: list[str], index: Any):
+        self.texts, self.read_index = texts, index.tolist()
+        self.parsed: dict[int, Optional[dict]] = {}
+        self.events: Any = None
+
+    def parse(self, k: int) -> Optional[dict]:
+        if k < 0:
+            return None
+        found = self.parsed.get(k, False)
+        if found is False:
+            found = self.parsed[k] = parse_arguments(self.texts[k])
+        return found
+
+    def of_read(self, i: int) -> Optional[dict]:
+        return self.parse(self.read_index[i])
+
+    def of_event(self, i: int) -> Optional[dict]:
+        return self.parse(int(self.events.args[i]))
+
+
+def parse_arguments(text: Optional[str]) -> Optional[dict[str, Any]]:
+    """A tracepoint hit's arguments text as a dict by name (None when absent or not a
+    JSON object)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

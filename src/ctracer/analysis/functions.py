@@ -1,0 +1,119 @@
+"""The functions table as the analysis reads it: which rows ("slots") are one function,
+the names to show, and which slots create, free or allocate objects, start or end
+lifetimes (the trace's lifetime rules) or announce stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.tracefile import FunctionRow
+
+
+def attached_fully(attached: str) -> bool:
+    """Every probe the function needs attached: entry and exit of a function, or the one
+    program of a tracepoint (which has no exit)."""
+    parts = {p.strip() for p in attached.split(",")}
+    return any(pair <= parts for pair in ({"entry", "exit"}, {"fentry", "fexit"},
+                                          {"kprobe", "kretprobe"})) or parts == {"raw_tracepoint"}
+
+
+def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:
+    """Functions-table rows of the same function (same name, unit and address; a
+    tracepoint is never the function of its name, ``consume_skb``) → the smallest of
+    their ids, which then stands for the function."""
+    first: dict[tuple, int] = {}
+    out = {}
+    for fid in sorted(functions):
+        f = functions[fid]
+        out[fid] = first.setdefault((f.reach == "tracepoint", f.name, f.unit, f.address), fid)
+    return out
+
+
+def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> dict[int, str]:
+    """Names to show, telling apart different functions of the same name (statics of
+    several compile units): ``sk_check (tcp.c)``."""
+    by_name: dict[str, set[int]] = {}
+    for fid, c in canon.items():
+        if functions[fid].reach != "tracepoint":   # tp:NAME is told apart by its prefix
+            by_name.setdefault(functions[fid].name, set()).add(c)
+    out = {}
+    for fid, c in canon.items():
+        f = functions[c]
+        if f.reach == "tracepoint":
+            out[fid] = f"tp:{f.name}"
+        elif len(by_name[f.name]) == 1:
+            out[fid] = f.name
+        elif f.unit and len({functions[o].unit for o in by_name[f.name]}) == len(by_name[f.name]):
+            out[fid] = f"{f.name} ({f.unit})"
+        else:
+            out[fid] = f"{f.name} @0x{f.address or 0:x}" if f.address else f"{f.name} #{c}"
+    return out
+
+
+@dataclass
+class FunctionTable:
+    """What the functions table tells the passes: which rows ("slots") are one function,
+    the names to show, and which slots create, free or allocate objects."""
+
+    canon: dict[int, int]        # slot -> the id standing for its function
+    names: dict[int, str]        # slot or function id -> display name
+    creators: set[int]           # slots returning a new object (reach = returns, not lookups)
+    use_names: bool              # no creation function traced: lifetimes found by names
+    free_like: set[int]
+    alloc_like: set[int]
+    #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
+    rules: dict[int, list[dict]] = field(default_factory=dict)
+    #: tracepoint slots reaching the object through a holder (``skb->sk``)
+    held: set[int] = field(default_factory=set)
+    #: tracepoint slot -> the store it announces (meta ``announced_stores``)
+    announced: dict[int, Any] = field(default_factory=dict)
+
+    def name(self, fid: int) -> str:
+        n = self.names.get(fid)
+        if n is None:
+            n = self.names[fid] = f"function#{fid}"
+        return n
+
+
+def function_table(functions: dict[int, FunctionRow],
+                   lifetime_rules: Iterable[dict] = (),
+                   announced_stores: Optional[Sequence[dict]] = None) -> FunctionTable:
+    """The passes' view of the functions table; ``lifetime_rules`` and
+    ``announced_stores`` are the trace's (`ctracer.plan.lifetimes`,
+    `ctracer.plan.stores`, as its meta carries them)."""
+    from ctracer.plan import stores
+    by_tp = stores.rules_by_tracepoint(announced_stores)
+    canon = _canonical_ids(functions)
+    rules: dict[int, list[dict]] = {}
+    for rule in lifetime_rules:
+        for fid, f in functions.items():
+            if f.reach == "tracepoint" and f.name == rule.get("function"):
+                rules.setdefault(fid, []).append(rule)
+    raw = {fid: f.name for fid, f in functions.items()}
+    reach = {fid: f.reach for fid, f in functions.items()}
+    return FunctionTable(
+        canon=canon, names=_display_names(functions, canon),
+        creators={fid for fid, r in reach.items()
+                  if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
+        use_names=not any(r == "returns" for r in reach.values()) and not rules,
+        free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
+        alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules,
+        held={fid for fid, f in functions.items()
+              if f.reach == "tracepoint" and "->" in (f.via or "")},
+        announced={fid: by_tp[f.name] for fid, f in functions.items()
+                   if f.reach == "tracepoint" and f.name in by_tp and not "->" in (f.via or "")})
+
+
+def lifetime_rule(fns: FunctionTable) -> str:
+    if fns.rules:
+        texts = sorted({r.get("rule") or f"{r.get('function')} {r.get('effect')} a lifetime"
+                        for rules in fns.rules.values() for r in rules})
+        return "rules recorded with the trace: " + "; ".join(texts)
+    if fns.creators:
+        return "structural: a new lifetime starts when a creation function returns the address"
+    if fns.use_names:
+        return ("by name: no creation function was traced, so an allocator-looking call "
+                "after a free-looking one starts a new lifetime")
+    return "none: the traced creation functions all look like lookups"

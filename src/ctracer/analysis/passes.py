@@ -1,0 +1,452 @@
+"""The passes that place a trace's events on calls and objects, each linear in the events.
+
+1. `read_events` — every event once, as columns, in time order (recording order across
+   CPUs is not time order).
+2. `pair_calls` — per thread a stack pairs each exit with its entry (a lost event closes
+   the frames above it), giving depths, durations and callers; the events of one call that
+   reaches objects several ways (one functions-table row, or "slot", per way) are one call.
+   Objects known only at exit (what a creation function returns, a holder filled in during
+   the call) are resolved there.  A creation function (``reach = returns``) returning an
+   address, a lifetime rule of the trace, and failing both an allocator-looking call
+   after a free-looking one, mark where a new lifetime of a reused address starts.
+3. `count_calls` — one call per frame, however many slots; events repeating an object
+   another slot of the same call showed are dropped.
+4. `assign_objects` — each event on its object (address + lifetime), and its nesting
+   among the calls on that object.
+
+The pairing is the one loop over events in Python (a thread's stack is sequential); it
+reads plain lists of one chunk of columns and writes arrays.  `ctracer.analysis.changes`
+then finds the field changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ctracer.analysis.functions import FunctionTable
+from ctracer.analysis.lifetimes import Lifetimes
+from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey
+from ctracer.event import FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, \
+    PHASE_TRACEPOINT, Layout
+from ctracer.report.names import object_dir, object_label
+from ctracer.tracefile import Trace
+
+_U64_MASK = (1 << 64) - 1
+_ERR_PTR_LOWEST = (1 << 64) - 4095  # the kernel's ERR_PTR(-MAX_ERRNO)
+
+
+def _is_pointer(retval: int) -> bool:
+    """A returned value that can be an object: not NULL, not an ERR_PTR error code."""
+    return bool(retval) and (retval & _U64_MASK) < _ERR_PTR_LOWEST
+
+
+@dataclass
+class Read:
+    """Every event in time order, as the trace holds it (pass 1)."""
+
+    columns: dict[str, Any]   # `Trace.event_columns`
+    slot: np.ndarray          # functions-table row
+    function: np.ndarray      # the id standing for its function
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+def read_events(trace: Trace, fns: FunctionTable) -> Read:
+    columns = trace.event_columns()
+    slot = columns["function_id"]
+    canon = fns.canon
+    if canon:
+        table = np.arange(max(max(canon), int(slot.max(initial=0))) + 1, dtype=np.int32)
+        for k, v in canon.items():
+            table[k] = v
+        function = table[slot] if len(slot) else slot.copy()
+    else:
+        function = slot.copy()
+    return Read(columns, slot, function)
+
+
+class _Frame:
+    """One open call on a thread.  A function reaching the object in several ways has one
+    functions-table row per way, and each row ("slot") emits its own entry and exit
+    event, one after the other: they all belong to this one call."""
+
+    __slots__ = ("id", "function_id", "ts_ns", "index", "depth", "caller", "entries",
+                 "exits")
+
+    def __init__(self, fid: int, ts: int, index: int, depth: int, caller: int, number: int):
+        self.id, self.function_id, self.ts_ns, self.index = number, fid, ts, index
+        self.depth, self.caller = depth, caller
+        self.entries: dict[int, int] = {}   # slot -> entry event index
+        self.exits: dict[int, int] = {}
+
+
+class _Thread:
+    __slots__ = ("stack", "last_entry", "last_exit")
+
+    def __init__(self) -> None:
+        self.stack: list[_Frame] = []
+        self.last_entry: Optional[_Frame] = None  # the frame the thread's last event opened
+        self.last_exit: Optional[_Frame] = None   # the frame the thread's last event closed
+
+
+@dataclass
+class Pairing:
+    """Pass 2's result, per event (arrays) and per frame (one per call)."""
+
+    address: np.ndarray    # resolved at exit where the probe had none
+    depth: np.ndarray
+    caller: np.ndarray
+    duration_ns: np.ndarray
+    matched: np.ndarray
+    frame: np.ndarray      # the call each entry or exit belongs to (-1: none)
+    frame_function: np.ndarray
+    frame_ts: np.ndarray
+    lifetimes: Lifetimes
+    #: events whose object became known at their call's exit: that exit's position
+    #: decides which lifetime they belong to (the object was made during the call)
+    lifetime_at: dict[int, int]
+    unmatched_exits: int
+    #: the identity rule of objects read only in their head, when it split any lifetime
+    identity_rule: str = ""
+
+
+def pair_calls(read: Read, fns: FunctionTable, say: Callable[[str], None] = lambda _m: None,
+               identities: Optional[dict[int, tuple]] = None,
+               identity_rule: str = "", args: Optional[Callable[[int], Optional[dict]]] = None
+               ) -> Pairing:
+    """Pair each exit with its entry per thread (a lost event closes the frames above
+    it), giving depths, durations and callers; resolve objects known only at exit; find
+    where reused addresses start new lifetimes (``identities``: see `head_identities`;
+    ``args(i)``: event ``i``'s tracepoint arguments)."""
+    c = read.columns
+    n = len(read)
+    tids, fns_, slots = c["tid"].tolist(), read.function.tolist(), read.slot.tolist()
+    phases, flags_, ts_ = c["phase"].tolist(), c["flags"].tolist(), c["ts_ns"].tolist()
+    address = c["object"].tolist()
+    retvals = [r if h else None for r, h in zip(c["retval"].tolist(), c["has_retval"].tolist())]
+    args = args or (lambda _i: None)
+    identities = identities or {}
+    depth, caller = [0] * n, [-1] * n
+    duration, matched, frame_of = [NO_DURATION] * n, [True] * n, [-1] * n
+    frame_fn: list[int] = []
+    frame_ts: list[int] = []
+    threads: dict[int, _Thread] = {}
+    lifetimes = Lifetimes()
+    lifetime_at: dict[int, int] = {}
+    stored: dict[int, Any] = {}       # address -> the value its last announcing hit stored
+    identity_of: dict[int, tuple] = {}
+    identity_split = False
+    unmatched = 0
+    name = fns.name
+    rules, held, announced = fns.rules, fns.held, fns.announced
+    creators, free_like, alloc_like, use_names = fns.creators, fns.free_like, \
+        fns.alloc_like, fns.use_names
+    for index in range(n):
+        tid, fid, slot, phase = tids[index], fns_[index], slots[index], phases[index]
+        th = threads.get(tid)
+        if th is None:
+            th = threads[tid] = _Thread()
+        stack = th.stack
+        if phase == PHASE_ENTRY:
+            frame = th.last_entry
+            if not (frame is not None and stack and stack[-1] is frame
+                    and frame.function_id == fid and slot not in frame.entries):
+                frame = _Frame(fid, ts_[index], index, len(stack),
+                               stack[-1].function_id if stack else -1, len(frame_fn))
+                frame_fn.append(fid)
+                frame_ts.append(ts_[index])
+                stack.append(frame)
+            frame.entries[slot] = index
+            frame_of[index] = frame.id
+            depth[index], caller[index] = frame.depth, frame.caller
+            th.last_entry, th.last_exit = frame, None
+            a = address[index]
+            if a:
+                if rules:
+                    lifetimes.seen_again(a, index)
+                lifetimes.seen(a, index, name(fid))
+                if use_names and slot in alloc_like:
+                    lifetimes.maybe_reallocated(a, index, name(fid))
+        elif phase == PHASE_TRACEPOINT:
+            depth[index] = len(stack)
+            caller[index] = stack[-1].function_id if stack else -1
+            a = address[index]
+            if not a:
+                continue
+            if slot not in held:
+                # a hit through a holder after the object's end (a buffer freed after
+                # its socket, still pointing to it) is the ended object's: the next
+                # direct hit starts the new one
+                lifetimes.seen_again(a, index)
+            lifetimes.seen(a, index, name(fid))
+            store = announced.get(slot)
+            if store is not None and store.before:
+                hit = args(index) or {}
+                last, before = stored.get(a), hit.get(store.before)
+                if last is not None and before is not None and before != last:
+                    lifetimes.rule_starts(a, index, store.continuity_text)
+                if hit.get(store.argument) is not None:
+                    stored[a] = hit[store.argument]
+            identity = identities.get(index) if identities else None
+            if identity is not None:
+                last = identity_of.get(a)
+                identity_of[a] = identity
+                if last is not None and last != identity:
+                    lifetimes.rule_starts(a, index, identity_rule)
+                    identity_split = True
+            for rule in rules.get(slot, ()):
+                arg = rule.get("arg")
+                if arg is not None and (args(index) or {}).get(arg) != rule.get("equals"):
+                    continue
+                why = rule.get("rule") or f"{rule.get('function')} {rule.get('effect')} a lifetime"
+                if rule.get("effect") == "starts":
+                    lifetimes.rule_starts(a, index, why)
+                elif rule.get("effect") == "ends":
+                    lifetimes.rule_ends(a, why)
+        else:
+            frame = None
+            if not flags_[index] & FLAG_NO_ENTRY:
+                last = th.last_exit
+                if (last is not None and last.function_id == fid and slot in last.entries
+                        and slot not in last.exits):
+                    frame = last  # the next slot of the call that just returned
+                else:
+                    for i in range(len(stack) - 1, -1, -1):
+                        if stack[i].function_id == fid:
+                            frame = stack[i]
+                            del stack[i:]  # frames above it lost their exits
+                            break
+            th.last_entry, th.last_exit = None, frame
+            a = address[index]
+            if frame is None:
+                matched[index] = False
+                depth[index] = len(stack)
+                unmatched += 1
+                if a:
+                    lifetimes.seen(a, index, name(fid))
+                continue
+            frame.exits[slot] = index
+            frame_of[index] = frame.id
+            depth[index] = frame.depth
+            entry = frame.entries.get(slot)
+            duration[index] = ts_[index] - (ts_[entry] if entry is not None else frame.ts_ns)
+            retval = retvals[index]
+            creates = slot in creators and retval is not None and _is_pointer(retval)
+            if not a and entry is not None:
+                a = address[entry]
+            if not a and creates:
+                a = retval & _U64_MASK
+            address[index] = a
+            if entry is not None and not address[entry] and a:
+                address[entry] = a
+                lifetime_at[entry] = index
+            if a:
+                lifetimes.seen(a, index, name(fid))
+            if creates:
+                returned = retval & _U64_MASK
+                lifetimes.seen(returned, frame.index, name(fid))
+                lifetimes.returned(returned, frame.index, name(fid))
+            if use_names and a and slot in free_like:
+                lifetimes.freed(a, name(fid))
+        if index and index % 100_000 == 0:
+            say(f"paired {index} events")
+    return Pairing(np.array(address, np.uint64), np.array(depth, np.int32),
+                   np.array(caller, np.int32), np.array(duration, np.int64),
+                   np.array(matched, bool), np.array(frame_of, np.int64),
+                   np.array(frame_fn, np.int32), np.array(frame_ts, np.int64),
+                   lifetimes, lifetime_at, unmatched, identity_rule if identity_split else "")
+
+
+def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
+    """Event index -> the identity (the trace's meta ``head_read``: the connection's
+    addresses and ports) of each event that read only its object's head, and the rule
+    saying why another identity at the same address is another object; ({}, "") when
+    the trace has none.  Such events are few: only they are decoded here."""
+    head = trace.meta_json("head_read")
+    names = head.get("identity") if isinstance(head, dict) else None
+    layout = trace.mini
+    known = {f.name for f in layout.fields}
+    if not isinstance(names, list) or not names or not all(n in known for n in names):
+        return {}, ""
+    flags = read.columns["flags"]
+    picked = np.flatnonzero(((flags & FLAG_HEAD_ONLY) != 0) & ((flags & FLAG_READ_FAILED) == 0)
+                            & read.columns["has_snapshot"])
+    out = {}
+    snapshots = read.columns["snapshots"]
+    for i in picked.tolist():
+        values = layout.decode(snapshots[i].tobytes())
+        out[i] = tuple(values[n] for n in names)
+    return out, str(head.get("identity_rule") or "")
+
+
+@dataclass
+class CallCounts:
+    methods: dict[int, MethodStats]  # over all objects
+    unfinished: int                  # entries whose exit was never seen
+    duplicate: np.ndarray            # events repeating an object another slot of the call showed
+
+
+def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
+    """One call per frame, however many slots it had; durations from the first exit;
+    entries whose slot never exited are unmatched; of the events of one call reaching
+    the same object, one is kept (the first readable)."""
+    c = read.columns
+    ts, phase, frame = c["ts_ns"], c["phase"], pairing.frame
+    start_ns = int(ts[0]) if len(ts) else 0
+    nframes = len(pairing.frame_function)
+    exits = np.flatnonzero((frame >= 0) & (phase != PHASE_ENTRY))
+    entries = np.flatnonzero((frame >= 0) & (phase == PHASE_ENTRY))
+    end = np.full(nframes, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(end, frame[exits], ts[exits])
+    timed = end != np.iinfo(np.int64).max
+    # entries whose slot's exit never came
+    width = int(read.slot.max(initial=0)) + 1
+    exit_keys = frame[exits] * width + read.slot[exits]
+    unfinished = entries[~np.isin(frame[entries] * width + read.slot[entries], exit_keys)]
+    pairing.matched[unfinished] = False
+    methods: dict[int, MethodStats] = {}
+    fn_of_frame = pairing.frame_function
+    order = np.argsort(fn_of_frame, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, fn_of_frame[order][1:] != fn_of_frame[order][:-1]]) \
+        if nframes else np.zeros(0, np.int64)
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], nframes].tolist()):
+        picks = order[b:e]
+        fid = int(fn_of_frame[picks[0]])
+        picks_timed = picks[timed[picks]]
+        methods[fid] = MethodStats(fid, fns.name(fid), calls=len(picks),
+                                   durations=end[picks_timed] - pairing.frame_ts[picks_timed],
+                                   call_times=pairing.frame_ts[picks_timed] - start_ns)
+    # tracepoint hits, and exits whose entry was lost, are calls too
+    lone = (phase == PHASE_TRACEPOINT) | ((phase != PHASE_ENTRY) & (frame < 0))
+    for fid, count in zip(*(a.tolist() for a in np.unique(read.function[lone],
+                                                           return_counts=True))):
+        stats = methods.get(fid)
+        if stats is None:
+            stats = methods[fid] = MethodStats(fid, fns.name(fid))
+        stats.calls += count
+    duplicate = np.zeros(len(read), bool)
+    failed = (c["flags"] & FLAG_READ_FAILED) != 0
+    for rows in (entries, exits):
+        _mark_duplicates(rows, frame, pairing.address, failed, duplicate)
+    return CallCounts(methods, len(unfinished), duplicate)
+
+
+def _mark_duplicates(rows: np.ndarray, frame: np.ndarray, address: np.ndarray,
+                     failed: np.ndarray, duplicate: np.ndarray) -> None:
+    """Slots of one call that reach the same object show it once, by the first readable
+    event (else the first): the others are marked in ``duplicate``."""
+    rows = rows[address[rows] != 0]
+    if not len(rows):
+        return
+    order = np.lexsort((rows, failed[rows], address[rows], frame[rows]))
+    rows = rows[order]
+    f, a = frame[rows], address[rows]
+    first = np.r_[True, (f[1:] != f[:-1]) | (a[1:] != a[:-1])]
+    duplicate[rows[~first]] = True
+
+
+@dataclass
+class Placed:
+    """Pass 4's result: the kept events' object, the objects and their names."""
+
+    keep: np.ndarray          # positions (in the read events) of the events shown
+    object: np.ndarray        # per kept event, its object (-1: none)
+    keys: list[ObjectKey]
+    labels: list[str]
+    dirnames: list[str]
+    started_by: list[str]
+    null_events: int
+
+
+def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
+    lifetimes = pairing.lifetimes
+    keep = np.flatnonzero(~duplicate)
+    address = pairing.address[keep]
+    at = keep.copy()
+    if pairing.lifetime_at:
+        new_position = np.full(len(duplicate), -1, np.int64)
+        new_position[keep] = np.arange(len(keep))
+        for entry, exit_ in pairing.lifetime_at.items():
+            if new_position[entry] >= 0:
+                at[new_position[entry]] = exit_
+    lifetime = np.ones(len(keep), np.int64)
+    reused = {a: s for a, s in lifetimes.starts.items() if s}
+    if reused:
+        order = np.argsort(address, kind="stable")
+        sorted_addresses = address[order]
+        for a, starts in reused.items():
+            lo = np.searchsorted(sorted_addresses, np.uint64(a), "left")
+            hi = np.searchsorted(sorted_addresses, np.uint64(a), "right")
+            rows = order[lo:hi]
+            positions = np.array([s for s, _ in starts], np.int64)
+            lifetime[rows] = 1 + np.searchsorted(positions, at[rows], "right")
+    has = address != 0
+    obj = np.full(len(keep), -1, np.int64)
+    keys: list[ObjectKey] = []
+    labels, dirnames, started_by = [], [], []
+    if has.any():
+        pairs = np.stack([address[has], lifetime[has].astype(np.uint64)], axis=1)
+        uniques, first, inverse = np.unique(pairs, axis=0, return_index=True,
+                                            return_inverse=True)
+        rank = np.empty(len(uniques), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(uniques))
+        obj[has] = rank[inverse.reshape(-1)]
+        in_order = uniques[np.argsort(first, kind="stable")].tolist()
+        for a, life in in_order:
+            key = ObjectKey(int(a), int(life))
+            count = 1 + len(lifetimes.starts.get(key.address, ())) \
+                if key.address in lifetimes.first_seen else 1
+            keys.append(key)
+            labels.append(object_label(key.address, key.lifetime, count))
+            dirnames.append(object_dir(key.address, key.lifetime))
+            started_by.append(lifetimes.reason(key))
+    return Placed(keep, obj, keys, labels, dirnames, started_by, int((~has).sum()))
+
+
+def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray,
+            phase: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nesting among each object's calls, per thread (a call on the object made inside
+    another call on it is one level deeper), and for call graphs the function on top of
+    each event's stack — among its object's events, and among all events — when it was
+    counted (-1: none)."""
+    n = len(obj)
+    depth = [0] * n
+    top_obj, top_all = [-1] * n, [-1] * n
+    stacks: dict[tuple[int, int], list[int]] = {}
+    threads: dict[int, list[int]] = {}
+    for i, (o, t, fid, ph) in enumerate(zip(obj.tolist(), tid.tolist(), function.tolist(),
+                                            phase.tolist())):
+        every = threads.get(t)
+        if every is None:
+            every = threads[t] = []
+        if ph == PHASE_ENTRY:
+            top_all[i] = every[-1] if every else -1
+            every.append(fid)
+        elif ph == PHASE_TRACEPOINT:
+            top_all[i] = every[-1] if every else -1
+        else:
+            if fid in every:
+                while every and every.pop() != fid:
+                    pass
+            top_all[i] = every[-1] if every else -1
+        if o < 0:
+            continue
+        stack = stacks.get((o, t))
+        if stack is None:
+            stack = stacks[(o, t)] = []
+        if ph == PHASE_ENTRY:
+            depth[i] = len(stack)
+            top_obj[i] = stack[-1] if stack else -1
+            stack.append(fid)
+        else:
+            if fid in stack:
+                while stack.pop() != fid:
+                    pass
+            depth[i] = len(stack)
+            top_obj[i] = stack[-1] if stack else -1
+    return (np.array(depth, np.int32), np.array(top_obj, np.int32),
+            np.array(top_all, np.int32))
