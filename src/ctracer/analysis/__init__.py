@@ -30,20 +30,23 @@ from ctracer.analysis.model import Analysis, Counts
 __all__ = ["load", "Analysis"]
 
 
-def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = None) -> Analysis:
-    """Analyse the trace file at ``trace`` (a path, or an open `ctracer.tracefile.Trace`)."""
+def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = None, *,
+         snapshots: bool = False) -> Analysis:
+    """Analyse the trace file at ``trace`` (a path, or an open `ctracer.tracefile.Trace`);
+    with ``snapshots`` the result keeps every event's snapshot bytes (`Analysis.snapshots`,
+    what the exports' field columns are decoded from)."""
     from ctracer.tracefile import Trace
 
     if isinstance(trace, str):
         opened = Trace(trace)
         try:
-            return _analyse(opened, progress or (lambda _m: None))
+            return _analyse(opened, progress or (lambda _m: None), snapshots)
         finally:
             opened.close()
-    return _analyse(trace, progress or (lambda _m: None))
+    return _analyse(trace, progress or (lambda _m: None), snapshots)
 
 
-def _analyse(trace: Any, say: Callable[[str], None]) -> Analysis:
+def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> Analysis:
     import numpy as np
 
     from ctracer.analysis import changes as changing
@@ -83,6 +86,7 @@ def _analyse(trace: Any, say: Callable[[str], None]) -> Analysis:
     found = changing.find_changes(events, c["object"][keep], c["snapshots"], keep,
                                   c["has_snapshot"][keep], objects, trace.mini, values,
                                   trace.head_fields)
+    kept = (c["snapshots"][keep], c["has_snapshot"][keep]) if keep_snapshots else (None, None)
     del c["snapshots"]
     changing.count_attributed(found, events, objects, calls.methods,
                               lambda f: MethodStats(f, fns.name(f)))
@@ -108,7 +112,8 @@ def _analyse(trace: Any, say: Callable[[str], None]) -> Analysis:
             f"; {pairing.identity_rule}" if pairing.identity_rule else ""),
         null_object_events=placed.null_events, unmatched_exits=pairing.unmatched_exits,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
-        head_fields=trace.head_fields, trace_path=trace.path)
+        head_fields=trace.head_fields, trace_path=trace.path,
+        snapshots=kept[0], has_snapshot=kept[1])
 
 
 class _Arguments:

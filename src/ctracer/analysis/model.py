@@ -49,6 +49,18 @@ class ObjectKey(NamedTuple):
     lifetime: int = 1  # 1 for the first object seen at an address, 2 after reuse...
 
 
+def object_dir(address: int, lifetime: int) -> str:
+    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second..."""
+    base = f"0x{address:x}"
+    return base if lifetime <= 1 else f"{base}-{lifetime}"
+
+
+def object_label(address: int, lifetime: int, lifetimes: int) -> str:
+    """How an object is named on pages: the address, plus ``#n`` when it was reused."""
+    base = f"0x{address:x}"
+    return f"{base} #{lifetime}" if lifetimes > 1 else base
+
+
 class Columns:
     """Equal-length numpy arrays as attributes (`names`); `take` selects rows."""
 
@@ -334,6 +346,10 @@ class Analysis:
     #: the fields an event that read only its object's head carries (None: no such rule)
     head_fields: Optional[frozenset[str]] = None
     trace_path: str = ""
+    #: with `load`'s ``snapshots``: every event's snapshot (a row of bytes each) and
+    #: whether it has one
+    snapshots: Optional[np.ndarray] = None
+    has_snapshot: Optional[np.ndarray] = None
 
     def meta_json(self, key: str, default: Any = None) -> Any:
         """A meta entry decoded from JSON (`ctracer.tracefile.Trace.meta_json`)."""

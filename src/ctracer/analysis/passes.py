@@ -28,10 +28,9 @@ import numpy as np
 
 from ctracer.analysis.functions import FunctionTable
 from ctracer.analysis.lifetimes import Lifetimes
-from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey
+from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey, object_dir, object_label
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, \
     PHASE_TRACEPOINT, Layout
-from ctracer.report.names import object_dir, object_label
 from ctracer.tracefile import Trace
 
 _U64_MASK = (1 << 64) - 1

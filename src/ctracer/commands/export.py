@@ -58,6 +58,7 @@ def check_host(host, fmt: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ctracer import analysis
     from ctracer.export import perfetto, parquet, text
     from ctracer.export.table import event_table
     from ctracer.tracefile import Trace, decoding_progress
@@ -67,11 +68,15 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or default_output(args.trace, args.format)
     if trace.incomplete:
         print(f"ctracer: warning: {args.trace}: {trace.incomplete}", file=sys.stderr)
+    try:
+        analysed = analysis.load(trace, snapshots=args.format != "perfetto")
+    finally:
+        trace.close()
     if args.format == "perfetto":
-        perfetto.write_perfetto(trace, output)
+        perfetto.write_perfetto(analysed, output)
         written = output
     else:
-        table = event_table(trace)
+        table = event_table(analysed)
         if args.host is not None:
             table = table.with_host(args.host)
         if args.format == "jsonl":
@@ -82,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
             written = parquet.write_parquet(table, output)
         if args.format != "parquet":
             written = output
-    trace.close()
     if written:
         print(f"ctracer: wrote {os.path.abspath(written)}", file=sys.stderr)
     return 0

@@ -22,7 +22,7 @@ nanoseconds, and one that would end after its enclosing slice (which Perfetto wo
 drop) is cut at the enclosing slice's end, its own duration kept as ``dur_ns``.
 Backslashes in strings are written ``\\u005c`` (Perfetto's string scanner takes a quote
 after a backslash as escaped) and DEL as ``\\u007f``.  Everything comes from the report
-stage's passes, so the slices and changes are the report's.
+stage (`ctracer.analysis`), so the slices and changes are the report's.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any, Optional
+from typing import Any
 
+import numpy as np
+
+from ctracer.analysis import Analysis
+from ctracer.analysis.model import NO_DURATION, object_label
 from ctracer.event import PHASE_ENTRY
-from ctracer.export.table import function_names, report_rows, trace_id
+from ctracer.export.table import function_names, trace_id
 from ctracer.files import staged_output
-from ctracer.report.names import object_label
-from ctracer.tracefile import Trace
 
 
 def _us(ns: int) -> float:
@@ -48,8 +50,15 @@ def _us(ns: int) -> float:
     return us
 
 
-def _changes(row) -> dict[str, str]:
-    return {c.field: f"{c.old} → {c.new}" for c in row.changes or ()}
+def _changes(a: Analysis, lo: int, hi: int) -> dict[str, str]:
+    """Changes ``lo``..``hi`` (one event's) as ``{field: "old → new"}``."""
+    out = {}
+    ch = a.changes
+    for k in range(lo, hi):
+        j = int(ch.field[k])
+        out[a.layout.fields[j].name] = (f"{a.values.decode_one(j, int(ch.old[k]))} → "
+                                        f"{a.values.decode_one(j, int(ch.new[k]))}")
+    return out
 
 
 def _in_order(timed: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -74,91 +83,94 @@ def _in_order(timed: list[tuple[int, int, dict[str, Any]]]) -> list[dict[str, An
     return out
 
 
-def perfetto_events(trace: Trace) -> dict[str, Any]:
-    """The Chrome trace JSON object of ``trace``."""
-    rows, _, fns = report_rows(trace)
-    names = function_names(trace, fns)
-    reach = {fid: f.reach for fid, f in trace.functions.items()}
-    start = rows[0].ts_ns if rows else 0
-    lifetimes: dict[int, int] = {}
-    for r in rows:
-        if r.obj:
-            lifetimes[r.obj.address] = max(lifetimes.get(r.obj.address, 0), r.obj.lifetime)
+def perfetto_events(a: Analysis) -> dict[str, Any]:
+    """The Chrome trace JSON object of the analysed trace ``a``."""
+    names = function_names(a)
+    ev = a.events
+    start = a.start_ns
+    change_start, change_end = a.change_rows()
     ids = itertools.count(1)
-    pids: dict[tuple[int, int], int] = {}
+    pids: dict[int, int] = {}
     tids: dict[tuple[int, int], int] = {}
     meta: list[dict[str, Any]] = []
     timed: list[tuple[int, int, dict[str, Any]]] = []  # (ts ns, dur ns or -1, event)
-    kind = f"{trace.struct_kind} {trace.struct_name}"
+    kind = f"{a.summary.struct_kind} {a.summary.struct_name}"
+    lifetimes: dict[int, int] = {}
+    for key in a.objects.keys:
+        lifetimes[key.address] = max(lifetimes.get(key.address, 0), key.lifetime)
 
-    def track(row) -> Optional[tuple[int, int]]:
-        if row.obj is None:
-            return None
-        key = (row.obj.address, row.obj.lifetime)
-        pid = pids.get(key)
+    def label(o: int) -> str:
+        key = a.objects.keys[o]
+        return object_label(key.address, key.lifetime, lifetimes.get(key.address, 1))
+
+    def track(o: int, tid: int, comm: str) -> tuple[int, int]:
+        pid = pids.get(o)
         if pid is None:
-            pid = pids[key] = next(ids)
-            label = object_label(key[0], key[1], lifetimes.get(key[0], 1))
+            pid = pids[o] = next(ids)
             meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-                         "args": {"name": f"{kind} {label}"}})
+                         "args": {"name": f"{kind} {label(o)}"}})
             meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
                          "args": {"sort_index": len(pids)}})
-        tid = tids.get((pid, row.tid))
-        if tid is None:
-            tid = tids[(pid, row.tid)] = next(ids)
-            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                         "args": {"name": f"{row.comm}/{row.tid}" if row.comm
-                                  else str(row.tid)}})
-        return pid, tid
+        t = tids.get((pid, tid))
+        if t is None:
+            t = tids[(pid, tid)] = next(ids)
+            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
+                         "args": {"name": f"{comm}/{tid}" if comm else str(tid)}})
+        return pid, t
 
     def instant(ts_ns: int, pid_tid, name: str, args: dict[str, Any]) -> None:
         timed.append((ts_ns - start, -1, {"ph": "i", "s": "t", "name": name, "pid": pid_tid[0],
                                           "tid": pid_tid[1], "args": args}))
 
-    for row in rows:
-        where = track(row)
-        if where is None:
-            continue
-        name = names.get(row.function_id, f"function#{row.function_id}")
-        args: dict[str, Any] = {"comm": row.comm, "tid": row.tid, "depth": row.depth}
-        changes = _changes(row)
-        if reach.get(row.slot) == "tracepoint":
-            instant(row.ts_ns, where, name, {**args, "changes": changes})
-        elif row.phase == PHASE_ENTRY:
+    placed = np.flatnonzero(ev.object >= 0)
+    for i, o, tid, comm_index, fid, slot, phase, ts, depth, matched, duration, has_ret, \
+            retval in zip(placed.tolist(), *(c[placed].tolist() for c in (
+                ev.object, ev.tid, ev.comm, ev.function, ev.slot, ev.phase, ev.ts_ns,
+                ev.depth, ev.matched, ev.duration_ns, ev.has_retval, ev.retval))):
+        comm = ev.comms[comm_index]
+        where = track(o, tid, comm)
+        name = names.get(fid, f"function#{fid}")
+        args: dict[str, Any] = {"comm": comm, "tid": tid, "depth": depth}
+        lo, hi = int(change_start[i]), int(change_end[i])
+        changes = _changes(a, lo, hi)
+        if a.reach.get(slot) == "tracepoint":
+            instant(ts, where, name, {**args, "changes": changes})
+        elif phase == PHASE_ENTRY:
             if changes:
-                by = row.changes[0].function or "code outside traced calls"
-                instant(row.ts_ns, where, f"changed by {by}",
-                        {"comm": row.comm, "tid": row.tid, "changes": changes,
+                f = int(a.changes.function[lo])
+                by = a.function_name(f) if f >= 0 else "code outside traced calls"
+                instant(ts, where, f"changed by {by}",
+                        {"comm": comm, "tid": tid, "changes": changes,
                          "seen_at": f"entry of {name}"})
-            if not row.matched:
-                instant(row.ts_ns, where, f"{name} (no exit seen)", args)
-        elif row.matched and row.duration_ns is not None:
-            if row.retval is not None:
-                args["ret"] = row.retval
-            timed.append((row.ts_ns - row.duration_ns - start, row.duration_ns,
+            if not matched:
+                instant(ts, where, f"{name} (no exit seen)", args)
+        elif matched and duration != NO_DURATION:
+            if has_ret:
+                args["ret"] = retval
+            timed.append((ts - duration - start, duration,
                           {"ph": "X", "name": name, "pid": where[0], "tid": where[1],
                            "args": {**args, "changes": changes}}))
         else:
-            instant(row.ts_ns, where, f"{name} (no entry seen)", {**args, "changes": changes})
+            instant(ts, where, f"{name} (no entry seen)", {**args, "changes": changes})
 
     out = meta + _in_order(timed)
     return {"traceEvents": out, "displayTimeUnit": "ns",
-            "metadata": {"ctracer": {"struct": trace.struct_name,
-                                     "host": trace.meta.get("host", ""),
-                                     "trace_id": trace_id(trace),
-                                     "incomplete": trace.incomplete}}}
+            "metadata": {"ctracer": {"struct": a.summary.struct_name,
+                                     "host": a.meta.get("host", ""),
+                                     "trace_id": trace_id(a),
+                                     "incomplete": a.incomplete}}}
 
 
-def perfetto_json(trace: Trace) -> str:
+def perfetto_json(a: Analysis) -> str:
     """The file's text: `perfetto_events` as JSON, UTF-8 kept, every backslash written
     ``\\u005c`` and DEL ``\\u007f`` (in JSON text a backslash pair is only ever an escaped
     backslash, and DEL only ever inside a string)."""
-    text = json.dumps(perfetto_events(trace), ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(perfetto_events(a), ensure_ascii=False, separators=(",", ":"))
     return text.replace("\\\\", "\\u005c").replace("\x7f", "\\u007f")
 
 
-def write_perfetto(trace: Trace, output: str) -> None:
-    text = perfetto_json(trace)
+def write_perfetto(a: Analysis, output: str) -> None:
+    text = perfetto_json(a)
     with staged_output(output) as staged:
         with open(staged, "w", encoding="utf-8") as f:
             f.write(text)

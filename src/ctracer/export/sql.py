@@ -24,7 +24,6 @@ from typing import Any, Sequence
 from ctracer.errors import CtracerError, InputFileError, UsageError
 from ctracer.export.schema import PARTITIONS, check_file, export_table
 from ctracer.export.text import sql_string
-from ctracer.tracefile import Trace
 
 _SQLITE_MAGIC = b"SQLite format 3\0"
 _PARQUET_MAGIC = b"PAR1"
@@ -84,6 +83,7 @@ def connect(paths: Sequence[str]):
     """A DuckDB connection with the view ``events`` over ``paths``."""
     import duckdb
 
+    from ctracer import analysis
     from ctracer.export.table import event_table
 
     if not paths:
@@ -92,11 +92,7 @@ def connect(paths: Sequence[str]):
     con = duckdb.connect()
     parts = []
     for i, path in enumerate(traces):
-        trace = Trace(path)
-        try:
-            table = export_table(event_table(trace))
-        finally:
-            trace.close()
+        table = export_table(event_table(analysis.load(path, snapshots=True)))
         con.register(f"trace_{i}", table)
         parts.append(f"SELECT * FROM trace_{i}")
     for path in parquets:

@@ -21,11 +21,11 @@ The columns (`EVENT_COLUMNS`, `DERIVED_COLUMNS`, `TRACE_COLUMNS`; their types in
   the object could not be read);
 * the trace: ``host``, ``kernel``, ``struct``, ``trace_id``.
 
-Rows, objects, lifetimes, depths and changes come from the report stage's passes
-(`ctracer.report.build`): an event a call recorded twice (two ways to one object)
-appears once, as in the report.  The snapshot columns are decoded from the raw bytes of
-all events at once with a numpy structured dtype built from the event layout
-(`ctracer.event.Layout.numpy_dtype`).
+Rows, objects, lifetimes, depths and changes come from the analysis stage
+(`ctracer.analysis`), as the report's do: an event a call recorded twice (two ways to
+one object) appears once, as in the report.  The snapshot columns are decoded from the
+raw bytes of all events at once with a numpy structured dtype built from the event
+layout (`ctracer.event.Layout.numpy_dtype`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+import numpy as np
+
+from ctracer.analysis import Analysis
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, Layout, array_value
-from ctracer.report import build
-from ctracer.report.snapshots import SnapshotColumn
-from ctracer.tracefile import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -72,14 +72,14 @@ class EventTable:
                                    trace_columns={**self.trace_columns, "host": host})
 
 
-def trace_id(trace: Trace) -> str:
+def trace_id(a: Analysis) -> str:
     """The trace's id: written by the recorder, or (older files) a digest of what
     identifies the recording."""
-    tid = trace.meta.get("trace_id")
+    tid = a.meta.get("trace_id")
     if tid:
         return tid
-    key = "|".join(trace.meta.get(k, "") for k in ("host", "start_time", "struct_name",
-                                                   "kernel_release", "argv"))
+    key = "|".join(a.meta.get(k, "") for k in ("host", "start_time", "struct_name",
+                                               "kernel_release", "argv"))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -90,53 +90,35 @@ def column_name(field: str) -> str:
     return f"fields.{field}" if field in taken else field
 
 
-def _text(trace: Trace, key: str) -> str:
-    v = trace.meta.get(key)
-    if v is None:
-        return ""
-    try:
-        d = json.loads(v)
-    except ValueError:
-        return v
-    return d if isinstance(d, str) else v
-
-
-def report_rows(trace: Trace):
-    """The report stage's passes (`ctracer.report.build.run_passes`): rows (time order,
-    one per event shown), their snapshots, and the function table."""
-    passes = build.run_passes(trace)
-    return passes.found.events.rows, passes.found.events.snapshots, passes.fns
-
-
 def _dictionary(indices, values: list[str], mask=None) -> "pa.Array":
     import pyarrow as pa
     return pa.DictionaryArray.from_arrays(
         pa.array(indices, type=pa.int32(), mask=mask), pa.array(values, type=pa.string()))
 
 
-def function_names(trace: Trace, fns) -> dict[int, str]:
+def function_names(a: Analysis) -> dict[int, str]:
     """Display name per function id; tracepoints as ``tp:NAME``."""
     out = {}
-    for fid, f in trace.functions.items():
-        canon = fns.canon.get(fid, fid)
-        out[canon] = f"tp:{f.name}" if f.reach == "tracepoint" else fns.name(canon)
+    for f in a.summary.functions:
+        canon = a.canonical.get(f.id, f.id)
+        out[canon] = f"tp:{f.name}" if f.reach == "tracepoint" else a.function_name(canon)
     return out
 
 
-def _snapshot_columns(trace: Trace, snapshots: SnapshotColumn, valid,
-                      head_only=None) -> tuple[list[str], list]:
+def _snapshot_columns(a: Analysis, valid, head_only=None) -> tuple[list[str], list]:
     """Every mini field as a column, decoded from all snapshots at once; null where the
     object was not read, and, in rows that read only its head (``head_only``), for the
     fields outside the head."""
     import numpy as np
     import pyarrow as pa
 
-    mini = trace.mini
+    mini = a.layout
     if not mini.fields:
         return [], []
-    decoded = snapshots.table(mini)
+    decoded = a.snapshots.reshape(-1).view(mini.numpy_dtype()) if mini.size else \
+        np.zeros(len(a.events), mini.numpy_dtype())
     names, arrays = [], []
-    head = trace.head_fields or frozenset()
+    head = a.head_fields or frozenset()
     for f in mini.ordered_fields:
         invalid = ~valid if head_only is None or f.name in head else ~valid | head_only
         column = decoded[f.name]
@@ -151,10 +133,10 @@ def _snapshot_columns(trace: Trace, snapshots: SnapshotColumn, valid,
     return names, arrays
 
 
-def _pointer_arguments(trace: Trace) -> dict[int, frozenset[str]]:
+def _pointer_arguments(a: Analysis) -> dict[int, frozenset[str]]:
     """Per functions-table row, the names of its arguments that are pointers (meta
     ``tracepoint_args``)."""
-    found = trace.meta_json("tracepoint_args") or {}
+    found = a.meta_json("tracepoint_args") or {}
     out = {}
     for row, spec in (found.items() if isinstance(found, dict) else ()):
         if str(row).isdigit() and isinstance(spec, list):
@@ -182,65 +164,82 @@ def _hex_pointers(args: Optional[str], pointers: Optional[frozenset[str]]) -> Op
     return json.dumps(values, separators=(",", ":"))
 
 
-def event_table(trace: Trace) -> EventTable:
-    """The whole trace as an `EventTable`."""
-    import numpy as np
+def changed_lists(a: Analysis) -> tuple[list, list]:
+    """Per event, the fields it changed (None: none) and who is credited for them."""
+    ch = a.changes
+    n = len(a.events)
+    changed: list = [None] * n
+    changed_by: list = [None] * n
+    names = [f.name for f in a.layout.fields]
+    start, end = a.change_rows()
+    for i in np.flatnonzero(end > start).tolist():
+        lo, hi = int(start[i]), int(end[i])
+        changed[i] = [names[j] for j in ch.field[lo:hi].tolist()]
+        changed_by[i] = a.credited(lo)
+    return changed, changed_by
+
+
+def event_table(a: Analysis) -> EventTable:
+    """The whole trace as an `EventTable` (``a`` loaded with its snapshots)."""
     import pyarrow as pa
 
-    rows, snapshots, fns = report_rows(trace)
-    n = len(rows)
-    names = function_names(trace, fns)
-    reach = {fid: f.reach for fid, f in trace.functions.items()}
-
-    # the report's values of each row (the one Python pass of the export)
-    ts = np.fromiter((r.ts_ns for r in rows), np.int64, n)
-    cpu = np.fromiter((r.cpu for r in rows), np.uint32, n)
-    pid = np.fromiter((r.pid for r in rows), np.uint32, n)
-    tid = np.fromiter((r.tid for r in rows), np.uint32, n)
-    fid = np.fromiter((r.function_id for r in rows), np.int64, n)
-    phase = np.fromiter((r.phase for r in rows), np.int8, n)
-    tracepoint = np.fromiter((reach.get(r.slot) == "tracepoint" for r in rows), bool, n)
-    address = np.fromiter((r.address & 0xFFFFFFFFFFFFFFFF for r in rows), np.uint64, n)
-    lifetime = np.fromiter((r.obj.lifetime if r.obj else 0 for r in rows), np.int32, n)
-    depth = np.fromiter((r.depth for r in rows), np.int32, n)
-    flags = np.fromiter((r.flags for r in rows), np.uint8, n)
-    rets = [r.retval for r in rows]
-    comms = [r.comm for r in rows]
-    changed = [[c.field for c in r.changes] if r.changes else None for r in rows]
-    changed_by = [r.changes[0].credited if r.changes else None for r in rows]
+    ev = a.events
+    n = len(ev)
+    names = function_names(a)
+    fid = ev.function.astype(np.int64)
+    tracepoint = np.array([a.reach.get(s) == "tracepoint" for s in range(
+        int(ev.slot.max(initial=0)) + 1)], bool)[ev.slot] if n else np.zeros(0, bool)
+    address = ev.address
+    lifetime = np.zeros(n, np.int32)
+    placed = ev.object >= 0
+    lifetimes = np.array([k.lifetime for k in a.objects.keys], np.int32)
+    lifetime[placed] = lifetimes[ev.object[placed]]
+    flags = ev.flags
+    changed, changed_by = changed_lists(a)
 
     fid_list = sorted(names)
     index_of = {f: i for i, f in enumerate(fid_list)}
-    function = _dictionary(np.array([index_of.get(f, 0) for f in fid.tolist()], np.int32)
-                           if n else np.zeros(0, np.int32), [names[f] for f in fid_list])
-    probe_index = np.where(tracepoint, 2, np.where(phase == PHASE_EXIT, 1, 0)).astype(np.int32)
+    table = np.array([index_of.get(f, 0) for f in range(int(fid.max(initial=0)) + 1)],
+                     np.int32)
+    function = _dictionary(table[fid] if n else np.zeros(0, np.int32),
+                           [names[f] for f in fid_list])
+    probe_index = np.where(tracepoint, 2, np.where(ev.phase == PHASE_EXIT, 1, 0)).astype(np.int32)
     probe = _dictionary(probe_index, ["entry", "exit", "tracepoint"])
     uniques, inverse = np.unique(address, return_inverse=True)
-    obj = _dictionary(inverse.astype(np.int32), [f"0x{a:x}" for a in uniques.tolist()],
-                      address == 0)
-    comm_values = sorted(set(comms))
+    obj = _dictionary(inverse.reshape(-1).astype(np.int32),
+                      [f"0x{v:x}" for v in uniques.tolist()], address == 0)
+    comm_values = sorted(set(ev.comms[c] for c in np.unique(ev.comm).tolist()))
     comm_index = {c: i for i, c in enumerate(comm_values)}
-    comm = _dictionary(np.array([comm_index[c] for c in comms], np.int32), comm_values)
-    has_ret = np.array([v is not None for v in rets], bool)
-    ret = pa.array(np.array([v if v is not None else 0 for v in rets], np.int64),
-                   mask=~has_ret)
-    pointers = _pointer_arguments(trace)
-    args = pa.array([_hex_pointers(r.args, pointers.get(r.slot)) for r in rows], pa.string())
+    remap = np.array([comm_index.get(c, 0) for c in ev.comms], np.int32)
+    comm = _dictionary(remap[ev.comm] if n else np.zeros(0, np.int32), comm_values)
+    ret = pa.array(np.where(ev.has_retval, ev.retval, 0), mask=~ev.has_retval)
+    pointers = _pointer_arguments(a)
+    texts: dict[tuple[int, int], Optional[str]] = {}
+    arg_values = []
+    for slot, k in zip(ev.slot.tolist(), ev.args.tolist()):
+        if k < 0:
+            arg_values.append(None)
+            continue
+        text = texts.get((slot, k), False)
+        if text is False:
+            text = texts[(slot, k)] = _hex_pointers(ev.args_texts[k], pointers.get(slot))
+        arg_values.append(text)
+    args = pa.array(arg_values, pa.string())
 
     read_failed = (flags & FLAG_READ_FAILED) != 0
-    valid = ~read_failed & snapshots.present_mask()
+    valid = ~read_failed & a.has_snapshot
     head_only = (flags & FLAG_HEAD_ONLY) != 0
-    field_names, field_arrays = _snapshot_columns(trace, snapshots, valid,
+    field_names, field_arrays = _snapshot_columns(a, valid,
                                                   head_only if head_only.any() else None)
 
-    host, kernel = _text(trace, "host"), _text(trace, "kernel_release")
-    constants = {"host": host, "kernel": kernel, "struct": trace.struct_name,
-                 "trace_id": trace_id(trace)}
+    host, kernel = a.meta_text("host"), a.meta_text("kernel_release")
+    struct = a.summary.struct_name
+    constants = {"host": host, "kernel": kernel, "struct": struct, "trace_id": trace_id(a)}
     zeros = np.zeros(n, np.int32)
     columns = {
-        "time_ns": pa.array(ts), "cpu": pa.array(cpu), "pid": pa.array(pid),
-        "tid": pa.array(tid), "comm": comm, "function": function, "probe": probe,
-        "object": obj, "lifetime": pa.array(lifetime), "depth": pa.array(depth),
+        "time_ns": pa.array(ev.ts_ns), "cpu": pa.array(ev.cpu), "pid": pa.array(ev.pid),
+        "tid": pa.array(ev.tid), "comm": comm, "function": function, "probe": probe,
+        "object": obj, "lifetime": pa.array(lifetime), "depth": pa.array(ev.depth),
         "ret": ret, "args": args,
         "changed": pa.array(changed, pa.list_(pa.string())),
         "changed_by": pa.array(changed_by, pa.string()),
@@ -251,5 +250,4 @@ def event_table(trace: Trace) -> EventTable:
         columns[fields[name]] = array
     for name, value in constants.items():
         columns[name] = _dictionary(zeros, [value])
-    table = pa.table(columns)
-    return EventTable(table, fields, constants, trace.incomplete, trace.struct_name, trace.mini)
+    return EventTable(pa.table(columns), fields, constants, a.incomplete, struct, a.layout)

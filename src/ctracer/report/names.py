@@ -19,18 +19,6 @@ def safe_component(name: str, prefix: str = "x") -> str:
     return safe_name(name, prefix, _RESERVED)
 
 
-def object_dir(address: int, lifetime: int) -> str:
-    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second..."""
-    base = f"0x{address:x}"
-    return base if lifetime <= 1 else f"{base}-{lifetime}"
-
-
-def object_label(address: int, lifetime: int, lifetimes: int) -> str:
-    """How an object is named on pages: the address, plus ``#n`` when it was reused."""
-    base = f"0x{address:x}"
-    return f"{base} #{lifetime}" if lifetimes > 1 else base
-
-
 class StemAllocator:
     """Hands out distinct file stems for names that may repeat (static functions of the
     same name in several compile units) or may not be safe."""
