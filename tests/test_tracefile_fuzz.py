@@ -5,7 +5,7 @@ is mutated by hypothesis — bytes overwritten, the file cut short, or its SQLit
 changed (meta values replaced or removed, event columns given any value or type, rows
 and tables deleted, garbage in the spool of a recording that looks killed) — and every
 reader a user reaches runs on it: `Trace` (open, incomplete, counts, every event
-decoded), the report (`build_report`, then the HTML pages without plots) and the export
+decoded), the analysis (`ctracer.analysis.load`), the HTML pages without plots and the export
 table.  Allowed outcomes: success, or a `CtracerError` (one line for the user).  Anything
 else fails, as does an example running past `EXAMPLE_BOUND_S` (a hang) or memory past
 `MEMORY_LIMIT` (the worker runs with that address-space limit, so a blow-up is a
@@ -90,9 +90,9 @@ def _apply_sql(path: str, statements) -> None:
 
 def _read_everything(path: str, out_dir: str) -> None:
     """Every reader a user reaches, on ``path``."""
+    from ctracer import analysis
     from ctracer.export.table import event_table
     from ctracer.report import render_report
-    from ctracer.report.build import build_report
     from ctracer.tracefile import Trace
 
     trace = Trace(path)
@@ -102,8 +102,7 @@ def _read_everything(path: str, out_dir: str) -> None:
         trace.objects()
         for e in trace.events():
             trace.values(e)
-        build_report(trace, lambda _message: None)
-        event_table(trace)
+        event_table(analysis.load(trace, lambda _message: None, snapshots=True))
     finally:
         trace.close()
     render_report(path, out_dir, plots=False, max_objects=3)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from ctracer.report.build import build_report
+from analysis_view import build_report
 from ctracer.tracefile import Trace
 from synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 

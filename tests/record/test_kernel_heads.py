@@ -24,7 +24,7 @@ import pytest
 import kernelrun as kr
 from ctracer.event import FLAG_HEAD_ONLY
 from ctracer.report import render_report
-from ctracer.report.build import build_report
+from analysis_view import build_report
 from ctracer.tracefile import Trace
 from timeline_rows import page_rows
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import kernelrun as kr
-from ctracer.report.build import build_report
+from analysis_view import build_report
 from ctracer.tracefile import Trace
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "reuse.py")

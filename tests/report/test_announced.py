@@ -6,8 +6,8 @@ the tracepoint when no traced call ran."""
 
 from ctracer.event import PHASE_TRACEPOINT
 from ctracer.plan import stores
-from ctracer.report.build import build_report
-from ctracer.report.data import CAUSE_ANNOUNCED
+from analysis_view import build_report
+from ctracer.analysis.model import CAUSE_ANNOUNCED
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 from test_kernel_values import MINI, RULE, SK, LOOPBACK, PORT_8080
 

@@ -6,7 +6,7 @@ import re
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layout
 from ctracer.report import render_report
-from ctracer.report.build import build_report
+from analysis_view import build_report
 from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 from timeline_rows import page_rows

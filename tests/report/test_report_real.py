@@ -18,7 +18,7 @@ import pytest
 
 import groundtruth as gt
 from ctracer.report import render_report
-from ctracer.report.build import build_report
+from analysis_view import build_report
 from ctracer.tracefile import Trace
 
 pytestmark = [pytest.mark.bpf, pytest.mark.browser]

@@ -1,9 +1,11 @@
-"""Each pass of `ctracer.report.build` on its own, on small hand-written traces whose
+"""Each pass of `ctracer.analysis` on its own, on small hand-written traces whose
 answers are worked out in the comments."""
 
+from ctracer import analysis
+from ctracer.analysis import passes
+from ctracer.analysis.functions import function_table
+from ctracer.analysis.model import NO_DURATION, ObjectKey
 from ctracer.event import FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
-from ctracer.report import build
-from ctracer.report.data import CAUSE_CALLER, CAUSE_DURING, ObjectKey
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 
 MINI = Layout.packed_in_order("ctracer__mini_t", [Field("count", "s32", 0, "int")])
@@ -33,7 +35,7 @@ FUNCS = [(1, "outer", "direct"), (2, "inner", "direct"), (3, "make", "returns"),
 
 def test_function_table_joins_slots_and_spots_creators(tmp_path):
     t = trace_of(tmp_path / "t", FUNCS + [(5, "sk_lookup", "returns")], [])
-    fns = build.function_table(t.functions)
+    fns = function_table(t.functions)
     assert fns.canon[4] == 1 and fns.canon[2] == 2  # outer's holder row is outer
     assert fns.creators == {3}                      # a lookup returns what exists
     assert not fns.use_names
@@ -43,10 +45,11 @@ def test_function_table_joins_slots_and_spots_creators(tmp_path):
 def test_read_events_puts_rows_in_time_order(tmp_path):
     # recorded out of time order (two CPUs): seq 1 at ts 20, seq 2 at ts 10
     t = trace_of(tmp_path / "t", FUNCS, [(20, 1, 1, "in", A, 1), (10, 2, 2, "in", A, 2)])
-    ev = build.read_events(t, build.function_table(t.functions))
-    assert [r.ts_ns for r in ev.rows] == [10, 20]
-    assert [r.seq for r in ev.rows] == [2, 1]
-    assert ev.recorded == [A, A] and len(ev.snapshots) == 2
+    ev = passes.read_events(t, function_table(t.functions))
+    assert ev.columns["ts_ns"].tolist() == [10, 20]
+    assert ev.columns["seq"].tolist() == [2, 1]
+    assert ev.columns["object"].tolist() == [A, A] and len(ev.columns["snapshots"]) == 2
+    assert ev.columns["snapshots"][0].tobytes() == MINI.encode({"count": 2})
 
 
 def test_pair_calls_depths_callers_durations(tmp_path):
@@ -54,23 +57,21 @@ def test_pair_calls_depths_callers_durations(tmp_path):
     t = trace_of(tmp_path / "t", FUNCS, [
         (10, 1, 1, "in", A, 0), (20, 1, 2, "in", A, 0), (35, 1, 2, "out", A, 0),
         (50, 1, 1, "out", A, 0), (60, 2, 2, "out", A, 0)])
-    fns = build.function_table(t.functions)
-    rows = build.read_events(t, fns).rows
-    pairing = build.pair_calls(rows, fns)
-    assert [r.depth for r in rows] == [0, 1, 1, 0, 0]
-    assert rows[1].caller_id == 1 and rows[0].caller_id == -1
-    assert [r.duration_ns for r in rows] == [None, None, 15, 40, None]
-    assert pairing.unmatched_exits == 1 and not rows[4].matched
-    assert len(pairing.frames) == 2
+    fns = function_table(t.functions)
+    pairing = passes.pair_calls(passes.read_events(t, fns), fns)
+    assert pairing.depth.tolist() == [0, 1, 1, 0, 0]
+    assert pairing.caller[1] == 1 and pairing.caller[0] == -1
+    assert pairing.duration_ns.tolist() == [NO_DURATION, NO_DURATION, 15, 40, NO_DURATION]
+    assert pairing.unmatched_exits == 1 and not pairing.matched[4]
+    assert len(pairing.frame_function) == 2 and pairing.frame.tolist() == [0, 1, 1, 0, -1]
 
 
 def test_pair_calls_resolves_an_object_known_at_exit(tmp_path):
     # make() returns A: its entry had no object, its exit's return value is the object
     t = trace_of(tmp_path / "t", FUNCS, [(10, 1, 3, "in", 0, None), (20, 1, 3, "out", 0, 5, A)])
-    fns = build.function_table(t.functions)
-    rows = build.read_events(t, fns).rows
-    pairing = build.pair_calls(rows, fns)
-    assert rows[0].address == rows[1].address == A
+    fns = function_table(t.functions)
+    pairing = passes.pair_calls(passes.read_events(t, fns), fns)
+    assert pairing.address.tolist() == [A, A]
     assert pairing.lifetime_at == {0: 1}
     assert pairing.lifetimes.first_reason[A] == "returned by make"
 
@@ -81,12 +82,13 @@ def test_count_calls_one_call_per_frame_and_drops_repeated_slots(tmp_path):
     t = trace_of(tmp_path / "t", FUNCS, [
         (10, 1, 1, "in", A, None, None, FLAG_READ_FAILED), (11, 1, 4, "in", A, 1),
         (20, 1, 1, "out", A, 1), (21, 1, 4, "out", A, 1), (30, 1, 2, "in", A, 1)])
-    fns = build.function_table(t.functions)
-    rows = build.read_events(t, fns).rows
-    counts = build.count_calls(rows, build.pair_calls(rows, fns), fns)
-    assert counts.methods[1].calls == 1 and counts.methods[1].durations == [10]
-    assert counts.duplicates == {0, 3}
-    assert counts.unfinished == 1 and not rows[4].matched  # inner never returned
+    fns = function_table(t.functions)
+    events = passes.read_events(t, fns)
+    pairing = passes.pair_calls(events, fns)
+    counts = passes.count_calls(events, pairing, fns)
+    assert counts.methods[1].calls == 1 and counts.methods[1].durations.tolist() == [10]
+    assert counts.duplicate.nonzero()[0].tolist() == [0, 3]
+    assert counts.unfinished == 1 and not pairing.matched[4]  # inner never returned
 
 
 def test_assign_objects_splits_lifetimes_at_creation(tmp_path):
@@ -94,14 +96,14 @@ def test_assign_objects_splits_lifetimes_at_creation(tmp_path):
     t = trace_of(tmp_path / "t", FUNCS, [
         (10, 1, 1, "in", A, 1), (20, 1, 1, "out", A, 2),
         (30, 1, 3, "in", 0, None), (40, 1, 3, "out", 0, 0, A), (50, 1, 2, "in", A, 0)])
-    fns = build.function_table(t.functions)
-    events = build.read_events(t, fns)
-    pairing = build.pair_calls(events.rows, fns)
-    counts = build.count_calls(events.rows, pairing, fns)
-    found = build.assign_objects(events, pairing, counts.duplicates)
-    assert list(found.objects) == [ObjectKey(A, 1), ObjectKey(A, 2)]
-    assert [len(o.rows) for o in found.objects.values()] == [2, 3]
-    assert found.objects[ObjectKey(A, 2)].started_by == "returned by make"
+    fns = function_table(t.functions)
+    events = passes.read_events(t, fns)
+    pairing = passes.pair_calls(events, fns)
+    counts = passes.count_calls(events, pairing, fns)
+    found = passes.assign_objects(pairing, counts.duplicate)
+    assert found.keys == [ObjectKey(A, 1), ObjectKey(A, 2)]
+    assert found.object.tolist() == [0, 0, 1, 1, 1]
+    assert found.started_by[1] == "returned by make"
     assert found.null_events == 0
 
 
@@ -111,25 +113,19 @@ def test_find_changes_attributes_to_the_exiting_function_or_the_caller(tmp_path)
     t = trace_of(tmp_path / "t", FUNCS, [
         (10, 1, 1, "in", A, 0), (20, 1, 2, "in", A, 1), (30, 1, 2, "out", A, 2),
         (40, 1, 1, "out", A, 2)])
-    fns = build.function_table(t.functions)
-    events = build.read_events(t, fns)
-    pairing = build.pair_calls(events.rows, fns)
-    counts = build.count_calls(events.rows, pairing, fns)
-    found = build.assign_objects(events, pairing, counts.duplicates)
-    build.find_changes(found, MINI, fns, counts.methods, events.rows[0].ts_ns)
-    obj = found.objects[ObjectKey(A, 1)]
-    assert [(c.old, c.new, c.function, c.cause) for c in obj.changes] == [
-        (0, 1, "outer", CAUSE_CALLER), (1, 2, "inner", CAUSE_DURING)]
-    assert obj.series["count"] == [(0, 0), (10, 1), (20, 2)]
-    assert counts.methods[1].changed_fields == 1 and counts.methods[2].changed_fields == 1
+    a = analysis.load(t)
+    ch = a.changes
+    assert [(a.values.decode_one(0, o), a.values.decode_one(0, n), a.function_name(f),
+             a.cause(k)) for k, (o, n, f) in enumerate(zip(ch.old, ch.new, ch.function))] == [
+        (0, 1, "outer", "caller"), (1, 2, "inner", "during")]
+    assert a.series(0)["count"] == ([0, 10, 20], [0, 1, 2])
+    assert a.methods[1].changed_fields == 1 and a.methods[2].changed_fields == 1
 
 
 def test_a_tracepoint_is_not_the_function_of_its_name():
     """consume_skb is both a tracepoint and a function of the kernel: two functions of
     the report, each with its own name (once, the function's calls were shown as the
     tracepoint's)."""
-    from ctracer.report.build import function_table
-    from ctracer.tracefile import FunctionRow
     rows = {1: FunctionRow(1, "consume_skb", "", "tracepoint", "struct sk_buff (param 1)"),
             2: FunctionRow(2, "__kfree_skb", "", "direct", "param 1"),
             3: FunctionRow(3, "consume_skb", "", "direct", "param 1"),

@@ -1,12 +1,12 @@
-"""The report's data stage: call pairing, durations, lifetimes of reused addresses, field
+"""The analysis stage: call pairing, durations, lifetimes of reused addresses, field
 changes and who made them — checked against a simulation's own record of what it did,
 and against small hand-written traces whose answers are worked out in the comments."""
 
 import pytest
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
-from ctracer.report.build import build_report
-from ctracer.report.data import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
+from analysis_view import build_report
+from ctracer.analysis.model import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.values import ValueFormatter
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
@@ -110,7 +110,7 @@ def test_pairing_depths_and_durations(tmp_path):
     assert rows[2].caller_id == 2 and rows[0].caller_id == -1
     f = next(m for m in report.methods.values() if m.name == "f")
     g = next(m for m in report.methods.values() if m.name == "g")
-    assert (f.calls, f.durations, g.calls, sorted(g.durations)) == (1, [100], 2, [5, 60])
+    assert (f.calls, f.durations.tolist(), g.calls, sorted(g.durations.tolist())) == (1, [100], 2, [5, 60])
 
 
 def test_lost_exit_and_exit_without_entry(tmp_path):
@@ -127,7 +127,7 @@ def test_lost_exit_and_exit_without_entry(tmp_path):
     assert rows[3].matched is False and rows[3].duration_ns is None
     assert (report.unfinished_calls, report.unmatched_exits, report.null_object_events) == (1, 1, 1)
     g = next(m for m in report.methods.values() if m.name == "g")
-    assert g.calls == 2 and g.durations == []
+    assert g.calls == 2 and g.durations.tolist() == []
 
 
 def test_threads_are_paired_separately(tmp_path):
@@ -282,7 +282,7 @@ def test_one_call_reaching_objects_several_ways(tmp_path):
         (100, 0), (111, 1), (120, 1), (131, 1), (141, 1), (150, 0)]
     assert not any(r.unreadable for r in a.rows)
     assert [r.ts_ns for r in b.rows] == [130, 140]
-    calls = {m.name: (m.calls, m.durations) for m in report.methods.values()}
+    calls = {m.name: (m.calls, m.durations.tolist()) for m in report.methods.values()}
     assert calls == {"f": (1, [50]), "sock_init_data": (1, [10]), "sk_clone": (1, [10])}
     assert [(c.field, c.new, c.function) for c in a.changes] == [("count", 1, "sock_init_data")]
     assert [(c.field, c.new, c.function) for c in b.changes] == [("count", 2, "sk_clone")]
