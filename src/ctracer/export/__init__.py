@@ -2,8 +2,8 @@
 
 `table.event_table` turns a trace into one columnar table (a `pyarrow.Table`, one row per
 event in time order), with lifetimes, call depths and field-change attribution computed
-by the report stage's own passes (`ctracer.report.build`), so an export and a report
-never disagree.  The writers, each in its own module:
+by the analysis stage (`ctracer.analysis.load`), which the report reads too, so an export
+and a report never disagree.  The writers, each in its own module:
 
 * `text` — JSON Lines (one event per line, the keys scripts rely on) and CSV, written
   by DuckDB from the table;

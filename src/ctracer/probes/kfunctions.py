@@ -151,7 +151,7 @@ def _lifetime_flags(m: Method) -> tuple[bool, bool]:
     """(starts, ends): a creation function's return starts an object's life (the
     address may be a reused one; functions named like lookups return existing objects);
     a freeing function's exit ends it.  The report splits lifetimes by the same names
-    (`ctracer.report.build`)."""
+    (`ctracer.analysis.passes`)."""
     direct = not m.path and not m.holder
     starts = m.reach == "returns" and not LOOKUP_LIKE.search(m.name)
     ends = direct and m.param_index is not None and bool(FREE_LIKE.search(m.name))

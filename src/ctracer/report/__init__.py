@@ -1,12 +1,12 @@
 """The report stage: turns a trace file into HTML call graphs, change pages and plots.
 
-It reads only the trace file (`ctracer.tracefile.Trace`), so a trace recorded on one
-machine renders on another.  The stages, each in its own module:
+It reads only the analysis of the trace (`ctracer.analysis.load`: objects and their
+lifetimes, timelines of paired calls, field changes, method statistics, as columns), so
+a trace recorded on one machine renders on another.  Its modules:
 
-* `data` — the data: objects and their lifetimes, timelines of paired calls, field
-  changes, method statistics (dataclasses, no presentation);
-* `build` — named passes, each linear in the events, that fill the data;
 * `values` — how a field value is shown (enum names, hex pointers, chars);
+* `timeline` — the timeline pages' rows as data files for the browser;
+* `summaries`, `index_data` — what names each object in the index, and its list;
 * `graph` — call graphs (networkx) laid out to SVG by graphviz;
 * `plots` — matplotlib PNGs of fields over time and of method durations;
 * `html` — Jinja2 templates (autoescaped) and static files, written under
