@@ -10,6 +10,7 @@ stage against facts it did not compute itself.
 
 from __future__ import annotations
 
+from encoding import encode
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -137,7 +138,7 @@ class _Simulation:
         self.writers: dict[int, dict[str, Optional[str]]] = {}
 
     def snapshot(self, address: int) -> bytes:
-        return MINI.encode(self.memory[address])
+        return encode(MINI, self.memory[address])
 
     def write(self, address: int, name: str, value: Any, by: Optional[str]) -> None:
         self.memory[address][name] = value

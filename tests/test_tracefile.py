@@ -1,6 +1,7 @@
 """The trace file keeps what was written, refuses what it cannot read, and survives
 an interrupted recording."""
 
+from encoding import encode
 import sqlite3
 
 import pytest
@@ -28,7 +29,7 @@ def write_trace(path, events):
 def event(seq, obj, phase, state, fn=2):
     return dict(ts_ns=1000 + seq, cpu=0, pid=10, tid=11, comm="demo", function_id=fn,
                 phase=phase, object=obj, retval=None if phase == PHASE_ENTRY else 0,
-                depth=0, flags=0, snapshot=MINI.encode({"state": state, "refcnt": -1}))
+                depth=0, flags=0, snapshot=encode(MINI, {"state": state, "refcnt": -1}))
 
 
 def test_round_trip(tmp_path):
@@ -124,11 +125,11 @@ w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=t.MINI.to_json(
 w.add_functions([FunctionRow(2, "sock_bind")])
 
 def raw(i):
-    header = HEADER.encode(dict(ts_ns=1000 + i, object=0xFFFF888000000000 + i % 3,
+    header = t.encode(HEADER, dict(ts_ns=1000 + i, object=0xFFFF888000000000 + i % 3,
                                 retval=-11, cpu=0, pid=10, tid=11, function_id=2, depth=0,
                                 phase=i % 2, flags=0, comm="demo"))
     header += bytes(mini_offset(t.MINI) - len(header))
-    return header + t.MINI.encode({"state": i % 256, "refcnt": -i})
+    return header + t.encode(t.MINI, {"state": i % 256, "refcnt": -i})
 
 n = 0
 for batch in range(6):
@@ -310,10 +311,10 @@ def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_pa
     w.expect_raw()
 
     def raw(i):
-        header = HEADER.encode(dict(ts_ns=i, object=0x5000 + i % 5, retval=0, cpu=0, pid=1,
+        header = encode(HEADER, dict(ts_ns=i, object=0x5000 + i % 5, retval=0, cpu=0, pid=1,
                                     tid=1, function_id=2, depth=0, phase=0, flags=0,
                                     comm="flood"))
-        return header + bytes(mini_offset(MINI) - len(header)) + MINI.encode(
+        return header + bytes(mini_offset(MINI) - len(header)) + encode(MINI,
             {"state": i % 256, "refcnt": i})
 
     for batch in range(3):
@@ -348,9 +349,9 @@ def test_the_log_is_copied_into_the_file_while_recording(tmp_path):
     w.checkpoint_in_background(every_s=0.01)
 
     def raw(i):
-        header = HEADER.encode(dict(ts_ns=i, object=0x5000, retval=0, cpu=0, pid=1, tid=1,
+        header = encode(HEADER, dict(ts_ns=i, object=0x5000, retval=0, cpu=0, pid=1, tid=1,
                                     function_id=2, depth=0, phase=0, flags=0, comm="x"))
-        return header + bytes(mini_offset(MINI) - len(header)) + MINI.encode(
+        return header + bytes(mini_offset(MINI) - len(header)) + encode(MINI,
             {"state": 1, "refcnt": i})
 
     for batch in range(4):

@@ -1,9 +1,10 @@
 """ctracer: trace a C struct through the functions that touch it.
 
-Data flows one way: debug info (``dwarf``/``btf``) → type model (``model``) →
-methods and mini structs (``discovery``, ``mini``) → probes (``probes``, ``event``,
-``collectors``) → bcc runtime (``bpf_runtime``) → trace file (``tracefile``) →
-report (``report``: call graphs, plots, HTML).
+Data flows one way, a folder per stage: debug info (``debuginfo``) → type model
+(``debuginfo.model``, ``debuginfo.graph``) → methods, mini structs and probe plans
+(``plan``) → collectors and probes (``collectors``, ``probes``, ``event``) → bcc runtime
+and recorder (``record``) → trace file (``tracefile``) → analysis (``analysis``) →
+call graphs, plots and HTML (``report``) and exports (``export``).
 """
 
 __version__ = "0.1.0"

@@ -204,18 +204,6 @@ class Layout:
             out[f.name] = v
         return out
 
-    def encode(self, values: dict[str, Any]) -> bytes:
-        """Inverse of `decode` (for tests and synthetic traces)."""
-        ordered = []
-        for f in self.ordered_fields:
-            v = values.get(f.name, 0)
-            if _ARRAY.match(f.ctype) and f.kind == "ipv6" and isinstance(v, str):
-                v = ipaddress.IPv6Address(v).packed
-            elif _ARRAY.match(f.ctype):
-                v = v.encode() if isinstance(v, str) else bytes(v or b"")
-            ordered.append(v)
-        return self._struct().pack(*ordered)
-
     def numpy_fields(self, base: int = 0) -> list[tuple[str, str, int]]:
         """(name, numpy type, offset + ``base``) of every field, for a structured dtype
         that decodes many records at once (char arrays as fixed-size bytes)."""
@@ -315,18 +303,6 @@ def c_event_definition(mini: Layout, nargs: int = 0) -> str:
             f'{mini_offset(mini, nargs)}, "mini offset");\n' + asserts +
             f'_Static_assert(sizeof(struct ctracer_event) == {event_size(mini, nargs)}, '
             f'"event size");\n')
-
-
-def decode_args(data: bytes, nargs: int) -> tuple[int, ...]:
-    """The raw u64 argument slots of an event."""
-    return struct.unpack_from(f"<{nargs}Q", data, args_offset()) if nargs else ()
-
-
-def decode_event(mini: Layout, data: bytes, nargs: int = 0) -> tuple[dict[str, Any], bytes]:
-    """Split a raw event into its decoded header and the raw mini snapshot bytes."""
-    header = HEADER.decode(data)
-    start = mini_offset(mini, nargs)
-    return header, bytes(data[start:start + mini.size])
 
 
 def event_dtype(mini: Layout, nargs: int = 0):

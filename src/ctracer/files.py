@@ -144,28 +144,6 @@ def make_private_dir(path: str) -> str:
     return path
 
 
-def write_private(path: str, data: bytes | str) -> None:
-    """Write a whole file 0600, replacing a regular file there but never following a
-    symlink."""
-    if isinstance(data, str):
-        data = data.encode()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, FILE_MODE)
-    except OSError as e:
-        raise _explain(path, e) from None
-    try:
-        os.fchmod(fd, FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as e:
-        raise _explain(path, e) from None
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
 def staged_output(path: str) -> Iterator[str]:
     """Write ``path`` through a name in a private directory beside it: the caller (or a
     library it drives, such as DuckDB or pyarrow) writes the yielded path, then it is

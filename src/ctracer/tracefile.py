@@ -269,7 +269,7 @@ def _decode_spool(db: sqlite3.Connection, decoder: RawDecoder,
 class TraceWriter:
     """Creates a trace file and appends to it.
 
-    Decoded events (`add_event`, `add_events`) are committed every ``batch`` events;
+    Decoded events (`add_event`) are committed every ``batch`` events;
     the recorder's raw events (`add_raw`) are committed at once and decoded into the
     events table by `decode_spool`.  The file is created 0600 with O_EXCL|O_NOFOLLOW; a
     file already at ``path`` is kept as ``path.old`` (`kept_old` names it).  While the
@@ -335,13 +335,6 @@ class TraceWriter:
         self._pending.append((ts_ns, cpu, pid, tid, comm, function_id, phase,
                               to_sql_u64(object), retval, depth, flags, snapshot,
                               None if args is None else json.dumps(args)))
-        if len(self._pending) >= self.batch:
-            self.flush()
-
-    def add_events(self, rows: Iterable[tuple]) -> None:
-        """Many events at once, each a tuple in `add_event`'s parameter order with the
-        object already converted by `to_sql_u64` and the args as JSON text or None."""
-        self._pending.extend(rows)
         if len(self._pending) >= self.batch:
             self.flush()
 

@@ -2,6 +2,7 @@
 changes and who made them — checked against a simulation's own record of what it did,
 and against small hand-written traces whose answers are worked out in the comments."""
 
+from encoding import encode
 import pytest
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
@@ -31,7 +32,7 @@ def write_trace(path, functions, events, mini=MINI):
         w.add_event(ts_ns=ts, cpu=0, pid=1, tid=tid, comm="t", function_id=fid,
                     phase=PHASE_ENTRY if phase == "in" else PHASE_EXIT, object=obj,
                     retval=retval, depth=0, flags=flags,
-                    snapshot=None if values is None else mini.encode(values))
+                    snapshot=None if values is None else encode(mini, values))
     w.close()
     return build_report(Trace(str(path)))
 

@@ -1,6 +1,7 @@
 """Each pass of `ctracer.analysis` on its own, on small hand-written traces whose
 answers are worked out in the comments."""
 
+from encoding import encode
 from ctracer import analysis
 from ctracer.analysis import passes
 from ctracer.analysis.functions import function_table
@@ -24,7 +25,7 @@ def trace_of(path, functions, events):
                     phase=PHASE_ENTRY if phase == "in" else PHASE_EXIT, object=obj,
                     retval=rest[0] if rest else None, depth=0,
                     flags=rest[1] if len(rest) > 1 else 0,
-                    snapshot=None if count is None else MINI.encode({"count": count}))
+                    snapshot=None if count is None else encode(MINI, {"count": count}))
     w.close()
     return Trace(str(path))
 
@@ -49,7 +50,7 @@ def test_read_events_puts_rows_in_time_order(tmp_path):
     assert ev.columns["ts_ns"].tolist() == [10, 20]
     assert ev.columns["seq"].tolist() == [2, 1]
     assert ev.columns["object"].tolist() == [A, A] and len(ev.columns["snapshots"]) == 2
-    assert ev.columns["snapshots"][0].tobytes() == MINI.encode({"count": 2})
+    assert ev.columns["snapshots"][0].tobytes() == encode(MINI, {"count": 2})
 
 
 def test_pair_calls_depths_callers_durations(tmp_path):

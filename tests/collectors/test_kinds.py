@@ -5,6 +5,7 @@ the registry finds every kind module by itself."""
 
 from __future__ import annotations
 
+from encoding import encode
 import os
 import re
 import shutil
@@ -151,7 +152,7 @@ def test_in6_addr_is_one_address_shown_as_ipv6_text():
     assert mini.extract_field(bytes(raw), f["daddr"]) == "fe80::abc"
     # through the event layout: decode and encode agree, the report shows the text
     layout = built.layout
-    record = layout.encode({"family": 10, "daddr": "2001:db8::7"})
+    record = encode(layout, {"family": 10, "daddr": "2001:db8::7"})
     assert layout.decode(record)["daddr"] == "2001:db8::7"
     assert ValueFormatter(Layout.from_json(layout.to_json())).show("daddr", "2001:db8::7") \
         == "2001:db8::7"

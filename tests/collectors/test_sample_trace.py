@@ -11,6 +11,7 @@ trivial uprobe program here.
 
 from __future__ import annotations
 
+import bpfcheck
 import os
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def bpf_available(tmp_path_factory):
     from ctracer.errors import CtracerError
     from ctracer.record import bpf_runtime
     try:
-        bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
+        bpfcheck.uprobe_self_test(str(gt.SOCKDEMO), "main")
     except CtracerError as e:
         print(f"skipping real BPF tests: {e}", file=sys.stderr)
         pytest.skip(str(e))

@@ -5,6 +5,7 @@ hosts read as one table by DuckDB with the counts the simulation made."""
 
 from __future__ import annotations
 
+from encoding import encode
 import collections
 import csv
 import itertools
@@ -400,7 +401,7 @@ def test_tracepoint_hits_are_named_tp_with_their_arguments(tmp_path):
     for i, (old, new) in enumerate([(7, 2), (2, 1), (1, 4)]):
         w.add_event(ts_ns=100 + i, cpu=0, pid=0, tid=0, comm="swapper/0", function_id=1,
                     phase=PHASE_TRACEPOINT, object=0xFFFF888001234000, retval=None, depth=0,
-                    flags=0, snapshot=mini.encode({"__sk_common.skc_state": old,
+                    flags=0, snapshot=encode(mini, {"__sk_common.skc_state": old,
                                                    "__sk_common.skc_num": 8080}),
                     args={"oldstate": old, "newstate": new})
     w.close()

@@ -1,6 +1,7 @@
 """Pointer arguments leave as hex strings: a 64-bit kernel address as a JSON number is
 rounded by jq and JavaScript (``18446612686548099808`` read back as ``…8100000``)."""
 
+from encoding import encode
 import json
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def test_pointer_arguments_are_hex_strings_in_jsonl(tmp_path):
     w.add_functions([FunctionRow(1, "kfree_skb", reach="tracepoint", attached="tracepoint")])
     w.add_event(ts_ns=1000, cpu=0, pid=1, tid=1, comm="tcploop", function_id=1,
                 phase=PHASE_TRACEPOINT, object=SK, retval=None, depth=0, flags=0,
-                snapshot=MINI.encode({"__sk_common.skc_state": 7}),
+                snapshot=encode(MINI, {"__sk_common.skc_state": 7}),
                 args={"skb": SKB, "location": LOCATION, "reason": 104})
     w.close()
     r = subprocess.run([sys.executable, "-m", "ctracer", "export", str(path), "--format",

@@ -10,6 +10,7 @@ directly (`TraceWriter`); Spark reads real recordings of two builds in test_spar
 
 from __future__ import annotations
 
+from encoding import encode
 import collections
 import csv
 import io
@@ -161,7 +162,7 @@ def write_layout_trace(path, wide: bool, calls: int, kernel: str) -> list[dict]:
         for phase, v, ts in ((PHASE_ENTRY, before, 2 * i), (PHASE_EXIT, after, 2 * i + 1)):
             w.add_event(ts_ns=1000 + ts, cpu=0, pid=7, tid=7, comm="app", function_id=fid,
                         phase=phase, object=0xFFFF888001234000, depth=0, flags=0,
-                        retval=0 if phase == PHASE_EXIT else None, snapshot=mini.encode(v))
+                        retval=0 if phase == PHASE_EXIT else None, snapshot=encode(mini, v))
             written.append(v)
     w.close()
     return written

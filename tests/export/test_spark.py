@@ -11,6 +11,7 @@ module (its JVM start is most of the cost).
 
 from __future__ import annotations
 
+import bpfcheck
 import json
 import os
 import shutil
@@ -44,7 +45,7 @@ def _bpf_skip_reason(exe: Path) -> str:
     from ctracer.errors import CtracerError
     from ctracer.record import bpf_runtime
     try:
-        bpf_runtime.uprobe_self_test(str(exe), "main")
+        bpfcheck.uprobe_self_test(str(exe), "main")
     except CtracerError as e:
         return str(e)
     return ""

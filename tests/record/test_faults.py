@@ -7,6 +7,7 @@ trivial uprobe program here."""
 
 from __future__ import annotations
 
+import bpfcheck
 import os
 import shutil
 import signal
@@ -35,7 +36,7 @@ def bpf_available(tmp_path_factory):
             from ctracer.errors import CtracerError
             from ctracer.record import bpf_runtime
             try:
-                bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
+                bpfcheck.uprobe_self_test(str(gt.SOCKDEMO), "main")
             except CtracerError as e:
                 reason = str(e)
         if reason:

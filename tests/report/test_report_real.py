@@ -8,6 +8,7 @@ Chromium/Playwright are missing (see test_browser_report).
 
 from __future__ import annotations
 
+import bpfcheck
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def _skip_reason() -> str:
     from ctracer.errors import CtracerError
     from ctracer.record import bpf_runtime
     try:
-        bpf_runtime.uprobe_self_test(str(gt.SOCKDEMO), "main")
+        bpfcheck.uprobe_self_test(str(gt.SOCKDEMO), "main")
     except CtracerError as e:
         return str(e)
     return ""

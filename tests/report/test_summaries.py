@@ -3,6 +3,7 @@ socket its family, local and remote address:port, the states it went through, it
 and the command that used it; the object list carries those texts and its filter
 searches them (``#q=:8080`` finds the sockets of port 8080)."""
 
+from encoding import encode
 import socket
 
 from ctracer.event import PHASE_TRACEPOINT, Field, Layout
@@ -44,7 +45,7 @@ def write(path):
     for ts, (obj, state, family, local, remote, comm) in enumerate(hits, 1):
         w.add_event(ts_ns=ts * 1000, cpu=0, pid=1, tid=1, comm=comm, function_id=1,
                     phase=PHASE_TRACEPOINT, object=obj, retval=None, depth=0, flags=0,
-                    snapshot=MINI.encode({
+                    snapshot=encode(MINI, {
                         "__sk_common.skc_state": state, "__sk_common.skc_family": family,
                         "__sk_common.skc_daddr": LOOPBACK if remote else 0,
                         "__sk_common.skc_rcv_saddr": LOOPBACK,

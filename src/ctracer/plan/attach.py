@@ -120,10 +120,6 @@ class PlannedProbe:
     def placed(self) -> bool:
         return self.kind is not None and self.attachable is True
 
-    @property
-    def is_exit(self) -> bool:
-        return self.kind in EXIT_KIND.values()
-
 
 @dataclass(frozen=True)
 class ProbePlan:

@@ -103,18 +103,6 @@ def _import_bcc():
 
 
 
-def uprobe_self_test(binary: str, symbol: str) -> None:
-    """Load a one-line program and attach it as a uprobe on ``symbol`` of ``binary``:
-    raises `BPFUnavailable` saying why when this machine cannot trace user space."""
-    prepare()
-    bcc = _import_bcc()
-    try:
-        b = bcc.BPF(text=b"int probe(void *ctx) { return 0; }")
-        b.attach_uprobe(name=binary.encode(), sym=symbol.encode(), fn_name=b"probe")
-        b.cleanup()
-    except Exception as e:  # bcc raises bare Exceptions for refusals
-        raise BPFUnavailable(f"the kernel or bcc refuses a trivial uprobe program: {e}") from None
-
 def _verifier_message(text: str, failure: str) -> str:
     """The verifier's reason in one line: the last line of its log before the
     ``processed N insns`` summary, after what bcc said."""

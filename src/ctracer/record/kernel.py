@@ -351,19 +351,6 @@ def is_attachable(function, symbols: Optional[KernelSymbols]) -> Optional[bool]:
     return name in symbols
 
 
-def attach_status(function, symbols: Optional[KernelSymbols]) -> str:
-    """A short column value: ``yes``, ``no``, ``clone:<symbol>`` when only a compiler
-    specialised copy exists (its arguments may differ), or ``unknown``."""
-    yes = is_attachable(function, symbols)
-    if yes is None:
-        return "unknown"
-    if yes:
-        return "yes"
-    name = function if isinstance(function, str) else function.name
-    clones = symbols.clones(name) if symbols else ()
-    return f"clone:{clones[0]}" if clones else "no"
-
-
 def kernel_release() -> str:
     return os.uname().release
 
