@@ -87,7 +87,7 @@ def main() -> int:
             threads, lifecycles, sends, addresses = SHAPES[args.shape]
             trace = os.path.join(work, "big.ctrace")
             write_synthetic_trace(trace, threads=threads, lifecycles=lifecycles,
-                                  sends=sends, addresses_per_thread=addresses)
+                                  sends=sends, addresses_per_thread=addresses, raw=True)
         load = os.getloadavg()[0]
         anchor, anchor_cpu, events = anchor_seconds(trace)
         out = os.path.join(work, "callgraph", "sock")

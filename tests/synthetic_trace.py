@@ -15,7 +15,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
+from ctracer.event import (FLAG_READ_FAILED, HEADER, PHASE_ENTRY, PHASE_EXIT, Field, Layout,
+                           event_size, mini_offset)
 from ctracer.tracefile import FunctionRow, TraceWriter
 
 TCP_STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (3, "TCP_SYN_RECV"),
@@ -240,14 +241,26 @@ def _lifecycle(t: _Thread, sim: _Simulation, pool: list[int], sends: int) -> Non
     pool.insert(0, sk)
 
 
+def _record(e: dict) -> bytes:
+    """One event as the probe writes it (`ctracer.event.c_event_definition`)."""
+    snapshot = e["snapshot"]
+    header = encode(HEADER, dict(e, retval=e["retval"] or 0,
+                                 flags=e["flags"] | (FLAG_READ_FAILED if snapshot is None else 0)))
+    header += bytes(mini_offset(MINI) - len(header))
+    body = header + (snapshot if snapshot is not None else bytes(MINI.size))
+    return body + bytes(event_size(MINI) - len(body))
+
+
 def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                           sends: int = 5, addresses_per_thread: int = 2, seed: int = 1,
                           lost_events: int = 0, attach_failures: bool = False,
                           base_address: int = 0x55D0C0A0,
                           host: str = "synthetic-host",
-                          kernel: str = "6.1.0-synthetic") -> SyntheticTruth:
+                          kernel: str = "6.1.0-synthetic", raw: bool = False) -> SyntheticTruth:
     """Write a trace of ``threads`` threads each running ``lifecycles`` socket lifecycles
-    on its own pool of ``addresses_per_thread`` reused addresses; return the truth."""
+    on its own pool of ``addresses_per_thread`` reused addresses; return the truth.
+    With ``raw`` the events are written as a recorder writes them (raw records, a
+    snapshot-less event flagged unreadable), else as rows."""
     sim = _Simulation(seed)
     per_thread = []
     for n in range(threads):
@@ -268,7 +281,8 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                target="/usr/local/bin/sockdemo", host=host,
                kernel_release=kernel, argv=["ctracer", "trace", "struct", "sock"],
                command=["sockdemo", "--run"], started_at=1_700_000_000.0,
-               ended_at=1_700_000_003.5, lost_events=lost_events, events=len(merged))
+               ended_at=1_700_000_003.5, lost_events=lost_events, events=len(merged),
+               return_value_functions=[fid for fid, _, _, _ in FUNCTIONS])
     rows = []
     for fid, name, reach, via in FUNCTIONS:
         attached = "entry,exit"
@@ -276,7 +290,12 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
             attached = "entry: symbol not found"
         rows.append(FunctionRow(fid, name, "sock.c", reach, via, 0x1000 + fid * 0x40, attached))
     w.add_functions(rows)
-    for e in merged:
-        w.add_event(**e)
+    if raw:
+        records = [_record(e) for e in merged]
+        for at in range(0, len(records), 65536):
+            w.add_raw(b"".join(records[at:at + 65536]))
+    else:
+        for e in merged:
+            w.add_event(**e)
     w.close()
     return sim.truth

@@ -144,6 +144,7 @@ def make_private_dir(path: str) -> str:
     return path
 
 
+@contextlib.contextmanager
 def staged_output(path: str) -> Iterator[str]:
     """Write ``path`` through a name in a private directory beside it: the caller (or a
     library it drives, such as DuckDB or pyarrow) writes the yielded path, then it is

@@ -14,16 +14,21 @@ Tables:
   (``{"oldstate": 7, "newstate": 2}``; NULL for entry/exit events).  The meta entry
   ``tracepoint_args`` says, per function id, each argument's name, C type (``s64``
   or ``u64``: how the raw slot reads), kind and C type text;
-* ``spool``: batches of raw events exactly as the ring buffer delivered them, not yet
-  decoded into ``events``.
+* ``spool``: batches of raw events exactly as the ring buffer delivered them.  From
+  schema 4 a recording's events stay there, raw, and every reader decodes them with a
+  numpy dtype built from the event layout (`RawDecoder`): decoding them into ``events``
+  rows cost the recorder more than the ring buffer delivers in a flood, and reading
+  rows back cost readers more than the rest of their work.  Schemas 2 and 3 moved them
+  into ``events`` (the first reader of such a file finishes the move).  ``events`` rows
+  are still written by `TraceWriter.add_event` (synthetic traces); an event's ``seq``
+  is its rowid there, and for raw events the next numbers, in the order recorded.
 
 Nothing recorded is lost: while recording, the writer commits the raw events it got
 every few hundred milliseconds (`TraceWriter.add_raw`, one small transaction in SQLite's
-write-ahead log) and decodes them into ``events`` as time allows, each batch moved in
-one transaction.  After a SIGKILL or a crash the file holds every batch committed
+write-ahead log).  After a SIGKILL or a crash the file holds every batch committed
 before it; the first reader to open it (`Trace`), finding no live recorder (the
-recorder holds an exclusive ``flock`` on the file), decodes what is left, marks the
-trace incomplete and says where it ends (`Trace.incomplete`).  A finished file is a
+recorder holds an exclusive ``flock`` on the file), marks the trace incomplete and says
+where it ends (`Trace.incomplete`).  A finished file is a
 single self-contained database (the log is folded back in), created 0600 without
 following symlinks; an existing file at the path is kept as ``FILE.old``
 (`ctracer.files`).
@@ -44,6 +49,8 @@ import sqlite3
 import threading
 import time
 import uuid
+
+import numpy as np
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -52,10 +59,10 @@ from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, Layout,
                            event_size)
 from ctracer.files import create_private_file, keep_old, same_file
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: schemas this version reads (1: no spool table, never written incrementally;
-#: 2: no events.args column)
-READABLE_VERSIONS = (1, 2, 3)
+#: 2: no events.args column; 3: raw events decoded into rows)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 #: meta ``state``: set when the file is created, and when the writer finished it
 STATE_RECORDING = "recording"
@@ -203,6 +210,40 @@ class RawDecoder:
     def count(self, raw: bytes) -> int:
         return len(raw) // self.size
 
+    def columns(self, raw: bytes, first_seq: int) -> dict[str, Any]:
+        """The events of ``raw`` as the columns of `Trace.event_columns` (``comm`` and
+        ``args`` as text lists, indexed by the caller), numbered from ``first_seq``."""
+        np = self._np
+        if len(raw) % self.size:
+            raise TraceFileError(f"a batch of raw events is not a whole number of "
+                                 f"{self.size}-byte events")
+        a = np.frombuffer(raw, dtype=self.dtype)
+        n = len(a)
+        phase, fid, flags = a["phase"], a["function_id"], a["flags"]
+        failed = (flags & FLAG_READ_FAILED) != 0
+        comms, inverse = np.unique(a["comm"], return_inverse=True)
+        if self.mini.size:
+            snapshots = np.ascontiguousarray(a["snapshot"]).view(np.uint8).reshape(
+                n, self.mini.size).copy()
+            snapshots[failed] = 0
+            has_snapshot = ~failed
+        else:
+            snapshots = np.zeros((n, 0), np.uint8)
+            has_snapshot = np.ones(n, bool)
+        has_retval = (phase == PHASE_EXIT) & np.isin(fid, self.returns)
+        return {
+            "seq": np.arange(first_seq, first_seq + n, dtype=np.int64),
+            "ts_ns": a["ts_ns"].astype(np.int64), "cpu": a["cpu"].copy(),
+            "pid": a["pid"].copy(), "tid": a["tid"].copy(),
+            "function_id": fid.astype(np.int32), "phase": phase.copy(),
+            "object": a["object"].view(np.int64).copy(),
+            "retval": np.where(has_retval, a["retval"], 0), "has_retval": has_retval,
+            "depth": a["depth"].astype(np.int64), "flags": flags.copy(),
+            "has_snapshot": has_snapshot, "snapshots": snapshots,
+            "comm_texts": [self._comm(c) for c in comms.tolist()],
+            "comm": inverse.reshape(-1),
+            "args_texts": self._args(fid, a["args"]) if self.nargs else [None] * n}
+
     def rows(self, raw: bytes) -> list[tuple]:
 
         if len(raw) % self.size:
@@ -270,8 +311,7 @@ class TraceWriter:
     """Creates a trace file and appends to it.
 
     Decoded events (`add_event`) are committed every ``batch`` events;
-    the recorder's raw events (`add_raw`) are committed at once and decoded into the
-    events table by `decode_spool`.  The file is created 0600 with O_EXCL|O_NOFOLLOW; a
+    the recorder's raw events (`add_raw`) are committed at once, and stay raw.  The file is created 0600 with O_EXCL|O_NOFOLLOW; a
     file already at ``path`` is kept as ``path.old`` (`kept_old` names it).  While the
     writer lives it holds an exclusive ``flock`` on the file, which tells readers the
     recording is alive."""
@@ -339,13 +379,19 @@ class TraceWriter:
             self.flush()
 
     def argument_values(self, names: Iterable[str]) -> set[int]:
-        """The distinct integer values the decoded events hold in the arguments called
-        ``names`` (raw events not yet decoded are not looked at)."""
+        """The distinct integer values the events hold in the arguments called
+        ``names``."""
         wanted, found = set(names), set()
         if not wanted:
             return found
-        for (text,) in self.db.execute("SELECT DISTINCT args FROM events "
-                                       "WHERE args IS NOT NULL"):
+        texts = {t for (t,) in self.db.execute("SELECT DISTINCT args FROM events "
+                                               "WHERE args IS NOT NULL")}
+        if self._decoder is not None and self._decoder.nargs:
+            for (raw,) in self.db.execute("SELECT raw FROM spool"):
+                texts.update(self._decoder.columns(raw, 0)["args_texts"])
+        for text in texts:
+            if text is None:
+                continue
             try:
                 values = json.loads(text)
             except (TypeError, ValueError):
@@ -377,18 +423,6 @@ class TraceWriter:
             self.db.commit()
             self.events_spooled += self._decoder.count(raw[at:at + step])
 
-    def decode_spool(self, budget_s: Optional[float] = None,
-                     progress: Optional[Callable[[int], None]] = None) -> int:
-        """Decode spooled raw events into the events table (all of them, or for about
-        ``budget_s`` seconds); how many were decoded."""
-        if self._decoder is None or not self.events_spooled:
-            return 0
-        self.flush()
-        moved = _decode_spool(self.db, self._decoder, budget_s, progress)
-        self.events_written += moved
-        self.events_spooled -= moved
-        return moved
-
     def checkpoint(self) -> None:
         """Copy the committed log into the file and sync it (what survives a power loss,
         not only a crash): a moment's work when little is pending."""
@@ -411,13 +445,11 @@ class TraceWriter:
             self._pending.clear()
         self.db.commit()
 
-    def close(self, decode_budget_s: Optional[float] = None) -> None:
-        """Decode what is left (or what ``decode_budget_s`` seconds allow: the first
-        reader decodes the rest), mark the file finished and fold the log back in."""
+    def close(self) -> None:
+        """Mark the file finished and fold the log back in."""
         if self.db is None:
             return
         try:
-            self.decode_spool(decode_budget_s)
             self.flush()
             self.set_meta(state=STATE_FINISHED)
             self._stop_checkpointer()  # its connection would keep the log open
@@ -503,11 +535,11 @@ def _writer_alive(path: str) -> bool:
 
 
 def _finish(path: str, interrupted: bool,
-            progress: Optional[Callable[[int], None]] = None) -> None:
-    """Decode the raw events a recorder left in the spool and fold the log back in (as
-    SQLite itself does with a hot journal).  ``interrupted``: the recorder died before
-    finishing the file, which is then marked interrupted and told where it ends; else it
-    stopped in time and left the decoding to its first reader."""
+            progress: Optional[Callable[[int], None]] = None, decode: bool = False) -> None:
+    """Fold the log back in (as SQLite itself does with a hot journal), after decoding
+    the raw events a schema 2 or 3 recorder left in the spool (``decode``).
+    ``interrupted``: the recorder died before finishing the file, which is then marked
+    interrupted and told where it ends."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
@@ -524,7 +556,7 @@ def _finish(path: str, interrupted: bool,
         db = sqlite3.connect(path)
         try:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            if "mini_layout" in meta:
+            if decode and "mini_layout" in meta:
                 _decode_spool(db, RawDecoder.from_meta(meta), progress=progress)
             if interrupted:
                 _mark_interrupted(db, meta)
@@ -537,8 +569,29 @@ def _finish(path: str, interrupted: bool,
         os.close(fd)
 
 
+def _span(db: sqlite3.Connection, meta: dict[str, str]) -> tuple[int, Optional[int],
+                                                                  Optional[int]]:
+    """(events, first ts, last ts) of the rows and of the raw events together."""
+    count, first, last = db.execute(
+        "SELECT count(*), min(ts_ns), max(ts_ns) FROM events").fetchone()
+    if _spooled(db) and "mini_layout" in meta:
+        import numpy as np
+
+        decoder = RawDecoder.from_meta(meta)
+        for (raw,) in db.execute("SELECT raw FROM spool"):
+            if not isinstance(raw, bytes) or len(raw) % decoder.size:
+                continue  # a damaged batch: `Trace` says so when it reads the events
+            ts = np.frombuffer(raw, dtype=decoder.dtype)["ts_ns"]
+            if len(ts):
+                count += len(ts)
+                low, high = int(ts.min()), int(ts.max())
+                first = low if first is None else min(first, low)
+                last = high if last is None else max(last, high)
+    return count, first, last
+
+
 def _mark_interrupted(db: sqlite3.Connection, meta: dict[str, str]) -> None:
-    last = db.execute("SELECT count(*), max(ts_ns) FROM events").fetchone()
+    last = _span(db, meta)[::2]
     ended = _wall_time(meta, last[1]) if last[1] is not None else ""
     entries = [
         ("state", STATE_INTERRUPTED),
@@ -630,9 +683,11 @@ class Trace:
         self.path = path
         self.db, self.meta = self._open()
         recording = self.meta.get("state") == STATE_RECORDING
-        if (recording or _spooled(self.db)) and not _writer_alive(path):
+        rows_schema = str(self.meta.get("schema_version")) in ("2", "3")  # spool moved to rows
+        if ((recording or (rows_schema and _spooled(self.db)))
+                and not _writer_alive(path)):
             self.db.close()
-            _finish(path, recording, progress)
+            _finish(path, recording, progress, decode=rows_schema)
             self.db, self.meta = self._open()
         version = self.meta.get("schema_version")
         # a damaged meta row may hold another SQLite type than the text we write
@@ -663,7 +718,9 @@ class Trace:
                 r[0]: FunctionRow(r[0], r[1], r[2] or "", r[3], r[4] or "",
                                   _from_sql_u64(r[5]), r[6] or "")
                 for r in self.db.execute("SELECT * FROM functions")}
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, TraceFileError) as e:
+            if isinstance(e, TraceFileError) and "raw events" in str(e):
+                raise
             raise TraceFileError(f"{path} is damaged: its struct layout does not "
                                  f"read ({e})") from None
         except sqlite3.Error as e:
@@ -679,6 +736,14 @@ class Trace:
         if bad is not None:
             raise TraceFileError(f"{self.path} is damaged: event {bad[0]} holds a value of "
                                  "the wrong type or range")
+        if _spooled(self.db):
+            self._decoder = RawDecoder.from_meta(self.meta)
+            bad = self.db.execute("SELECT seq FROM spool WHERE typeof(raw) != 'blob' OR "
+                                  "length(raw) % :size != 0 LIMIT 1",
+                                  {"size": self._decoder.size}).fetchone()
+            if bad is not None:
+                raise TraceFileError(f"{self.path} is damaged: its raw events {bad[0]} are "
+                                     "not a whole number of events")
         bad = self.db.execute(f"SELECT id FROM functions WHERE {_FUNCTION_CHECKS} "
                               "LIMIT 1").fetchone()
         if bad is not None:
@@ -729,8 +794,7 @@ class Trace:
         state = self.meta.get("state")
         if state in (None, STATE_FINISHED) and self.meta.get("stopped_by") != "disk full":
             return None
-        count, first, last = self.db.execute(
-            "SELECT count(*), min(ts_ns), max(ts_ns) FROM events").fetchone()
+        count, first, last = self._span()
         if state == STATE_RECORDING:
             return f"the recording is still running: {count} events written so far"
         if not count:
@@ -765,31 +829,29 @@ class Trace:
             raise TraceFileError(f"{self.path} is damaged: its meta entry {key!r} is not "
                                  "JSON") from None
 
-    def events(self, object: Optional[int] = None) -> Iterator[Event]:
-        """Events in recording order, optionally only those of one object address."""
-        sql = "SELECT * FROM events"
-        args: tuple = ()
-        if object is not None:
-            sql += " WHERE object = ?"
-            args = (to_sql_u64(object),)
+    def _span(self) -> tuple[int, Optional[int], Optional[int]]:
         try:
-            for r in self.db.execute(sql + " ORDER BY seq", args):
-                yield Event(r[0], r[1], r[2], r[3], r[4], r[5] or "", r[6], r[7],
-                            _from_sql_u64(r[8]), r[9], r[10], r[11], r[12],
-                            json.loads(r[13]) if len(r) > 13 and r[13] else None)
+            return _span(self.db, self.meta)
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
 
-    def event_tuples(self) -> Iterator[tuple]:
-        """Every event as a plain tuple in `Event`'s field order, in time order (then
-        recording order), the object's sign already fixed: the fast path for readers of
-        whole traces (building a million `Event` objects costs seconds)."""
-        for r in self.db.execute(
-                "SELECT seq, ts_ns, cpu, pid, tid, comm, function_id, phase, object, retval,"
-                " depth, flags, snapshot FROM events ORDER BY ts_ns, seq"):
-            if r[8] < 0:
-                r = r[:8] + (r[8] + _U64,) + r[9:]
-            yield r
+    def events(self, object: Optional[int] = None) -> Iterator[Event]:
+        """Events in recording order, optionally only those of one object address (for
+        tools and tests: a reader of a whole trace takes `event_columns`)."""
+        c = self.event_columns()
+        order = np.argsort(c["seq"], kind="stable")
+        if object is not None:
+            order = order[c["object"][order] == np.uint64(object)]
+        texts, comms = c["args_texts"], c["comms"]
+        for i in order.tolist():
+            args = int(c["args"][i])
+            yield Event(int(c["seq"][i]), int(c["ts_ns"][i]), int(c["cpu"][i]),
+                        int(c["pid"][i]), int(c["tid"][i]), comms[int(c["comm"][i])],
+                        int(c["function_id"][i]), int(c["phase"][i]), int(c["object"][i]),
+                        int(c["retval"][i]) if c["has_retval"][i] else None,
+                        int(c["depth"][i]), int(c["flags"][i]),
+                        c["snapshots"][i].tobytes() if c["has_snapshot"][i] else None,
+                        json.loads(texts[args]) if args >= 0 else None)
 
     def event_columns(self, chunk: int = 131072) -> dict[str, Any]:
         """Every event as columns (numpy arrays), in time order (then recording order):
@@ -797,18 +859,17 @@ class Trace:
         ``object`` (u64), ``retval`` with ``has_retval``, ``flags``, ``comm`` and
         ``args`` as indexes into ``comms`` and ``args_texts`` (args -1: none), and the
         snapshots as ``snapshots`` (one row of bytes per event, zeros where
-        ``has_snapshot`` is False)."""
-        import numpy as np
+        ``has_snapshot`` is False), and the ``depth`` the probe recorded."""
 
         size = self.mini.size
         args = "args" if self._has_args else "NULL"
         sql = ("SELECT seq, ts_ns, cpu, pid, tid, function_id, phase, object, "
-               "ifnull(retval, 0), retval IS NOT NULL, flags, snapshot IS NOT NULL, comm, "
-               f"{args}, ifnull(snapshot, zeroblob({size})) FROM events ORDER BY ts_ns, seq")
+               "ifnull(retval, 0), retval IS NOT NULL, flags, snapshot IS NOT NULL, depth, "
+               f"comm, {args}, ifnull(snapshot, zeroblob({size})) FROM events")
         names = ("seq", "ts_ns", "cpu", "pid", "tid", "function_id", "phase", "object",
-                 "retval", "has_retval", "flags", "has_snapshot")
+                 "retval", "has_retval", "flags", "has_snapshot", "depth")
         types = (np.int64, np.int64, np.uint32, np.uint32, np.uint32, np.int32, np.uint8,
-                 np.int64, np.int64, bool, np.uint8, bool)
+                 np.int64, np.int64, bool, np.uint8, bool, np.int64)
         parts: dict[str, list] = {n: [] for n in names + ("comm", "args", "snapshots")}
         comms: dict[str, int] = {}
         texts: dict[Optional[str], int] = {None: -1}
@@ -822,11 +883,24 @@ class Trace:
                 for k, (name, kind) in enumerate(zip(names, types)):
                     parts[name].append(np.array(cols[k], dtype=kind))
                 parts["comm"].append(np.array([comms.setdefault(c or "", len(comms))
-                                               for c in cols[12]], np.int32))
+                                               for c in cols[13]], np.int32))
                 parts["args"].append(np.array([texts.setdefault(a, len(texts) - 1)
-                                               for a in cols[13]], np.int32))
-                parts["snapshots"].append(np.frombuffer(b"".join(cols[14]), np.uint8)
+                                               for a in cols[14]], np.int32))
+                parts["snapshots"].append(np.frombuffer(b"".join(cols[15]), np.uint8)
                                           .reshape(len(rows), size))
+            seq = self.db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+            for (raw,) in (self.db.execute("SELECT raw FROM spool ORDER BY seq")
+                           if _spooled(self.db) else ()):
+                batch = self._decoder.columns(raw, seq + 1)
+                seq += len(batch["seq"])
+                for name in names + ("snapshots",):
+                    parts[name].append(batch[name])
+                comm_of = np.array([comms.setdefault(c, len(comms))
+                                    for c in batch["comm_texts"]], np.int32)
+                parts["comm"].append(comm_of[batch["comm"]] if len(comm_of)
+                                     else np.zeros(0, np.int32))
+                parts["args"].append(np.array([texts.setdefault(a, len(texts) - 1)
+                                               for a in batch["args_texts"]], np.int32))
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
         out: dict[str, Any] = {}
@@ -837,6 +911,10 @@ class Trace:
         out["args"] = np.concatenate(parts["args"]) if parts["args"] else np.zeros(0, np.int32)
         out["snapshots"] = (np.concatenate(parts["snapshots"]) if parts["snapshots"]
                             else np.zeros((0, size), np.uint8))
+        order = np.lexsort((out["seq"], out["ts_ns"]))
+        if (np.diff(order) < 0).any():
+            for name in names + ("object", "comm", "args", "snapshots"):
+                out[name] = out[name][order]
         out["comms"] = list(comms)
         out["args_texts"] = [t for t in texts if t is not None]
         return out
@@ -845,12 +923,6 @@ class Trace:
     def _has_args(self) -> bool:
         """The events table has the tracepoint arguments' column (schema 1 has not)."""
         return any(r[1] == "args" for r in self.db.execute("PRAGMA table_info(events)"))
-
-    def tracepoint_args(self) -> dict[int, str]:
-        """seq -> a tracepoint hit's arguments (JSON text), where the trace has them."""
-        if not self._has_args:
-            return {}
-        return dict(self.db.execute("SELECT seq, args FROM events WHERE args IS NOT NULL"))
 
     @functools.cached_property
     def head_fields(self) -> Optional[frozenset[str]]:
@@ -874,12 +946,13 @@ class Trace:
         return values
 
     def event_count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM events").fetchone()[0]
+        return self._span()[0]
 
     def objects(self) -> list[tuple[int, int]]:
         """(object address, event count), most events first."""
-        return [(_from_sql_u64(o), n) for o, n in self.db.execute(
-            "SELECT object, count(*) FROM events GROUP BY object ORDER BY count(*) DESC, object")]
+        addresses, counts = np.unique(self.event_columns()["object"], return_counts=True)
+        order = np.lexsort((addresses, -counts))
+        return list(zip(addresses[order].tolist(), counts[order].tolist()))
 
     def close(self) -> None:
         self.db.close()

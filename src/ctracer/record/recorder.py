@@ -5,9 +5,9 @@
 running process, and polls the ring buffer until the command exits, the process goes
 away, the duration ends or the user presses Ctrl-C (or sends SIGTERM).  While
 recording, the raw events are committed to the trace file every `EventSink.COMMIT_S`
-seconds (so a SIGKILL loses nothing committed) and decoded into its events table as
-time allows (`ctracer.tracefile.TraceWriter`), which keeps the consumer as fast as the
-ring buffer can deliver; the meta table gets everything the report needs, so that the
+seconds (so a SIGKILL loses nothing committed), as the ring buffer delivered them: the
+trace file keeps them raw and its readers decode them (`ctracer.tracefile`), so the
+consumer is as fast as the ring buffer can deliver; the meta table gets everything the report needs, so that the
 trace renders on any machine.
 """
 
@@ -83,24 +83,15 @@ def is_disk_full(e: BaseException) -> bool:
 #: (``--tail``) and how long a poll takes when a stop is requested
 POLL_MS = 50
 
-#: seconds the recorder spends decoding raw events once stopped, while the probes are
-#: being detached and again when it closes the file (the first reader of the trace
-#: decodes what is left), so that Ctrl-C ends even a flood within a second
-FINISH_BUDGET_S = 0.15
-#: raw events left at the end that are still decoded when the file is closed
-FINISH_DECODES = 20000
-
 
 class EventSink:
     """Takes the raw events from the ring buffer callback and hands them to the trace
     file: while recording, the callback's work is only to keep the bytes (so the
     consumer keeps up with busy programs and loses less); every `COMMIT_S` seconds they
-    are committed raw, then decoded into the events table within `DECODE_BUDGET_S`."""
+    are committed as they are (the trace file keeps them raw: its readers decode them)."""
 
     BATCH = 4096
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
-    DECODE_BUDGET_S = 0.05   # per commit: decoding never starves the ring buffer ...
-    BUSY_EVENTS = 5000       # ... and waits for the end while a commit holds more
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
                  tail: Optional[Callable[[bytes], None]] = None):
@@ -149,8 +140,6 @@ class EventSink:
             self.last_commit = now
             batch, self.held = b"".join(self.held), []
             self.writer.add_raw(batch)
-            if not commit and len(batch) // self.size < self.BUSY_EVENTS:
-                self.writer.decode_spool(self.DECODE_BUDGET_S)
 
 
 class Progress:
@@ -390,10 +379,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
                 _name_kernel_text(writer, meta)
-            # a flood leaves more raw events than a second decodes: its first reader
-            # decodes the rest, so Ctrl-C and SIGTERM end the recording promptly
             if stopped_by != DISK_FULL:
-                writer.close(decode_budget_s=_finish_budget(writer) if recording else None)
+                writer.close()
             if not recording:
                 os.unlink(output)
         finally:
@@ -415,13 +402,13 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
 
 def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
                     stopped_by: str) -> str:
-    """Stop every probe at once, take what the ring buffer holds and commit it (decoding
-    some of it) while the probes are being detached, then what the last probes in
-    flight left; why the recording stopped (a full disk met only now included)."""
+    """Stop every probe at once, take what the ring buffer holds and commit it while the
+    probes are being detached, then what the last probes in flight left; why the
+    recording stopped (a full disk met only now included)."""
     closing = session.begin_stop()
     try:
         session.drain()
-        stopped_by = _commit(sink, stopped_by, decode_s=FINISH_BUDGET_S)
+        stopped_by = _commit(sink, stopped_by)
     finally:
         closing.join()
     session.drain()
@@ -445,22 +432,13 @@ def _name_kernel_text(writer: TraceWriter, meta: dict) -> None:
         writer.set_meta(kernel_symbols=found)
 
 
-def _finish_budget(writer: TraceWriter) -> float:
-    """Seconds to decode for when the file is closed: what is left when it is little
-    (then the file needs no decoding by its reader, who may not be allowed to write
-    it), none after a flood (the reader decodes it all anyway)."""
-    return FINISH_BUDGET_S if writer.events_spooled <= FINISH_DECODES else 0.0
-
-
-def _commit(sink: "EventSink", stopped_by: str, decode_s: float = 0.0) -> str:
-    """Commit what the sink holds, then decode for up to ``decode_s`` seconds, unless
-    the disk is full (met now or before); why the recording stopped."""
+def _commit(sink: "EventSink", stopped_by: str) -> str:
+    """Commit what the sink holds, unless the disk is full (met now or before); why the
+    recording stopped."""
     if stopped_by == DISK_FULL:
         return stopped_by
     try:
         sink.flush(commit=True)
-        if decode_s:
-            sink.writer.decode_spool(decode_s)
     except Exception as e:
         if not is_disk_full(e):
             raise
@@ -470,8 +448,8 @@ def _commit(sink: "EventSink", stopped_by: str, decode_s: float = 0.0) -> str:
 
 def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
                          end_ns: int) -> None:
-    """The disk filled up: what was committed stays in the file (raw, decoded by the
-    first reader that has room); what was being written is rolled back, so no event
+    """The disk filled up: what was committed stays in the file (raw, as every event
+    is); what was being written is rolled back, so no event
     is in the file twice; the meta says why the recording stopped, if it still fits."""
     written = writer.events_written + writer.events_spooled
     try:
@@ -482,7 +460,7 @@ def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
         if not is_disk_full(e):
             raise
     try:
-        writer.close()  # decodes and finishes when there is room, else leaves it raw
+        writer.close()  # finishes the file when there is room
     except Exception as e:
         if not is_disk_full(e):
             raise
