@@ -315,9 +315,10 @@ class _Site:
         return (a.cause(k), a.function_name(fid) if fid >= 0 else None,
                 a.function_name(int(a.events.function[a.changes.event[k]])))
 
-    def cause_html(self, k: int) -> str:
-        cause, function, seen_at = self._cause_parts(k)
-        key = (cause, int(self.data.changes.function[k]), function, seen_at)
+    def cause_html(self, k: int, cause: int, fid: int, seen_fid: int) -> str:
+        """Change ``k``'s cause as shown, escaped (``cause``, made by ``fid``, seen at
+        an event of ``seen_fid``: what decides the text)."""
+        key = (cause, fid, seen_fid)
         text = self._cause_html.get(key)
         if text is None:
             text = self._cause_html[key] = str(escape(self.cause_text(k)))
@@ -486,16 +487,18 @@ class _Site:
                         CHANGE_ROWS_PER_PAGE // max(1, len(by_field)))
         fields = []
         start = a.start_ns
+        caller = CAUSES.index(CAUSE_CALLER)
         for j, f in enumerate(self.layout.fields):
             found = by_field.get(f.name, changes[:0])
             shown = found[:per_field]
             items = []
             at = ch.event[shown]
-            for k, e, seq, ts, o, old, new, cause in zip(
-                    shown.tolist(), at.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
+            for k, seq, ts, o, old, new, cause, fid, seen in zip(
+                    shown.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
                     ev.object[at].tolist(), ch.old[shown].tolist(), ch.new[shown].tolist(),
-                    ch.cause[shown].tolist()):
-                anchor = "c" if CAUSES[cause] == CAUSE_CALLER else "e"
+                    ch.cause[shown].tolist(), ch.function[shown].tolist(),
+                    ev.function[at].tolist()):
+                anchor = "c" if cause == caller else "e"
                 cell = ""
                 if show_object:
                     label = a.objects.labels[o]
@@ -507,7 +510,7 @@ class _Site:
                 items.append(_CHANGE_ROW.format(
                     time=format_offset(ts - start), object=cell,
                     old=self.shown_html(j, old), new=self.shown_html(j, new),
-                    cause=self.cause_html(k),
+                    cause=self.cause_html(k, cause, fid, seen),
                     href=f"{page_of.get(seq, 'index.html')}#{anchor}{int(seq)}"))
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn

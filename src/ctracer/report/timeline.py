@@ -75,15 +75,15 @@ class TimelineData:
                 self.fields[j], self.analysis.values.decode_one(j, code)))
         return text
 
-    def _cause_index(self, k: int, tracepoint: bool) -> int:
-        """The index in the causes table of change ``k``'s cause."""
+    def _cause_index(self, k: int, cause: int, fid: int, seen_fid: int,
+                     tracepoint: bool) -> int:
+        """The index in the causes table of change ``k``'s cause (``cause``, made by
+        ``fid``, seen at an event of ``seen_fid``)."""
         a = self.analysis
-        ch = a.changes
-        fid = int(ch.function[k])
-        seen = a.function_name(int(a.events.function[ch.event[k]]))
-        key = (int(ch.cause[k]), fid, seen, tracepoint)
+        key = (cause, fid, seen_fid, tracepoint)
         i = self._causes.get(key)
         if i is None:
+            seen = a.function_name(seen_fid)
             i = self._causes[key] = len(self._cause_list)
             caller = key[0] == _CALLER
             tag = ""
@@ -94,16 +94,34 @@ class TimelineData:
                                      self.names.get(fid, function or ""), tag])
         return i
 
-    def _changes(self, at: int, tracepoint: bool) -> list:
-        """``[cause, field, old, new, field, old, new...]`` of the event at ``at`` (one
-        cause per event: every change it shows was made by the same code)."""
-        ch = self.analysis.changes
-        lo, hi = int(self.change_start[at]), int(self.change_end[at])
-        out: list[Any] = [self._cause_index(lo, tracepoint)]
+    def _page_changes(self, rows: np.ndarray) -> dict[int, list]:
+        """Per row (index in ``rows``) that changed fields, ``[cause, field, old, new,
+        field, old, new...]`` (one cause per event: every change it shows was made by
+        the same code)."""
+        a = self.analysis
+        ch, ev = a.changes, a.events
+        start, end = self.change_start[rows], self.change_end[rows]
+        changed = np.flatnonzero(end > start)
+        if not len(changed):
+            return {}
+        picks = _changes_of(start[changed], end[changed])
+        fields, olds, news = (ch.field[picks].tolist(), ch.old[picks].tolist(),
+                              ch.new[picks].tolist())
+        lengths = (end[changed] - start[changed]).tolist()
+        heads = start[changed]
+        at = rows[changed]
         text = self.code_text
-        for j, old, new in zip(ch.field[lo:hi].tolist(), ch.old[lo:hi].tolist(),
-                               ch.new[lo:hi].tolist()):
-            out += (j, text(j, old), text(j, new))
+        out: dict[int, list] = {}
+        k = 0
+        for i, n, head, cause, fid, seen, phase in zip(
+                changed.tolist(), lengths, heads.tolist(), ch.cause[heads].tolist(),
+                ch.function[heads].tolist(), ev.function[at].tolist(), ev.phase[at].tolist()):
+            row: list[Any] = [self._cause_index(head, cause, fid, seen,
+                                                phase == PHASE_TRACEPOINT)]
+            for j, old, new in zip(fields[k:k + n], olds[k:k + n], news[k:k + n]):
+                row += (j, text(j, old), text(j, new))
+            out[i] = row
+            k += n
         return out
 
     def _durations_of(self, durations: np.ndarray) -> list[str]:
@@ -175,16 +193,10 @@ class TimelineData:
             index_of, cells = _first_seen(ev.object[rows])
             data["o"] = index_of
             data["objects"] = [objects(o) for o in cells]
-        changes, tags = {}, {}
-        changed = self.change_end[rows] > self.change_start[rows]
+        changes = self._page_changes(rows)
         flagged = (~ev.matched[rows] | ev.unreadable[rows] | ((ev.flags[rows] & FLAG_HEAD_ONLY) != 0)
                    | ((ev.args[rows] >= 0) & (phase == PHASE_TRACEPOINT)))
-        for i in np.flatnonzero(changed | flagged).tolist():
-            at = int(rows[i])
-            if changed[i]:
-                changes[i] = self._changes(at, phase[i] == PHASE_TRACEPOINT)
-            if flagged[i]:
-                tags[i] = self._tags(at)
+        tags = {i: self._tags(int(rows[i])) for i in np.flatnonzero(flagged).tolist()}
         data["changes"], data["tags"], data["causes"] = changes, tags, self._cause_list
         return data
 
