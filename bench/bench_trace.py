@@ -33,7 +33,7 @@ from ctracer.record import bpf_runtime
 from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import mini
-from ctracer.probes import program as probes
+from ctracer.probes import uprobe
 from ctracer.record import recorder as record
 from ctracer.event import event_size  # noqa: E402
 from ctracer.tracefile import TraceWriter  # noqa: E402
@@ -42,12 +42,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SAMPLE = os.path.join(ROOT, "samples", "sock", "build", "sockdemo-O2")
 
 
-def program_for(binary: str, cachelines=()) -> probes.ProbeProgram:
+def program_for(binary: str, cachelines=()) -> uprobe.UprobeProgram:
     types = dwarf.open_elf_types(binary)
     found = discovery.discover(types.catalog(), "sock")
     layout = mini.build_mini(types.find_struct("sock"), cachelines=cachelines,
                              kinds=registry.claim).layout
-    return probes.build_program(found.methods, layout, filtered=True)
+    return uprobe.build_program(found.methods, layout, filtered=True)
 
 
 def anchor_compile_seconds() -> float:

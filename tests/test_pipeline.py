@@ -14,7 +14,7 @@ from ctracer import pipeline
 from ctracer.debuginfo.model import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import UsageError
-from ctracer.probes.program import ProbeProgram
+from ctracer.probes.uprobe import UprobeProgram
 from ctracer.probes.kernel import KernelProgram
 
 
@@ -28,7 +28,7 @@ def test_a_program_gets_uprobes(sockdemo):
     built = pipeline.build(pipeline.TraceRequest(
         ShapeKind.STRUCT, "sock", TypeSource(binary=sockdemo), functions=("tcp_*",),
         exclude=("tcp_accept",), follow_processes=True, argv=("ctracer", "x")))
-    assert isinstance(built.program, ProbeProgram) and not built.is_kernel
+    assert isinstance(built.program, UprobeProgram) and not built.is_kernel
     names = {f.name for f in built.program.functions}
     assert names and all(n.startswith("tcp_") for n in names) and "tcp_accept" not in names
     assert built.meta["traced"] == "user" and built.meta["binary"] == os.path.abspath(sockdemo)

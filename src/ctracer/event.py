@@ -17,7 +17,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 #: scalar C types an event field may have: (python struct code, size)
 SCALARS: dict[str, tuple[str, int]] = {
@@ -240,6 +240,20 @@ class Layout:
                   tuple((int(v), str(n)) for v, n in f.get("enumerators", ())),
                   dict(f.get("source", {})))
             for f in d["fields"]), d["size"])
+
+
+@dataclass(frozen=True)
+class FunctionRow:
+    """A row of the trace's functions table: one way a probed function reaches the
+    object (an event's ``function_id`` is its ``id``)."""
+
+    id: int
+    name: str
+    unit: str = ""
+    reach: str = "direct"  # direct | alias | holder | double_pointer | returns | tracepoint
+    via: str = ""          # e.g. "struct inet_sock", "socket->sk", "param 2"
+    address: Optional[int] = None
+    attached: str = ""     # "entry,exit", or why not
 
 
 PHASE_ENTRY = 0

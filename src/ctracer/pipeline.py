@@ -23,6 +23,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+from ctracer.probes import ProbeProgram
 from ctracer.debuginfo.model import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import CtracerError, UnknownType, UsageError
@@ -67,7 +68,7 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class BuiltTrace:
-    program: object  # ProbeProgram | KernelProgram
+    program: ProbeProgram
     meta: dict
     #: the binary whose uprobes are attached; None for a kernel
     binary: Optional[str]
@@ -191,10 +192,11 @@ def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
 
 
 def _ring_bytes(buffer_mb: int) -> int:
-    ring = buffer_mb << 20
-    if buffer_mb < 1 or ring & (ring - 1):
-        raise UsageError("--buffer-mb must be a power of two (1, 2, 4, ... MB)")
-    return ring
+    from ctracer.probes import ctext
+    try:
+        return ctext.check_ring_bytes(buffer_mb << 20 if buffer_mb > 0 else 0)
+    except ValueError:
+        raise UsageError("--buffer-mb must be a power of two (1, 2, 4, ... MB)") from None
 
 
 def _check_kernel_only(request: TraceRequest) -> None:
@@ -219,8 +221,6 @@ def _format_fields(source):
 
 def _argument_names(arguments: dict, model) -> dict:
     """Tracepoint arguments with the names of their enums from the kernel's BTF."""
-    if not hasattr(model, "find_enum"):
-        return arguments
     from ctracer.plan import displays
     return displays.annotate_arguments(arguments, model)
 
@@ -251,7 +251,7 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
     from ctracer.plan import lifetimes
 
     def enumerator_value(text: str) -> Optional[int]:
-        found = model.find_enum(enumerator=text) if hasattr(model, "find_enum") else None
+        found = model.find_enum(enumerator=text)
         return dict(found.enumerators).get(text) if found is not None else None
 
     if request.lifetime_rules is None:
@@ -372,7 +372,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                              f"{', '.join(chosen)}: a snapshot needs at least "
                              "one (ctracer struct --mini --explain lists them)")
         raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
-    if source.is_kernel and hasattr(model, "find_enum"):
+    if source.is_kernel:
         from ctracer.plan import displays
         built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
     extra: dict = {}
@@ -401,8 +401,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
             rules = _lifetime_rules(request, name, model, methods)
-        head = (heads.head_read_for(name, graph, built.layout, model)
-                if hasattr(model, "find_enum") else None)
+        head = heads.head_read_for(name, graph, built.layout, model)
         program = build_kernel_program(methods, built.layout, catalog,
                                        function_methods=function_methods,
                                        entry_kind=choice.entry_kind,
@@ -425,7 +424,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                 [f.name for f in built.layout.fields])],
             probe_plan=note, head_read=head.to_json() if head is not None else None)
     else:
-        from ctracer.probes import program as uprobes
+        from ctracer.probes import uprobe
         methods = select_methods([m for m in found.methods if not m.is_tracepoint],
                                  request.functions, request.exclude)
         if not methods:
@@ -435,7 +434,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                                  "nothing to probe")
             raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
                                "(directly, through an alias or a holder): nothing to probe")
-        program = uprobes.build_program(methods, built.layout,
+        program = uprobe.build_program(methods, built.layout,
                                         filtered=request.follow_processes, ring_bytes=ring)
         extra = dict(traced="user")
     try:

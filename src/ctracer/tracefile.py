@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ctracer.errors import OutputError, TraceFileError
-from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype,
-                           event_size)
+from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, FunctionRow,  # noqa: F401
+                           Layout, event_dtype, event_size)
 from ctracer.files import create_private_file, keep_old, same_file
 
 SCHEMA_VERSION = 4
@@ -119,17 +119,6 @@ def _from_sql_u64(v: Optional[int]) -> Optional[int]:
     if v is None:
         return None
     return v + _U64 if v < 0 else v
-
-
-@dataclass(frozen=True)
-class FunctionRow:
-    id: int
-    name: str
-    unit: str = ""
-    reach: str = "direct"  # direct | alias | holder | double_pointer | returns | tracepoint
-    via: str = ""          # e.g. "struct inet_sock", "socket->sk", "param 2"
-    address: Optional[int] = None
-    attached: str = ""     # "entry,exit", or why not
 
 
 @dataclass(frozen=True)

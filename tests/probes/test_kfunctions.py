@@ -20,7 +20,7 @@ from ctracer.plan import attach, discovery, mini
 from ctracer.plan.attach import KernelFacts, Mechanism
 from ctracer.probes import kfunctions
 from ctracer.probes.kernel import build_kernel_program
-from ctracer.probes.program import ARCHES
+from ctracer.probes.uprobe import ARCHES
 from ctracer.report.values import ValueFormatter
 
 X86 = ARCHES["x86_64"]

@@ -20,7 +20,7 @@ from cbuild import Build, compile_c
 from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import mini
-from ctracer.probes import program as probes
+from ctracer.probes import uprobe
 from ctracer.collectors import registry
 from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.plan.discovery import Method
@@ -28,7 +28,7 @@ from ctracer.event import c_event_definition, event_size
 from ctracer.probes import ctext
 from ctracer.debuginfo.model import FunctionInfo, Parameter, ShapeKind, TypeShape
 
-X86 = probes.ARCHES["x86_64"]
+X86 = uprobe.ARCHES["x86_64"]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def sample():
 
 def test_one_entry_and_one_exit_probe_per_function(sample):
     methods, built = sample
-    program = probes.build_program(methods, built.layout, arch=X86)
+    program = uprobe.build_program(methods, built.layout, arch=X86)
     keys = {m.key for m in methods if m.probeable}
     assert {f.key for f in program.functions} == keys
     entries = re.findall(r"^int (ctracer_entry_\d+)\(struct pt_regs \*ctx\)$", program.text, re.M)
@@ -57,7 +57,7 @@ def test_one_entry_and_one_exit_probe_per_function(sample):
 
 def test_rows_are_methods_in_slot_order(sample):
     methods, built = sample
-    program = probes.build_program(methods, built.layout, arch=X86)
+    program = uprobe.build_program(methods, built.layout, arch=X86)
     assert len(program.rows) == len(methods)
     assert [r.id for r in program.rows] == list(range(1, len(methods) + 1))
     by_name = {f.name: f for f in program.functions}
@@ -79,13 +79,13 @@ def test_rows_are_methods_in_slot_order(sample):
 
 def test_filter_and_fork_following_only_when_asked(sample):
     methods, built = sample
-    everyone = probes.build_program(methods, built.layout, arch=X86)
-    one = probes.build_program(methods, built.layout, arch=X86, filtered=True)
+    everyone = uprobe.build_program(methods, built.layout, arch=X86)
+    one = uprobe.build_program(methods, built.layout, arch=X86, filtered=True)
     assert "#define CTRACER_FILTER 0" in everyone.text and "sched_process_fork" not in everyone.text
     assert "#define CTRACER_FILTER 1" in one.text and "sched_process_fork" in one.text
     assert "BPF_RINGBUF_OUTPUT(ctracer_events, 4096);" in one.text
-    kernel = probes.build_program(methods, built.layout, arch=X86,
-                                  reader=probes.ObjectReader("kernel"))
+    kernel = uprobe.build_program(methods, built.layout, arch=X86,
+                                  reader=uprobe.ObjectReader("kernel"))
     assert "bpf_probe_read_kernel(buf->b" in kernel.text
     assert "bpf_probe_read_user" not in kernel.text
 
@@ -102,13 +102,13 @@ BY_VALUE = TypeShape(ShapeKind.STRUCT, "pair", 0, text="struct pair")
 
 
 def test_argument_locations():
-    assert probes.argument_expr(_function("f", INT, SOCK_P), 1, X86)[0] == "PT_REGS_PARM2(ctx)"
+    assert uprobe.argument_expr(_function("f", INT, SOCK_P), 1, X86)[0] == "PT_REGS_PARM2(ctx)"
     # floating point arguments travel in vector registers
-    assert probes.argument_expr(_function("f", DOUBLE, SOCK_P), 1, X86)[0] == "PT_REGS_PARM1(ctx)"
+    assert uprobe.argument_expr(_function("f", DOUBLE, SOCK_P), 1, X86)[0] == "PT_REGS_PARM1(ctx)"
     # the 8th integer argument is the second one on the stack, above the return address
     f = _function("f", *([INT] * 7), SOCK_P)
-    assert probes.argument_expr(f, 7, X86)[0] == "ctracer_stack_arg(ctx, 16)"
-    where, why = probes.argument_expr(_function("f", BY_VALUE, SOCK_P), 1, X86)
+    assert uprobe.argument_expr(f, 7, X86)[0] == "ctracer_stack_arg(ctx, 16)"
+    where, why = uprobe.argument_expr(_function("f", BY_VALUE, SOCK_P), 1, X86)
     assert where is None and "by value" in why
 
 
@@ -117,14 +117,14 @@ def test_argument_locations():
     ("unsigned char", "u8"), ("_Bool", "u8"), ("long long unsigned int", "u64"),
     ("double", None), ("float", None), ("__int128", None)])
 def test_return_value_types(name, ctype):
-    assert probes.return_ctype(TypeShape(ShapeKind.BASE, name)) == ctype
+    assert uprobe.return_ctype(TypeShape(ShapeKind.BASE, name)) == ctype
 
 
 def test_function_names_never_reach_the_c_text(sample):
     _, built = sample
     evil = _function("x */ system(\"rm\"); /*", SOCK_P)
     m = Method(evil, "direct", "struct sock", 0, "p0", "struct sock *")
-    program = probes.build_program([m], built.layout, arch=X86)
+    program = uprobe.build_program([m], built.layout, arch=X86)
     assert "system" not in program.text
     assert "/* ?: entry */" in program.text
     assert program.rows[0].name == evil.name  # kept as data for the trace file
@@ -138,7 +138,7 @@ def test_unprobeable_methods_become_rows_that_say_why(sample):
                not_probeable="inline only (no out-of-line copy)")
     by_value = Method(_function("later", BY_VALUE, SOCK_P), "direct", "struct sock", 1, "p1",
                       "struct sock *")
-    program = probes.build_program([m, by_value], built.layout, arch=X86)
+    program = uprobe.build_program([m, by_value], built.layout, arch=X86)
     assert program.functions == ()
     assert [r.attached.split(":")[0] for r in program.rows] == ["skipped", "skipped"]
     assert "inline only" in program.rows[0].attached
@@ -222,7 +222,7 @@ def test_print_bpf_needs_no_root(sample, tmp_path):
     os.chmod(tmp_path, 0o777)
     r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == probes.build_program(methods, built.layout).text
+    assert r.stdout == uprobe.build_program(methods, built.layout).text
 
 
 def test_exclude_fields_leaves_them_out_of_the_program(sample, tmp_path):
@@ -247,7 +247,7 @@ def test_events_are_submitted_without_waking_the_reader_but_once_per_batch(sampl
     probe; every event goes through ``ctracer_submit``, which wakes the reader once per
     `wake_every` events of a CPU."""
     methods, built = sample
-    text = probes.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20).text
+    text = uprobe.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20).text
     assert _submits(text) == ["flags"]  # the one submit, in ctracer_submit
     body = text.split("void ctracer_submit(")[1].split("\n}\n")[0]
     assert "flags = CTRACER_RB_NO_WAKEUP" in body and "flags = CTRACER_RB_FORCE_WAKEUP" in body

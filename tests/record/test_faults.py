@@ -239,12 +239,12 @@ def test_a_probe_the_verifier_rejects_is_listed_and_the_others_go_on():
 
     from ctracer.debuginfo.dwarf import reader as dwarf
     from ctracer.plan import discovery, mini
-    from ctracer.probes import program as probes
+    from ctracer.probes import uprobe
     from ctracer.record import bpf_runtime
 
     types = dwarf.open_elf_types(gt.SOCKDEMO)
     found = discovery.discover(types.catalog(), "sock")
-    program = probes.build_program(found.methods,
+    program = uprobe.build_program(found.methods,
                                    mini.build_mini(types.find_struct("sock")).layout)
     victim = program.functions[0]
     head = f"int {victim.entry_probe}(struct pt_regs *ctx)\n{{\n"

@@ -345,10 +345,10 @@ def test_a_probe_that_cannot_attach_is_recorded_and_the_others_go_on():
     from ctracer.plan import discovery
     from ctracer.debuginfo.dwarf import reader as dwarf
     from ctracer.plan import mini
-    from ctracer.probes import program as probes
+    from ctracer.probes import uprobe
     types = dwarf.open_elf_types(gt.SOCKDEMO)
     found = discovery.discover(types.catalog(), "sock")
-    program = probes.build_program(found.methods, mini.build_mini(types.find_struct("sock")).layout)
+    program = uprobe.build_program(found.methods, mini.build_mini(types.find_struct("sock")).layout)
     broken = dataclasses.replace(program.functions[0], address=0x7ffffff0)  # in no segment
     program = dataclasses.replace(program, functions=(broken,) + program.functions[1:])
     session = bpf_runtime.ProbeSession(program, gt.SOCKDEMO, lambda raw: None)
@@ -373,12 +373,12 @@ def test_events_submitted_without_a_wake_up_are_delivered_by_the_next_poll(tmp_p
     from ctracer.plan import discovery
     from ctracer.debuginfo.dwarf import reader as dwarf
     from ctracer.plan import mini
-    from ctracer.probes import ctext, program as probes
+    from ctracer.probes import ctext, uprobe
     from ctracer.event import HEADER, event_size
     types = dwarf.open_elf_types(gt.SOCKDEMO)
     found = discovery.discover(types.catalog(), "sock")
     layout = mini.build_mini(types.find_struct("sock")).layout
-    program = probes.build_program(found.methods, layout, filtered=True)
+    program = uprobe.build_program(found.methods, layout, filtered=True)
     log = tmp_path / "truth.log"
     os.environ[gt.LOG_ENV] = str(log)
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from ctracer.debuginfo.graph import TypeGraph
+    from ctracer.debuginfo.graph import EnumType, TypeGraph
 
 
 # ---------------------------------------------------------------- catalog
@@ -236,4 +236,11 @@ class TypeModel(Protocol):
         """The full definition of a named struct/union and every type it reaches.
 
         Raises `ctracer.errors.UnknownType` (with close names) when there is none."""
+        ...
+
+    def find_enum(self, name: Optional[str] = None,
+                  enumerator: Optional[str] = None) -> Optional[EnumType]:
+        """The first complete enum named ``name`` (C's ``enum name``), or declaring
+        ``enumerator``; None when there is none, or the source does not look enums up
+        (DWARF: only the kernel's BTF names values by enum)."""
         ...

@@ -1,4 +1,4 @@
-"""C text shared by the probe programs (`ctracer.probes.program` for user space,
+"""C text shared by the probe programs (`ctracer.probes.uprobe` for user space,
 `ctracer.probes.tracepoint` for the kernel): a line collector, the object-path steps,
 the snapshot function that copies the mini fields out of an object, and the fork
 following that keeps a process filter on a process tree.  Every piece is built from
@@ -106,6 +106,37 @@ static __always_inline void ctracer_submit(struct ctracer_event *e)
 	ctracer_events.ringbuf_submit(e, flags);
 }
 """
+
+
+#: default ring buffer size (bytes, a power of two multiple of the page size)
+RING_BYTES = 16 << 20
+
+
+def check_ring_bytes(ring_bytes: int) -> int:
+    """``ring_bytes`` when the kernel takes it as a ring buffer's size (a power of two of
+    at least a page); ValueError otherwise."""
+    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
+        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    return ring_bytes
+
+
+_DEREF = """\
+static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
+{
+	u64 value = 0;
+
+	if (!addr || %s(&value, sizeof(value), (void *)(addr + offset)))
+		return 0;
+	return value;
+}
+"""
+
+
+def deref_function(read: str) -> str:
+    """``ctracer_deref(addr, offset)``: the u64 at ``addr + offset``, 0 when ``addr`` is
+    NULL or the read (with the helper or macro ``read``) fails; the step from a holder
+    to the object (``socket->sk``)."""
+    return _DEREF % read
 
 
 def ring_buffer_maps(ring_bytes: int) -> list[str]:

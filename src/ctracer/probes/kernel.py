@@ -17,21 +17,20 @@ from ctracer.event import Layout
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
 from ctracer.plan.lifetimes import LifetimeRule
-from ctracer.probes import kfunctions, tracepoint
+from ctracer.probes import ctext, kfunctions, tracepoint
 from ctracer.probes.arguments import Argument
 from ctracer.probes.kfunctions import KernelFunction
-from ctracer.probes.program import Arch, host_arch
+from ctracer.probes.uprobe import Arch, host_arch
 from ctracer.probes.tracepoint import Admission, ProbedTracepoint
-from ctracer.tracefile import FunctionRow
+from ctracer.event import FunctionRow
 
 #: default ring buffer size (bytes)
-RING_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
 class KernelProgram:
     """The generated C and what it probes (the kernel counterpart of
-    `ctracer.probes.program.ProbeProgram`)."""
+    `ctracer.probes.uprobe.UprobeProgram`)."""
 
     text: str
     mini: Layout
@@ -79,15 +78,14 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          entry_kind: Optional[str] = None,
                          admission: Admission = Admission(),
                          rules: Sequence[LifetimeRule] = (),
-                         ring_bytes: int = RING_BYTES,
+                         ring_bytes: int = ctext.RING_BYTES,
                          head: Optional[HeadRead] = None,
                          arch: Optional[Arch] = None,
                          format_fields: Optional[tracepoint.FormatFields] = None
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``."""
-    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
-        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    ctext.check_ring_bytes(ring_bytes)
     if admission.comm is not None:
         tracepoint.validate_comm(admission.comm)
     rows, tracepoints = tracepoint.plan_tracepoints(methods, catalog, rules, format_fields)

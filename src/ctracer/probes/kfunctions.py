@@ -48,8 +48,8 @@ from ctracer.plan.discovery import Method
 from ctracer.plan.lifetimes import FREE_LIKE, LOOKUP_LIKE
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
-from ctracer.probes.program import Arch, register_index
-from ctracer.tracefile import FunctionRow
+from ctracer.probes.uprobe import Arch, register_index
+from ctracer.event import FunctionRow
 
 #: slot counts the programs come in (a function uses the smallest that holds its ways)
 SLOT_COUNTS = (1, 2, 4, 8)

@@ -48,7 +48,7 @@ from ctracer.plan.heads import HeadRead
 from ctracer.plan.lifetimes import LifetimeRule
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
-from ctracer.tracefile import FunctionRow
+from ctracer.event import FunctionRow
 
 #: followed objects when no --max-objects bounds them
 OBJECT_CAPACITY = 65536
@@ -401,16 +401,6 @@ def _rule_c(rule: LifetimeRule, tp: ProbedTracepoint) -> str:
     return "0"
 
 
-_DEREF = """\
-static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
-{
-	u64 value = 0;
-
-	if (!addr || bpf_probe_read_kernel(&value, sizeof(value), (void *)(addr + offset)))
-		return 0;
-	return value;
-}
-"""
 
 
 def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
@@ -438,7 +428,7 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
         t("")
     t.block(ctext.snapshot_function(mini, KERNEL, head))
     t("")
-    t.block(_DEREF)
+    t.block(ctext.deref_function("bpf_probe_read_kernel"))
     if admission.selective:
         t("")
         t.block(_admit_function(admission, mini, head))

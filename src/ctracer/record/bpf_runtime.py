@@ -1,6 +1,6 @@
 """Running generated probes with bcc: the only module of ctracer that imports bcc.
 
-`ProbeSession` compiles a `ctracer.probes.program.ProbeProgram`, attaches its entry and exit
+`ProbeSession` compiles a `ctracer.probes.uprobe.UprobeProgram`, attaches its entry and exit
 probes to a binary (one function at a time: a function that fails, or whose probe the
 verifier rejects, is recorded and the others go on), follows process ids, hands the
 events to a callback (a batch at a time, back to back, read from the ring buffer's
@@ -44,8 +44,8 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
 from ctracer.event import event_size
-from ctracer.probes.program import ProbedFunction, ProbeProgram
-from ctracer.probes.kernel import KernelProgram
+from ctracer.probes import ProbeProgram
+from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
 from ctracer.probes.tracepoint import ProbedTracepoint
 from ctracer.record import ringbuf
 from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
@@ -223,7 +223,7 @@ def _first_error(text: str) -> str:
 class ProbeSession:
     """One compiled program and its attachments; use as a context manager."""
 
-    def __init__(self, program: Union[ProbeProgram, KernelProgram], binary: Optional[str],
+    def __init__(self, program: ProbeProgram, binary: Optional[str],
                  on_event: Callable[[bytes], None]):
         """``on_event`` receives one or more whole events, back to back."""
         self.program = program
@@ -553,7 +553,7 @@ def attach_summary(results: Sequence[AttachResult]) -> tuple[int, int]:
     return ok, len(results) - ok
 
 
-def row_attachments(program: ProbeProgram,
+def row_attachments(program: UprobeProgram,
                     results: Sequence[AttachResult]) -> dict[int, str]:
     """The ``attached`` text for every function-table row id."""
     out = {row.id: row.attached for row in program.rows}

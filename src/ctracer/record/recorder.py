@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
-from ctracer.probes.program import ProbeProgram
+from ctracer.probes import ProbeProgram
 from ctracer.tracefile import FunctionRow, TraceWriter
 
 

@@ -4,7 +4,7 @@ For kernel functions the plan's kprobe/kretprobe entries become the programs of
 `ctracer.probes.kfunctions` (an entry and an exit program per slot count, shared by
 every function: what a recording attaches);
 for a user-space binary its uprobe/uretprobe entries become the programs of
-`ctracer.probes.program`.  Both are kprobe-type programs, which a kernel loads (runs
+`ctracer.probes.uprobe`.  Both are kprobe-type programs, which a kernel loads (runs
 through its verifier) even when it cannot attach kprobes, so a plan this kernel cannot
 place is still checked program by program, each rejection with the verifier's message.
 
@@ -148,12 +148,12 @@ def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) ->
 
 
 def _verify_user(plan: ProbePlan, layout, binary: Optional[str], verdicts: Verdicts) -> None:
-    from ctracer.probes import program as probes
+    from ctracer.probes import uprobe
     from ctracer.record import bpf_runtime
 
     entries = plan.of_kind("uprobe")
     methods = [m for p in entries for m in p.methods]
-    program = probes.build_program(methods, layout)
+    program = uprobe.build_program(methods, layout)
     by_key = {f.key: f for f in program.functions}
     results = bpf_runtime.verify_programs(
         program.text, [n for f in program.functions for n in (f.entry_probe, f.exit_probe)],

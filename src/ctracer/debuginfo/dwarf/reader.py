@@ -155,6 +155,10 @@ class DwarfTypes:
 
     format = "dwarf"
 
+    def find_enum(self, name=None, enumerator=None):
+        """None: enum values are named from the kernel's BTF only (`TypeModel.find_enum`)."""
+        return None
+
     def __init__(self, path: str, headers: ElfHeaders, use_cache: bool = True):
         self.path = path
         self.description = f"DWARF of {path}"

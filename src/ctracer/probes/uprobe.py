@@ -1,7 +1,7 @@
 """The BPF program that traces a struct: generated C, from structured data only.
 
 `build_program(methods, mini)` turns the methods `ctracer.plan.discovery` found and the mini
-layout `ctracer.plan.mini` built into a `ProbeProgram`: the bcc C text, the functions to attach
+layout `ctracer.plan.mini` built into a `UprobeProgram`: the bcc C text, the functions to attach
 (one entry probe and one exit probe per function, attached by address so that static
 functions sharing a name stay distinct) and the rows of the trace file's function table
 (one per method, i.e. per way a function reaches an object; its id is the event's
@@ -58,12 +58,10 @@ from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
                            Layout, c_event_definition, event_size)
 from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
-from ctracer.tracefile import FunctionRow
+from ctracer.event import FunctionRow
 
 #: exits searched below the expected depth before an exit counts as unmatched
 MAX_SKIPPED_EXITS = 4
-#: default ring buffer size (bytes, a power of two multiple of the page size)
-RING_BYTES = 16 << 20
 
 _FLOAT_WORDS = {"float", "double", "_Float32", "_Float64", "_Float128", "_Complex"}
 
@@ -132,7 +130,7 @@ class ProbedFunction:
 
 
 @dataclass(frozen=True)
-class ProbeProgram:
+class UprobeProgram:
     """The generated C and what it probes."""
 
     text: str
@@ -243,15 +241,7 @@ static __always_inline int ctracer_wanted(u32 tgid)
 #endif
 }
 
-static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
-{
-	u64 value = 0;
-
-	if (!addr || CTRACER_READ(&value, sizeof(value), (void *)(addr + offset)))
-		return 0;
-	return value;
-}
-
+""" + ctext.deref_function("CTRACER_READ") + """
 static __always_inline u64 ctracer_stack_arg(struct pt_regs *ctx, u64 offset)
 {
 	u64 value = 0;
@@ -488,7 +478,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
 
 def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
                   reader: ObjectReader = USER, arch: Optional[Arch] = None,
-                  ring_bytes: int = RING_BYTES) -> ProbeProgram:
+                  ring_bytes: int = ctext.RING_BYTES) -> UprobeProgram:
     """The probes for ``methods`` recording ``mini``: `plan_uprobes`, then
     `emit_uprobe_c`.
 
@@ -496,9 +486,8 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
     children) instead of every process that runs the probed code.
     """
     arch = arch or host_arch()
-    if ring_bytes < 4096 or ring_bytes & (ring_bytes - 1):
-        raise ValueError("the ring buffer size must be a power of two of at least 4096")
+    ctext.check_ring_bytes(ring_bytes)
     plan = plan_uprobes(methods, arch)
     text = emit_uprobe_c(plan, mini, filtered=filtered, reader=reader, arch=arch,
                          ring_bytes=ring_bytes)
-    return ProbeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes)
+    return UprobeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes)
