@@ -620,6 +620,32 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def meta_json(meta: dict[str, str], key: str, path: str, default: Any = None) -> Any:
+    """The meta entry ``key`` decoded from JSON (``default`` when absent); a
+    `TraceFileError` when it is not JSON (the trace at ``path`` is damaged)."""
+    v = meta.get(key)
+    if v is None:
+        return default
+    try:
+        return json.loads(v)
+    except ValueError:  # found by tests/test_tracefile_fuzz.py
+        raise TraceFileError(f"{path} is damaged: its meta entry {key!r} is not "
+                             "JSON") from None
+
+
+def meta_text(meta: dict[str, str], key: str) -> str:
+    """The meta entry ``key`` as text: a JSON string decoded, anything else as written
+    ("" when absent)."""
+    v = meta.get(key)
+    if v is None:
+        return ""
+    try:
+        d = json.loads(v)
+    except ValueError:
+        return v
+    return d if isinstance(d, str) else v
+
+
 def decoding_progress(stream=None) -> Optional[Callable[[int], None]]:
     """For `Trace`'s ``progress`` in a command: a line redrawn on a terminal while the
     raw events a recorder left are decoded (None when ``stream`` is not a terminal)."""
@@ -809,14 +835,7 @@ class Trace:
         return self.meta.get("struct_kind", "struct")
 
     def meta_json(self, key: str, default: Any = None) -> Any:
-        v = self.meta.get(key)
-        if v is None:
-            return default
-        try:
-            return json.loads(v)
-        except ValueError:  # found by tests/test_tracefile_fuzz.py
-            raise TraceFileError(f"{self.path} is damaged: its meta entry {key!r} is not "
-                                 "JSON") from None
+        return meta_json(self.meta, key, self.path, default)
 
     def _span(self) -> tuple[int, Optional[int], Optional[int]]:
         try:

@@ -21,15 +21,13 @@ per change: per-object and per-event questions are answered from the arrays.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ctracer.errors import TraceFileError
 from ctracer.event import Layout, array_value
-from ctracer.tracefile import FunctionRow
+from ctracer.tracefile import FunctionRow, meta_json, meta_text
 
 #: Changes.cause values, and how they are spelled
 CAUSE_DURING = "during"    # seen at the exit of the function: it (or untraced code it ran) did it
@@ -352,26 +350,12 @@ class Analysis:
     has_snapshot: Optional[np.ndarray] = None
 
     def meta_json(self, key: str, default: Any = None) -> Any:
-        """A meta entry decoded from JSON (`ctracer.tracefile.Trace.meta_json`)."""
-        v = self.meta.get(key)
-        if v is None:
-            return default
-        try:
-            return json.loads(v)
-        except ValueError:
-            raise TraceFileError(f"{self.trace_path} is damaged: its meta entry {key!r} "
-                                 "is not JSON") from None
+        """A meta entry decoded from JSON (`ctracer.tracefile.meta_json`)."""
+        return meta_json(self.meta, key, self.trace_path, default)
 
     def meta_text(self, key: str) -> str:
-        """A meta entry as text: JSON strings decoded, anything else as written."""
-        v = self.meta.get(key)
-        if v is None:
-            return ""
-        try:
-            d = json.loads(v)
-        except ValueError:
-            return v
-        return d if isinstance(d, str) else v
+        """A meta entry as text (`ctracer.tracefile.meta_text`)."""
+        return meta_text(self.meta, key)
 
     def function_name(self, fid: int) -> str:
         return self.function_names.get(fid, f"function#{fid}")

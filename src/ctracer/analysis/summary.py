@@ -7,21 +7,13 @@ import json
 
 from ctracer.analysis.functions import attached_fully
 from ctracer.analysis.model import TraceSummary
-from ctracer.tracefile import Trace
+from ctracer.tracefile import Trace, meta_text
 
 
 def trace_summary(trace: Trace, events: int) -> TraceSummary:
     def text(key: str) -> str:
-        v = trace.meta.get(key)
-        if v is None:
-            return ""
-        try:
-            decoded = json.loads(v)
-        except ValueError:
-            return v
-        if decoded is None:
-            return ""
-        return decoded if isinstance(decoded, str) else v
+        shown = meta_text(trace.meta, key)
+        return "" if shown.strip() == "null" and trace.meta[key] == shown else shown
 
     def words(key: str) -> list[str]:
         v = trace.meta.get(key)
