@@ -877,48 +877,54 @@ class Trace:
         names = ("seq", "ts_ns", "cpu", "pid", "tid", "function_id", "phase", "object",
                  "retval", "has_retval", "flags", "has_snapshot", "depth")
         types = (np.int64, np.int64, np.uint32, np.uint32, np.uint32, np.int32, np.uint8,
-                 np.int64, np.int64, bool, np.uint8, bool, np.int64)
-        parts: dict[str, list] = {n: [] for n in names + ("comm", "args", "snapshots")}
+                 np.int64, np.int64, bool, np.uint8, bool, np.uint32)
+        n = self._span()[0]
+        # each column allocated once and filled in place: a copy of ten million
+        # events' columns is a gigabyte
+        out: dict[str, Any] = {name: np.zeros(n, kind) for name, kind in zip(names, types)}
+        out["comm"] = np.zeros(n, np.int32)
+        out["args"] = np.zeros(n, np.int32)
+        out["snapshots"] = np.zeros((n, size), np.uint8)
         comms: dict[str, int] = {}
         texts: dict[Optional[str], int] = {None: -1}
+        at = 0
+
+        def put(name: str, values: Any) -> None:
+            out[name][at:at + len(values)] = values
+
         try:
             cursor = self.db.execute(sql)
             while True:
                 rows = cursor.fetchmany(chunk)
-                if not rows:
+                if not rows or at + len(rows) > n:
                     break
                 cols = list(zip(*rows))
                 for k, (name, kind) in enumerate(zip(names, types)):
-                    parts[name].append(np.array(cols[k], dtype=kind))
-                parts["comm"].append(np.array([comms.setdefault(c or "", len(comms))
-                                               for c in cols[13]], np.int32))
-                parts["args"].append(np.array([texts.setdefault(a, len(texts) - 1)
-                                               for a in cols[14]], np.int32))
-                parts["snapshots"].append(np.frombuffer(b"".join(cols[15]), np.uint8)
-                                          .reshape(len(rows), size))
+                    put(name, np.array(cols[k], dtype=kind))
+                put("comm", [comms.setdefault(c or "", len(comms)) for c in cols[13]])
+                put("args", [texts.setdefault(a, len(texts) - 1) for a in cols[14]])
+                put("snapshots", np.frombuffer(b"".join(cols[15]), np.uint8)
+                    .reshape(len(rows), size))
+                at += len(rows)
             seq = self.db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
             for (raw,) in (self.db.execute("SELECT raw FROM spool ORDER BY seq")
                            if _spooled(self.db) else ()):
                 batch = self._decoder.columns(raw, seq + 1)
+                if at + len(batch["seq"]) > n:
+                    break
                 seq += len(batch["seq"])
                 for name in names + ("snapshots",):
-                    parts[name].append(batch[name])
+                    put(name, batch[name])
                 comm_of = np.array([comms.setdefault(c, len(comms))
                                     for c in batch["comm_texts"]], np.int32)
-                parts["comm"].append(comm_of[batch["comm"]] if len(comm_of)
-                                     else np.zeros(0, np.int32))
-                parts["args"].append(np.array([texts.setdefault(a, len(texts) - 1)
-                                               for a in batch["args_texts"]], np.int32))
+                put("comm", comm_of[batch["comm"]] if len(comm_of) else [])
+                put("args", [texts.setdefault(a, len(texts) - 1) for a in batch["args_texts"]])
+                at += len(batch["seq"])
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
-        out: dict[str, Any] = {}
-        for name, kind in zip(names, types):
-            out[name] = np.concatenate(parts[name]) if parts[name] else np.zeros(0, kind)
+        if at < n:  # the file changed under us (a live recording): what was read
+            out = {name: column[:at] for name, column in out.items()}
         out["object"] = out["object"].view(np.uint64)
-        out["comm"] = np.concatenate(parts["comm"]) if parts["comm"] else np.zeros(0, np.int32)
-        out["args"] = np.concatenate(parts["args"]) if parts["args"] else np.zeros(0, np.int32)
-        out["snapshots"] = (np.concatenate(parts["snapshots"]) if parts["snapshots"]
-                            else np.zeros((0, size), np.uint8))
         order = np.lexsort((out["seq"], out["ts_ns"]))
         if (np.diff(order) < 0).any():
             for name in names + ("object", "comm", "args", "snapshots"):

@@ -79,7 +79,8 @@ class _Frame:
     def __init__(self, fid: int, ts: int, index: int, depth: int, caller: int, number: int):
         self.id, self.function_id, self.ts_ns, self.index = number, fid, ts, index
         self.depth, self.caller = depth, caller
-        self.entries: dict[int, int] = {}   # slot -> entry event index
+        #: slot -> (entry event index, its time, its address)
+        self.entries: dict[int, tuple[int, int, int]] = {}
         self.exits: dict[int, int] = {}
 
 
@@ -113,6 +114,11 @@ class Pairing:
     identity_rule: str = ""
 
 
+#: events the pairing turns into Python lists at a time (ten million at once would be
+#: gigabytes of Python ints)
+PAIRING_CHUNK = 1 << 18
+
+
 def pair_calls(read: Read, fns: FunctionTable, say: Callable[[str], None] = lambda _m: None,
                identities: Optional[dict[int, tuple]] = None,
                identity_rule: str = "", args: Optional[Callable[[int], Optional[dict]]] = None
@@ -121,143 +127,187 @@ def pair_calls(read: Read, fns: FunctionTable, say: Callable[[str], None] = lamb
     it), giving depths, durations and callers; resolve objects known only at exit; find
     where reused addresses start new lifetimes (``identities``: see `head_identities`;
     ``args(i)``: event ``i``'s tracepoint arguments)."""
-    c = read.columns
+    pairer = _Pairer(read, fns, identities or {}, identity_rule, args or (lambda _i: None))
     n = len(read)
-    tids, fns_, slots = c["tid"].tolist(), read.function.tolist(), read.slot.tolist()
-    phases, flags_, ts_ = c["phase"].tolist(), c["flags"].tolist(), c["ts_ns"].tolist()
-    address = c["object"].tolist()
-    retvals = [r if h else None for r, h in zip(c["retval"].tolist(), c["has_retval"].tolist())]
-    args = args or (lambda _i: None)
-    identities = identities or {}
-    depth, caller = [0] * n, [-1] * n
-    duration, matched, frame_of = [NO_DURATION] * n, [True] * n, [-1] * n
-    frame_fn: list[int] = []
-    frame_ts: list[int] = []
-    threads: dict[int, _Thread] = {}
-    lifetimes = Lifetimes()
-    lifetime_at: dict[int, int] = {}
-    stored: dict[int, Any] = {}       # address -> the value its last announcing hit stored
-    identity_of: dict[int, tuple] = {}
-    identity_split = False
-    unmatched = 0
-    name = fns.name
-    rules, held, announced = fns.rules, fns.held, fns.announced
-    creators, free_like, alloc_like, use_names = fns.creators, fns.free_like, \
-        fns.alloc_like, fns.use_names
-    for index in range(n):
-        tid, fid, slot, phase = tids[index], fns_[index], slots[index], phases[index]
-        th = threads.get(tid)
-        if th is None:
-            th = threads[tid] = _Thread()
-        stack = th.stack
-        if phase == PHASE_ENTRY:
-            frame = th.last_entry
-            if not (frame is not None and stack and stack[-1] is frame
-                    and frame.function_id == fid and slot not in frame.entries):
-                frame = _Frame(fid, ts_[index], index, len(stack),
-                               stack[-1].function_id if stack else -1, len(frame_fn))
-                frame_fn.append(fid)
-                frame_ts.append(ts_[index])
-                stack.append(frame)
-            frame.entries[slot] = index
-            frame_of[index] = frame.id
-            depth[index], caller[index] = frame.depth, frame.caller
-            th.last_entry, th.last_exit = frame, None
-            a = address[index]
-            if a:
-                if rules:
-                    lifetimes.seen_again(a, index)
-                lifetimes.seen(a, index, name(fid))
-                if use_names and slot in alloc_like:
-                    lifetimes.maybe_reallocated(a, index, name(fid))
-        elif phase == PHASE_TRACEPOINT:
-            depth[index] = len(stack)
-            caller[index] = stack[-1].function_id if stack else -1
-            a = address[index]
-            if not a:
-                continue
-            if slot not in held:
-                # a hit through a holder after the object's end (a buffer freed after
-                # its socket, still pointing to it) is the ended object's: the next
-                # direct hit starts the new one
-                lifetimes.seen_again(a, index)
-            lifetimes.seen(a, index, name(fid))
-            store = announced.get(slot)
-            if store is not None and store.before:
-                hit = args(index) or {}
-                last, before = stored.get(a), hit.get(store.before)
-                if last is not None and before is not None and before != last:
-                    lifetimes.rule_starts(a, index, store.continuity_text)
-                if hit.get(store.argument) is not None:
-                    stored[a] = hit[store.argument]
-            identity = identities.get(index) if identities else None
-            if identity is not None:
-                last = identity_of.get(a)
-                identity_of[a] = identity
-                if last is not None and last != identity:
-                    lifetimes.rule_starts(a, index, identity_rule)
-                    identity_split = True
-            for rule in rules.get(slot, ()):
-                arg = rule.get("arg")
-                if arg is not None and (args(index) or {}).get(arg) != rule.get("equals"):
+    for start in range(0, n, PAIRING_CHUNK):
+        pairer.chunk(start, min(n, start + PAIRING_CHUNK))
+        if start:
+            say(f"paired {start} events")
+    return pairer.result()
+
+
+class _Pairer:
+    """The pairing's state across chunks of events: each thread's stack, lifetimes."""
+
+    def __init__(self, read: Read, fns: FunctionTable, identities: dict[int, tuple],
+                 identity_rule: str, args: Callable[[int], Optional[dict]]):
+        self.read, self.fns, self.args = read, fns, args
+        self.identities, self.identity_rule = identities, identity_rule
+        n = len(read)
+        self.address = read.columns["object"].copy()
+        self.depth = np.zeros(n, np.int32)
+        self.caller = np.full(n, -1, np.int32)
+        self.duration = np.full(n, NO_DURATION, np.int64)
+        self.matched = np.ones(n, bool)
+        self.frame = np.full(n, -1, np.int64)
+        self.frame_fn: list[int] = []
+        self.frame_ts: list[int] = []
+        self.threads: dict[int, _Thread] = {}
+        self.lifetimes = Lifetimes()
+        self.lifetime_at: dict[int, int] = {}
+        self.resolved: dict[int, int] = {}  # entry index -> the address its exit found
+        self.stored: dict[int, Any] = {}    # address -> the value its last announcing hit stored
+        self.identity_of: dict[int, tuple] = {}
+        self.identity_split = False
+        self.unmatched = 0
+
+    def result(self) -> Pairing:
+        for entry, a in self.resolved.items():
+            self.address[entry] = a
+        return Pairing(self.address, self.depth, self.caller, self.duration, self.matched,
+                       self.frame, np.array(self.frame_fn, np.int32),
+                       np.array(self.frame_ts, np.int64), self.lifetimes, self.lifetime_at,
+                       self.unmatched, self.identity_rule if self.identity_split else "")
+
+    def chunk(self, lo: int, hi: int) -> None:
+        c, read = self.read.columns, self.read
+        tids, fns_, slots = (c["tid"][lo:hi].tolist(), read.function[lo:hi].tolist(),
+                             read.slot[lo:hi].tolist())
+        phases, flags_, ts_ = (c["phase"][lo:hi].tolist(), c["flags"][lo:hi].tolist(),
+                               c["ts_ns"][lo:hi].tolist())
+        address = self.address[lo:hi].tolist()
+        retvals = [r if h else None for r, h in zip(c["retval"][lo:hi].tolist(),
+                                                    c["has_retval"][lo:hi].tolist())]
+        m = hi - lo
+        depth, caller = [0] * m, [-1] * m
+        duration, matched, frame_of = [NO_DURATION] * m, [True] * m, [-1] * m
+        frame_fn, frame_ts = self.frame_fn, self.frame_ts
+        threads, lifetimes, resolved = self.threads, self.lifetimes, self.resolved
+        fns = self.fns
+        name = fns.name
+        rules, held, announced = fns.rules, fns.held, fns.announced
+        creators, free_like, alloc_like, use_names = fns.creators, fns.free_like, \
+            fns.alloc_like, fns.use_names
+        for k in range(m):
+            index = lo + k
+            tid, fid, slot, phase = tids[k], fns_[k], slots[k], phases[k]
+            th = threads.get(tid)
+            if th is None:
+                th = threads[tid] = _Thread()
+            stack = th.stack
+            a = address[k]
+            if phase == PHASE_ENTRY:
+                frame = th.last_entry
+                if not (frame is not None and stack and stack[-1] is frame
+                        and frame.function_id == fid and slot not in frame.entries):
+                    frame = _Frame(fid, ts_[k], index, len(stack),
+                                   stack[-1].function_id if stack else -1, len(frame_fn))
+                    frame_fn.append(fid)
+                    frame_ts.append(ts_[k])
+                    stack.append(frame)
+                frame.entries[slot] = (index, ts_[k], a)
+                frame_of[k] = frame.id
+                depth[k], caller[k] = frame.depth, frame.caller
+                th.last_entry, th.last_exit = frame, None
+                if a:
+                    if rules:
+                        lifetimes.seen_again(a, index)
+                    lifetimes.seen(a, index, name(fid))
+                    if use_names and slot in alloc_like:
+                        lifetimes.maybe_reallocated(a, index, name(fid))
+            elif phase == PHASE_TRACEPOINT:
+                depth[k] = len(stack)
+                caller[k] = stack[-1].function_id if stack else -1
+                if a:
+                    self.point(a, index, fid, slot, held, announced, rules)
+            else:
+                frame = None
+                if not flags_[k] & FLAG_NO_ENTRY:
+                    last = th.last_exit
+                    if (last is not None and last.function_id == fid and slot in last.entries
+                            and slot not in last.exits):
+                        frame = last  # the next slot of the call that just returned
+                    else:
+                        for i in range(len(stack) - 1, -1, -1):
+                            if stack[i].function_id == fid:
+                                frame = stack[i]
+                                del stack[i:]  # frames above it lost their exits
+                                break
+                th.last_entry, th.last_exit = None, frame
+                if frame is None:
+                    matched[k] = False
+                    depth[k] = len(stack)
+                    self.unmatched += 1
+                    if a:
+                        lifetimes.seen(a, index, name(fid))
                     continue
-                why = rule.get("rule") or f"{rule.get('function')} {rule.get('effect')} a lifetime"
-                if rule.get("effect") == "starts":
-                    lifetimes.rule_starts(a, index, why)
-                elif rule.get("effect") == "ends":
-                    lifetimes.rule_ends(a, why)
-        else:
-            frame = None
-            if not flags_[index] & FLAG_NO_ENTRY:
-                last = th.last_exit
-                if (last is not None and last.function_id == fid and slot in last.entries
-                        and slot not in last.exits):
-                    frame = last  # the next slot of the call that just returned
-                else:
-                    for i in range(len(stack) - 1, -1, -1):
-                        if stack[i].function_id == fid:
-                            frame = stack[i]
-                            del stack[i:]  # frames above it lost their exits
-                            break
-            th.last_entry, th.last_exit = None, frame
-            a = address[index]
-            if frame is None:
-                matched[index] = False
-                depth[index] = len(stack)
-                unmatched += 1
+                frame.exits[slot] = index
+                frame_of[k] = frame.id
+                depth[k] = frame.depth
+                entry = frame.entries.get(slot)
+                duration[k] = ts_[k] - (entry[1] if entry is not None else frame.ts_ns)
+                retval = retvals[k]
+                creates = slot in creators and retval is not None and _is_pointer(retval)
+                if not a and entry is not None:
+                    a = entry[2]
+                if not a and creates:
+                    a = retval & _U64_MASK
+                address[k] = a
+                if entry is not None and not entry[2] and a:
+                    resolved[entry[0]] = a
+                    frame.entries[slot] = (entry[0], entry[1], a)
+                    self.lifetime_at[entry[0]] = index
                 if a:
                     lifetimes.seen(a, index, name(fid))
+                if creates:
+                    returned = retval & _U64_MASK
+                    lifetimes.seen(returned, frame.index, name(fid))
+                    lifetimes.returned(returned, frame.index, name(fid))
+                if use_names and a and slot in free_like:
+                    lifetimes.freed(a, name(fid))
+        self.address[lo:hi] = address
+        self.depth[lo:hi] = depth
+        self.caller[lo:hi] = caller
+        self.duration[lo:hi] = duration
+        self.matched[lo:hi] = matched
+        self.frame[lo:hi] = frame_of
+
+    def point(self, a: int, index: int, fid: int, slot: int, held: set, announced: dict,
+              rules: dict) -> None:
+        """A tracepoint hit on address ``a``: no pair, inside whatever traced call runs on
+        the thread; the trace's lifetime rules for this tracepoint start or end
+        lifetimes here."""
+        lifetimes, args = self.lifetimes, self.args
+        if slot not in held:
+            # a hit through a holder after the object's end (a buffer freed after its
+            # socket, still pointing to it) is the ended object's: the next direct hit
+            # starts the new one
+            lifetimes.seen_again(a, index)
+        lifetimes.seen(a, index, self.fns.name(fid))
+        store = announced.get(slot)
+        if store is not None and store.before:
+            hit = args(index) or {}
+            last, before = self.stored.get(a), hit.get(store.before)
+            if last is not None and before is not None and before != last:
+                lifetimes.rule_starts(a, index, store.continuity_text)
+            if hit.get(store.argument) is not None:
+                self.stored[a] = hit[store.argument]
+        identity = self.identities.get(index) if self.identities else None
+        if identity is not None:
+            last = self.identity_of.get(a)
+            self.identity_of[a] = identity
+            if last is not None and last != identity:
+                lifetimes.rule_starts(a, index, self.identity_rule)
+                self.identity_split = True
+        for rule in rules.get(slot, ()):
+            arg = rule.get("arg")
+            if arg is not None and (args(index) or {}).get(arg) != rule.get("equals"):
                 continue
-            frame.exits[slot] = index
-            frame_of[index] = frame.id
-            depth[index] = frame.depth
-            entry = frame.entries.get(slot)
-            duration[index] = ts_[index] - (ts_[entry] if entry is not None else frame.ts_ns)
-            retval = retvals[index]
-            creates = slot in creators and retval is not None and _is_pointer(retval)
-            if not a and entry is not None:
-                a = address[entry]
-            if not a and creates:
-                a = retval & _U64_MASK
-            address[index] = a
-            if entry is not None and not address[entry] and a:
-                address[entry] = a
-                lifetime_at[entry] = index
-            if a:
-                lifetimes.seen(a, index, name(fid))
-            if creates:
-                returned = retval & _U64_MASK
-                lifetimes.seen(returned, frame.index, name(fid))
-                lifetimes.returned(returned, frame.index, name(fid))
-            if use_names and a and slot in free_like:
-                lifetimes.freed(a, name(fid))
-        if index and index % 100_000 == 0:
-            say(f"paired {index} events")
-    return Pairing(np.array(address, np.uint64), np.array(depth, np.int32),
-                   np.array(caller, np.int32), np.array(duration, np.int64),
-                   np.array(matched, bool), np.array(frame_of, np.int64),
-                   np.array(frame_fn, np.int32), np.array(frame_ts, np.int64),
-                   lifetimes, lifetime_at, unmatched, identity_rule if identity_split else "")
+            why = rule.get("rule") or f"{rule.get('function')} {rule.get('effect')} a lifetime"
+            if rule.get("effect") == "starts":
+                lifetimes.rule_starts(a, index, why)
+            elif rule.get("effect") == "ends":
+                lifetimes.rule_ends(a, why)
 
 
 def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
