@@ -66,14 +66,19 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
     calls = passes.count_calls(read, pairing, fns)
     placed = passes.assign_objects(pairing, calls.duplicate)
     keep = placed.keep
+    every = len(keep) == len(read)
+
+    def kept(column: Any) -> Any:
+        return column if every else column[keep]  # no copy when no event was dropped
+
     events = Events(
-        seq=c["seq"][keep], ts_ns=c["ts_ns"][keep], cpu=c["cpu"][keep], pid=c["pid"][keep],
-        tid=c["tid"][keep], comm=c["comm"][keep], slot=read.slot[keep],
-        function=read.function[keep], phase=c["phase"][keep], flags=c["flags"][keep],
-        address=pairing.address[keep], retval=c["retval"][keep],
-        has_retval=c["has_retval"][keep], args=c["args"][keep],
-        depth=pairing.depth[keep], caller=pairing.caller[keep],
-        duration_ns=pairing.duration_ns[keep], matched=pairing.matched[keep],
+        seq=kept(c["seq"]), ts_ns=kept(c["ts_ns"]), cpu=kept(c["cpu"]), pid=kept(c["pid"]),
+        tid=kept(c["tid"]), comm=kept(c["comm"]), slot=kept(read.slot),
+        function=kept(read.function), phase=kept(c["phase"]), flags=kept(c["flags"]),
+        address=kept(pairing.address), retval=kept(c["retval"]),
+        has_retval=kept(c["has_retval"]), args=kept(c["args"]),
+        depth=kept(pairing.depth), caller=kept(pairing.caller),
+        duration_ns=kept(pairing.duration_ns), matched=kept(pairing.matched),
         object=placed.object, object_depth=np.zeros(len(keep), np.int32),
         unreadable=np.zeros(len(keep), bool), object_caller=None, thread_caller=None,
         comms=c["comms"], args_texts=c["args_texts"])
@@ -83,11 +88,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
                       events.object, np.zeros(0, np.int64))
     say(f"{len(events)} events, {len(objects)} objects")
     values = FieldValues(trace.mini)
-    found = changing.find_changes(events, c["object"][keep], c["snapshots"], keep,
-                                  c["has_snapshot"][keep], objects, trace.mini, values,
+    found = changing.find_changes(events, kept(c["object"]), c["snapshots"], keep,
+                                  kept(c["has_snapshot"]), objects, trace.mini, values,
                                   trace.head_fields)
-    kept = (c["snapshots"][keep], c["has_snapshot"][keep]) if keep_snapshots else (None, None)
-    del c["snapshots"]
+    held = (kept(c["snapshots"]), kept(c["has_snapshot"])) if keep_snapshots else (None, None)
+    del c["snapshots"], c["depth"]
     changing.count_attributed(found, events, objects, calls.methods,
                               lambda f: MethodStats(f, fns.name(f)))
     arguments.events = events
@@ -113,7 +118,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
         null_object_events=placed.null_events, unmatched_exits=pairing.unmatched_exits,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
         head_fields=trace.head_fields, trace_path=trace.path,
-        snapshots=kept[0], has_snapshot=kept[1])
+        snapshots=held[0], has_snapshot=held[1])
 
 
 class _Arguments:

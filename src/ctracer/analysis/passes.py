@@ -21,6 +21,7 @@ then finds the field changes.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -150,8 +151,8 @@ class _Pairer:
         self.duration = np.full(n, NO_DURATION, np.int64)
         self.matched = np.ones(n, bool)
         self.frame = np.full(n, -1, np.int64)
-        self.frame_fn: list[int] = []
-        self.frame_ts: list[int] = []
+        self.frame_fn = array("q")  # per call (half the events): 8 bytes, not a Python int
+        self.frame_ts = array("q")
         self.threads: dict[int, _Thread] = {}
         self.lifetimes = Lifetimes()
         self.lifetime_at: dict[int, int] = {}
@@ -165,8 +166,9 @@ class _Pairer:
         for entry, a in self.resolved.items():
             self.address[entry] = a
         return Pairing(self.address, self.depth, self.caller, self.duration, self.matched,
-                       self.frame, np.array(self.frame_fn, np.int32),
-                       np.array(self.frame_ts, np.int64), self.lifetimes, self.lifetime_at,
+                       self.frame, np.frombuffer(self.frame_fn, np.int64).astype(np.int32),
+                       np.frombuffer(self.frame_ts, np.int64).copy(), self.lifetimes,
+                       self.lifetime_at,
                        self.unmatched, self.identity_rule if self.identity_split else "")
 
     def chunk(self, lo: int, hi: int) -> None:
@@ -463,12 +465,24 @@ def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray,
     each event's stack — among its object's events, and among all events — when it was
     counted (-1: none)."""
     n = len(obj)
-    depth = [0] * n
-    top_obj, top_all = [-1] * n, [-1] * n
+    depth = np.zeros(n, np.int32)
+    top_obj, top_all = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
     stacks: dict[tuple[int, int], list[int]] = {}
     threads: dict[int, list[int]] = {}
-    for i, (o, t, fid, ph) in enumerate(zip(obj.tolist(), tid.tolist(), function.tolist(),
-                                            phase.tolist())):
+    for lo in range(0, n, PAIRING_CHUNK):
+        hi = min(n, lo + PAIRING_CHUNK)
+        depth[lo:hi], top_obj[lo:hi], top_all[lo:hi] = _nesting(
+            obj[lo:hi].tolist(), tid[lo:hi].tolist(), function[lo:hi].tolist(),
+            phase[lo:hi].tolist(), stacks, threads)
+    return depth, top_obj, top_all
+
+
+def _nesting(obj: list, tid: list, function: list, phase: list,
+             stacks: dict, threads: dict) -> tuple[list, list, list]:
+    n = len(obj)
+    depth = [0] * n
+    top_obj, top_all = [-1] * n, [-1] * n
+    for i, (o, t, fid, ph) in enumerate(zip(obj, tid, function, phase)):
         every = threads.get(t)
         if every is None:
             every = threads[t] = []
@@ -497,5 +511,4 @@ def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray,
                     pass
             depth[i] = len(stack)
             top_obj[i] = stack[-1] if stack else -1
-    return (np.array(depth, np.int32), np.array(top_obj, np.int32),
-            np.array(top_all, np.int32))
+    return depth, top_obj, top_all
