@@ -440,13 +440,19 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
     keys: list[ObjectKey] = []
     labels, dirnames, started_by = [], [], []
     if has.any():
-        pairs = np.stack([address[has], lifetime[has].astype(np.uint64)], axis=1)
-        uniques, first, inverse = np.unique(pairs, axis=0, return_index=True,
-                                            return_inverse=True)
+        # (address, lifetime) as one int64 key: an address's index, times the most
+        # lifetimes any address has, plus the lifetime
+        addresses, address_index = np.unique(address[has], return_inverse=True)
+        width = int(lifetime.max())
+        key = address_index.reshape(-1).astype(np.int64) * width + (lifetime[has] - 1)
+        del address_index
+        uniques, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        del key
+        order = np.argsort(first, kind="stable")
         rank = np.empty(len(uniques), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(uniques))
+        rank[order] = np.arange(len(uniques))
         obj[has] = rank[inverse.reshape(-1)]
-        in_order = uniques[np.argsort(first, kind="stable")].tolist()
+        in_order = [(addresses[u // width], u % width + 1) for u in uniques[order].tolist()]
         for a, life in in_order:
             key = ObjectKey(int(a), int(life))
             count = 1 + len(lifetimes.starts.get(key.address, ())) \
