@@ -184,12 +184,11 @@ class _Pairer:
         depth, caller = [0] * m, [-1] * m
         duration, matched, frame_of = [NO_DURATION] * m, [True] * m, [-1] * m
         frame_fn, frame_ts = self.frame_fn, self.frame_ts
-        threads, lifetimes, resolved = self.threads, self.lifetimes, self.resolved
+        threads, lifetimes = self.threads, self.lifetimes
         fns = self.fns
         name = fns.name
         rules, held, announced = fns.rules, fns.held, fns.announced
-        creators, free_like, alloc_like, use_names = fns.creators, fns.free_like, \
-            fns.alloc_like, fns.use_names
+        alloc_like, use_names = fns.alloc_like, fns.use_names
         for k in range(m):
             index = lo + k
             tid, fid, slot, phase = tids[k], fns_[k], slots[k], phases[k]
@@ -223,56 +222,70 @@ class _Pairer:
                 if a:
                     self.point(a, index, fid, slot, held, announced, rules)
             else:
-                frame = None
-                if not flags_[k] & FLAG_NO_ENTRY:
-                    last = th.last_exit
-                    if (last is not None and last.function_id == fid and slot in last.entries
-                            and slot not in last.exits):
-                        frame = last  # the next slot of the call that just returned
-                    else:
-                        for i in range(len(stack) - 1, -1, -1):
-                            if stack[i].function_id == fid:
-                                frame = stack[i]
-                                del stack[i:]  # frames above it lost their exits
-                                break
-                th.last_entry, th.last_exit = None, frame
+                frame = self.exit(th, fid, slot, flags_[k])
                 if frame is None:
                     matched[k] = False
                     depth[k] = len(stack)
-                    self.unmatched += 1
                     if a:
                         lifetimes.seen(a, index, name(fid))
                     continue
-                frame.exits[slot] = index
-                frame_of[k] = frame.id
-                depth[k] = frame.depth
-                entry = frame.entries.get(slot)
-                duration[k] = ts_[k] - (entry[1] if entry is not None else frame.ts_ns)
-                retval = retvals[k]
-                creates = slot in creators and retval is not None and _is_pointer(retval)
-                if not a and entry is not None:
-                    a = entry[2]
-                if not a and creates:
-                    a = retval & _U64_MASK
-                address[k] = a
-                if entry is not None and not entry[2] and a:
-                    resolved[entry[0]] = a
-                    frame.entries[slot] = (entry[0], entry[1], a)
-                    self.lifetime_at[entry[0]] = index
-                if a:
-                    lifetimes.seen(a, index, name(fid))
-                if creates:
-                    returned = retval & _U64_MASK
-                    lifetimes.seen(returned, frame.index, name(fid))
-                    lifetimes.returned(returned, frame.index, name(fid))
-                if use_names and a and slot in free_like:
-                    lifetimes.freed(a, name(fid))
+                frame_of[k], depth[k] = frame.id, frame.depth
+                duration[k], address[k] = self.returned(frame, index, ts_[k], fid, slot, a,
+                                                        retvals[k])
         self.address[lo:hi] = address
         self.depth[lo:hi] = depth
         self.caller[lo:hi] = caller
         self.duration[lo:hi] = duration
         self.matched[lo:hi] = matched
         self.frame[lo:hi] = frame_of
+
+    def exit(self, th: _Thread, fid: int, slot: int, flags: int) -> Optional[_Frame]:
+        """The call an exit closes: the next slot of the call that just returned, or the
+        innermost open call of the function (the frames above it lost their exits);
+        None for an exit whose entry was not seen."""
+        frame = None
+        if not flags & FLAG_NO_ENTRY:
+            stack, last = th.stack, th.last_exit
+            if (last is not None and last.function_id == fid and slot in last.entries
+                    and slot not in last.exits):
+                frame = last
+            else:
+                for i in range(len(stack) - 1, -1, -1):
+                    if stack[i].function_id == fid:
+                        frame = stack[i]
+                        del stack[i:]
+                        break
+        th.last_entry, th.last_exit = None, frame
+        if frame is None:
+            self.unmatched += 1
+        return frame
+
+    def returned(self, frame: _Frame, index: int, ts: int, fid: int, slot: int, a: int,
+                 retval: Optional[int]) -> tuple[int, int]:
+        """An exit of ``frame``'s ``slot``: its duration, and its object (known at exit
+        for a creation function, or a holder filled in during the call)."""
+        fns, lifetimes, name = self.fns, self.lifetimes, self.fns.name
+        frame.exits[slot] = index
+        entry = frame.entries.get(slot)
+        duration = ts - (entry[1] if entry is not None else frame.ts_ns)
+        creates = slot in fns.creators and retval is not None and _is_pointer(retval)
+        if not a and entry is not None:
+            a = entry[2]
+        if not a and creates:
+            a = retval & _U64_MASK
+        if entry is not None and not entry[2] and a:
+            self.resolved[entry[0]] = a
+            frame.entries[slot] = (entry[0], entry[1], a)
+            self.lifetime_at[entry[0]] = index
+        if a:
+            lifetimes.seen(a, index, name(fid))
+        if creates:
+            returned = retval & _U64_MASK
+            lifetimes.seen(returned, frame.index, name(fid))
+            lifetimes.returned(returned, frame.index, name(fid))
+        if fns.use_names and a and slot in fns.free_like:
+            lifetimes.freed(a, name(fid))
+        return duration, a
 
     def point(self, a: int, index: int, fid: int, slot: int, held: set, announced: dict,
               rules: dict) -> None:
