@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
+from ctracer import analysis  # noqa: E402
 from ctracer.export import parquet, perfetto, text  # noqa: E402
 from ctracer.export.table import event_table  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402
@@ -47,7 +48,7 @@ def main() -> int:
     try:
         path = os.path.join(work, "big.ctrace")
         truth = write_synthetic_trace(path, threads=4, lifecycles=50, sends=args.sends,
-                                      addresses_per_thread=8)
+                                      addresses_per_thread=8, raw=True)
         print(f"trace: {truth.events:,} events, {len(truth.lifetimes)} objects, "
               f"{os.path.getsize(path) / 1e6:.0f} MB")
         anchor = anchor_seconds(path)
@@ -59,10 +60,12 @@ def main() -> int:
             took = time.perf_counter() - start
             print(f"{name}: {took:.2f} s = {took / anchor:.2f}x the anchor")
 
-        trace = Trace(path)
         holder = {}
-        stage("event table (report passes + numpy decode)",
-              lambda: holder.setdefault("t", event_table(trace)))
+        stage("analysis (ctracer.analysis.load, with the snapshots)",
+              lambda: holder.setdefault("a", analysis.load(path, snapshots=True)))
+        analysed = holder["a"]
+        stage("event table (numpy decode of the snapshots)",
+              lambda: holder.setdefault("t", event_table(analysed)))
         table = holder["t"]
         stage("parquet file (pyarrow, zstd)",
               lambda: parquet.write_parquet(table, os.path.join(work, "big.parquet")))
@@ -70,8 +73,8 @@ def main() -> int:
               lambda: parquet.write_parquet(table, os.path.join(work, "dataset")))
         stage("jsonl (DuckDB)", lambda: text.write_jsonl(table, os.path.join(work, "b.jsonl")))
         stage("csv (DuckDB)", lambda: text.write_csv(table, os.path.join(work, "b.csv")))
-        stage("perfetto (report passes + JSON)",
-              lambda: perfetto.write_perfetto(trace, os.path.join(work, "b.json")))
+        stage("perfetto (JSON)",
+              lambda: perfetto.write_perfetto(analysed, os.path.join(work, "b.json")))
         for name in ("big.parquet", "b.jsonl", "b.csv", "b.json"):
             print(f"  {name}: {os.path.getsize(os.path.join(work, name)) / 1e6:.1f} MB")
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

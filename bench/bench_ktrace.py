@@ -91,8 +91,8 @@ def _snapshot_bytes(built: pipeline.BuiltTrace) -> int:
 def _ctracer_kernel(built: pipeline.BuiltTrace, workload: str, stamp: str,
                     tmp: str) -> tuple[int, float, float, float, int]:
     """(events stored, seconds from the workload's start to the trace file written and
-    finished, seconds of recording, seconds the first reader then takes to decode the
-    raw events the recorder left, events lost) of one ctracer run."""
+    finished, seconds of recording, seconds the first reader then takes to count the
+    events (they stay raw in the file: trace schema 4), events lost) of one ctracer run."""
     out = os.path.join(tmp, "k.ctrace")
     for old in (out, out + ".old"):
         if os.path.exists(old):
@@ -157,7 +157,7 @@ def kernel_throughput(connections: int, messages: int, rounds: int, selections: 
             print(f"  round {r + 1} ctracer ({name}): {stored} events stored, {lost} lost, in "
                   f"{seconds:.2f} s = {stored / seconds:,.0f} events/s (recording "
                   f"{recording_s:.2f} s, then {seconds - recording_s:.2f} s finishing the "
-                  f"file); the first reader decoding what was left raw: {decode_s:.2f} s "
+                  f"file); the first reader opening and counting them: {decode_s:.2f} s "
                   f"more = {decoded[name][-1]:,.0f} events/s")
         printed, seconds, lost = _bpftrace_kernel(workload, stamp, tmp)
         theirs.append(printed / seconds)
@@ -165,7 +165,7 @@ def kernel_throughput(connections: int, messages: int, rounds: int, selections: 
               f"printed, {lost} lost, in {seconds:.2f} s = {printed / seconds:,.0f} events/s")
     print(f"  events/s from the workload's start to the output complete, best of {rounds}: "
           + ", ".join(f"ctracer {name} {max(ours[name]):,.0f} (with the first reader's "
-                      f"decoding {max(decoded[name]):,.0f})" for name in selections)
+                      f"count {max(decoded[name]):,.0f})" for name in selections)
           + f", bpftrace {max(theirs):,.0f}")
     for name in selections:
         size = _snapshot_bytes(programs[name])
@@ -173,7 +173,7 @@ def kernel_throughput(connections: int, messages: int, rounds: int, selections: 
               f"{max(ours[name]) / max(theirs):.2f}x"
               + (" (goal >= 2x)" if name == "five" else "") + "; per round: "
               + ", ".join(f"{o / t:.2f}x" for o, t in zip(ours[name], theirs)))
-        print(f"  RATIO ({name}) counting the first reader's decoding: "
+        print(f"  RATIO ({name}) counting the first reader's count: "
               f"{max(decoded[name]) / max(theirs):.2f}x; per round: "
               + ", ".join(f"{o / t:.2f}x" for o, t in zip(decoded[name], theirs)))
 
