@@ -752,10 +752,9 @@ class Trace:
             raise TraceFileError(f"{self.path} is damaged: event {bad[0]} holds a value of "
                                  "the wrong type or range")
         if _spooled(self.db):
-            self._decoder = RawDecoder.from_meta(self.meta)
             bad = self.db.execute("SELECT seq FROM spool WHERE typeof(raw) != 'blob' OR "
                                   "length(raw) % :size != 0 LIMIT 1",
-                                  {"size": self._decoder.size}).fetchone()
+                                  {"size": self._raw_decoder.size}).fetchone()
             if bad is not None:
                 raise TraceFileError(f"{self.path} is damaged: its raw events {bad[0]} are "
                                      "not a whole number of events")
@@ -909,7 +908,7 @@ class Trace:
             seq = self.db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
             for (raw,) in (self.db.execute("SELECT raw FROM spool ORDER BY seq")
                            if _spooled(self.db) else ()):
-                batch = self._decoder.columns(raw, seq + 1)
+                batch = self._raw_decoder.columns(raw, seq + 1)
                 if at + len(batch["seq"]) > n:
                     break
                 seq += len(batch["seq"])
@@ -932,6 +931,11 @@ class Trace:
         out["comms"] = list(comms)
         out["args_texts"] = [t for t in texts if t is not None]
         return out
+
+    @functools.cached_property
+    def _raw_decoder(self) -> RawDecoder:
+        """Decodes the raw events the file holds (its meta says how)."""
+        return RawDecoder.from_meta(self.meta)
 
     @functools.cached_property
     def _has_args(self) -> bool:
