@@ -135,8 +135,6 @@ n = 0
 for batch in range(6):
     w.add_raw(b"".join(raw(n + i) for i in range(500)))
     n += 500
-    if batch == 2:
-        w.decode_spool()  # some decoded, the rest still spooled
 print(n, flush=True)
 sys.stdin.read()  # wait to be killed
 '''
@@ -160,7 +158,7 @@ def test_sigkill_keeps_every_committed_event_and_says_where_it_ends(tmp_path):
     try:
         live = Trace(str(path))  # the recorder still runs: read, never finish it
         assert "still running" in live.incomplete
-        assert live.event_count() == 1500
+        assert live.event_count() == committed  # every committed event reads, raw
         live.close()
     finally:
         child.send_signal(signal.SIGKILL)
@@ -298,15 +296,17 @@ def test_files_that_are_not_traces(tmp_path):
         Trace(str(tmp_path))
 
 
-def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_path):
-    """A recorder stopped by Ctrl-C during a flood decodes for a bounded time only
-    (`TraceWriter.close(decode_budget_s=…)`); the file is finished, the rest is decoded
-    by whoever opens it first, once."""
+@pytest.mark.parametrize("schema", [3, 4])
+def test_raw_events_stay_raw_or_the_first_reader_decodes_them(tmp_path, schema):
+    """A recording's raw events stay raw in the file (schema 4) and every reader decodes
+    them; a schema 3 file whose recorder left some raw has them decoded into rows by
+    whoever opens it first, once.  Either way the same events read back."""
     import os
     from ctracer.event import HEADER, mini_offset
     path = tmp_path / "left.ctrace"
     w = TraceWriter(str(path))
-    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json())
+    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
+               schema_version=schema)
     w.add_functions([FunctionRow(2, "sock_bind")])
     w.expect_raw()
 
@@ -319,7 +319,7 @@ def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_pa
 
     for batch in range(3):
         w.add_raw(b"".join(raw(batch * 5000 + i) for i in range(5000)))
-    w.close(decode_budget_s=0)
+    w.close()
     db = sqlite3.connect(str(path))
     assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM spool").fetchone()[0] > 0
@@ -328,11 +328,14 @@ def test_raw_events_left_by_a_prompt_stop_are_decoded_by_the_first_reader(tmp_pa
     seen = []
     trace = Trace(str(path), progress=seen.append)
     assert trace.incomplete is None and trace.event_count() == 15000
-    assert seen and seen[-1] == 15000
+    assert (seen[-1] == 15000) if schema == 3 else not seen
     assert [trace.values(e)["refcnt"] for e in trace.events()] == list(range(15000))
+    assert trace.event_columns()["seq"].tolist() == list(range(1, 15001))
     trace.close()
     seen.clear()
     assert Trace(str(path), progress=seen.append).event_count() == 15000 and not seen
+    rows = sqlite3.connect(str(path)).execute("SELECT count(*) FROM events").fetchone()[0]
+    assert rows == (15000 if schema == 3 else 0)
 
 
 def test_the_log_is_copied_into_the_file_while_recording(tmp_path):
