@@ -133,6 +133,6 @@ def view(a: Analysis) -> ReportView:
     return ReportView(a, objects, rows, by_seq)
 
 
-def build_report(trace: Any) -> ReportView:
+def view_of(trace: Any) -> ReportView:
     """The analysis of ``trace`` (a `Trace` or a path), as Python objects."""
     return view(analysis.load(trace))

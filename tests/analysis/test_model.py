@@ -6,7 +6,7 @@ from encoding import encode
 import pytest
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.analysis.model import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.values import ValueFormatter
@@ -34,7 +34,7 @@ def write_trace(path, functions, events, mini=MINI):
                     retval=retval, depth=0, flags=flags,
                     snapshot=None if values is None else encode(mini, values))
     w.close()
-    return build_report(Trace(str(path)))
+    return view_of(Trace(str(path)))
 
 
 def up(count=0):
@@ -48,7 +48,7 @@ def simulated(tmp_path_factory):
     path = tmp_path_factory.mktemp("sim") / "sim.ctrace"
     truth = write_synthetic_trace(str(path), threads=3, lifecycles=4, sends=6,
                                   addresses_per_thread=2, seed=7)
-    return truth, build_report(Trace(str(path)))
+    return truth, view_of(Trace(str(path)))
 
 
 def test_every_change_found_with_its_author(simulated):

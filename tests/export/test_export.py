@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.tracefile import Trace
 from synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 
@@ -51,7 +51,7 @@ def test_jsonl_is_the_report_event_by_event(simulated, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert all(list(e) == JSONL_KEYS for e in lines)
-    report = build_report(Trace(str(path)))
+    report = view_of(Trace(str(path)))
     assert len(lines) == len(report.rows) == truth.events
     trace = Trace(str(path))
     snapshots = {e.seq: e.snapshot for e in trace.events()}

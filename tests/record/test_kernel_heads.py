@@ -24,7 +24,7 @@ import pytest
 import kernelrun as kr
 from ctracer.event import FLAG_HEAD_ONLY
 from ctracer.report import render_report
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.tracefile import Trace
 from timeline_rows import page_rows
 
@@ -108,7 +108,7 @@ def test_report_and_export_say_not_read(tw_run):
     trace, seen, _, tmp = tw_run
     tw = {int(line.split()[1], 16) for line in seen}
     inside = trace.head_fields
-    data = build_report(trace)
+    data = view_of(trace)
     partial_objects = [o for o in data.objects if o.head_only]
     assert {o.key.address for o in partial_objects} >= tw
     for obj in partial_objects:

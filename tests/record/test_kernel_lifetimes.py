@@ -18,7 +18,7 @@ import sys
 import pytest
 
 import kernelrun as kr
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.tracefile import Trace
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "reuse.py")
@@ -49,7 +49,7 @@ def test_a_reused_address_that_never_leaves_tcp_close_is_a_new_object(tmp_path, 
     options = [] if rules == "default" else \
         ["--lifetime-rule", "starts:inet_sock_set_state:oldstate=TCP_CLOSE"]
     trace, stderr = _run(tmp_path, *options)
-    data = build_report(trace)
+    data = view_of(trace)
     connected = {o.key.address for o in data.objects
                  if any(data.function_names.get(r.function_id) == "tp:inet_sock_set_state"
                         for r in o.rows)}

@@ -7,7 +7,7 @@ the tracepoint when no traced call ran."""
 from encoding import encode
 from ctracer.event import PHASE_TRACEPOINT
 from ctracer.plan import stores
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.analysis.model import CAUSE_ANNOUNCED
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 from test_kernel_values import MINI, RULE, SK, LOOPBACK, PORT_8080
@@ -49,7 +49,7 @@ def _state_changes(obj):
 
 def test_an_announced_store_is_shown_on_the_announcing_row(tmp_path):
     _trace(tmp_path / "a.ctrace")
-    data = build_report(Trace(str(tmp_path / "a.ctrace")))
+    data = view_of(Trace(str(tmp_path / "a.ctrace")))
     (obj,) = data.objects
     rows = {r.ts_ns // 1000: r for r in obj.rows}
     assert _state_changes(obj) == [
@@ -62,7 +62,7 @@ def test_an_announced_store_is_shown_on_the_announcing_row(tmp_path):
 
 def test_without_the_rule_changes_are_where_snapshots_show_them(tmp_path):
     _trace(tmp_path / "b.ctrace", announced=False)
-    (obj,) = build_report(Trace(str(tmp_path / "b.ctrace"))).objects
+    (obj,) = view_of(Trace(str(tmp_path / "b.ctrace"))).objects
     assert [(c[1], c[2], c[4]) for c in _state_changes(obj)] == [
         (7, 2, "tp:tcp_probe"), (2, 7, "tp:tcp_probe")]
 
@@ -176,7 +176,7 @@ def test_lifetimes_split_where_the_kernel_says_and_stale_hits_stay_behind(tmp_pa
                                           "__sk_common.skc_dport": 0, "sk_err": 0,
                                           "sk_flags": 0}), args={"sk": SK, **args})
     w.close()
-    data = build_report(Trace(str(tmp_path / "l.ctrace")))
+    data = view_of(Trace(str(tmp_path / "l.ctrace")))
     names = {1: "tp:inet_sock_set_state", 2: "tp:tcp_destroy_sock", 3: "tp:kfree_skb"}
     lives = [[names[r.function_id] for r in o.rows] for o in data.objects]
     assert lives == [

@@ -7,7 +7,7 @@ import re
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layout
 from ctracer.report import render_report
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 from timeline_rows import page_rows
@@ -59,7 +59,7 @@ def kernel_trace(path):
 
 def test_rules_split_lifetimes_and_say_so(tmp_path):
     kernel_trace(tmp_path / "k.ctrace")
-    data = build_report(Trace(str(tmp_path / "k.ctrace")))
+    data = view_of(Trace(str(tmp_path / "k.ctrace")))
     assert [(o.key.lifetime, len(o.rows)) for o in data.objects] == [(1, 4), (2, 1)]
     assert [o.started_by for o in data.objects] == [RULE["rule"]] * 2
     assert data.lifetime_rule == "rules recorded with the trace: " + RULE["rule"]

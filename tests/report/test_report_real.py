@@ -19,7 +19,7 @@ import pytest
 
 import groundtruth as gt
 from ctracer.report import render_report
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.tracefile import Trace
 
 pytestmark = [pytest.mark.bpf, pytest.mark.browser]
@@ -82,7 +82,7 @@ def expected_changes(log_path, fields: set[str]) -> Counter:
 def test_objects_and_changes_match_the_sample_log(real_trace):
     path, log = real_trace
     trace = Trace(str(path))
-    report = build_report(trace)
+    report = view_of(trace)
     kinds = {f.name: f.kind for f in trace.mini.fields}
 
     def text(field, value):

@@ -2,7 +2,7 @@
 so an attached tracepoint is complete; a function needs its entry and its exit."""
 
 from ctracer.event import Field, Layout
-from analysis_view import build_report
+from analysis_view import view_of
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 
 MINI = Layout.packed_in_order("ctracer__mini_sock", [Field("state", "u8", 0, "uint")])
@@ -19,6 +19,6 @@ def test_attached_tracepoints_are_complete_and_a_null_binary_is_not_shown(tmp_pa
         FunctionRow(3, "tcp_v4_connect", attached="entry only; exit failed: EINVAL"),
         FunctionRow(4, "tcp_done", attached="failed: ENOENT")])
     w.close()
-    summary = build_report(Trace(str(path))).summary
+    summary = view_of(Trace(str(path))).summary
     assert [f.name for f in summary.failed_probes] == ["tcp_done", "tcp_v4_connect"]
     assert summary.target == ""
