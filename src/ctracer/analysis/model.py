@@ -388,20 +388,25 @@ class Analysis:
 
     # ---------------------------------------------------------------- objects
 
-    def series(self, i: int) -> dict[str, tuple[list[int], list[Any]]]:
-        """Object ``i``'s fields over time: per field, (ns from trace start, value) from
-        the first value seen, at each change; {} when nothing of it was read."""
+    def series(self, i: int, fields: Optional[Sequence[str]] = None
+               ) -> dict[str, tuple[list[int], list[Any]]]:
+        """Object ``i``'s fields (all, or those named) over time: per field, (ns from
+        trace start, value) from the first value seen, at each change; {} when nothing
+        of it was read."""
         at = int(self.objects.first_snapshot[i])
         if at < 0:
             return {}
         t0 = int(self.events.ts_ns[at]) - self.start_ns
         mine = self.objects.changes(i)
-        fields = self.changes.field[mine]
-        order = np.argsort(fields, kind="stable")
-        bounds = np.searchsorted(fields[order], np.arange(len(self.layout.fields) + 1))
+        fields_of = self.changes.field[mine]
+        order = np.argsort(fields_of, kind="stable")
+        bounds = np.searchsorted(fields_of[order], np.arange(len(self.layout.fields) + 1))
         times = (self.events.ts_ns[self.changes.event[mine]] - self.start_ns)
+        wanted = None if fields is None else set(fields)
         out = {}
         for j, f in enumerate(self.layout.fields):
+            if wanted is not None and f.name not in wanted:
+                continue
             picks = mine[order[bounds[j]:bounds[j + 1]]]
             known = bool(self.objects.initial_known[i, j])
             first = self.values.decode_one(j, int(self.objects.initial[i, j])) if known else None
@@ -469,8 +474,14 @@ class Analysis:
             out[fid].changed_fields += n
         return out
 
-    def object_calls(self, i: int) -> int:
-        return sum(m.calls for m in self.object_methods(i).values())
+    def object_calls(self) -> np.ndarray:
+        """Calls on each object: entries, tracepoint hits and exits whose entry was lost
+        (what its method table sums)."""
+        ev = self.events
+        from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
+        counted = (ev.object >= 0) & ((ev.phase == PHASE_ENTRY) | (ev.phase == PHASE_TRACEPOINT)
+                                      | ~ev.matched)
+        return np.bincount(ev.object[counted], minlength=len(self.objects))[:len(self.objects)]
 
     def threads(self, i: int) -> list[int]:
         return np.unique(self.events.tid[self.objects.events(i)]).tolist()

@@ -681,10 +681,11 @@ class _Site:
                                         [f.name for f in self.layout.fields])
         counts, changes = data.objects.event_counts(), data.objects.change_counts()
         changed_fields = (data.series_lengths() > 1).sum(axis=1)
+        calls = data.object_calls().tolist()
         objects = []
         for o in range(len(data.objects)):
             rows = data.objects.events(o)
-            seen = summaries.Seen.of(data, o)
+            seen = summaries.Seen.of(data, o, calls[o])
             objects.append({
                 "label": data.objects.labels[o],
                 "dir": data.objects.dirnames[o] if o in self.rendered else "",

@@ -34,17 +34,32 @@ class Seen:
     calls: int
 
     @classmethod
-    def of(cls, analysis: Analysis, i: int) -> "Seen":
+    def of(cls, analysis: Analysis, i: int, calls: int) -> "Seen":
+        """Object ``i`` as the columns read it (a field's series made when one reads it)."""
         import numpy as np
 
         ev = analysis.events
         comm = ev.comm[analysis.objects.events(i)]
         uniques, first, counts = np.unique(comm, return_index=True, return_counts=True)
         order = np.argsort(first, kind="stable")
-        return cls(analysis.series(i),
+        return cls(_Series(analysis, i),
                    [(ev.comms[c], n) for c, n in zip(uniques[order].tolist(),
                                                       counts[order].tolist())],
-                   analysis.object_calls(i))
+                   calls)
+
+
+class _Series(dict):
+    """An object's field series, each made when first read (`Analysis.series`)."""
+
+    def __init__(self, analysis: Analysis, i: int):
+        super().__init__()
+        self.analysis, self.i = analysis, i
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            found = self.analysis.series(self.i, [name])
+            self[name] = found.get(name, default)
+        return self[name]
 
 
 @dataclass(frozen=True)
