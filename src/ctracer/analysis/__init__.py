@@ -27,7 +27,16 @@ from typing import Any, Callable, Optional, Union
 
 from ctracer.analysis.model import Analysis, Counts
 
-__all__ = ["load", "Analysis"]
+__all__ = ["load", "open_trace", "Analysis"]
+
+
+def open_trace(path: str, progress: Optional[Callable[[int], None]] = None) -> Any:
+    """The trace file at ``path`` opened for `load` (`ctracer.tracefile.Trace`: a file
+    that is not a trace, damaged or newer is refused in one line), for readers that
+    need its struct's name before the analysis runs."""
+    from ctracer.tracefile import Trace
+
+    return Trace(path, progress)
 
 
 def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = None, *,

@@ -53,7 +53,6 @@ from ctracer.report.names import StemAllocator, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
                                      pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
-from ctracer.tracefile import Trace
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
 PAGE_ROWS = 20_000
@@ -833,7 +832,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     say = progress or (lambda _msg: None)
     clock, cpu = time.perf_counter(), _cpu_seconds()
     seconds: dict[str, float] = {}
-    trace = Trace(trace_path)
+    trace = analysis.open_trace(trace_path)
     site: Optional[_Site] = None
     try:
         if out_dir is None:
