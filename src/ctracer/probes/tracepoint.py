@@ -182,10 +182,10 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
         if why:
             continue
         direct = not m.path and not m.holder  # the argument is the object itself
-        starts = next((r for r in rules if direct and r.effect == "starts"
-                       and r.tracepoint == m.name and r.param_index == m.param_index), None)
-        ends = next((r for r in rules if direct and r.effect == "ends"
-                     and r.tracepoint == m.name and r.param_index == m.param_index), None)
+        mine = [r for r in rules if direct and r.probe == "tracepoint"
+                and r.function == m.name and r.param_index == m.param_index]
+        starts = next((r for r in mine if r.effect == "starts"), None)
+        ends = next((r for r in mine if r.effect == "ends"), None)
         by_tp.setdefault(m.name, []).append(TracepointSlot(row_id, m, starts, ends))
         infos[m.name] = m.function  # type: ignore[assignment]
     tracepoints = []
