@@ -307,7 +307,6 @@ struct ctracer_kcall {{
 BPF_ARRAY(ctracer_kfns, struct ctracer_kfn, {max(1, functions)});
 BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
 BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
-BPF_ARRAY(ctracer_stopped, u8, 1);
 """
 
 

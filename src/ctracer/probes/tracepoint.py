@@ -302,7 +302,10 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\tu32 zero = 0;",
       "\tint read;",
       "\tstruct ctracer_event *e;",
-      "")
+      "\tu8 *stopped = ctracer_stopped.lookup(&zero);",
+      "",
+      "\tif (stopped && *stopped)  /* not every probe attached yet, or the recording ended */",
+      "\t\treturn;")
     if admission.selective:
         t("\tint followed = 0;",
           "",
@@ -431,6 +434,8 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
       f"BPF_HASH(ctracer_objects, u64, u8, {int(capacity)});",
       "BPF_ARRAY(ctracer_admitted, u64, 1);",
+      "BPF_ARRAY(ctracer_stopped, u8, 1);  /* set until every probe is attached, and "
+      "once the recording ends */",
       *ctext.ring_buffer_maps(ring_bytes),
       "")
     if functions_c[0]:
