@@ -39,8 +39,8 @@ def test_parse_rule_and_its_text():
 def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
     rules = {r.text: r for r in lifetimes.rules_for("sock")}
     assert set(rules) == {"starts:inet_sock_set_state:oldstate=TCP_CLOSE",
-                          "ends:tcp_destroy_sock", "ends:__sk_destruct"}
-    assert rules["ends:__sk_destruct"].probe == "function"
+                          "ends:tcp_destroy_sock", "ends:sk_destruct"}
+    assert rules["ends:sk_destruct"].probe == "function"
     assert rules["ends:tcp_destroy_sock"].probe == "tracepoint"
 
 
@@ -123,9 +123,9 @@ def test_the_trace_meta_carries_the_rules_as_used():
 
 
 def test_a_stand_in_default_goes_where_the_free_it_stands_for_is_traced():
-    placed = [dataclasses.replace(r, probe="function" if r.function == "__sk_destruct"
+    placed = [dataclasses.replace(r, probe="function" if r.function == "sk_destruct"
                                   else "tracepoint") for r in lifetimes.rules_for("sock")]
     kept = {r.text for r in lifetimes.without_stand_ins(placed)}
-    assert "ends:tcp_destroy_sock" not in kept and "ends:__sk_destruct" in kept
+    assert "ends:tcp_destroy_sock" not in kept and "ends:sk_destruct" in kept
     only_tracepoints = [r for r in placed if r.probe == "tracepoint"]
     assert lifetimes.without_stand_ins(only_tracepoints) == tuple(only_tracepoints)

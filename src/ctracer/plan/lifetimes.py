@@ -6,7 +6,7 @@ tracepoint or a kernel function (``probe``), the parameter carrying the object a
 for a tracepoint, optionally a condition on one scalar argument; its ``effect`` is
 ``starts`` (this hit is the first of a new lifetime) or ``ends`` (this hit is the
 last).  A function's rule takes effect at its exit: the function that frees the
-object (``kfree_skbmem`` for an ``sk_buff``, ``__sk_destruct`` for a ``sock``) ends its
+object (``kfree_skbmem`` for an ``sk_buff``, ``sk_destruct`` for a ``sock``) ends its
 life there, whichever path called it, and once the traced calls it ran inside have
 returned, the address is another object's.  Function names are never guessed from
 words such as *free* (``tcp_stream_memory_free`` frees nothing): only the functions
@@ -87,7 +87,7 @@ RULES = (
     LifetimeRule("sock", "tcp_destroy_sock", 0, "ends",
                  why="sock: tcp_destroy_sock ends its lifetime (the socket is freed once "
                      "its last reference goes; an address seen again is a new socket)",
-                 stands_in_for="__sk_destruct"),
+                 stands_in_for="sk_destruct"),
     LifetimeRule("sk_buff", "kfree_skb", 0, "ends", why="sk_buff: kfree_skb ends its lifetime"),
     LifetimeRule("sk_buff", "consume_skb", 0, "ends",
                  why="sk_buff: consume_skb ends its lifetime"),
@@ -100,8 +100,8 @@ RULES = (
     for name in ("kfree_skbmem", "__kfree_skb", "kfree_skb_partial", "__napi_kfree_skb",
                  "napi_skb_free_stolen_head", "napi_skb_cache_put")
 ) + (
-    LifetimeRule("sock", "__sk_destruct", 0, "ends", probe="function",
-                 why="sock: __sk_destruct frees it (its exit ends the lifetime)"),
+    LifetimeRule("sock", "sk_destruct", 0, "ends", probe="function",
+                 why="sock: sk_destruct frees it, or hands it to RCU to free (its exit ends the lifetime)"),
 )
 
 
@@ -119,7 +119,7 @@ def rules_for(struct: str) -> tuple[LifetimeRule, ...]:
 
 def without_stand_ins(placed: Sequence[LifetimeRule]) -> tuple[LifetimeRule, ...]:
     """The placed defaults less those standing in for a function's rule that is placed
-    too (``tcp_destroy_sock`` comes long before ``__sk_destruct`` frees the socket:
+    too (``tcp_destroy_sock`` comes long before ``sk_destruct`` frees the socket:
     where the free is traced, it is the end)."""
     functions = {r.function for r in placed if r.probe == "function"}
     return tuple(r for r in placed if r.stands_in_for not in functions)
