@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from ctracer.debuginfo.model import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
@@ -114,15 +114,24 @@ class KernelChoice:
 
 
 FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
+#: above this many functions, ``auto`` takes kprobe.multi links over fentry where the
+#: kernel has them: two links attach and detach every function at once, while fentry
+#: loads a program per function and detaches them one by one (each waits for the
+#: kernel's text patching and an RCU-tasks grace period: minutes for thousands)
+FENTRY_AUTO_MAX = 256
 
 
 def choose_kernel_probes(methods: Sequence, space: str = "kernel",
-                         function_probes: str = "auto") -> KernelChoice:
+                         function_probes: str = "auto",
+                         selected: Callable[[list], int] = lambda ms: len(
+                             {m.key for m in ms if not m.is_tracepoint})) -> KernelChoice:
     """The methods a kernel trace probes, from the probe plan (`ctracer.plan.attach`,
     with what the running kernel was seen to accept): the tracepoints the plan gives a
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
-    "none": no function).  Probes that could not be tried (without root, for
+    "none": no function; "auto": fentry, unless more than `FENTRY_AUTO_MAX` functions
+    — ``selected`` counts those the trace keeps of the methods placed — would be probed
+    and kprobe.multi links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""
     from ctracer.plan.attach import plan_probes
     from ctracer.record.kernel import kernel_facts
@@ -145,6 +154,17 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     usable = [p for p in entries if p.attachable is not False]
     kind = usable[0].kind if usable else None
     picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
+    many = selected(chosen + picked) if function_probes == "auto" and kind == "fentry" else 0
+    if many > FENTRY_AUTO_MAX and facts.kprobe_multi.works and facts.kprobes.works:
+        plan = plan_probes(methods, facts, space=space, prefer="kprobe")
+        entries = [dataclasses.replace(
+            p, reason=f"{many} functions: kprobe.multi links attach and detach them all at "
+                      f"once, where fentry loads a program per function and detaches them "
+                      f"one by one (--function-probes fentry for fentry)")
+            for p in plan.of_kind("fentry", "kprobe")]
+        usable = [p for p in entries if p.attachable is not False]
+        kind = usable[0].kind if usable else None
+        picked = [m for p in usable for m in p.methods]
     if not chosen and not picked:
         why = refused[0] if refused else (entries[0].reason if entries else
                                           "no tracepoint or function to probe")
@@ -382,7 +402,15 @@ def build(request: TraceRequest) -> BuiltTrace:
         from ctracer.plan import lifetimes
         from ctracer.plan import stores
         from ctracer.probes.kernel import build_kernel_program
-        choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
+        def selected(methods: list) -> int:
+            try:
+                kept = select_methods(methods, request.functions, request.exclude)
+            except UsageError:
+                return 0   # said below, with the kind the plan chose
+            return len({m.key for m in kept if not m.is_tracepoint})
+
+        choice = choose_kernel_probes(found.methods, function_probes=request.function_probes,
+                                      selected=selected)
         note = choice.note
         _check_placeable(request.functions, choice, found.methods)
         methods = select_methods(choice.tracepoints + choice.functions, request.functions,
