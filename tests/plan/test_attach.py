@@ -73,6 +73,11 @@ def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     assert left.kind is None and "returning a struct by value" in left.reason
     kprobe = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
     assert kinds(kprobe)["xsk_peek_batch"] == ["kprobe", "kretprobe"]
+    logf = FunctionInfo("nf_log_packet", (Parameter("sk", SOCK),), VOID, variadic=True)
+    m = Method(logf, "direct", "struct sock", 0, "sk", "struct sock *", route="struct sock")
+    plan = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=SYMBOLS | {"nf_log_packet"}))
+    (left,) = plan.by_function()["nf_log_packet"]
+    assert left.kind is None and "variable arguments" in left.reason
 
 
 def test_kprobes_when_fentry_is_refused_saying_whether_kprobe_multi_links():

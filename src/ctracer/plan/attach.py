@@ -269,7 +269,10 @@ def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
 def _fentry_refuses(function) -> str:
     """Why the kernel's BTF check refuses fentry/fexit on this function ("" when it does
     not): a struct or union returned by value (the verifier's "return type STRUCT is
-    unsupported"); kprobes take such functions."""
+    unsupported"), variable arguments ("with variable args is unsupported"); kprobes
+    take such functions."""
+    if getattr(function, "variadic", False):
+        return "fentry cannot take a function with variable arguments (--function-probes kprobe can)"
     returns = getattr(function, "returns", None)
     if returns is not None and not returns.pointers and \
             returns.kind in (ShapeKind.STRUCT, ShapeKind.UNION):
