@@ -20,6 +20,9 @@ Per display (`display_of`), shown → raw:
 * kind ``enum``: ``TCP_LISTEN`` ↔ its value; kind ``ipv6``: IPv6 text ↔ the 16 bytes.
 
 Numbers written for any other field are the raw value.
+
+An object (one lifetime of an address) has one name, `object_name`: on every page, in
+the index, in ``--tail``, in Perfetto's tracks, and as its pages' folder.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ DISPLAYS = ("ipv4", "port", "errno", "flags", "addrpair", "portpair")
 FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
 PROTOCOLS = {1: "IPPROTO_ICMP", 6: "IPPROTO_TCP", 17: "IPPROTO_UDP", 58: "IPPROTO_ICMPV6",
              132: "IPPROTO_SCTP", 262: "IPPROTO_MPTCP"}
+
+
+def object_name(address: int, lifetime: int = 1) -> str:
+    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second
+    (the address handed out again), ``-3``..."""
+    base = f"0x{address:x}"
+    return base if lifetime <= 1 else f"{base}-{lifetime}"
 
 
 def ipv4(value: int) -> str:

@@ -93,7 +93,10 @@ def test_perfetto_tracks_slices_and_changes(simulated, tmp_path):
     events = data["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert len(names) == len(truth.lifetimes)  # a track per object
-    assert all(n.startswith("struct sock 0x") for n in names.values())
+    # each track named as the report names the object (and its folder): 0x…, 0x…-2
+    assert sorted(names.values()) == sorted(
+        f"struct sock 0x{a:x}" + (f"-{n}" if n > 1 else "") for a, n in truth.lifetimes)
+    assert any(n.endswith("-2") for n in names.values())
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == sum(truth.calls.values())  # every call seen whole is a slice
     # slices of one track nest like calls: each starts after and ends before its parent
