@@ -274,6 +274,7 @@ class _Site:
         context.setdefault("has_calls", self.has_calls)
         context.setdefault("has_tracepoints", self.has_tracepoints)
         context.setdefault("announced", self.announced)
+        context.setdefault("count_words", self.count_words)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
@@ -281,6 +282,23 @@ class _Site:
         text = self.env.get_template(template).render(**context)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
+
+    @property
+    def count_words(self) -> list[str]:
+        """What the trace's probe kinds count: ``calls`` (function entries and exits),
+        ``hits`` (tracepoints), or both."""
+        words = (["calls"] if self.has_calls else []) + (["hits"] if self.has_tracepoints
+                                                         else [])
+        return words or ["calls"]
+
+    def calls_and_hits(self, methods: dict[int, MethodStats]) -> dict[str, int]:
+        """Per word of `count_words`, how many of ``methods``' counts are calls and how
+        many tracepoint hits."""
+        out = dict.fromkeys(self.count_words, 0)
+        for fid, stats in methods.items():
+            word = "hits" if self.reach.get(fid) == "tracepoint" else "calls"
+            out[word] = out.get(word, 0) + stats.calls
+        return out
 
     def retval(self, row: Row) -> str:
         if row.phase == PHASE_ENTRY or row.retval is None:
@@ -547,7 +565,7 @@ class _Site:
             ("last seen", f"{format_offset(obj.last_ns - start)} ms"),
             ("observed for", format_duration(obj.last_ns - obj.first_ns) or "0 ns"),
             ("events", str(len(obj.rows))),
-            ("calls", str(obj.calls)),
+            *((word, str(n)) for word, n in self.calls_and_hits(obj.methods).items()),
             ("field changes", f"{len(obj.changes)} in {len(obj.changed_fields)} fields"),
             ("thread ids", ", ".join(str(t) for t in sorted(obj.threads))),
         ]
@@ -615,9 +633,9 @@ class _Site:
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
-                ("calls" if self.has_calls else "hits") + " per method"
+                " and ".join(self.count_words) + " per method"
                 + (" (40 busiest)" if len(rows) > 40 else ""), bars,
-                "calls" if self.has_calls else "hits"))
+                " / ".join(self.count_words)))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
         canonical = self.data.canonical
         functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
@@ -639,12 +657,13 @@ class _Site:
             "lifetime": obj.key.lifetime, "began": obj.started_by,
             "first": format_offset(obj.first_ns - start),
             "last": format_offset(obj.last_ns - start),
-            "events": len(obj.rows), "calls": obj.calls,
+            "events": len(obj.rows), **self.calls_and_hits(obj.methods),
             "changes": len(obj.changes), "fields": len(obj.changed_fields),
             "summary": summaries.summary(obj, columns, self.fmt),
         } for obj in data.objects]
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
-            f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
+            f.write(objects_file_text(objects_data(objects, [c.name for c in columns],
+                                                   self.count_words)))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1

@@ -73,9 +73,11 @@
   D.columns.forEach(function (name, k) { col[name] = k; });
   // the table's columns, each with the data field it shows and how it sorts
   var summaries = D.summary_columns || [];
+  var counts = D.counts || ["calls"];  // calls, tracepoint hits: what the probes counted
   var shown = ["label"].concat(summaries.map(function (_, k) { return "summary:" + k; }),
-    ["lifetime", "began", "first", "last", "events", "calls", "changes", "fields"]);
-  var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, changes: 1, fields: 1 };
+    ["lifetime", "began", "first", "last", "events"], counts, ["changes", "fields"]);
+  var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, hits: 1, changes: 1,
+    fields: 1 };
   var all = D.rows.map(function (r, i) {
     return { r: r, i: i, why: D.why[r[col.began]] };
   });
@@ -119,7 +121,7 @@
     cell(tr, r[col.first], "num");
     cell(tr, r[col.last], "num");
     cell(tr, String(r[col.events]), "num");
-    cell(tr, String(r[col.calls]), "num");
+    counts.forEach(function (name) { cell(tr, String(r[col[name]] || 0), "num"); });
     var changes = String(r[col.changes]);
     cell(tr, dir && r[col.changes] ? link(dir + "/changes.html", changes) : changes, "num");
     cell(tr, String(r[col.fields]), "num");
