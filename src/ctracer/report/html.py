@@ -203,6 +203,11 @@ class _RunningState:
         return objects
 
 
+def _mapping(value: Any) -> dict:
+    """A meta entry that should be a JSON object, else nothing (a damaged trace)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _arg_kinds(trace: Trace) -> dict[int, dict[str, str]]:
     """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
     found = trace.meta_json("tracepoint_args") or {}
@@ -227,7 +232,8 @@ class _Site:
         self.has_tracepoints = PHASE_TRACEPOINT in phases
         self.announced = bool(trace.meta_json("announced_stores"))
         self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
-                                  trace.meta_json("kernel_symbols") or {})
+                                  trace.meta_json("kernel_symbols") or {},
+                                  _mapping(trace.meta_json("net_devices")))
         self.layout = trace.mini
         self.names = data.function_names
         self.reach = {fid: f.reach for fid, f in trace.functions.items()}
@@ -261,6 +267,9 @@ class _Site:
         head = trace.meta_json("head_read")
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
+        named = trace.meta_json("summary_fields")
+        #: the fields a project file named as columns of the object list
+        self.summary_fields = [str(f) for f in named] if isinstance(named, list) else []
         self.timeline = TimelineData(self.names, self.fmt, data.start_ns,
                                      [f.name for f in trace.mini.fields], self.retval,
                                      self.cause_text, str(self.head.get("member") or ""),
@@ -650,8 +659,9 @@ class _Site:
         """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
         that died), shown first."""
         data, start = self.data, self.data.start_ns
+        named = self.summary_fields
         columns = summaries.columns_for(data.summary.struct_name,
-                                        [f.name for f in self.layout.fields])
+                                        [f.name for f in self.layout.fields], named)
         objects = [{
             "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
             "lifetime": obj.key.lifetime, "began": obj.started_by,

@@ -84,7 +84,8 @@
   function value(o, name) {
     if (name === "began") { return o.why; }
     if (name.indexOf("summary:") === 0) {
-      return String((o.r[col.summary] || [])[+name.slice(8)] || "").toLowerCase();
+      var t = String((o.r[col.summary] || [])[+name.slice(8)] || "");
+      return /^-?\d+(\.\d+)?$/.test(t) ? parseFloat(t) : t.toLowerCase();  // numbers by value
     }
     var v = o.r[col[name]];
     return numeric[name] ? parseFloat(v) : String(v).toLowerCase();
@@ -195,7 +196,8 @@
       th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
       all.forEach(function (o) { o.k = value(o, name); });
       all.sort(function (a, b) {
-        var c = a.k < b.k ? -1 : a.k > b.k ? 1 : 0;
+        var na = typeof a.k === "number", nb = typeof b.k === "number";
+        var c = na !== nb ? (na ? -1 : 1) : a.k < b.k ? -1 : a.k > b.k ? 1 : 0;
         return (ascending ? c : -c) || a.i - b.i;
       });
       filter();
