@@ -131,6 +131,13 @@ def test_netdev_features_words_read_by_the_kernels_feature_bits(kernel_sock):
     sg, tso = dict(enum)["NETIF_F_SG_BIT"], dict(enum)["NETIF_F_TSO_BIT"]
     value = 1 << sg | 1 << tso
     assert fmt.show("sk_route_caps", value) == f"NETIF_F_SG|NETIF_F_TSO (0x{value:x})"
+    many = sum(1 << b for b in list(bits)[:12])
+    _, ticks = fmt.plot_axis("sk_route_caps", [0, value, many])
+    # a plot's level is labelled by the names when they fit, else by the raw word
+    assert sorted(label for _, label in ticks) == sorted(["0 (0x0)", f"0x{value:x}",
+                                                          f"0x{many:x}"])
+    _, ticks = fmt.plot_axis("sk_route_caps", [0, 1 << sg])
+    assert [label for _, label in ticks] == ["0 (0x0)", "NETIF_F_SG (0x1)"]
     # and --where takes the names, as masks
     cond = where.parse("sk_route_caps & NETIF_F_TSO", layout)
     assert (cond.op, cond.value) == ("&", 1 << tso)

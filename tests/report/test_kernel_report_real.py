@@ -167,7 +167,8 @@ def test_route_caps_read_by_the_kernels_feature_bits(sock_run):
     assert "NETIF_F_LOOPBACK" in names
     assert caps == sum(1 << b for b in bits if bits[b] in names)  # every bit set is named
     text = f"{'|'.join(names)} (0x{caps:x})"
-    pages = [p for p in report.glob(address + "*/changes.html") if text in p.read_text()]
+    pages = [p for p in report.glob(address + "*/changes.html")
+             if text in p.read_text().replace("<wbr>", "")]  # breakable after each "|"
     assert pages, text
 
 

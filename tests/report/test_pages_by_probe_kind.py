@@ -44,6 +44,9 @@ def test_a_tracepoint_only_trace_shows_hits_not_calls(tmp_path):
     assert facts["hits"] == "4" and "calls" not in facts
     assert re.search(r">\d+ hits?(<| ·)", timeline) and not re.search(r">\d+ calls?(<| ·)", timeline)
     assert "<h2>Tracepoints hit</h2>" in timeline and "<th>hit</th>" in timeline
+    changes = (min(p for p in (tmp_path / "out").iterdir() if p.name.startswith("0x"))
+               / "changes.html").read_text()
+    assert "Tracepoints hit &amp; timeline" in changes and "Call graph" not in changes
     counts, objects = _objects(tmp_path)
     assert counts == '["hits"]' and [o["hits"] for o in objects] == [4]
     assert '<th class="num">hits</th>' in index and '<th class="num">calls</th>' not in index

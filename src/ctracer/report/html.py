@@ -160,10 +160,10 @@ def _json_island(value: Any) -> Markup:
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
-_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono">{old} → {new}</td>'
-               '<td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
-_CHANGE_OBJECT = '<td class="mono"><a href="{}">{}</a></td>'
-_CHANGE_OBJECT_PLAIN = '<td class="mono">{}</td>'
+_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono value">{old} → {new}'
+               '</td><td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
+_CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
+_CHANGE_OBJECT_PLAIN = '<td class="mono object">{}</td>'
 
 
 class _RunningState:
@@ -324,11 +324,14 @@ class _Site:
         return self.fmt.show_retval(v)
 
     def shown_html(self, field: str, value: Any) -> str:
-        """A value as shown, escaped (values repeat: each is formatted once)."""
+        """A value as shown, escaped, a flag word breakable at its bits (values repeat:
+        each is formatted once)."""
         key = (field, value)
         text = self._shown_html.get(key)
         if text is None:
-            text = self._shown_html.remember(key, str(escape(self.timeline.value(field, value))))
+            # a flag word's bits may break after each "|" (NETIF_F_SG|NETIF_F_HW_CSUM|…)
+            text = self._shown_html.remember(key, str(escape(
+                self.timeline.value(field, value))).replace("|", "|<wbr>"))
         return text
 
     def cause_html(self, c: Change) -> str:

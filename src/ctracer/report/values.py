@@ -221,10 +221,18 @@ class ValueFormatter:
         if len(distinct) <= FEW_VALUES or (kind == "char" and len(distinct) <= 16):
             # a field that takes a handful of values reads best as labelled levels
             pos = {v: float(i) for i, v in enumerate(distinct)}
-            return [pos[v] for v in values], [(pos[v], _shorten(self.show(field, v)))
+            return [pos[v] for v in values], [(pos[v], self._tick(field, display, v))
                                               for v in distinct]
         return [float(v) for v in values], None
 
+
+    def _tick(self, field: str, display: Optional[str], value: Any) -> str:
+        """A level's label: the value as shown, short; a flag word whose bits' names
+        do not fit by its hex value (the names are in the tables and tooltips)."""
+        text = self.show(field, value)
+        if display == "flags" and len(text) > 24 and isinstance(value, int):
+            return f"0x{value:x}"
+        return _shorten(text)
 
     def _network_order_axis(self, field: str, display: str,
                             values: Sequence[int]) -> tuple[list[float], AxisTicks]:

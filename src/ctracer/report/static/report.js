@@ -115,8 +115,10 @@
   }
   function row(o) {
     var r = o.r, dir = r[col.dir], tr = document.createElement("tr");
-    cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono");
-    summaries.forEach(function (_, k) { cell(tr, String((r[col.summary] || [])[k] || ""), "summary"); });
+    cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono object");
+    summaries.forEach(function (_, k) {  // a path of values breaks after its arrows only
+      cell(tr, String((r[col.summary] || [])[k] || "").replace(/ → /g, "\u00a0→ "), "summary");
+    });
     cell(tr, String(r[col.lifetime]), "num");
     cell(tr, o.why, "began").title = o.why;
     cell(tr, r[col.first], "num");
