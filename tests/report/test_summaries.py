@@ -3,6 +3,7 @@ socket its family, local and remote address:port, the states it went through, it
 and the command that used it; the object list carries those texts and its filter
 searches them (``#q=:8080`` finds the sockets of port 8080)."""
 
+import contextlib
 import socket
 
 from ctracer.event import PHASE_TRACEPOINT, Field, Layout
@@ -72,27 +73,34 @@ def test_sockets_are_named_by_endpoints_states_role_and_comm(tmp_path):
     assert "<th>local</th><th>remote</th><th>states</th><th>role</th>" in index
 
 
-def test_the_index_filter_finds_sockets_by_port(tmp_path):
+@contextlib.contextmanager
+def index_page(tmp_path, fragment: str):
+    """The rendered index (tmp_path/out) open in headless Chromium at ``#fragment``."""
     from test_browser_report import _playwright, FLAGS, CHROMIUM
-    write(tmp_path / "t.ctrace")
-    render_report(str(tmp_path / "t.ctrace"), str(tmp_path / "out"), plots=False)
     with _playwright()() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
             offline=True)
         try:
             page = context.new_page()
-            page.goto((tmp_path / "out" / "index.html").as_uri() + "#q=:40000")
+            page.goto((tmp_path / "out" / "index.html").as_uri() + fragment)
             page.wait_for_load_state("networkidle")
-            shown = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
-                                  ".map(r => r.cells[0].innerText.split(/\\s/)[0])")
-            assert sorted(shown) == sorted([f"0x{CLIENT:x}", f"0x{CHILD:x}"])
-            page.fill("input[data-objects=filter]", "listener")
-            shown = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
-                                  ".map(r => r.cells[0].innerText.split(/\\s/)[0])")
-            assert shown == [f"0x{LISTENER:x}"]
+            yield page
         finally:
             context.close()
+
+
+def test_the_index_filter_finds_sockets_by_port(tmp_path):
+    write(tmp_path / "t.ctrace")
+    render_report(str(tmp_path / "t.ctrace"), str(tmp_path / "out"), plots=False)
+    with index_page(tmp_path, "#q=:40000") as page:
+        shown = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
+                              ".map(r => r.cells[0].innerText.split(/\\s/)[0])")
+        assert sorted(shown) == sorted([f"0x{CLIENT:x}", f"0x{CHILD:x}"])
+        page.fill("input[data-objects=filter]", "listener")
+        shown = page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
+                              ".map(r => r.cells[0].innerText.split(/\\s/)[0])")
+        assert shown == [f"0x{LISTENER:x}"]
 
 
 SKB_MINI = Layout.packed_in_order("ctracer__mini_sk_buff", [
@@ -143,7 +151,6 @@ def test_a_project_file_names_summary_columns_of_any_struct(tmp_path):
     """The fields a project file names (meta summary_fields) are columns too, each the
     values the field took in order, as the pages show them, searched and sorted by the
     index like the struct's own."""
-    from test_browser_report import _playwright, FLAGS, CHROMIUM
     write_skbs(tmp_path / "s.ctrace", summary_fields=["mark", "skb_iif"])
     render_report(str(tmp_path / "s.ctrace"), str(tmp_path / "out"), plots=False)
     text = (tmp_path / "out" / "objects.js").read_text()
@@ -154,21 +161,11 @@ def test_a_project_file_names_summary_columns_of_any_struct(tmp_path):
                   f"0x{SKB3:x}": ["5 → 9", "veth0 (2) → br0 (3) → 7"]}
     index = (tmp_path / "out" / "index.html").read_text()
     assert "<th>mark</th><th>skb_iif</th>" in index
-    with _playwright()() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            offline=True)
-        try:
-            page = context.new_page()
-            page.goto((tmp_path / "out" / "index.html").as_uri() + "#q=5 → 9")
-            page.wait_for_load_state("networkidle")
-            rows = "Array.from(document.querySelectorAll('#objects tbody tr'))"
-            assert page.evaluate(rows + ".map(r => r.cells[0].innerText)") == [f"0x{SKB3:x}"]
-            page.fill("input[data-objects=filter]", "br0")
-            assert page.evaluate(rows + ".map(r => r.cells[0].innerText)") == [f"0x{SKB3:x}"]
-            page.fill("input[data-objects=filter]", "")
-            page.click("#objects th:text-is('len')")  # numbers sort by value, not as text
-            assert page.evaluate(rows + ".map(r => r.cells[1].innerText)") == ["74", "98",
-                                                                               "1500"]
-        finally:
-            context.close()
+    rows = "Array.from(document.querySelectorAll('#objects tbody tr'))"
+    with index_page(tmp_path, "#q=5 → 9") as page:
+        assert page.evaluate(rows + ".map(r => r.cells[0].innerText)") == [f"0x{SKB3:x}"]
+        page.fill("input[data-objects=filter]", "br0")
+        assert page.evaluate(rows + ".map(r => r.cells[0].innerText)") == [f"0x{SKB3:x}"]
+        page.fill("input[data-objects=filter]", "")
+        page.click("#objects th:text-is('len')")  # numbers sort by value, not as text
+        assert page.evaluate(rows + ".map(r => r.cells[1].innerText)") == ["74", "98", "1500"]
