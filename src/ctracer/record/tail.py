@@ -9,9 +9,9 @@ the object's previous event, ``old → new`` (the first event of an object shows
 there is nothing to compare with, nor has the first event of a new lifetime, and a hit
 or a function's exit a rule says ends one is the last compared with).  A store a
 tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
-announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by the ``formatter``
-the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
-addresses by name), else as raw numbers.
+announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by
+the ``formatter`` the command passes (`ctracer.report.values.ValueFormatter`: TCP
+states, flag bits, addresses and devices by name), else as raw numbers.
 """
 
 from __future__ import annotations

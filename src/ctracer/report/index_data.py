@@ -10,8 +10,8 @@ The data file assigns ``CTRACER_OBJECTS``: ``columns`` names the fields of each 
 repeat, so a row holds an index into it), ``summary_columns`` the names of the
 texts in each row's ``summary`` (local and remote address:port, states...: what
 names the object, searched by the filter too) and ``counts`` the counts shown
-(``calls``, ``hits``: those the trace's probe kinds fill).  Every text is plain text, made into DOM text
-by the page (never markup).
+(``calls``, ``hits``: those the trace's probe kinds fill).  Every text is plain text,
+made into DOM text by the page (never markup).
 """
 
 from __future__ import annotations

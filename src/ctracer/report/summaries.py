@@ -3,14 +3,14 @@
 An address and a lifetime number do not tell sockets apart; a kernel engineer names a
 socket by its family, local and remote address:port, states and role, and an sk_buff by
 its length, protocol and the device it came in on (``skb_iif``, named by the recording
-host's devices: the trace's meta ``net_devices``).  `columns_for` gives, for a struct, the columns and how each
-is computed from an object's field series (`ctracer.report.data.ObjectTimeline.series`:
-its first value and every change, so the first, last and every value it took) and rows;
-values are shown as the pages show them (`ctracer.report.values.ValueFormatter`).  A
-project file adds columns of its own for any struct (``[objects] summary_fields``, kept
-in the trace's meta ``summary_fields``): each the values its field took, in order.  A
-column whose fields the trace did not record is left out.  The index searches these
-texts too (``index.html#q=:8080``).
+host's devices: the trace's meta ``net_devices``).  `columns_for` gives, for a struct,
+the columns and how each is computed from an object's field series
+(`ctracer.report.data.ObjectTimeline.series`: its first value and every change, so the
+first, last and every value it took) and rows; values are shown as the pages show them
+(`ctracer.report.values.ValueFormatter`).  A project file adds columns of its own for
+any struct (``[objects] summary_fields``, kept in the trace's meta ``summary_fields``):
+each the values its field took, in order.  A column whose fields the trace did not
+record is left out.  The index searches these texts too (``index.html#q=:8080``).
 """
 
 from __future__ import annotations
