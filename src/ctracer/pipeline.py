@@ -395,6 +395,9 @@ def build(request: TraceRequest) -> BuiltTrace:
     if source.is_kernel and hasattr(model, "find_enum"):
         from ctracer.plan import displays
         built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
+    #: the project file's columns of the report's object list (`ctracer.report.summaries`)
+    summary = (request.project.summary_paths([f.name for f in built.layout.fields])
+               if request.project is not None else ())
     extra: dict = {}
     program: Union[object]
     if source.is_kernel:
@@ -475,5 +478,6 @@ def build(request: TraceRequest) -> BuiltTrace:
         struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
         mini_text=mini.render_built(built, explain=True),
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
-        functions=request.functions, bpf_text=program.text, **extra)
+        functions=request.functions, bpf_text=program.text,
+        **({"summary_fields": list(summary)} if summary else {}), **extra)
     return BuiltTrace(program, meta, source.binary)

@@ -1,8 +1,9 @@
 """Chrome trace JSON for the Perfetto UI (https://ui.perfetto.dev opens the file, and so
 does chrome://tracing): a track per object, a slice per call, field changes as args.
 
-Each object (one lifetime of an address) is a process named ``struct sock 0x… #n``
-(``process_name``, ordered by ``process_sort_index``); inside it, a thread track per real
+Each object (one lifetime of an address) is a process named ``struct sock 0x…``, or
+``0x…-2`` for the address's second lifetime as the report names it (``process_name``,
+ordered by ``process_sort_index``); inside it, a thread track per real
 thread that called a function on it, named ``comm/tid``.  The file's pids and tids are
 synthetic, drawn from one counter, so no tid is shared by two processes or equals a pid:
 Perfetto's importer finds a thread by (tid, pid), but older versions named it by tid
@@ -35,7 +36,7 @@ from typing import Any, Optional
 from ctracer.event import PHASE_ENTRY
 from ctracer.export.table import function_names, report_rows, trace_id
 from ctracer.files import staged_output
-from ctracer.report.names import object_label
+from ctracer.report.names import object_name
 from ctracer.tracefile import Trace
 
 
@@ -80,10 +81,6 @@ def perfetto_events(trace: Trace) -> dict[str, Any]:
     names = function_names(trace, fns)
     reach = {fid: f.reach for fid, f in trace.functions.items()}
     start = rows[0].ts_ns if rows else 0
-    lifetimes: dict[int, int] = {}
-    for r in rows:
-        if r.obj:
-            lifetimes[r.obj.address] = max(lifetimes.get(r.obj.address, 0), r.obj.lifetime)
     ids = itertools.count(1)
     pids: dict[tuple[int, int], int] = {}
     tids: dict[tuple[int, int], int] = {}
@@ -98,7 +95,7 @@ def perfetto_events(trace: Trace) -> dict[str, Any]:
         pid = pids.get(key)
         if pid is None:
             pid = pids[key] = next(ids)
-            label = object_label(key[0], key[1], lifetimes.get(key[0], 1))
+            label = object_name(key[0], key[1])
             meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
                          "args": {"name": f"{kind} {label}"}})
             meta.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,

@@ -40,7 +40,7 @@ from ctracer.report.data import (Counts, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSI
                                   TraceSummary)
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.report.announced import announce_changes
-from ctracer.report.names import object_dir, object_label
+from ctracer.report.names import object_name
 from ctracer.report.snapshots import SnapshotColumn, SnapshotTable
 from ctracer.tracefile import FunctionRow, Trace
 
@@ -739,8 +739,8 @@ def assign_objects(events: Events, pairing: Pairing, duplicates: set[int]) -> Ob
             if obj is None:
                 count = per_address.get(address, 1)
                 obj = objects[key] = ObjectTimeline(
-                    key, object_label(address, key.lifetime, count),
-                    object_dir(address, key.lifetime), lifetimes.reason(key))
+                    key, object_name(address, key.lifetime),
+                    object_name(address, key.lifetime), lifetimes.reason(key))
                 if count == 1:
                     single[address] = obj
         row.obj = obj.key

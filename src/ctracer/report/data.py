@@ -177,8 +177,8 @@ class ObjectTimeline:
     """Everything seen of one object (one lifetime of an address)."""
 
     key: ObjectKey
-    label: str       # "0x55d0c0a0" or "0x55d0c0a0 #2"
-    dirname: str     # "0x55d0c0a0" or "0x55d0c0a0-2"
+    label: str       # "0x55d0c0a0" or "0x55d0c0a0-2" (`ctracer.report.names.object_name`)
+    dirname: str     # the same: its pages' folder
     started_by: str  # why this lifetime starts where it does
     rows: list[Row] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)

@@ -37,7 +37,8 @@ _FONT = "DejaVu Sans"
 
 def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
                changed_by: Optional[dict[int, int]] = None) -> nx.DiGraph:
-    """A graph of calls among ``rows``: node per function id, edge caller → callee.
+    """A graph of calls among ``rows``: node per function id, edge caller → callee; a
+    tracepoint's node (``hit``) counts its hits, under the call running at each.
 
     Nesting is per thread among the rows given: one object's rows give calls made on
     that object inside calls on that object; all rows give the threads' nesting.  ``changed_by``
@@ -47,6 +48,7 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
     total: dict[int, int] = {}
     edges: dict[tuple[int, int], int] = {}
     stacks: dict[int, list[int]] = {}
+    hits: set[int] = set()  # tracepoints: their counts are hits, not calls
     for row in rows:
         stack = stacks.get(row.tid)
         if stack is None:
@@ -62,6 +64,7 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
             edge = (stack[-1] if stack else ROOT, fid)
             edges[edge] = edges.get(edge, 0) + 1
             calls[fid] = calls.get(fid, 0) + 1
+            hits.add(fid)
             continue
         if fid in stack:
             while stack and stack.pop() != fid:
@@ -77,7 +80,7 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
     for fid, n in calls.items():
         g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n,
                    total_ns=total.get(fid, 0),
-                   changes=(changed_by or {}).get(fid, 0))
+                   changes=(changed_by or {}).get(fid, 0), hit=fid in hits)
     for (a, b), n in edges.items():
         g.add_edge(a, b, calls=n)
     return g
@@ -87,7 +90,7 @@ def call_graph(rows: Iterable[Row], names: dict[int, str], root_label: str,
 #: layout serves every object whose graph has the same shape, whatever its counts
 _DETAIL_WIDEST = "888888 calls · 888.8 µs · 8888 chg"
 _EDGE_WIDEST = "8888888"
-_ROOT_WIDEST = "0xffff888812345678 #888"
+_ROOT_WIDEST = "0xffff888812345678-888"
 _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 
 
@@ -183,9 +186,15 @@ def layout_shapes(graphs: list[nx.DiGraph], batch: int = 200) -> tuple[dict[tupl
     return placed, notes
 
 
+def _count(data: dict) -> str:
+    """``3 calls``, ``1 hit`` (a tracepoint's node)."""
+    n = data["calls"]
+    return f"{n} {'hit' if data.get('hit') else 'call'}{'s' if n != 1 else ''}"
+
+
 def _detail(data: dict) -> str:
     calls, total = data["calls"], data["total_ns"]
-    detail = f"{calls} call{'s' if calls != 1 else ''}"
+    detail = _count(data)
     if total and calls:
         detail += f" · {format_duration(total // calls)}"
     if data["changes"]:
@@ -195,7 +204,7 @@ def _detail(data: dict) -> str:
 
 def _tooltip(data: dict) -> str:
     calls, total = data["calls"], data["total_ns"]
-    text = f"{calls} call{'s' if calls != 1 else ''}"
+    text = _count(data)
     if total and calls:
         text += f", average {format_duration(total // calls)}"
     if data["changes"]:

@@ -160,10 +160,10 @@ def _json_island(value: Any) -> Markup:
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
-_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono">{old} → {new}</td>'
-               '<td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
-_CHANGE_OBJECT = '<td class="mono"><a href="{}">{}</a></td>'
-_CHANGE_OBJECT_PLAIN = '<td class="mono">{}</td>'
+_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono value">{old} → {new}'
+               '</td><td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
+_CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
+_CHANGE_OBJECT_PLAIN = '<td class="mono object">{}</td>'
 
 
 class _RunningState:
@@ -203,6 +203,11 @@ class _RunningState:
         return objects
 
 
+def _mapping(value: Any) -> dict:
+    """A meta entry that should be a JSON object, else nothing (a damaged trace)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _arg_kinds(trace: Trace) -> dict[int, dict[str, str]]:
     """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
     found = trace.meta_json("tracepoint_args") or {}
@@ -227,7 +232,8 @@ class _Site:
         self.has_tracepoints = PHASE_TRACEPOINT in phases
         self.announced = bool(trace.meta_json("announced_stores"))
         self.fmt = ValueFormatter(trace.mini, trace.meta_json("tracepoint_args") or {},
-                                  trace.meta_json("kernel_symbols") or {})
+                                  trace.meta_json("kernel_symbols") or {},
+                                  _mapping(trace.meta_json("net_devices")))
         self.layout = trace.mini
         self.names = data.function_names
         self.reach = {fid: f.reach for fid, f in trace.functions.items()}
@@ -261,6 +267,9 @@ class _Site:
         head = trace.meta_json("head_read")
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
+        named = trace.meta_json("summary_fields")
+        #: the fields a project file named as columns of the object list
+        self.summary_fields = [str(f) for f in named] if isinstance(named, list) else []
         self.timeline = TimelineData(self.names, self.fmt, data.start_ns,
                                      [f.name for f in trace.mini.fields], self.retval,
                                      self.cause_text, str(self.head.get("member") or ""),
@@ -274,6 +283,7 @@ class _Site:
         context.setdefault("has_calls", self.has_calls)
         context.setdefault("has_tracepoints", self.has_tracepoints)
         context.setdefault("announced", self.announced)
+        context.setdefault("count_words", self.count_words)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
@@ -281,6 +291,23 @@ class _Site:
         text = self.env.get_template(template).render(**context)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
+
+    @property
+    def count_words(self) -> list[str]:
+        """What the trace's probe kinds count: ``calls`` (function entries and exits),
+        ``hits`` (tracepoints), or both."""
+        words = (["calls"] if self.has_calls else []) + (["hits"] if self.has_tracepoints
+                                                         else [])
+        return words or ["calls"]
+
+    def calls_and_hits(self, methods: dict[int, MethodStats]) -> dict[str, int]:
+        """Per word of `count_words`, how many of ``methods``' counts are calls and how
+        many tracepoint hits."""
+        out = dict.fromkeys(self.count_words, 0)
+        for fid, stats in methods.items():
+            word = "hits" if self.reach.get(fid) == "tracepoint" else "calls"
+            out[word] = out.get(word, 0) + stats.calls
+        return out
 
     def retval(self, row: Row) -> str:
         if row.phase == PHASE_ENTRY or row.retval is None:
@@ -297,11 +324,14 @@ class _Site:
         return self.fmt.show_retval(v)
 
     def shown_html(self, field: str, value: Any) -> str:
-        """A value as shown, escaped (values repeat: each is formatted once)."""
+        """A value as shown, escaped, a flag word breakable at its bits (values repeat:
+        each is formatted once)."""
         key = (field, value)
         text = self._shown_html.get(key)
         if text is None:
-            text = self._shown_html.remember(key, str(escape(self.timeline.value(field, value))))
+            # a flag word's bits may break after each "|" (NETIF_F_SG|NETIF_F_HW_CSUM|…)
+            text = self._shown_html.remember(key, str(escape(
+                self.timeline.value(field, value))).replace("|", "|<wbr>"))
         return text
 
     def cause_html(self, c: Change) -> str:
@@ -547,7 +577,7 @@ class _Site:
             ("last seen", f"{format_offset(obj.last_ns - start)} ms"),
             ("observed for", format_duration(obj.last_ns - obj.first_ns) or "0 ns"),
             ("events", str(len(obj.rows))),
-            ("calls", str(obj.calls)),
+            *((word, str(n)) for word, n in self.calls_and_hits(obj.methods).items()),
             ("field changes", f"{len(obj.changes)} in {len(obj.changed_fields)} fields"),
             ("thread ids", ", ".join(str(t) for t in sorted(obj.threads))),
         ]
@@ -615,9 +645,9 @@ class _Site:
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
-                ("calls" if self.has_calls else "hits") + " per method"
+                " and ".join(self.count_words) + " per method"
                 + (" (40 busiest)" if len(rows) > 40 else ""), bars,
-                "calls" if self.has_calls else "hits"))
+                " / ".join(self.count_words)))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
         canonical = self.data.canonical
         functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
@@ -632,19 +662,21 @@ class _Site:
         """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
         that died), shown first."""
         data, start = self.data, self.data.start_ns
+        named = self.summary_fields
         columns = summaries.columns_for(data.summary.struct_name,
-                                        [f.name for f in self.layout.fields])
+                                        [f.name for f in self.layout.fields], named)
         objects = [{
             "label": obj.label, "dir": obj.dirname if obj.key in self.rendered else "",
             "lifetime": obj.key.lifetime, "began": obj.started_by,
             "first": format_offset(obj.first_ns - start),
             "last": format_offset(obj.last_ns - start),
-            "events": len(obj.rows), "calls": obj.calls,
+            "events": len(obj.rows), **self.calls_and_hits(obj.methods),
             "changes": len(obj.changes), "fields": len(obj.changed_fields),
             "summary": summaries.summary(obj, columns, self.fmt),
         } for obj in data.objects]
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
-            f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
+            f.write(objects_file_text(objects_data(objects, [c.name for c in columns],
+                                                   self.count_words)))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1

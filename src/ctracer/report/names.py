@@ -7,6 +7,9 @@ pattern, otherwise a stable hash stands in for them.  Nothing here touches the d
 
 from __future__ import annotations
 
+# an object's one name, also its pages' folder, is `ctracer.decode`'s (``--tail`` names
+# objects too); re-exported here
+from ctracer.decode import object_name  # noqa: F401
 from ctracer.files import safe_name
 
 #: names Windows and some tools treat specially; we never produce them
@@ -19,16 +22,6 @@ def safe_component(name: str, prefix: str = "x") -> str:
     return safe_name(name, prefix, _RESERVED)
 
 
-def object_dir(address: int, lifetime: int) -> str:
-    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second..."""
-    base = f"0x{address:x}"
-    return base if lifetime <= 1 else f"{base}-{lifetime}"
-
-
-def object_label(address: int, lifetime: int, lifetimes: int) -> str:
-    """How an object is named on pages: the address, plus ``#n`` when it was reused."""
-    base = f"0x{address:x}"
-    return f"{base} #{lifetime}" if lifetimes > 1 else base
 
 
 class StemAllocator:
