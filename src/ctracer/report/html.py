@@ -128,7 +128,9 @@ def report_trace_id(out_dir: str) -> Optional[str]:
                  if line.startswith(_MARKER_TRACE)), None) or None
 
 
-def _environment() -> Any:
+def template_environment() -> Any:
+    """The Jinja2 environment of the report's templates (autoescaped, shipped as
+    package data)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -140,7 +142,8 @@ def _environment() -> Any:
     return env
 
 
-def _copy_static(out_dir: str) -> None:
+def copy_static(out_dir: str) -> None:
+    """The report's CSS and JS into ``out_dir/_static/`` (no network needed)."""
     from importlib import resources
 
     target = os.path.join(out_dir, STATIC_DIR)
@@ -238,7 +241,7 @@ class _Site:
 
     def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
-        self.env = _environment()
+        self.env = template_environment()
         #: which probe kinds filled the trace: pages leave out what the others would fill
         phases = {r.phase for r in data.rows}
         self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
@@ -825,7 +828,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
                     f"PNG plots were drawn for the {len(site.plotted)} objects with most "
                     "changes (--plot-objects); every object's changes page plots its fields "
                     "interactively")
-            _copy_static(out_dir)
+            copy_static(out_dir)
             mark = time.perf_counter()
             for obj in chosen:
                 site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
@@ -873,7 +876,7 @@ def _incomplete(out_dir: str, site: Optional["_Site"], stopped: HelpersStopped) 
         if site is not None:
             site.index_page(len(site.data.objects), incomplete=why)
         else:
-            text = _environment().get_template("stopped.html").render(
+            text = template_environment().get_template("stopped.html").render(
                 why=why.replace(", so pages linked from here may be missing", ""),
                 version=__version__)
             with open(os.path.join(out_dir, "index.html"), "w", encoding="utf-8") as f:
