@@ -6,7 +6,9 @@ the user names: one iteration of the workload), so runs of different length comp
 A side may be several traces of repeated runs: each metric is then taken per run, the
 side's value is the runs' mean, and a difference no larger than the run-to-run spread
 (the largest max - min over the runs of either side) is *within noise*.  With one trace
-a side noise is unknown: counts of what the code did are exact, timings are not.
+a side noise is unknown: counts of what the code did are exact, but timings and the
+values fields end with (ports, hashes, rates, timers) vary from run to run: those
+differences are counted apart and ranked after the counts (`Difference.varies`).
 
 What is compared (kinds, in the order the issue lists them):
 
@@ -17,7 +19,9 @@ What is compared (kinds, in the order the issue lists them):
 * ``final``: the values fields end their lifetimes with: the share of lifetimes ending
   with each value (fields that end with at most `FEW_VALUES` values; the distance is
   the total variation between the shares), and the median of numeric fields' values;
-* ``edge``: calls per lifetime from one function to another in the call graph;
+* ``edge``: calls per lifetime from one function to another in the call graph (calls
+  from no traced function only where the callee has other callers: otherwise the
+  edge's numbers are its calls');
 * ``started``, ``ended``: the share of lifetimes each rule began, each last function
   ended; ``events``: events per lifetime (mean); ``lifetimes``: lifetimes per iteration
   (only with ``per``).
@@ -31,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from ctracer.analysis.profile import TraceProfile
+from ctracer.analysis.profile import NO_CALLER, TraceProfile
 from ctracer.errors import CtracerError, UsageError
 from ctracer.tracefile import read_meta
 
@@ -77,8 +81,10 @@ class Difference:
     others_after: bool = False
 
     @property
-    def timing(self) -> bool:
-        return self.kind == TIMING
+    def varies(self) -> bool:
+        """A timing or a final value: a measurement that varies from run to run, unlike
+        the counts of what the code did."""
+        return self.kind in (TIMING, FINAL)
 
     @property
     def only(self) -> str:
@@ -117,13 +123,13 @@ class TraceDiff:
 
     def counts(self) -> dict[str, int]:
         """Differences beyond noise (or, without repeats, in what the code did), in
-        timings without repeats to tell noise, and within noise."""
-        out = {"differences": 0, "timings_noise_unknown": 0, "within_noise": 0}
+        timings and values without repeats to tell noise, and within noise."""
+        out = {"differences": 0, "noise_unknown": 0, "within_noise": 0}
         for d in self.differences:
             if d.noise:
                 out["within_noise"] += 1
-            elif d.noise is None and d.timing:
-                out["timings_noise_unknown"] += 1
+            elif d.noise is None and d.varies:
+                out["noise_unknown"] += 1
             else:
                 out["differences"] += 1
         return out
@@ -174,6 +180,8 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
         kind, subject, detail = key
         if kind == FINAL and subject in few:
             continue  # its few values compare one by one (`_final_values`)
+        if kind == EDGE and _only_path(key, runs_b + runs_a):
+            continue
         d = _scalar(key, [m.get(key) for m in runs_b], [m.get(key) for m in runs_a],
                     kind in _COUNTS, measured)
         if d is None:
@@ -199,11 +207,11 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
 
 
 def rank(differences: list[Difference]) -> list[Difference]:
-    """Largest first; timings whose noise is unknown after every other difference, and
-    differences within noise last."""
+    """Largest first; timings and values whose noise is unknown after every other
+    difference, and differences within noise last."""
     order = {k: i for i, k in enumerate(KINDS)}
     return sorted(differences, key=lambda d: (
-        bool(d.noise), d.noise is None and d.timing, -round(d.size, 9), order[d.kind],
+        bool(d.noise), d.noise is None and d.varies, -round(d.size, 9), order[d.kind],
         d.subject, d.detail))
 
 
@@ -262,6 +270,14 @@ def _scalar(key: Key, b_runs: list[Optional[float]], a_runs: list[Optional[float
         before_runs=b_runs, after_runs=a_runs, size=abs(a - b) / max(abs(a), abs(b)),
         noise=(abs(a - b) <= spread + _EPSILON) if spread is not None else None,
         spread=spread, unit="")
+
+
+def _only_path(key: Key, runs: list[dict[Key, float]]) -> bool:
+    """An edge from no traced caller that carries every call of its callee in every run:
+    its numbers are the callee's calls, said by their own row."""
+    caller, callee = edge_ends(key[1])
+    return caller == NO_CALLER and all(m.get(key, 0.0) == m.get((CALLS, callee, ""), 0.0)
+                                       for m in runs)
 
 
 def _range(values: list[float]) -> float:

@@ -171,8 +171,8 @@ def _print_text(diff, limit: int, page: Optional[str]) -> None:
     summary = f"{counts['differences']} difference{'s' if counts['differences'] != 1 else ''}"
     if diff.noise_measured:
         summary += " beyond noise"
-    if counts["timings_noise_unknown"]:
-        summary += f", {counts['timings_noise_unknown']} in timings (noise unknown)"
+    if counts["noise_unknown"]:
+        summary += f", {counts['noise_unknown']} in timings and values (noise unknown)"
     if counts["within_noise"]:
         summary += f", {counts['within_noise']} within noise"
     print(summary + (":" if diff.differences else ""))

@@ -132,13 +132,13 @@ def _lifetimes_unit(d: Difference, unit: str) -> str:
 
 
 def verdict(d: Difference) -> str:
-    """``within noise``, ``beyond noise``, ``noise unknown`` (timings without repeats),
-    or "" (a count without repeats: exact)."""
+    """``within noise``, ``beyond noise``, ``noise unknown`` (timings and values without
+    repeats), or "" (a count without repeats: exact)."""
     if d.noise is True:
         return "within noise"
     if d.noise is False:
         return "beyond noise"
-    return "noise unknown" if d.timing else ""
+    return "noise unknown" if d.varies else ""
 
 
 def find_report(profile: TraceProfile, candidates: list[str]) -> Optional[str]:
