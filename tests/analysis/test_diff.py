@@ -1,0 +1,109 @@
+"""`ctracer diff`'s computation on synthetic traces with a known truth (no BPF needed):
+a trace's profile holds what the simulation did (calls, durations, who changed which
+field, lifetimes, events per lifetime), a trace compared with itself has no difference,
+a run that is one of the repeats is within their noise, counts are per lifetime or per
+call of a named function, and the page's sentences say what changed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ctracer.analysis.diff import CALLS, CHANGES, FUNCTION, compare
+from ctracer.analysis.from_report import read_profile, read_profiles
+from ctracer.analysis.profile import NO_FUNCTION
+from ctracer.errors import UsageError
+from ctracer.report.diff_page import describe
+from synthetic_trace import write_synthetic_trace
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    """Three runs of the simulation (another seed each: other random choices), and one
+    whose lifecycles send twice as often."""
+    d = tmp_path_factory.mktemp("diff")
+    out = {}
+    for name, seed, sends in (("a", 1, 6), ("b", 2, 6), ("c", 3, 6), ("busy", 1, 12)):
+        path = str(d / f"{name}.ctrace")
+        out[name] = (path, write_synthetic_trace(path, threads=2, lifecycles=5, sends=sends,
+                                                 seed=seed))
+    return out
+
+
+def _percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def test_a_profile_holds_what_the_simulation_did(traces):
+    path, truth = traces["a"]
+    p = read_profile(path)
+    assert p.struct == "struct sock" and p.lifetimes == len(truth.lifetimes)
+    assert p.calls == truth.calls
+    assert {fn: (t.timed, t.p50_ns, t.p95_ns) for fn, t in p.timings.items()} == {
+        fn: (len(d), _percentile(d, 50), _percentile(d, 95))
+        for fn, d in truth.durations.items()}
+    assert p.changes == Counter((c.field, c.function or NO_FUNCTION) for c in truth.changes)
+    # each event is on one lifetime: those that showed the object, and the entries of
+    # sk_alloc and lookups, whose object is known at their exit
+    assert len(p.events_per_lifetime) == p.lifetimes
+    assert sum(p.events_per_lifetime) == truth.events == p.events
+    assert all(n > shown for n, shown in zip(p.events_per_lifetime,
+                                             sorted(truth.lifetimes.values())))
+    assert sum(p.started.values()) == sum(p.ended.values()) == p.lifetimes
+    # every lifetime ends with sk_free's exit: it is the last call of each lifecycle
+    assert p.ended == {"last seen in sk_free": p.lifetimes}
+    refcnt = p.final["sk_refcnt"]
+    assert refcnt.shown == {"0": p.lifetimes} and refcnt.median == 0
+
+
+def test_a_trace_against_itself_has_no_difference(traces):
+    path = traces["a"][0]
+    diff = compare(*([p] for p in read_profiles([path, path])))
+    assert diff.differences == [] and diff.layout == []
+
+
+def test_a_run_that_is_one_of_the_repeats_is_within_their_noise(traces):
+    a, b = (traces[n][0] for n in "ab")
+    profiles = read_profiles([a, b, b])
+    diff = compare(profiles[:2], profiles[2:])
+    assert diff.noise_measured and diff.differences
+    assert all(d.noise is True for d in diff.differences)
+    assert diff.counts() == {"differences": 0, "noise_unknown": 0,
+                             "within_noise": len(diff.differences)}
+    # the same runs one a side: the seeds' random choices differ, noise unknown
+    diff = compare(profiles[:1], profiles[1:2])
+    assert all(d.noise is None for d in diff.differences)
+    assert any(d.kind == CALLS for d in diff.differences)
+
+
+def test_counts_are_per_lifetime_or_per_call_of_a_named_function(traces):
+    (a, ta), (busy, tb) = traces["a"], traces["busy"]
+    before, after = read_profiles([a, busy])
+    diff = compare([before], [after])
+    sends = {d.subject: (d.before, d.after) for d in diff.differences if d.kind == CALLS}
+    lifetimes = len(ta.lifetimes)
+    assert sends["tcp_sendmsg"] == (ta.calls["tcp_sendmsg"] / lifetimes,
+                                    tb.calls["tcp_sendmsg"] / len(tb.lifetimes))
+    assert sends["tcp_sendmsg"][1] == 2 * sends["tcp_sendmsg"][0]
+    # per send: tcp_poll follows every send in both runs, so it does not differ
+    diff = compare([before], [after], per="tcp_sendmsg")
+    subjects = {(d.kind, d.subject) for d in diff.differences}
+    assert (CALLS, "tcp_poll") not in subjects and (CALLS, "tcp_sendmsg") not in subjects
+    assert ("lifetimes", "lifetimes") in subjects  # half as many sockets per send
+    with pytest.raises(UsageError, match="has no call of it"):
+        compare([before], [after], per="no_such_function")
+
+
+def test_each_difference_reads_as_one_sentence(traces):
+    (a, _), (busy, _) = traces["a"], traces["busy"]
+    diff = compare(*([p] for p in read_profiles([a, busy])))
+    texts = [describe(d, diff.unit) for d in diff.differences]
+    assert all("\n" not in t for t in texts)
+    sent = next(t for t, d in zip(texts, diff.differences)
+                if d.kind == CALLS and d.subject == "tcp_sendmsg")
+    assert sent.startswith("tcp_sendmsg: ") and "calls per lifetime" in sent
+    changes = [t for t, d in zip(texts, diff.differences) if d.kind == CHANGES]
+    assert any(t.startswith("sk_stats.tx_bytes: changed by tcp_sendmsg ") for t in changes)
+    assert not any(d.kind == FUNCTION for d in diff.differences)  # the same functions
