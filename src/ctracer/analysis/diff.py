@@ -176,6 +176,7 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
     few = {name for name in {n for p in [*before, *after] for n in p.final}
            if len({v for p in [*before, *after] for v in
                    (p.final[name].shown if name in p.final else ())}) <= FEW_VALUES}
+    changers_b, changers_a = _changers(runs_b), _changers(runs_a)
     for key in keys:
         kind, subject, detail = key
         if kind == FINAL and subject in few:
@@ -193,11 +194,11 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
         if kind in (CALLS, TIMING, FUNCTION):
             d.function = subject
         elif kind == EDGE:
-            d.function = subject.split(" → ", 1)[1]
+            d.function = _edge_ends(subject)[1]
         elif kind == CHANGES:
             d.field, d.function = subject, detail
-            d.others_before = _changed_by_others(runs_b, subject, detail)
-            d.others_after = _changed_by_others(runs_a, subject, detail)
+            d.others_before = bool(changers_b.get(subject, set()) - {detail})
+            d.others_after = bool(changers_a.get(subject, set()) - {detail})
         elif kind == FINAL:
             d.field = subject
         out.append(d)
@@ -272,10 +273,17 @@ def _scalar(key: Key, b_runs: list[Optional[float]], a_runs: list[Optional[float
         spread=spread, unit="")
 
 
+def _edge_ends(subject: str) -> tuple[str, str]:
+    """An edge row's caller and callee (`ctracer.analysis.profile.NO_CALLER` for calls
+    no traced function made)."""
+    caller, _, callee = subject.partition(" → ")
+    return caller, callee
+
+
 def _only_path(key: Key, runs: list[dict[Key, float]]) -> bool:
     """An edge from no traced caller that carries every call of its callee in every run:
     its numbers are the callee's calls, said by their own row."""
-    caller, callee = edge_ends(key[1])
+    caller, callee = _edge_ends(key[1])
     return caller == NO_CALLER and all(m.get(key, 0.0) == m.get((CALLS, callee, ""), 0.0)
                                        for m in runs)
 
@@ -284,9 +292,14 @@ def _range(values: list[float]) -> float:
     return max(values) - min(values) if len(values) > 1 else 0.0
 
 
-def _changed_by_others(runs: list[dict[Key, float]], name: str, fn: str) -> bool:
-    return any(k[0] == CHANGES and k[1] == name and k[2] != fn and v > 0
-               for m in runs for k, v in m.items())
+def _changers(runs: list[dict[Key, float]]) -> dict[str, set[str]]:
+    """Per field, every function that changed it in one of ``runs``."""
+    out: dict[str, set[str]] = {}
+    for m in runs:
+        for (kind, name, fn), v in m.items():
+            if kind == CHANGES and v > 0:
+                out.setdefault(name, set()).add(fn)
+    return out
 
 
 def _final_values(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
@@ -355,11 +368,3 @@ def _layout(before: Sequence[TraceProfile], after: Sequence[TraceProfile]) -> li
     b, a = types(before), types(after)
     order = list(b) + [n for n in a if n not in b]
     return [LayoutDifference(n, b.get(n), a.get(n)) for n in order if b.get(n) != a.get(n)]
-
-
-def edge_ends(subject: str) -> tuple[str, str]:
-    """An edge row's caller and callee (`ctracer.analysis.profile.NO_CALLER` for calls
-    no traced function made)."""
-    caller, _, callee = subject.partition(" → ")
-    return caller, callee
-

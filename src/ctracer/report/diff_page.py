@@ -18,8 +18,7 @@ from urllib.parse import quote, urlencode
 
 from ctracer import __version__
 from ctracer.analysis.diff import (CALLS, CHANGES, EDGE, ENDED, EVENTS, FINAL, FUNCTION,
-                                   LIFETIMES, STARTED, TIMING, Difference, TraceDiff,
-                                   edge_ends)
+                                   LIFETIMES, STARTED, TIMING, Difference, TraceDiff)
 from ctracer.analysis.profile import TraceProfile
 from ctracer.errors import OutputError
 from ctracer.files import private_files
@@ -89,46 +88,39 @@ def change(d: Difference) -> str:
 def describe(d: Difference, unit: str) -> str:
     """The difference in one sentence (the runs' values: `shown`)."""
     b, a = shown(d, "before"), shown(d, "after")
+
+    def by_presence(new: str, gone: str, same: str) -> str:
+        return new if d.only == "after" else gone if d.only == "before" else same
+
     if d.kind == FUNCTION:
         verb = "hit" if d.subject.startswith("tp:") else "called"
-        if d.only == "after":
-            return f"{d.subject}: now {verb} ({a} {unit}; never before)"
-        return f"{d.subject}: no longer {verb} (was {b} {unit})"
+        return by_presence(f"{d.subject}: now {verb} ({a} {unit}; never before)",
+                           f"{d.subject}: no longer {verb} (was {b} {unit})", "")
     if d.kind == CALLS:
         return f"{d.subject}: {b} → {a} calls {unit}"
     if d.kind == TIMING:
         return f"{d.subject}: {d.detail} duration {b} → {a}"
     if d.kind == CHANGES:
-        if d.only == "after":
-            return (f"{d.field}: now also changed by {d.function} ({a} {unit})"
-                    if d.others_before else
-                    f"{d.field}: now changed by {d.function} ({a} {unit}; unchanged before)")
-        if d.only == "before":
-            return (f"{d.field}: no longer changed by {d.function} (was {b} {unit}"
-                    + (")" if d.others_after else "; unchanged now)"))
-        return f"{d.field}: changed by {d.function} {b} → {a} times {unit}"
+        return by_presence(
+            f"{d.field}: now {'also ' if d.others_before else ''}changed by {d.function} "
+            f"({a} {unit}{'' if d.others_before else '; unchanged before'})",
+            f"{d.field}: no longer changed by {d.function} (was {b} {unit}"
+            f"{'' if d.others_after else '; unchanged now'})",
+            f"{d.field}: changed by {d.function} {b} → {a} times {unit}")
     if d.kind == FINAL:
-        if d.detail == "median":
-            return f"{d.field}: median final value {b} → {a}"
-        return f"{d.field}: final values per lifetime {b} → {a}"
+        return (f"{d.field}: median final value {b} → {a}" if d.detail == "median" else
+                f"{d.field}: final values per lifetime {b} → {a}")
     if d.kind == EDGE:
-        caller, callee = edge_ends(d.subject)
-        if d.only == "after":
-            return f"{caller} → {callee}: a new call edge ({a} calls {unit})"
-        if d.only == "before":
-            return f"{caller} → {callee}: the call edge vanished (was {b} calls {unit})"
-        return f"{caller} → {callee}: {b} → {a} calls {unit}"
-    if d.kind == STARTED:
-        return f"lifetimes begun ({d.subject}): {b} → {a} {_lifetimes_unit(d, unit)}"
-    if d.kind == ENDED:
-        return f"lifetimes ended ({d.subject}): {b} → {a} {_lifetimes_unit(d, unit)}"
+        return by_presence(f"{d.subject}: a new call edge ({a} calls {unit})",
+                           f"{d.subject}: the call edge vanished (was {b} calls {unit})",
+                           f"{d.subject}: {b} → {a} calls {unit}")
+    if d.kind in (STARTED, ENDED):
+        how = "of lifetimes" if d.unit == "share of lifetimes" else unit
+        return f"lifetimes {'begun' if d.kind == STARTED else 'ended'} ({d.subject}): " \
+               f"{b} → {a} {how}"
     if d.kind == EVENTS:
         return f"events per lifetime: {b} → {a} (mean)"
     return f"lifetimes: {b} → {a} {unit}"
-
-
-def _lifetimes_unit(d: Difference, unit: str) -> str:
-    return "of lifetimes" if d.unit == "share of lifetimes" else unit
 
 
 def verdict(d: Difference) -> str:
