@@ -2,10 +2,16 @@
 a trace's profile holds what the simulation did (calls, durations, who changed which
 field, lifetimes, events per lifetime), a trace compared with itself has no difference,
 a run that is one of the repeats is within their noise, counts are per lifetime or per
-call of a named function, and the page's sentences say what changed."""
+call of a named function, the page's sentences say what changed, and a signal while the
+models are built ends the diff in one line."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pytest
@@ -107,3 +113,40 @@ def test_each_difference_reads_as_one_sentence(traces):
     changes = [t for t, d in zip(texts, diff.differences) if d.kind == CHANGES]
     assert any(t.startswith("sk_stats.tx_bytes: changed by tcp_sendmsg ") for t in changes)
     assert not any(d.kind == FUNCTION for d in diff.differences)  # the same functions
+
+
+@pytest.fixture(scope="module")
+def big_traces(tmp_path_factory):
+    """Two traces whose models take a while (~200k events each)."""
+    d = tmp_path_factory.mktemp("big")
+    paths = [str(d / f"{n}.ctrace") for n in ("before", "after")]
+    for seed, path in enumerate(paths, 1):
+        write_synthetic_trace(path, threads=4, lifecycles=135, sends=66, seed=seed)
+    return paths
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_traces_are_read_is_one_line(big_traces, tmp_path, sig, status):
+    """Ctrl-C (to the terminal's process group) or SIGTERM once the helpers build the
+    models: one line, the shell's status, no helper left, nothing written."""
+    p = subprocess.Popen([sys.executable, "-m", "ctracer", "diff", *big_traces, "-o",
+                          str(tmp_path / "d")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    helpers: list[str] = []
+    while len(helpers) < 2:
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        helpers = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+        time.sleep(0.02)
+    if sig == signal.SIGINT:
+        os.killpg(p.pid, sig)  # as a terminal does: every process of the group
+    else:
+        p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == status, err
+    assert lines == ["ctracer: interrupted: the traces were not all read: no diff written"]
+    assert "Traceback" not in err and out == ""
+    assert not any(os.path.exists(f"/proc/{h}") and
+                   open(f"/proc/{h}/stat").read().split()[2] != "Z" for h in helpers)
+    assert not (tmp_path / "d").exists()

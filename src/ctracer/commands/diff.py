@@ -107,7 +107,10 @@ def _read(paths: list[str]) -> list:
     from ctracer.errors import CtracerError, Interrupted
     from ctracer.report.helpers import HelpersStopped
 
-    def on_sigterm(signum, frame) -> None:  # stopped like Ctrl-C
+    terminated = []
+
+    def on_sigterm(signum, frame) -> None:  # stopped like Ctrl-C, said as SIGTERM
+        terminated.append(signum)
         raise KeyboardInterrupt
 
     def say(message: str) -> None:
@@ -120,7 +123,7 @@ def _read(paths: list[str]) -> list:
     except HelpersStopped as stopped:
         if stopped.signal_number:
             raise Interrupted("the traces were not all read: no diff written",
-                              stopped.signal_number) from None
+                              terminated[0] if terminated else stopped.signal_number) from None
         raise CtracerError(f"{stopped.why}: no diff written") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
