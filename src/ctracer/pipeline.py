@@ -246,8 +246,8 @@ def _admission(request: TraceRequest, layout):
 
 def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) -> tuple:
     """The lifetime rules of a kernel trace: the defaults for the struct (those whose
-    tracepoint is traced), or exactly the ``--lifetime-rule`` ones, each placed on the
-    tracepoint parameter that is the object; enumerator names looked up in BTF."""
+    tracepoint or function is traced), or exactly the ``--lifetime-rule`` ones, each
+    placed on the parameter that is the object; enumerator names looked up in BTF."""
     from ctracer.plan import lifetimes
 
     def enumerator_value(text: str) -> Optional[int]:
@@ -263,8 +263,8 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
             try:
                 chosen.extend(lifetimes.place([rule], methods))
             except UsageError:
-                continue  # a default whose tracepoint is not traced here
-        return tuple(chosen)
+                continue  # a default whose tracepoint or function is not traced here
+        return lifetimes.without_stand_ins(chosen)
     texts = [t for t in request.lifetime_rules if t != "none"]
     if len(texts) != len(request.lifetime_rules) and texts:
         raise UsageError("--lifetime-rule none goes alone (it drops every rule)")
@@ -400,7 +400,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         methods = [m for m in methods if m.is_tracepoint]
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
-            rules = _lifetime_rules(request, name, model, methods)
+            rules = _lifetime_rules(request, name, model, methods + function_methods)
         head = (heads.head_read_for(name, graph, built.layout, model)
                 if hasattr(model, "find_enum") else None)
         program = build_kernel_program(methods, built.layout, catalog,

@@ -297,9 +297,15 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
             plan = built.meta.get("probe_plan") or {}
             if plan.get("kinds"):
                 print(f"ctracer: probes: {plan['kinds']}", file=out)
+            creators = sorted({s.method.name for f in getattr(built.program, "kfunctions", ())
+                               for s in f.slots if s.starts})
+            made = (f"; a new lifetime also starts where {len(creators)} creation "
+                    f"function{'s' if len(creators) != 1 else ''} return the object "
+                    f"({', '.join(creators[:4])}{', ...' if len(creators) > 4 else ''})"
+                    if creators else "")
             print(f"ctracer: lifetime rules: "
                   f"{', '.join(r.text for r in rules) if rules else 'none'} "
-                  "(change with --lifetime-rule)", file=out)
+                  f"(change with --lifetime-rule){made}", file=out)
             print(f"ctracer: recording {kind.value} {name} in the kernel: {who}{until}; "
                   "Ctrl-C to stop", file=out, flush=True)
             return

@@ -5,7 +5,8 @@ A line is: seconds since the first event, the object's address, the function (a
 tracepoint as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it
 changed since the object's previous event, ``old → new`` (the first event of an object
 shows none: there is nothing to compare with, nor has the first hit of a lifetime a
-lifetime rule starts, and a hit a rule says ends one is the last compared with).  A
+lifetime rule starts, and a hit or a function's exit a rule says ends one is the last
+compared with).  A
 store a tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
 announcing hit, ``old → new (announced)``, as the report shows it; an announcing hit
 whose snapshot does not hold the value last announced for the address is another
@@ -59,8 +60,15 @@ class Tail:
         self.tracepoint_names = {r.id: r.name for r in program.rows if r.reach == "tracepoint"}
         #: tracepoint name -> the lifetime rules naming it, the store it announces
         self.rules: dict[str, list] = {}
+        ending = set()
         for rule in getattr(program, "rules", ()):
-            self.rules.setdefault(rule.tracepoint, []).append(rule)
+            if rule.probe == "function":
+                ending.add(rule.function)
+            else:
+                self.rules.setdefault(rule.function, []).append(rule)
+        #: rows of functions whose exit ends the object's life (a function's rule)
+        self.ending_rows = {r.id for r in program.rows
+                            if r.name in ending and r.reach == "direct"}
         self.announced = announced or {}
         self._kallsyms = None
         head = getattr(program, "head", None)
@@ -100,6 +108,7 @@ class Tail:
                     for a, v in zip(spec, raw_args)) + ")")
         else:
             parts.append("entry" if phase == PHASE_ENTRY else f"exit ret={h['retval']}")
+            ends = phase != PHASE_ENTRY and fid in self.ending_rows
         comm = "".join(c if c.isprintable() and c != " " else "?" for c in h["comm"])
         parts.append(f"{comm}[{h['pid']}]")
         if h["flags"] & FLAG_READ_FAILED:

@@ -126,7 +126,10 @@ class _Lifetimes:
         self.first_reason: dict[int, str] = {}
         self.starts: dict[int, list[tuple[int, str]]] = {}
         self._freed_by: dict[int, str] = {}
-        self._ended: dict[int, str] = {}
+        #: address -> (why, thread, the call it happened in) of an end not yet passed
+        self._ended: dict[int, tuple[str, int, Optional[_Frame]]] = {}
+        #: addresses whose current lifetime a creation function's return began
+        self._made: set[int] = set()
         self._positions: dict[int, list[int]] = {}
 
     def seen(self, address: int, at: int, function: str) -> None:
@@ -138,6 +141,8 @@ class _Lifetimes:
         """A creation function entered at row ``at`` returned ``address``."""
         reason = f"returned by {function}"
         self._freed_by.pop(address, None)
+        self._ended.pop(address, None)
+        self._made.add(address)
         starts = self.starts.setdefault(address, [])
         if starts and starts[-1][0] >= at:
             # a lifetime begun inside this call (a nested allocator): this call owns it
@@ -148,8 +153,13 @@ class _Lifetimes:
             starts.append((at, reason))
 
     def rule_starts(self, address: int, at: int, why: str) -> None:
-        """A lifetime rule says the hit at row ``at`` is the first of a new lifetime."""
+        """A lifetime rule says the hit at row ``at`` is the first of a new lifetime,
+        unless a creation function's return began the current one (and nothing ended
+        it since): the rule stands in for creations a trace does not see."""
+        if address in self._made:
+            return
         self._freed_by.pop(address, None)
+        self._ended.pop(address, None)
         starts = self.starts.get(address)
         if self.first_seen.get(address, at) >= at and not starts:
             self.first_seen.setdefault(address, at)
@@ -157,15 +167,39 @@ class _Lifetimes:
         elif not (starts and starts[-1][0] == at):  # an ending rule already split here
             self.starts.setdefault(address, []).append((at, why))
 
-    def rule_ends(self, address: int, why: str) -> None:
-        """A lifetime rule says this hit is the last of the address's lifetime: its next
-        sighting starts a new one (`seen_again`)."""
-        self._ended[address] = why
+    def rule_ends(self, address: int, why: str, tid: int = -1,
+                  within: Optional["_Frame"] = None, since: int = -1) -> None:
+        """A lifetime rule says this hit (or the exit of the call entered at row
+        ``since``) is the last of the address's lifetime, on thread ``tid`` inside the
+        traced call ``within`` still running there (None: none): its next sighting
+        outside that call starts a new one (`seen_again`).  A lifetime begun since
+        (another CPU allocated the address while the freeing call was returning) is not
+        ended; an end pending inside a call still running keeps its place."""
+        starts = self.starts.get(address)
+        if starts and starts[-1][0] > since:
+            return
+        ended = self._ended.get(address)
+        if ended is not None and ended[1] == tid and ended[2] is not None and within is not None \
+                and within.depth > ended[2].depth:
+            return
+        self._ended[address] = (why, tid, within)
 
-    def seen_again(self, address: int, at: int) -> None:
-        why = self._ended.pop(address, None)
-        if why is not None:
-            self.starts.setdefault(address, []).append((at, f"after {why}"))
+    def seen_again(self, address: int, at: int, tid: int = -1,
+                   stack: Sequence["_Frame"] = (), around: int = 0) -> None:
+        """The address is seen at row ``at`` on ``tid``, inside the first ``around``
+        calls of the thread's ``stack``; after an end, a new lifetime starts here unless
+        this is still inside the call the end happened in (the rest of the freeing call
+        on that thread)."""
+        ended = self._ended.get(address)
+        if ended is None:
+            return
+        within = ended[2]
+        if ended[1] == tid and within is not None and \
+                any(stack[i] is within for i in range(around)):
+            return
+        del self._ended[address]
+        self._made.discard(address)
+        self.starts.setdefault(address, []).append((at, f"after {ended[0]}"))
 
     def freed(self, address: int, function: str) -> None:
         self._freed_by[address] = function
@@ -173,6 +207,7 @@ class _Lifetimes:
     def maybe_reallocated(self, address: int, at: int, function: str) -> None:
         freed_by = self._freed_by.pop(address, None)
         if freed_by is not None:
+            self._made.discard(address)
             self.starts.setdefault(address, []).append(
                 (at, f"{function} after {freed_by} (by name)"))
 
@@ -323,6 +358,8 @@ class FunctionTable:
     alloc_like: set[int]
     #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
     rules: dict[int, list[dict]] = field(default_factory=dict)
+    #: function slot -> the rule whose function's exit ends the object's life (its text)
+    ending: dict[int, str] = field(default_factory=dict)
     #: tracepoint slots reaching the object through a holder (``skb->sk``)
     held: set[int] = field(default_factory=set)
     #: tracepoint slot -> the store it announces (meta ``announced_stores``)
@@ -345,17 +382,24 @@ def function_table(functions: dict[int, FunctionRow],
     by_tp = stores.rules_by_tracepoint(announced_stores)
     canon = _canonical_ids(functions)
     rules: dict[int, list[dict]] = {}
+    ending: dict[int, str] = {}
     for rule in lifetime_rules:
+        on_function = rule.get("probe") == "function"
         for fid, f in functions.items():
-            if f.reach == "tracepoint" and f.name == rule.get("function"):
+            if f.name != rule.get("function"):
+                continue
+            if not on_function and f.reach == "tracepoint":
                 rules.setdefault(fid, []).append(rule)
+            elif on_function and f.reach == "direct" and rule.get("effect") == "ends":
+                ending[fid] = rule.get("rule") or f"{f.name} ends a lifetime"
     raw = {fid: f.name for fid, f in functions.items()}
     reach = {fid: f.reach for fid, f in functions.items()}
     return FunctionTable(
         canon=canon, names=_display_names(functions, canon),
         creators={fid for fid, r in reach.items()
                   if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
-        use_names=not any(r == "returns" for r in reach.values()) and not rules,
+        use_names=not any(r == "returns" for r in reach.values()) and not rules
+        and not ending, ending=ending,
         free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
         alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules,
         held={fid for fid, f in functions.items()
@@ -443,8 +487,7 @@ class _Pairer:
         th.last_entry, th.last_exit = frame, None
         if row.address:
             name = self.fns.name(fid)
-            if self.fns.rules:
-                self.lifetimes.seen_again(row.address, index)
+            self.lifetimes.seen_again(row.address, index, row.tid, stack, len(stack) - 1)
             self.lifetimes.seen(row.address, index, name)
             if self.fns.use_names and slot in self.fns.alloc_like:
                 self.lifetimes.maybe_reallocated(row.address, index, name)
@@ -463,7 +506,7 @@ class _Pairer:
             # a hit through a holder after the object's end (a buffer freed after its
             # socket, still pointing to it) is the ended object's: the next direct hit
             # starts the new one
-            lifetimes.seen_again(address, index)
+            lifetimes.seen_again(address, index, row.tid, stack, len(stack))
         lifetimes.seen(address, index, self.fns.name(row.function_id))
         store = self.fns.announced.get(row.slot)
         if store is not None and store.before:
@@ -488,7 +531,8 @@ class _Pairer:
             if rule.get("effect") == "starts":
                 lifetimes.rule_starts(address, index, why)
             elif rule.get("effect") == "ends":
-                lifetimes.rule_ends(address, why)
+                lifetimes.rule_ends(address, why, row.tid, stack[-1] if stack else None,
+                                    index)
 
     def _frame_of_exit(self, th: _Thread, row: Row) -> Optional[_Frame]:
         if row.flags & FLAG_NO_ENTRY:
@@ -530,12 +574,17 @@ class _Pairer:
         if entry is not None and not entry.address and address:
             entry.address = address
             self.lifetime_at[entry_index] = index
+        elif entry is not None and entry.address == address and not creates:
+            self.lifetime_at[index] = entry_index  # a call is one lifetime's
         if address:
             lifetimes.seen(address, index, fns.name(fid))
         if creates:
             returned = row.retval & _U64_MASK
             lifetimes.seen(returned, frame.index, fns.name(fid))
             lifetimes.returned(returned, frame.index, fns.name(fid))
+        if address and slot in fns.ending:
+            lifetimes.rule_ends(address, fns.ending[slot], row.tid,
+                                th.stack[-1] if th.stack else None, frame.index)
         if fns.use_names and address and slot in fns.free_like:
             lifetimes.freed(address, fns.name(fid))
 
@@ -828,9 +877,15 @@ def _record_changes(obj: ObjectTimeline, row: Row, changed: list[tuple[str, Any,
 
 
 def lifetime_rule(fns: FunctionTable) -> str:
-    if fns.rules:
+    if fns.rules or fns.ending:
         texts = sorted({r.get("rule") or f"{r.get('function')} {r.get('effect')} a lifetime"
-                        for rules in fns.rules.values() for r in rules})
+                        for rules in fns.rules.values() for r in rules}
+                       | set(fns.ending.values()))
+        creators = sorted({fns.name(fns.canon.get(f, f)) for f in fns.creators})
+        if creators:
+            texts.append("a new lifetime starts where a creation function returns the "
+                         "address (" + ", ".join(creators[:6])
+                         + (", ..." if len(creators) > 6 else "") + ")")
         return "rules recorded with the trace: " + "; ".join(texts)
     if fns.creators:
         return "structural: a new lifetime starts when a creation function returns the address"
