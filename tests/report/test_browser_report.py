@@ -16,8 +16,7 @@ from ctracer.report import render_report
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.timeline import read_data_file
 from timeline_rows import index_objects, page_rows, rows_of
-from browser_pages import (CHROMIUM, FLAGS, Links as _Links, PageProblems,  # noqa: F401
-                           browser, not_blank, open_page, playwright as _playwright)
+from browser_pages import Links, PageProblems, browser, not_blank, open_page  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -98,7 +97,7 @@ def test_index_filter(report, browser):
 def test_every_local_link_and_image_resolves(report):
     parsed = {}
     for html in report.rglob("*.html"):
-        p = _Links()
+        p = Links()
         p.feed(html.read_text(encoding="utf-8"))
         # timeline rows are drawn by the page from its data files: their ids count
         p.ids.update(row["id"] for row in page_rows(html))

@@ -73,10 +73,10 @@ def test_sockets_are_named_by_endpoints_states_role_and_comm(tmp_path):
 
 
 def test_the_index_filter_finds_sockets_by_port(tmp_path):
-    from test_browser_report import _playwright, FLAGS, CHROMIUM
+    from browser_pages import CHROMIUM, FLAGS, playwright
     write(tmp_path / "t.ctrace")
     render_report(str(tmp_path / "t.ctrace"), str(tmp_path / "out"), plots=False)
-    with _playwright()() as p:
+    with playwright()() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
             offline=True)
