@@ -150,3 +150,16 @@ def test_a_signal_while_the_traces_are_read_is_one_line(big_traces, tmp_path, si
     assert not any(os.path.exists(f"/proc/{h}") and
                    open(f"/proc/{h}/stat").read().split()[2] != "Z" for h in helpers)
     assert not (tmp_path / "d").exists()
+
+
+def test_a_trace_that_lost_events_diffs_with_a_warning(traces, tmp_path):
+    lossy = str(tmp_path / "lossy.ctrace")
+    write_synthetic_trace(lossy, threads=2, lifecycles=5, sends=6, seed=1, lost_events=7)
+    r = subprocess.run([sys.executable, "-m", "ctracer", "diff", traces["a"][0], lossy,
+                        "-o", str(tmp_path / "d")], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        f"ctracer: warning: {lossy}: 7 events lost while recording: its counts are short"]
+    assert "7 events lost while recording" in (tmp_path / "d" / "index.html").read_text()
+    assert "open file://" in r.stdout and "Traceback" not in r.stderr

@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         from ctracer.report.diff_page import check_output
         check_output(out_dir)
     profiles = _read(before + after)
-    warnings = [f"{p.path}: {p.incomplete}" for p in profiles if p.incomplete]
+    warnings = [f"{p.path}: {p.incomplete}" for p in profiles if p.incomplete] + [
+        f"{p.path}: {p.lost} events lost while recording: its counts are short"
+        for p in profiles if p.lost]
     for w in warnings:
         print(f"ctracer: warning: {w}", file=sys.stderr)
     diff = compare(profiles[:len(before)], profiles[len(before):], args.per)
