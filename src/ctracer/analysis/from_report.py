@@ -41,13 +41,20 @@ _paths: list[str] = []
 def read_profiles(paths: Sequence[str],
                   say: Callable[[str], None] = lambda _m: None) -> list[TraceProfile]:
     """The profile of each trace at ``paths``, in order, each model built in a helper
-    process.  A trace that cannot be read raises its own `TraceFileError`."""
+    process (once per file, however often it is named).  A trace that cannot be read
+    raises its own `TraceFileError`."""
     global _paths
     from ctracer.report.helpers import map_in_helpers
 
-    _paths = list(paths)
-    workers = max(1, min(len(paths), os.cpu_count() or 1, 2))
-    return map_in_helpers(_task, len(paths), workers, say, doing="reading traces", every=1)
+    files: dict[str, str] = {}  # each file, by the first name it is given
+    for path in paths:
+        files.setdefault(os.path.realpath(path), path)
+    _paths = list(files.values())
+    workers = max(1, min(len(_paths), os.cpu_count() or 1, 2))
+    profiles = map_in_helpers(_task, len(_paths), workers, say, doing="reading traces",
+                              every=1)
+    by_file = dict(zip(files, profiles))
+    return [by_file[os.path.realpath(path)] for path in paths]
 
 
 def _task(index: int) -> TraceProfile:
@@ -61,13 +68,13 @@ def read_profile(path: str) -> TraceProfile:
 
     trace = Trace(path)
     try:
-        refuse_unfinished(trace)
+        _refuse_unfinished(trace)
         return _profile(trace, build_report(trace))
     finally:
         trace.close()
 
 
-def refuse_unfinished(trace: Trace) -> None:
+def _refuse_unfinished(trace: Trace) -> None:
     """A trace whose recorder is still writing it is not diffed (its end is unknown)."""
     from ctracer.errors import TraceFileError
     from ctracer.tracefile import STATE_RECORDING
