@@ -136,7 +136,7 @@ def _read(paths: list[str]) -> list:
 def _reports(args: argparse.Namespace, diff, out_dir: str) -> dict[str, Optional[str]]:
     """Each side's report to link to: rendered now (--render), given, or found."""
     from ctracer.analysis.diff import DiffError
-    from ctracer.report.diff_page import SIDE_DIRS, default_report_places, find_report
+    from ctracer.report.diff_page import default_report_places, find_report
 
     out: dict[str, Optional[str]] = {}
     for side, profiles, given in (("before", diff.before, args.before_report),
@@ -144,7 +144,7 @@ def _reports(args: argparse.Namespace, diff, out_dir: str) -> dict[str, Optional
         first = profiles[0]
         if args.render:
             from ctracer.report import render_report
-            target = os.path.join(out_dir, SIDE_DIRS[side])
+            target = os.path.join(out_dir, side)  # where the page looks for it
             print(f"ctracer: rendering {first.path} into {target}", file=sys.stderr)
             out[side] = render_report(first.path, target).out_dir
         elif given:

@@ -29,8 +29,6 @@ from ctracer.report.values import format_duration
 
 #: the file that says a directory holds a diff we wrote (and may write again)
 MARKER = ".ctracer-diff"
-#: where ``--render`` puts each side's report, inside the diff directory
-SIDE_DIRS = {"before": "before", "after": "after"}
 #: values a final-values row names per side, the most common first
 SHOWN_VALUES = 3
 
@@ -143,10 +141,11 @@ def find_report(profile: TraceProfile, candidates: list[str]) -> Optional[str]:
 
 
 def default_report_places(profile: TraceProfile, side: str, out_dir: str) -> list[str]:
-    """Where a side's report may be: ``--render``'s place in the diff directory, then
-    where ``ctracer callgraph TRACE`` writes by default, run here or beside the trace."""
+    """Where a side's report may be: ``--render``'s place in the diff directory (named
+    ``before`` or ``after``), then where ``ctracer callgraph TRACE`` writes by default,
+    run here or beside the trace."""
     default = os.path.join("callgraph", safe_component(profile.struct_name, "struct"))
-    return [os.path.join(out_dir, SIDE_DIRS[side]), default,
+    return [os.path.join(out_dir, side), default,
             os.path.join(os.path.dirname(os.path.abspath(profile.path)), default)]
 
 
