@@ -4,7 +4,6 @@ no console error, no failed request and no network, look like something (screens
 are not blank), the page scripts work, and every local link and image in the whole
 report resolves, anchors included."""
 
-import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
