@@ -231,7 +231,9 @@ def test_a_report_is_linked_only_when_it_is_that_traces(runs, tmp_path):
     r = ctracer(tmp_path, "diff", runs["plain1"], runs["note"], "-o", tmp_path / "e",
                 "--after-report", tmp_path / "callgraph" / "session")
     assert r.returncode == 1 and r.stderr.count("\n") == 1
-    assert "is not a report of" in r.stderr
+    assert "is not a report rendered from" in r.stderr
+    r = ctracer(tmp_path, "diff", runs["plain1"], runs["note"], "--after-report", tmp_path)
+    assert r.returncode == 2 and "is not a ctracer report" in r.stderr
 
 
 def test_bad_input_is_one_line(runs, tmp_path):

@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     for path in before + after:
         if not os.path.exists(path):
             raise UsageError(f"no trace file at {path}")
+    for given in (args.before_report, args.after_report):
+        if given and not os.path.isfile(os.path.join(given, "index.html")):
+            raise UsageError(f"{given} is not a ctracer report (no index.html in it)")
     check_structs(before, after)
     out_dir = args.output or ("diff" if not args.json else None)
     if out_dir is not None:
@@ -150,8 +153,8 @@ def _reports(args: argparse.Namespace, diff, out_dir: str) -> dict[str, Optional
         elif given:
             found = find_report(first, [given])
             if found is None:
-                raise DiffError(f"{given} is not a report of {first.path} (render it with "
-                                f"ctracer callgraph {first.path} -o {given})")
+                raise DiffError(f"{given} is not a report rendered from {first.path} "
+                                f"(ctracer callgraph {first.path} -o DIR renders one)")
             out[side] = found
         else:
             out[side] = find_report(first, default_report_places(first, side, out_dir))
