@@ -154,8 +154,11 @@ def test_builds_whose_struct_differs_list_the_fields_of_one_only(tmp_path):
     assert layout["retrans"][0] is None and "long" in layout["retrans"][1]
     assert "short" in layout["window"][0] and "int" in layout["window"][1]
     # conn_send now changes retrans on every even send: 2 of 4 sends
-    got = {(d["kind"], d["subject"], d["detail"]): d["after"] for d in behaviour(result)}
-    assert got[("changes", "retrans", "conn_send")] == 2
+    got = {(d["kind"], d["subject"], d["detail"]): d for d in behaviour(result)}
+    retrans = got[("changes", "retrans", "conn_send")]
+    assert retrans["after"] == 2
+    assert retrans["text"] == "retrans: now changed by conn_send (2 per lifetime; not " \
+                              "recorded before)"
 
 
 def _links(page: Path) -> list[str]:

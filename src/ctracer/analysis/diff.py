@@ -76,9 +76,12 @@ class Difference:
     #: the function and field a row is about, for links into the traces' reports
     function: str = ""
     field: str = ""
-    #: changes: the field had other functions changing it, per side
+    #: changes: the field had other functions changing it, per side; whether the side
+    #: records the field at all
     others_before: bool = False
     others_after: bool = False
+    recorded_before: bool = True
+    recorded_after: bool = True
 
     @property
     def varies(self) -> bool:
@@ -199,6 +202,8 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
             d.field, d.function = subject, detail
             d.others_before = bool(changers_b.get(subject, set()) - {detail})
             d.others_after = bool(changers_a.get(subject, set()) - {detail})
+            d.recorded_before = any(subject in p.fields for p in before)
+            d.recorded_after = any(subject in p.fields for p in after)
         elif kind == FINAL:
             d.field = subject
         out.append(d)

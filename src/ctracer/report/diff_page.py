@@ -99,11 +99,14 @@ def describe(d: Difference, unit: str) -> str:
     if d.kind == TIMING:
         return f"{d.subject}: {d.detail} duration {b} → {a}"
     if d.kind == CHANGES:
+        before_was = ("" if d.others_before else "; unchanged before" if d.recorded_before
+                      else "; not recorded before")
+        now = ("" if d.others_after else "; unchanged now" if d.recorded_after
+               else "; not recorded now")
         return by_presence(
             f"{d.field}: now {'also ' if d.others_before else ''}changed by {d.function} "
-            f"({a} {unit}{'' if d.others_before else '; unchanged before'})",
-            f"{d.field}: no longer changed by {d.function} (was {b} {unit}"
-            f"{'' if d.others_after else '; unchanged now'})",
+            f"({a} {unit}{before_was})",
+            f"{d.field}: no longer changed by {d.function} (was {b} {unit}{now})",
             f"{d.field}: changed by {d.function} {b} → {a} times {unit}")
     if d.kind == FINAL:
         return (f"{d.field}: median final value {b} → {a}" if d.detail == "median" else
