@@ -76,8 +76,8 @@ def test_sockets_are_named_by_endpoints_states_role_and_comm(tmp_path):
 @contextlib.contextmanager
 def index_page(tmp_path, fragment: str):
     """The rendered index (tmp_path/out) open in headless Chromium at ``#fragment``."""
-    from test_browser_report import _playwright, FLAGS, CHROMIUM
-    with _playwright()() as p:
+    from browser_pages import CHROMIUM, FLAGS, playwright
+    with playwright()() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
             offline=True)

@@ -31,7 +31,6 @@ all events at once with a numpy structured dtype built from the event layout
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
@@ -73,14 +72,8 @@ class EventTable:
 
 
 def trace_id(trace: Trace) -> str:
-    """The trace's id: written by the recorder, or (older files) a digest of what
-    identifies the recording."""
-    tid = trace.meta.get("trace_id")
-    if tid:
-        return tid
-    key = "|".join(trace.meta.get(k, "") for k in ("host", "start_time", "struct_name",
-                                                   "kernel_release", "argv"))
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    """The trace's id (`Trace.trace_id`)."""
+    return trace.trace_id
 
 
 def column_name(field: str) -> str:

@@ -45,7 +45,7 @@ from ctracer.report.data import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, Ch
                                   ObjectTimeline, ReportData, Row)
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
-from ctracer.report.names import StemAllocator, safe_component
+from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import PAGES_FILE, TimelineData, data_file_text, pages_file_text
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 from ctracer.tracefile import Trace
@@ -96,8 +96,9 @@ class RenderResult:
     counts: str = ""  # the counts line every page shows
 
 
-def _prepare(out_dir: str) -> None:
-    """Make ``out_dir`` empty, replacing a previous report but nothing else."""
+def _prepare(out_dir: str, trace_id: str) -> None:
+    """Make ``out_dir`` empty, replacing a previous report but nothing else; its marker
+    names the trace it is rendered from (`report_trace_id`)."""
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         if not os.path.exists(os.path.join(out_dir, MARKER)):
             raise OutputDirError(f"{out_dir} exists and is not a ctracer report; "
@@ -107,10 +108,29 @@ def _prepare(out_dir: str) -> None:
         raise OutputDirError(f"{out_dir} exists and is not a directory")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
-        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n")
+        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n"
+                f"{_MARKER_TRACE}{trace_id}\n")
 
 
-def _environment() -> Any:
+#: the marker's line naming the trace a report was rendered from
+_MARKER_TRACE = "trace_id "
+
+
+def report_trace_id(out_dir: str) -> Optional[str]:
+    """The id of the trace (`Trace.trace_id`) the report in ``out_dir`` was rendered
+    from; None where there is no report, or one that does not say."""
+    try:
+        with open(os.path.join(out_dir, MARKER), encoding="utf-8") as f:
+            lines = f.read(4096).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return next((line[len(_MARKER_TRACE):].strip() for line in lines
+                 if line.startswith(_MARKER_TRACE)), None) or None
+
+
+def template_environment() -> Any:
+    """The Jinja2 environment of the report's templates (autoescaped, shipped as
+    package data)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -122,7 +142,8 @@ def _environment() -> Any:
     return env
 
 
-def _copy_static(out_dir: str) -> None:
+def copy_static(out_dir: str) -> None:
+    """The report's CSS and JS into ``out_dir/_static/`` (no network needed)."""
     from importlib import resources
 
     target = os.path.join(out_dir, STATIC_DIR)
@@ -225,7 +246,7 @@ class _Site:
 
     def __init__(self, data: ReportData, trace: Trace, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
-        self.env = _environment()
+        self.env = template_environment()
         #: which probe kinds filled the trace: pages leave out what the others would fill
         phases = {r.phase for r in data.rows}
         self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
@@ -241,14 +262,10 @@ class _Site:
         #: function row -> how its return value reads (kernel functions: from BTF)
         self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
             if isinstance(kinds, dict) else {}
-        fields = StemAllocator("field")
-        self.field_stem = {f.name: fields.stem(f.name, f.name) for f in trace.mini.fields}
-        functions = StemAllocator("function")
-        self.function_stem = {fid: functions.stem(fid, f.name)
-                              for fid, f in sorted(trace.functions.items())
-                              if data.canonical.get(fid, fid) == fid}
-        for fid in sorted(set(data.methods) - set(self.function_stem)):  # not in the table
-            self.function_stem[fid] = functions.stem(fid, f"function-{fid}")
+        self.field_stem = field_stems(f.name for f in trace.mini.fields)
+        self.function_stem = function_stems(
+            {fid: f.name for fid, f in trace.functions.items()}, data.canonical,
+            data.methods)  # a method the table lacks too
         self.data_objects = {o.key: o for o in data.objects}
         self.rendered: dict[Any, ObjectTimeline] = {}
         self.plotted: set[Any] = set()  # objects whose fields get PNG plots
@@ -819,7 +836,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     try:
         if out_dir is None:
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
-        _prepare(out_dir)
+        _prepare(out_dir, trace.trace_id)
         try:
             data = build_report(trace, say)
             seconds["model"] = time.perf_counter() - clock
@@ -843,7 +860,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
                     f"PNG plots were drawn for the {len(site.plotted)} objects with most "
                     "changes (--plot-objects); every object's changes page plots its fields "
                     "interactively")
-            _copy_static(out_dir)
+            copy_static(out_dir)
             mark = time.perf_counter()
             for obj in chosen:
                 site.prepare_graph(obj.dirname, obj.rows, obj.label, obj.changes)
@@ -891,7 +908,7 @@ def _incomplete(out_dir: str, site: Optional["_Site"], stopped: HelpersStopped) 
         if site is not None:
             site.index_page(len(site.data.objects), incomplete=why)
         else:
-            text = _environment().get_template("stopped.html").render(
+            text = template_environment().get_template("stopped.html").render(
                 why=why.replace(", so pages linked from here may be missing", ""),
                 version=__version__)
             with open(os.path.join(out_dir, "index.html"), "w", encoding="utf-8") as f:
