@@ -5,16 +5,18 @@ root and a kernel with fentry and kprobes: run it in a guest):
     scripts/vm-run --kernel 6.12 -- .venv/bin/python bench/bench_kmethods.py [--struct sock]
         [--functions GLOB...] [--rounds N]
 
-* attach + detach: ``ctracer trace struct S -d 1`` over every method the plan places
-  (its summary line says compile, attach and detach seconds) against bpftrace attaching
-  a kprobe to each of the same functions and detaching (goal: ctracer's attach + detach
-  no slower: ratio <= 1);
+* attach + detach: ``ctracer trace struct S -d 1`` over every method the plan places,
+  with fentry/fexit and with kprobes (``--kinds``; its summary line says compile, attach
+  and detach seconds) against bpftrace attaching a kprobe to each of the same functions
+  (those kallsyms names once) and detaching (goal: ctracer's attach + detach no slower:
+  ratio <= 1);
 * cost per traced call: the loopback workload (tcploop, many small messages) untraced,
-  under ctracer tracing the struct's functions the workload runs through, and under
-  bpftrace's empty fentry probes (``kfunc:``) on the same functions (goal <= 1.3x the
-  empty probes' cost over the untraced run);
+  under ctracer tracing the struct's functions the workload runs through (every field,
+  entry and exit), and under bpftrace's empty probes on the same functions, entry and
+  exit, of the same kind (``kfunc:``/``kretfunc:``, ``kprobe:``/``kretprobe:``) (goal
+  <= 1.3x the empty probes' cost over the untraced run; best of ``--rounds``);
 * events written: ctracer's events per second, 0 lost, against bpftrace printing the same
-  functions' entries with two fields of the object (goal >= 2x).
+  functions' entries and exits with two fields of the object (goal >= 2x).
 Ratios are against anchors measured in the same run; nothing is asserted.
 """
 
@@ -49,9 +51,20 @@ def _planned(struct: str, globs: list[str]) -> list[str]:
                    if p["kind"] in ("fentry", "kprobe")})
 
 
-def _ctracer_attach(struct: str, globs: list[str], out: str) -> dict:
+def _unique_in_kallsyms(names: list[str]) -> list[str]:
+    """The names kallsyms holds once (a kprobe by an ambiguous name is refused)."""
+    seen: dict[str, int] = {}
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] in "tT":
+                seen[parts[2]] = seen.get(parts[2], 0) + 1
+    return [n for n in names if seen.get(n) == 1]
+
+
+def _ctracer_attach(struct: str, globs: list[str], out: str, kind: str) -> dict:
     cmd = CTRACER + ["trace", "struct", struct, "-d", "1", "-q", "-o", out,
-                     "--function-probes", "auto"]
+                     "--function-probes", kind]
     if globs:
         cmd += ["--functions", *globs]
     start = time.monotonic()
@@ -97,12 +110,13 @@ def _workload(messages: int) -> float:
 
 
 def _traced_run(struct: str, functions, fields, tmp: str, name: str,
-                messages: int) -> tuple[float, int, int]:
+                messages: int, kind: str = "auto") -> tuple[float, int, int]:
     """The workload's seconds under ctracer tracing ``functions`` (``fields``: the
     mini's, all when empty), and the events written and lost."""
     log = os.path.join(tmp, f"{name}.log")
     cmd = CTRACER + ["trace", "struct", struct, "--functions", *functions, "-o",
-                     os.path.join(tmp, f"{name}.ctrace"), "-d", "3600", "--buffer-mb", "64"]
+                     os.path.join(tmp, f"{name}.ctrace"), "-d", "3600", "--buffer-mb", "64",
+                     "--function-probes", kind]
     if fields:
         cmd += ["--fields", *fields]
     ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -124,6 +138,9 @@ def main() -> int:
                    help="globs of the functions for attach + detach (default: every method)")
     p.add_argument("--messages", type=int, default=3000)
     p.add_argument("--skip-attach", action="store_true")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--kinds", nargs="+", default=["fentry", "kprobe"],
+                   help="ctracer's probe kinds to attach and detach")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench_kmethods: needs root", file=sys.stderr)
@@ -133,47 +150,67 @@ def main() -> int:
     print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}")
 
     if not args.skip_attach:
-        functions = _planned(args.struct, args.functions)
-        ours = _ctracer_attach(args.struct, args.functions, os.path.join(tmp, "a.ctrace"))
+        functions = _unique_in_kallsyms(_planned(args.struct, args.functions))
         probes = ",".join(f"kprobe:{f}" for f in functions)
         bt, _, bt_attach = _bpftrace(probes + " { }",
                                      {"BPFTRACE_MAX_PROBES": str(len(functions) + 100)})
         bt_detach = _stop(bt)
-        total = ours["attach"] + ours["detach"]
-        print(f"attach+detach, {ours['functions']} functions ({ours['failed']} failed): "
-              f"ctracer attach {ours['attach']:.1f} s + detach {ours['detach']:.1f} s = "
-              f"{total:.1f} s (bcc compile {ours['compile']:.1f} s more); bpftrace "
-              f"{len(functions)} kprobes: start to attached {bt_attach:.1f} s + detach "
-              f"{bt_detach:.1f} s = {bt_attach + bt_detach:.1f} s; ratio "
-              f"{total / (bt_attach + bt_detach):.2f} (with our compile "
-              f"{(total + ours['compile']) / (bt_attach + bt_detach):.2f})")
+        theirs = bt_attach + bt_detach
+        print(f"bpftrace, {len(functions)} kprobes (the planned functions kallsyms names "
+              f"once): start to attached {bt_attach:.1f} s + detach {bt_detach:.1f} s = "
+              f"{theirs:.1f} s", flush=True)
+        for kind in args.kinds:
+            ours = _ctracer_attach(args.struct, args.functions,
+                                   os.path.join(tmp, f"a-{kind}.ctrace"), kind)
+            total = ours["attach"] + ours["detach"]
+            print(f"ctracer --function-probes {kind}, {ours['functions']} functions "
+                  f"({ours['failed']} failed): attach {ours['attach']:.1f} s + detach "
+                  f"{ours['detach']:.1f} s = {total:.1f} s (bcc compile {ours['compile']:.1f} s "
+                  f"more; the whole command {ours['wall']:.1f} s); ratio to bpftrace "
+                  f"{total / theirs:.2f} (goal <= 1; with our compile "
+                  f"{(total + ours['compile']) / theirs:.2f})", flush=True)
 
-    base = min(_workload(args.messages) for _ in range(2))
-    bt, _, _ = _bpftrace(",".join(f"kfunc:{f}" for f in HOT) + " { }", {})
-    empty = _workload(args.messages)
-    _stop(bt)
-    traced, events, lost = _traced_run(args.struct, HOT, [], tmp, "c", args.messages)
-    print(f"per call, {args.messages} messages x 2 connections, {len(HOT)} functions: untraced "
-          f"{base:.2f} s, empty fentry probes {empty:.2f} s, ctracer {traced:.2f} s "
-          f"({events} events, {lost} lost); cost over untraced: ctracer {traced - base:.2f} s, "
-          f"empty {empty - base:.2f} s, ratio {(traced - base) / max(empty - base, 1e-3):.2f} "
-          "(goal <= 1.3)")
-    six = ("tcp_sendmsg", "tcp_recvmsg", "tcp_rcv_established", "tcp_ack", "tcp_data_queue",
-           "tcp_v4_do_rcv")
+    base = min(_workload(args.messages) for _ in range(args.rounds))
+    print(f"per call: tcploop {args.messages} messages x 2 connections untraced "
+          f"{base:.2f} s (best of {args.rounds})", flush=True)
+    anchors = {"fentry": ("kfunc", "kretfunc"), "kprobe": ("kprobe", "kretprobe")}
+    hot = _unique_in_kallsyms(list(HOT))
+    for kind in args.kinds:
+        entry, ret = anchors[kind]
+        script = ",".join(f"{entry}:{f},{ret}:{f}" for f in hot) + " { }"
+        bt, _, _ = _bpftrace(script, {})
+        empty = min(_workload(args.messages) for _ in range(args.rounds))
+        _stop(bt)
+        rounds = [_traced_run(args.struct, hot, [], tmp, f"c-{kind}-{i}", args.messages, kind)
+                  for i in range(args.rounds)]
+        traced, events, lost = min(rounds)
+        print(f"per call, {kind}, {len(hot)} functions on entry and exit: empty bpftrace "
+              f"{entry}+{ret} probes {empty:.2f} s, ctracer (every field) {traced:.2f} s "
+              f"({events} events, {lost} lost; rounds "
+              f"{', '.join(f'{r[0]:.2f}' for r in rounds)} s); cost over untraced: ctracer "
+              f"{traced - base:.2f} s, empty {empty - base:.2f} s, ratio "
+              f"{(traced - base) / max(empty - base, 1e-3):.2f} (goal <= 1.3)", flush=True)
+    six = _unique_in_kallsyms(["tcp_sendmsg", "tcp_recvmsg", "tcp_rcv_established", "tcp_ack",
+                               "tcp_data_queue", "tcp_v4_do_rcv"])
     traced, events, lost = _traced_run(args.struct, six, ["skc_state", "sk_sndbuf"], tmp, "e",
                                        args.messages)
-    print(f"events: ctracer on {len(six)} functions, 2 fields: {events} events, {lost} lost, in "
-          f"{traced:.2f} s ({events / traced:.0f}/s)")
+    print(f"events: ctracer on {len(six)} functions (entry and exit), 2 fields: {events} "
+          f"events, {lost} lost, in {traced:.2f} s ({events / traced:.0f}/s)", flush=True)
     script = " ".join(f"kfunc:{f} {{ printf(\"%s %d %d\\n\", func, args->sk->__sk_common.skc_state, "
+                      "args->sk->sk_sndbuf); } "
+                      f"kretfunc:{f} {{ printf(\"%s %d %d\\n\", func, args->sk->__sk_common.skc_state, "
                       "args->sk->sk_sndbuf); }" for f in six)
     try:
         bt, out, _ = _bpftrace(script, {})
         printed_time = _workload(args.messages)
         _stop(bt)
-        lines = sum(1 for line in open(out) if line.startswith(("tcp_", "__tcp")))
-        print(f"bpftrace printing the same functions' entries, 2 fields: {lines} lines in "
-              f"{printed_time:.2f} s ({lines / printed_time:.0f}/s); ctracer/bpftrace events "
-              f"per second: {(events / traced) / max(lines / printed_time, 1):.2f} (goal >= 2)")
+        text = open(out).read()
+        lines = sum(1 for line in text.splitlines() if line.startswith(("tcp_", "__tcp")))
+        dropped = sum(int(m) for m in re.findall(r"Lost (\d+) events", text))
+        print(f"bpftrace printing the same functions' entries and exits, 2 fields: {lines} "
+              f"lines, {dropped} lost, in {printed_time:.2f} s ({lines / printed_time:.0f}/s); "
+              f"ctracer/bpftrace events per second: "
+              f"{(events / traced) / max(lines / printed_time, 1):.2f} (goal >= 2)")
     except SystemExit as e:
         print(f"bpftrace printing could not run: {e}")
     return 0

@@ -94,6 +94,9 @@ def one(struct: str, out: str, log_path: str, stop: str,
             proc.send_signal(signal.SIGINT if stop == "SIGINT" else signal.SIGKILL)
         code = proc.wait()
     wall = time.monotonic() - start
+    for leftover in (out, out + "-wal", out + "-shm", out + ".old"):
+        if os.path.exists(leftover):   # the guest's /tmp is its memory: one trace at a time
+            os.unlink(leftover)
     time.sleep(1)   # a killed process's files close after it is reaped
     left = ctracer_left()
     print(f"  {struct}, stopped by {stop}: exit {code}, {wall:.0f} s, "

@@ -127,6 +127,48 @@ def test_callgraph_of_a_missing_file(tmp_path):
     one_line_error(r, "none.ctrace")
 
 
+# -- diff: traces that cannot be compared --------------------------------------------------
+
+@pytest.mark.parametrize("content", [b"", b"hello, not a trace\n", b"SQLite format 3\0" + b"\xff" * 200])
+def test_diff_of_something_that_is_not_a_trace(tmp_path, content):
+    good, bad = tmp_path / "good.ctrace", tmp_path / "bad.ctrace"
+    write_synthetic_trace(str(good), lifecycles=2)
+    bad.write_bytes(content)
+    for args in ((good, bad), (bad, good), (f"{good},{bad}", good)):
+        r = ctracer(tmp_path, "diff", *map(str, args))
+        one_line_error(r, "bad.ctrace")
+    assert not (tmp_path / "diff").exists()
+
+
+def test_diff_of_a_trace_never_completed(tmp_path):
+    """A file whose recorder never wrote the struct's layout."""
+    from ctracer.tracefile import TraceWriter
+
+    good, empty = tmp_path / "good.ctrace", tmp_path / "empty.ctrace"
+    write_synthetic_trace(str(good), lifecycles=2)
+    TraceWriter(str(empty)).close()
+    r = ctracer(tmp_path, "diff", str(good), str(empty))
+    one_line_error(r, "empty.ctrace", "never completed")
+
+
+def test_diff_to_a_read_only_file_system(tmp_path):
+    trace = tmp_path / "synthetic.ctrace"
+    write_synthetic_trace(str(trace), lifecycles=2)
+    with read_only_dir(tmp_path / "ro") as ro:
+        r = ctracer(tmp_path, "diff", str(trace), str(trace), "-o", str(ro / "diff"))
+    one_line_error(r, "Read-only file system")
+
+
+@pytest.mark.parametrize("args", [["--limit", "-1"], ["--render", "--before-report", "x"],
+                                  ["--per", "no_such_function"]])
+def test_diff_refuses_options_that_cannot_work(tmp_path, args):
+    trace = tmp_path / "synthetic.ctrace"
+    write_synthetic_trace(str(trace), lifecycles=2)
+    r = ctracer(tmp_path, "diff", str(trace), str(trace), *args)
+    one_line_error(r)
+    assert r.returncode == 2 and not (tmp_path / "diff").exists()
+
+
 # -- debug info readers, through every command that reads a binary ------------------------
 
 READERS = [["functions", "sock", "--no-cache"], ["struct", "sock"],

@@ -110,3 +110,23 @@ def test_errno_names_both_ways():
     assert decode.errno_value("ECONNRESET") == 104 and decode.errno_value("-EAGAIN") == -11
     assert decode.errno_value("EOF") is None and decode.errno_value("SOCK_DEAD") is None
     assert decode.errno_name(decode.errno_value("-EPIPE")) == "-EPIPE"
+
+
+def test_device_indexes_read_by_the_recording_hosts_device_names():
+    """``skb_iif`` shows the device the recording host named (the trace's meta
+    ``net_devices``), its index beside it; a filter names a device as this host knows it
+    (the loopback device, whatever its index here: ip link's oracle is the kernel's own
+    /sys/class/net/lo/ifindex)."""
+    from pathlib import Path
+    iif = Field("skb_iif", "s32", 0, "int", source={"ctype": "int"})
+    layout = Layout.packed_in_order("ctracer__mini_sk_buff", [iif])
+    assert decode.display_of(iif) == "ifindex"
+    fmt = ValueFormatter(layout, devices={"1": "lo", "4": "eth0"})
+    assert [fmt.show("skb_iif", v) for v in (1, 4, 7, 0)] == ["lo (1)", "eth0 (4)", "7", "0"]
+    assert ValueFormatter(layout).show("skb_iif", 1) == "1"  # a trace without the map
+    lo = int(Path("/sys/class/net/lo/ifindex").read_text())
+    cond = where.parse("skb_iif == lo", layout)
+    assert cond.value == lo and where.evaluate(cond, {"skb_iif": lo})
+    assert where.parse("skb_iif == 3", layout).value == 3
+    with pytest.raises(UsageError, match="no device named 'nosuchdev0' here"):
+        where.parse("skb_iif == nosuchdev0", layout)

@@ -79,3 +79,31 @@ def test_a_function_this_kernel_cannot_probe_is_said_so():
         assert "matches no method" not in str(e)
     else:
         assert [f.name for f in built.program.kfunctions] == ["tcp_sendmsg"]
+
+
+@pytest.mark.parametrize("multi, functions, probes, expected", [
+    (True, (), "auto", "kprobe"),            # thousands: kprobe.multi's two links
+    (True, ("tcp_send*",), "auto", "fentry"),  # a few: fentry's cheaper calls
+    (False, (), "auto", "fentry"),           # no kprobe.multi: fentry still
+    (True, (), "fentry", "fentry"),          # asked for
+])
+def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, functions,
+                                                            probes, expected):
+    """The kind ``auto`` gives, on a kernel said (by a stand-in for the trial) to take
+    fentry, kprobes and, or not, kprobe.multi links."""
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.skip("this kernel has no BTF")
+    from ctracer.plan.attach import KernelFacts, Mechanism
+    from ctracer.record import kernel
+    works = Mechanism(True, "tried here (a stand-in)")
+    facts = KernelFacts(fentry=works, kprobes=works, raw_tracepoints=works,
+                        kprobe_multi=works if multi else Mechanism(False, "no fprobe"))
+    monkeypatch.setattr(kernel, "kernel_facts", lambda *a, **k: facts)
+    built = pipeline.build(pipeline.TraceRequest(
+        ShapeKind.STRUCT, "sock", functions=functions, function_probes=probes))
+    assert built.program.entry_kind == expected
+    count = len(built.program.kfunctions)
+    assert (count > pipeline.FENTRY_AUTO_MAX) == (not functions)
+    kinds = built.meta["probe_plan"]["kinds"]
+    assert ("kprobe.multi links attach and detach them all at once" in kinds) == \
+        (expected == "kprobe"), kinds

@@ -19,6 +19,13 @@ reason, only where QEMU cannot start at all: not root, no qemu-system-x86_64, no
 Inside a guest (``CTRACER_VM_KERNEL`` set by vm-run) only vm items of that kernel run;
 every other item is deselected.  ``-m "not vm"`` deselects them all before anything
 boots.
+
+What a guest's tests leave for the host goes in ``CTRACER_VM_SHARE`` (the fixture
+``vm_share``: ``<basetemp>/vm-<kernel>/share``, a directory the host sees).  A host test
+marked ``after_guests`` runs after every vm item and reads those directories through the
+fixture ``guest_shares`` ({kernel: directory}, once each guest has finished): a check
+that needs both kernels' output at once (two kernels' exports read as one fleet).  It is
+skipped, saying why, where no guest ran in the session.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
+SHARE_ENV = "CTRACER_VM_SHARE"
 TIMEOUT_S = float(os.environ.get("CTRACER_VM_TIMEOUT", "4500"))
 GUEST_NICE = 10    # guests yield to the host's tests running beside them
 
@@ -67,6 +75,10 @@ def _is_vm(item) -> bool:
     return item.get_closest_marker("vm") is not None
 
 
+def _after_guests(item) -> bool:
+    return item.get_closest_marker("after_guests") is not None
+
+
 def _kernel_of(item) -> Optional[str]:
     callspec = getattr(item, "callspec", None)
     return callspec.params.get("vm_kernel") if callspec else None
@@ -85,6 +97,35 @@ def vm_kernel(request) -> Optional[str]:
     return getattr(request, "param", None)
 
 
+@pytest.fixture
+def vm_share(vm_kernel) -> Path:
+    """In a guest: the directory whose files the host's ``after_guests`` tests read."""
+    path = os.environ.get(SHARE_ENV)
+    if not in_guest() or not path:
+        pytest.fail("vm_share is for vm tests running in a guest")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def guest_shares(request) -> dict[str, Path]:
+    """On the host, in an ``after_guests`` test: {kernel: the guest's share directory},
+    each guest finished first."""
+    config = request.config
+    why = qemu_unavailable()
+    if why:
+        pytest.skip(f"no guest can start here: {why}")
+    runs = config.stash.get(_runs, {})
+    if not runs:
+        pytest.skip("no guest ran in this session (the vm tests that share files were not "
+                    "selected)")
+    shares = {}
+    for kernel, run in sorted(runs.items()):
+        run.finish()
+        shares[kernel] = run.share
+    return shares
+
+
 @pytest.hookimpl(trylast=True)  # after -m / -k have deselected
 def pytest_collection_modifyitems(config, items):
     if in_guest():
@@ -95,7 +136,8 @@ def pytest_collection_modifyitems(config, items):
             items[:] = keep
         return
     wanted: dict[str, list[str]] = {}
-    items[:] = [i for i in items if not _is_vm(i)] + [i for i in items if _is_vm(i)]
+    items[:] = ([i for i in items if not _is_vm(i) and not _after_guests(i)]
+                + [i for i in items if _is_vm(i)] + [i for i in items if _after_guests(i)])
     for item in items:
         if _is_vm(item):
             wanted.setdefault(_kernel_of(item), []).append(item.nodeid)
@@ -157,6 +199,9 @@ class GuestRun:
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = self.out / "pytest.log"
         self.results_path = self.out / "results.jsonl"
+        self.share = self.out / "share"
+        shutil.rmtree(self.share, ignore_errors=True)
+        self.share.mkdir()
         self.reports: dict[str, list[dict]] = {}
         self.broken: Optional[str] = None   # why no item of this run has a result
         self.seconds = 0.0
@@ -167,7 +212,8 @@ class GuestRun:
                "--timeout", str(int(TIMEOUT_S)), "--",
                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "vm",
                "-v", "-rA", f"--junitxml={self.out / 'junit.xml'}", *nodeids]
-        env = dict(os.environ, **{RESULTS_ENV: str(self.results_path)})
+        env = dict(os.environ, **{RESULTS_ENV: str(self.results_path),
+                                  SHARE_ENV: str(self.share)})
         env.pop("PYTEST_ADDOPTS", None)  # the host's options are not the guest's
         env.pop("PYTEST_CURRENT_TEST", None)
         self.started = time.monotonic()

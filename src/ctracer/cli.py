@@ -36,6 +36,8 @@ COMMANDS = {
               "record a struct's fields at entry and exit of its methods"),
     "callgraph": ("ctracer.commands.callgraph",
                   "render a trace file as HTML call graphs, changes and plots"),
+    "diff": ("ctracer.commands.diff",
+             "compare two traces of one struct: what the code does differently"),
     "export": ("ctracer.commands.export",
                "write a trace as JSON Lines, CSV, Perfetto or Parquet"),
     "sql": ("ctracer.commands.sql",
@@ -54,6 +56,7 @@ examples:
   ctracer project init struct sock --binary ./prog -o sock.toml
   ctracer trace --project sock.toml -- ./prog --run
   ctracer callgraph sock.ctrace                      # → callgraph/sock/index.html
+  ctracer diff before.ctrace after.ctrace           # what changed: → diff/index.html
   ctracer export sock.ctrace --format jsonl          # one event per line, for scripts
   ctracer sql "SELECT function, count(*) FROM events GROUP BY 1" sock.ctrace
   ctracer demo                                       # all of the above on the sample

@@ -16,27 +16,44 @@ Per display (`display_of`), shown → raw:
 * ``addrpair``/``portpair``: shown as both halves (daddr, rcv_saddr / dport, num);
   filtered by the raw word (shown beside them);
 * ``errno``: ``ECONNRESET`` / ``-EAGAIN`` ↔ 104 / -11;
+* ``ifindex``: ``lo (1)``, the device's name from the recording host (the trace's meta
+  ``net_devices``, `ctracer.record.netdevs`) ↔ its index; a filter names the device as
+  this host knows it (``skb_iif == lo``);
 * ``flags``: ``SOCK_DEAD|SOCK_DONE`` ↔ their bits; a filter names one bit as its mask;
 * kind ``enum``: ``TCP_LISTEN`` ↔ its value; kind ``ipv6``: IPv6 text ↔ the 16 bytes.
 
 Numbers written for any other field are the raw value.
+
+An object (one lifetime of an address) has one name, `object_name`: on every page, in
+the index, in ``--tail``, in Perfetto's tracks, and as its pages' folder.
 """
 
 from __future__ import annotations
 
 import errno as _errno
 import ipaddress
+import socket
 from typing import Optional, Sequence
 
 from ctracer.event import Field
 
 #: the ways a field may be shown besides its kind (``Field.source["display"]``)
-DISPLAYS = ("ipv4", "port", "errno", "flags", "addrpair", "portpair")
+DISPLAYS = ("ipv4", "port", "errno", "flags", "addrpair", "portpair", "ifindex")
+#: members holding a network device's ifindex, by their last name
+IFINDEX_FIELDS = ("skb_iif", "ifindex", "iif", "skc_bound_dev_if", "sk_bound_dev_if",
+                  "sk_rx_dst_ifindex")
 
 #: values of tracepoint arguments commonly met in the kernel's networking tracepoints
 FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET"}
 PROTOCOLS = {1: "IPPROTO_ICMP", 6: "IPPROTO_TCP", 17: "IPPROTO_UDP", 58: "IPPROTO_ICMPV6",
              132: "IPPROTO_SCTP", 262: "IPPROTO_MPTCP"}
+
+
+def object_name(address: int, lifetime: int = 1) -> str:
+    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second
+    (the address handed out again), ``-3``..."""
+    base = f"0x{address:x}"
+    return base if lifetime <= 1 else f"{base}-{lifetime}"
 
 
 def ipv4(value: int) -> str:
@@ -119,6 +136,8 @@ def display_of(f: Field) -> str:
     if ctext == "__portpair" and f.size == 4:
         return "portpair"
     base = f.name.rsplit(".", 1)[-1]
+    if f.kind in ("int", "uint") and base in IFINDEX_FIELDS:
+        return "ifindex"
     if f.kind == "int" and (base.endswith("_err") or base.endswith("_err_soft")
                             or base in ("err", "error")):
         return "errno"
@@ -183,6 +202,13 @@ def parse_value(f: Field, text: str) -> int:
         number = errno_value(text)
         if number is not None:
             return number
+    if display == "ifindex" and text and not text.lstrip("-").isdigit():
+        try:
+            return socket.if_nametoindex(text)
+        except OSError:
+            raise ValueError(f"{f.name} holds a network device's index: no device named "
+                             f"{text!r} here (ip link lists them), nor is it a "
+                             "number") from None
     try:
         number = int(text, 0)
     except ValueError:

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from ctracer.probes import ProbeProgram
 from ctracer.debuginfo.model import ShapeKind
@@ -115,15 +115,24 @@ class KernelChoice:
 
 
 FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
+#: above this many functions, ``auto`` takes kprobe.multi links over fentry where the
+#: kernel has them: two links attach and detach every function at once, while fentry
+#: loads a program per function and detaches them one by one (each waits for the
+#: kernel's text patching and an RCU-tasks grace period: minutes for thousands)
+FENTRY_AUTO_MAX = 256
 
 
 def choose_kernel_probes(methods: Sequence, space: str = "kernel",
-                         function_probes: str = "auto") -> KernelChoice:
+                         function_probes: str = "auto",
+                         selected: Callable[[list], int] = lambda ms: len(
+                             {m.key for m in ms if not m.is_tracepoint})) -> KernelChoice:
     """The methods a kernel trace probes, from the probe plan (`ctracer.plan.attach`,
     with what the running kernel was seen to accept): the tracepoints the plan gives a
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
-    "none": no function).  Probes that could not be tried (without root, for
+    "none": no function; "auto": fentry, unless more than `FENTRY_AUTO_MAX` functions
+    — ``selected`` counts those the trace keeps of the methods placed — would be probed
+    and kprobe.multi links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""
     from ctracer.plan.attach import plan_probes
     from ctracer.record.kernel import kernel_facts
@@ -146,6 +155,17 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     usable = [p for p in entries if p.attachable is not False]
     kind = usable[0].kind if usable else None
     picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
+    many = selected(chosen + picked) if function_probes == "auto" and kind == "fentry" else 0
+    if many > FENTRY_AUTO_MAX and facts.kprobe_multi.works and facts.kprobes.works:
+        plan = plan_probes(methods, facts, space=space, prefer="kprobe")
+        entries = [dataclasses.replace(
+            p, reason=f"{many} functions: kprobe.multi links attach and detach them all at "
+                      f"once, where fentry loads a program per function and detaches them "
+                      f"one by one (--function-probes fentry for fentry)")
+            for p in plan.of_kind("fentry", "kprobe")]
+        usable = [p for p in entries if p.attachable is not False]
+        kind = usable[0].kind if usable else None
+        picked = [m for p in usable for m in p.methods]
     if not chosen and not picked:
         why = refused[0] if refused else (entries[0].reason if entries else
                                           "no tracepoint or function to probe")
@@ -246,8 +266,8 @@ def _admission(request: TraceRequest, layout):
 
 def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) -> tuple:
     """The lifetime rules of a kernel trace: the defaults for the struct (those whose
-    tracepoint is traced), or exactly the ``--lifetime-rule`` ones, each placed on the
-    tracepoint parameter that is the object; enumerator names looked up in BTF."""
+    tracepoint or function is traced), or exactly the ``--lifetime-rule`` ones, each
+    placed on the parameter that is the object; enumerator names looked up in BTF."""
     from ctracer.plan import lifetimes
 
     def enumerator_value(text: str) -> Optional[int]:
@@ -263,8 +283,8 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
             try:
                 chosen.extend(lifetimes.place([rule], methods))
             except UsageError:
-                continue  # a default whose tracepoint is not traced here
-        return tuple(chosen)
+                continue  # a default whose tracepoint or function is not traced here
+        return lifetimes.without_stand_ins(chosen)
     texts = [t for t in request.lifetime_rules if t != "none"]
     if len(texts) != len(request.lifetime_rules) and texts:
         raise UsageError("--lifetime-rule none goes alone (it drops every rule)")
@@ -375,6 +395,9 @@ def build(request: TraceRequest) -> BuiltTrace:
     if source.is_kernel:
         from ctracer.plan import displays
         built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
+    #: the project file's columns of the report's object list (`ctracer.report.summaries`)
+    summary = (request.project.summary_paths([f.name for f in built.layout.fields])
+               if request.project is not None else ())
     extra: dict = {}
     program: Union[object]
     if source.is_kernel:
@@ -382,7 +405,15 @@ def build(request: TraceRequest) -> BuiltTrace:
         from ctracer.plan import lifetimes
         from ctracer.plan import stores
         from ctracer.probes.kernel import build_kernel_program
-        choice = choose_kernel_probes(found.methods, function_probes=request.function_probes)
+        def selected(methods: list) -> int:
+            try:
+                kept = select_methods(methods, request.functions, request.exclude)
+            except UsageError:
+                return 0   # said below, with the kind the plan chose
+            return len({m.key for m in kept if not m.is_tracepoint})
+
+        choice = choose_kernel_probes(found.methods, function_probes=request.function_probes,
+                                      selected=selected)
         note = choice.note
         _check_placeable(request.functions, choice, found.methods)
         methods = select_methods(choice.tracepoints + choice.functions, request.functions,
@@ -400,7 +431,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         methods = [m for m in methods if m.is_tracepoint]
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
-            rules = _lifetime_rules(request, name, model, methods)
+            rules = _lifetime_rules(request, name, model, methods + function_methods)
         head = heads.head_read_for(name, graph, built.layout, model)
         program = build_kernel_program(methods, built.layout, catalog,
                                        function_methods=function_methods,
@@ -446,5 +477,6 @@ def build(request: TraceRequest) -> BuiltTrace:
         struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
         mini_text=mini.render_built(built, explain=True),
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
-        functions=request.functions, bpf_text=program.text, **extra)
+        functions=request.functions, bpf_text=program.text,
+        **({"summary_fields": list(summary)} if summary else {}), **extra)
     return BuiltTrace(program, meta, source.binary)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import functools
+import hashlib
 import json
 import os
 import sqlite3
@@ -660,6 +661,20 @@ def decoding_progress(stream=None) -> Optional[Callable[[int], None]]:
     return show
 
 
+def read_meta(path: str) -> dict[str, str]:
+    """The meta table of a trace file as it is, read without `Trace`'s checks and
+    without finishing a killed recording's file (a reader must still open it as a
+    `Trace`): for a quick look before the work; {} when it cannot be read."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return {str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")}
+        finally:
+            db.close()
+    except (sqlite3.Error, ValueError):
+        return {}
+
+
 #: SQL conditions true for an events/functions row a reader cannot take
 _EVENT_CHECKS = """typeof(ts_ns) != 'integer' OR ts_ns < 0
  OR typeof(cpu) != 'integer' OR cpu NOT BETWEEN 0 AND 4294967295
@@ -677,6 +692,17 @@ _FUNCTION_CHECKS = """typeof(id) != 'integer' OR typeof(name) != 'text'
  OR typeof(via) NOT IN ('text', 'null') OR typeof(address) NOT IN ('integer', 'null')
  OR typeof(attached) NOT IN ('text', 'null')"""
 
+
+
+def trace_id_of(meta: dict[str, str]) -> str:
+    """A trace's id: written by the recorder, or (older files) a digest of what
+    identifies the recording."""
+    tid = meta.get("trace_id")
+    if tid:
+        return tid
+    key = "|".join(meta.get(k, "") for k in ("host", "start_time", "struct_name",
+                                             "kernel_release", "argv"))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 class Trace:
     """A trace file opened for reading.
@@ -828,6 +854,11 @@ class Trace:
     @property
     def struct_name(self) -> str:
         return self.meta["struct_name"]
+
+    @functools.cached_property
+    def trace_id(self) -> str:
+        """The trace's id (`trace_id_of` its meta)."""
+        return trace_id_of(self.meta)
 
     @property
     def struct_kind(self) -> str:

@@ -217,7 +217,8 @@ def test_creation_function_starts_a_new_lifetime(tmp_path):
     assert [r.ts_ns for r in first.rows] == [100, 110, 120, 130, 140, 150]
     assert [r.ts_ns for r in second.rows] == [200, 210, 220, 230, 240, 250]
     assert first.started_by == second.started_by == "returned by obj_alloc"
-    assert (first.label, second.label) == (f"0x{A:x} #1", f"0x{A:x} #2")
+    # one name for an object, shown and as its folder
+    assert (first.label, second.label) == (f"0x{A:x}", f"0x{A:x}-2")
     assert (first.dirname, second.dirname) == (f"0x{A:x}", f"0x{A:x}-2")
     # the second object starts from what it first showed: no change from the first one
     assert [(c.old, c.new) for c in second.changes] == [(3, 4)]

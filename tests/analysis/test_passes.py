@@ -6,23 +6,29 @@ from ctracer import analysis
 from ctracer.analysis import passes
 from ctracer.analysis.functions import function_table
 from ctracer.analysis.model import NO_DURATION, ObjectKey
-from ctracer.event import FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
+from ctracer.event import (FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field,
+                           Layout)
 from ctracer.tracefile import FunctionRow, Trace, TraceWriter
 
 MINI = Layout.packed_in_order("ctracer__mini_t", [Field("count", "s32", 0, "int")])
 A = 0x7F00_1000
 
 
-def trace_of(path, functions, events):
-    """functions: (id, name, reach); events: (seq order) (ts, tid, fid, "in"/"out",
+PHASES = {"in": PHASE_ENTRY, "out": PHASE_EXIT, "tp": PHASE_TRACEPOINT}
+
+
+def trace_of(path, functions, events, lifetime_rules=None):
+    """functions: (id, name, reach); events: (seq order) (ts, tid, fid, "in"/"out"/"tp",
     object, count or None, retval, flags)."""
     w = TraceWriter(str(path))
     w.set_meta(struct_name="t", struct_kind="struct", mini_layout=MINI.to_json())
+    if lifetime_rules is not None:
+        w.set_meta(lifetime_rules=lifetime_rules)
     w.add_functions([FunctionRow(fid, name, reach=reach, attached="entry,exit")
                      for fid, name, reach in functions])
     for ts, tid, fid, phase, obj, count, *rest in events:
         w.add_event(ts_ns=ts, cpu=0, pid=1, tid=tid, comm="t", function_id=fid,
-                    phase=PHASE_ENTRY if phase == "in" else PHASE_EXIT, object=obj,
+                    phase=PHASES[phase], object=obj,
                     retval=rest[0] if rest else None, depth=0,
                     flags=rest[1] if len(rest) > 1 else 0,
                     snapshot=None if count is None else encode(MINI, {"count": count}))
@@ -135,3 +141,66 @@ def test_a_tracepoint_is_not_the_function_of_its_name():
     assert table.canon == {1: 1, 2: 2, 3: 3, 4: 3}
     assert [table.name(i) for i in (1, 2, 3, 4)] == ["tp:consume_skb", "__kfree_skb",
                                                     "consume_skb", "consume_skb"]
+
+
+def _lifetimes(t):
+    """{lifetime: [event times]} of the one address, and each lifetime's start reason."""
+    a = analysis.load(t)
+    times, why = {}, {}
+    for o, key in enumerate(a.objects.keys):
+        times[key.lifetime] = a.events.ts_ns[a.objects.events(o)].tolist()
+        why[key.lifetime] = a.objects.started_by[o]
+    return times, why
+
+
+FREES = [{"function": "kfree_mem", "probe": "function", "effect": "ends",
+          "rule": "t: kfree_mem frees it"},
+         {"function": "dropped", "probe": "tracepoint", "effect": "ends",
+          "rule": "t: dropped ends it"}]
+RCV = [(1, "rcv", "direct"), (2, "kfree_partial", "direct"), (3, "kfree_mem", "direct"),
+       (4, "make", "returns"), (5, "release", "direct"), (6, "dropped", "tracepoint")]
+
+
+def test_a_freeing_functions_exit_ends_the_life_once_its_callers_return(tmp_path):
+    # rcv( kfree_partial( kfree_mem() ) ) frees A; the exits of the calls it ran inside
+    # are still the freed buffer's; the next rcv taking A is another buffer
+    t = trace_of(tmp_path / "t", RCV, [
+        (10, 1, 1, "in", A, 1), (20, 1, 2, "in", A, 1), (30, 1, 3, "in", A, 1),
+        (40, 1, 3, "out", A, 1), (50, 1, 2, "out", A, 1), (60, 1, 1, "out", A, 1),
+        (70, 1, 1, "in", A, 5), (80, 1, 1, "out", A, 5)], FREES)
+    times, why = _lifetimes(t)
+    assert times == {1: [10, 20, 30, 40, 50, 60], 2: [70, 80]}
+    assert why[2] == "after t: kfree_mem frees it"
+
+
+def test_a_free_named_like_one_but_not_a_rule_ends_nothing(tmp_path):
+    # the same calls without the rule: one buffer (tcp_stream_memory_free frees nothing)
+    t = trace_of(tmp_path / "t", RCV, [
+        (10, 1, 1, "in", A, 1), (20, 1, 3, "in", A, 1), (30, 1, 3, "out", A, 1),
+        (40, 1, 1, "out", A, 1), (50, 1, 1, "in", A, 1), (60, 1, 1, "out", A, 1)], [])
+    assert list(_lifetimes(t)[0]) == [1]
+
+
+def test_a_tracepoint_end_keeps_the_rest_of_the_freeing_call(tmp_path):
+    # rcv( dropped-tracepoint, release(), kfree_mem() ): release and kfree_mem run inside
+    # the call the tracepoint fired in, so they are the ended buffer's; a call on another
+    # thread after the end is a new buffer's
+    t = trace_of(tmp_path / "t", RCV, [
+        (10, 1, 1, "in", A, 1), (15, 1, 6, "tp", A, 1), (20, 1, 5, "in", A, 1),
+        (25, 1, 5, "out", A, 1), (30, 1, 3, "in", A, 1), (35, 1, 3, "out", A, 1),
+        (40, 1, 1, "out", A, 1), (50, 2, 1, "in", A, 7), (60, 2, 1, "out", A, 7)], FREES)
+    times, _ = _lifetimes(t)
+    assert times == {1: [10, 15, 20, 25, 30, 35, 40], 2: [50, 60]}
+
+
+def test_an_address_allocated_again_while_the_free_returns_is_not_ended_twice(tmp_path):
+    # thread 1 frees A in kfree_mem inside kfree_partial; before kfree_partial returns,
+    # thread 2's make() hands A out again: that is one new buffer, whatever thread 1's
+    # exits do after
+    t = trace_of(tmp_path / "t", RCV, [
+        (10, 1, 2, "in", A, 1), (20, 1, 3, "in", A, 1), (30, 1, 3, "out", A, 1),
+        (35, 2, 4, "in", 0, None), (40, 2, 4, "out", 0, 0, A), (45, 1, 2, "out", A, 1),
+        (50, 2, 1, "in", A, 2), (60, 2, 1, "out", A, 3)], FREES)
+    times, _ = _lifetimes(t)
+    assert sorted(times) == [1, 2]
+    assert times[2] == [35, 40, 50, 60]

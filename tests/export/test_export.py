@@ -63,7 +63,9 @@ def test_jsonl_is_the_report_event_by_event(simulated, tmp_path):
         assert e["lifetime"] == (row.obj.lifetime if row.obj else 0)
         assert e["depth"] == row.depth and e["ret"] == row.retval and e["args"] is None
         snapshot = snapshots[row.seq]
-        assert e["fields"] == (None if snapshot is None else MINI.decode(snapshot))
+        assert e["fields"] == (None if snapshot is None else {  # pointers as hex strings
+            k: f"0x{v:x}" if MINI.field(k).kind == "pointer" else v
+            for k, v in MINI.decode(snapshot).items()})
     # every lifetime of every address, as the simulation made them
     per_object = collections.Counter((e["object"], e["lifetime"]) for e in lines if e["fields"])
     assert set(per_object) == {(f"0x{a:x}", n) for a, n in truth.lifetimes}
@@ -94,7 +96,10 @@ def test_perfetto_tracks_slices_and_changes(simulated, tmp_path):
     events = data["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert len(names) == len(truth.lifetimes)  # a track per object
-    assert all(n.startswith("struct sock 0x") for n in names.values())
+    # each track named as the report names the object (and its folder): 0x…, 0x…-2
+    assert sorted(names.values()) == sorted(
+        f"struct sock 0x{a:x}" + (f"-{n}" if n > 1 else "") for a, n in truth.lifetimes)
+    assert any(n.endswith("-2") for n in names.values())
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == sum(truth.calls.values())  # every call seen whole is a slice
     # slices of one track nest like calls: each starts after and ends before its parent

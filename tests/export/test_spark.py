@@ -14,7 +14,6 @@ from __future__ import annotations
 import bpfcheck
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from cbuild import Build, compile_c
+from sparkrun import spark, spark_answers as _spark_answers  # noqa: F401 (a fixture)
 from test_fleet import readme_spark_statements, readme_sql_commands
 
 pytestmark = pytest.mark.bpf
@@ -72,41 +72,6 @@ def dataset(tmp_path_factory):
         assert r.returncode == 0, r.stderr
     print(f"dataset: {time.monotonic() - started:.1f} s", file=sys.stderr)
     return out
-
-
-@pytest.fixture(scope="module")
-def spark():
-    """One local SparkSession for the module: one core, no UI, one shuffle partition,
-    and a JVM that compiles with C1 only (a short run: half the time of the default)."""
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.fail("no Java runtime: scripts/setup.sh installs Debian's openjdk-17-jre-headless")
-    from pyspark.sql import SparkSession  # installed by scripts/setup.sh (pyproject's test extra)
-
-    started = time.monotonic()
-    session = (SparkSession.builder.master("local[1]").appName("ctracer-test")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    print(f"SparkSession started in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    yield session
-    session.stop()
-
-
-def _spark_answers(spark, location: str) -> list[list[dict]]:
-    """Every result of the README's Spark SQL over ``location``, as dicts."""
-    answers = []
-    for statement in readme_spark_statements(location):
-        started = time.monotonic()
-        df = spark.sql(statement)
-        if statement.upper().startswith("SELECT"):
-            answers.append([row.asDict() for row in df.collect()])
-        print(f"spark: {time.monotonic() - started:.1f} s: {statement[:50]!r}", file=sys.stderr)
-    return answers
 
 
 def test_spark_reads_two_layouts_as_ctracer_sql_does(spark, dataset, tmp_path):

@@ -63,6 +63,23 @@ def test_fentry_is_preferred_where_it_loads():
     assert all(p.attachable for p in plan.by_function()["sk_free"])
 
 
+def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
+    batch = TypeShape(ShapeKind.STRUCT, "desc_batch", 0, text="struct desc_batch")
+    f = FunctionInfo("xsk_peek_batch", (Parameter("sk", SOCK),), batch)
+    m = Method(f, "direct", "struct sock", 0, "sk", "struct sock *", route="struct sock")
+    symbols = SYMBOLS | {"xsk_peek_batch"}
+    fentry = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols))
+    (left,) = fentry.by_function()["xsk_peek_batch"]
+    assert left.kind is None and "returning a struct by value" in left.reason
+    kprobe = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
+    assert kinds(kprobe)["xsk_peek_batch"] == ["kprobe", "kretprobe"]
+    logf = FunctionInfo("nf_log_packet", (Parameter("sk", SOCK),), VOID, variadic=True)
+    m = Method(logf, "direct", "struct sock", 0, "sk", "struct sock *", route="struct sock")
+    plan = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=SYMBOLS | {"nf_log_packet"}))
+    (left,) = plan.by_function()["nf_log_packet"]
+    assert left.kind is None and "variable arguments" in left.reason
+
+
 def test_kprobes_when_fentry_is_refused_saying_whether_kprobe_multi_links():
     multi = plan_probes(METHODS, facts(kprobes=YES, kprobe_multi=YES)).by_function()["sk_free"]
     single = plan_probes(METHODS, facts(kprobes=YES)).by_function()["sk_free"]

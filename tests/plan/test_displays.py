@@ -85,3 +85,59 @@ def test_a_hint_without_its_enum_changes_nothing():
     # a bit number past the word's width is not a bit of it
     assert hinted.field("__sk_common.skc_flags").source["bits"] == [[0, "SOCK_DEAD"]]
     assert hinted.field("sk_rcvbuf") == layout.field("sk_rcvbuf")
+
+
+def _bpftool_enum_with(enumerator: str) -> list[tuple[str, int]]:
+    """The enumerators of the kernel's enum declaring ``enumerator``, as bpftool dumps
+    the BTF (the oracle)."""
+    import shutil
+    import subprocess
+    if shutil.which("bpftool") is None:
+        pytest.skip("bpftool is not installed")
+    text = subprocess.run(["bpftool", "btf", "dump", "file", str(KERNEL_BTF)],
+                          capture_output=True, text=True, check=True).stdout
+    enums, current = [], None
+    for line in text.splitlines():
+        if line.startswith("["):
+            current = [] if line.split("]")[1].split()[0] == "ENUM" else None
+            if current is not None:
+                enums.append(current)
+        elif current is not None and line.startswith("\t'"):
+            name, value = line.strip().split("' val=")
+            current.append((name.strip("'"), int(value.rstrip("ULL") or 0)))
+    (found,) = [e for e in enums if any(n == enumerator for n, _ in e)]
+    return found
+
+
+def test_netdev_features_words_read_by_the_kernels_feature_bits(kernel_sock):
+    """sk_route_caps is a netdev_features_t: each bit is named by the kernel's
+    NETIF_F_*_BIT enum (its _BIT dropped, as the NETIF_F_* masks are named), one name
+    per bit, the _BIT name where an alias shares its value (NETIF_F_GSO_SHIFT)."""
+    _, layout = kernel_sock
+    caps = layout.field("sk_route_caps")
+    assert caps.source["ctype"] == "netdev_features_t" and caps.kind == "uint"
+    enum = _bpftool_enum_with("NETIF_F_SG_BIT")
+    expected = {}
+    for name, value in enum:
+        if name.endswith("_BIT") and 0 <= value < 64:
+            expected[value] = name[:-4]
+    bits = dict((b, n) for b, n in caps.source["bits"])
+    assert {b: n for b, n in bits.items() if b in expected} == expected
+    assert all(not n.endswith("_BIT") for n in bits.values())
+    shift = dict(enum)["NETIF_F_GSO_SHIFT"]
+    assert bits[shift] == "NETIF_F_TSO"  # the alias sharing TSO's bit is not shown
+    assert caps.source["display_hint"]["enum"] == "the enum of NETIF_F_SG_BIT"
+    fmt = ValueFormatter(Layout.from_json(layout.to_json()))
+    sg, tso = dict(enum)["NETIF_F_SG_BIT"], dict(enum)["NETIF_F_TSO_BIT"]
+    value = 1 << sg | 1 << tso
+    assert fmt.show("sk_route_caps", value) == f"NETIF_F_SG|NETIF_F_TSO (0x{value:x})"
+    many = sum(1 << b for b in list(bits)[:12])
+    _, ticks = fmt.plot_axis("sk_route_caps", [0, value, many])
+    # a plot's level is labelled by the names when they fit, else by the raw word
+    assert sorted(label for _, label in ticks) == sorted(["0 (0x0)", f"0x{value:x}",
+                                                          f"0x{many:x}"])
+    _, ticks = fmt.plot_axis("sk_route_caps", [0, 1 << sg])
+    assert [label for _, label in ticks] == ["0 (0x0)", "NETIF_F_SG (0x1)"]
+    # and --where takes the names, as masks
+    cond = where.parse("sk_route_caps & NETIF_F_TSO", layout)
+    assert (cond.op, cond.value) == ("&", 1 << tso)

@@ -3,6 +3,7 @@
 input), enumerator names looked up in the kernel's BTF, and the rules in the C and in
 the trace's meta."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 def test_parse_rule_and_its_text():
     rule = lifetimes.parse_rule("starts:inet_sock_set_state:oldstate=TCP_CLOSE", "sock",
                                 {"TCP_CLOSE": 7}.get)
-    assert (rule.effect, rule.tracepoint, rule.arg, rule.equals) == \
+    assert (rule.effect, rule.function, rule.arg, rule.equals) == \
         ("starts", "inet_sock_set_state", "oldstate", 7)
     assert rule.text == "starts:inet_sock_set_state:oldstate=TCP_CLOSE"
     assert rule.applies({"oldstate": 7}) and not rule.applies({"oldstate": 2})
@@ -38,7 +39,34 @@ def test_parse_rule_and_its_text():
 def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
     rules = {r.text: r for r in lifetimes.rules_for("sock")}
     assert set(rules) == {"starts:inet_sock_set_state:oldstate=TCP_CLOSE",
-                          "ends:tcp_destroy_sock"}
+                          "ends:tcp_destroy_sock", "ends:sk_destruct"}
+    assert rules["ends:sk_destruct"].probe == "function"
+    assert rules["ends:tcp_destroy_sock"].probe == "tracepoint"
+
+
+def test_only_named_functions_end_a_life_never_a_word_in_a_name():
+    """``tcp_stream_memory_free`` frees nothing: a function's rule comes from the list
+    or from --lifetime-rule, and a tracepoint of the rule's name is preferred."""
+    ending = {r.function for r in lifetimes.rules_for("sk_buff") if r.probe == "function"}
+    assert "kfree_skbmem" in ending and "skb_free_head" not in ending
+    assert not {r.function for r in lifetimes.rules_for("sock")
+                if r.probe == "function"} & {"sk_free", "tcp_stream_memory_free", "sock_kfree_s"}
+
+    class M:  # a traced method as discovery gives it
+        def __init__(self, name, tracepoint, param_index=0):
+            self.name, self.is_tracepoint, self.param_index = name, tracepoint, param_index
+            self.path, self.holder = (), None
+    both = [M("consume_skb", True), M("consume_skb", False), M("kfree_skbmem", False, 0)]
+    placed = lifetimes.place([lifetimes.parse_rule("ends:consume_skb", "sk_buff"),
+                              lifetimes.parse_rule("ends:kfree_skbmem", "sk_buff")], both)
+    assert [(r.function, r.probe) for r in placed] == [("consume_skb", "tracepoint"),
+                                                       ("kfree_skbmem", "function")]
+    with pytest.raises(UsageError, match="not a traced tracepoint"):
+        lifetimes.place([lifetimes.parse_rule("starts:kfree_skbmem", "sk_buff")], both)
+    # a default naming a tracepoint never falls back to a function of that name
+    with pytest.raises(UsageError):
+        lifetimes.place([r for r in lifetimes.rules_for("sk_buff")
+                         if r.function == "consume_skb"], both[1:])
 
 
 def _print_bpf(*options):
@@ -48,7 +76,7 @@ def _print_bpf(*options):
 
 
 @pytest.mark.parametrize("rule, words", [
-    ("ends:tcp_nothing", "tcp_nothing is not a traced tracepoint handing sock itself"),
+    ("ends:tcp_nothing", "tcp_nothing is neither a traced tracepoint handing sock itself"),
     ("starts:inet_sock_set_state:state=TCP_CLOSE", "has no argument state (it has sk, "
                                                    "oldstate, newstate)"),
     ("starts:inet_sock_set_state:oldstate=TCP_NOPE", "no enumerator TCP_NOPE"),
@@ -92,3 +120,12 @@ def test_the_trace_meta_carries_the_rules_as_used():
         ("inet_sock_set_state", "starts", "newstate", 2)]
     assert all("(--lifetime-rule)" in r["rule"] for r in rules)
     json.dumps(rules)
+
+
+def test_a_stand_in_default_goes_where_the_free_it_stands_for_is_traced():
+    placed = [dataclasses.replace(r, probe="function" if r.function == "sk_destruct"
+                                  else "tracepoint") for r in lifetimes.rules_for("sock")]
+    kept = {r.text for r in lifetimes.without_stand_ins(placed)}
+    assert "ends:tcp_destroy_sock" not in kept and "ends:sk_destruct" in kept
+    only_tracepoints = [r for r in placed if r.probe == "tracepoint"]
+    assert lifetimes.without_stand_ins(only_tracepoints) == tuple(only_tracepoints)

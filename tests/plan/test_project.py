@@ -140,3 +140,47 @@ def test_lifetime_rules_from_the_file_as_from_the_command_line(tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert f"{path}:5: [objects] lifetime_rules: 'starts:no_such_tracepoint': " \
            "no_such_tracepoint is not a traced tracepoint" in r.stderr, r.stderr
+
+
+def test_summary_fields_name_recorded_fields_or_the_line(tmp_path):
+    """``[objects] summary_fields``: recorded fields by path or by a last name only one
+    has; a field the trace does not record, or a name two share, names the file's line."""
+    path = write(tmp_path, 'struct = "sock"\n[objects]\nsummary_fields = [\n'
+                           '  "sk_wmem_queued",\n  "__sk_common.skc_num",\n  "held",\n]\n')
+    p = project.load(path)
+    assert p.summary_fields == ("sk_wmem_queued", "__sk_common.skc_num", "held")
+    recorded = ["sk_wmem_queued", "__sk_common.skc_num", "sk_lock.slock.held",
+                "sk_mutex.locked"]
+    assert p.summary_paths(recorded) == ("sk_wmem_queued", "__sk_common.skc_num",
+                                         "sk_lock.slock.held")
+    with pytest.raises(UsageError) as e:
+        p.summary_paths(["sk_wmem_queued", "__sk_common.skc_num"])
+    assert str(e.value).startswith(f"{path}:6: [objects] summary_fields: 'held' is not a "
+                                   "recorded field"), str(e.value)
+    with pytest.raises(UsageError, match=r":6: .*'held' is ambiguous: a.held, b.held"):
+        p.summary_paths(["sk_wmem_queued", "__sk_common.skc_num", "a.held", "b.held"])
+    with pytest.raises(UsageError, match=r"p.toml:3: \[objects\] summary_fields must be a list"):
+        project.load(write(tmp_path, 'struct = "sock"\n[objects]\nsummary_fields = "x"\n'))
+    assert project.load(write(tmp_path, 'struct = "sock"\n')).summary_fields == ()
+
+
+def test_trace_refuses_summary_fields_it_does_not_record(tmp_path):
+    """The check runs on the mini struct a trace builds (before any compile): a summary
+    field that [fields] leaves out is one line naming the file's line."""
+    subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
+    text = (f'struct = "sock"\nbinary = "{gt.SOCKDEMO}"\n[fields]\n'
+            'include = ["__sk_common.skc_state", "sk_err"]\n[objects]\n'
+            'summary_fields = ["sk_err", "sk_wmem_queued"]\n')
+    path = write(tmp_path, text)
+    r = ctracer("trace", "--project", path, "--print-bpf")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"ctracer: error: {path}:6: [objects] summary_fields: "
+                                "'sk_wmem_queued' is not a recorded field (its [fields] may "
+                                "leave it out; ctracer struct --mini lists them)"), r.stderr
+    r = ctracer("trace", "--project", write(tmp_path, text.replace(', "sk_wmem_queued"', "")),
+                "--print-bpf")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "init.toml"
+    r = ctracer("project", "init", "struct", "sock", "--binary", gt.SOCKDEMO, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "# summary_fields = [" in out.read_text()  # said, for a person to fill in

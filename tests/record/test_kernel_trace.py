@@ -263,3 +263,4 @@ def test_arguments_read_by_their_names(sock_run, tmp_path):
     lines = [json.loads(ln) for ln in r.stdout.splitlines()]
     skb = [e["args"]["skb"] for e in lines if e["function"] == "tp:kfree_skb"]
     assert skb and all(isinstance(s, str) and s.startswith("0x") for s in skb)
+

@@ -4,11 +4,7 @@ no console error, no failed request and no network, look like something (screens
 are not blank), the page scripts work, and every local link and image in the whole
 report resolves, anchors included."""
 
-import os
 import re
-import shutil
-import tempfile
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -19,22 +15,9 @@ from ctracer.report import render_report
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.timeline import read_data_file
 from timeline_rows import index_objects, page_rows, rows_of
+from browser_pages import Links, PageProblems, browser, not_blank, open_page  # noqa: F401
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = os.environ.get("CTRACER_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--no-first-run", "--disable-component-update", "--disable-sync"]
-
-
-def _playwright():
-    if not shutil.which(CHROMIUM) and not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"no Chromium at {CHROMIUM} (Debian package chromium; scripts/setup.sh installs it)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright Python package is missing (pip install -e '.[test]')")
-    return sync_playwright
 
 
 @pytest.fixture(scope="module")
@@ -44,54 +27,6 @@ def report(tmp_path_factory):
     write_synthetic_trace(str(trace), threads=2, lifecycles=3, sends=4, lost_events=2)
     result = render_report(str(trace), str(base / "callgraph" / "sock"))
     return Path(result.out_dir)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_playwright = _playwright()
-    profile = tempfile.mkdtemp(prefix="ctracer-chromium-")
-    with sync_playwright() as p:
-        # a persistent context is the only way to hand Chromium a fresh --user-data-dir
-        context = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1300, "height": 900}, offline=True)
-        try:
-            yield context
-        finally:
-            context.close()
-            shutil.rmtree(profile, ignore_errors=True)
-
-
-class PageProblems:
-    """Console errors, uncaught exceptions, failed and non-file requests of one page."""
-
-    def __init__(self, page):
-        self.problems = []
-        page.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(
-            f"console {m.type}: {m.text}"))
-        page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        page.on("requestfailed", lambda r: self.problems.append(
-            f"request failed: {r.url} {r.failure}"))
-        page.on("request", lambda r: not r.url.startswith(("file:", "data:")) and
-                self.problems.append(f"network request: {r.url}"))
-
-
-def open_page(browser, path):
-    page = browser.new_page()
-    watch = PageProblems(page)
-    page.goto(path.as_uri(), wait_until="load")
-    page.wait_for_load_state("networkidle")
-    return page, watch
-
-
-def not_blank(png_path):
-    from PIL import Image, ImageStat
-
-    with Image.open(png_path) as im:
-        gray = im.convert("L")
-        stat = ImageStat.Stat(gray)
-        # a blank or single-colour page has (almost) no variance and few distinct shades
-        return stat.stddev[0] > 12 and len(gray.getcolors(256) or []) > 20
 
 
 @pytest.mark.parametrize("which", ["index.html", "object", "object-changes",
@@ -158,24 +93,10 @@ def test_index_filter(report, browser):
     assert watch.problems == []
 
 
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links, self.ids = [], set()
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if a.get("id"):
-            self.ids.add(a["id"])
-        for key in ("href", "src"):
-            if a.get(key) is not None:
-                self.links.append((tag, a[key]))
-
-
 def test_every_local_link_and_image_resolves(report):
     parsed = {}
     for html in report.rglob("*.html"):
-        p = _Links()
+        p = Links()
         p.feed(html.read_text(encoding="utf-8"))
         # timeline rows are drawn by the page from its data files: their ids count
         p.ids.update(row["id"] for row in page_rows(html))
@@ -485,7 +406,11 @@ def test_index_filter_lives_in_the_address(report, browser):
     page.fill("input[data-objects=filter]", "")
     assert page.evaluate("location.href").endswith("index.html")
     assert len(page.locator("#objects tbody tr").all()) == total
-    page.fill("input[data-objects=filter]", "#2")
-    assert page.evaluate("location.href").endswith("index.html#q=%232")
+    # an address's second object, by the name its folder has
+    second = next(o["label"] for o in index_objects(report) if o["label"].endswith("-2"))
+    page.fill("input[data-objects=filter]", second)
+    assert page.evaluate("location.href").endswith("index.html#q=" + second)
+    assert page.evaluate("Array.from(document.querySelectorAll('#objects tbody tr'))"
+                         ".map(r => r.cells[0].innerText)") == [second]
     page.close()
     assert watch.problems == []

@@ -78,8 +78,15 @@ def test_index_shows_the_summary_and_warnings(report):
     assert "objects.js" in page  # the object list is drawn from it
     objects = index_objects(out)
     assert len(objects) == len(truth.lifetimes)
-    again = [o for o in objects if re.fullmatch(r"0x55d0[0-9a-f]+ #2", o["label"])]
+    again = [o for o in objects if re.fullmatch(r"0x55d0[0-9a-f]+-2", o["label"])]
     assert again and all((out / o["dir"] / "index.html").is_file() for o in again)
+    # an object is named as its folder is, on every page that shows it
+    assert all(o["label"] == o["dir"] for o in objects if o["dir"])
+    for o in again[:3]:
+        for page in ("index.html", "changes.html"):
+            text = read(out / o["dir"] / page)
+            assert f"{o['label']}" in text.split("</h1>")[0].split("<h1>")[1]
+            assert not re.search(r"0x[0-9a-f]+ #\d", text)
     assert {o["began"] for o in objects} and all(o["events"] > 0 for o in objects)
 
 

@@ -102,7 +102,7 @@ def test_objects_and_changes_match_the_sample_log(real_trace):
 
 def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
     from timeline_rows import page_rows
-    from test_browser_report import CHROMIUM, FLAGS, PageProblems, _Links, _playwright, not_blank
+    from browser_pages import CHROMIUM, FLAGS, Links, PageProblems, not_blank, playwright
 
     path, _ = real_trace
     result = render_report(str(path), str(tmp_path / "callgraph" / "sock"), max_objects=3)
@@ -110,7 +110,7 @@ def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
     assert result.objects_rendered == 3 < result.objects_total
     pages = [out / "index.html", next(out.glob("0x*")) / "index.html",
              next(out.glob("0x*")) / "changes.html", out / "many_objects" / "changes.html"]
-    sync_playwright = _playwright()
+    sync_playwright = playwright()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         try:
@@ -127,7 +127,7 @@ def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
             browser.close()
     parsed = {}
     for html in out.rglob("*.html"):
-        links = _Links()
+        links = Links()
         links.feed(html.read_text(encoding="utf-8"))
         links.ids.update(row["id"] for row in page_rows(html))
         parsed[html.resolve()] = links

@@ -91,9 +91,6 @@ def test_freed_buffers_and_their_lengths_equal_bpftrace(vm_kernel, skb_run):
     assert theirs and ours == theirs
 
 
-@pytest.mark.xfail(reason="failed on 6.12 (2026-12-02): on the freeing thread an event after "
-                   "the free that is neither an exit nor nested in it; not understood yet",
-                   strict=False, raises=AssertionError)
 def test_lifetimes_end_where_the_buffer_is_freed(vm_kernel, skb_run):
     events = skb_run[0]
     by_life = collections.defaultdict(list)

@@ -85,3 +85,31 @@ def test_every_tracepoint_carrying_sock_attached(vm_kernel, sock_run):
     assert {(f.reach, f.attached) for f in functions} == {("tracepoint", "raw_tracepoint")}, \
         sorted((f.name, f.attached) for f in functions if f.attached != "raw_tracepoint")
     print(f"{vm_kernel}: {len(functions)} tracepoints attached")
+
+
+def test_export_shared_for_the_fleet(vm_kernel, sock_run, vm_share, tmp_path):
+    """This kernel's trace exported to Parquet (``--host guest-KERNEL``) for the host's
+    check that Spark reads two kernels' exports as one table
+    (tests/export/test_spark_kernels.py), with what the trace itself holds: the hits per
+    function, and the members of this kernel's struct sock."""
+    import json
+    import subprocess
+    import sys
+    from ctracer.event import PHASE_ENTRY
+    trace = sock_run[0]
+    host = f"guest-{vm_kernel}"
+    out = vm_share / "fleet"
+    r = subprocess.run([sys.executable, "-m", "ctracer", "export", str(trace.path),
+                        "--format", "parquet", "--host", host, "-o", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    names = {fid: f"tp:{f.name}" if f.reach == "tracepoint" else f.name
+             for fid, f in trace.functions.items()}
+    calls: dict[str, int] = {}
+    for e in trace.events():
+        if e.phase != PHASE_ENTRY:  # exits and tracepoint hits, as the fleet question counts
+            calls[names[e.function_id]] = calls.get(names[e.function_id], 0) + 1
+    facts = {"host": host, "kernel": trace.meta["kernel_release"], "calls": calls,
+             "fields": [f.name for f in trace.mini.fields]}
+    (vm_share / f"fleet-{vm_kernel}.json").write_text(json.dumps(facts))
+    assert sum(calls.values()) >= 6 * 6 and list((out / f"host={host}").rglob("*.parquet"))

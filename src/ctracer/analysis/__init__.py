@@ -18,6 +18,9 @@ object per event or per change.  The modules, in the order `load` runs them:
 * `summary` — what the trace says about itself;
 * `callgraph` — who called whom, per object and over all of them;
 * `model` — the result: `Analysis` and its columns.
+
+Beside them, `diff` compares two traces' `profile.TraceProfile` (what ``ctracer diff``
+reads of each trace, made by `ctracer.report.profiles`).
 """
 
 from __future__ import annotations

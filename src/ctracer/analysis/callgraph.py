@@ -29,6 +29,8 @@ class CallCounts:
     total_ns: list[int]      # summed durations of each
     edges: list[tuple[int, int]]  # (caller or ROOT, callee), in order of first call
     edge_calls: list[int]
+    #: the tracepoints among ``functions``: their counts are hits, not calls
+    hits: frozenset[int] = frozenset()
 
 
 def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCounts:
@@ -55,7 +57,8 @@ def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCo
     return CallCounts(fn_list, calls[in_order].tolist(),
                       [totals.get(f, 0) for f in fn_list],
                       [tuple(e) for e in edges[edge_order].tolist()],
-                      edge_calls[edge_order].tolist())
+                      edge_calls[edge_order].tolist(),
+                      frozenset(np.unique(fn[phase == PHASE_TRACEPOINT]).tolist()))
 
 
 def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -65,6 +65,8 @@ class FunctionTable:
     alloc_like: set[int]
     #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
     rules: dict[int, list[dict]] = field(default_factory=dict)
+    #: function slot -> the rule whose function's exit ends the object's life (its text)
+    ending: dict[int, str] = field(default_factory=dict)
     #: tracepoint slots reaching the object through a holder (``skb->sk``)
     held: set[int] = field(default_factory=set)
     #: tracepoint slot -> the store it announces (meta ``announced_stores``)
@@ -87,17 +89,24 @@ def function_table(functions: dict[int, FunctionRow],
     by_tp = stores.rules_by_tracepoint(announced_stores)
     canon = _canonical_ids(functions)
     rules: dict[int, list[dict]] = {}
+    ending: dict[int, str] = {}
     for rule in lifetime_rules:
+        on_function = rule.get("probe") == "function"
         for fid, f in functions.items():
-            if f.reach == "tracepoint" and f.name == rule.get("function"):
+            if f.name != rule.get("function"):
+                continue
+            if not on_function and f.reach == "tracepoint":
                 rules.setdefault(fid, []).append(rule)
+            elif on_function and f.reach == "direct" and rule.get("effect") == "ends":
+                ending[fid] = rule.get("rule") or f"{f.name} ends a lifetime"
     raw = {fid: f.name for fid, f in functions.items()}
     reach = {fid: f.reach for fid, f in functions.items()}
     return FunctionTable(
         canon=canon, names=_display_names(functions, canon),
         creators={fid for fid, r in reach.items()
                   if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
-        use_names=not any(r == "returns" for r in reach.values()) and not rules,
+        use_names=not any(r == "returns" for r in reach.values()) and not rules
+        and not ending, ending=ending,
         free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
         alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules,
         held={fid for fid, f in functions.items()
@@ -107,9 +116,15 @@ def function_table(functions: dict[int, FunctionRow],
 
 
 def lifetime_rule(fns: FunctionTable) -> str:
-    if fns.rules:
+    if fns.rules or fns.ending:
         texts = sorted({r.get("rule") or f"{r.get('function')} {r.get('effect')} a lifetime"
-                        for rules in fns.rules.values() for r in rules})
+                        for rules in fns.rules.values() for r in rules}
+                       | set(fns.ending.values()))
+        creators = sorted({fns.name(fns.canon.get(f, f)) for f in fns.creators})
+        if creators:
+            texts.append("a new lifetime starts where a creation function returns the "
+                         "address (" + ", ".join(creators[:6])
+                         + (", ..." if len(creators) > 6 else "") + ")")
         return "rules recorded with the trace: " + "; ".join(texts)
     if fns.creators:
         return "structural: a new lifetime starts when a creation function returns the address"

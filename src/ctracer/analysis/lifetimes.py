@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ctracer.analysis.model import ObjectKey
 
@@ -17,7 +17,10 @@ class Lifetimes:
         self.first_reason: dict[int, str] = {}
         self.starts: dict[int, list[tuple[int, str]]] = {}
         self._freed_by: dict[int, str] = {}
-        self._ended: dict[int, str] = {}
+        #: address -> (why, thread, the call it happened in) of an end not yet passed
+        self._ended: dict[int, tuple[str, int, Any]] = {}
+        #: addresses whose current lifetime a creation function's return began
+        self._made: set[int] = set()
         self._positions: dict[int, list[int]] = {}
 
     def seen(self, address: int, at: int, function: str) -> None:
@@ -29,6 +32,8 @@ class Lifetimes:
         """A creation function entered at row ``at`` returned ``address``."""
         reason = f"returned by {function}"
         self._freed_by.pop(address, None)
+        self._ended.pop(address, None)
+        self._made.add(address)
         starts = self.starts.setdefault(address, [])
         if starts and starts[-1][0] >= at:
             # a lifetime begun inside this call (a nested allocator): this call owns it
@@ -39,8 +44,13 @@ class Lifetimes:
             starts.append((at, reason))
 
     def rule_starts(self, address: int, at: int, why: str) -> None:
-        """A lifetime rule says the hit at row ``at`` is the first of a new lifetime."""
+        """A lifetime rule says the hit at row ``at`` is the first of a new lifetime,
+        unless a creation function's return began the current one (and nothing ended
+        it since): the rule stands in for creations a trace does not see."""
+        if address in self._made:
+            return
         self._freed_by.pop(address, None)
+        self._ended.pop(address, None)
         starts = self.starts.get(address)
         if self.first_seen.get(address, at) >= at and not starts:
             self.first_seen.setdefault(address, at)
@@ -48,15 +58,39 @@ class Lifetimes:
         elif not (starts and starts[-1][0] == at):  # an ending rule already split here
             self.starts.setdefault(address, []).append((at, why))
 
-    def rule_ends(self, address: int, why: str) -> None:
-        """A lifetime rule says this hit is the last of the address's lifetime: its next
-        sighting starts a new one (`seen_again`)."""
-        self._ended[address] = why
+    def rule_ends(self, address: int, why: str, tid: int = -1,
+                  within: Optional[Any] = None, since: int = -1) -> None:
+        """A lifetime rule says this hit (or the exit of the call entered at row
+        ``since``) is the last of the address's lifetime, on thread ``tid`` inside the
+        traced call ``within`` still running there (None: none): its next sighting
+        outside that call starts a new one (`seen_again`).  A lifetime begun since
+        (another CPU allocated the address while the freeing call was returning) is not
+        ended; an end pending inside a call still running keeps its place."""
+        starts = self.starts.get(address)
+        if starts and starts[-1][0] > since:
+            return
+        ended = self._ended.get(address)
+        if ended is not None and ended[1] == tid and ended[2] is not None and within is not None \
+                and within.depth > ended[2].depth:
+            return
+        self._ended[address] = (why, tid, within)
 
-    def seen_again(self, address: int, at: int) -> None:
-        why = self._ended.pop(address, None)
-        if why is not None:
-            self.starts.setdefault(address, []).append((at, f"after {why}"))
+    def seen_again(self, address: int, at: int, tid: int = -1,
+                   stack: Sequence[Any] = (), around: int = 0) -> None:
+        """The address is seen at row ``at`` on ``tid``, inside the first ``around``
+        calls of the thread's ``stack``; after an end, a new lifetime starts here unless
+        this is still inside the call the end happened in (the rest of the freeing call
+        on that thread)."""
+        ended = self._ended.get(address)
+        if ended is None:
+            return
+        within = ended[2]
+        if ended[1] == tid and within is not None and \
+                any(stack[i] is within for i in range(around)):
+            return
+        del self._ended[address]
+        self._made.discard(address)
+        self.starts.setdefault(address, []).append((at, f"after {ended[0]}"))
 
     def freed(self, address: int, function: str) -> None:
         self._freed_by[address] = function
@@ -64,6 +98,7 @@ class Lifetimes:
     def maybe_reallocated(self, address: int, at: int, function: str) -> None:
         freed_by = self._freed_by.pop(address, None)
         if freed_by is not None:
+            self._made.discard(address)
             self.starts.setdefault(address, []).append(
                 (at, f"{function} after {freed_by} (by name)"))
 

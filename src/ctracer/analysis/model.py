@@ -47,18 +47,6 @@ class ObjectKey(NamedTuple):
     lifetime: int = 1  # 1 for the first object seen at an address, 2 after reuse...
 
 
-def object_dir(address: int, lifetime: int) -> str:
-    """``0x55d0c0a0`` for an address's first lifetime, ``0x55d0c0a0-2`` for the second..."""
-    base = f"0x{address:x}"
-    return base if lifetime <= 1 else f"{base}-{lifetime}"
-
-
-def object_label(address: int, lifetime: int, lifetimes: int) -> str:
-    """How an object is named on pages: the address, plus ``#n`` when it was reused."""
-    base = f"0x{address:x}"
-    return f"{base} #{lifetime}" if lifetimes > 1 else base
-
-
 class Columns:
     """Equal-length numpy arrays as attributes (`names`); `take` selects rows."""
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from ctracer.analysis.functions import FunctionTable
 from ctracer.analysis.lifetimes import Lifetimes
-from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey, object_dir, object_label
+from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey
+from ctracer.decode import object_name
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, \
     PHASE_TRACEPOINT, Layout
 from ctracer.tracefile import Trace
@@ -211,8 +212,7 @@ class _Pairer:
                 depth[k], caller[k] = frame.depth, frame.caller
                 th.last_entry, th.last_exit = frame, None
                 if a:
-                    if rules:
-                        lifetimes.seen_again(a, index)
+                    lifetimes.seen_again(a, index, tid, stack, len(stack) - 1)
                     lifetimes.seen(a, index, name(fid))
                     if use_names and slot in alloc_like:
                         lifetimes.maybe_reallocated(a, index, name(fid))
@@ -220,7 +220,7 @@ class _Pairer:
                 depth[k] = len(stack)
                 caller[k] = stack[-1].function_id if stack else -1
                 if a:
-                    self.point(a, index, fid, slot, held, announced, rules)
+                    self.point(a, index, fid, slot, held, announced, rules, tid, stack)
             else:
                 frame = self.exit(th, fid, slot, flags_[k])
                 if frame is None:
@@ -230,7 +230,8 @@ class _Pairer:
                         lifetimes.seen(a, index, name(fid))
                     continue
                 frame_of[k], depth[k] = frame.id, frame.depth
-                duration[k], address[k] = self.returned(frame, index, ts_[k], fid, slot, a,
+                duration[k], address[k] = self.returned(th, tid, frame, index, ts_[k], fid,
+                                                        slot, a,
                                                         retvals[k])
         self.address[lo:hi] = address
         self.depth[lo:hi] = depth
@@ -260,10 +261,12 @@ class _Pairer:
             self.unmatched += 1
         return frame
 
-    def returned(self, frame: _Frame, index: int, ts: int, fid: int, slot: int, a: int,
-                 retval: Optional[int]) -> tuple[int, int]:
-        """An exit of ``frame``'s ``slot``: its duration, and its object (known at exit
-        for a creation function, or a holder filled in during the call)."""
+    def returned(self, th: _Thread, tid: int, frame: _Frame, index: int, ts: int, fid: int,
+                 slot: int, a: int, retval: Optional[int]) -> tuple[int, int]:
+        """An exit of ``frame``'s ``slot`` (on thread ``tid``, whose open calls are now
+        ``th.stack``): its duration, and its object (known at exit for a creation
+        function, or a holder filled in during the call); a freeing function's exit ends
+        the object's lifetime (a lifetime rule), once the calls around it return."""
         fns, lifetimes, name = self.fns, self.lifetimes, self.fns.name
         frame.exits[slot] = index
         entry = frame.entries.get(slot)
@@ -277,18 +280,23 @@ class _Pairer:
             self.resolved[entry[0]] = a
             frame.entries[slot] = (entry[0], entry[1], a)
             self.lifetime_at[entry[0]] = index
+        elif entry is not None and entry[2] == a and not creates:
+            self.lifetime_at[index] = entry[0]  # a call is one lifetime's
         if a:
             lifetimes.seen(a, index, name(fid))
         if creates:
             returned = retval & _U64_MASK
             lifetimes.seen(returned, frame.index, name(fid))
             lifetimes.returned(returned, frame.index, name(fid))
+        if a and slot in fns.ending:
+            lifetimes.rule_ends(a, fns.ending[slot], tid, th.stack[-1] if th.stack else None,
+                                frame.index)
         if fns.use_names and a and slot in fns.free_like:
             lifetimes.freed(a, name(fid))
         return duration, a
 
     def point(self, a: int, index: int, fid: int, slot: int, held: set, announced: dict,
-              rules: dict) -> None:
+              rules: dict, tid: int, stack: list) -> None:
         """A tracepoint hit on address ``a``: no pair, inside whatever traced call runs on
         the thread; the trace's lifetime rules for this tracepoint start or end
         lifetimes here."""
@@ -297,7 +305,7 @@ class _Pairer:
             # a hit through a holder after the object's end (a buffer freed after its
             # socket, still pointing to it) is the ended object's: the next direct hit
             # starts the new one
-            lifetimes.seen_again(a, index)
+            lifetimes.seen_again(a, index, tid, stack, len(stack))
         lifetimes.seen(a, index, self.fns.name(fid))
         store = announced.get(slot)
         if store is not None and store.before:
@@ -322,7 +330,7 @@ class _Pairer:
             if rule.get("effect") == "starts":
                 lifetimes.rule_starts(a, index, why)
             elif rule.get("effect") == "ends":
-                lifetimes.rule_ends(a, why)
+                lifetimes.rule_ends(a, why, tid, stack[-1] if stack else None, index)
 
 
 def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
@@ -468,11 +476,10 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
         in_order = [(addresses[u // width], u % width + 1) for u in uniques[order].tolist()]
         for a, life in in_order:
             key = ObjectKey(int(a), int(life))
-            count = 1 + len(lifetimes.starts.get(key.address, ())) \
-                if key.address in lifetimes.first_seen else 1
             keys.append(key)
-            labels.append(object_label(key.address, key.lifetime, count))
-            dirnames.append(object_dir(key.address, key.lifetime))
+            name = object_name(key.address, key.lifetime)  # its label and its folder
+            labels.append(name)
+            dirnames.append(name)
             started_by.append(lifetimes.reason(key))
     return Placed(keep, obj, keys, labels, dirnames, started_by, int((~has).sum()))
 

@@ -196,7 +196,20 @@ def as_text(found, description: str, plan, verdicts) -> str:
     placed = plan.placed()
     lines.append(f"placed here: {len(placed)} probes "
                  f"({', '.join(f'{k} {n}' for k, n in _kind_counts(placed).items()) or 'none'})")
+    lines.extend(_trace_kind_note(plan))
     return "\n".join(lines) + "\n"
+
+
+def _trace_kind_note(plan) -> list[str]:
+    """What ``ctracer trace`` does by default where it differs from the plan's kind."""
+    from ctracer.pipeline import FENTRY_AUTO_MAX
+    facts = plan.facts
+    fentry = {p.function for p in plan.of_kind("fentry") if p.attachable}
+    if len(fentry) <= FENTRY_AUTO_MAX or not (facts.kprobe_multi.works and facts.kprobes.works):
+        return []
+    return [f"ctracer trace probes these {len(fentry)} functions with kprobe.multi links by "
+            f"default (more than {FENTRY_AUTO_MAX}: fentry loads, attaches and detaches them "
+            "one by one; --function-probes fentry asks for fentry)"]
 
 
 def _kind_counts(probes) -> dict[str, int]:

@@ -279,8 +279,11 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
         from ctracer.plan.stores import rules_by_tracepoint
+        from ctracer.record import netdevs
+        devices = netdevs.read() if built.is_kernel else None
         tail = Tail(built.program, formatter=ValueFormatter(built.program.mini,
-                                                            built.meta.get("tracepoint_args")),
+                                                            built.meta.get("tracepoint_args"),
+                                                            devices=devices),
                     announced=rules_by_tracepoint(built.meta.get("announced_stores")))
 
     def announce() -> None:
@@ -297,9 +300,15 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
             plan = built.meta.get("probe_plan") or {}
             if plan.get("kinds"):
                 print(f"ctracer: probes: {plan['kinds']}", file=out)
+            creators = sorted({s.method.name for f in getattr(built.program, "kfunctions", ())
+                               for s in f.slots if s.starts})
+            made = (f"; a new lifetime also starts where {len(creators)} creation "
+                    f"function{'s' if len(creators) != 1 else ''} return the object "
+                    f"({', '.join(creators[:4])}{', ...' if len(creators) > 4 else ''})"
+                    if creators else "")
             print(f"ctracer: lifetime rules: "
                   f"{', '.join(r.text for r in rules) if rules else 'none'} "
-                  "(change with --lifetime-rule)", file=out)
+                  f"(change with --lifetime-rule){made}", file=out)
             print(f"ctracer: recording {kind.value} {name} in the kernel: {who}{until}; "
                   "Ctrl-C to stop", file=out, flush=True)
             return

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from ctracer.analysis import Analysis
-from ctracer.analysis.model import NO_DURATION, object_label
+from ctracer.analysis.model import NO_DURATION
+from ctracer.decode import object_name
 from ctracer.event import PHASE_ENTRY
 from ctracer.export.table import function_names, trace_id
 from ctracer.files import staged_output
@@ -95,13 +96,10 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
     meta: list[dict[str, Any]] = []
     timed: list[tuple[int, int, dict[str, Any]]] = []  # (ts ns, dur ns or -1, event)
     kind = f"{a.summary.struct_kind} {a.summary.struct_name}"
-    lifetimes: dict[int, int] = {}
-    for key in a.objects.keys:
-        lifetimes[key.address] = max(lifetimes.get(key.address, 0), key.lifetime)
 
     def label(o: int) -> str:
         key = a.objects.keys[o]
-        return object_label(key.address, key.lifetime, lifetimes.get(key.address, 1))
+        return object_name(key.address, key.lifetime)
 
     def track(o: int, tid: int, comm: str) -> tuple[int, int]:
         pid = pids.get(o)

@@ -121,12 +121,22 @@ def _hex(value: int) -> str:
     return f"0x{value & 0xFFFFFFFFFFFFFFFF:x}"
 
 
+def pointers_as_hex(f, data: "pa.Array") -> "pa.Array":
+    """``data``, a snapshot field's column, with a pointer member's addresses as hex
+    strings (``0x0`` for NULL), as every export writes them (a 64-bit kernel address
+    as a JSON number is rounded by jq and JavaScript); other fields unchanged."""
+    import pyarrow as pa
+    if f is not None and f.kind == "pointer" and pa.types.is_integer(data.type):
+        return _per_value(data, _hex, "string")
+    return data
+
+
 def _field_columns(column: str, f, data: "pa.Array") -> list[tuple[str, "pa.Array"]]:
     import pyarrow as pa
     kind = f.kind if f is not None else "int"
     type_name = FIELD_TYPES.get(kind, "int64")
     if kind == "pointer" and pa.types.is_integer(data.type):
-        out = [(column, _per_value(data, _hex, "string"))]
+        out = [(column, pointers_as_hex(f, data))]
     else:
         out = [(column, _cast(data, type_name))]
     if f is None or not pa.types.is_integer(data.type):

@@ -31,7 +31,6 @@ layout (`ctracer.event.Layout.numpy_dtype`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
@@ -73,14 +72,9 @@ class EventTable:
 
 
 def trace_id(a: Analysis) -> str:
-    """The trace's id: written by the recorder, or (older files) a digest of what
-    identifies the recording."""
-    tid = a.meta.get("trace_id")
-    if tid:
-        return tid
-    key = "|".join(a.meta.get(k, "") for k in ("host", "start_time", "struct_name",
-                                               "kernel_release", "argv"))
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    """The trace's id (`ctracer.tracefile.trace_id_of` its meta)."""
+    from ctracer.tracefile import trace_id_of
+    return trace_id_of(a.meta)
 
 
 def column_name(field: str) -> str:

@@ -5,7 +5,9 @@ JSON Lines: one event per line with exactly the keys scripts rely on — ``time_
 ``depth``, ``ret``, ``args`` (an object, or null) and ``fields`` (the snapshot as an
 object keyed by dotted member path, raw values; null when the object could not be read
 or the event has none).  CSV: the flat table (`ctracer.export.table`), fields as
-columns, ``changed`` as JSON text.
+columns, ``changed`` as JSON text.  In both, pointers (in ``args`` and pointer fields,
+``--pointers``) are hex strings, ``"0xffff…"``, as in Parquet: a 64-bit address as a
+JSON number loses digits in jq and JavaScript.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from typing import Optional
 
+from ctracer.export.schema import pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
 from ctracer.files import private_umask, staged_output
 
@@ -29,11 +32,22 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _pointer_fields(et: EventTable, t):
+    """``t`` with each pointer field's column as hex strings (`pointers_as_hex`)."""
+    layout = {f.name: f for f in et.layout.fields} if et.layout is not None else {}
+    for field, column in et.fields.items():
+        f = layout.get(field)
+        if f is not None and f.kind == "pointer":
+            i = t.column_names.index(column)
+            t = t.set_column(i, column, pointers_as_hex(f, t.column(column).combine_chunks()))
+    return t
+
+
 def _jsonl_table(et: EventTable):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    t = et.table
+    t = _pointer_fields(et, et.table)
     if et.fields:
         arrays = [t.column(column).combine_chunks() for column in et.fields.values()]
         valid = arrays[0].is_valid()
@@ -56,9 +70,10 @@ def _copy_to(et: EventTable, fmt: str, path: str) -> None:
                            for c in EVENT_COLUMNS) + ", fields"
         options = "FORMAT JSON"
     else:
-        con.register("events", et.table)
+        table = _pointer_fields(et, et.table)
+        con.register("events", table)
         select = ", ".join("to_json(changed) AS changed" if c == "changed" else quote(c)
-                           for c in et.table.column_names)
+                           for c in table.column_names)
         options = "FORMAT CSV, HEADER"
     con.execute(f"COPY (SELECT {select} FROM events) TO {sql_string(path)} ({options})")
     con.close()

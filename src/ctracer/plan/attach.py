@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ctracer.debuginfo import elf
+from ctracer.debuginfo.model import ShapeKind
 from ctracer.plan.discovery import Method
 
 PROBE_KINDS = ("fentry", "fexit", "kprobe", "kretprobe", "raw_tracepoint", "uprobe", "uretprobe")
@@ -261,6 +262,21 @@ def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
                         "its BTF prototype (btf_trace_*) carries the struct", True, methods)
 
 
+def _fentry_refuses(function) -> str:
+    """Why the kernel's BTF check refuses fentry/fexit on this function ("" when it does
+    not): a struct or union returned by value (the verifier's "return type STRUCT is
+    unsupported"), variable arguments ("with variable args is unsupported"); kprobes
+    take such functions."""
+    if getattr(function, "variadic", False):
+        return "fentry cannot take a function with variable arguments (--function-probes kprobe can)"
+    returns = getattr(function, "returns", None)
+    if returns is not None and not returns.pointers and \
+            returns.kind in (ShapeKind.STRUCT, ShapeKind.UNION):
+        return (f"fexit cannot take a function returning a {returns.kind.value} by value "
+                "(--function-probes kprobe can)")
+    return ""
+
+
 def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
                 space: str = "kernel", prefer: Optional[str] = None) -> ProbePlan:
     """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
@@ -294,6 +310,11 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
             probes.append(PlannedProbe(key, name, None, why_not, False, ms))
             continue
         kind, ok, why = function_kind
+        if kind == "fentry" and ok is not False:
+            refused = _fentry_refuses(ms[0].function)
+            if refused:
+                probes.append(PlannedProbe(key, name, None, refused, False, ms))
+                continue
         probes.append(PlannedProbe(key, name, kind, why, ok, ms))
         probes.append(PlannedProbe(key, name, EXIT_KIND[kind], why, ok, ms))
     return ProbePlan(space, facts, tuple(probes))

@@ -14,6 +14,14 @@ writes what it found into the mini layout, which the trace file carries:
 * ``how="bits"``: ``Field.source["bits"]`` lists ``[bit, name]`` pairs
   (`ctracer.report.values` shows ``SOCK_DEAD|SOCK_DONE (0x3)``).
 
+A hint names its field by path in one struct, or, with ``struct=""``, by the C type the
+member is declared with, in every struct (`TYPE_HINTS`: ``netdev_features_t``, the
+device feature word of ``sk_route_caps`` and ``net_device.features``, whose bits the
+kernel's anonymous ``NETIF_F_*_BIT`` enum numbers; the ``_BIT`` suffix is dropped, so a
+bit reads ``NETIF_F_SG`` as the kernel's macros name its mask).  A bit word shows one
+name per bit: the enumerator with the suffix where aliases share the value
+(``NETIF_F_GSO_SHIFT`` is ``NETIF_F_TSO_BIT``'s), else the first in the enum's order.
+
 Each annotated field also gets ``source["display_hint"]``: the hint's reason and the
 enum it came from.  A hint whose field is not recorded, or whose enum the debug info
 does not have, changes nothing: no value is ever pasted here.
@@ -38,12 +46,14 @@ class EnumSource(Protocol):
 
 @dataclass(frozen=True)
 class DisplayHint:
-    struct: str
-    field: str                        # the mini field's dotted path
+    struct: str                       # "" with ``ctype``: a member of that type anywhere
+    field: str                        # the mini field's dotted path ("" with ``ctype``)
     how: str                          # "enum" or "bits"
     enum: Optional[str] = None        # C's enum name ...
     enumerator: Optional[str] = None  # ... or an enumerator of an anonymous enum
     why: str = ""
+    ctype: str = ""                   # the member's C type as declared (a typedef)
+    suffix: str = ""                  # what the enumerators add to the names shown
 
     def __post_init__(self) -> None:
         if self.how not in ("enum", "bits"):
@@ -67,6 +77,14 @@ HINTS = (
                 why="sk_protocol holds an IP protocol number"),
     DisplayHint("sock", "sk_tsq_flags", "bits", enum="tsq_enum",
                 why="sk_tsq_flags: the TCP small queues bits enum tsq_enum numbers"),
+)
+
+#: members known by their C type, in any struct
+TYPE_HINTS = (
+    DisplayHint("", "", "bits", enumerator="NETIF_F_SG_BIT", ctype="netdev_features_t",
+                suffix="_BIT",
+                why="netdev_features_t: the device feature bits the kernel's "
+                    "NETIF_F_*_BIT enum numbers (include/linux/netdev_features.h)"),
 )
 
 
@@ -106,24 +124,46 @@ def hints_for(struct: str) -> tuple[DisplayHint, ...]:
     return tuple(h for h in HINTS if h.struct == struct)
 
 
+def bit_names(enumerators, width: int, suffix: str = "") -> list[list]:
+    """``[[bit, name], ...]``: one name per bit below ``width`` (the enumerator carrying
+    ``suffix``, the suffix dropped, where aliases share a value; else the first)."""
+    chosen: dict[int, str] = {}
+    for name, value in enumerators:
+        v, n = int(value), str(name)
+        if not 0 <= v < width:
+            continue
+        if suffix and n.endswith(suffix) and len(n) > len(suffix):
+            if v not in chosen or not chosen[v][1]:
+                chosen[v] = (n[:-len(suffix)], True)
+        elif v not in chosen:
+            chosen[v] = (n, False)
+    return [[v, chosen[v][0]] for v in sorted(chosen)]
+
+
 def _apply(f: Field, hint: DisplayHint, found: EnumType) -> Field:
     source = dict(f.source)
     source["display_hint"] = {"enum": hint.enum_text, "rule": hint.why}
-    pairs = tuple(sorted((int(v), str(n)) for n, v in found.enumerators))
     if hint.how == "bits":
-        width = f.size * 8
-        source["bits"] = [[v, n] for v, n in pairs if 0 <= v < width]
+        source["bits"] = bit_names(found.enumerators, f.size * 8, hint.suffix)
         return dataclasses.replace(f, source=source)
+    pairs = tuple(sorted((int(v), str(n)) for n, v in found.enumerators))
     return dataclasses.replace(f, kind="enum", enumerators=pairs, source=source)
 
 
+def _declared(f: Field) -> str:
+    """The C type ``f`` was declared with, qualifiers dropped."""
+    words = str(f.source.get("ctype", "")).split()
+    return " ".join(w for w in words if w not in ("const", "volatile"))
+
+
 def annotate(layout: Layout, struct: str, types: EnumSource) -> Layout:
-    """The layout with the display hints of ``struct`` applied where the debug info has
-    their enums (see the module docstring)."""
+    """The layout with the display hints of ``struct`` (and `TYPE_HINTS`) applied where
+    the debug info has their enums (see the module docstring)."""
     hints = {h.field: h for h in hints_for(struct)}
+    by_type = {h.ctype: h for h in TYPE_HINTS}
     fields = []
     for f in layout.fields:
-        hint = hints.get(f.name)
+        hint = hints.get(f.name) or by_type.get(_declared(f))
         found = types.find_enum(hint.enum, hint.enumerator) if hint else None
         usable = found is not None and f.kind in ("int", "uint") and found.enumerators
         fields.append(_apply(f, hint, found) if usable else f)  # type: ignore[arg-type]

@@ -1,10 +1,16 @@
 """Where the life of a kernel object starts and ends, as rules a user can read.
 
 An address handed out again is a new object.  Where a creation function's return is
-probed that return says so; on a kernel traced through tracepoints only, the rules
-below say it instead.  A rule names a tracepoint, the parameter carrying the object
-and, optionally, a condition on one scalar argument; its ``effect`` is ``starts`` (this
-hit is the first of a new lifetime) or ``ends`` (this hit is the last).
+probed that return says so; the rules below say it otherwise.  A rule names a
+tracepoint or a kernel function (``probe``), the parameter carrying the object and,
+for a tracepoint, optionally a condition on one scalar argument; its ``effect`` is
+``starts`` (this hit is the first of a new lifetime) or ``ends`` (this hit is the
+last).  A function's rule takes effect at its exit: the function that frees the
+object (``kfree_skbmem`` for an ``sk_buff``, ``sk_destruct`` for a ``sock``) ends its
+life there, whichever path called it, and once the traced calls it ran inside have
+returned, the address is another object's.  Function names are never guessed from
+words such as *free* (``tcp_stream_memory_free`` frees nothing): only the functions
+listed here, or given with ``--lifetime-rule``, end a life.
 
 The probes use them to keep the set of followed objects right (an object whose life
 ended is forgotten, so the address is admitted afresh); the trace file's meta carries
@@ -40,8 +46,9 @@ TCP_CLOSE = 7
 @dataclass(frozen=True)
 class LifetimeRule:
     struct: str
-    tracepoint: str
-    #: index of the tracepoint parameter that is the object (direct, not a holder)
+    #: the tracepoint's or the function's name
+    function: str
+    #: index of the parameter that is the object (direct, not a holder)
     param_index: int
     effect: str  # "starts" | "ends"
     #: the argument (by name) the condition reads, and the value it must equal
@@ -50,9 +57,15 @@ class LifetimeRule:
     why: str = ""
     #: the value as the user or the default wrote it (an enumerator's name), for display
     equals_text: Optional[str] = None
+    #: "tracepoint" (the rule acts at a hit) or "function" (at the function's exit);
+    #: "" until `place` finds which a rule the user wrote names
+    probe: str = "tracepoint"
+    #: a default that only stands in for this function's rule: dropped where that
+    #: function is traced (`defaults`)
+    stands_in_for: str = ""
 
     def to_json(self) -> dict:
-        return {"struct": self.struct, "function": self.tracepoint, "probe": "tracepoint",
+        return {"struct": self.struct, "function": self.function, "probe": self.probe,
                 "param_index": self.param_index, "effect": self.effect, "arg": self.arg,
                 "equals": self.equals, "rule": self.why}
 
@@ -64,7 +77,7 @@ class LifetimeRule:
         """The rule as ``--lifetime-rule`` takes it."""
         cond = "" if self.arg is None else \
             f":{self.arg}={self.equals_text or self.equals}"
-        return f"{self.effect}:{self.tracepoint}{cond}"
+        return f"{self.effect}:{self.function}{cond}"
 
 
 RULES = (
@@ -73,10 +86,22 @@ RULES = (
                  equals_text="TCP_CLOSE"),
     LifetimeRule("sock", "tcp_destroy_sock", 0, "ends",
                  why="sock: tcp_destroy_sock ends its lifetime (the socket is freed once "
-                     "its last reference goes; an address seen again is a new socket)"),
+                     "its last reference goes; an address seen again is a new socket)",
+                 stands_in_for="sk_destruct"),
     LifetimeRule("sk_buff", "kfree_skb", 0, "ends", why="sk_buff: kfree_skb ends its lifetime"),
     LifetimeRule("sk_buff", "consume_skb", 0, "ends",
                  why="sk_buff: consume_skb ends its lifetime"),
+) + tuple(
+    # where the memory goes back: every path that frees a buffer ends in one of these
+    # (TCP's receive queue frees through __kfree_skb, coalescing through
+    # kfree_skb_partial, NAPI's cache through __napi_kfree_skb): no tracepoint fires there
+    LifetimeRule("sk_buff", name, 0, "ends", probe="function",
+                 why=f"sk_buff: {name} frees it (its exit ends the lifetime)")
+    for name in ("kfree_skbmem", "__kfree_skb", "kfree_skb_partial", "__napi_kfree_skb",
+                 "napi_skb_free_stolen_head", "napi_skb_cache_put")
+) + (
+    LifetimeRule("sock", "sk_destruct", 0, "ends", probe="function",
+                 why="sock: sk_destruct frees it, or hands it to RCU to free (its exit ends the lifetime)"),
 )
 
 
@@ -92,6 +117,14 @@ def rules_for(struct: str) -> tuple[LifetimeRule, ...]:
     return tuple(r for r in RULES if r.struct == struct)
 
 
+def without_stand_ins(placed: Sequence[LifetimeRule]) -> tuple[LifetimeRule, ...]:
+    """The placed defaults less those standing in for a function's rule that is placed
+    too (``tcp_destroy_sock`` comes long before ``sk_destruct`` frees the socket:
+    where the free is traced, it is the end)."""
+    functions = {r.function for r in placed if r.probe == "function"}
+    return tuple(r for r in placed if r.stands_in_for not in functions)
+
+
 _RULE = re.compile(r"(starts|ends):([A-Za-z_][A-Za-z0-9_]*)"
                    r"(?::([A-Za-z_][A-Za-z0-9_]*)=(-?(?:0[xX][0-9a-fA-F]+|\d+)|[A-Za-z_]\w*))?\Z")
 
@@ -100,14 +133,16 @@ def parse_rule(text: str, struct: str,
                enumerator_value: Callable[[str], Optional[int]] = lambda _n: None
                ) -> LifetimeRule:
     """A ``--lifetime-rule`` (``starts:inet_sock_set_state:oldstate=TCP_CLOSE``,
-    ``ends:tcp_destroy_sock``): the effect, the tracepoint, optionally a condition on one
-    of its arguments; a value may be an enumerator's name, which ``enumerator_value``
-    looks up (in the traced kernel's BTF).  The parameter carrying the object is set by
-    `place`."""
+    ``ends:tcp_destroy_sock``, ``ends:kfree_skbmem``): the effect, the tracepoint or
+    function, optionally a condition on one of a tracepoint's arguments; a value may be
+    an enumerator's name, which ``enumerator_value`` looks up (in the traced kernel's
+    BTF).  Whether the name is a tracepoint or a function, and the parameter carrying
+    the object, are set by `place`."""
     m = _RULE.match(text.strip())
     if not m:
-        raise LifetimeRuleError(text, "expected starts|ends:TRACEPOINT[:ARGUMENT=VALUE], "
-                                      "e.g. starts:inet_sock_set_state:oldstate=TCP_CLOSE")
+        raise LifetimeRuleError(text, "expected starts|ends:TRACEPOINT[:ARGUMENT=VALUE] or "
+                                      "ends:FUNCTION, e.g. "
+                                      "starts:inet_sock_set_state:oldstate=TCP_CLOSE")
     effect, tracepoint, arg, value = m.groups()
     equals = None
     if value is not None:
@@ -121,25 +156,40 @@ def parse_rule(text: str, struct: str,
     cond = f" when {arg} is {value}" if arg else ""
     return LifetimeRule(struct, tracepoint, 0, effect, arg, equals,
                         f"{struct}: {tracepoint}{cond} {effect} a lifetime (--lifetime-rule)",
-                        equals_text=value)
+                        equals_text=value, probe="")
 
 
 def place(rules: Sequence[LifetimeRule], methods: Sequence) -> tuple[LifetimeRule, ...]:
-    """The rules with the parameter that is the object, from the traced tracepoint
-    methods (the struct itself, not reached through a holder); UsageError for a rule
-    naming a tracepoint that is not traced or does not hand the object directly."""
+    """The rules with the parameter that is the object, from the traced methods (the
+    struct itself, not reached through a holder): a traced tracepoint of the rule's
+    name, else (a rule that ends a life, without a condition) a traced function of that
+    name; UsageError for a rule naming neither."""
     placed = []
     for rule in rules:
-        direct = [m for m in methods if m.is_tracepoint and m.name == rule.tracepoint
-                  and not m.path and not m.holder and m.param_index is not None]
-        if not direct:
-            known = sorted({m.name for m in methods if m.is_tracepoint
-                            and not m.path and not m.holder})
-            raise LifetimeRuleError(
-                rule.text, f"{rule.tracepoint} is not a traced tracepoint handing "
-                           f"{rule.struct} itself (these do: {', '.join(known[:8])}"
-                           f"{', ...' if len(known) > 8 else ''})", option="lifetime rule")
-        placed.append(dataclasses.replace(rule, param_index=direct[0].param_index))
+        def direct(tracepoint: bool) -> list:
+            return [m for m in methods if m.is_tracepoint == tracepoint
+                    and m.name == rule.function and not m.path and not m.holder
+                    and m.param_index is not None]
+        points = [] if rule.probe == "function" else direct(True)
+        if points:
+            placed.append(dataclasses.replace(rule, param_index=points[0].param_index,
+                                              probe="tracepoint"))
+            continue
+        may_be_function = (rule.probe != "tracepoint" and rule.effect == "ends"
+                           and rule.arg is None)
+        calls = direct(False) if may_be_function else []
+        if calls:
+            placed.append(dataclasses.replace(rule, param_index=calls[0].param_index,
+                                              probe="function"))
+            continue
+        known = sorted({m.name for m in methods if m.is_tracepoint
+                        and not m.path and not m.holder})
+        these = f"(these do: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''})"
+        raise LifetimeRuleError(
+            rule.text, f"{rule.function} is neither a traced tracepoint handing "
+                       f"{rule.struct} itself {these} nor a traced function taking it"
+            if may_be_function else f"{rule.function} is not a traced tracepoint handing "
+                                    f"{rule.struct} itself {these}", option="lifetime rule")
     return tuple(placed)
 
 
@@ -147,8 +197,8 @@ def check_arguments(rules: Sequence[LifetimeRule], arguments: dict[str, Sequence
     """UsageError for a rule whose condition names an argument its tracepoint lacks
     (``arguments``: the traced tracepoints' argument names)."""
     for rule in rules:
-        names = arguments.get(rule.tracepoint, ())
+        names = arguments.get(rule.function, ())
         if rule.arg is not None and rule.arg not in names:
-            raise LifetimeRuleError(rule.text, f"{rule.tracepoint} has no argument {rule.arg} "
+            raise LifetimeRuleError(rule.text, f"{rule.function} has no argument {rule.arg} "
                                                f"(it has {', '.join(names) or 'none'})",
                                     option="lifetime rule")

@@ -17,6 +17,8 @@ The file is TOML::
     pointers = false
     [objects]                       # kernel traces: where an object's lifetime starts or ends
     lifetime_rules = ["ends:tcp_destroy_sock"]  # replaces the defaults, as --lifetime-rule
+    summary_fields = ["sk_wmem_queued"]  # columns of the report's object list (recorded
+                                         # fields: a path, or its last name when unique)
 
 `load` reads and checks the shape of the file (TOML syntax errors and unknown keys name
 their line); `Project.check` checks the names against the struct's methods and fields
@@ -40,7 +42,7 @@ _TOP = ("struct", "union", "binary", "btf", "btf_base", "module", "functions", "
         "objects")
 _SECTIONS = {"functions": ("include", "exclude"),
              "fields": ("include", "exclude", "cachelines", "max_bytes", "pointers"),
-             "objects": ("lifetime_rules",)}
+             "objects": ("lifetime_rules", "summary_fields")}
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Project:
     pointers: bool = False
     #: ``--lifetime-rule`` texts replacing the defaults; None: the defaults
     lifetime_rules: Optional[tuple[str, ...]] = None
+    #: fields shown as columns of the report's object list, as written
+    summary_fields: tuple[str, ...] = ()
 
     def error(self, message: str, section: str = "", value: str = "") -> UsageError:
         """``FILE:LINE: message``, the line being where ``value`` is written (in
@@ -71,6 +75,26 @@ class Project:
         line = _line_of(self.text, section, value)
         where = f"{self.path}:{line}" if line else self.path
         return UsageError(f"{where}: {message}")
+
+    def summary_paths(self, recorded: Sequence[str]) -> tuple[str, ...]:
+        """The recorded fields ``summary_fields`` names (a dotted path, or its last
+        name when one recorded field has it); an error naming the file's line for one
+        the trace does not record."""
+        out = []
+        for name in self.summary_fields:
+            found = [r for r in recorded if r == name] or \
+                [r for r in recorded if r.endswith("." + name)]
+            if len(found) != 1:
+                what = (f"is ambiguous: {', '.join(sorted(found)[:4])}" if found else
+                        "is not a recorded field (its [fields] may leave it out; "
+                        "ctracer struct --mini lists them)")
+                close = difflib.get_close_matches(name, sorted(recorded), n=3, cutoff=0.6)
+                hint = f"; did you mean {', '.join(close)}?" if close and not found else ""
+                raise self.error(f"[objects] summary_fields: {name!r} {what}{hint}",
+                                 "objects", name)
+            if found[0] not in out:
+                out.append(found[0])
+        return tuple(out)
 
     def check(self, methods: Sequence[str], fields: Sequence[str]) -> None:
         """Every function glob names a method, every field path or glob a recordable
@@ -180,13 +204,14 @@ def load(path: str) -> Project:
     objects = doc.get("objects", {})
     rules = _globs(objects, "lifetime_rules", "objects", fail) \
         if "lifetime_rules" in objects else None
+    summary = _globs(objects, "summary_fields", "objects", fail)
     return Project(path, text, kind, name, functions=_globs(functions, "include", "functions",
                                                              fail),
                    exclude_functions=_globs(functions, "exclude", "functions", fail),
                    fields=_globs(fields, "include", "fields", fail),
                    exclude_fields=_globs(fields, "exclude", "fields", fail),
                    cachelines=tuple(cachelines), max_bytes=max_bytes, pointers=pointers,
-                   lifetime_rules=rules, **sources)
+                   lifetime_rules=rules, summary_fields=summary, **sources)
 
 
 def _unknown_keys(table: dict, known: Sequence[str], section: str, fail) -> None:
@@ -253,5 +278,9 @@ def render(kind: str, name: str, source: dict, methods: Sequence[tuple[str, str]
             "defaults (printed",
             "# when recording starts), as --lifetime-rule: "
             "starts|ends:TRACEPOINT[:ARGUMENT=VALUE], or \"none\"",
-            "# lifetime_rules = [\"ends:tcp_destroy_sock\"]", ""]
+            "# lifetime_rules = [\"ends:tcp_destroy_sock\"]",
+            "# recorded fields shown as columns of the report's object list (a path, or its "
+            "last name when",
+            "# unique), beside the struct's own (sock: addresses, states, role...)",
+            "# summary_fields = [" + (q(fields[0][0]) if fields else '"..."') + "]", ""]
     return "\n".join(out)

@@ -96,7 +96,8 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         arch = arch or host_arch()
         frows, functions = kfunctions.plan_kernel_functions(
             function_methods, arch, first_row=len(rows) + 1,
-            max_regs=12 if entry_kind == "fentry" else arch.register_args)
+            max_regs=12 if entry_kind == "fentry" else arch.register_args,
+            ending={r.function for r in rules if r.probe == "function" and r.effect == "ends"})
         rows = rows + frows
     nargs = max((len(tp.args) for tp in tracepoints), default=0)
     functions_c = ("", "")

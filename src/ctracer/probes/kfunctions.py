@@ -40,12 +40,12 @@ the recorder (`ctracer.record.kattach`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
 from ctracer.plan.discovery import Method
-from ctracer.plan.lifetimes import FREE_LIKE, LOOKUP_LIKE
+from ctracer.plan.lifetimes import LOOKUP_LIKE
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
@@ -147,23 +147,25 @@ def _return_kind(shape: TypeShape) -> str:
     return "int" if _width(shape)[1] else "uint"  # type: ignore[index]
 
 
-def _lifetime_flags(m: Method) -> tuple[bool, bool]:
+def _lifetime_flags(m: Method, ending: Collection[str]) -> tuple[bool, bool]:
     """(starts, ends): a creation function's return starts an object's life (the
     address may be a reused one; functions named like lookups return existing objects);
-    a freeing function's exit ends it.  The report splits lifetimes by the same names
+    the exit of a function a lifetime rule names (``ending``: `ctracer.plan.lifetimes`,
+    ``kfree_skbmem``) ends it.  The report splits lifetimes by the same rules
     (`ctracer.analysis.passes`)."""
     direct = not m.path and not m.holder
     starts = m.reach == "returns" and not LOOKUP_LIKE.search(m.name)
-    ends = direct and m.param_index is not None and bool(FREE_LIKE.search(m.name))
+    ends = direct and m.param_index is not None and m.name in ending
     return starts, ends
 
 
 def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: int = 1,
-                          max_regs: int = 6) -> tuple[tuple[FunctionRow, ...],
-                                                      tuple[KernelFunction, ...]]:
+                          max_regs: int = 6, ending: Collection[str] = ()
+                          ) -> tuple[tuple[FunctionRow, ...], tuple[KernelFunction, ...]]:
     """Function-table rows (ids from ``first_row``, one per method, ``attached`` saying
     why one is not probed) and the functions to probe, in key order.  ``max_regs``: the
-    registers the argument can be in (6 for kprobes; fentry programs read more)."""
+    registers the argument can be in (6 for kprobes; fentry programs read more);
+    ``ending``: the functions whose exit ends the object's life (lifetime rules)."""
     ordered = sorted(methods, key=lambda m: (m.key, m.param_index is None, m.param_index or 0))
     rows: list[FunctionRow] = []
     grouped: dict[str, list[KernelSlot]] = {}
@@ -192,7 +194,7 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
                                 None, why))
         if why:
             continue
-        starts, ends = _lifetime_flags(m)
+        starts, ends = _lifetime_flags(m, ending)
         grouped.setdefault(m.key, []).append(KernelSlot(row_id, m, reg, starts, ends))
         infos[m.key] = f  # type: ignore[assignment]
     functions = []
@@ -305,7 +307,6 @@ struct ctracer_kcall {{
 BPF_ARRAY(ctracer_kfns, struct ctracer_kfn, {max(1, functions)});
 BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
 BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
-BPF_ARRAY(ctracer_stopped, u8, 1);
 """
 
 

@@ -182,10 +182,10 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
         if why:
             continue
         direct = not m.path and not m.holder  # the argument is the object itself
-        starts = next((r for r in rules if direct and r.effect == "starts"
-                       and r.tracepoint == m.name and r.param_index == m.param_index), None)
-        ends = next((r for r in rules if direct and r.effect == "ends"
-                     and r.tracepoint == m.name and r.param_index == m.param_index), None)
+        mine = [r for r in rules if direct and r.probe == "tracepoint"
+                and r.function == m.name and r.param_index == m.param_index]
+        starts = next((r for r in mine if r.effect == "starts"), None)
+        ends = next((r for r in mine if r.effect == "ends"), None)
         by_tp.setdefault(m.name, []).append(TracepointSlot(row_id, m, starts, ends))
         infos[m.name] = m.function  # type: ignore[assignment]
     tracepoints = []
@@ -302,7 +302,10 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\tu32 zero = 0;",
       "\tint read;",
       "\tstruct ctracer_event *e;",
-      "")
+      "\tu8 *stopped = ctracer_stopped.lookup(&zero);",
+      "",
+      "\tif (stopped && *stopped)  /* not every probe attached yet, or the recording ended */",
+      "\t\treturn;")
     if admission.selective:
         t("\tint followed = 0;",
           "",
@@ -421,6 +424,8 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
       f"BPF_HASH(ctracer_objects, u64, u8, {int(capacity)});",
       "BPF_ARRAY(ctracer_admitted, u64, 1);",
+      "BPF_ARRAY(ctracer_stopped, u8, 1);  /* set until every probe is attached, and "
+      "once the recording ends */",
       *ctext.ring_buffer_maps(ring_bytes),
       "")
     if functions_c[0]:

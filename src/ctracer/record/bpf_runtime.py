@@ -309,6 +309,10 @@ class ProbeSession:
         unless nothing at all could be attached."""
         start = time.monotonic()
         self.results = []
+        # a kernel program's probes stay silent until the last one is attached, so the
+        # recording starts at one instant on every function and tracepoint (attaching
+        # thousands of fentry programs takes minutes on a slow machine)
+        self._set_stopped(True)
         for tp in getattr(self.program, "tracepoints", ()):
             self.results.append(AttachResult(tp, self._attach_raw_tracepoint(tp),
                                              kind="raw_tracepoint"))
@@ -325,6 +329,7 @@ class ProbeSession:
                 r.exit = self._attach_one(f, f.exit_probe, retprobe=True)
             self.results.append(r)
         self.attach_seconds = time.monotonic() - start
+        self._set_stopped(False)
         if self.results and not any(r.ok for r in self.results):
             first = self.results[0]
             raise BPFUnavailable(f"no probe could be attached (e.g. {first.function.name}: "
@@ -478,13 +483,17 @@ class ProbeSession:
         ``ctracer_stopped`` flag), so the trace ends cleanly although the links go one
         by one: no call is missing from its middle.  Programs without the flag (the
         kernel's tracepoints, detached at once) are left alone."""
+        self._set_stopped(True)
+
+    def _set_stopped(self, stopped: bool) -> None:
+        """Set the ``ctracer_stopped`` flag the programs read (where they have one)."""
         if self.bpf is None:
             return
         try:
             table = self.bpf[b"ctracer_stopped"]
         except KeyError:
             return
-        table[ctypes.c_int(0)] = ctypes.c_uint8(1)
+        table[ctypes.c_int(0)] = ctypes.c_uint8(int(stopped))
 
     def followed(self) -> list[int]:
         """The process ids the program records now (those given to `follow` and the

@@ -273,17 +273,26 @@ def _perf_kprobe(symbol: str, retprobe: bool) -> tuple[int, str]:
     return int(fd), ""
 
 
-def raise_open_files(wanted: int) -> None:
-    """Raise this process's open-file limit towards ``wanted`` (each probed function
-    holds two programs and two links open), as far as the hard limit allows."""
+def raise_open_files(wanted: int) -> int:
+    """Raise this process's open-file limit to ``wanted`` (each probed function holds
+    two programs and two links open): the hard limit too where that is allowed (root:
+    up to ``fs.nr_open``), else as far as the hard limit goes; the soft limit now."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    if hard != resource.RLIM_INFINITY and hard < wanted:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted
         except (ValueError, OSError):
-            pass
+            pass  # not allowed to raise the hard limit: as far as it goes
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft
+    return target
 
 
 def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult]) -> tuple[int, int]:

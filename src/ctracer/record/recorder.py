@@ -29,6 +29,7 @@ from typing import Callable, Optional, Sequence
 from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
 from ctracer.probes import ProbeProgram
+from ctracer.record import netdevs
 from ctracer.tracefile import FunctionRow, TraceWriter
 
 
@@ -323,12 +324,15 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     started = time.monotonic()
     recording = False
     previous_term = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+    kernel = meta.get("traced") == "kernel"
+    devices = netdevs.read() if kernel else None  # named again at the end (netdevs)
     try:
         writer.set_meta(**meta, return_value_functions=sorted(program.rows_with_return_value()),
                         start_time=_now_iso(),
                         start_monotonic_ns=time.monotonic_ns(),
                         host=socket.gethostname(), kernel_release=os.uname().release,
-                        command=list(command) if command else None, pid=pid)
+                        command=list(command) if command else None, pid=pid,
+                        **({"net_devices": devices} if kernel else {}))
         writer.expect_raw()
         writer.checkpoint_in_background()
         if command:
@@ -379,6 +383,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
                 _name_kernel_text(writer, meta)
+                if kernel:
+                    writer.set_meta(net_devices=netdevs.merged(devices, netdevs.read()))
             if stopped_by != DISK_FULL:
                 writer.close()
             if not recording:

@@ -1,17 +1,17 @@
 """``ctracer trace --tail``: one line per event as it arrives, while the trace file is
 written as usual (what nfs_trace's reader and bpftrace users expect).
 
-A line is: seconds since the first event, the object's address, the function (a
-tracepoint as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it
-changed since the object's previous event, ``old → new`` (the first event of an object
-shows none: there is nothing to compare with, nor has the first hit of a lifetime a
-lifetime rule starts, and a hit a rule says ends one is the last compared with).  A
-store a tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
-announcing hit, ``old → new (announced)``, as the report shows it; an announcing hit
-whose snapshot does not hold the value last announced for the address is another
-object's, not diffed with it.  Values are shown by the ``formatter``
-the command passes (`ctracer.report.values.ValueFormatter`: TCP states, flag bits,
-addresses by name), else as raw numbers.
+A line is: seconds since the first event, the object as the report names it (its
+address, ``0x…-2`` for the address's second lifetime: `ctracer.record.live_objects`
+counts lifetimes by the report's rules as events arrive), the function (a tracepoint
+as ``tp:NAME`` with its arguments by name), entry/exit, and the fields it changed since
+the object's previous event, ``old → new`` (the first event of an object shows none:
+there is nothing to compare with, nor has the first event of a new lifetime, and a hit
+or a function's exit a rule says ends one is the last compared with).  A store a
+tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
+announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by
+the ``formatter`` the command passes (`ctracer.report.values.ValueFormatter`: TCP
+states, flag bits, addresses and devices by name), else as raw numbers.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Optional, Protocol, TextIO
 
 from ctracer.plan import stores
 from ctracer.record import symbols
+from ctracer.record.live_objects import LiveObjects
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
                            PHASE_TRACEPOINT, args_offset, mini_offset)
 
@@ -59,14 +60,26 @@ class Tail:
         self.tracepoint_names = {r.id: r.name for r in program.rows if r.reach == "tracepoint"}
         #: tracepoint name -> the lifetime rules naming it, the store it announces
         self.rules: dict[str, list] = {}
+        ending = set()
         for rule in getattr(program, "rules", ()):
-            self.rules.setdefault(rule.tracepoint, []).append(rule)
+            if rule.probe == "function":
+                ending.add(rule.function)
+            else:
+                self.rules.setdefault(rule.function, []).append(rule)
+        #: rows of functions whose exit ends the object's life (a function's rule)
+        self.ending_rows = {r.id for r in program.rows
+                            if r.name in ending and r.reach == "direct"}
+        #: which lifetime of its address each event's object is, named as the report names it
+        self.objects = LiveObjects(program.rows, self.ending_rows,
+                                   has_rules=bool(getattr(program, "rules", ())))
         self.announced = announced or {}
         self._kallsyms = None
         head = getattr(program, "head", None)
         #: the fields an event that read only the object's head carries, and the head
         self.head_fields = frozenset(head.fields) if head is not None else frozenset()
         self.head_member = head.member if head is not None else "the head"
+        #: the head fields naming a head-only object (a time-wait socket's connection)
+        self.identity = tuple(getattr(head, "identity", ()) or ()) if head is not None else ()
         self.last: dict[int, dict] = {}
         self.first_ns: Optional[int] = None
 
@@ -76,9 +89,15 @@ class Tail:
             self.first_ns = h["ts_ns"]
         obj, fid, phase = h["object"], h["function_id"], h["phase"]
         what = self.names.get(fid, f"#{fid}")
-        parts = [f"{(h['ts_ns'] - self.first_ns) / 1e9:12.6f}", f"{obj:#x}", what]
+        tid, depth = h["tid"], h["depth"]
+        kind = "hit" if phase == PHASE_TRACEPOINT else "entry" if phase == PHASE_ENTRY else "exit"
+        objects = self.objects
+        objects.event(row=fid, phase=kind, tid=tid, depth=depth)
+        new = objects.seen(obj, row=fid, phase=kind, tid=tid, depth=depth) if obj else False
+        around = depth - 1 if depth > 0 else None  # the traced call running around it
+        parts = [f"{(h['ts_ns'] - self.first_ns) / 1e9:12.6f}", "", what]
         args: dict[str, Any] = {}
-        starts = ends = False
+        ends = False
         announced = None
         if phase == PHASE_TRACEPOINT:
             spec = self.args.get(fid, ())
@@ -87,12 +106,20 @@ class Tail:
                 raw_args = struct.unpack_from(f"<{self.nargs}Q", raw, args_offset())
                 args = {a.name: a.value(v) for a, v in zip(spec, raw_args)}
                 name = self.tracepoint_names.get(fid, "")
-                for rule in self.rules.get(name, ()):
-                    if (rule.param_index < len(raw_args) and raw_args[rule.param_index] == obj
-                            and rule.applies(args)):
-                        starts = starts or rule.effect == "starts"
-                        ends = ends or rule.effect == "ends"
                 announced = self.announced.get(name)
+                if obj and announced is not None and announced.before \
+                        and fid not in objects.held:
+                    new = objects.announced(obj, args.get(announced.before),
+                                            args.get(announced.argument)) or new
+                for rule in self.rules.get(name, ()):
+                    if not (obj and rule.param_index < len(raw_args)
+                            and raw_args[rule.param_index] == obj and rule.applies(args)):
+                        continue
+                    if rule.effect == "starts":
+                        new = objects.start(obj) or new
+                    elif rule.effect == "ends":
+                        ends = True
+                        objects.end(obj, tid, around)
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
                     f"{a.name}={self._pointer(a.name, a.value(v))}" if a.kind == "pointer" else
@@ -100,24 +127,29 @@ class Tail:
                     for a, v in zip(spec, raw_args)) + ")")
         else:
             parts.append("entry" if phase == PHASE_ENTRY else f"exit ret={h['retval']}")
+            if phase != PHASE_ENTRY and fid in objects.creators and h["retval"]:
+                returned = h["retval"] & 0xFFFFFFFFFFFFFFFF
+                if returned < 0xFFFFFFFFFFFFF001:  # not an ERR_PTR
+                    new = objects.returned(returned, row=fid, tid=tid, depth=depth) or new
+            if phase != PHASE_ENTRY and fid in self.ending_rows and obj:
+                ends = True
+                objects.end(obj, tid, around)
         comm = "".join(c if c.isprintable() and c != " " else "?" for c in h["comm"])
         parts.append(f"{comm}[{h['pid']}]")
         if h["flags"] & FLAG_READ_FAILED:
             parts.append("(object unreadable)")
         else:
             values = self.mini.decode(raw, self.start)
-            before = None if starts else self.last.get(obj)  # never across lifetimes
-            if h["flags"] & FLAG_HEAD_ONLY:
+            head_only = h["flags"] & FLAG_HEAD_ONLY
+            if head_only and obj and self.identity \
+                    and all(n in values for n in self.identity):
+                new = objects.identity(obj, tuple(values[n] for n in self.identity)) or new
+            before = None if new else self.last.get(obj)  # never across lifetimes
+            if head_only:
                 parts.append(f"(only {self.head_member} read)")
                 values = {k: v for k, v in values.items() if k in self.head_fields}
                 if before is not None:  # the fields not read keep their last value read
                     values = {**before, **values}
-            if (before is not None and announced is not None
-                    and before.get(announced.field) != values.get(announced.field)):
-                # the last store announced for the object is not what it holds: another
-                # object at the address (a rule's end or start not traced)
-                before = None
-                parts.append("(another object at this address)")
             show = self.fmt.show
             changed = []
             if before is not None:
@@ -139,6 +171,7 @@ class Tail:
                     shown.append(f"… {len(changed) - len(shown)} more")
                 if shown:
                     parts.append("| " + ", ".join(shown))
+        parts[1] = objects.name(obj) if obj else "0x0"
         return " ".join(parts)
 
     def _pointer(self, name: str, value: int) -> str:

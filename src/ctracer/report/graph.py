@@ -36,13 +36,14 @@ _FONT = "DejaVu Sans"
 def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
                changed_by: Optional[dict[int, int]] = None) -> nx.DiGraph:
     """A graph of the calls `ctracer.analysis.callgraph` counted: node per function id,
-    edge caller → callee.  ``changed_by`` counts the field changes each function made
-    (by function id), to mark those nodes."""
+    edge caller → callee; a tracepoint's node (``hit``) counts its hits, under the call
+    running at each.  ``changed_by`` counts the field changes each function made (by
+    function id), to mark those nodes."""
     g = nx.DiGraph()
     g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
     for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
         g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n, total_ns=total,
-                   changes=(changed_by or {}).get(fid, 0))
+                   changes=(changed_by or {}).get(fid, 0), hit=fid in counts.hits)
     for (a, b), n in zip(counts.edges, counts.edge_calls):
         g.add_edge(a, b, calls=n)
     return g
@@ -52,7 +53,7 @@ def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
 #: layout serves every object whose graph has the same shape, whatever its counts
 _DETAIL_WIDEST = "888888 calls · 888.8 µs · 8888 chg"
 _EDGE_WIDEST = "8888888"
-_ROOT_WIDEST = "0xffff888812345678 #888"
+_ROOT_WIDEST = "0xffff888812345678-888"
 _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 
 
@@ -148,9 +149,15 @@ def layout_shapes(graphs: list[nx.DiGraph], batch: int = 200) -> tuple[dict[tupl
     return placed, notes
 
 
+def _count(data: dict) -> str:
+    """``3 calls``, ``1 hit`` (a tracepoint's node)."""
+    n = data["calls"]
+    return f"{n} {'hit' if data.get('hit') else 'call'}{'s' if n != 1 else ''}"
+
+
 def _detail(data: dict) -> str:
     calls, total = data["calls"], data["total_ns"]
-    detail = f"{calls} call{'s' if calls != 1 else ''}"
+    detail = _count(data)
     if total and calls:
         detail += f" · {format_duration(total // calls)}"
     if data["changes"]:
@@ -160,7 +167,7 @@ def _detail(data: dict) -> str:
 
 def _tooltip(data: dict) -> str:
     calls, total = data["calls"], data["total_ns"]
-    text = f"{calls} call{'s' if calls != 1 else ''}"
+    text = _count(data)
     if total and calls:
         text += f", average {format_duration(total // calls)}"
     if data["changes"]:

@@ -17,7 +17,9 @@ ignores them.
 from __future__ import annotations
 
 import signal
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
+
+T = TypeVar("T")
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -45,37 +47,47 @@ def run_in_helpers(task: Callable[[int], float], count: int, workers: int,
     numbers first; the sum of what they return.  `HelpersStopped` on Ctrl-C (a
     ``KeyboardInterrupt`` here) or when a helper dies; a task's own exception is raised
     as it is."""
+    return sum(map_in_helpers(task, count, workers, say))
+
+
+def map_in_helpers(task: Callable[[int], T], count: int, workers: int,
+                   say: Callable[[str], None], doing: str = "writing pages",
+                   every: int = 20) -> list[T]:
+    """`run_in_helpers`, giving what each task returned (pickled back), by task number;
+    ``doing`` names the work in progress lines (every ``every`` tasks) and in the
+    `HelpersStopped` of a helper that died."""
     import concurrent.futures as cf
     import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 
-    done, total = 0, 0.0
+    done = 0
+    results: dict[int, T] = {}
     pool: Optional[cf.ProcessPoolExecutor] = None
     try:
         masked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
             pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                           initializer=_helper_started)
-            futures = [pool.submit(task, i) for i in range(count)]  # the first forks them
+            futures = {pool.submit(task, i): i for i in range(count)}  # the first forks them
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, masked)  # a pending Ctrl-C lands here
         for future in cf.as_completed(futures):
-            total += future.result()
+            results[futures[future]] = future.result()
             done += 1
-            if done % 20 == 0:
-                say(f"pages: {done}/{count} parts written")
+            if done % every == 0:
+                say(f"{doing}: {done}/{count} done")
     except KeyboardInterrupt:
         _stop(pool)
         raise HelpersStopped("interrupted", done, count, signal.SIGINT) from None
     except BrokenProcessPool:
         _stop(pool)
-        raise HelpersStopped("a helper process writing pages died (killed, or out of "
-                             "memory)", done, count) from None
+        raise HelpersStopped(f"a helper process {doing} died (killed, or out of memory)",
+                             done, count) from None
     except BaseException:
         _stop(pool)
         raise
     pool.shutdown()
-    return total
+    return [results[i] for i in range(count)]
 
 
 def _stop(pool) -> None:

@@ -49,7 +49,7 @@ from ctracer.report import plots as plotting
 from ctracer.report import summaries
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
-from ctracer.report.names import StemAllocator, safe_component
+from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
                                      pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
@@ -100,8 +100,9 @@ class RenderResult:
     counts: str = ""  # the counts line every page shows
 
 
-def _prepare(out_dir: str) -> None:
-    """Make ``out_dir`` empty, replacing a previous report but nothing else."""
+def _prepare(out_dir: str, trace_id: str) -> None:
+    """Make ``out_dir`` empty, replacing a previous report but nothing else; its marker
+    names the trace it is rendered from (`report_trace_id`)."""
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         if not os.path.exists(os.path.join(out_dir, MARKER)):
             raise OutputDirError(f"{out_dir} exists and is not a ctracer report; "
@@ -111,10 +112,29 @@ def _prepare(out_dir: str) -> None:
         raise OutputDirError(f"{out_dir} exists and is not a directory")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
-        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n")
+        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n"
+                f"{_MARKER_TRACE}{trace_id}\n")
 
 
-def _environment() -> Any:
+#: the marker's line naming the trace a report was rendered from
+_MARKER_TRACE = "trace_id "
+
+
+def report_trace_id(out_dir: str) -> Optional[str]:
+    """The id of the trace (`Trace.trace_id`) the report in ``out_dir`` was rendered
+    from; None where there is no report, or one that does not say."""
+    try:
+        with open(os.path.join(out_dir, MARKER), encoding="utf-8") as f:
+            lines = f.read(4096).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return next((line[len(_MARKER_TRACE):].strip() for line in lines
+                 if line.startswith(_MARKER_TRACE)), None) or None
+
+
+def template_environment() -> Any:
+    """The Jinja2 environment of the report's templates (autoescaped, shipped as
+    package data)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -126,7 +146,8 @@ def _environment() -> Any:
     return env
 
 
-def _copy_static(out_dir: str) -> None:
+def copy_static(out_dir: str) -> None:
+    """The report's CSS and JS into ``out_dir/_static/`` (no network needed)."""
     from importlib import resources
 
     target = os.path.join(out_dir, STATIC_DIR)
@@ -164,10 +185,10 @@ def _json_island(value: Any) -> Markup:
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
-_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono">{old} → {new}</td>'
-               '<td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
-_CHANGE_OBJECT = '<td class="mono"><a href="{}">{}</a></td>'
-_CHANGE_OBJECT_PLAIN = '<td class="mono">{}</td>'
+_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono value">{old} → {new}'
+               '</td><td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
+_CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
+_CHANGE_OBJECT_PLAIN = '<td class="mono object">{}</td>'
 
 
 class _RunningState:
@@ -206,6 +227,11 @@ class _RunningState:
         return objects
 
 
+def _mapping(value: Any) -> dict:
+    """A meta entry that should be a JSON object, else nothing (a damaged trace)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _arg_kinds(data: Analysis) -> dict[int, dict[str, str]]:
     """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
     found = data.meta_json("tracepoint_args") or {}
@@ -223,14 +249,15 @@ class _Site:
 
     def __init__(self, data: Analysis, out_dir: str, plots: bool = True):
         self.data, self.out_dir, self.plots = data, out_dir, plots
-        self.env = _environment()
+        self.env = template_environment()
         #: which probe kinds filled the trace: pages leave out what the others would fill
         phases = set(np.unique(data.events.phase).tolist())
         self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
         self.has_tracepoints = PHASE_TRACEPOINT in phases
         self.announced = bool(data.meta_json("announced_stores"))
         self.fmt = ValueFormatter(data.layout, data.meta_json("tracepoint_args") or {},
-                                  data.meta_json("kernel_symbols") or {})
+                                  data.meta_json("kernel_symbols") or {},
+                                  _mapping(data.meta_json("net_devices")))
         self.layout = data.layout
         self.names = data.function_names
         self.reach = data.reach
@@ -238,15 +265,10 @@ class _Site:
         #: function row -> how its return value reads (kernel functions: from BTF)
         self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
             if isinstance(kinds, dict) else {}
-        fields = StemAllocator("field")
-        self.field_stem = {f.name: fields.stem(f.name, f.name) for f in data.layout.fields}
-        functions = StemAllocator("function")
-        rows = {f.id: f for f in data.summary.functions}
-        self.function_stem = {fid: functions.stem(fid, f.name)
-                              for fid, f in sorted(rows.items())
-                              if data.canonical.get(fid, fid) == fid}
-        for fid in sorted(set(data.methods) - set(self.function_stem)):  # not in the table
-            self.function_stem[fid] = functions.stem(fid, f"function-{fid}")
+        self.field_stem = field_stems(f.name for f in data.layout.fields)
+        self.function_stem = function_stems(
+            {f.id: f.name for f in data.summary.functions}, data.canonical,
+            data.methods)  # a method the table lacks too
         self.rendered: set[int] = set()   # objects with pages
         self.plotted: set[int] = set()    # objects whose fields get PNG plots
         self.page_file: dict[int, str] = {}  # seq -> page of its object's timeline
@@ -264,6 +286,9 @@ class _Site:
         head = data.meta_json("head_read")
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
+        named = data.meta_json("summary_fields")
+        #: the fields a project file named as columns of the object list
+        self.summary_fields = [str(f) for f in named] if isinstance(named, list) else []
         self.timeline = TimelineData(data, self.fmt, self.retval, self.cause_text,
                                      str(self.head.get("member") or ""),
                                      arg_kinds=_arg_kinds(data))
@@ -276,6 +301,7 @@ class _Site:
         context.setdefault("has_calls", self.has_calls)
         context.setdefault("has_tracepoints", self.has_tracepoints)
         context.setdefault("announced", self.announced)
+        context.setdefault("count_words", self.count_words)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
@@ -283,6 +309,23 @@ class _Site:
         text = self.env.get_template(template).render(**context)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
+
+    @property
+    def count_words(self) -> list[str]:
+        """What the trace's probe kinds count: ``calls`` (function entries and exits),
+        ``hits`` (tracepoints), or both."""
+        words = (["calls"] if self.has_calls else []) + (["hits"] if self.has_tracepoints
+                                                         else [])
+        return words or ["calls"]
+
+    def calls_and_hits(self, methods: dict[int, MethodStats]) -> dict[str, int]:
+        """Per word of `count_words`, how many of ``methods``' counts are calls and how
+        many tracepoint hits."""
+        out = dict.fromkeys(self.count_words, 0)
+        for fid, stats in methods.items():
+            word = "hits" if self.reach.get(fid) == "tracepoint" else "calls"
+            out[word] = out.get(word, 0) + stats.calls
+        return out
 
     def retval(self, at: int) -> str:
         """The return value of the event at ``at``, as shown ("" on entries)."""
@@ -301,11 +344,14 @@ class _Site:
         return self.fmt.show_retval(v)
 
     def shown_html(self, j: int, code: int) -> str:
-        """A value as shown, escaped (values repeat: each is formatted once)."""
+        """A value as shown, escaped, a flag word breakable at its bits (values repeat:
+        each is formatted once)."""
         key = (j, code)
         text = self._shown_html.get(key)
         if text is None:
-            text = self._shown_html.remember(key, str(escape(self.timeline.code_text(j, code))))
+            # a flag word's bits may break after each "|" (NETIF_F_SG|NETIF_F_HW_CSUM|…)
+            text = self._shown_html.remember(key, str(escape(
+                self.timeline.code_text(j, code))).replace("|", "|<wbr>"))
         return text
 
     def _cause_parts(self, k: int) -> tuple[str, Optional[str], str]:
@@ -585,7 +631,7 @@ class _Site:
             ("last seen", f"{format_offset(last_ns - start)} ms"),
             ("observed for", format_duration(last_ns - first_ns) or "0 ns"),
             ("events", str(len(rows))),
-            ("calls", str(sum(m.calls for m in methods.values()))),
+            *((word, str(n)) for word, n in self.calls_and_hits(methods).items()),
             ("field changes", f"{len(changes)} in {len(changed)} fields"),
             ("thread ids", ", ".join(str(t) for t in a.threads(o))),
         ]
@@ -658,9 +704,9 @@ class _Site:
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
                 os.path.join(self.out_dir, METHODS_DIR, "calls.png"),
-                ("calls" if self.has_calls else "hits") + " per method"
+                " and ".join(self.count_words) + " per method"
                 + (" (40 busiest)" if len(rows) > 40 else ""), bars,
-                "calls" if self.has_calls else "hits"))
+                " / ".join(self.count_words)))
         called = {s.function_id for s in self.data.methods.values() if s.calls}
         canonical = self.data.canonical
         functions = [{"name": self.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
@@ -677,7 +723,8 @@ class _Site:
         data, start = self.data, self.data.start_ns
         ev = data.events
         columns = summaries.columns_for(data.summary.struct_name,
-                                        [f.name for f in self.layout.fields])
+                                        [f.name for f in self.layout.fields],
+                                        self.summary_fields)
         counts, changes = data.objects.event_counts(), data.objects.change_counts()
         changed_fields = (data.series_lengths() > 1).sum(axis=1)
         calls = data.object_calls().tolist()
@@ -691,12 +738,14 @@ class _Site:
                 "lifetime": data.objects.keys[o].lifetime, "began": data.objects.started_by[o],
                 "first": format_offset(int(ev.ts_ns[rows[0]]) - start),
                 "last": format_offset(int(ev.ts_ns[rows[-1]]) - start),
-                "events": int(counts[o]), "calls": seen.calls,
+                "events": int(counts[o]),
+                **self.calls_and_hits(data.object_methods(o)),
                 "changes": int(changes[o]), "fields": int(changed_fields[o]),
                 "summary": summaries.summary(seen, columns, self.fmt),
             })
         with open(os.path.join(self.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
-            f.write(objects_file_text(objects_data(objects, [c.name for c in columns])))
+            f.write(objects_file_text(objects_data(objects, [c.name for c in columns],
+                                                   self.count_words)))
         reach_counts: dict[str, int] = {}
         for f in data.summary.functions:
             reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
@@ -837,7 +886,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     try:
         if out_dir is None:
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
-        _prepare(out_dir)
+        _prepare(out_dir, trace.trace_id)
         try:
             data = analysis.load(trace, say)
             trace.close()
@@ -866,7 +915,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
                     f"PNG plots were drawn for the {len(site.plotted)} objects with most "
                     "changes (--plot-objects); every object's changes page plots its fields "
                     "interactively")
-            _copy_static(out_dir)
+            copy_static(out_dir)
             mark = time.perf_counter()
             ev = data.events
             for o in chosen:
@@ -917,7 +966,7 @@ def _incomplete(out_dir: str, site: Optional["_Site"], stopped: HelpersStopped) 
         if site is not None:
             site.index_page(len(site.data.objects), incomplete=why)
         else:
-            text = _environment().get_template("stopped.html").render(
+            text = template_environment().get_template("stopped.html").render(
                 why=why.replace(", so pages linked from here may be missing", ""),
                 version=__version__)
             with open(os.path.join(out_dir, "index.html"), "w", encoding="utf-8") as f:

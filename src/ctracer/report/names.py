@@ -7,6 +7,11 @@ pattern, otherwise a stable hash stands in for them.  Nothing here touches the d
 
 from __future__ import annotations
 
+from typing import Iterable, Mapping
+
+# an object's one name, also its pages' folder, is `ctracer.decode`'s (``--tail`` names
+# objects too); re-exported here
+from ctracer.decode import object_name  # noqa: F401
 from ctracer.files import safe_name
 
 #: names Windows and some tools treat specially; we never produce them
@@ -35,3 +40,24 @@ class StemAllocator:
             n += 1
         self._used[stem] = key
         return stem
+
+
+def field_stems(names: Iterable[str]) -> dict[str, str]:
+    """Each field's stem in a report (its PNG plot, its ``#f-STEM`` anchor on a changes
+    page), the fields given in layout order."""
+    fields = StemAllocator("field")
+    return {name: fields.stem(name, name) for name in names}
+
+
+def function_stems(functions: Mapping[int, str], canonical: Mapping[int, int],
+                   others: Iterable[int] = ()) -> dict[int, str]:
+    """Each function's stem in a report (its duration plot, its ``#fn-STEM`` row on the
+    methods page), by the id standing for it: ``functions`` is the functions table's
+    name by id, ``canonical`` which id stands for each row (`build.function_table`),
+    ``others`` ids of functions the table lacks."""
+    allocator = StemAllocator("function")
+    stems = {fid: allocator.stem(fid, name) for fid, name in sorted(functions.items())
+             if canonical.get(fid, fid) == fid}
+    for fid in sorted(set(others) - set(stems)):
+        stems[fid] = allocator.stem(fid, f"function-{fid}")
+    return stems

@@ -2,12 +2,15 @@
 
 An address and a lifetime number do not tell sockets apart; a kernel engineer names a
 socket by its family, local and remote address:port, states and role, and an sk_buff by
-its length and protocol.  `columns_for` gives, for a struct, the columns and how each
-is computed from what was seen of an object (`Seen`: its field series — its first value
-and every change, so the first, last and every value it took — and its commands);
-values are shown as the pages show them (`ctracer.report.values.ValueFormatter`).  A
-column whose fields the trace did not record is left out.  The index searches these
-texts too (``index.html#q=:8080``).
+its length, protocol and the device it came in on (``skb_iif``, named by the recording
+host's devices: the trace's meta ``net_devices``).  `columns_for` gives, for a struct,
+the columns and how each is computed from what was seen of an object (`Seen`: its field
+series — its first value and every change, so the first, last and every value it took —
+and its commands); values are shown as the pages show them
+(`ctracer.report.values.ValueFormatter`).  A project file adds columns of its own for
+any struct (``[objects] summary_fields``, kept in the trace's meta ``summary_fields``):
+each the values its field took, in order.  A column whose fields the trace did not
+record is left out.  The index searches these texts too (``index.html#q=:8080``).
 """
 
 from __future__ import annotations
@@ -161,6 +164,16 @@ def _first(name: str, show: Callable[[Any], str]) -> Callable[[Seen, ValueFormat
     return text
 
 
+def _devices(obj: Seen, fmt: ValueFormatter) -> str:
+    """The devices the buffer came in on (``skb_iif``: 0 until a device receives it),
+    by the recording host's names, in the order seen: ``lo``, ``veth0 → br0``."""
+    seen: list[int] = []
+    for v in _values(obj, "skb_iif"):
+        if v and v not in seen:
+            seen.append(v)
+    return " → ".join(fmt.device(v) for v in seen)
+
+
 def _ether_type(value: int) -> str:
     host = port(value)
     return ETHER_TYPES.get(host, f"0x{host:04x}")
@@ -178,15 +191,40 @@ COLUMNS = {
     "sk_buff": (
         Column("len", ("len",), _first("len", str)),
         Column("protocol", ("protocol",), _first("protocol", _ether_type)),
+        Column("device", ("skb_iif",), _devices),
         Column("comm", (), _comm),
     ),
 }
 
 
-def columns_for(struct: str, recorded: Sequence[str]) -> tuple[Column, ...]:
-    """The summary columns of ``struct`` whose fields the trace recorded."""
+def _taken(name: str) -> Callable[[Seen, ValueFormatter], str]:
+    """A field a project file names: the values it took, in order, as pages show them
+    (``0 → 2896 → … → 0``; one value when it never changed)."""
+    def text(obj: Seen, fmt: ValueFormatter) -> str:
+        shown: list[str] = []
+        for v in _values(obj, name):
+            s = fmt.show(name, v)
+            if not shown or shown[-1] != s:
+                shown.append(s)
+        return _path(shown)
+    return text
+
+
+def named_columns(fields: Sequence[str]) -> tuple[Column, ...]:
+    """A column per field a project file names (``[objects] summary_fields``, the
+    trace's meta ``summary_fields``), headed by the field's last name (its path where
+    two would read alike)."""
+    last = Counter(f.rsplit(".", 1)[-1] for f in fields)
+    return tuple(Column(f.rsplit(".", 1)[-1] if last[f.rsplit(".", 1)[-1]] == 1 else f,
+                        (f,), _taken(f)) for f in dict.fromkeys(fields))
+
+
+def columns_for(struct: str, recorded: Sequence[str],
+                named: Sequence[str] = ()) -> tuple[Column, ...]:
+    """The summary columns of ``struct`` whose fields the trace recorded, then one per
+    field of ``named`` (a project file's) it recorded."""
     have = set(recorded)
-    return tuple(c for c in COLUMNS.get(struct, ())
+    return tuple(c for c in COLUMNS.get(struct, ()) + named_columns(named)
                  if (any if c.any_field else all)(f in have for f in c.fields))
 
 

@@ -7,7 +7,8 @@ optionally ``bits`` (``[[bit, "SOCK_DEAD"], ...]``: a flag word whose bits an en
 names) or ``display`` (one of `DISPLAYS`, to say it outright).  So a trace renders the
 same on a machine that never saw the traced program or kernel.  Addresses show as dotted
 quads, ports in host order, errno values by name (``-EAGAIN``, ``ECONNRESET``), flag words
-as ``SOCK_DEAD|SOCK_DONE``; each with its raw value after it (what each display means,
+as ``SOCK_DEAD|SOCK_DONE``, device indexes by the recording host's device names
+(``lo (1)``); each with its raw value after it (what each display means,
 both ways, is `ctracer.decode`'s: ``--where`` reads values the same way).  `ValueFormatter` also
 turns values into numbers plus tick labels for plots.
 """
@@ -75,11 +76,14 @@ class ValueFormatter:
     """Display and plot helpers for the fields of one mini layout."""
 
     def __init__(self, layout: Layout, arguments: Optional[dict] = None,
-                 symbols: Optional[dict] = None):
+                 symbols: Optional[dict] = None, devices: Optional[dict] = None):
         """``arguments``: the trace's meta ``tracepoint_args`` (row → argument dicts),
         whose ``names`` name enum arguments (``reason``: ``SKB_DROP_REASON_...``);
-        ``symbols``: its meta ``kernel_symbols`` (hex address → ``symbol+off``)."""
+        ``symbols``: its meta ``kernel_symbols`` (hex address → ``symbol+off``);
+        ``devices``: its meta ``net_devices`` (ifindex → device name)."""
         self.layout = layout
+        self._devices = {int(k): str(v) for k, v in (devices or {}).items()
+                         if str(k).lstrip("-").isdigit()}
         self._symbols = {str(k): str(v) for k, v in (symbols or {}).items()}
         self._arg_names: dict[tuple[int, str], dict[int, str]] = {}
         for row, args in (arguments or {}).items():
@@ -138,7 +142,15 @@ class ValueFormatter:
             return f"{addrpair(value)} (0x{value:x})"
         if display == "portpair":
             return f"{portpair(value)} (0x{value:x})"
+        if display == "ifindex":
+            name = self._devices.get(value) if value > 0 else None
+            return f"{name} ({value})" if name else str(value)
         return f"{flag_names(value, self._bits.get(field, ()))} (0x{value:x})"
+
+    def device(self, ifindex: int) -> str:
+        """The network device of ``ifindex`` on the recording host: ``lo``, or
+        ``ifindex 7`` when the trace does not name it."""
+        return self._devices.get(ifindex) or f"ifindex {ifindex}"
 
     def show_arg(self, name: str, value: Any, kind: Optional[str] = None,
                  row: Optional[int] = None) -> str:
@@ -209,10 +221,18 @@ class ValueFormatter:
         if len(distinct) <= FEW_VALUES or (kind == "char" and len(distinct) <= 16):
             # a field that takes a handful of values reads best as labelled levels
             pos = {v: float(i) for i, v in enumerate(distinct)}
-            return [pos[v] for v in values], [(pos[v], _shorten(self.show(field, v)))
+            return [pos[v] for v in values], [(pos[v], self._tick(field, display, v))
                                               for v in distinct]
         return [float(v) for v in values], None
 
+
+    def _tick(self, field: str, display: Optional[str], value: Any) -> str:
+        """A level's label: the value as shown, short; a flag word whose bits' names
+        do not fit by its hex value (the names are in the tables and tooltips)."""
+        text = self.show(field, value)
+        if display == "flags" and len(text) > 24 and isinstance(value, int):
+            return f"0x{value:x}"
+        return _shorten(text)
 
     def _network_order_axis(self, field: str, display: str,
                             values: Sequence[int]) -> tuple[list[float], AxisTicks]:

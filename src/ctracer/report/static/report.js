@@ -73,16 +73,19 @@
   D.columns.forEach(function (name, k) { col[name] = k; });
   // the table's columns, each with the data field it shows and how it sorts
   var summaries = D.summary_columns || [];
+  var counts = D.counts || ["calls"];  // calls, tracepoint hits: what the probes counted
   var shown = ["label"].concat(summaries.map(function (_, k) { return "summary:" + k; }),
-    ["lifetime", "began", "first", "last", "events", "calls", "changes", "fields"]);
-  var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, changes: 1, fields: 1 };
+    ["lifetime", "began", "first", "last", "events"], counts, ["changes", "fields"]);
+  var numeric = { lifetime: 1, first: 1, last: 1, events: 1, calls: 1, hits: 1, changes: 1,
+    fields: 1 };
   var all = D.rows.map(function (r, i) {
     return { r: r, i: i, why: D.why[r[col.began]] };
   });
   function value(o, name) {
     if (name === "began") { return o.why; }
     if (name.indexOf("summary:") === 0) {
-      return String((o.r[col.summary] || [])[+name.slice(8)] || "").toLowerCase();
+      var t = String((o.r[col.summary] || [])[+name.slice(8)] || "");
+      return /^-?\d+(\.\d+)?$/.test(t) ? parseFloat(t) : t.toLowerCase();  // numbers by value
     }
     var v = o.r[col[name]];
     return numeric[name] ? parseFloat(v) : String(v).toLowerCase();
@@ -112,14 +115,16 @@
   }
   function row(o) {
     var r = o.r, dir = r[col.dir], tr = document.createElement("tr");
-    cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono");
-    summaries.forEach(function (_, k) { cell(tr, String((r[col.summary] || [])[k] || ""), "summary"); });
+    cell(tr, dir ? link(dir + "/index.html", r[col.label]) : r[col.label], "mono object");
+    summaries.forEach(function (_, k) {  // a path of values breaks after its arrows only
+      cell(tr, String((r[col.summary] || [])[k] || "").replace(/ → /g, "\u00a0→ "), "summary");
+    });
     cell(tr, String(r[col.lifetime]), "num");
     cell(tr, o.why, "began").title = o.why;
     cell(tr, r[col.first], "num");
     cell(tr, r[col.last], "num");
     cell(tr, String(r[col.events]), "num");
-    cell(tr, String(r[col.calls]), "num");
+    counts.forEach(function (name) { cell(tr, String(r[col[name]] || 0), "num"); });
     var changes = String(r[col.changes]);
     cell(tr, dir && r[col.changes] ? link(dir + "/changes.html", changes) : changes, "num");
     cell(tr, String(r[col.fields]), "num");
@@ -193,7 +198,8 @@
       th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
       all.forEach(function (o) { o.k = value(o, name); });
       all.sort(function (a, b) {
-        var c = a.k < b.k ? -1 : a.k > b.k ? 1 : 0;
+        var na = typeof a.k === "number", nb = typeof b.k === "number";
+        var c = na !== nb ? (na ? -1 : 1) : a.k < b.k ? -1 : a.k > b.k ? 1 : 0;
         return (ascending ? c : -c) || a.i - b.i;
       });
       filter();
