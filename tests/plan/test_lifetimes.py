@@ -97,8 +97,10 @@ def test_rules_given_replace_the_defaults_in_the_c():
     only_end = _print_bpf("--comm", "x", "--lifetime-rule", "ends:tcp_destroy_sock").stdout
     none = _print_bpf("--comm", "x", "--lifetime-rule", "none").stdout
     # a transition out of TCP_CLOSE (7, from the kernel's enum) starts one by default
-    assert "((s64)args[1] == 7)" in default and "((s64)args[1] == 7)" not in only_end
-    assert ", 0, 1);" in default and ", 0, 1);" in only_end and ", 0, 1);" not in none
+    starts = "starts a lifetime when args[1] (oldstate) == 7"
+    assert starts in default and starts not in only_end
+    assert "tcp_destroy_sock" in default and "; ends a lifetime" in default
+    assert "; ends a lifetime" in only_end and "lifetime" not in none.split("ctracer_tps")[-1]
     both = _print_bpf("--comm", "x", "--lifetime-rule", "none", "--lifetime-rule",
                       "ends:tcp_destroy_sock")
     assert both.returncode != 0 and "goes alone" in both.stderr

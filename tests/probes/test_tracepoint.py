@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import subprocess
 import sys
 
@@ -106,13 +107,26 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     assert args["net_dev_queue"] == ["skb"] and args["tcp_rcv_space_adjust"] == ["sk"]
     assert args["sock_send_length"] == ["arg1", "arg2", "arg3"]
     assert args["tcp_send_reset"][:2] == ["sk", "skb"]  # BTF: skb__nullable
-    body = program.text.split(f"int {state.probe}(")[1].split("\n}\n")[0]
-    assert "((s64)args[1] == 7)" in body  # a transition out of TCP_CLOSE starts a lifetime
+    # a transition out of TCP_CLOSE starts a lifetime: in the tracepoint's descriptor
+    assert "starts a lifetime when args[1] (oldstate) == 7" in tp.describe(state)
+    row = tp.descriptor_bytes(state)
+    assert len(row) == tp.tp_size() and row[:2] == bytes([len(state.slots), 3])
+    slot = tp._TPSLOT.unpack_from(row, 8)
+    assert (slot[0], slot[1], slot[3], slot[5], slot[-2]) == (state.slots[0].id, 0, 2, 1, 7)
     # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule
     free = next(t for t in program.tracepoints if t.name == "kfree_skb")
     holder = next(s for s in free.slots if s.method.path)
     assert holder.starts is None and holder.ends is None
-    assert "obj = ctracer_deref(obj, " in program.text.split(f"int {free.probe}(")[1]
+    assert " deref +" in tp.describe(free) and "lifetime" not in tp.describe(free)
+    # a handful of programs, whatever the number of tracepoints, each loaded per
+    # tracepoint with its index written in
+    programs = re.findall(r"^int (ctracer_tp_s\d+)\(", program.text, re.M)
+    assert len(programs) <= len(tp.SLOT_COUNTS) < len(program.tracepoints)
+    assert {t.probe for t in program.tracepoints} == set(programs)
+    code = struct.pack("<Q", 0xb7 | tp.SELF_INDEX << 32) + struct.pack("<Q", 0x95)
+    assert tp.with_index(code, 5)[4:8] == (5).to_bytes(4, "little")
+    with pytest.raises(ValueError):
+        tp.with_index(struct.pack("<Q", 0x95), 5)
     assert program.nargs == max(len(t.args) for t in program.tracepoints)
     assert "bpf_probe_read_kernel" in program.text and "bpf_probe_read_user" not in program.text
     # no admission asked: every object, no followed set consulted

@@ -344,6 +344,9 @@ def run(args: argparse.Namespace) -> int:
                              "record)")
         built = pipeline.build(request_from_args(args, kind, name))
         print(built.program.text, end="")
+        describe = getattr(built.program, "descriptors_text", None)
+        if describe is not None:
+            print(describe(), end="")
         return 0
     result = trace(args, kind, name)
     print_summary(result)

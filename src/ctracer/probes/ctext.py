@@ -132,6 +132,41 @@ static __always_inline u64 ctracer_deref(u64 addr, u64 offset)
 """
 
 
+#: steps from an argument to its object (``a->b.c->d`` is three), as the kernel
+#: programs' descriptors carry them: an op (`PATH_OPS`) and an offset each
+MAX_STEPS = 4
+PATH_OPS = {"deref": 1, "offset": 2}
+
+#: the C constant the descriptors' step arrays are sized with (before the structs)
+PATH_DEFINE = f"#define CTRACER_MAX_STEPS {MAX_STEPS}"
+
+_FOLLOW = f"""\
+/* The object reached from an argument by a descriptor's steps: {PATH_OPS['deref']}: read the
+ * pointer at +off, {PATH_OPS['offset']}: add off. */
+static __always_inline u64 ctracer_follow_steps(u64 obj, u8 nsteps, const u8 *op,
+						const s32 *off)
+{{
+#pragma clang loop unroll(full)
+	for (int j = 0; j < CTRACER_MAX_STEPS; j++) {{
+		if (j >= nsteps || !obj)
+			break;
+		if (op[j] == {PATH_OPS['deref']})
+			obj = ctracer_deref(obj, off[j]);
+		else
+			obj = obj + off[j];
+	}}
+	return obj;
+}}
+"""
+
+
+def follow_function() -> str:
+    """``ctracer_follow_steps``: the steps of a descriptor (a kernel function's or a
+    tracepoint's way to the object, `PATH_OPS`) from an argument to its object; after
+    `deref_function`."""
+    return _FOLLOW
+
+
 def deref_function(read: str) -> str:
     """``ctracer_deref(addr, offset)``: the u64 at ``addr + offset``, 0 when ``addr`` is
     NULL or the read (with the helper or macro ``read``) fails; the step from a holder

@@ -65,6 +65,16 @@ class KernelProgram:
         out.update({row: f.args for f in self.kfunctions for row in f.row_ids if f.args})
         return out
 
+    def descriptors_text(self) -> str:
+        """What the generic programs are told of each tracepoint, as a C comment (the
+        rows ctracer writes into ``ctracer_tps`` before attaching), for ``--print-bpf``."""
+        if not self.tracepoints:
+            return ""
+        lines = ["/* Rows written into ctracer_tps before attaching (each tracepoint's",
+                 " * program is loaded with its row's index in place of CTRACER_TP_SELF):"]
+        lines += [f" * {tracepoint.describe(tp)}" for tp in self.tracepoints]
+        return "\n".join(lines) + "\n */\n"
+
     def program_names(self) -> list[str]:
         """The entry and exit programs the functions use."""
         if not self.entry_kind:

@@ -55,14 +55,14 @@ from ctracer.event import FunctionRow
 SLOT_COUNTS = (1, 2, 4, 8)
 MAX_SLOTS = SLOT_COUNTS[-1]
 #: steps from an argument to its object (``a->b.c->d`` is three)
-MAX_STEPS = 4
+MAX_STEPS = ctext.MAX_STEPS
 #: register arguments each event records
 NARGS = 6
 #: entry kinds and the exit kind each goes with
 KINDS = {"fentry": "fexit", "kprobe": "kretprobe"}
 
 _FLAG_STARTS, _FLAG_ENDS = 1, 2
-_OP = {"deref": 1, "offset": 2}
+_OP = ctext.PATH_OPS
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,6 @@ def struct_definitions(functions: int) -> str:
     """The descriptor structs and the maps of the method programs."""
     return f"""\
 #define CTRACER_MAX_SLOTS {MAX_SLOTS}
-#define CTRACER_MAX_STEPS {MAX_STEPS}
 #define CTRACER_NARGS {NARGS}
 
 struct ctracer_kslot {{
@@ -326,16 +325,7 @@ static __always_inline u64 ctracer_normalise(u64 v, u8 bits, u8 is_signed)
 
 static __always_inline u64 ctracer_follow(u64 obj, struct ctracer_kslot *s)
 {
-#pragma clang loop unroll(full)
-	for (int j = 0; j < CTRACER_MAX_STEPS; j++) {
-		if (j >= s->nsteps || !obj)
-			break;
-		if (s->op[j] == 1)
-			obj = ctracer_deref(obj, s->off[j]);
-		else
-			obj = obj + s->off[j];
-	}
-	return obj;
+	return ctracer_follow_steps(obj, s->nsteps, s->op, s->off);
 }
 
 /* A kprobe's argument registers, read at constant offsets of ctx (the verifier refuses

@@ -35,6 +35,7 @@ Lost events (ring buffer full) are counted in ``ctracer_lost`` as in the uprobe 
 from __future__ import annotations
 
 import re
+import struct as _struct
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -52,8 +53,15 @@ from ctracer.event import FunctionRow
 
 #: followed objects when no --max-objects bounds them
 OBJECT_CAPACITY = 65536
-#: the number of raw tracepoint arguments bcc reads from ``ctx->args``
+#: the number of raw tracepoint arguments a probe reads
 MAX_ARGS = 12
+#: the slot counts the tracepoint programs come in (methods of one tracepoint)
+SLOT_COUNTS = (1, 2, 4, 8)
+#: the constant a tracepoint program is compiled with in place of its tracepoint's
+#: index (its ``ctracer_tps`` row): each tracepoint loads the program with the constant
+#: replaced (`with_index`); no other instruction holds it
+SELF_INDEX = 0x7ACE1D00
+_RULE_NONE, _RULE_ALWAYS, _RULE_WHEN = 0, 1, 2
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMM_LEN = 16
@@ -77,8 +85,16 @@ class ProbedTracepoint:
     slots: tuple[TracepointSlot, ...]
 
     @property
+    def slot_count(self) -> int:
+        """The slots of the program it runs (the smallest of `SLOT_COUNTS` holding its
+        methods)."""
+        return next(n for n in SLOT_COUNTS if n >= len(self.slots))
+
+    @property
     def probe(self) -> str:
-        return f"ctracer_tp_{self.index}"
+        """The program it runs: every tracepoint with as many slots runs the same one,
+        loaded once for it with its index written in (`SELF_INDEX`)."""
+        return program_name(self.slot_count)
 
     @property
     def row_ids(self) -> tuple[int, ...]:
@@ -368,42 +384,165 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
     return str(t)
 
 
-def _probe(tp: ProbedTracepoint, nargs: int) -> str:
-    t = ctext.Text()
-    t(f"/* tracepoint {ctext.comment_name(tp.name)} */",
-      f"int {tp.probe}(struct bpf_raw_tracepoint_args *ctx)",
-      "{",
-      "\tu64 pid_tgid = bpf_get_current_pid_tgid();",
-      f"\tu64 args[{max(nargs, 1)}] = {{}};",
-      "")
-    for i in range(len(tp.args)):
-        t(f"\targs[{i}] = ctx->args[{i}];")
-    for s in tp.slots:
-        starts = ends = "0"
-        if s.starts is not None:
-            starts = _rule_c(s.starts, tp)
-        if s.ends is not None:
-            ends = _rule_c(s.ends, tp)
-        t("\t{",
-          f"\t\tu64 obj = args[{s.method.param_index}];")
-        t(*("\t\t" + line for line in ctext.path_statements(s.method, "obj")))
-        t("\t\tif (obj)",
-          f"\t\t\tctracer_hit({s.id}, {PHASE_TRACEPOINT}, obj, 0, 0, 0, args, pid_tgid, "
-          f"{starts}, {ends});",
-          "\t}")
-    t("\treturn 0;", "}")
-    return str(t)
+def program_name(slots: int) -> str:
+    return f"ctracer_tp_s{slots}"
 
 
-def _rule_c(rule: LifetimeRule, tp: ProbedTracepoint) -> str:
+def struct_definitions(tracepoints: int) -> str:
+    """The tracepoints' descriptor structs and their map (a row per tracepoint)."""
+    return f"""\
+#define CTRACER_TP_SLOTS {SLOT_COUNTS[-1]}
+#define CTRACER_TP_ARGS {MAX_ARGS}
+#define CTRACER_TP_SELF {SELF_INDEX:#x}
+
+/* One way a tracepoint hands the object: the argument, the steps from it, the row. */
+struct ctracer_tpslot {{
+	u32 row;
+	u8 arg;
+	u8 nsteps;
+	u8 starts;	/* {_RULE_NONE}: no rule, {_RULE_ALWAYS}: always, {_RULE_WHEN}: when args[starts_arg] == starts_eq */
+	u8 ends;	/* the same, for ends */
+	u8 starts_arg;
+	u8 ends_arg;
+	u8 pad[2];
+	u8 op[CTRACER_MAX_STEPS];
+	s32 off[CTRACER_MAX_STEPS];
+	s64 starts_eq;
+	s64 ends_eq;
+}};
+_Static_assert(sizeof(struct ctracer_tpslot) == {_TPSLOT.size}, "tpslot size");
+
+struct ctracer_tp {{
+	u8 nslots;
+	u8 nargs;
+	u8 pad[6];
+	struct ctracer_tpslot slot[CTRACER_TP_SLOTS];
+}};
+_Static_assert(sizeof(struct ctracer_tp) == {tp_size()}, "tp size");
+
+BPF_ARRAY(ctracer_tps, struct ctracer_tp, {max(1, tracepoints)});
+"""
+
+
+#: the arguments' array of a tracepoint program: a power of two over `MAX_ARGS`, so an
+#: argument's index from a descriptor is bounded by a mask (the verifier does not follow
+#: a modulo)
+_ARG_ARRAY = 16
+
+
+def _program(slots: int, nargs: int) -> str:
+    return f"""\
+int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
+{{
+	u32 ti = CTRACER_TP_SELF;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u64 args[{_ARG_ARRAY}] = {{}};
+	struct ctracer_tp *tp = ctracer_tps.lookup(&ti);
+	u32 n;
+
+	if (!tp)
+		return 0;
+	/* the arguments are an array of u64 on the kernel's stack (what ctx points to):
+	 * read as many as the tracepoint has, whatever their number */
+	n = tp->nargs;
+	if (n > {MAX_ARGS})
+		n = {MAX_ARGS};
+	if (n && bpf_probe_read_kernel(args, n * sizeof(u64), (void *)ctx))
+		return 0;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < {slots}; i++) {{
+		struct ctracer_tpslot *s;
+		u64 obj;
+		int starts, ends;
+
+		if (i >= tp->nslots)
+			break;
+		s = &tp->slot[i & (CTRACER_TP_SLOTS - 1)];
+		obj = ctracer_follow_steps(args[s->arg & {_ARG_ARRAY - 1}], s->nsteps, s->op, s->off);
+		if (!obj)
+			continue;
+		starts = s->starts == {_RULE_ALWAYS} || (s->starts == {_RULE_WHEN} &&
+			(s64)args[s->starts_arg & {_ARG_ARRAY - 1}] == s->starts_eq);
+		ends = s->ends == {_RULE_ALWAYS} || (s->ends == {_RULE_WHEN} &&
+			(s64)args[s->ends_arg & {_ARG_ARRAY - 1}] == s->ends_eq);
+		ctracer_hit(s->row, {PHASE_TRACEPOINT}, obj, 0, 0, 0, args, pid_tgid, starts, ends);
+	}}
+	return 0;
+}}
+"""
+
+
+_TPSLOT = _struct.Struct(f"<IBBBBBB2x{ctext.MAX_STEPS}B{ctext.MAX_STEPS}iqq")
+_TP_HEAD = _struct.Struct("<BB6x")
+
+
+def tp_size() -> int:
+    return _TP_HEAD.size + SLOT_COUNTS[-1] * _TPSLOT.size
+
+
+def _rule(rule: Optional[LifetimeRule], tp: ProbedTracepoint) -> tuple[int, int, int]:
+    """(kind, argument, value) of a lifetime rule in a descriptor."""
+    if rule is None:
+        return _RULE_NONE, 0, 0
     if rule.arg is None:
-        return "1"
+        return _RULE_ALWAYS, 0, 0
     for i, a in enumerate(tp.args):
         if a.name == rule.arg:
-            return f"((s64)args[{i}] == {int(rule.equals or 0)})"
-    return "0"
+            return _RULE_WHEN, i, int(rule.equals or 0)
+    return _RULE_NONE, 0, 0   # an argument it lacks (`check_arguments` says so first)
 
 
+def describe(tp: ProbedTracepoint) -> str:
+    """A tracepoint's ``ctracer_tps`` row in words (``--print-bpf`` prints them after
+    the C): which argument each way starts from, its steps and its rules."""
+    ways = []
+    for s in tp.slots:
+        i = int(s.method.param_index)
+        arg = tp.args[i].name if i < len(tp.args) else f"arg{i}"
+        text = f"row {s.id} from args[{i}] ({ctext.comment_name(arg)})"
+        for st in s.method.path:
+            text += f" {st.op} {int(st.offset):+d}"
+        for word, rule in (("starts", s.starts), ("ends", s.ends)):
+            kind, at, value = _rule(rule, tp)
+            if kind == _RULE_ALWAYS:
+                text += f"; {word} a lifetime"
+            elif kind == _RULE_WHEN:
+                text += (f"; {word} a lifetime when args[{at}] "
+                         f"({ctext.comment_name(tp.args[at].name)}) == {value}")
+        ways.append(text)
+    return (f"ctracer_tps[{tp.index}] {ctext.comment_name(tp.name)} ({tp.probe}): "
+            + "; ".join(ways))
+
+
+def descriptor_bytes(tp: ProbedTracepoint) -> bytes:
+    """The packed ``struct ctracer_tp`` of a tracepoint (see `struct_definitions`)."""
+    out = [_TP_HEAD.pack(len(tp.slots), len(tp.args))]
+    for s in tp.slots:
+        steps = [(ctext.PATH_OPS[st.op], int(st.offset)) for st in s.method.path]
+        steps += [(0, 0)] * (ctext.MAX_STEPS - len(steps))
+        starts, ends = _rule(s.starts, tp), _rule(s.ends, tp)
+        out.append(_TPSLOT.pack(s.id, int(s.method.param_index), len(s.method.path),
+                                starts[0], ends[0], starts[1], ends[1],
+                                *(op for op, _ in steps), *(off for _, off in steps),
+                                starts[2], ends[2]))
+    out.append(b"\0" * (_TPSLOT.size * (SLOT_COUNTS[-1] - len(tp.slots))))
+    return b"".join(out)
+
+
+def with_index(insns: bytes, index: int) -> bytes:
+    """A tracepoint program's instructions with its tracepoint's index in place of
+    `SELF_INDEX` (the immediate of every instruction holding it; ValueError when none
+    does: the compiler folded it away)."""
+    code = bytearray(insns)
+    magic = SELF_INDEX.to_bytes(4, "little")
+    found = 0
+    for at in range(0, len(code) - 7, 8):
+        if code[at + 4:at + 8] == magic:
+            code[at + 4:at + 8] = index.to_bytes(4, "little")
+            found += 1
+    if not found:
+        raise ValueError("the tracepoint program does not hold its index constant")
+    return bytes(code)
 
 
 def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
@@ -428,12 +567,17 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "once the recording ends */",
       *ctext.ring_buffer_maps(ring_bytes),
       "")
+    t(ctext.PATH_DEFINE)
+    t.block(struct_definitions(len(tracepoints)))
+    t("")
     if functions_c[0]:
         t.block(functions_c[0])
         t("")
     t.block(ctext.snapshot_function(mini, KERNEL, head))
     t("")
     t.block(ctext.deref_function("bpf_probe_read_kernel"))
+    t("")
+    t.block(ctext.follow_function())
     if admission.selective:
         t("")
         t.block(_admit_function(admission, mini, head))
@@ -441,9 +585,9 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
     t.block(ctext.submit_function(ring_bytes, event_size(mini, nargs)))
     t("")
     t.block(_hit_function(admission, nargs, mini))
-    for tp in tracepoints:
+    for slots in sorted({tp.slot_count for tp in tracepoints}):
         t("")
-        t.block(_probe(tp, nargs))
+        t.block(_program(slots, nargs))
     if functions_c[1]:
         t("")
         t.block(functions_c[1])

@@ -46,7 +46,6 @@ from ctracer.errors import BPFUnavailable, CtracerError
 from ctracer.event import event_size
 from ctracer.probes import ProbeProgram
 from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
-from ctracer.probes.tracepoint import ProbedTracepoint
 from ctracer.record import ringbuf
 from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
 from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
@@ -281,14 +280,18 @@ class ProbeSession:
 
     def _describe_kernel_functions(self) -> None:
         """Each probed kernel function's row of ``ctracer_kfns`` (its index is its
-        links' cookie): what the generic programs read to know the function."""
-        from ctracer.probes.kfunctions import descriptor_bytes
-        functions = getattr(self.program, "kfunctions", ())
-        if not functions:
-            return
-        table = self.bpf[b"ctracer_kfns"]
-        for f in functions:
-            table[table.Key(f.index)] = table.Leaf.from_buffer_copy(descriptor_bytes(f))
+        links' cookie) and each raw tracepoint's row of ``ctracer_tps`` (its index is
+        written into its program): what the generic programs read to know them."""
+        from ctracer.probes import kfunctions, tracepoint
+        for name, rows in ((b"ctracer_kfns", [(f.index, kfunctions.descriptor_bytes(f))
+                                               for f in getattr(self.program, "kfunctions", ())]),
+                           (b"ctracer_tps", [(t.index, tracepoint.descriptor_bytes(t))
+                                             for t in getattr(self.program, "tracepoints", ())])):
+            if not rows:
+                continue
+            table = self.bpf[name]
+            for index, data in rows:
+                table[table.Key(index)] = table.Leaf.from_buffer_copy(data)
 
     def instructions(self, name: str) -> bytes:
         """The compiled, map-relocated instructions of one program of the text."""
@@ -313,14 +316,14 @@ class ProbeSession:
         # recording starts at one instant on every function and tracepoint (attaching
         # thousands of fentry programs takes minutes on a slow machine)
         self._set_stopped(True)
-        for tp in getattr(self.program, "tracepoints", ()):
-            self.results.append(AttachResult(tp, self._attach_raw_tracepoint(tp),
-                                             kind="raw_tracepoint"))
         functions = getattr(self.program, "kfunctions", ())
-        if functions:
+        tracepoints = getattr(self.program, "tracepoints", ())
+        if functions or tracepoints:
             from ctracer.record.kattach import btf_targets
             self.kernel_links = KernelLinks(self.program.entry_kind, functions,
-                                            self.instructions, btf_targets(functions))
+                                            self.instructions,
+                                            btf_targets(functions) if functions else
+                                            (lambda f: None), tracepoints=tracepoints)
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)
@@ -335,19 +338,6 @@ class ProbeSession:
             raise BPFUnavailable(f"no probe could be attached (e.g. {first.function.name}: "
                                  f"{first.entry})")
         return self.results
-
-    def _attach_raw_tracepoint(self, tp: ProbedTracepoint) -> str:
-        with _captured_output() as diagnostics:
-            try:
-                self.bpf.attach_raw_tracepoint(tp=tp.name.encode(), fn_name=tp.probe.encode())
-            except Exception as e:
-                failure = str(e).splitlines()[0] if str(e) else type(e).__name__
-            else:
-                failure = ""
-        if failure:
-            detail = _first_error(diagnostics.getvalue())
-            return f"{failure}{': ' + detail if detail else ''}"
-        return ""
 
     def _attach_one(self, f: ProbedFunction, probe: str, retprobe: bool) -> str:
         """Attach one probe; "" when done, else why not (a refused load quotes the

@@ -36,6 +36,8 @@ _BPF_BTF_GET_FD_BY_ID = 19
 _BPF_BTF_GET_NEXT_ID = 23
 _PROG_TYPE_KPROBE = 2
 _PROG_TYPE_TRACING = 26
+_PROG_TYPE_RAW_TRACEPOINT = 17
+_BPF_RAW_TRACEPOINT_OPEN = 17
 _TRACE_FENTRY, _TRACE_FEXIT = 24, 25
 _PERF_EVENT = 41
 _TRACE_KPROBE_MULTI = 42
@@ -317,9 +319,10 @@ def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult])
 
 @dataclass
 class KernelLinks:
-    """The loaded programs and links of one recording's kernel functions."""
+    """The loaded programs and links of one recording's kernel functions and raw
+    tracepoints."""
 
-    entry_kind: str
+    entry_kind: Optional[str]
     functions: Sequence[KernelFunction]
     #: the compiled instructions of a program by name (from bcc)
     instructions: Callable[[str], bytes]
@@ -332,21 +335,53 @@ class KernelLinks:
     perf_fds: list[int] = field(default_factory=list)   # perf kprobes' links (also in link_fds)
     how: str = ""
     seconds: float = 0.0
+    #: raw tracepoints (`ctracer.probes.tracepoint.ProbedTracepoint`), attached first
+    tracepoints: Sequence = ()
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
         """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
         links (None: try them, fall back to perf kprobes)."""
         start = time.monotonic()
-        raise_open_files(4 * len(self.functions) + 1024)
-        kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
-        self.results = [AttachResult(f, "not tried", "not tried", kind) for f in self.functions]
-        if self.entry_kind == "fentry":
-            self._attach_fentry()
-        else:
-            self._attach_kprobes(use_multi)
+        raise_open_files(4 * len(self.functions) + 2 * len(self.tracepoints) + 1024)
+        points = [self._attach_tracepoint(tp) for tp in self.tracepoints]
+        if self.functions:
+            kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
+            self.results = [AttachResult(f, "not tried", "not tried", kind)
+                            for f in self.functions]
+            if self.entry_kind == "fentry":
+                self._attach_fentry()
+            else:
+                self._attach_kprobes(use_multi)
+        self.results = points + self.results
         self.seconds = time.monotonic() - start
         return self.results
+
+    # -- raw tracepoints --------------------------------------------------------
+
+    def _attach_tracepoint(self, tp) -> AttachResult:
+        """A raw tracepoint's program (shared by tracepoints with as many slots) loaded
+        with its index written in (`ctracer.probes.tracepoint.with_index`), opened on
+        the tracepoint."""
+        from ctracer.probes.tracepoint import with_index
+        result = AttachResult(tp, kind="raw_tracepoint")
+        fd, why = load_program(with_index(self.instructions(tp.probe), tp.index),
+                               _PROG_TYPE_RAW_TRACEPOINT, name=tp.probe.encode())
+        if fd < 0:
+            result.entry = why
+            return result
+        name = ctypes.create_string_buffer(tp.name.encode())
+        attr = ctypes.create_string_buffer(16)
+        ctypes.c_uint64.from_buffer(attr, 0).value = ctypes.addressof(name)
+        ctypes.c_uint32.from_buffer(attr, 8).value = fd
+        link, err = bpf_syscall(_BPF_RAW_TRACEPOINT_OPEN, attr)
+        if link < 0:
+            os.close(fd)
+            result.entry = f"the kernel refused to attach it ({_err(err)})"
+            return result
+        self.prog_fds.append(fd)
+        self.link_fds.append(link)
+        return result
 
     # -- fentry -----------------------------------------------------------------
 
@@ -464,7 +499,8 @@ class KernelLinks:
     # -- reading and closing ----------------------------------------------------
 
     def missed(self) -> dict[str, int]:
-        """What the kernel did not run: fentry/fexit recursion (program stats),
+        """What the kernel did not run: fentry/fexit and raw tracepoint recursion (program
+        stats),
         kprobe.multi misses and perf kprobes' (kretprobe maxactive) misses (link info)."""
         return {"recursion": sum(prog_recursion_misses(fd) for fd in self.prog_fds),
                 "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds),

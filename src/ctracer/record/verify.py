@@ -124,7 +124,8 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
 
 def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:
     """The raw tracepoint programs a recording loads (`ctracer.probes.tracepoint`, with no
-    filter), one per tracepoint."""
+    filter): one per slot count, shared by the tracepoints (each loads it with its index
+    written in: the verifier's verdict holds for all of them)."""
     from ctracer.probes.kernel import build_kernel_program
     from ctracer.record import bpf_runtime
 
@@ -132,7 +133,8 @@ def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) ->
     if not entries:
         return
     program = build_kernel_program([m for p in entries for m in p.methods], layout, catalog)
-    results = bpf_runtime.verify_programs(program.text, [t.probe for t in program.tracepoints],
+    results = bpf_runtime.verify_programs(program.text,
+                                          sorted({t.probe for t in program.tracepoints}),
                                           program_type="raw_tracepoint", timing=verdicts)
     verdicts.programs += len(results)
     by_name = {t.name: t for t in program.tracepoints}
