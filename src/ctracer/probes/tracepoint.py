@@ -4,9 +4,18 @@ On a kernel where neither kprobes nor fentry can be used, the ways into a struct
 remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` finds
 them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions, or
 those of the event's class, name the parameters).  `plan_tracepoints` decides what to
-probe (one function-table row per method, one raw tracepoint program per tracepoint);
-`emit_tracepoint_c` writes the C, with the probes of kernel functions when there are
-any; `ctracer.probes.kernel.build_kernel_program` builds the whole program.
+probe (one function-table row per method); `emit_tracepoint_c` writes the C, with the
+probes of kernel functions when there are any; `ctracer.probes.kernel.build_kernel_program`
+builds the whole program.
+
+Not a program per tracepoint: one per slot count (`SLOT_COUNTS`: the ways a tracepoint
+hands the object), compiled once whatever the number of tracepoints, told of each
+tracepoint by its row of the array ``ctracer_tps`` (`descriptor_bytes`: the argument each
+way starts from, the steps from it, the lifetime rules and their conditions).  Each
+tracepoint loads its program with its row's index written in place of `SELF_INDEX`
+(`with_index`; a raw tracepoint link has no cookie before Linux 6.10), and the program
+reads the tracepoint's arguments as the kernel's array of u64 (as many as it has), so
+one program serves tracepoints of any number of arguments.
 
 What a probe does on each hit, per method of its tracepoint:
 
