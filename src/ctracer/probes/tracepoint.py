@@ -327,10 +327,7 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\tu32 zero = 0;",
       "\tint read;",
       "\tstruct ctracer_event *e;",
-      "\tu8 *stopped = ctracer_stopped.lookup(&zero);",
-      "",
-      "\tif (stopped && *stopped)  /* not every probe attached yet, or the recording ended */",
-      "\t\treturn;")
+      "")
     if admission.selective:
         t("\tint followed = 0;",
           "",
@@ -443,12 +440,15 @@ def _program(slots: int, nargs: int) -> str:
     return f"""\
 int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
 {{
-	u32 ti = CTRACER_TP_SELF;
+	u32 ti = CTRACER_TP_SELF, zero = 0;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u64 args[{_ARG_ARRAY}] = {{}};
+	u8 *stopped = ctracer_stopped.lookup(&zero);
 	struct ctracer_tp *tp = ctracer_tps.lookup(&ti);
 	u32 n;
 
+	if (stopped && *stopped)  /* not every probe attached yet, or the recording ended */
+		return 0;
 	if (!tp)
 		return 0;
 	/* the arguments are an array of u64 on the kernel's stack (what ctx points to):
