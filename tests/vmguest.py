@@ -101,8 +101,11 @@ def vm_kernel(request) -> Optional[str]:
 def vm_share(vm_kernel) -> Path:
     """In a guest: the directory whose files the host's ``after_guests`` tests read."""
     path = os.environ.get(SHARE_ENV)
-    if not in_guest() or not path:
+    if not in_guest():
         pytest.fail("vm_share is for vm tests running in a guest")
+    if not path:
+        pytest.skip("no share directory: this guest was started by hand, not by the "
+                    "host's pytest (tests/vmguest.py), so no host test reads what it shares")
     Path(path).mkdir(parents=True, exist_ok=True)
     return Path(path)
 
