@@ -199,6 +199,7 @@ def main() -> int:
                    help="globs of the functions for attach + detach (default: every method)")
     p.add_argument("--messages", type=int, default=3000)
     p.add_argument("--skip-attach", action="store_true")
+    p.add_argument("--attach-only", action="store_true")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--logs", help="where ctracer's output goes (e.g. vm-run's --out)")
     p.add_argument("--kinds", nargs="+", default=["fentry", "kprobe"],
@@ -232,6 +233,8 @@ def main() -> int:
                   f"{total / theirs:.2f} (goal <= 1; with our compile "
                   f"{(total + ours['compile']) / theirs:.2f})", flush=True)
 
+    if args.attach_only:
+        return 0
     base = min(_workload(args.messages) for _ in range(args.rounds))
     print(f"per call: tcploop {args.messages} messages x 2 connections untraced "
           f"{base:.2f} s (best of {args.rounds})", flush=True)
