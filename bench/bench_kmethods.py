@@ -87,6 +87,9 @@ def _bpftrace(script: str, env_extra: dict, until: str = "Attaching") -> tuple[s
                          stderr=subprocess.STDOUT, env=env)
     while True:
         text = open(out.name).read()
+        if time.monotonic() - start > 900:
+            p.kill()
+            raise SystemExit(f"bpftrace did not attach in 900 s: {text.strip()[-800:]!r}")
         if p.poll() is not None:
             raise SystemExit(f"bpftrace ended (exit {p.returncode}): "
                              f"{text.strip()[-800:]!r} (its output: {out.name})")
@@ -138,14 +141,21 @@ def _written_and_lost(log: str) -> tuple[int, int]:
     return (int(found[-1][0]), int(found[-1][1])) if found else (0, -1)
 
 
-def _program_stats(pid: int) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) summed over the BPF programs process ``pid`` holds
+def _program_ids() -> set[int]:
+    """The ids of the BPF programs loaded now."""
+    import json
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    return {int(p["id"]) for p in json.loads(r.stdout or "[]")}
+
+
+def _program_stats(ids: set[int]) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) summed over the BPF programs of ``ids``
     (``kernel.bpf_stats_enabled`` on)."""
     import json
     r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
     ns = cnt = 0
     for prog in json.loads(r.stdout or "[]"):
-        if any(p.get("pid") == pid for p in prog.get("pids", ())):
+        if int(prog["id"]) in ids:
             ns += int(prog.get("run_time_ns", 0))
             cnt += int(prog.get("run_cnt", 0))
     return ns, cnt
@@ -158,21 +168,25 @@ def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args) ->
     (which, in a guest whose vCPUs share one host thread, slows the workload too)."""
     entry, ret = {"fentry": ("kfunc", "kretfunc"), "kprobe": ("kprobe", "kretprobe")}[kind]
     script = ",".join(f"{entry}:{f},{ret}:{f}" for f in hot) + " { }"
+    before = _program_ids()
     bt, _, _ = _bpftrace(script, {})
+    theirs = _program_ids() - before
     empty = min(_workload(args.messages) for _ in range(args.rounds))
-    empty_ns, empty_cnt = _program_stats(bt.pid)
+    empty_ns, empty_cnt = _program_stats(theirs)
     _stop(bt)
     log = os.path.join(args.logs or tmp, f"percall-{kind}.log")
     cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o",
                      os.path.join(tmp, f"percall-{kind}.ctrace"), "-d", "3600",
                      "--buffer-mb", "64", "--function-probes", kind]
+    before = _program_ids()
     ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     while "recording struct" not in open(log).read():
         if ct.poll() is not None:
             raise SystemExit(open(log).read()[-1500:])
         time.sleep(0.3)
+    ours = _program_ids() - before
     rounds = [_workload(args.messages) for _ in range(args.rounds)]
-    ours_ns, ours_cnt = _program_stats(ct.pid)
+    ours_ns, ours_cnt = _program_stats(ours)
     ct.send_signal(signal.SIGINT)
     ct.wait(600)
     written, lost = _written_and_lost(open(log).read())
