@@ -13,7 +13,7 @@ socket) with another identity, and, for programs without creation functions or r
 a free-looking function's exit followed by an allocating-looking function's entry.  A
 call's exit is never a new object (it is its entry's).  Without the call tree the report
 builds, "the call still running around an end" is the thread's open call at the end's
-depth until an exit at that depth closes it.
+depth until an exit at that depth (of any object) closes it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class LiveObjects:
         self.number: dict[int, int] = {}
         #: address -> (thread, depth of the call running around the end, or None)
         self._ended: dict[int, tuple[int, Optional[int]]] = {}
+        #: (thread, depth) -> the addresses whose end happened inside that open call
+        self._around: dict[tuple[int, int], set[int]] = {}
         self._made: set[int] = set()
         self._freed: set[int] = set()
         self._stored: dict[int, Any] = {}
@@ -79,6 +81,12 @@ class LiveObjects:
         self._split = None
         if phase == "entry" and row in self.creators:
             self._entered[(tid, row, depth)] = self._seq
+        elif phase == "exit":
+            # the call at this depth returned, whatever its object: the ends that
+            # happened inside it are now behind the thread
+            for address in self._around.pop((tid, depth), ()):
+                if self._ended.get(address) == (tid, depth):
+                    self._ended[address] = (tid, None)
 
     def seen(self, address: int, *, row: int, phase: str, tid: int, depth: int) -> bool:
         """The event (``phase``: entry, exit or hit) shows ``address``; True when it is
@@ -89,9 +97,6 @@ class LiveObjects:
             self._split = address  # a first sighting is no new lifetime, nor is a rule's
             return False
         if phase == "exit":
-            closing = self._ended.get(address)
-            if closing is not None and closing[0] == tid and closing[1] == depth:
-                self._ended[address] = (tid, None)  # the call around the end returned
             if self.use_names and row in self.free_like:
                 self._freed.add(address)
             return False
@@ -123,6 +128,8 @@ class LiveObjects:
         """A rule ends the address's lifetime here; ``depth``: that of the traced call
         still running around the end on ``tid`` (None: none)."""
         self._ended[address] = (tid, depth)
+        if depth is not None:
+            self._around.setdefault((tid, depth), set()).add(address)
 
     def returned(self, address: int, *, row: int, tid: int, depth: int) -> bool:
         """A creation function returned ``address`` (at this exit): a new lifetime,

@@ -81,6 +81,8 @@ class Tail:
         #: the head fields naming a head-only object (a time-wait socket's connection)
         self.identity = tuple(getattr(head, "identity", ()) or ()) if head is not None else ()
         self.last: dict[int, dict] = {}
+        #: thread -> how many traced calls are open on it (the depth of its next entry)
+        self._open: dict[int, int] = {}
         self.first_ns: Optional[int] = None
 
     def line(self, raw: bytes) -> str:
@@ -91,6 +93,14 @@ class Tail:
         what = self.names.get(fid, f"#{fid}")
         tid, depth = h["tid"], h["depth"]
         kind = "hit" if phase == PHASE_TRACEPOINT else "entry" if phase == PHASE_ENTRY else "exit"
+        if phase == PHASE_TRACEPOINT:
+            # a tracepoint's own event carries no depth: it is inside the calls open on
+            # its thread (an end there is the innermost one's)
+            depth = self._open.get(tid, 0)
+        elif phase == PHASE_ENTRY:
+            self._open[tid] = depth + 1
+        else:
+            self._open[tid] = depth
         objects = self.objects
         objects.event(row=fid, phase=kind, tid=tid, depth=depth)
         new = objects.seen(obj, row=fid, phase=kind, tid=tid, depth=depth) if obj else False
