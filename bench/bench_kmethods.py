@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -294,6 +295,8 @@ def main() -> int:
         printed_time = _drained(out, start)
         _stop(bt)
         text = open(out).read()
+        if args.logs:
+            shutil.copy(out, os.path.join(args.logs, "bpftrace-printing.txt"))
         lines = sum(1 for line in text.splitlines() if line.startswith(("tcp_", "__tcp")))
         dropped = sum(int(m) for m in re.findall(r"Lost (\d+) events", text))
         print(f"bpftrace printing the same functions' entries and exits, 2 fields: {lines} "
