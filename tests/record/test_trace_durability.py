@@ -20,7 +20,7 @@ import time
 import pytest
 
 import groundtruth as gt
-from ctracer.tracefile import Trace
+from ctracer.tracefile import RawDecoder, Trace
 from record.test_trace_bpf import (_wait_for_line, bpf_available, compare_with_log,  # noqa: F401
                                    ctracer_argv)
 
@@ -28,15 +28,19 @@ pytestmark = pytest.mark.bpf
 
 
 def _committed(path) -> int:
-    """Events committed so far (decoded or still raw), read as any other process would."""
+    """Events committed so far (decoded or still raw), read as any other process would
+    (a spool row is a batch of raw events back to back, of the meta's event size)."""
     if not os.path.exists(path):
         return 0
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         events = db.execute("SELECT count(*) FROM events").fetchone()[0]
-        raw = db.execute("SELECT count(*) FROM spool").fetchone()[0]
-        return events + raw
-    except sqlite3.Error:
+        raw = db.execute("SELECT coalesce(sum(length(raw)), 0) FROM spool").fetchone()[0]
+        if not raw:
+            return events
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        return events + raw // RawDecoder.from_meta(meta).size
+    except (sqlite3.Error, KeyError):
         return 0
     finally:
         db.close()
@@ -45,7 +49,7 @@ def _committed(path) -> int:
 def _start(tmp_path, out, log):
     return subprocess.Popen(
         ctracer_argv("trace", "sock", "--binary", gt.SOCKDEMO, "-o", str(out), "--",
-                     gt.SOCKDEMO, "--loops", "1000000", "--delay-ms", "2"),
+                     gt.SOCKDEMO, "--loops", "1000000", "--delay-ms", "20"),
         stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True,
         env={**os.environ, gt.LOG_ENV: str(log)})
 
