@@ -8,6 +8,8 @@ line per stage, the output's size and its largest file; run with the project's v
     .venv/bin/python bench/bench_report.py --shape long    # ~200k events, 200 objects
     .venv/bin/python bench/bench_report.py --shape tenk    # ~400k events, 10,000 objects
     .venv/bin/python bench/bench_report.py --trace big.ctrace --keep   # reuse a trace
+    .venv/bin/python bench/rounds_trace.py /tmp/big10.ctrace --rounds 10   # 10M events
+    .venv/bin/python bench/bench_report.py --trace /tmp/big10.ctrace
 
 The goal (issue 9): the 1M-event trace in <= 30 s and <= 1 GB on a 2-core machine, no
 HTML file over 2 MB.  The anchor makes runs on a loaded machine comparable.

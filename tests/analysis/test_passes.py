@@ -79,7 +79,7 @@ def test_pair_calls_resolves_an_object_known_at_exit(tmp_path):
     fns = function_table(t.functions)
     pairing = passes.pair_calls(passes.read_events(t, fns), fns)
     assert pairing.address.tolist() == [A, A]
-    assert pairing.lifetime_at == {0: 1}
+    assert pairing.lifetime_at.tolist() == [1, -1]  # the entry takes its exit's lifetime
     assert pairing.lifetimes.first_reason[A] == "returned by make"
 
 

@@ -17,7 +17,8 @@ object per event or per change.  The modules, in the order `load` runs them:
   a change a tracepoint announces moved to its event;
 * `summary` — what the trace says about itself;
 * `callgraph` — who called whom, per object and over all of them;
-* `model` — the result: `Analysis` and its columns.
+* `model` — the result: `Analysis` and its columns;
+* `memory` — the memory the passes freed given back to the system.
 
 Beside them, `diff` compares two traces' `profile.TraceProfile` (what ``ctracer diff``
 reads of each trace, made by `ctracer.report.profiles`).
@@ -64,6 +65,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
     from ctracer.analysis import changes as changing
     from ctracer.analysis import passes
     from ctracer.analysis.functions import function_table, lifetime_rule
+    from ctracer.analysis.memory import release_free_memory
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
@@ -114,6 +116,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
     summary = trace_summary(trace, len(read))
     recorded, shown = len(read), len(events)
     incomplete = getattr(trace, "incomplete", None)
+    lifetime_rule_text = lifetime_rule(fns) + (
+        f"; {pairing.identity_rule}" if pairing.identity_rule else "")
+    null_events, unmatched = placed.null_events, pairing.unmatched_exits
+    del read, c, placed, pairing
+    release_free_memory()  # what the passes freed, before anyone forks helpers
     counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
                     claimed=(summary.events_claimed
@@ -125,9 +132,8 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
         methods=calls.methods, function_names=fns.names, canonical=fns.canon,
         reach={fid: f.reach for fid, f in trace.functions.items()},
         start_ns=int(events.ts_ns[0]) if len(events) else 0,
-        lifetime_rule=lifetime_rule(fns) + (
-            f"; {pairing.identity_rule}" if pairing.identity_rule else ""),
-        null_object_events=placed.null_events, unmatched_exits=pairing.unmatched_exits,
+        lifetime_rule=lifetime_rule_text,
+        null_object_events=null_events, unmatched_exits=unmatched,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
         head_fields=trace.head_fields, trace_path=trace.path,
         snapshots=held[0], has_snapshot=held[1])
@@ -137,7 +143,7 @@ class _Arguments:
     """Tracepoint arguments by event, parsed once per distinct text."""
 
     def __init__(self, texts: list[str], index: Any):
-        self.texts, self.read_index = texts, index.tolist()
+        self.texts, self.read_index = texts, index
         self.parsed: dict[int, Optional[dict]] = {}
         self.events: Any = None
 
@@ -150,7 +156,7 @@ class _Arguments:
         return found
 
     def of_read(self, i: int) -> Optional[dict]:
-        return self.parse(self.read_index[i])
+        return self.parse(int(self.read_index[i]))
 
     def of_event(self, i: int) -> Optional[dict]:
         return self.parse(int(self.events.args[i]))

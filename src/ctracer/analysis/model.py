@@ -362,11 +362,12 @@ class Analysis:
         seen = self.function_name(int(self.events.function[self.changes.event[k]]))
         return seen if seen.startswith("tp:") else None
 
-    def change_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per event, where its changes start and end in `Changes` (two arrays)."""
-        start = np.searchsorted(self.changes.event, np.arange(len(self.events)), "left")
-        end = np.searchsorted(self.changes.event, np.arange(len(self.events)), "right")
-        return start, end
+    def change_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Per event (of the positions ``rows``), where its changes start and end in
+        `Changes` (two arrays)."""
+        at = np.arange(*rows.indices(len(self.events)))
+        return (np.searchsorted(self.changes.event, at, "left"),
+                np.searchsorted(self.changes.event, at, "right"))
 
     def changes_by_seq(self) -> np.ndarray:
         """Every change's position, all objects together, in order of event seq (the

@@ -108,9 +108,11 @@ class Pairing:
     frame_function: np.ndarray
     frame_ts: np.ndarray
     lifetimes: Lifetimes
-    #: events whose object became known at their call's exit: that exit's position
-    #: decides which lifetime they belong to (the object was made during the call)
-    lifetime_at: dict[int, int]
+    #: per event, the position whose lifetime it belongs to (-1: its own): an entry whose
+    #: object became known at its call's exit takes that exit's (the object was made
+    #: during the call), an exit its entry's (a call is one lifetime's); an array, not a
+    #: dict: half the events have one
+    lifetime_at: np.ndarray
     unmatched_exits: int
     #: the identity rule of objects read only in their head, when it split any lifetime
     identity_rule: str = ""
@@ -156,7 +158,7 @@ class _Pairer:
         self.frame_ts = array("q")
         self.threads: dict[int, _Thread] = {}
         self.lifetimes = Lifetimes()
-        self.lifetime_at: dict[int, int] = {}
+        self.lifetime_at = np.full(n, -1, np.int64)
         self.resolved: dict[int, int] = {}  # entry index -> the address its exit found
         self.stored: dict[int, Any] = {}    # address -> the value its last announcing hit stored
         self.identity_of: dict[int, tuple] = {}
@@ -439,12 +441,9 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
     keep = np.flatnonzero(~duplicate)
     address = pairing.address[keep]
     at = keep.copy()
-    if pairing.lifetime_at:
-        new_position = np.full(len(duplicate), -1, np.int64)
-        new_position[keep] = np.arange(len(keep))
-        for entry, exit_ in pairing.lifetime_at.items():
-            if new_position[entry] >= 0:
-                at[new_position[entry]] = exit_
+    taken = pairing.lifetime_at[keep]
+    moved = taken >= 0
+    at[moved] = taken[moved]
     lifetime = np.ones(len(keep), np.int64)
     reused = {a: s for a, s in lifetimes.starts.items() if s}
     if reused:

@@ -60,7 +60,7 @@ def check_host(host, fmt: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ctracer import analysis
     from ctracer.export import perfetto, parquet, text
-    from ctracer.export.table import event_table
+    from ctracer.export.table import event_tables
     from ctracer.tracefile import Trace, decoding_progress
 
     check_host(args.host, args.format)
@@ -76,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
         perfetto.write_perfetto(analysed, output)
         written = output
     else:
-        table = event_table(analysed)
+        # batch by batch, as they are written (`event_tables`)
+        table = event_tables(analysed)
         if args.host is not None:
-            table = table.with_host(args.host)
+            table = (t.with_host(args.host) for t in table)
         if args.format == "jsonl":
             text.write_jsonl(table, output)
         elif args.format == "csv":

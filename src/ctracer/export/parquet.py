@@ -2,7 +2,9 @@
 schema (`ctracer.export.schema`: every column's type, the companions of enums and flag
 words, the schema version; documented in README.md, "The export schema").
 
-Written with pyarrow from the table's Arrow columns, zstd compressed.  ``-o
+Written with pyarrow's ParquetWriter from the table's Arrow columns, zstd compressed,
+batch by batch (`ctracer.export.table.event_tables`: a row group or more each), so an
+export's memory does not grow with the trace beyond the analysis.  ``-o
 FILE.parquet`` writes one file; ``-o DIR`` writes Hive-partitioned files,
 ``DIR/host=H/struct=S/TRACE_ID.parquet`` (host and struct then come from the path, as
 Hive, DuckDB, Spark and Trino expect), so the exports of many hosts dropped into one
@@ -14,6 +16,7 @@ line.
 from __future__ import annotations
 
 import os
+from typing import Iterable, Iterator, Union
 
 from ctracer.export.schema import PARTITIONS, check_output_directory, export_table, file_metadata
 from ctracer.export.table import EventTable
@@ -25,22 +28,29 @@ def is_single_file(output: str) -> bool:
     return output.endswith(".parquet") and not os.path.isdir(output)
 
 
-def _write(table, et: EventTable, path: str) -> None:
+def _write(tables: Iterator, et: EventTable, path: str, drop: tuple[str, ...] = ()) -> None:
+    """Write the export tables of ``et`` and of the ones ``tables`` gives after it, a
+    row group or more each, as one file."""
     import pyarrow.parquet as pq
     with staged_output(path) as staged:
+        table = export_table(et).drop_columns(list(drop))
         # no ARROW:schema: every engine, pyarrow too, sees the Parquet types themselves
         with pq.ParquetWriter(staged, table.schema, compression="zstd",
                               store_schema=False) as writer:
             writer.write_table(table)
+            for more in tables:
+                writer.write_table(export_table(more).drop_columns(list(drop)))
             writer.add_key_value_metadata(file_metadata(et))
 
 
-def write_parquet(et: EventTable, output: str) -> str:
-    """Write ``et`` to ``output`` (a file or a Hive-partitioned directory); the path of
-    the file written."""
-    table = export_table(et)
+def write_parquet(tables: Union[EventTable, Iterable[EventTable]], output: str) -> str:
+    """Write the event table (or the batches of one, `ctracer.export.table.event_tables`,
+    written as they come) to ``output`` (a file or a Hive-partitioned directory); the
+    path of the file written."""
+    batches = iter([tables] if isinstance(tables, EventTable) else tables)
+    et = next(batches)
     if is_single_file(output):
-        _write(table, et, output)
+        _write(batches, et, output)
         return output
     check_output_directory(output, et.struct_name)
     values = et.trace_columns
@@ -49,5 +59,5 @@ def write_parquet(et: EventTable, output: str) -> str:
         directory = make_private_dir(os.path.join(
             directory, f"{column}={safe_name(values[column] or 'unknown', column)}"))
     path = os.path.join(directory, f"{safe_name(values['trace_id'], 'trace')}.parquet")
-    _write(table.drop_columns(list(PARTITIONS)), et, path)
+    _write(batches, et, path, PARTITIONS)
     return path

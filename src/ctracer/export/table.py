@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import numpy as np
 
@@ -99,18 +99,19 @@ def function_names(a: Analysis) -> dict[int, str]:
     return out
 
 
-def _snapshot_columns(a: Analysis, valid, head_only=None) -> tuple[list[str], list]:
-    """Every mini field as a column, decoded from all snapshots at once; null where the
-    object was not read, and, in rows that read only its head (``head_only``), for the
-    fields outside the head."""
+def _snapshot_columns(a: Analysis, rows: slice, valid,
+                      head_only=None) -> tuple[list[str], list]:
+    """Every mini field as a column, decoded from the snapshots of ``rows`` at once; null
+    where the object was not read, and, in rows that read only its head
+    (``head_only``), for the fields outside the head."""
     import numpy as np
     import pyarrow as pa
 
     mini = a.layout
     if not mini.fields:
         return [], []
-    decoded = a.snapshots.reshape(-1).view(mini.numpy_dtype()) if mini.size else \
-        np.zeros(len(a.events), mini.numpy_dtype())
+    decoded = a.snapshots[rows].reshape(-1).view(mini.numpy_dtype()) if mini.size else \
+        np.zeros(len(valid), mini.numpy_dtype())
     names, arrays = [], []
     head = a.head_fields or frozenset()
     for f in mini.ordered_fields:
@@ -158,14 +159,14 @@ def _hex_pointers(args: Optional[str], pointers: Optional[frozenset[str]]) -> Op
     return json.dumps(values, separators=(",", ":"))
 
 
-def changed_lists(a: Analysis) -> tuple[list, list]:
-    """Per event, the fields it changed (None: none) and who is credited for them."""
+def changed_lists(a: Analysis, rows: slice = slice(None)) -> tuple[list, list]:
+    """Per event of ``rows``, the fields it changed (None: none) and who is credited
+    for them."""
     ch = a.changes
-    n = len(a.events)
-    changed: list = [None] * n
-    changed_by: list = [None] * n
     names = [f.name for f in a.layout.fields]
-    start, end = a.change_rows()
+    start, end = a.change_rows(rows)
+    changed: list = [None] * len(start)
+    changed_by: list = [None] * len(start)
     for i in np.flatnonzero(end > start).tolist():
         lo, hi = int(start[i]), int(end[i])
         changed[i] = [names[j] for j in ch.field[lo:hi].tolist()]
@@ -173,75 +174,110 @@ def changed_lists(a: Analysis) -> tuple[list, list]:
     return changed, changed_by
 
 
+#: rows an export writes at a time (`event_tables`): its memory beyond the analysis
+#: stays bounded whatever the trace's size
+BATCH_ROWS = 1 << 18
+
+
 def event_table(a: Analysis) -> EventTable:
-    """The whole trace as an `EventTable` (``a`` loaded with its snapshots)."""
-    import pyarrow as pa
+    """The whole trace as one `EventTable` (``a`` loaded with its snapshots)."""
+    return next(event_tables(a, batch_rows=max(1, len(a.events))))
 
-    ev = a.events
-    n = len(ev)
-    names = function_names(a)
-    fid = ev.function.astype(np.int64)
-    tracepoint = np.array([a.reach.get(s) == "tracepoint" for s in range(
-        int(ev.slot.max(initial=0)) + 1)], bool)[ev.slot] if n else np.zeros(0, bool)
-    address = ev.address
-    lifetime = np.zeros(n, np.int32)
-    placed = ev.object >= 0
-    lifetimes = np.array([k.lifetime for k in a.objects.keys], np.int32)
-    lifetime[placed] = lifetimes[ev.object[placed]]
-    flags = ev.flags
-    changed, changed_by = changed_lists(a)
 
-    fid_list = sorted(names)
-    index_of = {f: i for i, f in enumerate(fid_list)}
-    table = np.array([index_of.get(f, 0) for f in range(int(fid.max(initial=0)) + 1)],
-                     np.int32)
-    function = _dictionary(table[fid] if n else np.zeros(0, np.int32),
-                           [names[f] for f in fid_list])
-    probe_index = np.where(tracepoint, 2, np.where(ev.phase == PHASE_EXIT, 1, 0)).astype(np.int32)
-    probe = _dictionary(probe_index, ["entry", "exit", "tracepoint"])
-    uniques, inverse = np.unique(address, return_inverse=True)
-    obj = _dictionary(inverse.reshape(-1).astype(np.int32),
-                      [f"0x{v:x}" for v in uniques.tolist()], address == 0)
-    comm_values = sorted(set(ev.comms[c] for c in np.unique(ev.comm).tolist()))
-    comm_index = {c: i for i, c in enumerate(comm_values)}
-    remap = np.array([comm_index.get(c, 0) for c in ev.comms], np.int32)
-    comm = _dictionary(remap[ev.comm] if n else np.zeros(0, np.int32), comm_values)
-    ret = pa.array(np.where(ev.has_retval, ev.retval, 0), mask=~ev.has_retval)
-    pointers = _pointer_arguments(a)
-    texts: dict[tuple[int, int], Optional[str]] = {}
-    arg_values = []
-    for slot, k in zip(ev.slot.tolist(), ev.args.tolist()):
-        if k < 0:
-            arg_values.append(None)
-            continue
-        text = texts.get((slot, k), False)
-        if text is False:
-            text = texts[(slot, k)] = _hex_pointers(ev.args_texts[k], pointers.get(slot))
-        arg_values.append(text)
-    args = pa.array(arg_values, pa.string())
+def event_tables(a: Analysis, batch_rows: int = BATCH_ROWS) -> Iterator[EventTable]:
+    """The trace as `EventTable`s of ``batch_rows`` consecutive rows each, in time order
+    (at least one, empty for a trace without events), made from the analysis' columns
+    as they are written: the exports stream them (``a`` loaded with its snapshots)."""
+    rows = _Rows(a)
+    n = len(a.events)
+    for lo in range(0, max(n, 1), batch_rows):
+        yield rows.table(slice(lo, min(n, lo + batch_rows)))
 
-    read_failed = (flags & FLAG_READ_FAILED) != 0
-    valid = ~read_failed & a.has_snapshot
-    head_only = (flags & FLAG_HEAD_ONLY) != 0
-    field_names, field_arrays = _snapshot_columns(a, valid,
-                                                  head_only if head_only.any() else None)
 
-    host, kernel = a.meta_text("host"), a.meta_text("kernel_release")
-    struct = a.summary.struct_name
-    constants = {"host": host, "kernel": kernel, "struct": struct, "trace_id": trace_id(a)}
-    zeros = np.zeros(n, np.int32)
-    columns = {
-        "time_ns": pa.array(ev.ts_ns), "cpu": pa.array(ev.cpu), "pid": pa.array(ev.pid),
-        "tid": pa.array(ev.tid), "comm": comm, "function": function, "probe": probe,
-        "object": obj, "lifetime": pa.array(lifetime), "depth": pa.array(ev.depth),
-        "ret": ret, "args": args,
-        "changed": pa.array(changed, pa.list_(pa.string())),
-        "changed_by": pa.array(changed_by, pa.string()),
-        "unreadable": pa.array(read_failed & (address != 0)),
-    }
-    fields = {name: column_name(name) for name in field_names}
-    for name, array in zip(field_names, field_arrays):
-        columns[fields[name]] = array
-    for name, value in constants.items():
-        columns[name] = _dictionary(zeros, [value])
-    return EventTable(pa.table(columns), fields, constants, a.incomplete, struct, a.layout)
+class _Rows:
+    """What every batch of rows shares: dictionaries of names, lifetimes per object,
+    the trace's columns."""
+
+    def __init__(self, a: Analysis):
+        self.a = a
+        ev = a.events
+        names = function_names(a)
+        fid_list = sorted(names)
+        index_of = {f: i for i, f in enumerate(fid_list)}
+        self.function_index = np.array(
+            [index_of.get(f, 0) for f in range(int(ev.function.max(initial=0)) + 1)], np.int32)
+        self.function_names = [names[f] for f in fid_list]
+        self.tracepoint = np.array([a.reach.get(s) == "tracepoint" for s in range(
+            int(ev.slot.max(initial=0)) + 1)], bool)
+        self.lifetimes = np.array([k.lifetime for k in a.objects.keys], np.int32)
+        self.comm_values = sorted(set(ev.comms[c] for c in np.unique(ev.comm).tolist()))
+        comm_index = {c: i for i, c in enumerate(self.comm_values)}
+        self.comm_remap = np.array([comm_index.get(c, 0) for c in ev.comms], np.int32)
+        self.pointers = _pointer_arguments(a)
+        self.texts: dict[tuple[int, int], Optional[str]] = {}
+        self.constants = {"host": a.meta_text("host"), "kernel": a.meta_text("kernel_release"),
+                          "struct": a.summary.struct_name, "trace_id": trace_id(a)}
+
+    def args(self, slots: np.ndarray, args: np.ndarray) -> list:
+        """Each row's arguments as JSON text with pointers in hex (None: none)."""
+        a, texts, pointers = self.a, self.texts, self.pointers
+        values = []
+        for slot, k in zip(slots.tolist(), args.tolist()):
+            if k < 0:
+                values.append(None)
+                continue
+            text = texts.get((slot, k), False)
+            if text is False:
+                text = texts[(slot, k)] = _hex_pointers(a.events.args_texts[k],
+                                                        pointers.get(slot))
+            values.append(text)
+        return values
+
+    def table(self, rows: slice) -> EventTable:
+        import pyarrow as pa
+
+        a, ev = self.a, self.a.events
+        n = len(ev.seq[rows])
+        slot, phase, flags = ev.slot[rows], ev.phase[rows], ev.flags[rows]
+        address, obj_of = ev.address[rows], ev.object[rows]
+        lifetime = np.zeros(n, np.int32)
+        placed = obj_of >= 0
+        lifetime[placed] = self.lifetimes[obj_of[placed]]
+        changed, changed_by = changed_lists(a, rows)
+        function = _dictionary(self.function_index[ev.function[rows]] if n else
+                               np.zeros(0, np.int32), self.function_names)
+        tracepoint = self.tracepoint[slot] if n else np.zeros(0, bool)
+        probe_index = np.where(tracepoint, 2, np.where(phase == PHASE_EXIT, 1, 0)).astype(np.int32)
+        probe = _dictionary(probe_index, ["entry", "exit", "tracepoint"])
+        uniques, inverse = np.unique(address, return_inverse=True)
+        obj = _dictionary(inverse.reshape(-1).astype(np.int32),
+                          [f"0x{v:x}" for v in uniques.tolist()], address == 0)
+        comm = _dictionary(self.comm_remap[ev.comm[rows]] if n else np.zeros(0, np.int32),
+                           self.comm_values)
+        has_retval = ev.has_retval[rows]
+        ret = pa.array(np.where(has_retval, ev.retval[rows], 0), mask=~has_retval)
+        args = pa.array(self.args(slot, ev.args[rows]), pa.string())
+
+        read_failed = (flags & FLAG_READ_FAILED) != 0
+        valid = ~read_failed & a.has_snapshot[rows]
+        head_only = (flags & FLAG_HEAD_ONLY) != 0
+        field_names, field_arrays = _snapshot_columns(a, rows, valid,
+                                                      head_only if head_only.any() else None)
+        zeros = np.zeros(n, np.int32)
+        columns = {
+            "time_ns": pa.array(ev.ts_ns[rows]), "cpu": pa.array(ev.cpu[rows]),
+            "pid": pa.array(ev.pid[rows]), "tid": pa.array(ev.tid[rows]), "comm": comm,
+            "function": function, "probe": probe, "object": obj,
+            "lifetime": pa.array(lifetime), "depth": pa.array(ev.depth[rows]),
+            "ret": ret, "args": args,
+            "changed": pa.array(changed, pa.list_(pa.string())),
+            "changed_by": pa.array(changed_by, pa.string()),
+            "unreadable": pa.array(read_failed & (address != 0)),
+        }
+        fields = {name: column_name(name) for name in field_names}
+        for name, array in zip(field_names, field_arrays):
+            columns[fields[name]] = array
+        for name, value in self.constants.items():
+            columns[name] = _dictionary(zeros, [value])
+        return EventTable(pa.table(columns), fields, dict(self.constants), a.incomplete,
+                          a.summary.struct_name, a.layout)

@@ -1,4 +1,6 @@
-"""JSON Lines and CSV exports, written by DuckDB from the event table.
+"""JSON Lines and CSV exports, written by DuckDB from the event table, batch by batch
+(`ctracer.export.table.event_tables`), so an export's memory does not grow with the
+trace beyond the analysis.
 
 JSON Lines: one event per line with exactly the keys scripts rely on — ``time_ns``,
 ``cpu``, ``pid``, ``tid``, ``comm``, ``function``, ``probe``, ``object``, ``lifetime``,
@@ -16,7 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Optional
+from typing import BinaryIO, Iterable, Optional, Union
 
 from ctracer.export.schema import pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
@@ -60,10 +62,8 @@ def _jsonl_table(et: EventTable):
     return t.select(list(EVENT_COLUMNS)).append_column("fields", fields)
 
 
-def _copy_to(et: EventTable, fmt: str, path: str) -> None:
-    import duckdb
-
-    con = duckdb.connect()
+def _copy_batch(con, et: EventTable, fmt: str, path: str, header: bool) -> None:
+    """Write one batch of rows to ``path`` with DuckDB's COPY."""
     if fmt == "jsonl":
         con.register("events", _jsonl_table(et))
         select = ", ".join("args::JSON AS args" if c == "args" else quote(c)
@@ -74,33 +74,50 @@ def _copy_to(et: EventTable, fmt: str, path: str) -> None:
         con.register("events", table)
         select = ", ".join("to_json(changed) AS changed" if c == "changed" else quote(c)
                            for c in table.column_names)
-        options = "FORMAT CSV, HEADER"
+        options = f"FORMAT CSV, HEADER {'true' if header else 'false'}"
     con.execute(f"COPY (SELECT {select} FROM events) TO {sql_string(path)} ({options})")
-    con.close()
+    con.unregister("events")
 
 
-def _write(et: EventTable, fmt: str, output: Optional[str]) -> None:
-    if output is not None:
-        with staged_output(output) as staged:
-            _copy_to(et, fmt, staged)
-        return
+def _copy_to(tables: Iterable[EventTable], fmt: str, out: BinaryIO) -> None:
+    """Write every batch to ``out``, one after the other (a batch is written by DuckDB
+    to a scratch file, then appended: lines never span batches, and the CSV header
+    comes once)."""
+    import duckdb
+
     with private_umask():
         scratch = tempfile.mkdtemp(prefix="ctracer-export-")
+    con = duckdb.connect()
     try:
-        staged = os.path.join(scratch, "out")
-        _copy_to(et, fmt, staged)
-        with open(staged, "rb") as f:
-            shutil.copyfileobj(f, sys.stdout.buffer)
-        sys.stdout.buffer.flush()
+        part = os.path.join(scratch, "part")
+        for number, et in enumerate(tables):
+            _copy_batch(con, et, fmt, part, header=number == 0)
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out)
+            os.unlink(part)
     finally:
+        con.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def write_jsonl(et: EventTable, output: Optional[str]) -> None:
-    """One event per line to ``output`` (stdout when None)."""
-    _write(et, "jsonl", output)
+def _write(tables: Union[EventTable, Iterable[EventTable]], fmt: str,
+           output: Optional[str]) -> None:
+    batches = [tables] if isinstance(tables, EventTable) else tables
+    if output is not None:
+        with staged_output(output) as staged, open(staged, "wb") as out:
+            _copy_to(batches, fmt, out)
+        return
+    _copy_to(batches, fmt, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
 
 
-def write_csv(et: EventTable, output: Optional[str]) -> None:
-    """The flat table as CSV with a header line to ``output`` (stdout when None)."""
-    _write(et, "csv", output)
+def write_jsonl(tables: Union[EventTable, Iterable[EventTable]], output: Optional[str]) -> None:
+    """One event per line to ``output`` (stdout when None), from the event table or the
+    batches of one (`ctracer.export.table.event_tables`, written as they come)."""
+    _write(tables, "jsonl", output)
+
+
+def write_csv(tables: Union[EventTable, Iterable[EventTable]], output: Optional[str]) -> None:
+    """The flat table as CSV with a header line to ``output`` (stdout when None), from
+    the event table or the batches of one."""
+    _write(tables, "csv", output)

@@ -272,7 +272,12 @@ class _Site:
         self.rendered: set[int] = set()   # objects with pages
         self.plotted: set[int] = set()    # objects whose fields get PNG plots
         self.page_file: dict[int, str] = {}  # seq -> page of its object's timeline
-        self.graphs: dict[str, Any] = {}  # directory -> its call graph (networkx)
+        #: directory -> its call graph's counts, root label, changes by function and
+        #: shape (a networkx graph is made again when its page is written: tens of KB
+        #: each, held for tens of thousands of objects, they were a gigabyte)
+        self.graphs: dict[str, tuple] = {}
+        self.shape_graphs: dict[tuple, Any] = {}  # shape -> one graph of it, until laid out
+        self._shapes: dict[tuple, tuple] = {}  # each shape, the one tuple every graph shares
         self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
         self._cells: dict[int, tuple[str, str]] = {}
@@ -475,27 +480,33 @@ class _Site:
         made = self.data.changes.function[changes]
         made = made[made >= 0]
         changed_by = dict(zip(*(a.tolist() for a in np.unique(made, return_counts=True))))
-        self.graphs[directory] = graphs.call_graph(
-            call_counts(self.data.events, rows, callers), self.names, root_label, changed_by)
+        counts = call_counts(self.data.events, rows, callers)
+        g = graphs.call_graph(counts, self.names, root_label, changed_by)
+        key = graphs.shape_key(g)
+        shape = self._shapes.setdefault(key, key)  # one tuple a shape, however many graphs
+        if g.number_of_nodes() <= graphs.MAX_NODES:
+            self.shape_graphs.setdefault(shape, g)
+        self.graphs[directory] = (counts, root_label, changed_by, shape, g.number_of_nodes())
 
     def layout_graphs(self) -> None:
-        drawable = [g for g in self.graphs.values() if g.number_of_nodes() <= graphs.MAX_NODES]
-        self.placed, notes = graphs.layout_shapes(drawable)
+        self.placed, notes = graphs.layout_shapes(list(self.shape_graphs.values()))
+        self.shape_graphs = {}
         self.notes.extend(notes)
 
     def graph_for(self, directory: str, rows: np.ndarray, files: list[str]) -> tuple[Any, str]:
         """The inline SVG of ``directory``'s call graph, or why there is none."""
         if not self.dot:
             return None, "graphviz's dot is not installed, so the call graph was not drawn."
-        g = self.graphs.get(directory)
-        if g is None:
+        made = self.graphs.get(directory)
+        if made is None:
             return None, "No calls were recorded."
-        if g.number_of_nodes() > graphs.MAX_NODES:
-            return None, (f"{g.number_of_nodes() - 1} functions: too many to draw; "
-                          "see the methods table.")
-        placed = self.placed.get(graphs.shape_key(g))
+        counts, root_label, changed_by, shape, nodes = made
+        if nodes > graphs.MAX_NODES:
+            return None, f"{nodes - 1} functions: too many to draw; see the methods table."
+        placed = self.placed.get(shape)
         if placed is None:
             return None, "dot could not lay out this call graph."
+        g = graphs.call_graph(counts, self.names, root_label, changed_by)
         ev = self.data.events
         fids, first = np.unique(ev.function[rows], return_index=True)
         at = {f: (i, s) for f, i, s in zip(fids.tolist(), first.tolist(),
