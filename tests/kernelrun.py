@@ -41,9 +41,27 @@ def wait_for_text(path, text: str, proc: subprocess.Popen, timeout: float = 900)
     deadline = time.monotonic() + timeout
     while text not in path.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"{proc.args[0]} did not get to {text!r}: "
+            where = _where_it_waits(proc.pid) if proc.poll() is None else ""
+            if proc.poll() is None:
+                proc.kill()   # a process left hung would hold the next tests up too
+                proc.wait(60)
+            raise AssertionError(f"{proc.args[0]} did not get to {text!r} (exit "
+                                 f"{proc.returncode}){where}: "
                                  f"{path.read_text(errors='replace')[-2000:]}")
         time.sleep(0.5)
+
+
+def _where_it_waits(pid: int) -> str:
+    """Where a process that did not get on waits: its kernel wait channel and stack
+    (readable as root), for the failure's message."""
+    found = []
+    for name in ("wchan", "stack"):
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                found.append(f"{name}: {f.read().strip()[:1500]}")
+        except OSError:
+            pass
+    return ("; " + "; ".join(found)) if found else ""
 
 
 def free_port() -> int:
