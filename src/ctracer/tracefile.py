@@ -307,6 +307,9 @@ class TraceWriter:
     recording is alive."""
 
     SPOOL_ROW_EVENTS = 2048
+    #: room held back on the trace's file system (`release_reserve`): enough for the
+    #: meta saying why a recording stopped and for folding the log in (a few 64 KB pages)
+    RESERVE_BYTES = 1 << 20
 
     def __init__(self, path: str, batch: int = 2000):
         self.path = path
@@ -335,6 +338,7 @@ class TraceWriter:
         except BaseException:
             os.close(self._fd)
             raise
+        self._reserve = _hold_room(os.path.dirname(os.path.abspath(path)), self.RESERVE_BYTES)
         self.batch = batch
         self._pending: list[tuple] = []
         self._meta: dict[str, str] = {}
@@ -344,6 +348,13 @@ class TraceWriter:
         self.events_spooled = 0   # raw, committed, not decoded yet
         self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
                       recorder_pid=os.getpid(), trace_id=uuid.uuid4().hex)
+
+    def release_reserve(self) -> None:
+        """Give the room held back since the file was created to the file system: the
+        disk is full, and the meta saying so must still fit."""
+        if self._reserve is not None:
+            os.close(self._reserve)
+            self._reserve = None
 
     def set_meta(self, **items: Any) -> None:
         rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
@@ -449,11 +460,28 @@ class TraceWriter:
             self._stop_checkpointer()
             self.db = None
             os.close(self._fd)
+            self.release_reserve()
 
     def _stop_checkpointer(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
+
+
+def _hold_room(directory: str, size: int) -> Optional[int]:
+    """A descriptor of an unnamed file of ``size`` allocated bytes in ``directory`` (on
+    the trace's file system): closing it frees them, and so does the process dying, so
+    nothing is left behind; None where the file system cannot make one."""
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class _Checkpointer:

@@ -458,6 +458,7 @@ def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
     is); what was being written is rolled back, so no event
     is in the file twice; the meta says why the recording stopped, if it still fits."""
     written = writer.events_written + writer.events_spooled
+    writer.release_reserve()
     try:
         writer.db.rollback()
         writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns, lost_events=counts.lost,
