@@ -26,7 +26,8 @@ import pytest
 import kernelrun as kr
 from ctracer.tracefile import Trace
 
-WAITGO = os.path.join(os.path.dirname(__file__), "workloads", "waitgo.py")
+WORKLOADS = os.path.join(os.path.dirname(__file__), "workloads")
+WAITGO = os.path.join(WORKLOADS, "waitgo.py")
 CONNECTIONS = 3
 
 
@@ -150,6 +151,43 @@ def test_comm_records_only_the_named_process_sockets(tmp_path):
         first.setdefault(e.object, e)
     assert {e.comm for e in first.values()} == {name}  # admitted in the named process
     assert trace.meta_json("admission")["comm"] == name
+
+
+def test_an_interrupt_that_comes_in_on_the_process_is_not_its_work(tmp_path):
+    """Another process's connection sends keepalive probes from its timer on CPU 0 while
+    the chosen process spins there in user space, touching no socket: the timer's
+    softirq finds the chosen process current (bpftrace counts those hits, the proof the
+    case happened), but it is not the process's work, so ``-p`` admits nothing (before,
+    the other's sockets were recorded as the process's: CI saw it with ``--comm``)."""
+    kr.bpf_or_skip()
+    spin_seconds = 4.5
+    keepalive = subprocess.Popen([sys.executable, os.path.join(WORKLOADS, "keepalive_on_cpu0.py"),
+                                  "60"], stdout=subprocess.PIPE, text=True)
+    spinner = subprocess.Popen([sys.executable, os.path.join(WORKLOADS, "spin_on_cpu0.py"),
+                                str(spin_seconds)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert keepalive.stdout.readline().strip() == "ready"
+        assert spinner.stdout.readline().strip() == "waiting"
+        observer = kr.Observer(f"tracepoint:net:net_dev_queue /pid == {spinner.pid}/ "
+                               '{ printf("E %d\\n", pid); }', tmp_path / "queue.bpftrace")
+        try:
+            recorder = _recorder(tmp_path, "-p", str(spinner.pid))
+            spinner.stdin.write("go\n")
+            spinner.stdin.flush()
+            _, err = recorder.communicate(timeout=120)
+        finally:
+            seen = observer.stop()
+    finally:
+        for p in (keepalive, spinner):
+            p.kill()
+            p.wait()
+    assert recorder.returncode == 0, err
+    assert seen, "no packet was queued while the spinning process was current: the case " \
+                 "this test is about did not happen"
+    trace = Trace(str(tmp_path / "select.ctrace"))
+    assert trace.event_count() == 0, [(trace.functions[e.function_id].name, e.comm)
+                                      for e in trace.events()][:10]
 
 
 def test_object_records_only_that_address(tmp_path):

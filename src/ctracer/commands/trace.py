@@ -11,8 +11,10 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
   kprobes or fentry these are the ways in).  Each hit records one snapshot of the
   object, read at the offsets of the kernel's BTF, and the tracepoint's arguments by
   name (inet_sock_set_state: oldstate, newstate).  With -p PID or -- COMMAND a kernel
-  object first seen in that process tree is followed for the rest of its life in every
-  context (softirq, timers, kernel threads); without them every object system-wide.
+  object first seen in that process tree's own work (its system calls, and softirqs it
+  raised itself, such as a loopback send's receive; not an interrupt or a timer that
+  came in while it ran) is followed for the rest of its life in every context
+  (softirq, timers, kernel threads); without them every object system-wide.
   --comm, --object, --where and --max-objects choose objects, in the kernel.
 
 The recording ends when COMMAND exits, when process PID goes away, after -d SECONDS or

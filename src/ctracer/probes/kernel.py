@@ -46,6 +46,8 @@ class KernelProgram:
     #: "kprobe"; its exit kind is `kfunctions.KINDS`'s)
     kfunctions: tuple[KernelFunction, ...] = ()
     entry_kind: Optional[str] = None
+    #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
+    context_probes: tuple[tracepoint.ContextProbe, ...] = ()
     #: no uprobes (the recorder and runtime handle both kinds of program)
     functions: tuple = field(default=(), init=False)
 
@@ -119,4 +121,6 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
                                         functions_c)
     return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
-                         tuple(rules), head, functions, entry_kind if functions else None)
+                         tuple(rules), head, functions, entry_kind if functions else None,
+                         tracepoint.CONTEXT_PROBES if tracepoint.needs_context(admission)
+                         else ())

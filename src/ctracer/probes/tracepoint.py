@@ -26,7 +26,9 @@ What a probe does on each hit, per method of its tracepoint:
 * an object already followed is recorded; else it is admitted when the process filter
   (``-p``/``-- COMMAND``: the current process is in ``ctracer_pids``), ``--comm``,
   ``--object``, ``--where`` (evaluated on the snapshot, in the kernel) and
-  ``--max-objects`` (an atomic counter of admissions) all agree, and from then on it is
+  ``--max-objects`` (an atomic counter of admissions) all agree (a process or a name
+  only in the task's own work, not in an interrupt that came in on it:
+  `_context_functions`), and from then on it is
   followed in every context (softirq, timers, kernel threads) through the hash
   ``ctracer_objects``; without any of these every object is recorded.  An object read
   only in its head (a time-wait or request socket: no tracepoint marks its end, and
@@ -108,6 +110,43 @@ class ProbedTracepoint:
     @property
     def row_ids(self) -> tuple[int, ...]:
         return tuple(s.id for s in self.slots)
+
+
+@dataclass(frozen=True)
+class ContextProbe:
+    """A raw tracepoint probed to know the CPU's context, not to record anything
+    (`_context_functions`); ``optional``: the tracepoint exists on some architectures
+    only (x86's interrupt vectors), and where it does not, nothing is missing.  Probes
+    of one ``group`` (an entry and its exit) are attached all or none: an entry counted
+    without its exit would leave the CPU in an interrupt for ever."""
+
+    name: str
+    program: str
+    optional: bool = False
+    group: str = ""
+    row_ids: tuple[int, ...] = ()
+
+
+#: the context probes, in the order they are attached: hard interrupts (device
+#: handlers; x86's timer and IPI vectors, not irq_work's, whose exit BPF may not probe:
+#: BPF itself uses irq_work), softirqs raised, softirq handlers run.  Each exit comes
+#: before its entry: an exit seen without its entry is ignored, an entry seen without
+#: its exit (attached a moment later) would count for ever.
+CONTEXT_PROBES = (
+    ContextProbe("irq_handler_exit", "ctracer_hardirq_exit", group="irq_handler"),
+    ContextProbe("irq_handler_entry", "ctracer_hardirq_entry", group="irq_handler"),
+    *(ContextProbe(f"{vector}_{end}", f"ctracer_hardirq_{end}", optional=True, group=vector)
+      for vector in ("local_timer", "call_function", "call_function_single", "reschedule")
+      for end in ("exit", "entry")),
+    ContextProbe("softirq_raise", "ctracer_softirq_raise"),
+    ContextProbe("softirq_exit", "ctracer_softirq_exit"),
+    ContextProbe("softirq_entry", "ctracer_softirq_entry"))
+
+
+def needs_context(admission: "Admission") -> bool:
+    """Whether the programs follow the CPU's context (`CONTEXT_PROBES`): a process or
+    a name chooses the objects."""
+    return bool(admission.processes or admission.comm)
 
 
 @dataclass(frozen=True)
@@ -269,9 +308,75 @@ def _comm_c(comm: str) -> list[str]:
             "\t\treturn 0;"]
 
 
+def _context_functions() -> str:
+    """The CPU's context as the context probes (`CONTEXT_PROBES`) count it, and
+    ``ctracer_in_task``: whether a probe runs in the current task's own work.
+
+    In an interrupt or a softirq, the current task is whatever task it came in on: a
+    TCP timer of another process's socket, firing while the chosen process runs, would
+    be taken for the chosen one's (CI saw exactly that).  But a softirq the task raised
+    itself is its work: a loopback send hands the packet to NET_RX, which runs at once
+    on the same task and gives the peer socket its SYN_RECV, its data, its RST.  So a
+    softirq handler counts as the task's when its softirq was last raised outside any
+    interrupt or softirq; a timer's (raised by the tick, a hard interrupt) and what a
+    softirq raises do not.  (The kernel's preempt count cannot tell the two apart, and
+    is a per-CPU variable a BPF program reaches only by an address a kernel without
+    CONFIG_KALLSYMS_ALL does not give; nor does the stack: an interrupt from user space
+    runs its softirqs on the task's stack, a task's own softirqs run on the CPU's.)"""
+    t = ctext.Text()
+    t("struct ctracer_context {",
+      "\ts32 hardirqs;      /* hard interrupt handlers running */",
+      "\ts32 softirqs;      /* softirq handlers running */",
+      "\tu32 raised_by_task;  /* softirqs last raised outside interrupts and softirqs */",
+      "\tu32 serving_task;    /* the running softirq was raised so */",
+      "};",
+      "BPF_PERCPU_ARRAY(ctracer_context, struct ctracer_context, 1);",
+      "")
+    bodies = {
+        "ctracer_hardirq_entry": ["c->hardirqs++;"],
+        "ctracer_hardirq_exit": ["if (c->hardirqs > 0)  /* not when it began before the probes */",
+                                 "\tc->hardirqs--;"],
+        "ctracer_softirq_raise": ["if (c->hardirqs <= 0 && c->softirqs <= 0)",
+                                  "\tc->raised_by_task |= bit;",
+                                  "else",
+                                  "\tc->raised_by_task &= ~bit;"],
+        "ctracer_softirq_entry": ["c->softirqs++;",
+                                  "c->serving_task = (c->raised_by_task & bit) != 0;",
+                                  "c->raised_by_task &= ~bit;"],
+        "ctracer_softirq_exit": ["if (c->softirqs > 0)",
+                                 "\tc->softirqs--;",
+                                 "c->serving_task = 0;"],
+    }
+    for program, body in bodies.items():
+        t(f"int {program}(struct bpf_raw_tracepoint_args *ctx)",
+          "{",
+          "\tu32 zero = 0;",
+          "\tstruct ctracer_context *c = ctracer_context.lookup(&zero);",
+          *(["\tu32 bit = 1U << (ctx->args[0] & 31);  /* the softirq's number */"]
+            if "softirq" in program else []),
+          "",
+          "\tif (!c)",
+          "\t\treturn 0;",
+          *("\t" + line for line in body),
+          "\treturn 0;",
+          "}",
+          "")
+    t("static __always_inline int ctracer_in_task(void)",
+      "{",
+      "\tu32 zero = 0;",
+      "\tstruct ctracer_context *c = ctracer_context.lookup(&zero);",
+      "",
+      "\treturn !c || (c->hardirqs <= 0 && (c->softirqs <= 0 || c->serving_task));",
+      "}")
+    return str(t)
+
+
 def _admit_function(admission: Admission, mini: Layout,
                     head: Optional[HeadRead] = None) -> str:
     t = ctext.Text()
+    if needs_context(admission):
+        t.block(_context_functions())
+        t("")
     t("/* Whether a not yet followed object starts being followed at this hit. */",
       f"static __always_inline int ctracer_admit(u64 object, struct {mini.name} *m, "
       "u64 pid_tgid, u8 flags)",
@@ -279,6 +384,11 @@ def _admit_function(admission: Admission, mini: Layout,
       "\tu32 zero = 0;",
       "\tu8 yes = 1;",
       "")
+    if needs_context(admission):
+        t("\t/* a process or a name chooses the objects of its own work, not those of an",
+          "\t * interrupt that came in while it ran */",
+          "\tif (!ctracer_in_task())",
+          "\t\treturn 0;")
     if admission.processes:
         t("\tu32 tgid = pid_tgid >> 32;",
           "",

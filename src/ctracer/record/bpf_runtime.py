@@ -323,7 +323,9 @@ class ProbeSession:
             self.kernel_links = KernelLinks(self.program.entry_kind, functions,
                                             self.instructions,
                                             btf_targets(functions) if functions else
-                                            (lambda f: None), tracepoints=tracepoints)
+                                            (lambda f: None), tracepoints=tracepoints,
+                                            context_probes=getattr(self.program,
+                                                                   "context_probes", ()))
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)

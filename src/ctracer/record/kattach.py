@@ -337,6 +337,9 @@ class KernelLinks:
     seconds: float = 0.0
     #: raw tracepoints (`ctracer.probes.tracepoint.ProbedTracepoint`), attached first
     tracepoints: Sequence = ()
+    #: raw tracepoints telling the CPU's context (`ctracer.probes.tracepoint.ContextProbe`),
+    #: attached before anything; only their failures are in `results`
+    context_probes: Sequence = ()
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
@@ -344,7 +347,8 @@ class KernelLinks:
         links (None: try them, fall back to perf kprobes)."""
         start = time.monotonic()
         raise_open_files(4 * len(self.functions) + 2 * len(self.tracepoints) + 1024)
-        points = [self._attach_tracepoint(tp) for tp in self.tracepoints]
+        points = self._attach_context_probes()
+        points += [self._attach_tracepoint(tp) for tp in self.tracepoints]
         if self.functions:
             kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
             self.results = [AttachResult(f, "not tried", "not tried", kind)
@@ -364,13 +368,39 @@ class KernelLinks:
         with its index written in (`ctracer.probes.tracepoint.with_index`), opened on
         the tracepoint."""
         from ctracer.probes.tracepoint import with_index
-        result = AttachResult(tp, kind="raw_tracepoint")
-        fd, why = load_program(with_index(self.instructions(tp.probe), tp.index),
-                               _PROG_TYPE_RAW_TRACEPOINT, name=tp.probe.encode())
+        return self._open_raw_tracepoint(AttachResult(tp, kind="raw_tracepoint"), tp.name,
+                                         tp.probe, with_index(self.instructions(tp.probe),
+                                                              tp.index))
+
+    def _attach_context_probes(self) -> list[AttachResult]:
+        """The context probes, a group (an entry and its exit) all or none; the failed
+        ones that are not optional."""
+        failed: list[AttachResult] = []
+        groups: dict[str, list] = {}
+        for p in self.context_probes:
+            groups.setdefault(p.group or p.name, []).append(p)
+        for members in groups.values():
+            progs, links = len(self.prog_fds), len(self.link_fds)
+            results = [self._open_raw_tracepoint(AttachResult(p, kind="raw_tracepoint"),
+                                                 p.name, p.program,
+                                                 self.instructions(p.program))
+                       for p in members]
+            if all(r.ok for r in results):
+                continue
+            close_in_parallel(self.link_fds[links:] + self.prog_fds[progs:])
+            del self.link_fds[links:], self.prog_fds[progs:]
+            failed += [r for r in results if not r.function.optional]
+        return failed
+
+    def _open_raw_tracepoint(self, result: AttachResult, tracepoint: str, program: str,
+                             insns: bytes) -> AttachResult:
+        """``insns`` (the program called ``program``) loaded and opened on the raw
+        tracepoint ``tracepoint``; ``result`` says how it went."""
+        fd, why = load_program(insns, _PROG_TYPE_RAW_TRACEPOINT, name=program.encode())
         if fd < 0:
             result.entry = why
             return result
-        name = ctypes.create_string_buffer(tp.name.encode())
+        name = ctypes.create_string_buffer(tracepoint.encode())
         attr = ctypes.create_string_buffer(16)
         ctypes.c_uint64.from_buffer(attr, 0).value = ctypes.addressof(name)
         ctypes.c_uint32.from_buffer(attr, 8).value = fd
