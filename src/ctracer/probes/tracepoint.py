@@ -139,8 +139,8 @@ CONTEXT_PROBES = (
       for vector in ("local_timer", "call_function", "call_function_single", "reschedule")
       for end in ("exit", "entry")),
     ContextProbe("softirq_raise", "ctracer_softirq_raise"),
-    ContextProbe("softirq_exit", "ctracer_softirq_exit"),
-    ContextProbe("softirq_entry", "ctracer_softirq_entry"))
+    ContextProbe("softirq_exit", "ctracer_softirq_exit", group="softirq"),
+    ContextProbe("softirq_entry", "ctracer_softirq_entry", group="softirq"))
 
 
 def needs_context(admission: "Admission") -> bool:
