@@ -18,8 +18,8 @@ def test_traced_text_is_drawn_literally(tmp_path):
     plots._init_worker(MINI.to_json())
     painter = plots._painter
     job = plots.FieldPlot(str(tmp_path / "name.png"), "name", f"name — {TRAP}",
-                          [plots.Series(TRAP, [(0, "plain"), (1000, TRAP)], 2000),
-                           plots.Series("$b$", [(0, "plain"), (500, "$$")], 2000)])
+                          [plots.Series.of_points(TRAP, [(0, "plain"), (1000, TRAP)], 2000),
+                           plots.Series.of_points("$b$", [(0, "plain"), (500, "$$")], 2000)])
     painter.field_plot(job)
     assert (tmp_path / "name.png").stat().st_size > 0
     ax = next(iter(painter._canvases.values()))

@@ -49,9 +49,24 @@ def envelope(values: Sequence[float], budget: int) -> list[int]:
 
 @dataclass
 class Series:
+    """One object's values of a field: at ``times`` (ns since trace start, or since the
+    object's first event in a strip plot) the ``values``, the first value then each
+    change; kept as a column of times and a list of values, not a tuple per point (a
+    strip plot of every object of a big trace holds millions)."""
+
     label: str
-    points: list[tuple[int, Any]]  # (ns since trace start, value), first value then changes
-    end_ns: int                    # the last time the object was seen
+    times: Any        # numpy int64 array, or a list of ints
+    values: list
+    end_ns: int       # the last time the object was seen
+
+    @classmethod
+    def of_points(cls, label: str, points: Sequence[tuple[int, Any]], end_ns: int) -> "Series":
+        return cls(label, [t for t, _ in points], [v for _, v in points], end_ns)
+
+    @property
+    def points(self) -> list[tuple[int, Any]]:
+        times = self.times.tolist() if hasattr(self.times, "tolist") else self.times
+        return list(zip(times, self.values))
 
 
 @dataclass
@@ -189,7 +204,7 @@ class _Painter:
     def field_plot(self, job: FieldPlot) -> None:
         from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, MaxNLocator
 
-        values = [v for s in job.series for _, v in s.points]
+        values = [v for s in job.series for v in s.values]
         numbers, ticks = self.fmt.plot_axis(job.field, values)
         levels = len(ticks) if ticks else 6
         many = len(job.series) > 1
@@ -232,7 +247,7 @@ class _Painter:
         from matplotlib.colors import ListedColormap
         from matplotlib.patches import Patch
 
-        values = [v for s in job.series for _, v in s.points]
+        values = [v for s in job.series for v in s.values]
         numbers, ticks = self.fmt.plot_axis(job.field, values)
         longest = max((s.end_ns for s in job.series), default=1) or 1
         bins = 400
@@ -240,9 +255,9 @@ class _Painter:
         grid = numpy.full((len(job.series), bins), numpy.nan)
         at = 0
         for row, s in enumerate(job.series):
-            ys = numpy.asarray(numbers[at:at + len(s.points)], dtype=float)
-            ts = numpy.asarray([t for t, _ in s.points], dtype=float)
-            at += len(s.points)
+            ys = numpy.asarray(numbers[at:at + len(s.values)], dtype=float)
+            ts = numpy.asarray(s.times, dtype=float)
+            at += len(s.values)
             idx = numpy.searchsorted(ts, edges, side="right") - 1
             alive = (idx >= 0) & (edges <= max(s.end_ns, ts[-1]))
             grid[row, alive] = ys[idx[alive]]
