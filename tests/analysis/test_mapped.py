@@ -58,3 +58,21 @@ def test_mapped_columns_leave_no_file_and_cannot_be_written(trace_path, tmp_path
 def test_a_small_trace_stays_on_the_heap(trace_path, tmp_path):
     loaded = analysis.load(trace_path, spill_dir=str(tmp_path))
     assert not any(mapped.is_mapped(getattr(loaded.events, n)) for n in loaded.events.names)
+
+
+def test_call_counts_a_slice_at_a_time_equal_all_at_once(trace_path, monkeypatch):
+    """The call graphs' counts of a big trace are made a slice of events at a time; with
+    slices of 7 events they are the counts of one pass (order of first call kept)."""
+    from ctracer.analysis import callgraph
+
+    loaded = analysis.load(trace_path)
+    ev = loaded.events
+    rows = np.arange(len(ev))
+    whole = callgraph.call_counts(ev, rows, ev.thread_caller)
+    per_object = [callgraph.call_counts(ev, loaded.objects.events(o), ev.object_caller)
+                  for o in range(len(loaded.objects))]
+    monkeypatch.setattr(callgraph, "COUNTED_AT_ONCE", 7)
+    assert len(whole.edges) > 3 and sum(whole.calls) > 100
+    assert callgraph.call_counts(ev, rows, ev.thread_caller) == whole
+    assert [callgraph.call_counts(ev, loaded.objects.events(o), ev.object_caller)
+            for o in range(len(loaded.objects))] == per_object

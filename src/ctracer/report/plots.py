@@ -47,6 +47,10 @@ def envelope(values: Sequence[float], budget: int) -> list[int]:
     return sorted(keep)
 
 
+#: rows of a strip plot's image at most (one object a row)
+MAX_STRIPS = 4000
+
+
 @dataclass
 class Series:
     """One object's values of a field: at ``times`` (ns since trace start, or since the
@@ -252,12 +256,20 @@ class _Painter:
         longest = max((s.end_ns for s in job.series), default=1) or 1
         bins = 400
         edges = numpy.linspace(0, longest, bins, endpoint=False)
-        grid = numpy.full((len(job.series), bins), numpy.nan)
+        # the image is a few hundred pixels high: beyond MAX_STRIPS objects every
+        # step-th one is drawn (a grid of every object of a 10M-event trace, and
+        # matplotlib's copies of it, were gigabytes)
+        step = -(-len(job.series) // MAX_STRIPS)
+        grid = numpy.full((-(-len(job.series) // step), bins), numpy.nan)
         at = 0
-        for row, s in enumerate(job.series):
-            ys = numpy.asarray(numbers[at:at + len(s.values)], dtype=float)
+        for i, s in enumerate(job.series):
+            n = len(s.values)
+            at += n
+            if i % step:
+                continue
+            row = i // step
+            ys = numpy.asarray(numbers[at - n:at], dtype=float)
             ts = numpy.asarray(s.times, dtype=float)
-            at += len(s.values)
             idx = numpy.searchsorted(ts, edges, side="right") - 1
             alive = (idx >= 0) & (edges <= max(s.end_ns, ts[-1]))
             grid[row, alive] = ys[idx[alive]]
@@ -286,8 +298,9 @@ class _Painter:
         from matplotlib.ticker import MaxNLocator
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        sampled = f", every {step}th drawn" if step > 1 else ""
         self._labels(ax, job.title, "ms since the object was first seen",
-                     f"objects (of {len(job.series)}), by first appearance")
+                     f"objects (of {len(job.series)}{sampled}), by first appearance")
         self._save(ax, job.path)
 
     def duration_plot(self, job: DurationPlot) -> None:
