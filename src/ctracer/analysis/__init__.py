@@ -69,10 +69,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis import passes
     from ctracer.analysis.functions import function_table, lifetime_rule
     from ctracer.analysis.mapped import ArraySpace, is_mapped
-    from ctracer.analysis.memory import release_free_memory
+    from ctracer.analysis.memory import map_large_blocks, release_free_memory
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
+    map_large_blocks()
     announced = trace.meta_json("announced_stores")
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
     space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
