@@ -79,3 +79,25 @@ def test_a_strip_plot_of_more_objects_than_strips_draws_every_nth(tmp_path, monk
     monkeypatch.setattr(plots, "MAX_STRIPS", 10)
     sampled = colours("sampled.png")
     assert every_one - sampled  # the skipped value's colour is gone
+
+
+def test_a_duration_plot_of_arrays_is_the_plot_of_lists(tmp_path, monkeypatch):
+    """A method's durations reach the plot as the analysis' arrays (a list of millions
+    of ints was a helper's biggest allocation): same dots, same median in the title."""
+    import numpy as np
+
+    monkeypatch.setattr(plots, "MAX_DOTS", 50)
+    plots._init_worker(MINI.to_json())
+    painter = plots._painter
+    rng = np.random.default_rng(3)
+    durations = rng.integers(0, 90_000, 301)
+    times = np.cumsum(rng.integers(1, 5_000, 301))
+    titles = []
+    for name, make in (("lists", list), ("arrays", np.asarray)):
+        painter.duration_plot(plots.DurationPlot(str(tmp_path / f"{name}.png"), "f: 301",
+                                                 make(times.tolist()), make(durations.tolist())))
+        ax = next(iter(painter._canvases.values()))
+        titles.append(ax.get_title(loc="left"))
+    assert (tmp_path / "lists.png").read_bytes() == (tmp_path / "arrays.png").read_bytes()
+    median = sorted(max(int(d), 1) / 1e3 for d in durations)[150]
+    assert titles[0] == titles[1] == f"f: 301, every 6th drawn (dashed: median {median:.1f} µs)"

@@ -132,6 +132,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
         column = getattr(events, name)
         if is_mapped(column):
             column.setflags(write=False)
+    for columns in (events, found, objects):  # a big trace's finished arrays into files
+        columns.settle(space)
+    for stats in calls.methods.values():
+        stats.durations, stats.call_times = (space.settle(stats.durations),
+                                             space.settle(stats.call_times))
     release_free_memory()  # what the passes freed, before anyone forks helpers
     counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
@@ -148,7 +153,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
         null_object_events=null_events, unmatched_exits=unmatched,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
         head_fields=trace.head_fields, trace_path=trace.path,
-        snapshots=held[0], has_snapshot=held[1])
+        snapshots=held[0], has_snapshot=held[1], space=space)
 
 
 class _Arguments:

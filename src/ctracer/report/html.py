@@ -704,7 +704,7 @@ class _Site:
                     os.path.join(self.out_dir, METHODS_DIR,
                                  f"{self.function_stem[stats.function_id]}.png"),
                     f"{stats.name}: {len(stats.durations)} timed calls",
-                    stats.call_times.tolist(), stats.durations.tolist()))
+                    stats.call_times, stats.durations))
         bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40] if self.plots else []
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
