@@ -75,6 +75,26 @@ class Series:
         return list(zip(times, self.values))
 
 
+class Strips(list):
+    """The series of a strip plot: one per object, of the ``of`` objects whose field
+    changed; beyond `MAX_STRIPS` of them only every `sampling`-th object's series is
+    kept (every object's values of a 10M-event trace were 150 MB in a helper)."""
+
+    def __init__(self, of: int):
+        super().__init__()
+        self.of = of
+
+    @staticmethod
+    def sampling(objects: int) -> int:
+        """Every how many objects one strip is drawn."""
+        return max(1, -(-objects // MAX_STRIPS))
+
+
+def objects_in(series: list) -> int:
+    """How many objects a plot's series stand for (`Strips` may hold some of them)."""
+    return series.of if isinstance(series, Strips) else len(series)
+
+
 @dataclass
 class FieldPlot:
     path: str
@@ -258,8 +278,10 @@ class _Painter:
         edges = np.linspace(0, longest, bins, endpoint=False)
         # the image is a few hundred pixels high: beyond MAX_STRIPS objects every
         # step-th one is drawn (a grid of every object of a 10M-event trace, and
-        # matplotlib's copies of it, were gigabytes)
-        step = -(-len(job.series) // MAX_STRIPS)
+        # matplotlib's copies of it, were gigabytes); `Strips` come sampled already
+        total = objects_in(job.series)
+        sampled_before = total > len(job.series)
+        step = 1 if sampled_before else Strips.sampling(len(job.series))
         grid = np.full((-(-len(job.series) // step), bins), np.nan)
         at = 0
         for i, s in enumerate(job.series):
@@ -282,14 +304,14 @@ class _Painter:
             cmap = ListedColormap(colours)
             image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap,
                               vmin=-0.5, vmax=len(ticks) - 0.5, origin="upper",
-                              extent=(0, longest / 1e6, len(job.series), 0))
+                              extent=(0, longest / 1e6, total, 0))
             ax.legend(handles=[Patch(color=c, label=literal(label))
                                for c, (_, label) in zip(colours, ticks)],
                       fontsize=7.5, frameon=False, loc="upper left",
                       bbox_to_anchor=(1.01, 1.0), handlelength=1.0, borderaxespad=0.2)
         else:
             image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
-                              origin="upper", extent=(0, longest / 1e6, len(job.series), 0))
+                              origin="upper", extent=(0, longest / 1e6, total, 0))
             bar = ax.figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
             bar.ax.tick_params(labelsize=7.5)
             if ticks:
@@ -298,9 +320,10 @@ class _Painter:
         from matplotlib.ticker import MaxNLocator
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
-        sampled = f", every {step}th drawn" if step > 1 else ""
+        every = Strips.sampling(total)
+        sampled = f", every {every}th drawn" if every > 1 else ""
         self._labels(ax, job.title, "ms since the object was first seen",
-                     f"objects (of {len(job.series)}{sampled}), by first appearance")
+                     f"objects (of {total}{sampled}), by first appearance")
         self._save(ax, job.path)
 
     def duration_plot(self, job: DurationPlot) -> None:
