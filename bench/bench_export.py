@@ -12,8 +12,9 @@ Stages: the analysis (with the snapshots), the event table of every row at once 
 `ctracer sql` registers), then each writer on the batches of rows
 (`ctracer.export.table.event_tables`, as `ctracer export` writes them), the process's
 peak memory after each.  With ``--commands`` each format is instead exported by
-``ctracer export`` in a process of its own: its wall time and peak RSS (its
-``ru_maxrss``, from ``wait4``).  ``--trace`` exports a trace made elsewhere
+``ctracer export`` in a process of its own: its wall time, its peak RSS (its
+``ru_maxrss``, from ``wait4``: it counts the pages of the analysis' mapped arrays, which
+the kernel may drop) and its peak anonymous memory (`anon_memory`, sampled).  ``--trace`` exports a trace made elsewhere
 (`rounds_trace.py` makes a 10M-event one).
 """
 
@@ -34,6 +35,7 @@ from ctracer.export import parquet, perfetto, text  # noqa: E402
 from ctracer.export.table import event_table, event_tables  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402
 from synthetic_trace import write_synthetic_trace  # noqa: E402
+from anon_memory import AnonSampler  # noqa: E402
 
 
 def anchor_seconds(path: str) -> float:
@@ -54,21 +56,22 @@ def peak_mb() -> float:
     return 0.0
 
 
-def run_command(trace: str, fmt: str, out: str) -> tuple[float, float]:
-    """``ctracer export`` of ``trace`` as ``fmt`` in a process of its own: wall seconds
-    and peak RSS (MB)."""
+def run_command(trace: str, fmt: str, out: str) -> tuple[float, float, float]:
+    """``ctracer export`` of ``trace`` as ``fmt`` in a process of its own: wall seconds,
+    peak RSS and peak anonymous memory (MB)."""
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "src"))
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "ctracer", "export", trace, "--format",
                              fmt, "-o", out], env=env, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
+    with AnonSampler(proc.pid) as anon:
+        _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"ctracer export --format {fmt} failed ({proc.returncode})")
-    return took, usage.ru_maxrss / 1024
+    return took, usage.ru_maxrss / 1024, anon.tree
 
 
 def main() -> int:
@@ -95,9 +98,10 @@ def main() -> int:
         if args.commands:
             for fmt in args.commands:
                 out = os.path.join(work, names[fmt])
-                took, peak = run_command(path, fmt, out)
+                took, peak, anon = run_command(path, fmt, out)
                 print(f"ctracer export --format {fmt}: {took:.2f} s = {took / anchor:.2f}x "
-                      f"the anchor; peak {peak:.0f} MB; {os.path.getsize(out) / 1e6:.1f} MB")
+                      f"the anchor; peak anonymous memory {anon:.0f} MB (RSS {peak:.0f} MB "
+                      f"with mapped pages); {os.path.getsize(out) / 1e6:.1f} MB")
                 os.unlink(out)
             return 0
 
