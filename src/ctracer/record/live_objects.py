@@ -62,9 +62,27 @@ class LiveObjects:
         #: (thread, function row, depth) -> the event a call of a creation function or of
         #: a function whose exit ends a lifetime began at
         self._entered: dict[tuple[int, int, int], int] = {}
+        #: (thread, function row, depth) -> the address an open call's entry showed and
+        #: the lifetime number it had then
+        self._entry_names: dict[tuple[int, int, int], tuple[int, int]] = {}
 
     def name(self, address: int) -> str:
         return object_name(address, self.number.get(address, 1))
+
+    def event_name(self, address: int, *, row: int, phase: str, tid: int, depth: int) -> str:
+        """The name of the object an event shows, once its rules are applied: an exit's
+        is its entry's when both show the address (a call is one lifetime's, even when
+        another CPU's creation function handed the address out again meanwhile), unless
+        the function creates objects (its exit's object is the one it made)."""
+        key = (tid, row, depth)
+        if phase == "entry":
+            self._entry_names[key] = (address, self.number.get(address, 1))
+        elif phase == "exit":
+            entered = self._entry_names.pop(key, None)
+            if entered is not None and address and entered[0] == address \
+                    and row not in self.creators:
+                return object_name(address, entered[1])
+        return self.name(address)
 
     # ------------------------------------------------------------------ events
 

@@ -24,13 +24,16 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
 from ctracer.probes import ProbeProgram
 from ctracer.record import netdevs
 from ctracer.tracefile import FunctionRow, TraceWriter
+
+if TYPE_CHECKING:
+    from ctracer.record.tail import Tail
 
 
 @dataclass
@@ -95,7 +98,7 @@ class EventSink:
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
-                 tail: Optional[Callable[[bytes], None]] = None):
+                 tail: Optional["Tail"] = None):
         self.writer = writer
         self.counts = counts
         self.tail = tail
@@ -136,6 +139,8 @@ class EventSink:
         """Count what arrived; commit it when `COMMIT_S` has passed (or ``commit``),
         outside the ring buffer's callback."""
         self._take()
+        if self.tail is not None:
+            self.tail.release(final=commit)
         now = time.monotonic()
         if commit or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
@@ -304,7 +309,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
            command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
            duration: Optional[float] = None, progress: Optional[Progress] = None,
            on_attached: Optional[Callable[[], None]] = None,
-           tail: Optional[Callable[[bytes], None]] = None) -> RecordResult:
+           tail: Optional["Tail"] = None) -> RecordResult:
     """Record until the command exits / the process goes away / ``duration`` seconds /
     Ctrl-C, and write the trace file at ``output``."""
     from ctracer.record import bpf_runtime
@@ -442,6 +447,8 @@ def _commit(sink: "EventSink", stopped_by: str) -> str:
     """Commit what the sink holds, unless the disk is full (met now or before); why the
     recording stopped."""
     if stopped_by == DISK_FULL:
+        if sink.tail is not None:
+            sink.tail.release(final=True)
         return stopped_by
     try:
         sink.flush(commit=True)

@@ -12,11 +12,19 @@ tracepoint announces before it happens (`ctracer.plan.stores`) is shown on the
 announcing hit, ``old → new (announced)``, as the report shows it.  Values are shown by
 the ``formatter`` the command passes (`ctracer.report.values.ValueFormatter`: TCP
 states, flag bits, addresses and devices by name), else as raw numbers.
+
+Lines come in time order, as the report lists events: the ring buffer holds events in
+the order they were reserved, and a CPU stamps its event's time after reserving it, so
+an event can arrive before one another CPU stamped earlier.  Each event waits
+`REORDER_NS` (by the kernel's monotonic clock, the one that stamps events) before it is
+printed, and the waiting ones go out earliest first.
 """
 
 from __future__ import annotations
 
+import heapq
 import sys
+import time
 from typing import Any, Optional, Protocol, TextIO
 
 from ctracer.plan import stores
@@ -27,6 +35,9 @@ from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY
 
 #: changed fields shown on one line before the rest is counted
 MAX_CHANGES_SHOWN = 8
+#: how long an event waits to be printed (ns): far longer than a probe runs between
+#: reserving its event and stamping it, short enough not to be seen
+REORDER_NS = 5_000_000
 
 
 class Formatter(Protocol):
@@ -84,6 +95,10 @@ class Tail:
         #: thread -> how many traced calls are open on it (the depth of its next entry)
         self._open: dict[int, int] = {}
         self.first_ns: Optional[int] = None
+        #: events waiting to be printed: (time, arrival number, bytes), a heap
+        self._waiting: list[tuple[int, int, bytes]] = []
+        self._arrived = 0
+        self._time = HEADER.field("ts_ns")
 
     def line(self, raw: bytes) -> str:
         h = HEADER.decode(raw)
@@ -179,7 +194,7 @@ class Tail:
                     shown.append(f"… {len(changed) - len(shown)} more")
                 if shown:
                     parts.append("| " + ", ".join(shown))
-        parts[1] = objects.name(obj) if obj else "0x0"
+        parts[1] = objects.event_name(obj, row=fid, phase=kind, tid=tid, depth=depth)
         return " ".join(parts)
 
     def _pointer(self, name: str, value: int) -> str:
@@ -193,5 +208,19 @@ class Tail:
         return f"{value:#x}"
 
     def __call__(self, raw: bytes) -> None:
-        self.out.write(self.line(raw) + "\n")
-        self.out.flush()
+        """Take an event as it arrives; it is printed by `release`."""
+        ts = int.from_bytes(raw[self._time.offset:self._time.offset + 8], "little")
+        heapq.heappush(self._waiting, (ts, self._arrived, raw))
+        self._arrived += 1
+
+    def release(self, final: bool = False) -> None:
+        """Print, earliest first, the events that have waited `REORDER_NS` (``final``:
+        every one)."""
+        waiting = self._waiting
+        limit = None if final else time.monotonic_ns() - REORDER_NS
+        lines = []
+        while waiting and (limit is None or waiting[0][0] <= limit):
+            lines.append(self.line(heapq.heappop(waiting)[2]) + "\n")
+        if lines:
+            self.out.write("".join(lines))
+            self.out.flush()
