@@ -477,12 +477,17 @@ class Analysis:
         calls = np.unique(fn[counted], return_counts=True)
         for fid, n in zip(*(a.tolist() for a in calls)):
             out[fid].calls = n
-        for fid in out:
-            sel = timed & (fn == fid)
-            if sel.any():
-                d = ev.duration_ns[rows][sel]
-                out[fid].durations = d
-                out[fid].call_times = ev.ts_ns[rows][sel] - d - self.start_ns
+        at = np.flatnonzero(timed)
+        if len(at):
+            # each function's timed calls, in time order: a stable sort by function
+            at = at[np.argsort(fn[at], kind="stable")]
+            durations, times = ev.duration_ns[rows[at]], ev.ts_ns[rows[at]]
+            starts = np.flatnonzero(np.r_[True, fn[at][1:] != fn[at][:-1]])
+            for lo, hi in zip(starts.tolist(), starts[1:].tolist() + [len(at)]):
+                d = durations[lo:hi]
+                stats = out[int(fn[at[lo]])]
+                stats.durations = d
+                stats.call_times = times[lo:hi] - d - self.start_ns
         for fid, n in changed_by.items():
             if fid not in out:
                 out[fid] = MethodStats(fid, self.function_name(fid))

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import graphviz
@@ -92,6 +92,23 @@ class Placed:
     height: float
     nodes: dict[str, tuple[float, float, float, float]]
     edges: dict[tuple[str, str], tuple[list[tuple[float, float]], Optional[tuple[float, float]]]]
+    #: each edge's SVG path data, made once per shape however many graphs it draws
+    _paths: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def path(self, edge: tuple[str, str]) -> Optional[str]:
+        """The SVG path data of an edge's spline (None: dot drew no such edge)."""
+        d = self._paths.get(edge)
+        if d is None:
+            spline = self.edges.get(edge)
+            if spline is None:
+                return None
+            points = spline[0]
+            d = f"M{points[0][0]:.1f},{points[0][1]:.1f}"
+            for i in range(1, len(points) - 2, 3):
+                (x1, y1), (x2, y2), (x3, y3) = points[i:i + 3]
+                d += f" C{x1:.1f},{y1:.1f} {x2:.1f},{y2:.1f} {x3:.1f},{y3:.1f}"
+            self._paths[edge] = d
+        return d
 
 
 def _parse_plain(text: str) -> Placed:
@@ -188,14 +205,11 @@ def svg(g: nx.DiGraph, placed: Placed,
            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
            'fill="#7d8896"/></marker></defs>']
     for a, b, calls in g.edges(data="calls"):
-        spline = placed.edges.get((_node_id(a), _node_id(b)))
-        if spline is None:
+        edge = (_node_id(a), _node_id(b))
+        d = placed.path(edge)
+        if d is None:
             continue
-        points, label = spline
-        d = f"M{points[0][0]:.1f},{points[0][1]:.1f}"
-        for i in range(1, len(points) - 2, 3):
-            (x1, y1), (x2, y2), (x3, y3) = points[i:i + 3]
-            d += f" C{x1:.1f},{y1:.1f} {x2:.1f},{y2:.1f} {x3:.1f},{y3:.1f}"
+        label = placed.edges[edge][1]
         width = 0.8 + 2.2 * math.log1p(calls) / math.log1p(most)
         out.append(f'<path class="edge" d="{d}" stroke-width="{width:.2f}" '
                    'marker-end="url(#arrow)"/>')

@@ -205,9 +205,10 @@ class _RunningState:
         show = self.site.timeline.value
         return {name: show(name, value) for name, value in self.site.data.first_values(i).items()}
 
-    def page_start(self, rows: np.ndarray) -> dict[str, dict[str, str]]:
+    def page_start(self, rows: np.ndarray, advance: bool = True) -> dict[str, dict[str, str]]:
         """Every field's value at the first of ``rows``, per object label ("" on an
-        object's own pages); then the state moves past ``rows``."""
+        object's own pages); then, with ``advance`` (a page follows), the state moves
+        past ``rows``."""
         a = self.site.data
         objects: dict[str, dict[str, str]] = {}
         present = a.events.object[rows]
@@ -219,6 +220,8 @@ class _RunningState:
                 self.values[o] = self._initial(o)
             if label not in objects:
                 objects[label] = dict(self.values[o])
+        if not advance:
+            return objects
         timeline = self.site.timeline
         picks = _changes_of(timeline.change_start[rows], timeline.change_end[rows])
         ch = a.changes
@@ -416,7 +419,8 @@ class _Site:
         for number in range(count):
             chunk = rows[number * PAGE_ROWS:(number + 1) * PAGE_ROWS]
             data = self.timeline.page(chunk, use_object_depth=use_object_depth,
-                                      objects=objects, state=states.page_start(chunk))
+                                      objects=objects,
+                                      state=states.page_start(chunk, number + 1 < count))
             rows_file = _rows_file(number)
             with open(os.path.join(self.out_dir, directory, rows_file), "w",
                       encoding="utf-8") as f:
@@ -545,8 +549,8 @@ class _Site:
             shown = found[:per_field]
             items = []
             at = ch.event[shown]
-            for k, event, seq, ts, o, old, new, cause, fid, seen in zip(
-                    shown.tolist(), at.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
+            for k, page, seq, ts, o, old, new, cause, fid, seen in zip(
+                    shown.tolist(), page_of.pages(at), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
                     ev.object[at].tolist(), ch.old[shown].tolist(), ch.new[shown].tolist(),
                     ch.cause[shown].tolist(), ch.function[shown].tolist(),
                     ev.function[at].tolist()):
@@ -563,7 +567,7 @@ class _Site:
                     time=format_offset(ts - start), object=cell,
                     old=self.shown_html(j, old), new=self.shown_html(j, new),
                     cause=self.cause_html(k, cause, fid, seen),
-                    href=f"{page_of.page(event)}#{anchor}{int(seq)}"))
+                    href=f"{page}#{anchor}{seq}"))
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn
             if has_plot:
@@ -819,14 +823,18 @@ class _PageOf:
     def __init__(self, site: "_Site", rows: np.ndarray, files: list[str]):
         self.site, self.rows, self.files = site, rows, files
 
-    def page(self, event: int) -> str:
-        """The page file of the event at position ``event``."""
-        i = int(np.searchsorted(self.rows, event))
-        if i >= len(self.rows) or self.rows[i] != event:
-            return "index.html"
+    def pages(self, events: np.ndarray) -> list[str]:
+        """The page file of each event at positions ``events``."""
+        rows = self.rows
+        if not len(rows) or not len(events):
+            return ["index.html"] * len(events)
+        i = np.searchsorted(rows, events)
+        found = rows[np.minimum(i, len(rows) - 1)] == events
         tl, ev = self.site.timeline, self.site.data.events
-        linked = tl.change_end[event] > tl.change_start[event] or ev.unreadable[event]
-        return self.files[i // PAGE_ROWS] if linked else "index.html"
+        linked = found & ((tl.change_end[events] > tl.change_start[events])
+                          | ev.unreadable[events])
+        files = self.files + ["index.html"]
+        return [files[k] for k in np.where(linked, i // PAGE_ROWS, len(self.files)).tolist()]
 
 
 #: the site a forked helper works on (inherited from the parent, never copied)
