@@ -100,8 +100,10 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
     entries = plan.of_kind("kprobe")
     if not entries:
         return
+    from ctracer.record.kernel import task_storage_works
     program = build_kernel_program((), layout, None, entry_kind="kprobe",
-                                   function_methods=[m for p in entries for m in p.methods])
+                                   function_methods=[m for p in entries for m in p.methods],
+                                   task_storage=task_storage_works("kprobe").works is not False)
     began = time.monotonic()
     results = bpf_runtime.verify_programs(program.text, program.program_names(),
                                           timing=verdicts)
