@@ -18,17 +18,25 @@ each).
 
 What the programs do per call, for each way to the object (each function-table row):
 
-* entry: the thread's call depth is counted up (a per-thread counter), the object's
-  address computed, the object snapshotted and an entry event written through
-  ``ctracer_hit`` (the same admission, following and lifetime rules as the tracepoint
-  probes: `ctracer.probes.tracepoint`), with the call's first `NARGS` register arguments
-  in the event's argument slots; what the exit needs is saved per (thread, depth);
-* exit: the depth is counted down, the entry's saved state taken (its objects: a
-  kretprobe no longer has the arguments; an exit with no saved entry is flagged
-  `FLAG_NO_ENTRY`), the return value read and normalised to its C type, and an exit
-  event written for each way its entry wrote one (a ``returns`` method's object is the
-  return value; a holder still NULL at entry, like an incoming skb's ``->sk``, gives
-  neither), so every exit has its entry.
+* entry: the thread's call depth is counted up, the object's address computed, the
+  object snapshotted and an entry event written through ``ctracer_hit`` (the same
+  admission, following and lifetime rules as the tracepoint probes:
+  `ctracer.probes.tracepoint`), with the call's first `NARGS` register arguments in the
+  event's argument slots; what the exit needs (objects, arguments) is saved by depth;
+* exit: the depth is counted down, the entry's saved state taken (its objects and
+  arguments: a kretprobe no longer has the arguments, and fexit need not read them
+  again; an exit with no saved entry is flagged `FLAG_NO_ENTRY`), the return value read
+  and normalised to its C type, and an exit event written for each way its entry wrote
+  one (a ``returns`` method's object is the return value; a holder still NULL at entry,
+  like an incoming skb's ``->sk``, gives neither), so every exit has its entry.
+
+The depth and the saved calls live in the thread's task storage (one
+``bpf_task_storage_get`` a probe, no hashing, no locks, freed with the task; the
+entries of the `THREAD_CALLS` shallowest levels), where the running kernel lets the
+kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
+LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
+lookup and a delete at exit; measured in the 6.12 guest: see the README's
+bench_kmethods rows).
 
 A ``ctracer_stopped`` flag ends every probe at one instant (detaching thousands of links
 takes a while).  Recursion is avoided by construction: the probed functions take the
