@@ -174,6 +174,21 @@ def _program_stats(ids: set[int]) -> tuple[int, int]:
     return ns, cnt
 
 
+def _settled(before: set[int], quiet: float = 5.0, limit: float = 600.0) -> set[int]:
+    """The programs loaded since ``before``, once their number has not grown for
+    ``quiet`` seconds: bpftrace says "Attaching" before it has loaded them all (its
+    kfunc programs take a while in a guest; read at once, none was found and the
+    empty fentry probes' run time came out 0)."""
+    start = time.monotonic()
+    ids, grew = _program_ids() - before, time.monotonic()
+    while time.monotonic() - grew < quiet and time.monotonic() - start < limit:
+        time.sleep(0.5)
+        now = _program_ids() - before
+        if len(now) != len(ids):
+            ids, grew = now, time.monotonic()
+    return ids
+
+
 def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
               fields: list[str]) -> None:
     """Cost per traced call: the workload under bpftrace's empty entry+exit probes of
@@ -185,7 +200,7 @@ def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
     script = ",".join(f"{entry}:{f},{ret}:{f}" for f in hot) + " { }"
     before = _program_ids()
     bt, _, _ = _bpftrace(script, {})
-    theirs = _program_ids() - before
+    theirs = _settled(before)
     empty = min(_workload(args.messages) for _ in range(args.rounds))
     empty_ns, empty_cnt = _program_stats(theirs)
     _stop(bt)
