@@ -128,7 +128,8 @@ def test_plan_verify_command_on_chosen_kernel_functions(support):
 def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
     """The kernel-function programs keep each thread's depth and saved calls in task
     storage where the kind's programs may use it (tried here with a hand-made map and
-    program), else in two LRU hashes: both texts pass the verifier, so a kernel refusing
+    program; a call deeper than the storage keeps in an LRU hash), else in two LRU
+    hashes: both texts pass the verifier, so a kernel refusing
     task storage still gets its functions traced."""
     from ctracer.probes.kernel import build_kernel_program
     from ctracer.record import bpf_runtime
@@ -145,6 +146,6 @@ def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
         program = build_kernel_program((), layout, catalog, function_methods=methods,
                                        entry_kind="kprobe", task_storage=storage)
         assert ("BPF_TASK_STORAGE(ctracer_kthreads" in program.text) == storage
-        assert ("ctracer_kcalls" in program.text) == (not storage)
+        assert ("ctracer_depth" in program.text) == (not storage)
         results = bpf_runtime.verify_programs(program.text, program.program_names())
         assert results and all(v == "" for v in results.values()), (storage, results)

@@ -32,7 +32,8 @@ What the programs do per call, for each way to the object (each function-table r
 
 The depth and the saved calls live in the thread's task storage (one
 ``bpf_task_storage_get`` a probe, no hashing, no locks, freed with the task; the
-entries of the `THREAD_CALLS` shallowest levels), where the running kernel lets the
+entries of the `THREAD_CALLS` shallowest levels; a deeper call's in an LRU hash, as
+before), where the running kernel lets the
 kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
 LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
 lookup and a delete at exit; measured in the 6.12 guest: see the README's
@@ -274,14 +275,22 @@ def kfn_size() -> int:
 
 def struct_definitions(functions: int, task_storage: bool = True) -> str:
     """The descriptor structs and the maps of the method programs: with ``task_storage``
-    each thread's depth and saved calls in one task-local storage map (`THREAD_CALLS`
-    calls deep), else two LRU hashes keyed by thread id (kernels or program kinds that
-    refuse task storage)."""
+    each thread's depth and saved calls in one task-local storage map (the `THREAD_CALLS`
+    shallowest levels; deeper calls in an LRU hash keyed by thread and depth), else two
+    LRU hashes keyed by thread id (kernels or program kinds that refuse task storage)."""
+    hashed = """\
+struct ctracer_kcall_key {
+	u32 tid;
+	u32 depth;
+};
+
+BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
+"""
     if task_storage:
-        state = f"""\
-/* A thread's call depth and what each entry leaves for its exit, by depth: a call deeper
- * than CTRACER_KSTACK saves nothing (its exit is one without an entry) and leaves the
- * shallower calls' records alone. */
+        state = hashed + f"""\
+
+/* A thread's call depth and what each entry leaves for its exit, by depth; a call deeper
+ * than CTRACER_KSTACK leaves it in ctracer_kcalls, as every call did before. */
 #define CTRACER_KSTACK {THREAD_CALLS}
 struct ctracer_kthread {{
 	u32 depth;
@@ -292,13 +301,7 @@ struct ctracer_kthread {{
 BPF_TASK_STORAGE(ctracer_kthreads, struct ctracer_kthread);
 """
     else:
-        state = """\
-struct ctracer_kcall_key {
-	u32 tid;
-	u32 depth;
-};
-
-BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
+        state = hashed + """\
 BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
 """
     return f"""\
@@ -426,8 +429,16 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True)
 		t->depth = depth + 1;
 	}"""
         save = """\
-	if (t && depth < CTRACER_KSTACK)
-		__builtin_memcpy(&t->call[depth & (CTRACER_KSTACK - 1)], &call, sizeof(call));"""
+	if (t && depth < CTRACER_KSTACK) {
+		__builtin_memcpy(&t->call[depth & (CTRACER_KSTACK - 1)], &call, sizeof(call));
+	} else if (t) {
+		/* deeper than the task storage keeps */
+		struct ctracer_kcall_key key = {};
+
+		key.tid = (u32)pid_tgid;
+		key.depth = depth;
+		ctracer_kcalls.update(&key, &call);
+	}"""
     else:
         state = "\tstruct ctracer_kcall_key key = {};\n\tu32 *counter, tid;"
         count = """\
@@ -503,11 +514,24 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 	if (t) {
 		depth = t->depth ? t->depth - 1 : 0;
 		t->depth = depth;
-		saved = &t->call[depth & (CTRACER_KSTACK - 1)];
-		if (depth < CTRACER_KSTACK && saved->fn == fi && saved->depth == depth + 1) {
-			__builtin_memcpy(&call, saved, sizeof(call));
-			saved->depth = 0;
-			have = 1;
+		if (depth < CTRACER_KSTACK) {
+			saved = &t->call[depth & (CTRACER_KSTACK - 1)];
+			if (saved->fn == fi && saved->depth == depth + 1) {
+				__builtin_memcpy(&call, saved, sizeof(call));
+				saved->depth = 0;
+				have = 1;
+			}
+		} else {
+			struct ctracer_kcall_key key = {};
+
+			key.tid = (u32)pid_tgid;
+			key.depth = depth;
+			saved = ctracer_kcalls.lookup(&key);
+			if (saved && saved->fn == fi) {
+				__builtin_memcpy(&call, saved, sizeof(call));
+				ctracer_kcalls.delete(&key);
+				have = 1;
+			}
 		}
 	}"""
     else:
