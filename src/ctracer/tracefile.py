@@ -919,13 +919,15 @@ class Trace:
                         c["snapshots"][i].tobytes() if c["has_snapshot"][i] else None,
                         json.loads(texts[args]) if args >= 0 else None)
 
-    def event_columns(self, chunk: int = 131072) -> dict[str, Any]:
+    def event_columns(self, chunk: int = 131072, space: Any = None) -> dict[str, Any]:
         """Every event as columns (numpy arrays), in time order (then recording order):
         ``seq``, ``ts_ns``, ``cpu``, ``pid``, ``tid``, ``function_id``, ``phase``,
         ``object`` (u64), ``retval`` with ``has_retval``, ``flags``, ``comm`` and
         ``args`` as indexes into ``comms`` and ``args_texts`` (args -1: none), and the
         snapshots as ``snapshots`` (one row of bytes per event, zeros where
-        ``has_snapshot`` is False), and the ``depth`` the probe recorded."""
+        ``has_snapshot`` is False), and the ``depth`` the probe recorded.  ``space``
+        (`ctracer.analysis.mapped.ArraySpace`, or anything with its ``zeros`` and
+        ``take``) says where the columns live; by default the heap."""
 
         size = self.mini.size
         args = "args" if self._has_args else "NULL"
@@ -939,10 +941,11 @@ class Trace:
         n = self._span()[0]
         # each column allocated once and filled in place: a copy of ten million
         # events' columns is a gigabyte
-        out: dict[str, Any] = {name: np.zeros(n, kind) for name, kind in zip(names, types)}
-        out["comm"] = np.zeros(n, np.int32)
-        out["args"] = np.zeros(n, np.int32)
-        out["snapshots"] = np.zeros((n, size), np.uint8)
+        zeros = space.zeros if space is not None else np.zeros
+        out: dict[str, Any] = {name: zeros(n, kind) for name, kind in zip(names, types)}
+        out["comm"] = zeros(n, np.int32)
+        out["args"] = zeros(n, np.int32)
+        out["snapshots"] = zeros((n, size), np.uint8)
         comms: dict[str, int] = {}
         texts: dict[Optional[str], int] = {None: -1}
         at = 0
@@ -986,7 +989,8 @@ class Trace:
         order = np.lexsort((out["seq"], out["ts_ns"]))
         if (np.diff(order) < 0).any():
             for name in names + ("object", "comm", "args", "snapshots"):
-                out[name] = out[name][order]
+                out[name] = (space.take(out[name], order) if space is not None
+                             else out[name][order])
         out["comms"] = list(comms)
         out["args_texts"] = [t for t in texts if t is not None]
         return out

@@ -18,8 +18,8 @@ def test_traced_text_is_drawn_literally(tmp_path):
     plots._init_worker(MINI.to_json())
     painter = plots._painter
     job = plots.FieldPlot(str(tmp_path / "name.png"), "name", f"name — {TRAP}",
-                          [plots.Series(TRAP, [(0, "plain"), (1000, TRAP)], 2000),
-                           plots.Series("$b$", [(0, "plain"), (500, "$$")], 2000)])
+                          [plots.Series.of_points(TRAP, [(0, "plain"), (1000, TRAP)], 2000),
+                           plots.Series.of_points("$b$", [(0, "plain"), (500, "$$")], 2000)])
     painter.field_plot(job)
     assert (tmp_path / "name.png").stat().st_size > 0
     ax = next(iter(painter._canvases.values()))
@@ -59,3 +59,23 @@ def test_envelope_keeps_each_stretchs_first_last_lowest_and_highest():
         part = values[lo:hi]
         mine = [values[i] for i in kept if lo <= i < hi]
         assert min(mine) == min(part) and max(mine) == max(part)
+
+
+def test_a_strip_plot_of_more_objects_than_strips_draws_every_nth(tmp_path, monkeypatch):
+    """Beyond MAX_STRIPS objects a strip plot draws every n-th object's strip: here the
+    drawn ones (every 5th) are all "kept" and the others "skipped", so the sampled image
+    has no pixel of the skipped value's colour and the full one has."""
+    from PIL import Image
+
+    plots._init_worker(MINI.to_json())
+    series = [plots.Series.of_points(f"o{i}", [(0, "kept" if i % 5 == 0 else "skipped")], 1000)
+              for i in range(50)]
+
+    def colours(name):
+        plots._painter.strip_plot(plots.StripPlot(str(tmp_path / name), "name", "t", series))
+        return set(Image.open(tmp_path / name).convert("RGB").getdata())
+
+    every_one = colours("all.png")
+    monkeypatch.setattr(plots, "MAX_STRIPS", 10)
+    sampled = colours("sampled.png")
+    assert every_one - sampled  # the skipped value's colour is gone

@@ -44,46 +44,53 @@ def open_trace(path: str, progress: Optional[Callable[[int], None]] = None) -> A
 
 
 def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = None, *,
-         snapshots: bool = False) -> Analysis:
+         snapshots: bool = False, spill_dir: Optional[str] = None) -> Analysis:
     """Analyse the trace file at ``trace`` (a path, or an open `ctracer.tracefile.Trace`);
     with ``snapshots`` the result keeps every event's snapshot bytes (`Analysis.snapshots`,
-    what the exports' field columns are decoded from)."""
+    what the exports' field columns are decoded from).  A big trace's big arrays live in
+    unnamed files mapped from ``spill_dir`` (default: the temporary directory; see
+    `ctracer.analysis.mapped`)."""
     from ctracer.tracefile import Trace
 
     if isinstance(trace, str):
         opened = Trace(trace)
         try:
-            return _analyse(opened, progress or (lambda _m: None), snapshots)
+            return _analyse(opened, progress or (lambda _m: None), snapshots, spill_dir)
         finally:
             opened.close()
-    return _analyse(trace, progress or (lambda _m: None), snapshots)
+    return _analyse(trace, progress or (lambda _m: None), snapshots, spill_dir)
 
 
-def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> Analysis:
+def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
+             spill_dir: Optional[str]) -> Analysis:
     import numpy as np
 
     from ctracer.analysis import changes as changing
     from ctracer.analysis import passes
     from ctracer.analysis.functions import function_table, lifetime_rule
+    from ctracer.analysis.mapped import ArraySpace, is_mapped
     from ctracer.analysis.memory import release_free_memory
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
     announced = trace.meta_json("announced_stores")
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
-    read = passes.read_events(trace, fns)
+    space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
+                                 spill_dir)
+    read = passes.read_events(trace, fns, space)
     c = read.columns
     say(f"read {len(read)} events")
     arguments = _Arguments(c["args_texts"], c["args"])
     identities, identity_rule = passes.head_identities(trace, read)
-    pairing = passes.pair_calls(read, fns, say, identities, identity_rule, arguments.of_read)
+    pairing = passes.pair_calls(read, fns, say, identities, identity_rule, arguments.of_read,
+                                space)
     calls = passes.count_calls(read, pairing, fns)
-    placed = passes.assign_objects(pairing, calls.duplicate)
+    placed = passes.assign_objects(pairing, calls.duplicate, space)
     keep = placed.keep
     every = len(keep) == len(read)
 
     def kept(column: Any) -> Any:
-        return column if every else column[keep]  # no copy when no event was dropped
+        return column if every else space.take(column, keep)  # no copy when none dropped
 
     events = Events(
         seq=kept(c["seq"]), ts_ns=kept(c["ts_ns"]), cpu=kept(c["cpu"]), pid=kept(c["pid"]),
@@ -97,14 +104,14 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
         unreadable=np.zeros(len(keep), bool), object_caller=None, thread_caller=None,
         comms=c["comms"], args_texts=c["args_texts"])
     events.object_depth, events.object_caller, events.thread_caller = passes.nesting(
-        events.object, events.tid, events.function, events.phase)
+        events.object, events.tid, events.function, events.phase, space)
     objects = Objects(placed.keys, placed.labels, placed.dirnames, placed.started_by,
                       events.object, np.zeros(0, np.int64))
     say(f"{len(events)} events, {len(objects)} objects")
     values = FieldValues(trace.mini)
     found = changing.find_changes(events, kept(c["object"]), c["snapshots"], keep,
                                   kept(c["has_snapshot"]), objects, trace.mini, values,
-                                  trace.head_fields)
+                                  trace.head_fields, space)
     held = (kept(c["snapshots"]), kept(c["has_snapshot"])) if keep_snapshots else (None, None)
     del c["snapshots"], c["depth"]
     changing.count_attributed(found, events, objects, calls.methods,
@@ -120,6 +127,10 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool) -> An
         f"; {pairing.identity_rule}" if pairing.identity_rule else "")
     null_events, unmatched = placed.null_events, pairing.unmatched_exits
     del read, c, placed, pairing
+    for name in events.names:  # helpers forked later share these pages: none may write
+        column = getattr(events, name)
+        if is_mapped(column):
+            column.setflags(write=False)
     release_free_memory()  # what the passes freed, before anyone forks helpers
     counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),

@@ -33,32 +33,51 @@ class CallCounts:
     hits: frozenset[int] = frozenset()
 
 
+#: events counted at a time (all of a big trace's at once would be n-sized temporaries)
+COUNTED_AT_ONCE = 1 << 20
+
+
 def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCounts:
     """The call counts among the events at ``rows`` (time order); ``callers`` is the
     caller column of those events (``object_caller`` or ``thread_caller``, whole)."""
-    fn = events.function[rows]
-    phase = events.phase[rows]
-    fids, first = np.unique(fn, return_index=True)
-    first_is_exit = np.zeros(len(rows), bool)
-    first_is_exit[first] = (phase[first] != PHASE_ENTRY) & (phase[first] != PHASE_TRACEPOINT)
-    counted = (phase == PHASE_ENTRY) | (phase == PHASE_TRACEPOINT) | first_is_exit
-    at = np.flatnonzero(counted)
-    callee, caller = fn[at], callers[rows][at].astype(np.int64)
-    functions, first_call, calls = np.unique(callee, return_index=True, return_counts=True)
-    in_order = np.argsort(first_call, kind="stable")
-    timed = events.duration_ns[rows] != NO_DURATION
-    totals = dict(zip(*(a.tolist() for a in _sums(fn[timed], events.duration_ns[rows][timed]))))
-    pairs = np.stack([caller, callee.astype(np.int64)], axis=1) if len(at) else \
-        np.zeros((0, 2), np.int64)
-    edges, edge_first, edge_calls = np.unique(pairs, axis=0, return_index=True,
-                                              return_counts=True)
-    edge_order = np.argsort(edge_first, kind="stable")
-    fn_list = functions[in_order].tolist()
-    return CallCounts(fn_list, calls[in_order].tolist(),
-                      [totals.get(f, 0) for f in fn_list],
-                      [tuple(e) for e in edges[edge_order].tolist()],
-                      edge_calls[edge_order].tolist(),
-                      frozenset(np.unique(fn[phase == PHASE_TRACEPOINT]).tolist()))
+    calls: dict[int, int] = {}              # in order of first call
+    totals: dict[int, int] = {}
+    edges: dict[tuple[int, int], int] = {}  # in order of first call
+    seen: set[int] = set()                  # functions among the events so far
+    hits: set[int] = set()
+    for lo in range(0, len(rows), COUNTED_AT_ONCE):
+        part = rows[lo:lo + COUNTED_AT_ONCE]
+        fn = events.function[part]
+        phase = events.phase[part]
+        fids, first = np.unique(fn, return_index=True)
+        fresh = np.array([f not in seen for f in fids.tolist()], bool)
+        seen.update(fids.tolist())
+        first = first[fresh] if len(fresh) else first
+        first_is_exit = np.zeros(len(part), bool)
+        first_is_exit[first] = (phase[first] != PHASE_ENTRY) & (phase[first] != PHASE_TRACEPOINT)
+        counted = (phase == PHASE_ENTRY) | (phase == PHASE_TRACEPOINT) | first_is_exit
+        at = np.flatnonzero(counted)
+        callee, caller = fn[at], callers[part][at].astype(np.int64)
+        functions, first_call, n_calls = np.unique(callee, return_index=True,
+                                                   return_counts=True)
+        for i in np.argsort(first_call, kind="stable").tolist():
+            f = int(functions[i])
+            calls[f] = calls.get(f, 0) + int(n_calls[i])
+        durations = events.duration_ns[part]
+        timed = durations != NO_DURATION
+        for f, total in zip(*(a.tolist() for a in _sums(fn[timed], durations[timed]))):
+            totals[f] = totals.get(f, 0) + total
+        pairs = np.stack([caller, callee.astype(np.int64)], axis=1) if len(at) else \
+            np.zeros((0, 2), np.int64)
+        found, edge_first, edge_calls = np.unique(pairs, axis=0, return_index=True,
+                                                  return_counts=True)
+        for i in np.argsort(edge_first, kind="stable").tolist():
+            edge = tuple(found[i].tolist())
+            edges[edge] = edges.get(edge, 0) + int(edge_calls[i])
+        hits.update(np.unique(fn[phase == PHASE_TRACEPOINT]).tolist())
+    fn_list = list(calls)
+    return CallCounts(fn_list, list(calls.values()), [totals.get(f, 0) for f in fn_list],
+                      list(edges), list(edges.values()), frozenset(hits))
 
 
 def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ctracer.analysis.mapped import ArraySpace
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE,
                                     CAUSES, Changes, Events, FieldValues, Objects)
 from ctracer.analysis.snapshots import SnapshotTable
@@ -26,7 +27,8 @@ from ctracer.plan import stores
 def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
                  snapshot_row: np.ndarray, has_snapshot: np.ndarray, objects: Objects,
                  layout: Layout, values: FieldValues,
-                 head_fields: Optional[frozenset[str]]) -> Changes:
+                 head_fields: Optional[frozenset[str]],
+                 space: Optional[ArraySpace] = None) -> Changes:
     """The changes of every object (``recorded``: each event's address as the probe
     recorded it, 0 where it had none; ``snapshots``: rows of bytes, event ``i``'s at
     ``snapshot_row[i]``); fills the objects' unreadable and head-only counts and first
@@ -41,8 +43,10 @@ def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
     readable = placed & ~failed & has_snapshot
     partial = (flags & FLAG_HEAD_ONLY) != 0
     objects.head_only = np.bincount(obj[readable & partial], minlength=n_obj)[:n_obj]
-    positions = np.flatnonzero(readable)
-    owners = obj[positions]
+    space = space or ArraySpace(None)
+    positions = space.copy(np.flatnonzero(readable))
+    del readable
+    owners = space.take(obj, positions)
     nf = len(layout.fields)
     objects.initial = np.zeros((n_obj, nf), np.int64)
     objects.initial_known = np.zeros((n_obj, nf), bool)
@@ -50,8 +54,8 @@ def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
         return Changes.empty()
     head_partial = partial[positions] if head_fields is not None and partial[positions].any() \
         else None
-    table = SnapshotTable(layout, snapshots, owners, snapshot_row[positions], head_partial,
-                          head_fields or frozenset())
+    table = SnapshotTable(layout, snapshots, owners, space.take(snapshot_row, positions),
+                          head_partial, head_fields or frozenset(), space)
     firsts = np.flatnonzero(table.first)
     objects.first_snapshot[owners[firsts]] = positions[firsts]
     at_parts, field_parts, olds, news = [], [], [], []

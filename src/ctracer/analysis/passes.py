@@ -29,6 +29,7 @@ import numpy as np
 
 from ctracer.analysis.functions import FunctionTable
 from ctracer.analysis.lifetimes import Lifetimes
+from ctracer.analysis.mapped import ArraySpace
 from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey
 from ctracer.decode import object_name
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, \
@@ -56,17 +57,22 @@ class Read:
         return len(self.slot)
 
 
-def read_events(trace: Trace, fns: FunctionTable) -> Read:
-    columns = trace.event_columns()
+#: bytes per event of `Trace.event_columns` besides its snapshot
+ROW_BYTES = 64
+
+
+def read_events(trace: Trace, fns: FunctionTable, space: Optional[ArraySpace] = None) -> Read:
+    space = space or ArraySpace(None)
+    columns = trace.event_columns(space=space)
     slot = columns["function_id"]
     canon = fns.canon
     if canon:
         table = np.arange(max(max(canon), int(slot.max(initial=0))) + 1, dtype=np.int32)
         for k, v in canon.items():
             table[k] = v
-        function = table[slot] if len(slot) else slot.copy()
+        function = space.take(table, slot) if len(slot) else slot.copy()
     else:
-        function = slot.copy()
+        function = space.copy(slot)
     return Read(columns, slot, function)
 
 
@@ -125,13 +131,14 @@ PAIRING_CHUNK = 1 << 18
 
 def pair_calls(read: Read, fns: FunctionTable, say: Callable[[str], None] = lambda _m: None,
                identities: Optional[dict[int, tuple]] = None,
-               identity_rule: str = "", args: Optional[Callable[[int], Optional[dict]]] = None
-               ) -> Pairing:
+               identity_rule: str = "", args: Optional[Callable[[int], Optional[dict]]] = None,
+               space: Optional[ArraySpace] = None) -> Pairing:
     """Pair each exit with its entry per thread (a lost event closes the frames above
     it), giving depths, durations and callers; resolve objects known only at exit; find
     where reused addresses start new lifetimes (``identities``: see `head_identities`;
     ``args(i)``: event ``i``'s tracepoint arguments)."""
-    pairer = _Pairer(read, fns, identities or {}, identity_rule, args or (lambda _i: None))
+    pairer = _Pairer(read, fns, identities or {}, identity_rule, args or (lambda _i: None),
+                     space or ArraySpace(None))
     n = len(read)
     for start in range(0, n, PAIRING_CHUNK):
         pairer.chunk(start, min(n, start + PAIRING_CHUNK))
@@ -144,21 +151,21 @@ class _Pairer:
     """The pairing's state across chunks of events: each thread's stack, lifetimes."""
 
     def __init__(self, read: Read, fns: FunctionTable, identities: dict[int, tuple],
-                 identity_rule: str, args: Callable[[int], Optional[dict]]):
+                 identity_rule: str, args: Callable[[int], Optional[dict]], space: ArraySpace):
         self.read, self.fns, self.args = read, fns, args
         self.identities, self.identity_rule = identities, identity_rule
         n = len(read)
-        self.address = read.columns["object"].copy()
-        self.depth = np.zeros(n, np.int32)
-        self.caller = np.full(n, -1, np.int32)
-        self.duration = np.full(n, NO_DURATION, np.int64)
-        self.matched = np.ones(n, bool)
-        self.frame = np.full(n, -1, np.int64)
+        self.address = space.copy(read.columns["object"])
+        self.depth = space.zeros(n, np.int32)
+        self.caller = space.full(n, -1, np.int32)
+        self.duration = space.full(n, NO_DURATION, np.int64)
+        self.matched = space.full(n, True, bool)
+        self.frame = space.full(n, -1, np.int64)
         self.frame_fn = array("q")  # per call (half the events): 8 bytes, not a Python int
         self.frame_ts = array("q")
         self.threads: dict[int, _Thread] = {}
         self.lifetimes = Lifetimes()
-        self.lifetime_at = np.full(n, -1, np.int64)
+        self.lifetime_at = space.full(n, -1, np.int64)
         self.resolved: dict[int, int] = {}  # entry index -> the address its exit found
         self.stored: dict[int, Any] = {}    # address -> the value its last announcing hit stored
         self.identity_of: dict[int, tuple] = {}
@@ -436,17 +443,21 @@ class Placed:
     null_events: int
 
 
-def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
+def assign_objects(pairing: Pairing, duplicate: np.ndarray,
+                   space: Optional[ArraySpace] = None) -> Placed:
+    space = space or ArraySpace(None)
     lifetimes = pairing.lifetimes
-    keep = np.flatnonzero(~duplicate)
-    address = pairing.address[keep]
-    at = keep.copy()
-    taken = pairing.lifetime_at[keep]
-    moved = taken >= 0
-    at[moved] = taken[moved]
-    lifetime = np.ones(len(keep), np.int64)
+    keep = space.copy(np.flatnonzero(~duplicate))
+    address = space.take(pairing.address, keep)
+    lifetime = space.full(len(keep), 1, np.int64)
     reused = {a: s for a, s in lifetimes.starts.items() if s}
     if reused:
+        # where each event's lifetime is decided: its own position, or the one it
+        # takes its lifetime from (`Pairing.lifetime_at`)
+        at = space.take(pairing.lifetime_at, keep)
+        own = at < 0
+        at[own] = keep[own]
+        del own
         order = np.argsort(address, kind="stable")
         sorted_addresses = address[order]
         for a, starts in reused.items():
@@ -455,8 +466,9 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
             rows = order[lo:hi]
             positions = np.array([s for s, _ in starts], np.int64)
             lifetime[rows] = 1 + np.searchsorted(positions, at[rows], "right")
+        del at, order, sorted_addresses
     has = address != 0
-    obj = np.full(len(keep), -1, np.int64)
+    obj = space.full(len(keep), -1, np.int64)
     keys: list[ObjectKey] = []
     labels, dirnames, started_by = [], [], []
     if has.any():
@@ -483,15 +495,16 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray) -> Placed:
     return Placed(keep, obj, keys, labels, dirnames, started_by, int((~has).sum()))
 
 
-def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray,
-            phase: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray, phase: np.ndarray,
+            space: Optional[ArraySpace] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Nesting among each object's calls, per thread (a call on the object made inside
     another call on it is one level deeper), and for call graphs the function on top of
     each event's stack — among its object's events, and among all events — when it was
     counted (-1: none)."""
     n = len(obj)
-    depth = np.zeros(n, np.int32)
-    top_obj, top_all = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+    space = space or ArraySpace(None)
+    depth = space.zeros(n, np.int32)
+    top_obj, top_all = space.full(n, -1, np.int32), space.full(n, -1, np.int32)
     stacks: dict[tuple[int, int], list[int]] = {}
     threads: dict[int, list[int]] = {}
     for lo in range(0, n, PAIRING_CHUNK):

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ctracer.analysis.mapped import ArraySpace
 from ctracer.event import Layout
+
+#: snapshots compared with their predecessors at a time
+_COMPARED_AT_ONCE = 1 << 20
 
 
 class SnapshotTable:
@@ -20,9 +24,11 @@ class SnapshotTable:
     (`changed_at`).  Indices 0..n-1 here are positions in ``positions``."""
 
     def __init__(self, layout: Layout, snapshots: Any, owners: Any, positions: Any,
-                 partial: Optional[Any] = None, head_fields: frozenset[str] = frozenset()):
+                 partial: Optional[Any] = None, head_fields: frozenset[str] = frozenset(),
+                 space: Optional[ArraySpace] = None):
         import numpy
 
+        space = space or ArraySpace(None)
         self.full = (snapshots.reshape(-1).view(layout.numpy_dtype()) if layout.size
                      else numpy.zeros(len(snapshots), dtype=layout.numpy_dtype()))
         self.owner = owners
@@ -33,7 +39,7 @@ class SnapshotTable:
         order = numpy.argsort(self.owner, kind="stable")
         starts = numpy.ones(n, dtype=bool)
         starts[1:] = self.owner[order][1:] != self.owner[order][:-1]
-        self.prev = numpy.empty(n, dtype=numpy.int64)
+        self.prev = space.zeros(n, numpy.int64)
         self.prev[order[1:]] = order[:-1]
         self.prev[order[starts]] = -1
         self.first = self.prev < 0
@@ -45,12 +51,22 @@ class SnapshotTable:
         self.source: Any = None
         if partial is not None:
             self._carry_over_unread(partial, order, starts, head_fields)
-        later = numpy.flatnonzero(~self.first)
+        del order, starts
+        found: list[list[Any]] = [[] for _ in self.names]
+        for lo in range(0, n, _COMPARED_AT_ONCE):  # a slice at a time: no n-sized temporaries
+            self._compare(lo, min(n, lo + _COMPARED_AT_ONCE), found)
+        self.changed_at = [numpy.concatenate(parts) if parts else numpy.zeros(0, numpy.int64)
+                           for parts in found]
+
+    def _compare(self, lo: int, hi: int, found: list[list[Any]]) -> None:
+        """Each field's changes among the snapshots ``lo..hi``."""
+        import numpy
+
+        later = lo + numpy.flatnonzero(~self.first[lo:hi])
         before = self.prev[later]
         at_later, at_before = self.position[later], self.position[before]
         if self.source is not None:
             carried = self.position[self.source[later]], self.position[self.source[before]]
-        self.changed_at = []
         for j, name in enumerate(self.names):
             col = self.full[name]
             known = self.known.get(j)
@@ -58,7 +74,7 @@ class SnapshotTable:
                 differs = col[at_later] != col[at_before]
             else:  # a first value read after snapshots that read none is no change
                 differs = (col[carried[0]] != col[carried[1]]) & known[before]
-            self.changed_at.append(later[differs])
+            found[j].append(later[differs])
 
     def _carry_over_unread(self, partial, order, starts, head_fields: frozenset[str]) -> None:
         """In snapshots that read only the head, each field outside it takes the value its

@@ -69,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     if trace.incomplete:
         print(f"ctracer: warning: {args.trace}: {trace.incomplete}", file=sys.stderr)
     try:
-        analysed = analysis.load(trace, snapshots=args.format != "perfetto")
+        # a big trace's arrays go in unnamed files beside the output (`analysis.mapped`)
+        beside = os.path.dirname(os.path.abspath(output)) if output else None  # None: stdout
+        analysed = analysis.load(trace, snapshots=args.format != "perfetto",
+                                 spill_dir=beside if beside and os.path.isdir(beside) else None)
     finally:
         trace.close()
     if args.format == "perfetto":

@@ -398,20 +398,14 @@ class _Site:
 
     def write_timeline(self, directory: str, rows: np.ndarray, *, title: str, heading: str,
                        use_object_depth: bool, show_object: bool,
-                       facts: list[tuple[str, str]], methods: list[dict]) -> dict[int, str]:
-        """Write the timeline of the events at ``rows``, PAGE_ROWS rows a page: a small
-        HTML page each, the call graph on the first, and the page's rows as a data file
-        beside it (`ctracer.report.timeline`); return the page file (by seq) of every row
-        that changed fields or could not be read, for links to it."""
+                       facts: list[tuple[str, str]], methods: list[dict]) -> "_PageOf":
+        """Write the timeline of the events at ``rows`` (positions, in time order),
+        PAGE_ROWS rows a page: a small HTML page each, the call graph on the first, and
+        the page's rows as a data file beside it (`ctracer.report.timeline`); return
+        where each row is, for links to it."""
         count = max(1, -(-len(rows) // PAGE_ROWS))
         files = [_page_name(i) for i in range(count)]
-        ev, tl = self.data.events, self.timeline
-        # the page of every row something links to (changes; unreadable rows from the
-        # index): not of every row, which for all objects is a million entries
-        linked = np.flatnonzero((tl.change_end[rows] > tl.change_start[rows])
-                                | ev.unreadable[rows])
-        page_of = dict(zip(ev.seq[rows[linked]].tolist(),
-                           [files[i // PAGE_ROWS] for i in linked.tolist()]))
+        page_of = _PageOf(self, rows, files)
         graph_svg, graph_note = self.graph_for(directory, rows, files)
         states = _RunningState(self, show_object)
         objects = self._object_cell if show_object else None
@@ -522,7 +516,7 @@ class _Site:
         return graphs.svg(g, placed, links), ""
 
     def changes_page(self, directory: str, title: str, heading: str,
-                     changes: np.ndarray, page_of: dict[int, str],
+                     changes: np.ndarray, page_of: "_PageOf",
                      series: dict[str, list[plotting.Series]], show_object: bool,
                      plot_title: Optional[str] = None,
                      values: Optional[dict[str, str]] = None,
@@ -549,8 +543,8 @@ class _Site:
             shown = found[:per_field]
             items = []
             at = ch.event[shown]
-            for k, seq, ts, o, old, new, cause, fid, seen in zip(
-                    shown.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
+            for k, event, seq, ts, o, old, new, cause, fid, seen in zip(
+                    shown.tolist(), at.tolist(), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
                     ev.object[at].tolist(), ch.old[shown].tolist(), ch.new[shown].tolist(),
                     ch.cause[shown].tolist(), ch.function[shown].tolist(),
                     ev.function[at].tolist()):
@@ -567,7 +561,7 @@ class _Site:
                     time=format_offset(ts - start), object=cell,
                     old=self.shown_html(j, old), new=self.shown_html(j, new),
                     cause=self.cause_html(k, cause, fid, seen),
-                    href=f"{page_of.get(seq, 'index.html')}#{anchor}{int(seq)}"))
+                    href=f"{page_of.page(event)}#{anchor}{int(seq)}"))
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn
             if has_plot:
@@ -658,7 +652,7 @@ class _Site:
             facts=facts, methods=self.method_rows(methods))
         plots = {}
         if o in self.plotted:
-            plots = {name: [plotting.Series(label, list(zip(*points)), last_ns - start)]
+            plots = {name: [plotting.Series(label, points[0], points[1], last_ns - start)]
                      for name, points in series.items() if len(points[0]) > MIN_CHANGES_TO_PLOT}
         values = {name: self.timeline.value(name, points[1][0])
                   for name, points in series.items() if points[0]}
@@ -690,7 +684,7 @@ class _Site:
                 if len(times) > 1:
                     first = first_ns - a.start_ns
                     series.setdefault(name, []).append(plotting.Series(
-                        a.objects.labels[o], [(t - first, v) for t, v in zip(times, vals)],
+                        a.objects.labels[o], np.asarray(times, np.int64) - first, vals,
                         last_ns - first_ns))
         plotted = f"{n_objects} objects, one strip each"
         values = {}
@@ -797,6 +791,25 @@ HELPER_MIN_PLOTS = 40
 #: objects a helper takes at a time (small enough that the two finish together)
 OBJECTS_PER_TASK = 25
 
+class _PageOf:
+    """Which page of a timeline an event is on, for links to its row: a row something
+    links to (it changed fields, or could not be read) by its page file, any other
+    'index.html'.  Looked up per link: a dict of every linked row of ten million
+    events would be hundreds of megabytes."""
+
+    def __init__(self, site: "_Site", rows: np.ndarray, files: list[str]):
+        self.site, self.rows, self.files = site, rows, files
+
+    def page(self, event: int) -> str:
+        """The page file of the event at position ``event``."""
+        i = int(np.searchsorted(self.rows, event))
+        if i >= len(self.rows) or self.rows[i] != event:
+            return "index.html"
+        tl, ev = self.site.timeline, self.site.data.events
+        linked = tl.change_end[event] > tl.change_start[event] or ev.unreadable[event]
+        return self.files[i // PAGE_ROWS] if linked else "index.html"
+
+
 #: the site a forked helper works on (inherited from the parent, never copied)
 _helper_site: Optional["_Site"] = None
 
@@ -899,7 +912,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
         _prepare(out_dir, trace.trace_id)
         try:
-            data = analysis.load(trace, say)
+            data = analysis.load(trace, say, spill_dir=out_dir)  # big arrays mapped there
             trace.close()
             seconds["model"] = time.perf_counter() - clock
             seconds["model_cpu"] = _cpu_seconds() - cpu

@@ -47,11 +47,30 @@ def envelope(values: Sequence[float], budget: int) -> list[int]:
     return sorted(keep)
 
 
+#: rows of a strip plot's image at most (one object a row)
+MAX_STRIPS = 4000
+
+
 @dataclass
 class Series:
+    """One object's values of a field: at ``times`` (ns since trace start, or since the
+    object's first event in a strip plot) the ``values``, the first value then each
+    change; kept as a column of times and a list of values, not a tuple per point (a
+    strip plot of every object of a big trace holds millions)."""
+
     label: str
-    points: list[tuple[int, Any]]  # (ns since trace start, value), first value then changes
-    end_ns: int                    # the last time the object was seen
+    times: Any        # numpy int64 array, or a list of ints
+    values: list
+    end_ns: int       # the last time the object was seen
+
+    @classmethod
+    def of_points(cls, label: str, points: Sequence[tuple[int, Any]], end_ns: int) -> "Series":
+        return cls(label, [t for t, _ in points], [v for _, v in points], end_ns)
+
+    @property
+    def points(self) -> list[tuple[int, Any]]:
+        times = self.times.tolist() if hasattr(self.times, "tolist") else self.times
+        return list(zip(times, self.values))
 
 
 @dataclass
@@ -189,7 +208,7 @@ class _Painter:
     def field_plot(self, job: FieldPlot) -> None:
         from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, MaxNLocator
 
-        values = [v for s in job.series for _, v in s.points]
+        values = [v for s in job.series for v in s.values]
         numbers, ticks = self.fmt.plot_axis(job.field, values)
         levels = len(ticks) if ticks else 6
         many = len(job.series) > 1
@@ -232,17 +251,25 @@ class _Painter:
         from matplotlib.colors import ListedColormap
         from matplotlib.patches import Patch
 
-        values = [v for s in job.series for _, v in s.points]
+        values = [v for s in job.series for v in s.values]
         numbers, ticks = self.fmt.plot_axis(job.field, values)
         longest = max((s.end_ns for s in job.series), default=1) or 1
         bins = 400
         edges = numpy.linspace(0, longest, bins, endpoint=False)
-        grid = numpy.full((len(job.series), bins), numpy.nan)
+        # the image is a few hundred pixels high: beyond MAX_STRIPS objects every
+        # step-th one is drawn (a grid of every object of a 10M-event trace, and
+        # matplotlib's copies of it, were gigabytes)
+        step = -(-len(job.series) // MAX_STRIPS)
+        grid = numpy.full((-(-len(job.series) // step), bins), numpy.nan)
         at = 0
-        for row, s in enumerate(job.series):
-            ys = numpy.asarray(numbers[at:at + len(s.points)], dtype=float)
-            ts = numpy.asarray([t for t, _ in s.points], dtype=float)
-            at += len(s.points)
+        for i, s in enumerate(job.series):
+            n = len(s.values)
+            at += n
+            if i % step:
+                continue
+            row = i // step
+            ys = numpy.asarray(numbers[at - n:at], dtype=float)
+            ts = numpy.asarray(s.times, dtype=float)
             idx = numpy.searchsorted(ts, edges, side="right") - 1
             alive = (idx >= 0) & (edges <= max(s.end_ns, ts[-1]))
             grid[row, alive] = ys[idx[alive]]
@@ -271,8 +298,9 @@ class _Painter:
         from matplotlib.ticker import MaxNLocator
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        sampled = f", every {step}th drawn" if step > 1 else ""
         self._labels(ax, job.title, "ms since the object was first seen",
-                     f"objects (of {len(job.series)}), by first appearance")
+                     f"objects (of {len(job.series)}{sampled}), by first appearance")
         self._save(ax, job.path)
 
     def duration_plot(self, job: DurationPlot) -> None:
