@@ -375,3 +375,20 @@ def test_the_log_is_copied_into_the_file_while_recording(tmp_path):
     w.close()
     trace = Trace(str(path))
     assert [trace.values(e)["refcnt"] for e in trace.events()] == list(range(4000))
+
+
+@pytest.mark.parametrize("late", [[2, 1, 3, 4], [3, 1, 2, 4], [4, 3, 2, 1]])
+def test_events_recorded_out_of_time_order_keep_their_objects(tmp_path, late):
+    # two CPUs' events reach the ring out of time order: put back in time order, every
+    # column moves with its event (each object once: the object column used to move twice)
+    path = tmp_path / "t.ctrace"
+    events = [dict(event(seq, 0x5000 + 0x170 * seq, PHASE_ENTRY, seq), ts_ns=1000 + at)
+              for seq, at in enumerate(late, 1)]
+    write_trace(path, events).close()
+    t = Trace(str(path))
+    got = [(e.ts_ns, e.object, t.values(e)["state"]) for e in t.events()]
+    assert sorted(got) == [(1000 + at, 0x5000 + 0x170 * seq, seq)
+                           for seq, at in sorted(enumerate(late, 1), key=lambda p: p[1])]
+    c = t.event_columns()
+    assert c["ts_ns"].tolist() == sorted(c["ts_ns"].tolist())
+    assert [(c["object"][i] - 0x5000) // 0x170 for i in range(4)] == c["seq"].tolist()

@@ -988,7 +988,7 @@ class Trace:
         out["object"] = out["object"].view(np.uint64)
         order = np.lexsort((out["seq"], out["ts_ns"]))
         if (np.diff(order) < 0).any():
-            for name in names + ("object", "comm", "args", "snapshots"):
+            for name in names + ("comm", "args", "snapshots"):
                 out[name] = (space.take(out[name], order) if space is not None
                              else out[name][order])
         out["comms"] = list(comms)

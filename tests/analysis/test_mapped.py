@@ -3,6 +3,7 @@ same as on the heap, its columns live in unnamed files (nothing left in the dire
 and no one can write through them once the analysis is done."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -21,10 +22,15 @@ def trace_path(tmp_path_factory):
     return str(path)
 
 
-def _analyses(trace_path, spill, monkeypatch):
-    on_heap = analysis.load(trace_path, snapshots=True)
+def _map_everything(monkeypatch):
     monkeypatch.setattr(mapped, "MAPPED_FROM_BYTES", 0)
     monkeypatch.setattr(mapped, "MIN_BYTES", 0)
+    monkeypatch.setattr(mapped, "SETTLED_FROM_BYTES", 0)
+
+
+def _analyses(trace_path, spill, monkeypatch):
+    on_heap = analysis.load(trace_path, snapshots=True)
+    _map_everything(monkeypatch)
     in_files = analysis.load(trace_path, snapshots=True, spill_dir=str(spill))
     return on_heap, in_files
 
@@ -38,6 +44,11 @@ def test_mapped_analysis_equals_the_heap_one(trace_path, tmp_path, monkeypatch):
     assert {"ts_ns", "address", "depth", "caller", "duration_ns", "object",
             "object_depth", "object_caller", "thread_caller"} <= set(mapped_columns)
     assert mapped.is_mapped(in_files.snapshots)
+    # the finished arrays the passes left on the heap were moved into files
+    assert all(mapped.is_mapped(getattr(in_files.events, n)) for n in in_files.events.names)
+    assert all(mapped.is_mapped(getattr(in_files.changes, n)) for n in in_files.changes.names)
+    assert mapped.is_mapped(in_files.objects._events.positions)
+    assert mapped.is_mapped(in_files.objects._changes.positions)
     for name in on_heap.events.names:
         assert np.array_equal(getattr(on_heap.events, name), getattr(in_files.events, name)), name
     for name in on_heap.changes.names:
@@ -53,6 +64,40 @@ def test_mapped_columns_leave_no_file_and_cannot_be_written(trace_path, tmp_path
     assert os.listdir(tmp_path) == []  # unnamed files: gone with the mapping
     with pytest.raises(ValueError):
         in_files.events.depth[0] = 7  # a forked helper writing here would change ours
+    with pytest.raises(ValueError):
+        in_files.changes.new[0] = 7
+
+
+def test_per_event_change_rows_in_slices_equal_the_heap_ones(trace_path, tmp_path,
+                                                             monkeypatch):
+    from ctracer.analysis import model
+
+    on_heap, in_files = _analyses(trace_path, tmp_path, monkeypatch)
+    monkeypatch.setattr(model, "_SLICE", 7)
+    for rows in (slice(None), slice(5, 123)):
+        heap_rows, file_rows = on_heap.change_rows(rows), in_files.change_rows(rows)
+        assert all(mapped.is_mapped(a) for a in file_rows)
+        assert [a.tolist() for a in heap_rows] == [a.tolist() for a in file_rows]
+    starts, ends = on_heap.change_rows()
+    assert (ends - starts).sum() == len(on_heap.changes)
+    assert in_files.changes_by_seq().tolist() == on_heap.changes_by_seq().tolist()
+
+
+def test_a_report_of_mapped_arrays_is_the_heap_ones(trace_path, tmp_path, monkeypatch):
+    from ctracer.report import render_report
+
+    render_report(trace_path, str(tmp_path / "heap"), plots=False)
+    _map_everything(monkeypatch)
+    render_report(trace_path, str(tmp_path / "files"), plots=False)
+    pages = sorted(p.relative_to(tmp_path / "heap") for p in (tmp_path / "heap").rglob("*")
+                   if p.is_file())
+    assert len(pages) > 20
+    assert pages == sorted(p.relative_to(tmp_path / "files")
+                           for p in (tmp_path / "files").rglob("*") if p.is_file())
+    footer = re.compile(rb"rendered 20[0-9-]+ [0-9:]+")
+    for page in pages:
+        assert footer.sub(b"", (tmp_path / "heap" / page).read_bytes()) == \
+            footer.sub(b"", (tmp_path / "files" / page).read_bytes()), page
 
 
 def test_a_small_trace_stays_on_the_heap(trace_path, tmp_path):

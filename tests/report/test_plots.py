@@ -79,3 +79,66 @@ def test_a_strip_plot_of_more_objects_than_strips_draws_every_nth(tmp_path, monk
     monkeypatch.setattr(plots, "MAX_STRIPS", 10)
     sampled = colours("sampled.png")
     assert every_one - sampled  # the skipped value's colour is gone
+
+
+def test_a_duration_plot_of_arrays_is_the_plot_of_lists(tmp_path, monkeypatch):
+    """A method's durations reach the plot as the analysis' arrays (a list of millions
+    of ints was a helper's biggest allocation): same dots, same median in the title."""
+    import numpy as np
+
+    monkeypatch.setattr(plots, "MAX_DOTS", 50)
+    plots._init_worker(MINI.to_json())
+    painter = plots._painter
+    rng = np.random.default_rng(3)
+    durations = rng.integers(0, 90_000, 301)
+    times = np.cumsum(rng.integers(1, 5_000, 301))
+    titles = []
+    for name, make in (("lists", list), ("arrays", np.asarray)):
+        painter.duration_plot(plots.DurationPlot(str(tmp_path / f"{name}.png"), "f: 301",
+                                                 make(times.tolist()), make(durations.tolist())))
+        ax = next(iter(painter._canvases.values()))
+        titles.append(ax.get_title(loc="left"))
+    assert (tmp_path / "lists.png").read_bytes() == (tmp_path / "arrays.png").read_bytes()
+    median = sorted(max(int(d), 1) / 1e3 for d in durations)[150]
+    assert titles[0] == titles[1] == f"f: 301, every 6th drawn (dashed: median {median:.1f} µs)"
+
+
+def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
+    """Beyond MAX_STRIPS objects whose field changed, the all-objects page keeps the
+    series of every n-th of them only (the others' values were most of a 10M-event
+    report's helper), says of how many, and draws what it kept."""
+    import numpy as np
+
+    from ctracer import analysis
+    from ctracer.report import html
+    from synthetic_trace import write_synthetic_trace
+
+    path = tmp_path / "t.ctrace"
+    write_synthetic_trace(str(path), threads=3, lifecycles=6, sends=3, seed=5)
+    data = analysis.load(str(path))
+    site = html._Site(data, str(tmp_path / "r"), True)
+    whole, values = site._strips()
+    monkeypatch.setattr(plots, "MAX_STRIPS", 4)
+    sampled, values_sampled = site._strips()
+    assert values == values_sampled and list(whole) == list(sampled)
+    lengths = data.series_lengths()
+    names = [f.name for f in data.layout.fields]
+    for name, strips in sampled.items():
+        changed = np.flatnonzero(lengths[:, names.index(name)] > 1)
+        assert whole[name].of == strips.of == len(changed) == len(whole[name])
+        step = -(-len(changed) // 4)
+        assert [s.label for s in strips] == [data.objects.labels[o] for o in changed[::step]]
+        assert [s.values for s in strips] == [s.values for s in whole[name]][::step]
+    busiest = max(sampled, key=lambda name: sampled[name].of)
+    assert sampled[busiest].of > 8
+    labels = []
+    real = plots._Painter._labels
+    monkeypatch.setattr(plots._Painter, "_labels",
+                        staticmethod(lambda ax, *texts: labels.append(texts) or real(ax, *texts)))
+    plots._init_worker(data.layout.to_json())
+    plots._painter.strip_plot(plots.StripPlot(str(tmp_path / "s.png"), busiest, busiest,
+                                              sampled[busiest]))
+    step = -(-sampled[busiest].of // 4)
+    assert labels[-1][2] == (f"objects (of {sampled[busiest].of}, every {step}th drawn), "
+                             "by first appearance")
+    assert (tmp_path / "s.png").stat().st_size > 0

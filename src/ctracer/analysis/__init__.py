@@ -69,10 +69,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis import passes
     from ctracer.analysis.functions import function_table, lifetime_rule
     from ctracer.analysis.mapped import ArraySpace, is_mapped
-    from ctracer.analysis.memory import release_free_memory
+    from ctracer.analysis.memory import map_large_blocks, release_free_memory
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
+    map_large_blocks()
     announced = trace.meta_json("announced_stores")
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
     space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
@@ -131,6 +132,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
         column = getattr(events, name)
         if is_mapped(column):
             column.setflags(write=False)
+    for columns in (events, found, objects):  # a big trace's finished arrays into files
+        columns.settle(space)
+    for stats in calls.methods.values():
+        stats.durations, stats.call_times = (space.settle(stats.durations),
+                                             space.settle(stats.call_times))
     release_free_memory()  # what the passes freed, before anyone forks helpers
     counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
@@ -147,7 +153,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
         null_object_events=null_events, unmatched_exits=unmatched,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
         head_fields=trace.head_fields, trace_path=trace.path,
-        snapshots=held[0], has_snapshot=held[1])
+        snapshots=held[0], has_snapshot=held[1], space=space)
 
 
 class _Arguments:

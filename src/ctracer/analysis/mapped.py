@@ -25,8 +25,10 @@ import numpy as np
 
 #: a trace whose event columns reach this many bytes has its big arrays mapped
 MAPPED_FROM_BYTES = 256 << 20
-#: arrays smaller than this stay on the heap
+#: arrays smaller than this stay on the heap while the analysis works on them
 MIN_BYTES = 16 << 20
+#: a finished array this big moves into a file (`ArraySpace.settle`)
+SETTLED_FROM_BYTES = 1 << 20
 
 
 class ArraySpace:
@@ -50,12 +52,30 @@ class ArraySpace:
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if self.directory is None or size < max(MIN_BYTES, 1):
             return np.zeros(shape, dtype)
+        return self._mapped(shape, dtype, size)
+
+    def _mapped(self, shape: tuple, dtype: np.dtype, size: int) -> np.ndarray:
+        """Zeros in a new unnamed file mapped shared."""
         with tempfile.TemporaryFile(dir=self.directory) as f:
             os.ftruncate(f.fileno(), size)  # a sparse file: reads as zeros
             buffer = mmap.mmap(f.fileno(), size, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
         self.mapped_bytes += size
         return np.frombuffer(buffer, dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def settle(self, array: Any) -> Any:
+        """A finished array where it stays until the process ends: in a mapped space,
+        a heap array of `SETTLED_FROM_BYTES` or more is copied into a file (the caller
+        drops the heap one) and made read-only, so the pages helpers forked later
+        share are the file's, never copied nor kept on the heap."""
+        if self.directory is None or not isinstance(array, np.ndarray) or is_mapped(array):
+            return array
+        if array.nbytes < SETTLED_FROM_BYTES:
+            return array
+        out = self._mapped(array.shape, array.dtype, array.nbytes)
+        out[...] = array
+        out.setflags(write=False)
+        return out
 
     def full(self, shape: Any, value: Any, dtype: Any) -> np.ndarray:
         out = self.zeros(shape, dtype)

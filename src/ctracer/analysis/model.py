@@ -55,6 +55,11 @@ class Columns:
     def __len__(self) -> int:
         return len(getattr(self, self.names[0]))
 
+    def settle(self, space: Any) -> None:
+        """Every column where ``space`` keeps finished arrays (`ArraySpace.settle`)."""
+        for name in self.names:
+            setattr(self, name, space.settle(getattr(self, name)))
+
     def take(self, rows: Any) -> "Columns":
         out = object.__new__(type(self))
         out.__dict__.update(self.__dict__)
@@ -288,6 +293,11 @@ class Objects:
     def regroup_changes(self, change_object: np.ndarray) -> None:
         self._changes = _Groups(change_object, len(self.keys))
 
+    def settle(self, space: Any) -> None:
+        """The groups' positions where ``space`` keeps finished arrays."""
+        for groups in (self._events, self._changes):
+            groups.positions = space.settle(groups.positions)
+
 
 class _Groups:
     """Positions grouped by a group index (-1: none), each group's in ascending order."""
@@ -305,6 +315,10 @@ class _Groups:
 
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+#: rows of a per-event computation done at once
+_SLICE = 1 << 20
 
 
 @dataclass
@@ -336,6 +350,9 @@ class Analysis:
     #: whether it has one
     snapshots: Optional[np.ndarray] = None
     has_snapshot: Optional[np.ndarray] = None
+    #: where the analysis keeps its big arrays (`ctracer.analysis.mapped.ArraySpace`;
+    #: None: the heap), for the per-event arrays its readers ask for (`change_rows`)
+    space: Any = None
 
     def meta_json(self, key: str, default: Any = None) -> Any:
         """A meta entry decoded from JSON (`ctracer.tracefile.meta_json`)."""
@@ -365,15 +382,24 @@ class Analysis:
     def change_rows(self, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """Per event (of the positions ``rows``), where its changes start and end in
         `Changes` (two arrays)."""
-        at = np.arange(*rows.indices(len(self.events)))
-        return (np.searchsorted(self.changes.event, at, "left"),
-                np.searchsorted(self.changes.event, at, "right"))
+        lo, hi, _ = rows.indices(len(self.events))
+        n = max(hi - lo, 0)
+        zeros = self.space.zeros if self.space is not None else np.zeros
+        start, end = zeros(n, np.int64), zeros(n, np.int64)
+        for at in range(0, n, _SLICE):  # no n-sized temporaries
+            positions = np.arange(lo + at, lo + min(at + _SLICE, n))
+            start[at:at + _SLICE] = np.searchsorted(self.changes.event, positions, "left")
+            end[at:at + _SLICE] = np.searchsorted(self.changes.event, positions, "right")
+        return self._settled(start), self._settled(end)
 
     def changes_by_seq(self) -> np.ndarray:
         """Every change's position, all objects together, in order of event seq (the
         order of recording)."""
         seq = self.events.seq[self.changes.event]
-        return np.lexsort((np.arange(len(seq)), seq))
+        return self._settled(np.argsort(seq, kind="stable"))  # ties: time order
+
+    def _settled(self, array: np.ndarray) -> np.ndarray:
+        return self.space.settle(array) if self.space is not None else array
 
     # ---------------------------------------------------------------- objects
 

@@ -6,8 +6,10 @@ The report finds lifetimes once the recording is over (`ctracer.analysis.passes`
 pass); `LiveObjects` counts them as events arrive, by the same rules: a lifetime rule
 starting one at a hit (an address already seen), a rule ending one at a hit or at a
 function's exit (the address's next sighting outside the call still running around the
-end is a new object; a hit through a holder, ``skb->sk``, is not such a sighting), a
-creation function returning an address already seen, an announcing hit whose ``before``
+end is a new object; a hit through a holder, ``skb->sk``, is not such a sighting; an
+end after another CPU's creation function handed the address out again since the
+freeing call began ends nothing), a creation function returning an address already
+seen, an announcing hit whose ``before``
 argument is not what the address's last one stored, a head-only object (a time-wait
 socket) with another identity, and, for programs without creation functions or rules,
 a free-looking function's exit followed by an allocating-looking function's entry.  A
@@ -57,7 +59,8 @@ class LiveObjects:
         self._seq = 0                      # events so far
         #: address -> the event its current lifetime began at (its first sighting)
         self._began: dict[int, int] = {}
-        #: (thread, function row, depth) -> the event a call of a creation function began at
+        #: (thread, function row, depth) -> the event a call of a creation function or of
+        #: a function whose exit ends a lifetime began at
         self._entered: dict[tuple[int, int, int], int] = {}
 
     def name(self, address: int) -> str:
@@ -79,7 +82,7 @@ class LiveObjects:
         an object, then the rules (`start`, `end`, `returned`, `announced`, `identity`)."""
         self._seq += 1
         self._split = None
-        if phase == "entry" and row in self.creators:
+        if phase == "entry" and (row in self.creators or row in self.ending_rows):
             self._entered[(tid, row, depth)] = self._seq
         elif phase == "exit":
             # the call at this depth returned, whatever its object: the ends that
@@ -124,12 +127,30 @@ class LiveObjects:
         self._freed.discard(address)
         return self._new(address)
 
-    def end(self, address: int, tid: int, depth: Optional[int]) -> None:
+    def end(self, address: int, tid: int, depth: Optional[int],
+            since: Optional[int] = None) -> bool:
         """A rule ends the address's lifetime here; ``depth``: that of the traced call
-        still running around the end on ``tid`` (None: none)."""
+        still running around the end on ``tid`` (None: none); ``since``: the event the
+        ending call began at (default: this one).  A lifetime begun since (another CPU
+        allocated the address while the freeing call was returning) is not ended (False),
+        and an end pending inside a call still running on the thread keeps its place."""
+        since = self._seq if since is None else since
+        if self.number.get(address, 1) > 1 and self._began.get(address, -1) > since:
+            return False
+        ended = self._ended.get(address)
+        if ended is not None and ended[0] == tid and ended[1] is not None \
+                and depth is not None and depth > ended[1]:
+            return True
         self._ended[address] = (tid, depth)
         if depth is not None:
             self._around.setdefault((tid, depth), set()).add(address)
+        return True
+
+    def exit_ends(self, address: int, *, row: int, tid: int, depth: int) -> bool:
+        """The exit (at ``depth``) of a function whose exit ends the object's life:
+        whether it ended it (see `end`)."""
+        since = self._entered.pop((tid, row, depth), None)
+        return self.end(address, tid, depth - 1 if depth > 0 else None, since)
 
     def returned(self, address: int, *, row: int, tid: int, depth: int) -> bool:
         """A creation function returned ``address`` (at this exit): a new lifetime,

@@ -128,8 +128,7 @@ class Tail:
                     if rule.effect == "starts":
                         new = objects.start(obj) or new
                     elif rule.effect == "ends":
-                        ends = True
-                        objects.end(obj, tid, around)
+                        ends = objects.end(obj, tid, around) or ends
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
                     f"{a.name}={self._pointer(a.name, a.value(v))}" if a.kind == "pointer" else
@@ -142,8 +141,7 @@ class Tail:
                 if returned < 0xFFFFFFFFFFFFF001:  # not an ERR_PTR
                     new = objects.returned(returned, row=fid, tid=tid, depth=depth) or new
             if phase != PHASE_ENTRY and fid in self.ending_rows and obj:
-                ends = True
-                objects.end(obj, tid, around)
+                ends = objects.exit_ends(obj, row=fid, tid=tid, depth=depth)
         comm = "".join(c if c.isprintable() and c != " " else "?" for c in h["comm"])
         parts.append(f"{comm}[{h['pid']}]")
         if h["flags"] & FLAG_READ_FAILED:

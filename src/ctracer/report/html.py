@@ -39,6 +39,7 @@ from ctracer import __version__
 from ctracer import analysis
 from ctracer.analysis import Analysis
 from ctracer.analysis.callgraph import call_counts
+from ctracer.analysis.memory import release_free_memory
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats)
 from ctracer.errors import CtracerError
@@ -167,7 +168,8 @@ def _fields_to_draw(series: dict[str, list[Any]], by_field: dict[str, Any]) -> s
     """The fields a changes page draws PNGs of: those with something to plot, most
     objects first (all-objects pages), then most changes, at most MAX_PLOTS_PER_PAGE."""
     candidates = [name for name in series if len(by_field.get(name, ()))]
-    candidates.sort(key=lambda name: (-len(series[name]), -len(by_field[name])))
+    candidates.sort(key=lambda name: (-plotting.objects_in(series[name]),
+                                      -len(by_field[name])))
     return set(candidates[:MAX_PLOTS_PER_PAGE])
 
 
@@ -670,31 +672,48 @@ class _Site:
             ALL_DIR, np.arange(len(a.events)), title="all objects",
             heading=f"{self.struct_title}: all objects", use_object_depth=False,
             show_object=True, facts=facts, methods=self.method_rows(a.methods))
-        # one strip per object, on time since the object was first seen: readable at
-        # thousands of objects, where lines over absolute time are not
-        series: dict[str, list[plotting.Series]] = {}
-        firsts: dict[str, set[str]] = {f.name: set() for f in self.layout.fields}
-        ts = a.events.ts_ns
-        for o in range(n_objects):
-            rows = a.objects.events(o)
-            first_ns, last_ns = int(ts[rows[0]]), int(ts[rows[-1]])
-            for name, (times, vals) in a.series(o).items():
-                if times:
-                    firsts[name].add(self.timeline.value(name, vals[0]))
-                if len(times) > 1:
-                    first = first_ns - a.start_ns
-                    series.setdefault(name, []).append(plotting.Series(
-                        a.objects.labels[o], np.asarray(times, np.int64) - first, vals,
-                        last_ns - first_ns))
+        series, values = self._strips()
         plotted = f"{n_objects} objects, one strip each"
-        values = {}
-        for f in self.layout.fields:
-            seen = firsts[f.name]
-            values[f.name] = (next(iter(seen)) if len(seen) == 1 else
-                              f"{len(seen)} values across objects" if seen else "")
         self.changes_page(ALL_DIR, "all objects", f"{self.struct_title}: all objects",
                           changes, page_of, series, show_object=True,
                           plot_title=plotted, values=values)
+
+    def _strips(self) -> tuple[dict[str, plotting.Strips], dict[str, str]]:
+        """The all-objects strip plots' series, one strip per object whose field
+        changed, on time since the object was first seen (readable at thousands of
+        objects, where lines over absolute time are not), only every n-th object's
+        beyond `plotting.MAX_STRIPS`; and what each field held first across objects."""
+        a = self.data
+        fields = [f.name for f in self.layout.fields]
+        lengths = a.series_lengths()
+        found: list[tuple[int, int, np.ndarray]] = []  # (first object, field, objects)
+        for j in range(len(fields)):
+            changed = np.flatnonzero(lengths[:, j] > 1) if len(lengths) else []
+            if len(changed):
+                found.append((int(changed[0]), j, changed))
+        series: dict[str, plotting.Strips] = {}  # fields in order of first appearance
+        wanted: dict[int, list[str]] = {}
+        for _, j, changed in sorted(found, key=lambda f: f[:2]):
+            series[fields[j]] = plotting.Strips(len(changed))
+            for o in changed[::plotting.Strips.sampling(len(changed))].tolist():
+                wanted.setdefault(o, []).append(fields[j])
+        ts = a.events.ts_ns
+        for o in sorted(wanted):
+            rows = a.objects.events(o)
+            first_ns, last_ns = int(ts[rows[0]]), int(ts[rows[-1]])
+            first = first_ns - a.start_ns
+            for name, (times, vals) in a.series(o, wanted[o]).items():
+                series[name].append(plotting.Series(
+                    a.objects.labels[o], np.asarray(times, np.int64) - first, vals,
+                    last_ns - first_ns))
+        firsts: dict[str, set[str]] = {name: set() for name in fields}
+        for o in range(len(a.objects)):
+            for name, value in a.first_values(o).items():
+                firsts[name].add(self.timeline.value(name, value))
+        values = {name: (next(iter(seen)) if len(seen) == 1 else
+                         f"{len(seen)} values across objects" if seen else "")
+                  for name, seen in firsts.items()}
+        return series, values
 
     def methods_page(self) -> None:
         rows = self.method_rows(self.data.methods)
@@ -704,7 +723,7 @@ class _Site:
                     os.path.join(self.out_dir, METHODS_DIR,
                                  f"{self.function_stem[stats.function_id]}.png"),
                     f"{stats.name}: {len(stats.durations)} timed calls",
-                    stats.call_times.tolist(), stats.durations.tolist()))
+                    stats.call_times, stats.durations))
         bars = [(r["name"], r["calls"]) for r in rows if r["calls"]][:40] if self.plots else []
         if bars:
             self.plot_jobs.append(plotting.CallCountPlot(
@@ -822,6 +841,7 @@ def _run_task(task: tuple) -> float:
     kind = task[0]
     if kind == "all":
         site.all_objects_pages()
+        release_free_memory()  # its every-event temporaries, before the objects' tasks
     elif kind == "methods":
         site.methods_page()
     else:

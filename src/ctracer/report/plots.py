@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from ctracer.event import Layout
 
 #: one sober look for every plot
@@ -73,6 +75,26 @@ class Series:
         return list(zip(times, self.values))
 
 
+class Strips(list):
+    """The series of a strip plot: one per object, of the ``of`` objects whose field
+    changed; beyond `MAX_STRIPS` of them only every `sampling`-th object's series is
+    kept (every object's values of a 10M-event trace were 150 MB in a helper)."""
+
+    def __init__(self, of: int):
+        super().__init__()
+        self.of = of
+
+    @staticmethod
+    def sampling(objects: int) -> int:
+        """Every how many objects one strip is drawn."""
+        return max(1, -(-objects // MAX_STRIPS))
+
+
+def objects_in(series: list) -> int:
+    """How many objects a plot's series stand for (`Strips` may hold some of them)."""
+    return series.of if isinstance(series, Strips) else len(series)
+
+
 @dataclass
 class FieldPlot:
     path: str
@@ -98,8 +120,8 @@ class StripPlot:
 class DurationPlot:
     path: str
     title: str
-    call_times: list[int]  # ns since trace start
-    durations: list[int]   # ns
+    call_times: Any  # ns since trace start (an array or a list)
+    durations: Any   # ns
 
 
 @dataclass
@@ -197,12 +219,11 @@ class _Painter:
     def _save(self, ax: Any, path: str) -> None:
         """Draw and write an RGB PNG with fast deflate: half the cost of ``savefig``'s
         RGBA at default compression, for files about as small (plots are flat colour)."""
-        import numpy
         from PIL import Image
 
         canvas = ax.figure.canvas
         canvas.draw()
-        pixels = numpy.asarray(canvas.buffer_rgba())[..., :3]
+        pixels = np.asarray(canvas.buffer_rgba())[..., :3]
         Image.fromarray(pixels).save(path, format="PNG", compress_level=1)
 
     def field_plot(self, job: FieldPlot) -> None:
@@ -247,7 +268,6 @@ class _Painter:
         self._save(ax, job.path)
 
     def strip_plot(self, job: StripPlot) -> None:
-        import numpy
         from matplotlib.colors import ListedColormap
         from matplotlib.patches import Patch
 
@@ -255,12 +275,14 @@ class _Painter:
         numbers, ticks = self.fmt.plot_axis(job.field, values)
         longest = max((s.end_ns for s in job.series), default=1) or 1
         bins = 400
-        edges = numpy.linspace(0, longest, bins, endpoint=False)
+        edges = np.linspace(0, longest, bins, endpoint=False)
         # the image is a few hundred pixels high: beyond MAX_STRIPS objects every
         # step-th one is drawn (a grid of every object of a 10M-event trace, and
-        # matplotlib's copies of it, were gigabytes)
-        step = -(-len(job.series) // MAX_STRIPS)
-        grid = numpy.full((-(-len(job.series) // step), bins), numpy.nan)
+        # matplotlib's copies of it, were gigabytes); `Strips` come sampled already
+        total = objects_in(job.series)
+        sampled_before = total > len(job.series)
+        step = 1 if sampled_before else Strips.sampling(len(job.series))
+        grid = np.full((-(-len(job.series) // step), bins), np.nan)
         at = 0
         for i, s in enumerate(job.series):
             n = len(s.values)
@@ -268,9 +290,9 @@ class _Painter:
             if i % step:
                 continue
             row = i // step
-            ys = numpy.asarray(numbers[at - n:at], dtype=float)
-            ts = numpy.asarray(s.times, dtype=float)
-            idx = numpy.searchsorted(ts, edges, side="right") - 1
+            ys = np.asarray(numbers[at - n:at], dtype=float)
+            ts = np.asarray(s.times, dtype=float)
+            idx = np.searchsorted(ts, edges, side="right") - 1
             alive = (idx >= 0) & (edges <= max(s.end_ns, ts[-1]))
             grid[row, alive] = ys[idx[alive]]
         categorical = ticks is not None and len(ticks) <= len(_PALETTE) * 2
@@ -282,14 +304,14 @@ class _Painter:
             cmap = ListedColormap(colours)
             image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap,
                               vmin=-0.5, vmax=len(ticks) - 0.5, origin="upper",
-                              extent=(0, longest / 1e6, len(job.series), 0))
+                              extent=(0, longest / 1e6, total, 0))
             ax.legend(handles=[Patch(color=c, label=literal(label))
                                for c, (_, label) in zip(colours, ticks)],
                       fontsize=7.5, frameon=False, loc="upper left",
                       bbox_to_anchor=(1.01, 1.0), handlelength=1.0, borderaxespad=0.2)
         else:
             image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis",
-                              origin="upper", extent=(0, longest / 1e6, len(job.series), 0))
+                              origin="upper", extent=(0, longest / 1e6, total, 0))
             bar = ax.figure.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
             bar.ax.tick_params(labelsize=7.5)
             if ticks:
@@ -298,27 +320,29 @@ class _Painter:
         from matplotlib.ticker import MaxNLocator
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
-        sampled = f", every {step}th drawn" if step > 1 else ""
+        every = Strips.sampling(total)
+        sampled = f", every {every}th drawn" if every > 1 else ""
         self._labels(ax, job.title, "ms since the object was first seen",
-                     f"objects (of {len(job.series)}{sampled}), by first appearance")
+                     f"objects (of {total}{sampled}), by first appearance")
         self._save(ax, job.path)
 
     def duration_plot(self, job: DurationPlot) -> None:
         ax = self._frame(2.6, left_px=80)
-        ys_all = [max(d, 1) / 1e3 for d in job.durations]
+        # arrays, not lists: a method called millions of times has as many durations
+        ys_all = np.maximum(np.asarray(job.durations, np.int64), 1) / 1e3
         # beyond a few thousand dots a scatter is ink: every n-th call is drawn (the
         # median line and the title count them all)
         step = max(1, len(job.call_times) // MAX_DOTS)
-        xs = [t / 1e6 for t in job.call_times[::step]]
+        xs = np.asarray(job.call_times, np.int64)[::step] / 1e6
         ys = ys_all[::step]
         ax.plot(xs, ys, linestyle="none", marker="o", markersize=3, color=_BLUE,
                 alpha=0.6 if len(xs) > 200 else 0.9)
-        if ys and max(ys) / min(ys) > 50:
+        if len(ys) and ys.max() / ys.min() > 50:
             ax.set_yscale("log")
-        ordered = sorted(ys_all)
         title = job.title + (f", every {step}th drawn" if step > 1 else "")
-        if ordered:
-            median = ordered[len(ordered) // 2]
+        if len(ys_all):
+            middle = len(ys_all) // 2
+            median = float(np.partition(ys_all, middle)[middle])
             ax.axhline(median, color="#c0392b", linewidth=1, linestyle="--")
             title += f" (dashed: median {median:.1f} µs)"
         self._labels(ax, title, "call start, ms since the trace started", "duration (µs)")
