@@ -48,8 +48,9 @@ class KernelProgram:
     entry_kind: Optional[str] = None
     #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
     context_probes: tuple[tracepoint.ContextProbe, ...] = ()
-    #: the functions' programs keep each thread's depth and saved calls in task storage
-    #: (else in LRU hashes: `kfunctions.struct_definitions`)
+    #: the functions' programs keep each thread's depth and saved calls in task storage,
+    #: with an LRU-hash variant of each beside them (else only the LRU-hash ones:
+    #: `kfunctions.programs_c`)
     task_storage: bool = True
     #: no uprobes (the recorder and runtime handle both kinds of program)
     functions: tuple = field(default=(), init=False)
@@ -80,12 +81,16 @@ class KernelProgram:
         lines += [f" * {tracepoint.describe(tp)}" for tp in self.tracepoints]
         return "\n".join(lines) + "\n */\n"
 
-    def program_names(self) -> list[str]:
-        """The entry and exit programs the functions use."""
+    def program_names(self, task_storage: Optional[bool] = None) -> list[str]:
+        """The entry and exit programs the functions use: of the variant keeping the
+        thread state in task storage where the text has it, else (or when
+        ``task_storage`` is false) of the LRU-hash one."""
         if not self.entry_kind:
             return []
+        storage = self.task_storage if task_storage is None else task_storage and self.task_storage
         exit_kind = kfunctions.KINDS[self.entry_kind]
-        return sorted({f.program(k) for f in self.kfunctions for k in (self.entry_kind, exit_kind)})
+        return sorted({f.program(k, storage) for f in self.kfunctions
+                       for k in (self.entry_kind, exit_kind)})
 
 
 def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,

@@ -37,7 +37,11 @@ before), where the running kernel lets the
 kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
 LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
 lookup and a delete at exit; measured in the 6.12 guest: see the README's
-bench_kmethods rows).
+bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant
+too (named with `HASHED_SUFFIX`): a verifier may refuse the task-storage programs
+(6.1's refuses the kprobe ones of more slots as too complex, E2BIG) and the recorder
+then loads the LRU-hash variants of every program of the kind instead
+(`ctracer.record.kattach.KernelLinks`: every function's depth in one place).
 
 A ``ctracer_stopped`` flag ends every probe at one instant (detaching thousands of links
 takes a while).  Recursion is avoided by construction: the probed functions take the
@@ -111,17 +115,23 @@ class KernelFunction:
     def slot_count(self) -> int:
         return next(n for n in SLOT_COUNTS if n >= len(self.slots))
 
-    def program(self, kind: str) -> str:
-        """The name of the program that probes this function as ``kind``."""
-        return program_name(kind, self.slot_count)
+    def program(self, kind: str, task_storage: bool = True) -> str:
+        """The name of the program that probes this function as ``kind``, keeping the
+        thread's state in task storage or (``task_storage`` false) in the LRU hashes."""
+        return program_name(kind, self.slot_count, task_storage)
 
     @property
     def row_ids(self) -> tuple[int, ...]:
         return tuple(s.row for s in self.slots)
 
 
-def program_name(kind: str, slots: int) -> str:
-    return f"ctracer_{kind}_s{slots}"
+#: the name ending of the programs keeping the thread state in the LRU hashes
+HASHED_SUFFIX = "_lru"
+
+
+def program_name(kind: str, slots: int, task_storage: bool = True) -> str:
+    """``ctracer_kprobe_s4``; the LRU-hash variant ``ctracer_kprobe_s4_lru``."""
+    return f"ctracer_{kind}_s{slots}{'' if task_storage else HASHED_SUFFIX}"
 
 
 def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
@@ -274,10 +284,11 @@ def kfn_size() -> int:
 
 
 def struct_definitions(functions: int, task_storage: bool = True) -> str:
-    """The descriptor structs and the maps of the method programs: with ``task_storage``
-    each thread's depth and saved calls in one task-local storage map (the `THREAD_CALLS`
-    shallowest levels; deeper calls in an LRU hash keyed by thread and depth), else two
-    LRU hashes keyed by thread id (kernels or program kinds that refuse task storage)."""
+    """The descriptor structs and the maps of the method programs: two LRU hashes keyed
+    by thread id (each thread's depth; its saved calls by depth), and with
+    ``task_storage`` one task-local storage map too, for the programs that keep the depth
+    and the `THREAD_CALLS` shallowest saved calls there (deeper calls in the LRU hash of
+    calls).  Only one variant's programs are loaded (`programs_c`)."""
     hashed = """\
 struct ctracer_kcall_key {
 	u32 tid;
@@ -288,6 +299,10 @@ BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kc
 """
     if task_storage:
         state = hashed + f"""\
+
+/* The LRU-hash variant's thread depths (its programs are loaded where a verifier
+ * refuses the task storage ones). */
+BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
 
 /* A thread's call depth and what each entry leaves for its exit, by depth; a call deeper
  * than CTRACER_KSTACK leaves it in ctracer_kcalls, as every call did before. */
@@ -452,7 +467,7 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True)
 	key.depth = depth;
 	ctracer_kcalls.update(&key, &call);"""
     return f"""\
-int {program_name(kind, slots)}({ctx})
+int {program_name(kind, slots, task_storage)}({ctx})
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -551,7 +566,7 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 		have = 1;
 	}"""
     return f"""\
-int {program_name(kind, slots)}({ctx})
+int {program_name(kind, slots, task_storage)}({ctx})
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -592,17 +607,26 @@ int {program_name(kind, slots)}({ctx})
 """
 
 
+def variants(task_storage: bool) -> tuple[bool, ...]:
+    """The thread-state variants a text holds (True: task storage, False: the LRU
+    hashes): with task storage, the LRU-hash one too, loaded where a verifier refuses
+    the first."""
+    return (True, False) if task_storage else (False,)
+
+
 def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
                task_storage: bool = True) -> str:
     """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
-    for each slot count; ``task_storage``: each thread's depth and saved calls in task
-    storage (`struct_definitions`), else in the LRU hashes."""
+    for each slot count, in each of the `variants`: with ``task_storage`` each thread's
+    depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
+    the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
     t.block(_HELPERS)
     for kind in kinds:
-        for n in slot_counts:
-            t("")
-            t.block(_entry_program(kind, n, nargs, task_storage))
-            t("")
-            t.block(_exit_program(KINDS[kind], n, nargs, task_storage))
+        for storage in variants(task_storage):
+            for n in slot_counts:
+                t("")
+                t.block(_entry_program(kind, n, nargs, storage))
+                t("")
+                t.block(_exit_program(KINDS[kind], n, nargs, storage))
     return str(t)

@@ -327,7 +327,9 @@ class ProbeSession:
                                             btf_targets(functions) if functions else
                                             (lambda f: None), tracepoints=tracepoints,
                                             context_probes=getattr(self.program,
-                                                                   "context_probes", ()))
+                                                                   "context_probes", ()),
+                                            task_storage=getattr(self.program,
+                                                                 "task_storage", False))
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)

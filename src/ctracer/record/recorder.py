@@ -341,6 +341,11 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         elif pid is not None:
             session.follow(pid)
         results = session.attach()
+        links = getattr(session, "kernel_links", None)
+        if links is not None and links.thread_state:
+            # where the functions' programs keep each thread's depth (the probe plan's
+            # thread_state is what the kind may use; this is what was loaded)
+            writer.set_meta(thread_state=links.thread_state)
         attached_text = bpf_runtime.row_attachments(program, results)
         writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
                                          attached_text[r.id]) for r in program.rows)
