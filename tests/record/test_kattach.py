@@ -79,7 +79,7 @@ def test_a_refused_task_storage_program_gives_every_function_its_lru_hash_varian
         assert attached == {kfunctions.program_name(k, n, False) for k in ("kprobe", "kretprobe")
                             for n in kfunctions.SLOT_COUNTS}
         assert "ctracer_kretprobe_s8" in links.thread_state and "E2BIG" in links.thread_state
-        assert links.thread_state.startswith("LRU hashes")
+        assert links.thread_state.startswith("LRU hashes") and links.fell_back
         assert sorted(kernel["linked"]) == sorted((k, f.name) for f in FUNCTIONS
                                                   for k in ("kprobe", "kretprobe"))
     finally:
@@ -93,7 +93,7 @@ def test_task_storage_kept_where_every_program_loads(kernel):
         assert _attached_programs(kernel) == {kfunctions.program_name(k, n) for k in
                                               ("kprobe", "kretprobe")
                                               for n in kfunctions.SLOT_COUNTS}
-        assert links.thread_state == "task storage"
+        assert links.thread_state == "task storage" and not links.fell_back
         # the trial loaded each task-storage program once, no LRU-hash one
         assert not any(n.endswith(kfunctions.HASHED_SUFFIX) for n in kernel["loaded"])
     finally:
@@ -117,6 +117,16 @@ def test_a_text_without_task_storage_loads_the_lru_hash_programs(kernel):
     try:
         assert all(r.complete for r in links.results)
         assert all(n.endswith(kfunctions.HASHED_SUFFIX) for n in kernel["loaded"])
-        assert links.thread_state.startswith("LRU hashes")
+        assert links.thread_state.startswith("LRU hashes") and not links.fell_back
     finally:
         links.close()
+
+
+def test_the_summary_says_where_the_thread_state_went_when_it_fell_back():
+    from ctracer.record.recorder import RecordResult, summary_lines
+    plain = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c")
+    assert not any("thread" in line for line in summary_lines(plain))
+    why = f"LRU hashes, as the kernel refused ctracer_kretprobe_s8: {E2BIG}"
+    fell = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c",
+                        thread_state_fallback=why)
+    assert f"note: each thread's call depth and saved entries in {why}" in summary_lines(fell)

@@ -380,6 +380,11 @@ class KernelLinks:
 
     # -- thread state -----------------------------------------------------------
 
+    @property
+    def fell_back(self) -> bool:
+        """The text's task-storage programs were refused: the LRU-hash ones attached."""
+        return bool(self.functions) and self.task_storage and not self._storage
+
     def _program(self, f: KernelFunction, kind: str) -> str:
         """The program probing ``f`` as ``kind``, of the chosen thread-state variant."""
         return f.program(kind, self._storage)
