@@ -180,6 +180,18 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     return KernelChoice(chosen, picked, kind if picked else None, note)
 
 
+def _task_storage(entry_kind: Optional[str]):
+    """Whether the running kernel lets ``entry_kind``'s programs keep each thread's call
+    depth and saved entries in task storage (tried: `ctracer.record.kernel.
+    task_storage_works`); where it cannot be tried (not root: ``--print-bpf``) the
+    programs are written with it."""
+    from ctracer.plan.attach import Mechanism
+    if entry_kind is None:
+        return Mechanism(None, "no kernel function probed")
+    from ctracer.record.kernel import task_storage_works
+    return task_storage_works(entry_kind)
+
+
 def _check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequence) -> None:
     """A ``--functions`` glob naming only methods this kernel cannot probe says so
     (rather than that it matches no method)."""
@@ -433,12 +445,15 @@ def build(request: TraceRequest) -> BuiltTrace:
         with _project_rule_lines(request):
             rules = _lifetime_rules(request, name, model, methods + function_methods)
         head = heads.head_read_for(name, graph, built.layout, model)
+        storage = _task_storage(choice.entry_kind if function_methods else None)
+        note = dict(note, thread_state=storage.to_json())
         program = build_kernel_program(methods, built.layout, catalog,
                                        function_methods=function_methods,
                                        entry_kind=choice.entry_kind,
                                        admission=admission, rules=rules,
                                        ring_bytes=ring, head=head,
-                                       format_fields=_format_fields(source))
+                                       format_fields=_format_fields(source),
+                                       task_storage=storage.works is not False)
         with _project_rule_lines(request):
             lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})

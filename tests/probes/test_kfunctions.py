@@ -59,6 +59,44 @@ def test_a_handful_of_programs_whatever_the_function_count(sample, kind):
         assert not re.search(rf"\b{re.escape(f.name)}\b", every.text), f.name
 
 
+def _bodies(text: str) -> dict[str, str]:
+    """Each program's C, by name."""
+    starts = list(re.finditer(r"^int (ctracer_\w+)\(", text, re.M))
+    return {m.group(1): text[m.start():(starts[i + 1].start() if i + 1 < len(starts) else None)]
+            for i, m in enumerate(starts)}
+
+
+@pytest.mark.parametrize("kind", ["fentry", "kprobe"])
+def test_task_storage_programs_come_with_their_lru_hash_variants(sample, kind):
+    """A text keeping the thread state in task storage holds, for every program the
+    functions use, its LRU-hash variant too (what the recorder loads where a verifier
+    refuses the first: 6.1's kretprobes of more slots, E2BIG), the maps of both beside
+    each other; without task storage only the LRU-hash programs."""
+    methods, layout, catalog = sample
+    exit_kind = kfunctions.KINDS[kind]
+    for storage in (True, False):
+        program = build_kernel_program((), layout, catalog, function_methods=methods,
+                                       entry_kind=kind, arch=X86, task_storage=storage)
+        bodies = _bodies(program.text)
+        hashed = program.program_names(task_storage=False)
+        assert hashed == sorted({f.program(k, False) for f in program.kfunctions
+                                 for k in (kind, exit_kind)})
+        assert hashed and all(n.endswith(kfunctions.HASHED_SUFFIX) for n in hashed)
+        assert set(hashed) <= set(bodies)
+        for name in hashed:
+            assert "ctracer_depth." in bodies[name] and "task_storage_get" not in bodies[name]
+        assert ("BPF_TASK_STORAGE(ctracer_kthreads" in program.text) == storage
+        assert 'BPF_TABLE("lru_hash", u32, u32, ctracer_depth' in program.text
+        if storage:
+            names = program.program_names()
+            assert names == sorted(n[:-len(kfunctions.HASHED_SUFFIX)] for n in hashed)
+            for name in names:
+                assert "task_storage_get" in bodies[name] and "ctracer_depth." not in bodies[name]
+        else:
+            assert program.program_names() == hashed
+            assert set(bodies) == set(hashed)
+
+
 def test_descriptors_pack_as_the_c_struct_says(sample):
     methods, layout, catalog = sample
     program = build_kernel_program((), layout, catalog, function_methods=methods,

@@ -123,3 +123,33 @@ def test_plan_verify_command_on_chosen_kernel_functions(support):
     v = doc["kernel"]["verifier"]
     assert v["rejected"] == 0 and v["accepted"] == sum(1 for p in probes if p["verified"])
     print(f"\nplan --verify: {v}")
+
+
+def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
+    """The kernel-function programs keep each thread's depth and saved calls in task
+    storage where the kind's programs may use it (tried here with a hand-made map and
+    program; a call deeper than the storage keeps in an LRU hash), else in two LRU
+    hashes: both texts pass the verifier, so a kernel refusing
+    task storage still gets its functions traced."""
+    from ctracer.probes.kernel import build_kernel_program
+    from ctracer.record import bpf_runtime
+    trial = kernel.task_storage_works("kprobe")
+    print(f"\ntask storage for kprobe programs: {trial}")
+    assert trial.works is True, trial.why   # every kernel that loads kprobe-type programs here
+    plan, graph, catalog = kernel_plan("sock", support)
+    methods = [m for p in plan.of_kind("kprobe") for m in p.methods
+               if m.name in ("tcp_sendmsg", "tcp_set_state", "sk_alloc", "tcp_v4_do_rcv")]
+    assert methods
+    from ctracer.plan import mini
+    layout = mini.build_mini(graph).layout
+    for storage in (True, False):
+        program = build_kernel_program((), layout, catalog, function_methods=methods,
+                                       entry_kind="kprobe", task_storage=storage)
+        assert ("BPF_TASK_STORAGE(ctracer_kthreads" in program.text) == storage
+        # a task-storage text holds the LRU-hash variants too (loaded where a verifier
+        # refuses the first): both are checked
+        names = program.program_names() + program.program_names(task_storage=False)
+        results = bpf_runtime.verify_programs(program.text, sorted(set(names)))
+        assert results and all(v == "" for v in results.values()), (storage, results)
+        assert any(n.endswith("_lru") for n in results)
+        assert any(not n.endswith("_lru") for n in results) == storage

@@ -10,7 +10,9 @@ time.  Checked: the calls per (function, socket) are bpftrace's exactly, softirq
 receive paths included (tcp_v4_do_rcv, tcp_rcv_established); tcp_sendmsg's return
 values add up to the bytes the workload sent; tcp_set_state's exit snapshot has
 skc_state equal to its state argument; a method called inside tcp_sendmsg is one level
-deeper; no program of ctracer stays attached once it has exited; the report renders.
+deeper; no program of ctracer stays attached once it has exited; the report renders;
+each thread's state in task storage, but for 6.1's kprobes (its verifier refuses the
+task-storage programs of more slots: their LRU-hash variants are loaded instead).
 """
 
 from __future__ import annotations
@@ -114,6 +116,24 @@ def test_the_plan_picks_the_kind_and_says_so(vm_kernel, run):
     else:
         assert "probes: kprobe/kretprobe on" in r["log"] and "one kprobe per function" in r["log"]
     assert " 0 failed" in r["log"], r["log"]
+
+
+def test_thread_state_in_task_storage_or_lru_hashes_where_6_1_refuses_it(vm_kernel, run):
+    """Where the functions' programs kept each thread's depth: task storage, but for
+    6.1's kprobes, whose verifier refuses the task-storage programs of more slots
+    (E2BIG, too complex): their LRU-hash variants for every function, said in the meta
+    and the summary (the other tests of the run check the calls are all there)."""
+    from ctracer.tracefile import read_meta
+    probes, r = run
+    state = read_meta(str(r["trace"])).get("thread_state")
+    print(f"\n{probes} on {vm_kernel}: thread state in {state}")
+    if probes == "kprobe" and vm_kernel == "6.1":
+        assert state.startswith("LRU hashes, as the kernel refused ctracer_k"), state
+        assert "E2BIG" in state, state
+        assert f"note: each thread's call depth and saved entries in {state}" in r["log"]
+    else:
+        assert state == "task storage"
+        assert "note: each thread's" not in r["log"]
 
 
 def test_calls_per_socket_equal_bpftrace(vm_kernel, run):

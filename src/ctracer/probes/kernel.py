@@ -48,6 +48,10 @@ class KernelProgram:
     entry_kind: Optional[str] = None
     #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
     context_probes: tuple[tracepoint.ContextProbe, ...] = ()
+    #: the functions' programs keep each thread's depth and saved calls in task storage,
+    #: with an LRU-hash variant of each beside them (else only the LRU-hash ones:
+    #: `kfunctions.programs_c`)
+    task_storage: bool = True
     #: no uprobes (the recorder and runtime handle both kinds of program)
     functions: tuple = field(default=(), init=False)
 
@@ -77,12 +81,16 @@ class KernelProgram:
         lines += [f" * {tracepoint.describe(tp)}" for tp in self.tracepoints]
         return "\n".join(lines) + "\n */\n"
 
-    def program_names(self) -> list[str]:
-        """The entry and exit programs the functions use."""
+    def program_names(self, task_storage: Optional[bool] = None) -> list[str]:
+        """The entry and exit programs the functions use: of the variant keeping the
+        thread state in task storage where the text has it, else (or when
+        ``task_storage`` is false) of the LRU-hash one."""
         if not self.entry_kind:
             return []
+        storage = self.task_storage if task_storage is None else task_storage and self.task_storage
         exit_kind = kfunctions.KINDS[self.entry_kind]
-        return sorted({f.program(k) for f in self.kfunctions for k in (self.entry_kind, exit_kind)})
+        return sorted({f.program(k, storage) for f in self.kfunctions
+                       for k in (self.entry_kind, exit_kind)})
 
 
 def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
@@ -93,10 +101,14 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          ring_bytes: int = ctext.RING_BYTES,
                          head: Optional[HeadRead] = None,
                          arch: Optional[Arch] = None,
-                         format_fields: Optional[tracepoint.FormatFields] = None
+                         format_fields: Optional[tracepoint.FormatFields] = None,
+                         task_storage: bool = True
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
-    (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``."""
+    (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
+    ``task_storage``: the functions' per-thread state in task storage (what the
+    running kernel takes for the kind: `ctracer.record.kernel.task_storage_works`),
+    else in LRU hashes."""
     ctext.check_ring_bytes(ring_bytes)
     if admission.comm is not None:
         tracepoint.validate_comm(admission.comm)
@@ -116,11 +128,11 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     if functions:
         nargs = max(nargs, kfunctions.NARGS)
         counts = sorted({f.slot_count for f in functions})
-        functions_c = (kfunctions.struct_definitions(len(functions)),
-                       kfunctions.programs_c([entry_kind], counts, nargs))
+        functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
+                       kfunctions.programs_c([entry_kind], counts, nargs, task_storage))
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
                                         functions_c)
     return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
                          tuple(rules), head, functions, entry_kind if functions else None,
                          tracepoint.CONTEXT_PROBES if tracepoint.needs_context(admission)
-                         else ())
+                         else (), task_storage=bool(functions and task_storage))

@@ -18,17 +18,30 @@ each).
 
 What the programs do per call, for each way to the object (each function-table row):
 
-* entry: the thread's call depth is counted up (a per-thread counter), the object's
-  address computed, the object snapshotted and an entry event written through
-  ``ctracer_hit`` (the same admission, following and lifetime rules as the tracepoint
-  probes: `ctracer.probes.tracepoint`), with the call's first `NARGS` register arguments
-  in the event's argument slots; what the exit needs is saved per (thread, depth);
-* exit: the depth is counted down, the entry's saved state taken (its objects: a
-  kretprobe no longer has the arguments; an exit with no saved entry is flagged
-  `FLAG_NO_ENTRY`), the return value read and normalised to its C type, and an exit
-  event written for each way its entry wrote one (a ``returns`` method's object is the
-  return value; a holder still NULL at entry, like an incoming skb's ``->sk``, gives
-  neither), so every exit has its entry.
+* entry: the thread's call depth is counted up, the object's address computed, the
+  object snapshotted and an entry event written through ``ctracer_hit`` (the same
+  admission, following and lifetime rules as the tracepoint probes:
+  `ctracer.probes.tracepoint`), with the call's first `NARGS` register arguments in the
+  event's argument slots; what the exit needs (objects, arguments) is saved by depth;
+* exit: the depth is counted down, the entry's saved state taken (its objects and
+  arguments: a kretprobe no longer has the arguments, and fexit need not read them
+  again; an exit with no saved entry is flagged `FLAG_NO_ENTRY`), the return value read
+  and normalised to its C type, and an exit event written for each way its entry wrote
+  one (a ``returns`` method's object is the return value; a holder still NULL at entry,
+  like an incoming skb's ``->sk``, gives neither), so every exit has its entry.
+
+The depth and the saved calls live in the thread's task storage (one
+``bpf_task_storage_get`` a probe, no hashing, no locks, freed with the task; the
+entries of the `THREAD_CALLS` shallowest levels; a deeper call's in an LRU hash, as
+before), where the running kernel lets the
+kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
+LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
+lookup and a delete at exit; measured in the 6.12 guest: see the README's
+bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant
+too (named with `HASHED_SUFFIX`): a verifier may refuse the task-storage programs
+(6.1's refuses the kprobe ones of more slots as too complex, E2BIG) and the recorder
+then loads the LRU-hash variants of every program of the kind instead
+(`ctracer.record.kattach.KernelLinks`: every function's depth in one place).
 
 A ``ctracer_stopped`` flag ends every probe at one instant (detaching thousands of links
 takes a while).  Recursion is avoided by construction: the probed functions take the
@@ -62,6 +75,9 @@ NARGS = 6
 KINDS = {"fentry": "fexit", "kprobe": "kretprobe"}
 
 _FLAG_STARTS, _FLAG_ENDS = 1, 2
+#: calls deep a thread's task storage keeps entries for (a power of two; 32 saved calls
+#: and the depth are 3,848 bytes, one 4 KiB allocation per thread with the kernel's header)
+THREAD_CALLS = 32
 _OP = ctext.PATH_OPS
 
 
@@ -99,17 +115,23 @@ class KernelFunction:
     def slot_count(self) -> int:
         return next(n for n in SLOT_COUNTS if n >= len(self.slots))
 
-    def program(self, kind: str) -> str:
-        """The name of the program that probes this function as ``kind``."""
-        return program_name(kind, self.slot_count)
+    def program(self, kind: str, task_storage: bool = True) -> str:
+        """The name of the program that probes this function as ``kind``, keeping the
+        thread's state in task storage or (``task_storage`` false) in the LRU hashes."""
+        return program_name(kind, self.slot_count, task_storage)
 
     @property
     def row_ids(self) -> tuple[int, ...]:
         return tuple(s.row for s in self.slots)
 
 
-def program_name(kind: str, slots: int) -> str:
-    return f"ctracer_{kind}_s{slots}"
+#: the name ending of the programs keeping the thread state in the LRU hashes
+HASHED_SUFFIX = "_lru"
+
+
+def program_name(kind: str, slots: int, task_storage: bool = True) -> str:
+    """``ctracer_kprobe_s4``; the LRU-hash variant ``ctracer_kprobe_s4_lru``."""
+    return f"ctracer_{kind}_s{slots}{'' if task_storage else HASHED_SUFFIX}"
 
 
 def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
@@ -261,8 +283,42 @@ def kfn_size() -> int:
     return _kfn_slots_offset() + MAX_SLOTS * _slot_size()
 
 
-def struct_definitions(functions: int) -> str:
-    """The descriptor structs and the maps of the method programs."""
+def struct_definitions(functions: int, task_storage: bool = True) -> str:
+    """The descriptor structs and the maps of the method programs: two LRU hashes keyed
+    by thread id (each thread's depth; its saved calls by depth), and with
+    ``task_storage`` one task-local storage map too, for the programs that keep the depth
+    and the `THREAD_CALLS` shallowest saved calls there (deeper calls in the LRU hash of
+    calls).  Only one variant's programs are loaded (`programs_c`)."""
+    hashed = """\
+struct ctracer_kcall_key {
+	u32 tid;
+	u32 depth;
+};
+
+BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
+"""
+    if task_storage:
+        state = hashed + f"""\
+
+/* The LRU-hash variant's thread depths (its programs are loaded where a verifier
+ * refuses the task storage ones). */
+BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
+
+/* A thread's call depth and what each entry leaves for its exit, by depth; a call deeper
+ * than CTRACER_KSTACK leaves it in ctracer_kcalls, as every call did before. */
+#define CTRACER_KSTACK {THREAD_CALLS}
+struct ctracer_kthread {{
+	u32 depth;
+	u32 pad;
+	struct ctracer_kcall call[CTRACER_KSTACK];
+}};
+
+BPF_TASK_STORAGE(ctracer_kthreads, struct ctracer_kthread);
+"""
+    else:
+        state = hashed + """\
+BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
+"""
     return f"""\
 #define CTRACER_MAX_SLOTS {MAX_SLOTS}
 #define CTRACER_NARGS {NARGS}
@@ -290,23 +346,16 @@ struct ctracer_kfn {{
 _Static_assert(sizeof(struct ctracer_kfn) == {kfn_size()}, "kfn size");
 _Static_assert(__builtin_offsetof(struct ctracer_kfn, slot) == {_kfn_slots_offset()}, "kfn slots");
 
-struct ctracer_kcall_key {{
-	u32 tid;
-	u32 depth;
-}};
-
 /* What an entry leaves for its exit. */
 struct ctracer_kcall {{
 	u32 fn;
-	u32 pad;
+	u32 depth;	/* the depth it was saved at, plus one (0: none, or taken by its exit) */
 	u64 object[CTRACER_MAX_SLOTS];
 	u64 args[CTRACER_NARGS];
 }};
 
 BPF_ARRAY(ctracer_kfns, struct ctracer_kfn, {max(1, functions)});
-BPF_TABLE("lru_hash", struct ctracer_kcall_key, struct ctracer_kcall, ctracer_kcalls, 65536);
-BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
-"""
+{state}"""
 
 
 _HELPERS = """\
@@ -377,31 +426,63 @@ _OPENING = """\
 		return 0;"""
 
 
-def _entry_program(kind: str, slots: int, nargs: int) -> str:
+_GET_THREAD = """\
+	t = ctracer_kthreads.task_storage_get(bpf_get_current_task_btf(), 0, %s);"""
+
+
+def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True) -> str:
     fentry = int(kind == "fentry")
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
     reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else "regs[s->reg & 7]"
-    return f"""\
-int {program_name(kind, slots)}({ctx})
-{{
-	u32 zero = 0, fi, depth, tid;
-	u8 *stopped = ctracer_stopped.lookup(&zero);
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct ctracer_kfn *fn;
-	struct ctracer_kcall call = {{}};
-	struct ctracer_kcall_key key = {{}};
-	u64 args[{max(nargs, 1)}] = {{}};
-	u64 regs[8] = {{}};
-	u32 *counter;
+    if task_storage:
+        # NULL when the kernel cannot give it now (task storage busy on this CPU,
+        # no memory): depth 0 and nothing saved, as when the maps were full
+        state = "\tstruct ctracer_kthread *t;"
+        count = _GET_THREAD % "BPF_LOCAL_STORAGE_GET_F_CREATE" + """
+	if (t) {
+		depth = t->depth;
+		t->depth = depth + 1;
+	}"""
+        save = """\
+	if (t && depth < CTRACER_KSTACK) {
+		__builtin_memcpy(&t->call[depth & (CTRACER_KSTACK - 1)], &call, sizeof(call));
+	} else if (t) {
+		/* deeper than the task storage keeps */
+		struct ctracer_kcall_key key = {};
 
-{_OPENING}
-	{"" if fentry else "ctracer_kprobe_regs(ctx, regs);"}
+		key.tid = (u32)pid_tgid;
+		key.depth = depth;
+		ctracer_kcalls.update(&key, &call);
+	}"""
+    else:
+        state = "\tstruct ctracer_kcall_key key = {};\n\tu32 *counter, tid;"
+        count = """\
 	tid = (u32)pid_tgid;
 	counter = ctracer_depth.lookup_or_try_init(&tid, &zero);
 	depth = counter ? *counter : 0;
 	if (counter)
-		*counter = depth + 1;
+		*counter = depth + 1;"""
+        save = """\
+	key.tid = tid;
+	key.depth = depth;
+	ctracer_kcalls.update(&key, &call);"""
+    return f"""\
+int {program_name(kind, slots, task_storage)}({ctx})
+{{
+	u32 zero = 0, fi, depth = 0;
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct ctracer_kfn *fn;
+	struct ctracer_kcall call = {{}};
+{state}
+	u64 args[{max(nargs, 1)}] = {{}};
+	u64 regs[8] = {{}};
+
+{_OPENING}
+	{"" if fentry else "ctracer_kprobe_regs(ctx, regs);"}
+{count}
 	call.fn = fi;
+	call.depth = depth + 1;
 	ctracer_kargs(ctx, {"0" if fentry else "regs"}, fn, args);
 #pragma clang loop unroll(full)
 	for (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)
@@ -420,15 +501,13 @@ int {program_name(kind, slots)}({ctx})
 		if (obj || s->reg == 255)
 			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0);
 	}}
-	key.tid = tid;
-	key.depth = depth;
-	ctracer_kcalls.update(&key, &call);
+{save}
 	return 0;
 }}
 """
 
 
-def _exit_program(kind: str, slots: int, nargs: int) -> str:
+def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) -> str:
     fexit = int(kind == "fexit")
     ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
     ret = "bpf_get_func_ret(ctx, &raw);" if fexit else "raw = PT_REGS_RC(ctx);"
@@ -438,28 +517,41 @@ def _exit_program(kind: str, slots: int, nargs: int) -> str:
     # finds the object again from the arguments
     again = ("if (!have && s->reg != 255)\n\t\t\tobj = ctracer_follow(ctracer_fentry_reg(ctx, s->reg), s);"
              if fexit else "")
-    args_line = ("ctracer_kargs(ctx, 0, fn, args);" if fexit else
-                 "#pragma clang loop unroll(full)\n"
-                 f"\tfor (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)\n"
-                 "\t\targs[a] = call.args[a];")
-    return f"""\
-int {program_name(kind, slots)}({ctx})
-{{
-	u32 zero = 0, fi, depth, tid;
-	u8 *stopped = ctracer_stopped.lookup(&zero);
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct ctracer_kfn *fn;
-	struct ctracer_kcall call = {{}};
-	struct ctracer_kcall *saved;
-	struct ctracer_kcall_key key = {{}};
-	u64 args[{max(nargs, 1)}] = {{}};
-	u64 raw = 0;
-	s64 ret;
-	u32 *counter;
-	u8 flags = 0;
-	int have = 0;
+    # the arguments the entry saved (fexit reads them again only when it has no entry)
+    saved_args = ("#pragma clang loop unroll(full)\n"
+                  f"\tfor (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)\n"
+                  "\t\targs[a] = call.args[a];")
+    args_line = (f"if (have) {{\n\t{saved_args}\n\t}} else {{\n\t\tctracer_kargs(ctx, 0, fn, args);\n\t}}"
+                 if fexit else saved_args)
+    if task_storage:
+        state = "\tstruct ctracer_kthread *t;"
+        take = _GET_THREAD % "0" + """
+	if (t) {
+		depth = t->depth ? t->depth - 1 : 0;
+		t->depth = depth;
+		if (depth < CTRACER_KSTACK) {
+			saved = &t->call[depth & (CTRACER_KSTACK - 1)];
+			if (saved->fn == fi && saved->depth == depth + 1) {
+				__builtin_memcpy(&call, saved, sizeof(call));
+				saved->depth = 0;
+				have = 1;
+			}
+		} else {
+			struct ctracer_kcall_key key = {};
 
-{_OPENING}
+			key.tid = (u32)pid_tgid;
+			key.depth = depth;
+			saved = ctracer_kcalls.lookup(&key);
+			if (saved && saved->fn == fi) {
+				__builtin_memcpy(&call, saved, sizeof(call));
+				ctracer_kcalls.delete(&key);
+				have = 1;
+			}
+		}
+	}"""
+    else:
+        state = "\tstruct ctracer_kcall_key key = {};\n\tu32 *counter, tid;"
+        take = """\
 	tid = (u32)pid_tgid;
 	counter = ctracer_depth.lookup(&tid);
 	depth = counter && *counter ? *counter - 1 : 0;
@@ -468,13 +560,31 @@ int {program_name(kind, slots)}({ctx})
 	key.tid = tid;
 	key.depth = depth;
 	saved = ctracer_kcalls.lookup(&key);
-	if (saved && saved->fn == fi) {{
+	if (saved && saved->fn == fi) {
 		__builtin_memcpy(&call, saved, sizeof(call));
 		ctracer_kcalls.delete(&key);
 		have = 1;
-	}} else {{
+	}"""
+    return f"""\
+int {program_name(kind, slots, task_storage)}({ctx})
+{{
+	u32 zero = 0, fi, depth = 0;
+	u8 *stopped = ctracer_stopped.lookup(&zero);
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct ctracer_kfn *fn;
+	struct ctracer_kcall call = {{}};
+	struct ctracer_kcall *saved;
+{state}
+	u64 args[{max(nargs, 1)}] = {{}};
+	u64 raw = 0;
+	s64 ret;
+	u8 flags = 0;
+	int have = 0;
+
+{_OPENING}
+{take}
+	if (!have)
 		flags = {FLAG_NO_ENTRY};
-	}}
 	{ret}
 	ret = fn->ret_bits ? (s64)ctracer_normalise(raw, fn->ret_bits, fn->ret_signed) : 0;
 	{args_line}
@@ -497,15 +607,26 @@ int {program_name(kind, slots)}({ctx})
 """
 
 
-def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int) -> str:
+def variants(task_storage: bool) -> tuple[bool, ...]:
+    """The thread-state variants a text holds (True: task storage, False: the LRU
+    hashes): with task storage, the LRU-hash one too, loaded where a verifier refuses
+    the first."""
+    return (True, False) if task_storage else (False,)
+
+
+def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
+               task_storage: bool = True) -> str:
     """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
-    for each slot count."""
+    for each slot count, in each of the `variants`: with ``task_storage`` each thread's
+    depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
+    the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
     t.block(_HELPERS)
     for kind in kinds:
-        for n in slot_counts:
-            t("")
-            t.block(_entry_program(kind, n, nargs))
-            t("")
-            t.block(_exit_program(KINDS[kind], n, nargs))
+        for storage in variants(task_storage):
+            for n in slot_counts:
+                t("")
+                t.block(_entry_program(kind, n, nargs, storage))
+                t("")
+                t.block(_exit_program(KINDS[kind], n, nargs, storage))
     return str(t)

@@ -135,8 +135,10 @@ def verify_programs(text: str, names: Sequence[str], *,
     bcc = _import_bcc()
     kind = getattr(bcc.BPF, _PROGRAM_TYPES[program_type])
     began = time.monotonic()
-    # without debug info (BTF line info): half the compile time, same bytecode
-    b = _compile(bcc, text, ["-g0"], "bcc could not compile the programs to verify")
+    # without debug info (BTF line info): half the compile time, same bytecode; a task
+    # storage map needs the BTF of its types, so a text declaring one keeps it
+    flags = [] if "BPF_TASK_STORAGE(" in text else ["-g0"]
+    b = _compile(bcc, text, flags, "bcc could not compile the programs to verify")
     compiled = time.monotonic()
     out: dict[str, str] = {}
     try:
@@ -325,7 +327,9 @@ class ProbeSession:
                                             btf_targets(functions) if functions else
                                             (lambda f: None), tracepoints=tracepoints,
                                             context_probes=getattr(self.program,
-                                                                   "context_probes", ()))
+                                                                   "context_probes", ()),
+                                            task_storage=getattr(self.program,
+                                                                 "task_storage", False))
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)

@@ -11,6 +11,13 @@ loads the instructions bcc produced and links them.
   program carries every function's symbol and cookie; without it, one perf kprobe per
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
 
+Where the text keeps the thread state in task storage (`ctracer.probes.kfunctions`), each
+task-storage program the functions use is loaded once first, nothing attached: if the
+kernel refuses one whose LRU-hash variant it takes (6.1's verifier finds the kretprobe
+programs of more slots too complex, E2BIG), every function of the kind gets its LRU-hash
+variant, so one place counts each thread's depth (`KernelLinks.thread_state` says which
+and why).
+
 Every function that cannot be loaded or attached is kept with the kernel's reason;
 nothing is dropped silently.  `KernelLinks.close` closes every link from parallel
 threads (each close waits for a grace period; closes at the same time share one).
@@ -47,6 +54,8 @@ _NR_PERF_EVENT_OPEN = 298  # x86_64
 _PMU_DIR = "/sys/bus/event_source/devices/kprobe"
 #: threads loading and linking fentry clones at once
 LOADERS = 4
+#: fentry/fexit functions a task-storage program is tried on before attaching
+TRIAL_TARGETS = 3
 
 
 def _err(err: int) -> str:
@@ -340,6 +349,13 @@ class KernelLinks:
     #: raw tracepoints telling the CPU's context (`ctracer.probes.tracepoint.ContextProbe`),
     #: attached before anything; only their failures are in `results`
     context_probes: Sequence = ()
+    #: the text has programs keeping the thread state in task storage, each beside its
+    #: LRU-hash variant (`kfunctions.variants`); False: the LRU-hash ones only
+    task_storage: bool = False
+    #: where the attached programs keep each thread's depth and saved calls, and why
+    thread_state: str = ""
+    #: the attached programs are the task-storage ones (`_choose_thread_state`)
+    _storage: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
@@ -353,6 +369,7 @@ class KernelLinks:
             kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
             self.results = [AttachResult(f, "not tried", "not tried", kind)
                             for f in self.functions]
+            self._storage = self._choose_thread_state()
             if self.entry_kind == "fentry":
                 self._attach_fentry()
             else:
@@ -360,6 +377,69 @@ class KernelLinks:
         self.results = points + self.results
         self.seconds = time.monotonic() - start
         return self.results
+
+    # -- thread state -----------------------------------------------------------
+
+    @property
+    def fell_back(self) -> bool:
+        """The text's task-storage programs were refused: the LRU-hash ones attached."""
+        return bool(self.functions) and self.task_storage and not self._storage
+
+    def _program(self, f: KernelFunction, kind: str) -> str:
+        """The program probing ``f`` as ``kind``, of the chosen thread-state variant."""
+        return f.program(kind, self._storage)
+
+    def _choose_thread_state(self) -> bool:
+        """Whether the programs attached keep the thread state in task storage: where the
+        text has them and the kernel loads each that the functions use (else the
+        LRU-hash variants of them all: `_storage_refused`); said in `thread_state`."""
+        if not self.task_storage:
+            self.thread_state = "LRU hashes (the kind's programs cannot use task storage here)"
+            return False
+        why = self._storage_refused()
+        self.thread_state = f"LRU hashes, as {why}" if why else "task storage"
+        return not why
+
+    def _storage_refused(self) -> str:
+        """Why the kernel refuses a task-storage program the functions use while it
+        loads that program's LRU-hash variant ("" when it refuses none that way): each
+        loaded once, nothing attached (fentry and fexit on their first functions with a
+        BTF target, a refusal of that target by both variants being the function's
+        own)."""
+        for kind in (self.entry_kind, KINDS[self.entry_kind]):
+            users: dict[str, list[KernelFunction]] = {}
+            for f in self.functions:
+                users.setdefault(f.program(kind), []).append(f)
+            for name, functions in sorted(users.items()):
+                for target in self._trial_targets(kind, functions):
+                    refused = self._trial_load(kind, name, target)
+                    if not refused:
+                        break
+                    hashed = self._trial_load(kind, functions[0].program(kind, False), target)
+                    if not hashed:
+                        return f"the kernel refused {name}: {refused}"
+        return ""
+
+    def _trial_targets(self, kind: str, functions: Sequence[KernelFunction]) -> list:
+        """What a trial load of ``kind`` names: nothing for kprobes; a few of the
+        functions' BTF targets for fentry/fexit."""
+        if kind in ("kprobe", "kretprobe"):
+            return [None]
+        targets = [t for t in map(self.btf_target, functions[:TRIAL_TARGETS * 4]) if t]
+        return targets[:TRIAL_TARGETS]
+
+    def _trial_load(self, kind: str, name: str, target: Optional[tuple[int, int]]) -> str:
+        """Why the kernel refuses to load program ``name`` as ``kind`` ("" when it
+        loads: closed again at once)."""
+        if target is None:
+            fd, why = load_program(self.instructions(name), _PROG_TYPE_KPROBE,
+                                   name=name.encode())
+        else:
+            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
+                                   _ATTACH_TYPE[kind], target[1], target[0], name.encode())
+        if fd >= 0:
+            os.close(fd)
+        return why
 
     # -- raw tracepoints --------------------------------------------------------
 
@@ -418,7 +498,7 @@ class KernelLinks:
     def _attach_fentry(self) -> None:
         self.how = "fentry/fexit: one loaded clone per function, linked with its cookie"
         code = {name: self.instructions(name) for name in
-                {f.program(k) for f in self.functions for k in ("fentry", "fexit")}}
+                {self._program(f, k) for f in self.functions for k in ("fentry", "fexit")}}
 
         def one(r: AttachResult) -> None:
             f = r.function
@@ -429,9 +509,9 @@ class KernelLinks:
             obj_fd, btf_id = target
             made: list[int] = []
             for kind in ("fentry", "fexit"):
-                fd, why = load_program(code[f.program(kind)], _PROG_TYPE_TRACING,
-                                       _ATTACH_TYPE[kind], btf_id, obj_fd,
-                                       f.program(kind).encode())
+                name = self._program(f, kind)
+                fd, why = load_program(code[name], _PROG_TYPE_TRACING,
+                                       _ATTACH_TYPE[kind], btf_id, obj_fd, name.encode())
                 if fd >= 0:
                     made.append(fd)
                     link, err = _link(fd, _ATTACH_TYPE[kind], cookie=f.index, cookie_at=24)
@@ -460,7 +540,7 @@ class KernelLinks:
         by_program: dict[tuple[str, str], list[AttachResult]] = {}
         for r in self.results:
             for kind in ("kprobe", "kretprobe"):
-                by_program.setdefault((kind, r.function.program(kind)), []).append(r)
+                by_program.setdefault((kind, self._program(r.function, kind)), []).append(r)
         multi = use_multi is not False
         for (kind, name), results in sorted(by_program.items()):
             insns = self.instructions(name)

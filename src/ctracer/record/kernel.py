@@ -485,6 +485,117 @@ def _try_load(prog_type: int, what: str) -> Mechanism:
     return Mechanism(True, f"a {what} program loads (not attached)")
 
 
+# ------------------------------------------------------------------ task storage
+
+_BPF_MAP_CREATE = 0
+_BPF_BTF_LOAD = 18
+_MAP_TYPE_TASK_STORAGE = 29
+_F_NO_PREALLOC = 1
+_HELPER_GET_CURRENT_TASK_BTF = 158
+_HELPER_TASK_STORAGE_GET = 156
+
+
+def _int_btf() -> bytes:
+    """A BTF blob of one type, ``int`` (id 1): what a task storage map's key and value
+    are described by in the trial (the kernel wants BTF for local storage maps)."""
+    import struct
+    strings = b"\0int\0"
+    types = struct.pack("<IIII", 1, 1 << 24, 4, (1 << 24) | 32)  # INT, 4 bytes, signed, 32 bits
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(types), len(types), len(strings))
+    return header + types + strings
+
+
+def _task_storage_map() -> tuple[int, str]:
+    """A task storage map of int values; (fd, "") or (-1, why)."""
+    blob = ctypes.create_string_buffer(_int_btf(), len(_int_btf()))
+    attr = ctypes.create_string_buffer(32)
+    # btf @0, btf_log_buf @8, btf_size @16, btf_log_size @20, btf_log_level @24
+    ctypes.c_uint64.from_buffer(attr, 0).value = ctypes.addressof(blob)
+    ctypes.c_uint32.from_buffer(attr, 16).value = len(blob)
+    btf_fd, err = bpf_syscall(_BPF_BTF_LOAD, attr)
+    if btf_fd < 0:
+        return -1, f"the kernel refused a BTF object ({errno.errorcode.get(err, err)})"
+    try:
+        attr = ctypes.create_string_buffer(72)
+        # map_type @0, key_size @4, value_size @8, max_entries @12, map_flags @16,
+        # btf_fd @48, btf_key_type_id @52, btf_value_type_id @56
+        for at, value in ((0, _MAP_TYPE_TASK_STORAGE), (4, 4), (8, 4), (16, _F_NO_PREALLOC),
+                          (48, btf_fd), (52, 1), (56, 1)):
+            ctypes.c_uint32.from_buffer(attr, at).value = value
+        fd, err = bpf_syscall(_BPF_MAP_CREATE, attr)
+        if fd < 0:
+            return -1, (f"the kernel refused a task storage map "
+                        f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+        return fd, ""
+    finally:
+        os.close(btf_fd)
+
+
+def _task_storage_program(map_fd: int) -> bytes:
+    """``bpf_task_storage_get(map, bpf_get_current_task_btf(), 0, F_CREATE); return 0``."""
+    import struct
+
+    def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+        return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+    return b"".join([
+        insn(0x85, imm=_HELPER_GET_CURRENT_TASK_BTF),   # call bpf_get_current_task_btf
+        insn(0xBF, dst=2, src=0),                        # r2 = r0
+        insn(0x18, dst=1, src=1, imm=map_fd), insn(0),   # r1 = the map (ld_imm64)
+        insn(0xB7, dst=3, imm=0),                        # r3 = NULL
+        insn(0xB7, dst=4, imm=1),                        # r4 = BPF_LOCAL_STORAGE_GET_F_CREATE
+        insn(0x85, imm=_HELPER_TASK_STORAGE_GET),        # call bpf_task_storage_get
+        insn(0xB7, dst=0, imm=0), insn(0x95)])           # return 0
+
+
+_TASK_STORAGE_TRIED: dict[str, Mechanism] = {}
+
+
+def task_storage_works(kind: str) -> Mechanism:
+    """Whether ``kind``'s programs ("kprobe" or "fentry") may keep a thread's state in
+    task storage (`ctracer.probes.kfunctions`): a task storage map created and a program
+    of that kind calling ``bpf_task_storage_get`` on the current task loaded (fentry on
+    a vmlinux function), nothing attached.  Tried once per process."""
+    if kind in _TASK_STORAGE_TRIED:
+        return _TASK_STORAGE_TRIED[kind]
+    if os.geteuid() != 0:
+        return Mechanism(None, "loading BPF programs to find out needs root")
+    map_fd, why = _task_storage_map()
+    if map_fd < 0:
+        found = Mechanism(False, why)
+    else:
+        try:
+            btf_id, attach = 0, 0
+            if kind == "fentry":
+                target = _fentry_target()
+                btf_id, attach = (target[1] if target else 0), _TRACE_FENTRY
+            found = _load_insns(_task_storage_program(map_fd),
+                                _PROG_TYPE_TRACING if kind == "fentry" else _PROG_TYPE_KPROBE,
+                                attach, btf_id, f"{kind} program using task storage")
+        finally:
+            os.close(map_fd)
+    _TASK_STORAGE_TRIED[kind] = found
+    return found
+
+
+def _load_insns(code: bytes, prog_type: int, attach_type: int, attach_btf_id: int,
+                what: str) -> Mechanism:
+    insns = ctypes.create_string_buffer(code, len(code))
+    license_ = ctypes.create_string_buffer(b"GPL")
+    attr = ctypes.create_string_buffer(128)
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_type
+    ctypes.c_uint32.from_buffer(attr, 4).value = len(code) // 8
+    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(insns)
+    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(license_)
+    ctypes.c_uint32.from_buffer(attr, 68).value = attach_type
+    ctypes.c_uint32.from_buffer(attr, 108).value = attach_btf_id
+    fd, err = bpf_syscall(_BPF_PROG_LOAD, attr)
+    if fd < 0:
+        return Mechanism(False, f"the kernel refused to load a {what} "
+                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+    os.close(fd)
+    return Mechanism(True, f"a {what} loads")
+
+
 def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
     """Whether the kernel accepts a raw tracepoint program on each named tracepoint
     (bare tracepoints, which have no trace event in tracefs, included); None when BPF

@@ -68,6 +68,9 @@ class RecordResult:
     detach_seconds: float = 0.0
     #: calls the kernel did not run a probe for (`ctracer.record.kattach.KernelLinks.missed`)
     misses: dict = field(default_factory=dict)
+    #: where the functions' programs kept each thread's state when the kernel refused
+    #: the task-storage ones (`ctracer.record.kattach.KernelLinks.thread_state`), else ""
+    thread_state_fallback: str = ""
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -346,6 +349,11 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         elif pid is not None:
             session.follow(pid)
         results = session.attach()
+        links = getattr(session, "kernel_links", None)
+        if links is not None and links.thread_state:
+            # where the functions' programs keep each thread's depth (the probe plan's
+            # thread_state is what the kind may use; this is what was loaded)
+            writer.set_meta(thread_state=links.thread_state)
         attached_text = bpf_runtime.row_attachments(program, results)
         writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
                                          attached_text[r.id]) for r in program.rows)
@@ -408,7 +416,15 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         writer.kept_old, watch.warnings(counts.events, command, pid),
-        max(0, counts.events - kept), detach_seconds, misses)
+        max(0, counts.events - kept), detach_seconds, misses,
+        _thread_state_fallback(session))
+
+
+def _thread_state_fallback(session) -> str:
+    """Where the kernel functions' programs kept each thread's state, when the kernel
+    refused the task-storage ones; "" otherwise."""
+    links = getattr(session, "kernel_links", None)
+    return links.thread_state if links is not None and links.fell_back else ""
 
 
 def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
@@ -598,6 +614,9 @@ def summary_lines(result: RecordResult) -> list[str]:
         lines.append("warning: the kernel skipped probes on some calls ("
                      + ", ".join(f"{v} {k}" for k, v in missed.items())
                      + "): those calls are not in the trace")
+    if result.thread_state_fallback:
+        lines.append(f"note: each thread's call depth and saved entries in "
+                     f"{result.thread_state_fallback}")
     lines += [f"  {failure}" for failure in result.failures[:5]]
     if len(result.failures) > 5:
         lines.append(f"  ... and {len(result.failures) - 5} more (see the trace's "

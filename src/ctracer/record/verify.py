@@ -100,12 +100,16 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
     entries = plan.of_kind("kprobe")
     if not entries:
         return
+    from ctracer.record.kernel import task_storage_works
     program = build_kernel_program((), layout, None, entry_kind="kprobe",
-                                   function_methods=[m for p in entries for m in p.methods])
+                                   function_methods=[m for p in entries for m in p.methods],
+                                   task_storage=task_storage_works("kprobe").works is not False)
     began = time.monotonic()
-    results = bpf_runtime.verify_programs(program.text, program.program_names(),
-                                          timing=verdicts)
+    names = program.program_names() + (program.program_names(task_storage=False)
+                                       if program.task_storage else [])
+    results = bpf_runtime.verify_programs(program.text, names, timing=verdicts)
     verdicts.programs += len(results)
+    storage = program.task_storage and not _storage_refused(program, results)
     by_key = {f.key: f for f in program.kfunctions}
     skipped = {r.name: r.attached for r in program.rows if r.attached}
     for p in entries:
@@ -115,11 +119,20 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
                 why = skipped.get(p.target, "no program generated")
                 verdicts.by_probe[(p.function, kind)] = (None, f"no program generated: {why}")
             else:
-                error = results.get(f.program(kind), "not loaded")
+                error = results.get(f.program(kind, storage), "not loaded")
                 verdicts.by_probe[(p.function, kind)] = (not error, error)
     if progress:
         progress(f"verified the {len(results)} kprobe programs of {len(by_key)} functions "
                  f"({time.monotonic() - began:.0f} s)")
+
+
+def _storage_refused(program, results: dict[str, str]) -> bool:
+    """Whether the verifier refused a task-storage program whose LRU-hash variant it
+    took: a recording then loads the LRU-hash variants of every program of the kind
+    (`ctracer.record.kattach.KernelLinks`), so those are the ones verified."""
+    from ctracer.probes.kfunctions import HASHED_SUFFIX
+    return any(results.get(name) and results.get(name + HASHED_SUFFIX) == ""
+               for name in program.program_names())
 
 
 def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:

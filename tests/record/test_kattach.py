@@ -1,0 +1,132 @@
+"""The kernel-function programs' thread state chosen when attaching, without a kernel: the
+loads and links of `ctracer.record.kattach` replaced by fakes that refuse what a test
+says.  Where the kernel refuses a task-storage program whose LRU-hash variant it loads
+(6.1's verifier: the kretprobes of more slots, E2BIG), every function of the kind gets its
+LRU-hash program, and the recording says why; a refusal of both variants keeps task
+storage (the functions fail, named, as before)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ctracer.probes import kfunctions
+from ctracer.probes.kfunctions import KernelFunction
+from ctracer.record import kattach
+
+E2BIG = "the kernel refused to load it (E2BIG: Argument list too long)"
+
+
+def _function(index: int, ways: int) -> KernelFunction:
+    return KernelFunction(index, f"f{index}", f"f{index}", (None,) * ways, None, (), ())
+
+
+#: one function per slot count
+FUNCTIONS = tuple(_function(i, n) for i, n in enumerate(kfunctions.SLOT_COUNTS))
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """The names loaded (in order) and the (kind, function) linked, as perf kprobes (6.1
+    has no kprobe.multi); ``refuse``: name -> why."""
+    state = {"loaded": [], "linked": [], "refuse": {}}
+    names = {}
+
+    def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
+        state["loaded"].append(insns.decode())
+        why = state["refuse"].get(insns.decode())
+        if why:
+            return -1, why
+        fd = os.open(os.devnull, os.O_RDONLY)
+        names[fd] = insns.decode()
+        return fd, ""
+
+    def perf_kprobe(symbol, retprobe):
+        names[-1] = ("kretprobe" if retprobe else "kprobe", symbol)
+        return os.open(os.devnull, os.O_RDONLY), ""
+
+    def link(prog_fd, attach_type, target_fd=0, *, cookie=None, cookie_at=24):
+        state["linked"].append(names[-1])
+        return os.open(os.devnull, os.O_RDONLY), 0
+
+    monkeypatch.setattr(kattach, "load_program", load_program)
+    monkeypatch.setattr(kattach, "_perf_kprobe", perf_kprobe)
+    monkeypatch.setattr(kattach, "_link", link)
+    monkeypatch.setattr(kattach, "raise_open_files", lambda wanted: wanted)
+    return state
+
+
+def _attach(task_storage: bool = True) -> kattach.KernelLinks:
+    # the program's "instructions" are its name: what the fake loader sees
+    links = kattach.KernelLinks("kprobe", FUNCTIONS, lambda name: name.encode(),
+                                task_storage=task_storage)
+    links.attach(use_multi=False)
+    return links
+
+
+def _attached_programs(kernel) -> set[str]:
+    """The programs loaded after the trial loads: those the links were made with."""
+    return set(kernel["loaded"][-2 * len(kfunctions.SLOT_COUNTS):])
+
+
+def test_a_refused_task_storage_program_gives_every_function_its_lru_hash_variant(kernel):
+    kernel["refuse"]["ctracer_kretprobe_s8"] = E2BIG
+    links = _attach()
+    try:
+        assert all(r.complete for r in links.results), [(r.function.name, r.attached) for r in links.results]
+        attached = _attached_programs(kernel)
+        assert attached == {kfunctions.program_name(k, n, False) for k in ("kprobe", "kretprobe")
+                            for n in kfunctions.SLOT_COUNTS}
+        assert "ctracer_kretprobe_s8" in links.thread_state and "E2BIG" in links.thread_state
+        assert links.thread_state.startswith("LRU hashes") and links.fell_back
+        assert sorted(kernel["linked"]) == sorted((k, f.name) for f in FUNCTIONS
+                                                  for k in ("kprobe", "kretprobe"))
+    finally:
+        links.close()
+
+
+def test_task_storage_kept_where_every_program_loads(kernel):
+    links = _attach()
+    try:
+        assert all(r.complete for r in links.results)
+        assert _attached_programs(kernel) == {kfunctions.program_name(k, n) for k in
+                                              ("kprobe", "kretprobe")
+                                              for n in kfunctions.SLOT_COUNTS}
+        assert links.thread_state == "task storage" and not links.fell_back
+        # the trial loaded each task-storage program once, no LRU-hash one
+        assert not any(n.endswith(kfunctions.HASHED_SUFFIX) for n in kernel["loaded"])
+    finally:
+        links.close()
+
+
+def test_a_refusal_of_both_variants_keeps_task_storage_and_names_the_functions(kernel):
+    kernel["refuse"]["ctracer_kretprobe_s8"] = E2BIG
+    kernel["refuse"]["ctracer_kretprobe_s8_lru"] = E2BIG
+    links = _attach()
+    try:
+        assert links.thread_state == "task storage"
+        failed = {r.function.name: r.exit for r in links.results if not r.complete}
+        assert failed == {"f3": E2BIG}   # the function of 8 slots, with the kernel's reason
+    finally:
+        links.close()
+
+
+def test_a_text_without_task_storage_loads_the_lru_hash_programs(kernel):
+    links = _attach(task_storage=False)
+    try:
+        assert all(r.complete for r in links.results)
+        assert all(n.endswith(kfunctions.HASHED_SUFFIX) for n in kernel["loaded"])
+        assert links.thread_state.startswith("LRU hashes") and not links.fell_back
+    finally:
+        links.close()
+
+
+def test_the_summary_says_where_the_thread_state_went_when_it_fell_back():
+    from ctracer.record.recorder import RecordResult, summary_lines
+    plain = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c")
+    assert not any("thread" in line for line in summary_lines(plain))
+    why = f"LRU hashes, as the kernel refused ctracer_kretprobe_s8: {E2BIG}"
+    fell = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c",
+                        thread_state_fallback=why)
+    assert f"note: each thread's call depth and saved entries in {why}" in summary_lines(fell)
