@@ -372,6 +372,52 @@ def open_struct(source: TypeSource, name: str, kind: ShapeKind, **options):
     return model, graph, found
 
 
+
+def _mini_of(request: TraceRequest, graph, model):
+    """The mini struct the options choose (kernel fields annotated with how they are
+    shown); an error naming the options when they leave no field."""
+    from ctracer.collectors import registry
+    from ctracer.plan import mini
+
+    kind, name, source = request.kind, request.name, request.source
+    built = mini.build_mini(graph, include=list(request.fields),
+                            exclude=list(request.exclude_fields), pointers=request.pointers,
+                            cachelines=list(request.cachelines), max_bytes=request.max_bytes,
+                            kinds=registry.claim)
+    if not built.layout.fields:
+        chosen = [o for o, given in (("--fields", request.fields),
+                                     ("--exclude-fields", request.exclude_fields),
+                                     ("--cachelines", request.cachelines),
+                                     ("--max-bytes", request.max_bytes)) if given]
+        if chosen:
+            raise UsageError(f"no field of {kind.value} {name} is left after "
+                             f"{', '.join(chosen)}: a snapshot needs at least "
+                             "one (ctracer struct --mini --explain lists them)")
+        raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
+    if source.is_kernel:
+        from ctracer.plan import displays
+        built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
+    return built
+
+
+
+def _user_program(request: TraceRequest, found: list, layout, ring: int):
+    """The uprobe program of the program's functions the options select."""
+    from ctracer.probes import uprobe
+
+    kind, name, source = request.kind, request.name, request.source
+    methods = select_methods([m for m in found if not m.is_tracepoint],
+                             request.functions, request.exclude)
+    if not methods:
+        if request.exclude or request.functions:
+            raise UsageError(f"no function of {source.binary} taking {kind.value} "
+                             f"{name} is left after --functions and --exclude: "
+                             "nothing to probe")
+        raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
+                           "(directly, through an alias or a holder): nothing to probe")
+    return uprobe.build_program(methods, layout, filtered=request.follow_processes,
+                                ring_bytes=ring)
+
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
@@ -390,23 +436,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                                           kinds=registry.claim)
         request.project.check(sorted({n for m in found.methods for n in (m.name, m.key)}),
                               [f.name for f in fields])
-    built = mini.build_mini(graph, include=list(request.fields),
-                            exclude=list(request.exclude_fields), pointers=request.pointers,
-                            cachelines=list(request.cachelines), max_bytes=request.max_bytes,
-                            kinds=registry.claim)
-    if not built.layout.fields:
-        chosen = [o for o, given in (("--fields", request.fields),
-                                     ("--exclude-fields", request.exclude_fields),
-                                     ("--cachelines", request.cachelines),
-                                     ("--max-bytes", request.max_bytes)) if given]
-        if chosen:
-            raise UsageError(f"no field of {kind.value} {name} is left after "
-                             f"{', '.join(chosen)}: a snapshot needs at least "
-                             "one (ctracer struct --mini --explain lists them)")
-        raise CtracerError(f"{kind.value} {name} has no member a snapshot can record")
-    if source.is_kernel:
-        from ctracer.plan import displays
-        built = dataclasses.replace(built, layout=displays.annotate(built.layout, name, model))
+    built = _mini_of(request, graph, model)
     #: the project file's columns of the report's object list (`ctracer.report.summaries`)
     summary = (request.project.summary_paths([f.name for f in built.layout.fields])
                if request.project is not None else ())
@@ -470,18 +500,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                 [f.name for f in built.layout.fields])],
             probe_plan=note, head_read=head.to_json() if head is not None else None)
     else:
-        from ctracer.probes import uprobe
-        methods = select_methods([m for m in found.methods if not m.is_tracepoint],
-                                 request.functions, request.exclude)
-        if not methods:
-            if request.exclude or request.functions:
-                raise UsageError(f"no function of {source.binary} taking {kind.value} "
-                                 f"{name} is left after --functions and --exclude: "
-                                 "nothing to probe")
-            raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
-                               "(directly, through an alias or a holder): nothing to probe")
-        program = uprobe.build_program(methods, built.layout,
-                                        filtered=request.follow_processes, ring_bytes=ring)
+        program = _user_program(request, found.methods, built.layout, ring)
         extra = dict(traced="user")
     try:
         from ctracer.plan import pahole

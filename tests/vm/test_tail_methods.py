@@ -2,7 +2,7 @@
 line as it arrives, and each line names its object as the report and the exports do
 (``0x…-2`` for an address's second lifetime), now that lifetimes end at functions'
 exits (``kfree_skbmem``'s for sk_buff, ``sk_destruct``'s for sock) and an exit belongs
-to its entry's lifetime.  An entry whose object is known only at its exit (a creation
+to its entry's lifetime; line by line, in time order, as the export lists the events.  An entry whose object is known only at its exit (a creation
 function's, ``__alloc_skb``) shows ``0x0`` in the tail, as in the user-space case."""
 
 from __future__ import annotations
@@ -56,5 +56,13 @@ def test_tail_names_method_objects_as_the_report_does(vm_kernel, tmp_path, struc
     assert set(named) - {"0x0"} == set(report) - {"0x0"}
     assert all(named[name] <= report[name] for name in report if name != "0x0")
     assert sum(named.values()) == sum(report.values())
+    # line by line: the tail prints in time order (each event waits, then the earliest
+    # goes first) as the export lists events, so each line naming an object names the
+    # export's object of the same event
+    exported = [object_name(int(e["object"], 16), e["lifetime"]) if e["object"] else "0x0"
+                for e in events]
+    differ = [(i, line, x) for i, (line, x) in enumerate(zip(tail, exported))
+              if line[0] != "0x0" and line[0] != x]
+    assert not differ, differ[:10]
     if struct == "sk_buff":
         assert any(name.endswith("-2") for name in report)   # buffers freed, addresses reused

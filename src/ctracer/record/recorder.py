@@ -348,15 +348,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             session.follow(gated.pid)
         elif pid is not None:
             session.follow(pid)
-        results = session.attach()
-        links = getattr(session, "kernel_links", None)
-        if links is not None and links.thread_state:
-            # where the functions' programs keep each thread's depth (the probe plan's
-            # thread_state is what the kind may use; this is what was loaded)
-            writer.set_meta(thread_state=links.thread_state)
-        attached_text = bpf_runtime.row_attachments(program, results)
-        writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
-                                         attached_text[r.id]) for r in program.rows)
+        _write_attached(session, program, writer, session.attach())
         recording = True
         with StopRequest(session) as stop:
             if on_attached:
@@ -406,17 +398,39 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
-    results = session.results
-    skipped = sum(1 for r in program.rows if r.attached)
-    ok, failed = bpf_runtime.attach_summary(results)
     kept = writer.events_written + writer.events_spooled
+    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                   writer.kept_old, watch.warnings(counts.events, command, pid),
+                   detach_seconds, misses)
+
+
+def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results) -> None:
+    """The functions table, each row with what its probes attached, and where the
+    kernel functions' programs keep each thread's depth (what was loaded, where the
+    plan's ``thread_state`` is what the kind may use)."""
+    from ctracer.record import bpf_runtime
+
+    links = getattr(session, "kernel_links", None)
+    if links is not None and links.thread_state:
+        writer.set_meta(thread_state=links.thread_state)
+    attached_text = bpf_runtime.row_attachments(program, results)
+    writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
+                                     attached_text[r.id]) for r in program.rows)
+
+
+def _result(output: str, program: ProbeProgram, session, counts: Counts, kept: int,
+            seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
+            detach_seconds: float, misses: dict) -> RecordResult:
+    from ctracer.record import bpf_runtime
+
+    results = session.results
+    ok, failed = bpf_runtime.attach_summary(results)
     return RecordResult(
-        output, kept, len(counts.objects), counts.lost, ok, failed, skipped,
-        session.compile_seconds, session.attach_seconds, seconds,
-        stopped_by, status,
+        output, kept, len(counts.objects), counts.lost, ok, failed,
+        sum(1 for r in program.rows if r.attached),
+        session.compile_seconds, session.attach_seconds, seconds, stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
-        writer.kept_old, watch.warnings(counts.events, command, pid),
-        max(0, counts.events - kept), detach_seconds, misses,
+        kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
         _thread_state_fallback(session))
 
 
