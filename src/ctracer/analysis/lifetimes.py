@@ -18,7 +18,8 @@ class Lifetimes:
         self.starts: dict[int, list[tuple[int, str]]] = {}
         self._freed_by: dict[int, str] = {}
         #: address -> (why, thread, the call it happened in) of an end not yet passed
-        self._ended: dict[int, tuple[str, int, Any]] = {}
+        #: (read by the pairing's loop to skip `seen_again` where nothing ended)
+        self.ended: dict[int, tuple[str, int, Any]] = {}
         #: addresses whose current lifetime a creation function's return began
         self._made: set[int] = set()
         self._positions: dict[int, list[int]] = {}
@@ -32,7 +33,7 @@ class Lifetimes:
         """A creation function entered at row ``at`` returned ``address``."""
         reason = f"returned by {function}"
         self._freed_by.pop(address, None)
-        self._ended.pop(address, None)
+        self.ended.pop(address, None)
         self._made.add(address)
         starts = self.starts.setdefault(address, [])
         if starts and starts[-1][0] >= at:
@@ -50,7 +51,7 @@ class Lifetimes:
         if address in self._made:
             return
         self._freed_by.pop(address, None)
-        self._ended.pop(address, None)
+        self.ended.pop(address, None)
         starts = self.starts.get(address)
         if self.first_seen.get(address, at) >= at and not starts:
             self.first_seen.setdefault(address, at)
@@ -69,11 +70,11 @@ class Lifetimes:
         starts = self.starts.get(address)
         if starts and starts[-1][0] > since:
             return
-        ended = self._ended.get(address)
+        ended = self.ended.get(address)
         if ended is not None and ended[1] == tid and ended[2] is not None and within is not None \
                 and within.depth > ended[2].depth:
             return
-        self._ended[address] = (why, tid, within)
+        self.ended[address] = (why, tid, within)
 
     def seen_again(self, address: int, at: int, tid: int = -1,
                    stack: Sequence[Any] = (), around: int = 0) -> None:
@@ -81,14 +82,14 @@ class Lifetimes:
         calls of the thread's ``stack``; after an end, a new lifetime starts here unless
         this is still inside the call the end happened in (the rest of the freeing call
         on that thread)."""
-        ended = self._ended.get(address)
+        ended = self.ended.get(address)
         if ended is None:
             return
         within = ended[2]
         if ended[1] == tid and within is not None and \
                 any(stack[i] is within for i in range(around)):
             return
-        del self._ended[address]
+        del self.ended[address]
         self._made.discard(address)
         self.starts.setdefault(address, []).append((at, f"after {ended[0]}"))
 

@@ -195,6 +195,7 @@ class _Pairer:
         duration, matched, frame_of = [NO_DURATION] * m, [True] * m, [-1] * m
         frame_fn, frame_ts = self.frame_fn, self.frame_ts
         threads, lifetimes = self.threads, self.lifetimes
+        ended, first_seen = lifetimes.ended, lifetimes.first_seen
         fns = self.fns
         name = fns.name
         rules, held, announced = fns.rules, fns.held, fns.announced
@@ -221,8 +222,11 @@ class _Pairer:
                 depth[k], caller[k] = frame.depth, frame.caller
                 th.last_entry, th.last_exit = frame, None
                 if a:
-                    lifetimes.seen_again(a, index, tid, stack, len(stack) - 1)
-                    lifetimes.seen(a, index, name(fid))
+                    # the two calls' own tests, inline: this runs once per event
+                    if a in ended:
+                        lifetimes.seen_again(a, index, tid, stack, len(stack) - 1)
+                    if a not in first_seen:
+                        lifetimes.seen(a, index, name(fid))
                     if use_names and slot in alloc_like:
                         lifetimes.maybe_reallocated(a, index, name(fid))
             elif phase == PHASE_TRACEPOINT:
@@ -291,7 +295,7 @@ class _Pairer:
             self.lifetime_at[entry[0]] = index
         elif entry is not None and entry[2] == a and not creates:
             self.lifetime_at[index] = entry[0]  # a call is one lifetime's
-        if a:
+        if a and a not in lifetimes.first_seen:
             lifetimes.seen(a, index, name(fid))
         if creates:
             returned = retval & _U64_MASK
