@@ -18,10 +18,26 @@ def data_files(page: Path) -> list[Path]:
     return [page.parent / m for m in re.findall(r'<script src="(rows-\d+\.js)"', html)]
 
 
+def page_data(page: Path) -> list[dict]:
+    """The timeline data a page draws: from the data files it loads, or from its own
+    script (a short timeline of one page carries its rows)."""
+    html = page.read_text(encoding="utf-8")
+    inline = re.findall(r"<script>(/\* ctracer timeline rows.*?)</script>", html, re.S)
+    return ([read_data_file(text) for text in inline]
+            + [read_data_file(path.read_text(encoding="utf-8")) for path in data_files(page)])
+
+
+def timeline_data(directory: Path) -> list[dict]:
+    """The data of every page of the timeline in ``directory`` (its pages in order)."""
+    pages = [directory / "index.html"] + sorted(
+        directory.glob("timeline-*.html"), key=lambda p: int(p.stem.split("-")[1]))
+    return [d for page in pages if page.exists() for d in page_data(page)]
+
+
 def page_rows(page: Path) -> list[dict]:
     rows = []
-    for path in data_files(page):
-        rows += rows_of(read_data_file(path.read_text(encoding="utf-8")))
+    for data in page_data(page):
+        rows += rows_of(data)
     return rows
 
 

@@ -216,7 +216,7 @@ def test_report_of_the_kernel_run_shows_values_by_name(sock_run, tmp_path):
     name; skc_state by TCP state name and sk_flags by the bits of enum sock_flags on the
     changes pages (display hints from the kernel's BTF), plot labels included."""
     from ctracer.report import render_report
-    from ctracer.report.timeline import read_data_file
+    from timeline_rows import timeline_data
     trace, _, _, _ = sock_run
     out = tmp_path / "report"
     render_report(trace.path, str(out), plots=False)
@@ -224,7 +224,7 @@ def test_report_of_the_kernel_run_shows_values_by_name(sock_run, tmp_path):
     listener = next(e.object for e in trace.events()
                     if e.function_id == fid and e.args["newstate"] == 10)
     page = out / f"0x{listener:x}"
-    rows = read_data_file((page / "rows-1.js").read_text())
+    rows = timeline_data(page)[0]
     args = [text for tags in rows["tags"].values() for kind, text in tags if kind == "args"]
     assert f"(sk 0x{listener:x}, oldstate TCP_CLOSE, newstate TCP_LISTEN)" in args, args
     changes = (page / "changes.html").read_text()
@@ -241,12 +241,12 @@ def test_arguments_read_by_their_names(sock_run, tmp_path):
     the pointers are hex strings."""
     import json
     from ctracer.report import render_report
-    from ctracer.report.timeline import read_data_file
+    from timeline_rows import timeline_data
     trace, _, _, _ = sock_run
     out = tmp_path / "report"
     render_report(trace.path, str(out), plots=False)
-    args = [text for page in (out / "many_objects").glob("rows-*.js")
-            for tags in read_data_file(page.read_text())["tags"].values()
+    args = [text for data in timeline_data(out / "many_objects")
+            for tags in data["tags"].values()
             for kind, text in tags if kind == "args"]
     frees = [a for a in args if "location " in a and "reason " in a]
     assert frees, "the workload's abort frees buffers: kfree_skb hits expected"

@@ -73,11 +73,14 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
-    map_large_blocks()
     announced = trace.meta_json("announced_stores")
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
     space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
                                  spill_dir)
+    if space.directory is not None:
+        # a big trace: memory before speed (each large temporary mapped and unmapped
+        # costs the kernel's time: ~1 s of 5 at 1M events, where the heap is fine)
+        map_large_blocks()
     read = passes.read_events(trace, fns, space)
     c = read.columns
     say(f"read {len(read)} events")

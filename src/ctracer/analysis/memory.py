@@ -9,7 +9,10 @@ from what the analysis holds.  `map_large_blocks` keeps glibc from serving large
 from its heap: glibc raises its mmap threshold (to up to 32 MB) each time a mapped block
 is freed, after which the passes' many-megabyte temporaries come from the heap and leave
 it fragmented (10M events: 805 MB resident before the helpers fork, 696 MB with the
-threshold fixed at 128 KiB).  Elsewhere (not glibc) both do nothing.
+threshold fixed at 128 KiB); the analysis fixes it only for a trace whose arrays are
+mapped (`ctracer.analysis.mapped`), since every large temporary then costs a mapping,
+zeroed pages and an unmapping (1M events: ~1 s of kernel time in the analysis alone).
+Elsewhere (not glibc) both do nothing.
 """
 
 from __future__ import annotations

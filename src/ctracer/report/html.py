@@ -7,6 +7,7 @@ Layout under the output directory (``callgraph/<struct>/`` by default)::
     <object>/index.html        call graph and the first page of the call timeline
     <object>/timeline-N.html   further timeline pages (long timelines are split)
     <object>/rows-N.js         the rows of timeline page N, drawn by the page's script
+                               (a short timeline of one page carries them itself)
     <object>/pages.js          what each page of a paged timeline holds (to search them all)
     <object>/changes.html      every field: unchanged, or each change old → new
     <object>/<field>.png       each field that changed, over time
@@ -52,11 +53,15 @@ from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
-                                     pages_file_text)
+                                     inline_script_text, pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
 PAGE_ROWS = 20_000
+#: a timeline of one page up to this size carries its rows in the page itself (one
+#: file fewer per object: creating files is much of a big report's time); bigger ones,
+#: and every page of a paged timeline (a search loads the others'), have a data file
+INLINE_ROWS_CHARS = 256 * 1024
 #: change rows a changes page lists in all, shared among the fields that changed (each
 #: lists at least MIN_CHANGE_ROWS_PER_FIELD); the rest of a field's changes are one click
 #: away in the timeline filtered by that field, so a page stays well under 2 MB however
@@ -421,12 +426,19 @@ class _Site:
             data = self.timeline.page(chunk, use_object_depth=use_object_depth,
                                       objects=objects,
                                       state=states.page_start(chunk, number + 1 < count))
-            rows_file = _rows_file(number)
-            with open(os.path.join(self.out_dir, directory, rows_file), "w",
-                      encoding="utf-8") as f:
-                f.write(data_file_text(data))
+            rows_file, rows_inline = _rows_file(number), None
+            if count == 1:
+                rows_inline = inline_script_text(data)
+                if len(rows_inline) > INLINE_ROWS_CHARS:
+                    rows_inline = None
+            if rows_inline is None:
+                with open(os.path.join(self.out_dir, directory, rows_file), "w",
+                          encoding="utf-8") as f:
+                    f.write(data_file_text(data))
             self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
-                       heading=heading, rows_file=rows_file, page_number=number + 1,
+                       heading=heading, rows_file=rows_file,
+                       rows_inline=Markup(rows_inline) if rows_inline else None,
+                       page_number=number + 1,
                        page_files=files, first_page=number == 0, show_object=show_object,
                        graph_svg=graph_svg, graph_note=graph_note,
                        facts=facts, methods=methods, total_rows=len(rows),

@@ -4,7 +4,8 @@ A report holds every event twice (on its object's page and under many_objects), 
 big trace means millions of rows.  Rows are not written as HTML: each timeline page is a
 small shell whose script (``_static/report.js``) draws the rows from a data file beside
 it, ``rows-N.js``, loaded with a ``<script src>`` (pages open from file://, where
-``fetch`` is refused).  The data file is columnar JSON assigned to ``CTRACER_ROWS``: one
+``fetch`` is refused), or, for a short timeline of one page, from the same script
+inside the page (`inline_script_text`).  The data file is columnar JSON assigned to ``CTRACER_ROWS``: one
 list per column (sequence number, time, thread, function, phase, depth, duration,
 return value, object), sparse tables for the rows that changed fields or carry tags, and
 the value of every field at the page's first row.  Columns are built with C-speed
@@ -290,6 +291,14 @@ def data_file_text(data: dict[str, Any]) -> str:
             + json.dumps(data, separators=(",", ":"), ensure_ascii=False) + ";\n")
 
 
+def inline_script_text(data: dict[str, Any]) -> str:
+    """The data file's script to sit inside the page's own ``<script>`` element: every
+    ``<`` escaped (``\\u003c``, inside JSON strings only), so no string from the trace
+    can close the element."""
+    return data_file_text(data).replace("<", "\\u003c")
+
+
 def read_data_file(text: str) -> dict[str, Any]:
-    """The data a data file assigns (for tests and tools)."""
+    """The data a data file, or a page's inline data script, assigns (for tests and
+    tools)."""
     return json.loads(text[text.index("=") + 1:].rstrip().rstrip(";"))

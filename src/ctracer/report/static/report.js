@@ -212,7 +212,8 @@
 /* Timeline: the rows of the page, drawn from its data file (rows-N.js, which sets
    CTRACER_ROWS: see ctracer/report/timeline.py) a screenful at a time; search, filters by
    function / thread / field changed, a time brush, and a panel with every field's value
-   at the clicked row.  No network: the data file is a <script src> beside the page. */
+   at the clicked row.  No network: the data file is a <script src> beside the page, or
+   the same script inside a short page. */
 (function () {
   "use strict";
   var table = document.getElementById("timeline");
