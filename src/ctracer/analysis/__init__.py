@@ -69,7 +69,8 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis import passes
     from ctracer.analysis.functions import function_table, lifetime_rule
     from ctracer.analysis.mapped import ArraySpace, is_mapped
-    from ctracer.analysis.memory import map_large_blocks, release_free_memory
+    from ctracer.analysis.memory import (HEAP_TRACE_THRESHOLD, map_large_blocks,
+                                         release_free_memory)
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
@@ -77,9 +78,11 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
     space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
                                  spill_dir)
-    if space.directory is not None:
-        # a big trace: memory before speed (each large temporary mapped and unmapped
-        # costs the kernel's time: ~1 s of 5 at 1M events, where the heap is fine)
+    # a big trace's temporaries mapped from 128 KiB, a smaller one's from 4 MiB (see
+    # `ctracer.analysis.memory`)
+    if space.directory is None:
+        map_large_blocks(HEAP_TRACE_THRESHOLD)
+    else:
         map_large_blocks()
     read = passes.read_events(trace, fns, space)
     c = read.columns

@@ -9,9 +9,12 @@ from what the analysis holds.  `map_large_blocks` keeps glibc from serving large
 from its heap: glibc raises its mmap threshold (to up to 32 MB) each time a mapped block
 is freed, after which the passes' many-megabyte temporaries come from the heap and leave
 it fragmented (10M events: 805 MB resident before the helpers fork, 696 MB with the
-threshold fixed at 128 KiB); the analysis fixes it only for a trace whose arrays are
-mapped (`ctracer.analysis.mapped`), since every large temporary then costs a mapping,
-zeroed pages and an unmapping (1M events: ~1 s of kernel time in the analysis alone).
+threshold fixed at 128 KiB) for a trace whose arrays are mapped
+(`ctracer.analysis.mapped`); a smaller trace keeps it at `HEAP_TRACE_THRESHOLD`, since
+at 128 KiB every per-page temporary costs a mapping, zeroed pages and an unmapping
+(1M events: ~1 s of kernel time in the analysis alone), and a threshold left to move
+leaves the report's helpers ~100 MB more (1M events: 595 MB for the renderer and its
+helpers together, against 494 MB at 128 KiB and 521-538 MB at 4 MiB).
 Elsewhere (not glibc) both do nothing.
 """
 
@@ -28,6 +31,9 @@ _tried = False
 #: glibc's mallopt parameter and the threshold kept (glibc's own starting value)
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD = 128 * 1024
+#: the threshold kept for a trace whose arrays stay on the heap: its per-page and
+#: per-object temporaries come from the heap, its column-sized ones are mapped
+HEAP_TRACE_THRESHOLD = 4 << 20
 
 
 def _glibc() -> Optional[Any]:
@@ -51,9 +57,10 @@ def release_free_memory() -> bool:
     return True
 
 
-def map_large_blocks() -> bool:
-    """Serve every block of 128 KiB or more by its own mapping, returned to the system
-    when freed (the threshold no longer moves); whether glibc took it."""
+def map_large_blocks(threshold: int = _MMAP_THRESHOLD) -> bool:
+    """Serve every block of ``threshold`` bytes or more (128 KiB) by its own mapping,
+    returned to the system when freed (the threshold no longer moves); whether glibc
+    took it."""
     libc = _glibc()
     return bool(libc is not None and hasattr(libc, "mallopt")
-                and libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) == 1)
+                and libc.mallopt(_M_MMAP_THRESHOLD, threshold) == 1)
