@@ -507,6 +507,16 @@ int {program_name(kind, slots, task_storage)}({ctx})
 """
 
 
+def _take_hashed(tid: str, indent: str) -> str:
+    """C taking the entry saved for this exit from the LRU hash of calls (thread
+    ``tid`` at ``depth``), indented by ``indent``."""
+    lines = [f"key.tid = {tid};", "key.depth = depth;", "saved = ctracer_kcalls.lookup(&key);",
+             "if (saved && saved->fn == fi) {",
+             "\t__builtin_memcpy(&call, saved, sizeof(call));",
+             "\tctracer_kcalls.delete(&key);", "\thave = 1;", "}"]
+    return "\n".join(indent + line for line in lines)
+
+
 def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) -> str:
     fexit = int(kind == "fexit")
     ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
@@ -539,14 +549,7 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 		} else {
 			struct ctracer_kcall_key key = {};
 
-			key.tid = (u32)pid_tgid;
-			key.depth = depth;
-			saved = ctracer_kcalls.lookup(&key);
-			if (saved && saved->fn == fi) {
-				__builtin_memcpy(&call, saved, sizeof(call));
-				ctracer_kcalls.delete(&key);
-				have = 1;
-			}
+""" + _take_hashed("(u32)pid_tgid", "\t\t\t") + """
 		}
 	}"""
     else:
@@ -557,14 +560,7 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 	depth = counter && *counter ? *counter - 1 : 0;
 	if (counter)
 		*counter = depth;
-	key.tid = tid;
-	key.depth = depth;
-	saved = ctracer_kcalls.lookup(&key);
-	if (saved && saved->fn == fi) {
-		__builtin_memcpy(&call, saved, sizeof(call));
-		ctracer_kcalls.delete(&key);
-		have = 1;
-	}"""
+""" + _take_hashed("tid", "\t")
     return f"""\
 int {program_name(kind, slots, task_storage)}({ctx})
 {{

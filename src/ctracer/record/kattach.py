@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.probes.kfunctions import KINDS, KernelFunction
-from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
+from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall, errno_text
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -56,10 +56,6 @@ _PMU_DIR = "/sys/bus/event_source/devices/kprobe"
 LOADERS = 4
 #: fentry/fexit functions a task-storage program is tried on before attaching
 TRIAL_TARGETS = 3
-
-
-def _err(err: int) -> str:
-    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
 
 
 @dataclass
@@ -118,7 +114,7 @@ def load_program(insns: bytes, prog_type: int, attach_type: int = 0, btf_id: int
             continue  # load again with the verifier's log, to say why
         lines = [l for l in (log.value.decode("utf-8", "replace").splitlines() if log else [])
                  if l.strip() and not l.startswith(("processed ", "verification time"))]
-        why = f"the kernel refused to load it ({_err(err)})"
+        why = f"the kernel refused to load it ({errno_text(err)})"
         return -1, f"{why}: {lines[-1][:200]}" if lines else why
     return -1, "unreachable"
 
@@ -280,7 +276,7 @@ def _perf_kprobe(symbol: str, retprobe: bool) -> tuple[int, str]:
     fd = libc.syscall(ctypes.c_long(_NR_PERF_EVENT_OPEN), attr, ctypes.c_int(-1),
                       ctypes.c_int(0), ctypes.c_int(-1), ctypes.c_ulong(8))
     if fd < 0:
-        return -1, f"perf_event_open refused the kprobe ({_err(ctypes.get_errno())})"
+        return -1, f"perf_event_open refused the kprobe ({errno_text(ctypes.get_errno())})"
     return int(fd), ""
 
 
@@ -487,7 +483,7 @@ class KernelLinks:
         link, err = bpf_syscall(_BPF_RAW_TRACEPOINT_OPEN, attr)
         if link < 0:
             os.close(fd)
-            result.entry = f"the kernel refused to attach it ({_err(err)})"
+            result.entry = f"the kernel refused to attach it ({errno_text(err)})"
             return result
         self.prog_fds.append(fd)
         self.link_fds.append(link)
@@ -516,7 +512,7 @@ class KernelLinks:
                     made.append(fd)
                     link, err = _link(fd, _ATTACH_TYPE[kind], cookie=f.index, cookie_at=24)
                     if link < 0:
-                        why = f"the kernel refused to attach it ({_err(err)})"
+                        why = f"the kernel refused to attach it ({errno_text(err)})"
                     else:
                         made.append(link)
                 if why:
@@ -583,7 +579,7 @@ class KernelLinks:
                 self.multi_fds.append(link)
                 self.link_fds.append(link)
             self._set(r, kind, "" if link >= 0 else
-                      f"the kernel refused the kprobe.multi link ({_err(err)})")
+                      f"the kernel refused the kprobe.multi link ({errno_text(err)})")
         return True
 
     def _link_perf(self, kind: str, name: str, insns: bytes,
@@ -603,7 +599,7 @@ class KernelLinks:
                     self.link_fds.append(link)
                     self.perf_fds.append(link)
                 else:
-                    why = f"the kernel refused to link the kprobe ({_err(err)})"
+                    why = f"the kernel refused to link the kprobe ({errno_text(err)})"
             self._set(r, kind, why)
 
     # -- reading and closing ----------------------------------------------------

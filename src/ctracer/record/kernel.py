@@ -34,6 +34,12 @@ _CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|llvm|lto_priv|specializ
 
 # ------------------------------------------------------------------ tracefs
 
+
+def errno_text(err: int) -> str:
+    """An errno as the kernel's refusals are quoted: ``E2BIG: Argument list too long``."""
+    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
+
+
 def _mount_table() -> list[tuple[str, str]]:
     """(mount point, file system type) of every mount, in /proc/self/mounts order."""
     try:
@@ -406,15 +412,16 @@ def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
     return int(ret), (ctypes.get_errno() if ret < 0 else 0)
 
 
-def _load_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0) -> tuple[int, int]:
-    """Load ``r0 = 0; exit``; (fd, 0) or (-1, errno)."""
-    insns = ctypes.create_string_buffer(_RETURN_ZERO, len(_RETURN_ZERO))
+def _load_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0,
+                  code: bytes = _RETURN_ZERO) -> tuple[int, int]:
+    """Load ``code`` (``r0 = 0; exit``); (fd, 0) or (-1, errno)."""
+    insns = ctypes.create_string_buffer(code, len(code))
     license_ = ctypes.create_string_buffer(b"GPL")
     attr = ctypes.create_string_buffer(128)
     # union bpf_attr, BPF_PROG_LOAD: prog_type @0, insn_cnt @4, insns @8, license @16,
     # prog_name @48, expected_attach_type @68, attach_btf_id @108
     ctypes.c_uint32.from_buffer(attr, 0).value = prog_type
-    ctypes.c_uint32.from_buffer(attr, 4).value = 2
+    ctypes.c_uint32.from_buffer(attr, 4).value = len(code) // 8
     ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(insns)
     ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(license_)
     attr[48:48 + len(b"ctracer_probe")] = b"ctracer_probe"
@@ -437,12 +444,12 @@ def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: i
     fd, err = _load_program(prog_type, attach_type, attach_btf_id)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} program "
-                              f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                              f"({errno_text(err)})")
     try:
         link, err = _raw_tracepoint_open(fd, name)
         if link < 0:
             return Mechanism(False, f"a {what} program loaded but attaching was refused "
-                                  f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                                  f"({errno_text(err)})")
         os.close(link)
         return Mechanism(True, f"a {what} program loaded and attached")
     finally:
@@ -454,7 +461,7 @@ def _try_kprobe_multi(symbol: str) -> Mechanism:
     fd, err = _load_program(_PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a kprobe.multi program "
-                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                                f"({errno_text(err)})")
     try:
         name = ctypes.create_string_buffer(symbol.encode())
         syms = (ctypes.c_uint64 * 1)(ctypes.addressof(name))
@@ -469,7 +476,7 @@ def _try_kprobe_multi(symbol: str) -> Mechanism:
         if link < 0:
             return Mechanism(False, f"a kprobe.multi program loaded but linking it to "
                                     f"{symbol} was refused "
-                                    f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                                    f"({errno_text(err)})")
         os.close(link)
         return Mechanism(True, f"a kprobe.multi program loaded and linked to {symbol}")
     finally:
@@ -480,7 +487,7 @@ def _try_load(prog_type: int, what: str) -> Mechanism:
     fd, err = _load_program(prog_type)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} program "
-                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                                f"({errno_text(err)})")
     os.close(fd)
     return Mechanism(True, f"a {what} program loads (not attached)")
 
@@ -525,7 +532,7 @@ def _task_storage_map() -> tuple[int, str]:
         fd, err = bpf_syscall(_BPF_MAP_CREATE, attr)
         if fd < 0:
             return -1, (f"the kernel refused a task storage map "
-                        f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                        f"({errno_text(err)})")
         return fd, ""
     finally:
         os.close(btf_fd)
@@ -579,19 +586,10 @@ def task_storage_works(kind: str) -> Mechanism:
 
 def _load_insns(code: bytes, prog_type: int, attach_type: int, attach_btf_id: int,
                 what: str) -> Mechanism:
-    insns = ctypes.create_string_buffer(code, len(code))
-    license_ = ctypes.create_string_buffer(b"GPL")
-    attr = ctypes.create_string_buffer(128)
-    ctypes.c_uint32.from_buffer(attr, 0).value = prog_type
-    ctypes.c_uint32.from_buffer(attr, 4).value = len(code) // 8
-    ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(insns)
-    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(license_)
-    ctypes.c_uint32.from_buffer(attr, 68).value = attach_type
-    ctypes.c_uint32.from_buffer(attr, 108).value = attach_btf_id
-    fd, err = bpf_syscall(_BPF_PROG_LOAD, attr)
+    fd, err = _load_program(prog_type, attach_type, attach_btf_id, code)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} "
-                                f"({errno.errorcode.get(err, err)}: {os.strerror(err)})")
+                                f"({errno_text(err)})")
     os.close(fd)
     return Mechanism(True, f"a {what} loads")
 
