@@ -22,6 +22,7 @@ from ctracer.analysis.profile import NO_FUNCTION
 from ctracer.errors import UsageError
 from ctracer.report.diff_page import describe
 from synthetic_trace import write_synthetic_trace
+from terminal import as_from_a_terminal
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +132,8 @@ def test_a_signal_while_the_traces_are_read_is_one_line(big_traces, tmp_path, si
     models: one line, the shell's status, no helper left, nothing written."""
     p = subprocess.Popen([sys.executable, "-m", "ctracer", "diff", *big_traces, "-o",
                           str(tmp_path / "d")], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 240
     helpers: list[str] = []
     while len(helpers) < 2:

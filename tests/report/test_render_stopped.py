@@ -15,6 +15,7 @@ import time
 import pytest
 
 from synthetic_trace import write_synthetic_trace
+from terminal import as_from_a_terminal
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def big_trace(tmp_path_factory):
 def _start(trace, out, tmp_path):
     return subprocess.Popen([sys.executable, "-m", "ctracer", "callgraph", str(trace), "-o",
                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
+                            text=True, start_new_session=True, preexec_fn=as_from_a_terminal,
                             env={**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")})
 
 
