@@ -481,11 +481,11 @@ class Analysis:
         if len(at):
             # each function's timed calls, in time order: a stable sort by function
             at = at[np.argsort(fn[at], kind="stable")]
-            durations, times = ev.duration_ns[rows[at]], ev.ts_ns[rows[at]]
-            starts = np.flatnonzero(np.r_[True, fn[at][1:] != fn[at][:-1]])
+            fns, durations, times = fn[at], ev.duration_ns[rows[at]], ev.ts_ns[rows[at]]
+            starts = np.flatnonzero(np.r_[True, fns[1:] != fns[:-1]])
             for lo, hi in zip(starts.tolist(), starts[1:].tolist() + [len(at)]):
                 d = durations[lo:hi]
-                stats = out[int(fn[at[lo]])]
+                stats = out[int(fns[lo])]
                 stats.durations = d
                 stats.call_times = times[lo:hi] - d - self.start_ns
         for fid, n in changed_by.items():

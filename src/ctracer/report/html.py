@@ -53,7 +53,7 @@ from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
-                                     inline_script_text, pages_file_text)
+                                     pages_file_text, script_safe)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
@@ -186,9 +186,7 @@ def _rows_file(number: int) -> str:
 def _json_island(value: Any) -> Markup:
     """JSON to sit inside ``<script type="application/json">``: every ``<``, ``>`` and
     ``&`` escaped, so no string from the trace can close the element."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e")
-                  .replace("&", "\\u0026"))
+    return Markup(script_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False)))
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
@@ -426,15 +424,14 @@ class _Site:
             data = self.timeline.page(chunk, use_object_depth=use_object_depth,
                                       objects=objects,
                                       state=states.page_start(chunk, number + 1 < count))
-            rows_file, rows_inline = _rows_file(number), None
-            if count == 1:
-                rows_inline = inline_script_text(data)
-                if len(rows_inline) > INLINE_ROWS_CHARS:
-                    rows_inline = None
+            rows_file, text = _rows_file(number), data_file_text(data)
+            rows_inline = script_safe(text) if count == 1 else None
+            if rows_inline is not None and len(rows_inline) > INLINE_ROWS_CHARS:
+                rows_inline = None
             if rows_inline is None:
                 with open(os.path.join(self.out_dir, directory, rows_file), "w",
                           encoding="utf-8") as f:
-                    f.write(data_file_text(data))
+                    f.write(text)
             self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
                        heading=heading, rows_file=rows_file,
                        rows_inline=Markup(rows_inline) if rows_inline else None,

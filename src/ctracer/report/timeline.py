@@ -5,11 +5,11 @@ big trace means millions of rows.  Rows are not written as HTML: each timeline p
 small shell whose script (``_static/report.js``) draws the rows from a data file beside
 it, ``rows-N.js``, loaded with a ``<script src>`` (pages open from file://, where
 ``fetch`` is refused), or, for a short timeline of one page, from the same script
-inside the page (`inline_script_text`).  The data file is columnar JSON assigned to ``CTRACER_ROWS``: one
-list per column (sequence number, time, thread, function, phase, depth, duration,
-return value, object), sparse tables for the rows that changed fields or carry tags, and
-the value of every field at the page's first row.  Columns are built with C-speed
-``map`` over the rows; only changed rows reach Python code of their own.
+inside the page (`script_safe`).  The data file is columnar JSON assigned to
+``CTRACER_ROWS``: one list per column (sequence number, time, thread, function, phase,
+depth, duration, return value, object), sparse tables for the rows that changed fields
+or carry tags, and the value of every field at the page's first row.  Columns are built
+with C-speed ``map`` over the rows; only changed rows reach Python code of their own.
 
 Every text in the data is plain text, made into DOM text by the page (never markup).
 """
@@ -291,11 +291,11 @@ def data_file_text(data: dict[str, Any]) -> str:
             + json.dumps(data, separators=(",", ":"), ensure_ascii=False) + ";\n")
 
 
-def inline_script_text(data: dict[str, Any]) -> str:
-    """The data file's script to sit inside the page's own ``<script>`` element: every
-    ``<`` escaped (``\\u003c``, inside JSON strings only), so no string from the trace
-    can close the element."""
-    return data_file_text(data).replace("<", "\\u003c")
+def script_safe(text: str) -> str:
+    """JSON (or a data file's script) to sit inside a ``<script>`` element: every ``<``,
+    ``>`` and ``&`` escaped (they occur inside JSON strings only), so no string from the
+    trace can close the element."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def read_data_file(text: str) -> dict[str, Any]:
