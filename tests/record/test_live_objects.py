@@ -109,9 +109,10 @@ def test_tail_and_report_name_raced_lifetimes_alike(tmp_path, race):
     assert [n for n in tail if n != "0x0"] == carried
 
 
-def test_tail_prints_in_time_order_once_an_event_has_waited():
-    """An event arriving after one stamped later is printed first; an event stamped now
-    waits (`REORDER_NS`) until a later release, or the last."""
+def test_tail_prints_in_time_order_what_the_reader_says_has_all_arrived():
+    """An event arriving after one stamped later is printed first; events stamped after
+    the time until which the reader has delivered everything wait for a later release
+    (or `MAX_WAIT_NS`, or the last release), whatever the delay between them."""
     import time
 
     from ctracer.record import tail as tail_module
@@ -124,13 +125,24 @@ def test_tail_prints_in_time_order_once_an_event_has_waited():
     def event(ts, length):
         return (HEADER._struct().pack(ts, A, 0, 0, 1, 1, 1, 0, PHASE_ENTRY, 0, b"t")
                 + encode(MINI, {"len": length}))
+
+    def printed():
+        return "".join(lines).splitlines()
+    ms = 1_000_000
     now = time.monotonic_ns()
-    tail(event(now - 2 * tail_module.REORDER_NS, 2))
-    tail(event(now - 3 * tail_module.REORDER_NS, 1))
-    tail(event(now + tail_module.REORDER_NS, 3))
-    tail.release()
-    printed = "".join(lines).splitlines()
-    assert len(printed) == 2 and "len: 1 → 2" in printed[1]
+    tail(event(now - 20 * ms, 2))
+    tail(event(now - 30 * ms, 1))
+    tail(event(now - 5 * ms, 3))
+    tail.release(delivered_before_ns=now - 10 * ms)
+    assert len(printed()) == 2 and "len: 1 → 2" in printed()[1]
+    tail.release()   # nothing more is known to have arrived, nor has waited long enough
+    assert len(printed()) == 2
+    tail(event(now - 7 * ms, 4))   # stamped before the last one waiting, arrived after
+    tail.release(delivered_before_ns=now)
+    assert len(printed()) == 4 and "len: 2 → 4" in printed()[2] and "len: 4 → 3" in printed()[3]
+    tail(event(now - 2 * tail_module.MAX_WAIT_NS, 0))
+    tail(event(now, 5))
+    tail.release()   # waited long enough: printed, however late it came
+    assert len(printed()) == 5 and "len: 3 → 0" in printed()[4]
     tail.release(final=True)
-    printed = "".join(lines).splitlines()
-    assert len(printed) == 3 and "len: 2 → 3" in printed[2]
+    assert len(printed()) == 6 and "len: 0 → 5" in printed()[5]

@@ -243,6 +243,12 @@ class ProbeSession:
         #: the ring buffer read through its memory map (`ctracer.record.ringbuf`);
         #: None where libbpf's consumer calls `on_event` once per event instead
         self._ring: Optional[ringbuf.MappedRing] = None
+        #: every event stamped at or before this time (the monotonic clock's ns, the
+        #: one the probes stamp with) has been delivered; None: not known (libbpf's
+        #: consumer).  A probe stamps its event after reserving it, so once a take has
+        #: found no record reserved before it left in the ring, every event stamped
+        #: before the take began was delivered.
+        self.delivered_before_ns: Optional[int] = None
         #: set (e.g. from a signal handler) to make the current poll return at once
         self.interrupted = False
         #: uprobe.multi link fds, one per attached probe
@@ -469,7 +475,10 @@ class ProbeSession:
     def _take(self, limit: int) -> int:
         """Hand what the mapped ring holds (at most ``limit`` records) to `on_event`
         in one piece; the number of records taken."""
+        began = time.monotonic_ns()
         events, taken = self._ring.take(limit)
+        if self._ring.drained:
+            self.delivered_before_ns = began
         if events:
             self.on_event(events)
         return taken

@@ -138,12 +138,14 @@ class EventSink:
                     objects.add(obj)
             self.counts.events += len(batch) // self.size
 
-    def flush(self, commit: bool = False) -> None:
+    def flush(self, commit: bool = False, delivered_before_ns: Optional[int] = None) -> None:
         """Count what arrived; commit it when `COMMIT_S` has passed (or ``commit``),
-        outside the ring buffer's callback."""
+        outside the ring buffer's callback.  ``delivered_before_ns``: every event
+        stamped until then has arrived (`ProbeSession.delivered_before_ns`), so the tail
+        may print those."""
         self._take()
         if self.tail is not None:
-            self.tail.release(final=commit)
+            self.tail.release(final=commit, delivered_before_ns=delivered_before_ns)
         now = time.monotonic()
         if commit or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
@@ -563,7 +565,7 @@ def _poll_until_done(session, counts: Counts, progress: Progress,
     while True:
         session.poll(POLL_MS)
         try:
-            session.on_event.flush()
+            session.on_event.flush(delivered_before_ns=session.delivered_before_ns)
         except Exception as e:
             if not is_disk_full(e):
                 raise

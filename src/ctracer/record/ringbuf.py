@@ -69,6 +69,8 @@ class MappedRing:
             raise ValueError("a ring buffer's size is a power of two")
         page = mmap.PAGESIZE
         self.event_bytes = event_bytes
+        #: whether the last `take` left no record reserved before it behind
+        self.drained = False
         self.stride = record_bytes(event_bytes)
         self._mask = ring_bytes - 1
         self._consumer_len = page
@@ -94,11 +96,13 @@ class MappedRing:
     def take(self, limit: int = 0) -> tuple[bytes, int]:
         """The events submitted since the last call (at most ``limit`` records when
         given), back to back, and how many records were consumed (discarded ones
-        included); the space they took is given back to the producers."""
+        included); the space they took is given back to the producers.  `drained` then
+        says whether every record reserved before the call was taken (none was still
+        busy, nor left for the next call by ``limit``)."""
         consumer = self._consumer_pos.value
-        count = (self._producer_pos.value - consumer) // self.stride
-        if limit:
-            count = min(count, limit)
+        reserved = (self._producer_pos.value - consumer) // self.stride
+        count = min(reserved, limit) if limit else reserved
+        self.drained = count == reserved
         if count <= 0:
             return b"", 0
         start = consumer & self._mask
@@ -107,6 +111,7 @@ class MappedRing:
         busy = np.flatnonzero(lengths & BUSY_BIT)
         if len(busy):  # a producer has not submitted it yet: stop before it
             count = int(busy[0])
+            self.drained = False
             block, lengths = block[:count], lengths[:count]
         kept = (lengths & DISCARD_BIT) == 0
         if np.any(lengths[kept] != self.event_bytes):

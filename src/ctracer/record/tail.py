@@ -15,9 +15,13 @@ states, flag bits, addresses and devices by name), else as raw numbers.
 
 Lines come in time order, as the report lists events: the ring buffer holds events in
 the order they were reserved, and a CPU stamps its event's time after reserving it, so
-an event can arrive before one another CPU stamped earlier.  Each event waits
-`REORDER_NS` (by the kernel's monotonic clock, the one that stamps events) before it is
-printed, and the waiting ones go out earliest first.
+an event can arrive after one another CPU stamped later (by any delay: a virtual CPU
+may be descheduled between the two).  Arriving events wait in a heap; the reader says
+until when every event stamped has arrived (`ctracer.record.bpf_runtime`: a read that
+left no record reserved before it in the ring), and those are printed, earliest first.
+Where that is not known (libbpf's consumer, or a ring that never empties), an event is
+printed once it has waited `MAX_WAIT_NS` by the kernel's monotonic clock (the one that
+stamps events).
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY
 
 #: changed fields shown on one line before the rest is counted
 MAX_CHANGES_SHOWN = 8
-#: how long an event waits to be printed (ns): far longer than a probe runs between
-#: reserving its event and stamping it, short enough not to be seen
-REORDER_NS = 5_000_000
+#: the longest an event waits to be printed (ns) when the reader cannot say that every
+#: event stamped before it has arrived
+MAX_WAIT_NS = 1_000_000_000
 
 
 class Formatter(Protocol):
@@ -213,11 +217,13 @@ class Tail:
         heapq.heappush(self._waiting, (ts, self._arrived, raw))
         self._arrived += 1
 
-    def release(self, final: bool = False) -> None:
-        """Print, earliest first, the events that have waited `REORDER_NS` (``final``:
-        every one)."""
+    def release(self, final: bool = False, delivered_before_ns: Optional[int] = None) -> None:
+        """Print, earliest first, the events stamped at or before ``delivered_before_ns``
+        (until when every event stamped has arrived) or that have waited `MAX_WAIT_NS`;
+        ``final``: every one."""
         waiting = self._waiting
-        limit = None if final else time.monotonic_ns() - REORDER_NS
+        limit = None if final else max(delivered_before_ns or 0,
+                                       time.monotonic_ns() - MAX_WAIT_NS)
         lines = []
         while waiting and (limit is None or waiting[0][0] <= limit):
             lines.append(self.line(heapq.heappop(waiting)[2]) + "\n")
