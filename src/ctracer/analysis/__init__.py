@@ -70,7 +70,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis.functions import function_table, lifetime_rule
     from ctracer.analysis.mapped import ArraySpace, is_mapped
     from ctracer.analysis.memory import (HEAP_TRACE_THRESHOLD, map_large_blocks,
-                                         release_free_memory)
+                                         release_free_memory, small_pages_for_arrays)
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
@@ -80,6 +80,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
                                  spill_dir)
     # a big trace's temporaries mapped from 128 KiB, a smaller one's from 4 MiB (see
     # `ctracer.analysis.memory`)
+    small_pages_for_arrays()
     if space.directory is None:
         map_large_blocks(HEAP_TRACE_THRESHOLD)
     else:
