@@ -256,6 +256,17 @@ class FunctionRow:
     attached: str = ""     # "entry,exit", or why not
 
 
+def canonical_ids(rows: Iterable[FunctionRow]) -> dict[int, int]:
+    """Functions-table rows of the same function (same name, unit and address; a
+    tracepoint is never the function of its name, ``consume_skb``) → the smallest of
+    their ids, which then stands for the function."""
+    first: dict[tuple, int] = {}
+    out = {}
+    for f in sorted(rows, key=lambda r: r.id):
+        out[f.id] = first.setdefault((f.reach == "tracepoint", f.name, f.unit, f.address), f.id)
+    return out
+
+
 PHASE_ENTRY = 0
 PHASE_EXIT = 1
 PHASE_TRACEPOINT = 2   # one event per tracepoint hit: no entry/exit pair, no depth

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.event import canonical_ids
 from ctracer.tracefile import FunctionRow
 
 
@@ -17,18 +18,6 @@ def attached_fully(attached: str) -> bool:
     parts = {p.strip() for p in attached.split(",")}
     return any(pair <= parts for pair in ({"entry", "exit"}, {"fentry", "fexit"},
                                           {"kprobe", "kretprobe"})) or parts == {"raw_tracepoint"}
-
-
-def _canonical_ids(functions: dict[int, FunctionRow]) -> dict[int, int]:
-    """Functions-table rows of the same function (same name, unit and address; a
-    tracepoint is never the function of its name, ``consume_skb``) → the smallest of
-    their ids, which then stands for the function."""
-    first: dict[tuple, int] = {}
-    out = {}
-    for fid in sorted(functions):
-        f = functions[fid]
-        out[fid] = first.setdefault((f.reach == "tracepoint", f.name, f.unit, f.address), fid)
-    return out
 
 
 def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> dict[int, str]:
@@ -87,7 +76,7 @@ def function_table(functions: dict[int, FunctionRow],
     `ctracer.plan.stores`, as its meta carries them)."""
     from ctracer.plan import stores
     by_tp = stores.rules_by_tracepoint(announced_stores)
-    canon = _canonical_ids(functions)
+    canon = canonical_ids(functions.values())
     rules: dict[int, list[dict]] = {}
     ending: dict[int, str] = {}
     for rule in lifetime_rules:

@@ -13,17 +13,46 @@ seen, an announcing hit whose ``before``
 argument is not what the address's last one stored, a head-only object (a time-wait
 socket) with another identity, and, for programs without creation functions or rules,
 a free-looking function's exit followed by an allocating-looking function's entry.  A
-call's exit is never a new object (it is its entry's).  Without the call tree the report
-builds, "the call still running around an end" is the thread's open call at the end's
-depth until an exit at that depth (of any object) closes it.
+call's exit is never a new object (it is its entry's).
+
+"The call still running around an end" is a call of the thread's calls, which
+`LiveObjects` pairs as the report pairs them (`ctracer.analysis.passes`): an entry opens
+a call (or is the next slot of the call it just opened), an exit closes the innermost
+open call of its function (the calls above it lost their exits), an exit the probe saw
+no entry for closes none.  The depth the probes record is not used: a probe that could
+not keep its thread's state (task storage busy on the CPU) records a wrong one.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.decode import object_name
+from ctracer.event import FLAG_NO_ENTRY, canonical_ids
+from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+
+
+class _Call:
+    """An open (or just closed) call of a thread: its function, the event its first
+    entry was, how many calls are open below it, the slots entered and exited, and the
+    object each entry showed with its lifetime number then."""
+
+    __slots__ = ("function", "seq", "depth", "entries", "exits", "names")
+
+    def __init__(self, function: int, seq: int, depth: int):
+        self.function, self.seq, self.depth = function, seq, depth
+        self.entries: set[int] = set()
+        self.exits: set[int] = set()
+        self.names: dict[int, tuple[int, int]] = {}
+
+
+class _Thread:
+    __slots__ = ("stack", "last_entry", "last_exit")
+
+    def __init__(self) -> None:
+        self.stack: list[_Call] = []
+        self.last_entry: Optional[_Call] = None  # the call the thread's last event opened
+        self.last_exit: Optional[_Call] = None   # the call the thread's last event closed
 
 
 class LiveObjects:
@@ -31,11 +60,12 @@ class LiveObjects:
 
     def __init__(self, rows: Sequence[Any] = (), ending_rows: Sequence[int] = (),
                  has_rules: bool = False):
-        """``rows``: the program's function-table rows (`ctracer.tracefile.FunctionRow`);
+        """``rows``: the program's function-table rows (`ctracer.event.FunctionRow`);
         ``ending_rows``: the rows whose function's exit ends the object's life;
         ``has_rules``: the trace has lifetime rules."""
         reach = {r.id: r.reach for r in rows}
         names = {r.id: r.name for r in rows}
+        self.canon = canonical_ids(rows)
         self.held = {r.id for r in rows
                      if r.reach == "tracepoint" and "->" in (getattr(r, "via", "") or "")}
         self.creators = {i for i, how in reach.items()
@@ -47,10 +77,8 @@ class LiveObjects:
         self.alloc_like = {i for i, n in names.items() if ALLOC_LIKE.search(n)}
         self.ending_rows = set(ending_rows)
         self.number: dict[int, int] = {}
-        #: address -> (thread, depth of the call running around the end, or None)
-        self._ended: dict[int, tuple[int, Optional[int]]] = {}
-        #: (thread, depth) -> the addresses whose end happened inside that open call
-        self._around: dict[tuple[int, int], set[int]] = {}
+        #: address -> (thread, the call running around the end there, or None)
+        self._ended: dict[int, tuple[int, Optional[_Call]]] = {}
         self._made: set[int] = set()
         self._freed: set[int] = set()
         self._stored: dict[int, Any] = {}
@@ -59,26 +87,27 @@ class LiveObjects:
         self._seq = 0                      # events so far
         #: address -> the event its current lifetime began at (its first sighting)
         self._began: dict[int, int] = {}
-        #: (thread, function row, depth) -> the event a call of a creation function or of
-        #: a function whose exit ends a lifetime began at
-        self._entered: dict[tuple[int, int, int], int] = {}
-        #: (thread, function row, depth) -> the address an open call's entry showed and
-        #: the lifetime number it had then
-        self._entry_names: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self._threads: dict[int, _Thread] = {}
+        #: the current event's thread, its open calls, how many of them run around the
+        #: event (an entry's own call does not), and the call it entered or exited
+        self._tid = 0
+        self._stack: list[_Call] = []
+        self._around = 0
+        self._call: Optional[_Call] = None
 
     def name(self, address: int) -> str:
         return object_name(address, self.number.get(address, 1))
 
-    def event_name(self, address: int, *, row: int, phase: str, tid: int, depth: int) -> str:
+    def event_name(self, address: int, *, row: int, phase: str) -> str:
         """The name of the object an event shows, once its rules are applied: an exit's
         is its entry's when both show the address (a call is one lifetime's, even when
         another CPU's creation function handed the address out again meanwhile), unless
         the function creates objects (its exit's object is the one it made)."""
-        key = (tid, row, depth)
-        if phase == "entry":
-            self._entry_names[key] = (address, self.number.get(address, 1))
-        elif phase == "exit":
-            entered = self._entry_names.pop(key, None)
+        call = self._call
+        if call is not None and phase == "entry":
+            call.names[row] = (address, self.number.get(address, 1))
+        elif call is not None and phase == "exit":
+            entered = call.names.get(row)
             if entered is not None and address and entered[0] == address \
                     and row not in self.creators:
                 return object_name(address, entered[1])
@@ -95,23 +124,49 @@ class LiveObjects:
         self._began[address] = self._seq
         return True
 
-    def event(self, *, row: int, phase: str, tid: int, depth: int) -> None:
-        """An event arrives (whatever its object): call first, then `seen` when it has
-        an object, then the rules (`start`, `end`, `returned`, `announced`, `identity`)."""
+    def event(self, *, row: int, phase: str, tid: int, flags: int = 0) -> None:
+        """An event arrives (whatever its object; ``phase``: entry, exit or hit, with
+        the header's ``flags``): its call is paired first, then `seen` when it has an
+        object, then the rules (`start`, `end`, `returned`, `exit_ends`, `announced`,
+        `identity`)."""
         self._seq += 1
         self._split = None
-        if phase == "entry" and (row in self.creators or row in self.ending_rows):
-            self._entered[(tid, row, depth)] = self._seq
+        th = self._threads.get(tid)
+        if th is None:
+            th = self._threads[tid] = _Thread()
+        stack, function, call = th.stack, self.canon.get(row, row), None
+        if phase == "entry":
+            call = th.last_entry
+            if not (call is not None and stack and stack[-1] is call
+                    and call.function == function and row not in call.entries):
+                call = _Call(function, self._seq, len(stack))
+                stack.append(call)
+            call.entries.add(row)
+            th.last_entry, th.last_exit = call, None
+            self._around = len(stack) - 1
         elif phase == "exit":
-            # the call at this depth returned, whatever its object: the ends that
-            # happened inside it are now behind the thread
-            for address in self._around.pop((tid, depth), ()):
-                if self._ended.get(address) == (tid, depth):
-                    self._ended[address] = (tid, None)
+            if not flags & FLAG_NO_ENTRY:
+                last = th.last_exit
+                if last is not None and last.function == function and row in last.entries \
+                        and row not in last.exits:
+                    call = last
+                else:
+                    for i in range(len(stack) - 1, -1, -1):
+                        if stack[i].function == function:
+                            call = stack[i]
+                            del stack[i:]
+                            break
+            if call is not None:
+                call.exits.add(row)
+            th.last_entry, th.last_exit = None, call
+            self._around = len(stack)
+        else:
+            self._around = len(stack)
+        self._tid, self._stack, self._call = tid, stack, call
 
-    def seen(self, address: int, *, row: int, phase: str, tid: int, depth: int) -> bool:
-        """The event (``phase``: entry, exit or hit) shows ``address``; True when it is
-        the first of a new lifetime of an address seen before."""
+    def seen(self, address: int, *, row: int, phase: str) -> bool:
+        """The current event (``phase``: entry, exit or hit) shows ``address``; True
+        when it is the first of a new lifetime of an address seen before."""
         if address not in self.number:
             self.number[address] = 1
             self._began[address] = self._seq
@@ -124,7 +179,9 @@ class LiveObjects:
         new = False
         ended = self._ended.get(address)
         if ended is not None and not (phase == "hit" and row in self.held):
-            inside = ended[0] == tid and ended[1] is not None and depth > ended[1]
+            tid, within = ended
+            inside = tid == self._tid and within is not None \
+                and any(c is within for c in self._stack[:self._around])
             if not inside:
                 del self._ended[address]
                 self._made.discard(address)
@@ -145,39 +202,41 @@ class LiveObjects:
         self._freed.discard(address)
         return self._new(address)
 
-    def end(self, address: int, tid: int, depth: Optional[int],
-            since: Optional[int] = None) -> bool:
-        """A rule ends the address's lifetime here; ``depth``: that of the traced call
-        still running around the end on ``tid`` (None: none); ``since``: the event the
-        ending call began at (default: this one).  A lifetime begun since (another CPU
-        allocated the address while the freeing call was returning) is not ended (False),
-        and an end pending inside a call still running on the thread keeps its place."""
+    def end(self, address: int, since: Optional[int] = None) -> bool:
+        """A rule ends the address's lifetime at the current event, inside the thread's
+        innermost open call (the rest of it is still the object's); ``since``: the
+        event the ending call began at (default: this one).  A lifetime begun since
+        (another CPU allocated the address while the freeing call was returning) is not
+        ended (False), and an end pending inside a call still running on the thread
+        keeps its place."""
         since = self._seq if since is None else since
         if self.number.get(address, 1) > 1 and self._began.get(address, -1) > since:
             return False
+        within = self._stack[-1] if self._stack else None
         ended = self._ended.get(address)
-        if ended is not None and ended[0] == tid and ended[1] is not None \
-                and depth is not None and depth > ended[1]:
+        if ended is not None and ended[0] == self._tid and ended[1] is not None \
+                and within is not None and within.depth > ended[1].depth:
             return True
-        self._ended[address] = (tid, depth)
-        if depth is not None:
-            self._around.setdefault((tid, depth), set()).add(address)
+        self._ended[address] = (self._tid, within)
         return True
 
-    def exit_ends(self, address: int, *, row: int, tid: int, depth: int) -> bool:
-        """The exit (at ``depth``) of a function whose exit ends the object's life:
-        whether it ended it (see `end`)."""
-        since = self._entered.pop((tid, row, depth), None)
-        return self.end(address, tid, depth - 1 if depth > 0 else None, since)
+    def exit_ends(self, address: int) -> bool:
+        """The current event, the exit of a function whose exit ends the object's life:
+        whether it ended it (see `end`; an exit whose call was not seen ends nothing)."""
+        if self._call is None:
+            return False
+        return self.end(address, self._call.seq)
 
-    def returned(self, address: int, *, row: int, tid: int, depth: int) -> bool:
-        """A creation function returned ``address`` (at this exit): a new lifetime,
-        unless the current one began inside this call (a nested allocator's: this call
-        owns it)."""
+    def returned(self, address: int) -> bool:
+        """A creation function returned ``address`` (at the current exit): a new
+        lifetime, unless the current one began inside this call (a nested allocator's:
+        this call owns it).  An exit whose call was not seen makes nothing."""
+        if self._call is None:
+            return False
         self._ended.pop(address, None)
         self._freed.discard(address)
         self._made.add(address)
-        since = self._entered.pop((tid, row, depth), self._seq)
+        since = self._call.seq
         if address not in self.number:
             self.number[address] = 1
             self._began[address] = since

@@ -96,8 +96,6 @@ class Tail:
         #: the head fields naming a head-only object (a time-wait socket's connection)
         self.identity = tuple(getattr(head, "identity", ()) or ()) if head is not None else ()
         self.last: dict[int, dict] = {}
-        #: thread -> how many traced calls are open on it (the depth of its next entry)
-        self._open: dict[int, int] = {}
         self.first_ns: Optional[int] = None
         #: events waiting to be printed: (time, arrival number, bytes), a heap
         self._waiting: list[tuple[int, int, bytes]] = []
@@ -110,20 +108,10 @@ class Tail:
             self.first_ns = h["ts_ns"]
         obj, fid, phase = h["object"], h["function_id"], h["phase"]
         what = self.names.get(fid, f"#{fid}")
-        tid, depth = h["tid"], h["depth"]
         kind = "hit" if phase == PHASE_TRACEPOINT else "entry" if phase == PHASE_ENTRY else "exit"
-        if phase == PHASE_TRACEPOINT:
-            # a tracepoint's own event carries no depth: it is inside the calls open on
-            # its thread (an end there is the innermost one's)
-            depth = self._open.get(tid, 0)
-        elif phase == PHASE_ENTRY:
-            self._open[tid] = depth + 1
-        else:
-            self._open[tid] = depth
         objects = self.objects
-        objects.event(row=fid, phase=kind, tid=tid, depth=depth)
-        new = objects.seen(obj, row=fid, phase=kind, tid=tid, depth=depth) if obj else False
-        around = depth - 1 if depth > 0 else None  # the traced call running around it
+        objects.event(row=fid, phase=kind, tid=h["tid"], flags=h["flags"])
+        new = objects.seen(obj, row=fid, phase=kind) if obj else False
         parts = [f"{(h['ts_ns'] - self.first_ns) / 1e9:12.6f}", "", what]
         args: dict[str, Any] = {}
         ends = False
@@ -147,7 +135,7 @@ class Tail:
                     if rule.effect == "starts":
                         new = objects.start(obj) or new
                     elif rule.effect == "ends":
-                        ends = objects.end(obj, tid, around) or ends
+                        ends = objects.end(obj) or ends
                 show = self.fmt.show_arg
                 parts.append("(" + ", ".join(
                     f"{a.name}={self._pointer(a.name, a.value(v))}" if a.kind == "pointer" else
@@ -158,9 +146,9 @@ class Tail:
             if phase != PHASE_ENTRY and fid in objects.creators and h["retval"]:
                 returned = h["retval"] & 0xFFFFFFFFFFFFFFFF
                 if returned < 0xFFFFFFFFFFFFF001:  # not an ERR_PTR
-                    new = objects.returned(returned, row=fid, tid=tid, depth=depth) or new
+                    new = objects.returned(returned) or new
             if phase != PHASE_ENTRY and fid in self.ending_rows and obj:
-                ends = objects.exit_ends(obj, row=fid, tid=tid, depth=depth)
+                ends = objects.exit_ends(obj)
         comm = "".join(c if c.isprintable() and c != " " else "?" for c in h["comm"])
         parts.append(f"{comm}[{h['pid']}]")
         if h["flags"] & FLAG_READ_FAILED:
@@ -198,7 +186,7 @@ class Tail:
                     shown.append(f"… {len(changed) - len(shown)} more")
                 if shown:
                     parts.append("| " + ", ".join(shown))
-        parts[1] = objects.event_name(obj, row=fid, phase=kind, tid=tid, depth=depth)
+        parts[1] = objects.event_name(obj, row=fid, phase=kind)
         return " ".join(parts)
 
     def _pointer(self, name: str, value: int) -> str:
