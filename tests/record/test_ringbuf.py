@@ -42,20 +42,20 @@ def ring(monkeypatch):
             | (ringbuf.DISCARD_BIT if discard else 0)
         os.pwrite(fd, struct.pack("<II", length, 0) + payload, 2 * page + index * stride)
 
-    def produced(count: int):
-        os.pwrite(fd, struct.pack("<Q", count * stride), page)
+    def fill(*records: tuple[bytes, dict]):
+        """Records (payload, put's flags) from the start, then the producer past them."""
+        for index, (payload, flags) in enumerate(records):
+            put(index, payload, **flags)
+        os.pwrite(fd, struct.pack("<Q", len(records) * stride), page)
 
-    yield taken, put, produced
+    yield taken, put, fill
     taken.close()
     os.close(fd)
 
 
 def test_a_take_stops_at_a_busy_record_and_says_the_ring_was_not_drained(ring):
-    taken, put, produced = ring
-    put(0, b"a" * EVENT)
-    put(1, b"b" * EVENT, busy=True)
-    put(2, b"c" * EVENT)
-    produced(3)
+    taken, put, fill = ring
+    fill((b"a" * EVENT, {}), (b"b" * EVENT, {"busy": True}), (b"c" * EVENT, {}))
     assert taken.take() == (b"a" * EVENT, 1) and not taken.drained
     put(1, b"b" * EVENT)          # submitted now
     assert taken.take() == (b"b" * EVENT + b"c" * EVENT, 2) and taken.drained
@@ -63,10 +63,7 @@ def test_a_take_stops_at_a_busy_record_and_says_the_ring_was_not_drained(ring):
 
 
 def test_a_limit_leaves_records_and_a_discarded_record_is_skipped(ring):
-    taken, put, produced = ring
-    put(0, b"a" * EVENT)
-    put(1, b"x" * EVENT, discard=True)
-    put(2, b"c" * EVENT)
-    produced(3)
+    taken, _put, fill = ring
+    fill((b"a" * EVENT, {}), (b"x" * EVENT, {"discard": True}), (b"c" * EVENT, {}))
     assert taken.take(limit=2) == (b"a" * EVENT, 2) and not taken.drained
     assert taken.take(limit=2) == (b"c" * EVENT, 1) and taken.drained

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ctracer.analysis.functions import FunctionTable
+from ctracer.calls import Thread, closes
 from ctracer.analysis.lifetimes import Lifetimes
 from ctracer.analysis.mapped import ArraySpace
 from ctracer.analysis.model import NO_DURATION, MethodStats, ObjectKey
@@ -92,15 +93,6 @@ class _Frame:
         self.exits: dict[int, int] = {}
 
 
-class _Thread:
-    __slots__ = ("stack", "last_entry", "last_exit")
-
-    def __init__(self) -> None:
-        self.stack: list[_Frame] = []
-        self.last_entry: Optional[_Frame] = None  # the frame the thread's last event opened
-        self.last_exit: Optional[_Frame] = None   # the frame the thread's last event closed
-
-
 @dataclass
 class Pairing:
     """Pass 2's result, per event (arrays) and per frame (one per call)."""
@@ -163,7 +155,7 @@ class _Pairer:
         self.frame = space.full(n, -1, np.int64)
         self.frame_fn = array("q")  # per call (half the events): 8 bytes, not a Python int
         self.frame_ts = array("q")
-        self.threads: dict[int, _Thread] = {}
+        self.threads: dict[int, Thread] = {}
         self.lifetimes = Lifetimes()
         self.lifetime_at = space.full(n, -1, np.int64)
         self.resolved: dict[int, int] = {}  # entry index -> the address its exit found
@@ -205,11 +197,12 @@ class _Pairer:
             tid, fid, slot, phase = tids[k], fns_[k], slots[k], phases[k]
             th = threads.get(tid)
             if th is None:
-                th = threads[tid] = _Thread()
+                th = threads[tid] = Thread()
             stack = th.stack
             a = address[k]
             if phase == PHASE_ENTRY:
                 frame = th.last_entry
+                # `ctracer.calls.continues`, inline: this runs once per event
                 if not (frame is not None and stack and stack[-1] is frame
                         and frame.function_id == fid and slot not in frame.entries):
                     frame = _Frame(fid, ts_[k], index, len(stack),
@@ -253,28 +246,15 @@ class _Pairer:
         self.matched[lo:hi] = matched
         self.frame[lo:hi] = frame_of
 
-    def exit(self, th: _Thread, fid: int, slot: int, flags: int) -> Optional[_Frame]:
-        """The call an exit closes: the next slot of the call that just returned, or the
-        innermost open call of the function (the frames above it lost their exits);
-        None for an exit whose entry was not seen."""
-        frame = None
-        if not flags & FLAG_NO_ENTRY:
-            stack, last = th.stack, th.last_exit
-            if (last is not None and last.function_id == fid and slot in last.entries
-                    and slot not in last.exits):
-                frame = last
-            else:
-                for i in range(len(stack) - 1, -1, -1):
-                    if stack[i].function_id == fid:
-                        frame = stack[i]
-                        del stack[i:]
-                        break
-        th.last_entry, th.last_exit = None, frame
+    def exit(self, th: Thread, fid: int, slot: int, flags: int) -> Optional[_Frame]:
+        """The call an exit closes (`ctracer.calls.closes`); None for an exit whose
+        entry was not seen."""
+        frame = closes(th, fid, slot, bool(flags & FLAG_NO_ENTRY))
         if frame is None:
             self.unmatched += 1
         return frame
 
-    def returned(self, th: _Thread, tid: int, frame: _Frame, index: int, ts: int, fid: int,
+    def returned(self, th: Thread, tid: int, frame: _Frame, index: int, ts: int, fid: int,
                  slot: int, a: int, retval: Optional[int]) -> tuple[int, int]:
         """An exit of ``frame``'s ``slot`` (on thread ``tid``, whose open calls are now
         ``th.stack``): its duration, and its object (known at exit for a creation

@@ -16,7 +16,7 @@ a free-looking function's exit followed by an allocating-looking function's entr
 call's exit is never a new object (it is its entry's).
 
 "The call still running around an end" is a call of the thread's calls, which
-`LiveObjects` pairs as the report pairs them (`ctracer.analysis.passes`): an entry opens
+`LiveObjects` pairs as the report pairs them (one rule, `ctracer.calls`): an entry opens
 a call (or is the next slot of the call it just opened), an exit closes the innermost
 open call of its function (the calls above it lost their exits), an exit the probe saw
 no entry for closes none.  The depth the probes record is not used: a probe that could
@@ -27,32 +27,24 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from ctracer.calls import Thread, closes, continues
 from ctracer.decode import object_name
 from ctracer.event import FLAG_NO_ENTRY, canonical_ids
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 
 
 class _Call:
-    """An open (or just closed) call of a thread: its function, the event its first
-    entry was, how many calls are open below it, the slots entered and exited, and the
-    object each entry showed with its lifetime number then."""
+    """A call of a thread (`ctracer.calls`): its function, the event its first entry
+    was, how many calls are open below it, the slots entered and exited, and the object
+    each entry showed with its lifetime number then."""
 
-    __slots__ = ("function", "seq", "depth", "entries", "exits", "names")
+    __slots__ = ("function_id", "seq", "depth", "entries", "exits")
 
-    def __init__(self, function: int, seq: int, depth: int):
-        self.function, self.seq, self.depth = function, seq, depth
-        self.entries: set[int] = set()
+    def __init__(self, function_id: int, seq: int, depth: int):
+        self.function_id, self.seq, self.depth = function_id, seq, depth
+        #: slot -> the address its entry showed and that address's lifetime number then
+        self.entries: dict[int, tuple[int, int]] = {}
         self.exits: set[int] = set()
-        self.names: dict[int, tuple[int, int]] = {}
-
-
-class _Thread:
-    __slots__ = ("stack", "last_entry", "last_exit")
-
-    def __init__(self) -> None:
-        self.stack: list[_Call] = []
-        self.last_entry: Optional[_Call] = None  # the call the thread's last event opened
-        self.last_exit: Optional[_Call] = None   # the call the thread's last event closed
 
 
 class LiveObjects:
@@ -87,7 +79,7 @@ class LiveObjects:
         self._seq = 0                      # events so far
         #: address -> the event its current lifetime began at (its first sighting)
         self._began: dict[int, int] = {}
-        self._threads: dict[int, _Thread] = {}
+        self._threads: dict[int, Thread] = {}
         #: the current event's thread, its open calls, how many of them run around the
         #: event (an entry's own call does not), and the call it entered or exited
         self._tid = 0
@@ -105,9 +97,9 @@ class LiveObjects:
         the function creates objects (its exit's object is the one it made)."""
         call = self._call
         if call is not None and phase == "entry":
-            call.names[row] = (address, self.number.get(address, 1))
+            call.entries[row] = (address, self.number.get(address, 1))
         elif call is not None and phase == "exit":
-            entered = call.names.get(row)
+            entered = call.entries.get(row)
             if entered is not None and address and entered[0] == address \
                     and row not in self.creators:
                 return object_name(address, entered[1])
@@ -133,32 +125,20 @@ class LiveObjects:
         self._split = None
         th = self._threads.get(tid)
         if th is None:
-            th = self._threads[tid] = _Thread()
+            th = self._threads[tid] = Thread()
         stack, function, call = th.stack, self.canon.get(row, row), None
         if phase == "entry":
-            call = th.last_entry
-            if not (call is not None and stack and stack[-1] is call
-                    and call.function == function and row not in call.entries):
+            call = continues(th, function, row)
+            if call is None:
                 call = _Call(function, self._seq, len(stack))
                 stack.append(call)
-            call.entries.add(row)
+            call.entries[row] = (0, 0)   # its object, once its rules are applied
             th.last_entry, th.last_exit = call, None
             self._around = len(stack) - 1
         elif phase == "exit":
-            if not flags & FLAG_NO_ENTRY:
-                last = th.last_exit
-                if last is not None and last.function == function and row in last.entries \
-                        and row not in last.exits:
-                    call = last
-                else:
-                    for i in range(len(stack) - 1, -1, -1):
-                        if stack[i].function == function:
-                            call = stack[i]
-                            del stack[i:]
-                            break
+            call = closes(th, function, row, bool(flags & FLAG_NO_ENTRY))
             if call is not None:
                 call.exits.add(row)
-            th.last_entry, th.last_exit = None, call
             self._around = len(stack)
         else:
             self._around = len(stack)
