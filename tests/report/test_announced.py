@@ -105,16 +105,13 @@ class _Arg:
         return v
 
 
-class _Row:
-    def __init__(self, id, name):
-        self.id, self.name, self.reach = id, name, "tracepoint"
-
-
 class _Program:
     """What `Tail` reads of a kernel probe program: the rows, arguments and rules."""
 
     mini, nargs = MINI, 3
-    rows = [_Row(1, "inet_sock_set_state"), _Row(2, "tcp_probe"), _Row(3, "tcp_destroy_sock")]
+    rows = [FunctionRow(1, "inet_sock_set_state", reach="tracepoint"),
+            FunctionRow(2, "tcp_probe", reach="tracepoint"),
+            FunctionRow(3, "tcp_destroy_sock", reach="tracepoint")]
 
     def __init__(self):
         from ctracer.plan.lifetimes import rules_for
