@@ -112,18 +112,44 @@ def _drained(path: str, start: float, quiet: float = 3.0) -> float:
     return grew - start
 
 
-def _stop(p: subprocess.Popen) -> float:
+#: seconds any one step may take before the bench gives up on it, saying which (a TCG
+#: guest once sat idle for 15 minutes inside a step, and nothing said where)
+STEP_TIMEOUT_S = 900
+
+
+def _stop(p: subprocess.Popen, what: str = "bpftrace") -> float:
     start = time.monotonic()
     p.send_signal(signal.SIGINT)
-    p.wait(3600)
+    try:
+        p.wait(STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise SystemExit(f"{what} did not stop in {STEP_TIMEOUT_S} s after Ctrl-C") from None
     return time.monotonic() - start
 
 
 def _workload(messages: int) -> float:
     start = time.monotonic()
-    subprocess.run([TCPLOOP, "--connections", "2", "--messages", str(messages),
-                    "--bytes", "64"], check=True, capture_output=True)
+    try:
+        subprocess.run([TCPLOOP, "--connections", "2", "--messages", str(messages),
+                        "--bytes", "64"], check=True, capture_output=True,
+                       timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"tcploop did not finish in {STEP_TIMEOUT_S} s") from None
     return time.monotonic() - start
+
+
+def _started(ct: subprocess.Popen, log: str) -> None:
+    """Wait until ctracer says it records (its log at ``log``)."""
+    start = time.monotonic()
+    while "recording struct" not in open(log).read():
+        if ct.poll() is not None:
+            raise SystemExit(open(log).read()[-1500:])
+        if time.monotonic() - start > STEP_TIMEOUT_S:
+            ct.kill()
+            raise SystemExit(f"ctracer did not start recording in {STEP_TIMEOUT_S} s: "
+                             f"{open(log).read()[-800:]!r}")
+        time.sleep(0.3)
 
 
 def _traced_run(struct: str, functions, fields, tmp: str, name: str,
@@ -137,13 +163,9 @@ def _traced_run(struct: str, functions, fields, tmp: str, name: str,
     if fields:
         cmd += ["--fields", *fields]
     ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    while "recording struct" not in open(log).read():
-        if ct.poll() is not None:
-            raise SystemExit(open(log).read()[-1500:])
-        time.sleep(0.3)
+    _started(ct, log)
     seconds = _workload(messages)
-    ct.send_signal(signal.SIGINT)
-    ct.wait(600)
+    _stop(ct, "ctracer")
     return (seconds, *_written_and_lost(open(log).read()))
 
 
@@ -208,20 +230,16 @@ def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
     log = os.path.join(args.logs or tmp, f"{name}.log")
     cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o",
                      os.path.join(tmp, f"{name}.ctrace"), "-d", "3600",
-                     "--buffer-mb", "64", "--function-probes", kind]
+                     "--buffer-mb", str(args.buffer_mb), "--function-probes", kind]
     if fields:
         cmd += ["--fields", *fields]
     before = _program_ids()
     ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    while "recording struct" not in open(log).read():
-        if ct.poll() is not None:
-            raise SystemExit(open(log).read()[-1500:])
-        time.sleep(0.3)
+    _started(ct, log)
     ours = _program_ids() - before
     rounds = [_workload(args.messages) for _ in range(args.rounds)]
     ours_ns, ours_cnt = _program_stats(ours)
-    ct.send_signal(signal.SIGINT)
-    ct.wait(600)
+    _stop(ct, "ctracer")
     written, lost = _written_and_lost(open(log).read())
     # every field of a million events is most of a guest's tmpfs: only the counts stay
     for leftover in (os.path.join(tmp, f"{name}.ctrace"), os.path.join(tmp, f"{name}.ctrace-wal")):
@@ -252,6 +270,9 @@ def main() -> int:
     p.add_argument("--skip-attach", action="store_true")
     p.add_argument("--attach-only", action="store_true")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--buffer-mb", type=int, default=64,
+                   help="ctracer's ring for the per-call runs (a lost event skips its "
+                        "snapshot and flatters the figure: make it hold a run's events)")
     p.add_argument("--logs", help="where ctracer's output goes (e.g. vm-run's --out)")
     p.add_argument("--skip-events", action="store_true",
                    help="leave out the events-written figure (per call only)")
