@@ -351,3 +351,25 @@ def test_ports_and_addresses_climb_the_plot_as_their_shown_values_do():
     numbers, ticks = fmt.plot_axis("daddr", [loopback, ten])
     assert numbers[1] < numbers[0]
     assert [dict(ticks)[n] for n in numbers][1].startswith("10.0.0.1")
+
+
+def test_unique_pairs_is_numpys_unique_of_rows():
+    """The same pairs, order, first positions and counts as numpy's row-wise unique,
+    callers of -1 (none) and large ids included."""
+    import numpy as np
+
+    from ctracer.analysis.model import unique_pairs
+
+    rng = np.random.default_rng(7)
+    high = rng.integers(-1, 40, 5000).astype(np.int32)
+    low = rng.integers(0, 30, 5000).astype(np.int32)
+    low[::97] = 2**31 - 1
+    rows, first, counts = np.unique(np.stack([high, low], 1).astype(np.int64), axis=0,
+                                    return_index=True, return_counts=True)
+    got_high, got_low, got_first, got_counts = unique_pairs(high, low)
+    assert got_high.tolist() == rows[:, 0].tolist()
+    assert got_low.tolist() == rows[:, 1].tolist()
+    assert got_first.tolist() == first.tolist()
+    assert got_counts.tolist() == counts.tolist()
+    empty = unique_pairs(high[:0], low[:0])
+    assert [len(a) for a in empty] == [0, 0, 0, 0]

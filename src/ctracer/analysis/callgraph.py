@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctracer.analysis.model import NO_DURATION, Events
+from ctracer.analysis.model import NO_DURATION, Events, unique_pairs
 from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
 
 #: the node standing for "not called by a traced function"
@@ -67,12 +67,9 @@ def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCo
         timed = durations != NO_DURATION
         for f, total in zip(*(a.tolist() for a in _sums(fn[timed], durations[timed]))):
             totals[f] = totals.get(f, 0) + total
-        pairs = np.stack([caller, callee.astype(np.int64)], axis=1) if len(at) else \
-            np.zeros((0, 2), np.int64)
-        found, edge_first, edge_calls = np.unique(pairs, axis=0, return_index=True,
-                                                  return_counts=True)
+        found_caller, found_callee, edge_first, edge_calls = unique_pairs(caller, callee)
         for i in np.argsort(edge_first, kind="stable").tolist():
-            edge = tuple(found[i].tolist())
+            edge = (int(found_caller[i]), int(found_callee[i]))
             edges[edge] = edges.get(edge, 0) + int(edge_calls[i])
         hits.update(np.unique(fn[phase == PHASE_TRACEPOINT]).tolist())
     fn_list = list(calls)

@@ -18,7 +18,8 @@ import numpy as np
 
 from ctracer.analysis.mapped import ArraySpace
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE,
-                                    CAUSES, Changes, Events, FieldValues, Objects)
+                                    CAUSES, Changes, Events, FieldValues, Objects,
+                                    unique_pairs)
 from ctracer.analysis.snapshots import SnapshotTable
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT, Layout
 from ctracer.plan import stores
@@ -102,9 +103,8 @@ def count_attributed(changes: Changes, events: Events, objects: Objects,
     fid = changes.function[has]
     if not len(fid):
         return
-    pairs, counts = np.unique(np.stack([obj, fid.astype(np.int64)], axis=1), axis=0,
-                              return_counts=True)
-    for (o, f), n in zip(pairs.tolist(), counts.tolist()):
+    found_obj, found_fid, _, counts = unique_pairs(obj, fid)
+    for o, f, n in zip(found_obj.tolist(), found_fid.tolist(), counts.tolist()):
         objects.changed_by[o][f] = objects.changed_by[o].get(f, 0) + n
     for f, n in zip(*(a.tolist() for a in np.unique(fid, return_counts=True))):
         if f not in methods:

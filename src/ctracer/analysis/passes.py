@@ -370,8 +370,10 @@ def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
     timed = end != np.iinfo(np.int64).max
     # entries whose slot's exit never came
     width = int(read.slot.max(initial=0)) + 1
-    exit_keys = frame[exits] * width + read.slot[exits]
-    unfinished = entries[~np.isin(frame[entries] * width + read.slot[entries], exit_keys)]
+    exited = np.zeros(nframes * width, bool)  # by frame and slot (isin's sort: 6 s at 10M)
+    exited[frame[exits] * width + read.slot[exits]] = True
+    unfinished = entries[~exited[frame[entries] * width + read.slot[entries]]]
+    del exited
     pairing.matched[unfinished] = False
     methods: dict[int, MethodStats] = {}
     fn_of_frame = pairing.frame_function
@@ -520,17 +522,24 @@ def _nesting(obj: list, tid: list, function: list, phase: list,
             top_all[i] = every[-1] if every else -1
         if o < 0:
             continue
-        stack = stacks.get((o, t))
-        if stack is None:
-            stack = stacks[(o, t)] = []
+        # only open calls are kept: a dict of every object's stack outgrows the CPU's
+        # caches (10M events, 27,000 objects: 1.5x the time per event)
+        key = (o, t)
+        stack = stacks.get(key)
         if ph == PHASE_ENTRY:
+            if stack is None:
+                stacks[key] = [fid]
+                continue
             depth[i] = len(stack)
-            top_obj[i] = stack[-1] if stack else -1
+            top_obj[i] = stack[-1]
             stack.append(fid)
-        else:
+        elif stack is not None:
             if fid in stack:
                 while stack.pop() != fid:
                     pass
             depth[i] = len(stack)
-            top_obj[i] = stack[-1] if stack else -1
+            if stack:
+                top_obj[i] = stack[-1]
+            else:
+                del stacks[key]
     return depth, top_obj, top_all
