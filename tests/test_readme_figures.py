@@ -70,7 +70,11 @@ def test_functions_whose_programs_verify_loads(plan):
     assert m, "README's sentence on plan --verify changed: update this test"
     functions = plan["kernel"]["counts"]["kprobe"]
     measured = sum(functions.values())
-    assert _number(m.group(1)) == measured, f"README says {m.group(1)}; measured {measured}"
+    # within 5%: the kernels this machine boots differ in the functions taking sock (the
+    # same code counted 4,644 before a reboot on 2026-12-04 and 4,500 after it, with the
+    # same tracepoints and mini struct); a change of ctracer's plan moves it further
+    said = _number(m.group(1))
+    assert abs(said - measured) <= 0.05 * measured, f"README says {m.group(1)}; measured {measured}"
 
 
 def test_the_mini_struct_of_sock(catalog):
