@@ -51,6 +51,29 @@ def wait_for_text(path, text: str, proc: subprocess.Popen, timeout: float = 900)
         time.sleep(0.5)
 
 
+#: how long a Ctrl-C'd bpftrace may take to detach before it is killed
+BPFTRACE_DETACH_S = 300
+
+
+def stop_bpftrace(bt: subprocess.Popen, out) -> None:
+    """Ctrl-C bpftrace (started with ``-B line``: each line it prints is in its output
+    file ``out`` at once); one still detaching after `BPFTRACE_DETACH_S` is killed, its
+    lines kept.  In a loaded TCG guest its kprobes' detach once outlasted 900 s (6.1,
+    CI rehearsal of 2026-12-04) and failed the tests on the lines it had printed."""
+    bt.send_signal(signal.SIGINT)
+    try:
+        bt.wait(BPFTRACE_DETACH_S)
+    except subprocess.TimeoutExpired:
+        where = _where_it_waits(bt.pid)
+        bt.kill()
+        print(f"bpftrace still detaching after {BPFTRACE_DETACH_S} s{where}: killed; "
+              f"its {len(out.read_text(errors='replace').splitlines())} lines kept")
+        try:
+            bt.wait(60)
+        except subprocess.TimeoutExpired:
+            pass   # still in the kernel's detach: it ends on its own
+
+
 def _where_it_waits(pid: int) -> str:
     """Where a process that did not get on waits: its kernel wait channel and stack
     (readable as root), for the failure's message."""

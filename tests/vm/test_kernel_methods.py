@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelrun import wait_for_text
+from kernelrun import stop_bpftrace, wait_for_text
 
 import groundtruth as gt
 
@@ -54,9 +54,9 @@ def _record(tmp: Path, probes: str) -> dict:
     """bpftrace counting, ctracer recording every sock object, the workload between."""
     script = " ".join([",".join(f"kprobe:{f}" for f in COUNTED) +
                        " { printf(\"call %llu %s %llu\\n\", nsecs, func, (uint64)arg0); }",
-                       "kretprobe:tcp_sendmsg { @sent = sum(retval); }"])
+                       "kretprobe:tcp_sendmsg { printf(\"sent %lld\\n\", retval); }"])
     bt_out = tmp / "bpftrace.txt"
-    bt = subprocess.Popen(["bpftrace", "-e", script], stdout=open(bt_out, "w"),
+    bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", script], stdout=open(bt_out, "w"),
                           stderr=subprocess.STDOUT)
     wait_for_text(bt_out, "Attaching", bt, 900)
     trace = tmp / "sock.ctrace"
@@ -79,8 +79,7 @@ def _record(tmp: Path, probes: str) -> dict:
     ct.send_signal(signal.SIGINT)
     assert ct.wait(300) == 130, log.read_text()  # 128 + SIGINT
     detached = time.monotonic() - stop
-    bt.send_signal(signal.SIGINT)
-    bt.wait(900)   # bpftrace detaching in a loaded TCG guest takes minutes
+    stop_bpftrace(bt, bt_out)
     calls: collections.Counter = collections.Counter()
     sent = None
     for line in bt_out.read_text().splitlines():
@@ -88,8 +87,8 @@ def _record(tmp: Path, probes: str) -> dict:
             _, ns, func, address = line.split()
             if begin <= int(ns) <= end:   # the window both recorders saw
                 calls[(func, int(address))] += 1
-        elif line.startswith("@sent:"):
-            sent = int(line.split(":")[1])
+        elif line.startswith("sent "):
+            sent = (sent or 0) + int(line.split()[1])
     jsonl = tmp / "sock.jsonl"
     done = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o",
                                      str(jsonl)], capture_output=True, text=True, timeout=600)

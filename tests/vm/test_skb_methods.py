@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from kernelrun import wait_for_text
+from kernelrun import stop_bpftrace, wait_for_text
 
 import groundtruth as gt
 
@@ -40,7 +40,8 @@ def skb_run(tmp_path_factory):
     """One recording of sk_buff's functions over the workload, bpftrace beside it."""
     tmp_path = tmp_path_factory.mktemp("skb")
     bt_out = tmp_path / "bpftrace.txt"
-    bt = subprocess.Popen(["bpftrace", "-e", "kprobe:consume_skb,kprobe:__kfree_skb { "
+    bt = subprocess.Popen(["bpftrace", "-B", "line", "-e",
+                           "kprobe:consume_skb,kprobe:__kfree_skb { "
                            "printf(\"skb %llu %s %lu %u\\n\", nsecs, func, arg0, "
                            "((struct sk_buff *)arg0)->len); }"],
                           stdout=open(bt_out, "w"), stderr=subprocess.STDOUT)
@@ -59,8 +60,7 @@ def skb_run(tmp_path_factory):
     end = time.monotonic_ns()
     ct.send_signal(signal.SIGINT)
     assert ct.wait(300) == 130, log.read_text()  # 128 + SIGINT
-    bt.send_signal(signal.SIGINT)
-    bt.wait(900)   # bpftrace detaching in a loaded TCG guest takes minutes
+    stop_bpftrace(bt, bt_out)
     print(log.read_text().splitlines()[-3:])
     jsonl = tmp_path / "skb.jsonl"
     r = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o", str(jsonl)],
