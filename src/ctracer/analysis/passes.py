@@ -370,7 +370,7 @@ def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
     timed = end != np.iinfo(np.int64).max
     # entries whose slot's exit never came
     width = int(read.slot.max(initial=0)) + 1
-    exited = np.zeros(nframes * width, bool)  # by frame and slot (isin's sort: 6 s at 10M)
+    exited = np.zeros(nframes * width, bool)  # by frame and slot (np.isin: 6 s at 10M)
     exited[frame[exits] * width + read.slot[exits]] = True
     unfinished = entries[~exited[frame[entries] * width + read.slot[entries]]]
     del exited
