@@ -23,7 +23,6 @@ autoescaping, and reaches file names only through `ctracer.report.names`.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -50,10 +49,11 @@ from ctracer.report import graph as graphs
 from ctracer.report import plots as plotting
 from ctracer.report import summaries
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
+from ctracer.report.jsontext import compact_json, script_safe
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
-                                     pages_file_text, script_safe)
+                                     pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
 
 #: rows per timeline page (its data file; the page draws them in screenfuls)
@@ -138,12 +138,25 @@ def report_trace_id(out_dir: str) -> Optional[str]:
                  if line.startswith(_MARKER_TRACE)), None) or None
 
 
+_DICT_METHODS = frozenset(dir(dict))
+
+
 def template_environment() -> Any:
     """The Jinja2 environment of the report's templates (autoescaped, shipped as
     package data)."""
     import jinja2
 
-    env = jinja2.Environment(
+    class Environment(jinja2.Environment):
+        """Reads ``row.name`` of a dict as its key at once (what Jinja finds too, after
+        the AttributeError each dict row raised: ~5% of an object's pages); a name
+        dicts have as a method (``items``) still means the method."""
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            if type(obj) is dict and attribute in obj and attribute not in _DICT_METHODS:
+                return obj[attribute]
+            return super().getattr(obj, attribute)
+
+    env = Environment(
         loader=jinja2.PackageLoader("ctracer.report", "templates"),
         autoescape=True, trim_blocks=True, lstrip_blocks=True,
         undefined=jinja2.StrictUndefined)
@@ -186,7 +199,7 @@ def _rows_file(number: int) -> str:
 def _json_island(value: Any) -> Markup:
     """JSON to sit inside ``<script type="application/json">``: every ``<``, ``>`` and
     ``&`` escaped, so no string from the trace can close the element."""
-    return Markup(script_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False)))
+    return Markup(script_safe(compact_json(value)))
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
@@ -228,10 +241,10 @@ class _RunningState:
         timeline = self.site.timeline
         picks = _changes_of(timeline.change_start[rows], timeline.change_end[rows])
         ch = a.changes
-        fields = timeline.fields
-        for o, j, new in zip(a.events.object[ch.event[picks]].tolist(),
-                             ch.field[picks].tolist(), ch.new[picks].tolist()):
-            self.values[o][fields[j]] = timeline.code_text(j, new)
+        fields, changed = timeline.fields, ch.field[picks]
+        for o, j, text in zip(a.events.object[ch.event[picks]].tolist(), changed.tolist(),
+                              timeline.codes_text(changed, ch.new[picks])):
+            self.values[o][fields[j]] = text
         return objects
 
 
@@ -291,6 +304,7 @@ class _Site:
         self._cells: dict[int, tuple[str, str]] = {}
         self._shown_html = TextMemo()
         self._cause_html: dict[tuple, str] = {}
+        self._timeline_links: dict[str, str] = {}
         self.notes: list[str] = []
         self.dot = graphs.dot_available()
         if not self.dot:
@@ -550,33 +564,13 @@ class _Site:
         live_data = self.live_series(live, live_series or {}) if live is not None else {}
         per_field = max(MIN_CHANGE_ROWS_PER_FIELD,
                         CHANGE_ROWS_PER_PAGE // max(1, len(by_field)))
+        empty = changes[:0]
+        found_of = [by_field.get(f.name, empty) for f in self.layout.fields]
+        rows_of = self._change_rows(found_of, per_field, page_of, show_object)
         fields = []
-        start = a.start_ns
-        caller = CAUSES.index(CAUSE_CALLER)
         for j, f in enumerate(self.layout.fields):
-            found = by_field.get(f.name, changes[:0])
-            shown = found[:per_field]
-            items = []
-            at = ch.event[shown]
-            for k, page, seq, ts, o, old, new, cause, fid, seen in zip(
-                    shown.tolist(), page_of.pages(at), ev.seq[at].tolist(), ev.ts_ns[at].tolist(),
-                    ev.object[at].tolist(), ch.old[shown].tolist(), ch.new[shown].tolist(),
-                    ch.cause[shown].tolist(), ch.function[shown].tolist(),
-                    ev.function[at].tolist()):
-                anchor = "c" if cause == caller else "e"
-                cell = ""
-                if show_object:
-                    label = a.objects.labels[o]
-                    href = (f"../{a.objects.dirnames[o]}/changes.html#f-{self.field_stem[f.name]}"
-                            if o in self.rendered else "")
-                    cell = (_CHANGE_OBJECT.format(escape(href), escape(label)) if href
-                            else _CHANGE_OBJECT_PLAIN.format(escape(label)))
-                # the link is made of our own file names and numbers: nothing to escape
-                items.append(_CHANGE_ROW.format(
-                    time=format_offset(ts - start), object=cell,
-                    old=self.shown_html(j, old), new=self.shown_html(j, new),
-                    cause=self.cause_html(k, cause, fid, seen),
-                    href=f"{page}#{anchor}{seq}"))
+            found = found_of[j]
+            shown = min(len(found), per_field)
             stem = self.field_stem[f.name]
             has_plot = f.name in drawn
             if has_plot:
@@ -585,12 +579,11 @@ class _Site:
                     os.path.join(self.out_dir, directory, f"{stem}.png"), f.name,
                     f"{f.name} — {plot_title or title}", series[f.name]))
             fields.append({"name": f.name, "ctype": f.ctype, "kind": f.kind,
-                           "count": len(found), "rows_html": Markup("".join(items)),
+                           "count": len(found), "rows_html": Markup(rows_of[j]),
                            "stem": stem,
-                           "has_plot": has_plot, "shown": len(shown),
-                           "omitted": len(found) - len(shown),
-                           "in_timeline": "index.html#" + urlencode({"field": f.name,
-                                                                    "changed": "1"}),
+                           "has_plot": has_plot, "shown": shown,
+                           "omitted": len(found) - shown,
+                           "in_timeline": self._in_timeline(f.name),
                            "value": (values or {}).get(f.name, ""),
                            "live": stem in live_data,
                            "live_of": live_data.get(stem, {}).get("of", 0)})
@@ -600,6 +593,56 @@ class _Site:
                    fields=fields, show_object=show_object,
                    changed=sum(1 for f in fields if f["count"]), drawn=len(drawn),
                    left_out=(len(set(series) & set(by_field)) - len(drawn)) if self.plots else 0)
+
+    def _change_rows(self, found_of: list[np.ndarray], per_field: int, page_of: "_PageOf",
+                     show_object: bool) -> list[str]:
+        """Per field, the HTML rows of its first ``per_field`` changes of ``found_of``
+        (the columns gathered once for the page, not per field)."""
+        a = self.data
+        ch, ev = a.changes, a.events
+        shown = [found[:per_field] for found in found_of]
+        ends = np.cumsum([len(k) for k in shown]).tolist()
+        picked = np.concatenate(shown) if shown else np.zeros(0, np.int64)
+        at = ch.event[picked]
+        caller = CAUSES.index(CAUSE_CALLER)
+        rendered, labels, dirnames = self.rendered, a.objects.labels, a.objects.dirnames
+        times = ((ev.ts_ns[at] - a.start_ns) / 1e6).tolist()  # as `format_offset` has it
+        items: list[str] = []
+        j, end = 0, ends[0] if ends else 0
+        for n, (k, page, seq, ms, o, old, new, cause, fid, seen) in enumerate(zip(
+                picked.tolist(), page_of.pages(at), ev.seq[at].tolist(), times,
+                ev.object[at].tolist(), ch.old[picked].tolist(), ch.new[picked].tolist(),
+                ch.cause[picked].tolist(), ch.function[picked].tolist(),
+                ev.function[at].tolist())):
+            while n >= end:
+                j += 1
+                end = ends[j]
+            cell = ""
+            if show_object:
+                label = labels[o]
+                href = (f"../{dirnames[o]}/changes.html#f-{self.field_stem[self.layout.fields[j].name]}"
+                        if o in rendered else "")
+                cell = (_CHANGE_OBJECT.format(escape(href), escape(label)) if href
+                        else _CHANGE_OBJECT_PLAIN.format(escape(label)))
+            # the link is made of our own file names and numbers: nothing to escape
+            items.append(_CHANGE_ROW.format(
+                time=f"{ms:.6f}", object=cell,
+                old=self.shown_html(j, old), new=self.shown_html(j, new),
+                cause=self.cause_html(k, cause, fid, seen),
+                href=f"{page}#{'c' if cause == caller else 'e'}{seq}"))
+        out, at_row = [], 0
+        for end in ends:
+            out.append("".join(items[at_row:end]))
+            at_row = end
+        return out
+
+    def _in_timeline(self, field: str) -> str:
+        """The link to a timeline filtered to rows changing ``field``."""
+        link = self._timeline_links.get(field)
+        if link is None:
+            link = self._timeline_links[field] = "index.html#" + urlencode(
+                {"field": field, "changed": "1"})
+        return link
 
     def note_unreadable_pages(self, objects: list[int]) -> None:
         """Where each unreadable row of these objects' timelines is (the index links

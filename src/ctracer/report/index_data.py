@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from ctracer.report.jsontext import compact_json
+
 #: the variable the data file assigns (report.js reads it)
 OBJECTS_VARIABLE = "CTRACER_OBJECTS"
 #: the data file, beside index.html
@@ -51,7 +53,7 @@ def objects_data(objects: list[dict[str, Any]], summary_columns: Sequence[str] =
 def objects_file_text(data: dict[str, Any]) -> str:
     """The data file: a script assigning the data (JSON is a JavaScript literal)."""
     return (f"/* ctracer object list, drawn by report.js */\n{OBJECTS_VARIABLE} = "
-            + json.dumps(data, separators=(",", ":"), ensure_ascii=False) + ";\n")
+            + compact_json(data) + ";\n")
 
 
 def read_objects_file(text: str) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ big trace means millions of rows.  Rows are not written as HTML: each timeline p
 small shell whose script (``_static/report.js``) draws the rows from a data file beside
 it, ``rows-N.js``, loaded with a ``<script src>`` (pages open from file://, where
 ``fetch`` is refused), or, for a short timeline of one page, from the same script
-inside the page (`script_safe`).  The data file is columnar JSON assigned to
+inside the page (`ctracer.report.jsontext.script_safe`).  The data file is columnar JSON assigned to
 ``CTRACER_ROWS``: one list per column (sequence number, time, thread, function, phase,
 depth, duration, return value, object), sparse tables for the rows that changed fields
 or carry tags, and the value of every field at the page's first row.  Columns are built
@@ -24,6 +24,7 @@ import numpy as np
 from ctracer.analysis import Analysis, parse_arguments
 from ctracer.analysis.model import CAUSE_CALLER, CAUSES, NO_DURATION
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
+from ctracer.report.jsontext import compact_json
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration
 
 #: the variable a data file assigns (report.js reads it)
@@ -106,24 +107,45 @@ class TimelineData:
         if not len(changed):
             return {}
         picks = _changes_of(start[changed], end[changed])
-        fields, olds, news = (ch.field[picks].tolist(), ch.old[picks].tolist(),
-                              ch.new[picks].tolist())
-        lengths = (end[changed] - start[changed]).tolist()
+        fields = ch.field[picks]
+        texts = self.codes_text(np.concatenate([fields, fields]),
+                                np.concatenate([ch.old[picks], ch.new[picks]]))
+        n = len(picks)
+        flat: list[Any] = [None] * (3 * n)
+        flat[0::3], flat[1::3], flat[2::3] = fields.tolist(), texts[:n], texts[n:]
+        stops = (np.cumsum(end[changed] - start[changed]) * 3).tolist()
         heads = start[changed]
         at = rows[changed]
-        text = self.code_text
         out: dict[int, list] = {}
         k = 0
-        for i, n, head, cause, fid, seen, phase in zip(
-                changed.tolist(), lengths, heads.tolist(), ch.cause[heads].tolist(),
+        for i, stop, head, cause, fid, seen, phase in zip(
+                changed.tolist(), stops, heads.tolist(), ch.cause[heads].tolist(),
                 ch.function[heads].tolist(), ev.function[at].tolist(), ev.phase[at].tolist()):
             row: list[Any] = [self._cause_index(head, cause, fid, seen,
                                                 phase == PHASE_TRACEPOINT)]
-            for j, old, new in zip(fields[k:k + n], olds[k:k + n], news[k:k + n]):
-                row += (j, text(j, old), text(j, new))
+            row += flat[k:stop]
             out[i] = row
-            k += n
+            k = stop
         return out
+
+    def codes_text(self, fields: np.ndarray, codes: np.ndarray) -> list[str]:
+        """Each value (``codes`` of ``fields``) as shown: each distinct one made once."""
+        texts: list[str] = []
+        ids = np.empty(len(codes), np.int64)
+        memo = self._codes
+        for j in np.unique(fields).tolist():
+            mine = fields == j
+            uniques, inverse = np.unique(codes[mine], return_inverse=True)
+            ids[mine] = inverse.reshape(-1) + len(texts)
+            listed = uniques.tolist()
+            found = [memo.get((j, c)) for c in listed]
+            missing = [i for i, text in enumerate(found) if text is None]
+            if missing:  # decoded together: one at a time, decoding was most of the cost
+                name = self.fields[j]
+                for i, value in zip(missing, self.analysis.values.decode(j, uniques[missing])):
+                    found[i] = memo.remember((j, listed[i]), self.value(name, value))
+            texts += found
+        return [texts[i] for i in ids.tolist()]
 
     def _durations_of(self, durations: np.ndarray) -> list[str]:
         uniques, inverse = np.unique(durations, return_inverse=True)
@@ -282,20 +304,13 @@ def pages_file_text(pages: list[dict[str, Any]]) -> str:
                       **{key: sorted(where[key][v] for v in p[key]) for key in where}}
                      for p in pages]}
     return (f"/* ctracer timeline pages, read by report.js */\n{PAGES_VARIABLE} = "
-            + json.dumps(out, separators=(",", ":"), ensure_ascii=False) + ";\n")
+            + compact_json(out) + ";\n")
 
 
 def data_file_text(data: dict[str, Any]) -> str:
     """The data file: a script assigning the page's data (JSON is a JavaScript literal)."""
     return (f"/* ctracer timeline rows, drawn by report.js */\n{DATA_VARIABLE} = "
-            + json.dumps(data, separators=(",", ":"), ensure_ascii=False) + ";\n")
-
-
-def script_safe(text: str) -> str:
-    """JSON (or a data file's script) to sit inside a ``<script>`` element: every ``<``,
-    ``>`` and ``&`` escaped (they occur inside JSON strings only), so no string from the
-    trace can close the element."""
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            + compact_json(data) + ";\n")
 
 
 def read_data_file(text: str) -> dict[str, Any]:
