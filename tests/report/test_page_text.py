@@ -21,7 +21,8 @@ def _standard(value):
 
 def test_compact_json_is_the_standard_librarys_text():
     value = {"fields": ["sk_state", "skc_daddr"], "changes": {2: [0, 4, "0", "1"], 17: []},
-             "t": [0, 35156089, 2 ** 63 - 1, -2 ** 63], "ms": [0.5, 35.156089, 0.000123, 123456.789],
+             "t": [0, 35156089, 2 ** 63 - 1, -2 ** 63],
+             "ms": [0.5, 35.156089, 0.000123, 123456.789],
              "text": ["'x'", "TCP_CLOSE → TCP_SYN_SENT", "a\"b\\c\nd\te\x01", "ü😀"],
              "none": None, "flags": [True, False]}
     assert compact_json(value) == _standard(value)

@@ -554,9 +554,7 @@ class _Site:
         """The changes page of the changes at ``changes`` (in the order listed);
         ``values`` shows what unchanged fields hold, ``live`` is the object whose fields
         get the interactive plot (``live_series``: its series)."""
-        a = self.data
-        ch, ev = a.changes, a.events
-        fields_of = ch.field[changes]
+        fields_of = self.data.changes.field[changes]
         present, first = np.unique(fields_of, return_index=True)
         by_field = {self.layout.fields[j].name: changes[fields_of == j]
                     for j in present[np.argsort(first, kind="stable")].tolist()}
@@ -620,8 +618,8 @@ class _Site:
             cell = ""
             if show_object:
                 label = labels[o]
-                href = (f"../{dirnames[o]}/changes.html#f-{self.field_stem[self.layout.fields[j].name]}"
-                        if o in rendered else "")
+                stem = self.field_stem[self.layout.fields[j].name]
+                href = f"../{dirnames[o]}/changes.html#f-{stem}" if o in rendered else ""
                 cell = (_CHANGE_OBJECT.format(escape(href), escape(label)) if href
                         else _CHANGE_OBJECT_PLAIN.format(escape(label)))
             # the link is made of our own file names and numbers: nothing to escape
