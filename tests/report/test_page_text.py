@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from synthetic_trace import write_synthetic_trace
 
 from ctracer import analysis
 from ctracer.report.html import _Site, template_environment
+from ctracer.report import timeline as timeline_module
 from ctracer.report.jsontext import compact_json, script_safe
 
 
@@ -56,7 +58,9 @@ def test_templates_read_dict_keys_and_dict_methods():
     assert env.from_string("{{ r.missing is undefined }}").render(r=row) == "True"
 
 
-def test_values_shown_in_bulk_are_those_shown_one_by_one(tmp_path):
+@pytest.mark.parametrize("few", [timeline_module.FEW_VALUES, 0], ids=["looked-up", "by-field"])
+def test_values_shown_in_bulk_are_those_shown_one_by_one(tmp_path, monkeypatch, few):
+    monkeypatch.setattr(timeline_module, "FEW_VALUES", few)
     path = str(tmp_path / "t.ctrace")
     write_synthetic_trace(path, threads=2, lifecycles=6)
     data = analysis.load(analysis.open_trace(path), lambda _msg: None)

@@ -35,6 +35,8 @@ PAGES_VARIABLE = "CTRACER_PAGES"
 PAGES_FILE = "pages.js"
 
 _CALLER = CAUSES.index(CAUSE_CALLER)
+#: up to this many values, looking each one up costs less than numpy's per-field passes
+FEW_VALUES = 4096
 
 
 class TimelineData:
@@ -130,6 +132,9 @@ class TimelineData:
 
     def codes_text(self, fields: np.ndarray, codes: np.ndarray) -> list[str]:
         """Each value (``codes`` of ``fields``) as shown: each distinct one made once."""
+        if len(codes) <= FEW_VALUES:
+            text = self.code_text
+            return [text(j, c) for j, c in zip(fields.tolist(), codes.tolist())]
         texts: list[str] = []
         ids = np.empty(len(codes), np.int64)
         memo = self._codes
