@@ -203,8 +203,9 @@ def _json_island(value: Any) -> Markup:
 
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
-_CHANGE_ROW = ('<tr><td class="num">{time}</td>{object}<td class="mono value">{old} → {new}'
-               '</td><td>{cause}</td><td><a href="{href}">timeline row</a></td></tr>\n')
+#: time, object cell, old, new, cause, then the timeline row's page, anchor letter, seq
+_CHANGE_ROW = ('<tr><td class="num">{}</td>{}<td class="mono value">{} → {}'
+               '</td><td>{}</td><td><a href="{}#{}{}">timeline row</a></td></tr>\n')
 _CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
 _CHANGE_OBJECT_PLAIN = '<td class="mono object">{}</td>'
 
@@ -606,6 +607,7 @@ class _Site:
         rendered, labels, dirnames = self.rendered, a.objects.labels, a.objects.dirnames
         times = ((ev.ts_ns[at] - a.start_ns) / 1e6).tolist()  # as `format_offset` has it
         items: list[str] = []
+        row, shown_html, cause_html = _CHANGE_ROW.format, self.shown_html, self.cause_html
         j, end = 0, ends[0] if ends else 0
         for n, (k, page, seq, ms, o, old, new, cause, fid, seen) in enumerate(zip(
                 picked.tolist(), page_of.pages(at), ev.seq[at].tolist(), times,
@@ -623,11 +625,9 @@ class _Site:
                 cell = (_CHANGE_OBJECT.format(escape(href), escape(label)) if href
                         else _CHANGE_OBJECT_PLAIN.format(escape(label)))
             # the link is made of our own file names and numbers: nothing to escape
-            items.append(_CHANGE_ROW.format(
-                time=f"{ms:.6f}", object=cell,
-                old=self.shown_html(j, old), new=self.shown_html(j, new),
-                cause=self.cause_html(k, cause, fid, seen),
-                href=f"{page}#{'c' if cause == caller else 'e'}{seq}"))
+            items.append(row(f"{ms:.6f}", cell, shown_html(j, old), shown_html(j, new),
+                             cause_html(k, cause, fid, seen), page,
+                             "c" if cause == caller else "e", seq))
         out, at_row = [], 0
         for end in ends:
             out.append("".join(items[at_row:end]))
