@@ -139,6 +139,13 @@ def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
     plots._painter.strip_plot(plots.StripPlot(str(tmp_path / "s.png"), busiest, busiest,
                                               sampled[busiest]))
     step = -(-sampled[busiest].of // 4)
-    assert labels[-1][2] == (f"objects (of {sampled[busiest].of}, every {step}th drawn), "
+    every = plots.ordinal(step)
+    assert labels[-1][2] == (f"objects (of {sampled[busiest].of}, every {every} drawn), "
                              "by first appearance")
     assert (tmp_path / "s.png").stat().st_size > 0
+
+
+def test_ordinal_numbers():
+    assert [plots.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st",
+        "111th", "112th"]
