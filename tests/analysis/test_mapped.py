@@ -121,3 +121,60 @@ def test_call_counts_a_slice_at_a_time_equal_all_at_once(trace_path, monkeypatch
     assert callgraph.call_counts(ev, rows, ev.thread_caller) == whole
     assert [callgraph.call_counts(ev, loaded.objects.events(o), ev.object_caller)
             for o in range(len(loaded.objects))] == per_object
+
+
+@pytest.mark.parametrize("at_once", [1 << 20, 40, 1])
+def test_grouped_call_counts_equal_one_object_at_a_time(trace_path, monkeypatch, at_once):
+    """Every object's call counts made together (`grouped_call_counts`: slices of many
+    objects, or one object alone when it fills a slice) are each object's own counts."""
+    from ctracer.analysis import callgraph
+
+    loaded = analysis.load(trace_path)
+    ev, objects = loaded.events, loaded.objects
+    alone = [callgraph.call_counts(ev, objects.events(o), ev.object_caller)
+             for o in range(len(objects))]
+    positions, offsets = objects.event_groups()
+    monkeypatch.setattr(callgraph, "COUNTED_AT_ONCE", at_once)
+    together = callgraph.grouped_call_counts(ev, positions, offsets, ev.object_caller)
+    assert len(alone) > 10 and any(len(c.edges) > 2 for c in alone)
+    assert together == alone
+
+
+@pytest.mark.parametrize("at_once", [1 << 20, 50])
+def test_grouped_call_counts_of_random_events(monkeypatch, at_once):
+    """Tracepoint hits, exits before any entry, untimed events and empty groups, at
+    random: counted together or alone, the same counts."""
+    from types import SimpleNamespace
+
+    from ctracer.analysis import callgraph
+    from ctracer.analysis.model import NO_DURATION
+    from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    ev = SimpleNamespace(
+        function=rng.integers(0, 9, n).astype(np.int32),
+        phase=rng.choice([PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT], n).astype(np.uint8),
+        duration_ns=np.where(rng.random(n) < 0.5, NO_DURATION, rng.integers(1, 10**6, n)))
+    callers = rng.integers(-1, 9, n).astype(np.int32)
+    positions = rng.permutation(n)
+    cuts = np.sort(rng.choice(np.arange(1, n), 80, replace=False))
+    offsets = np.r_[0, cuts, cuts[:5], n]  # five empty groups among them
+    offsets.sort()
+    for g in range(len(offsets) - 1):  # each group's events in order, as an object's are
+        positions[offsets[g]:offsets[g + 1]].sort()
+    alone = [callgraph.call_counts(ev, positions[offsets[g]:offsets[g + 1]], callers)
+             for g in range(len(offsets) - 1)]
+    monkeypatch.setattr(callgraph, "COUNTED_AT_ONCE", at_once)
+    together = callgraph.grouped_call_counts(ev, positions, offsets, callers)
+    assert any(c.hits for c in alone) and sum(not c.functions for c in alone) == 5
+    assert together == alone
+
+
+def test_counts_per_group():
+    from ctracer.analysis.model import counts_per_group
+
+    values = np.array([3, 1, 3, -1, 2, 2, 7, 0], np.int64)
+    offsets = np.array([0, 4, 4, 8])
+    assert counts_per_group(values, offsets) == [{1: 1, 3: 2}, {}, {0: 1, 2: 2, 7: 1}]
+    assert counts_per_group(np.zeros(0, np.int64), np.array([0, 0])) == [{}]

@@ -82,3 +82,86 @@ def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return uniques, np.bincount(inverse.reshape(-1), weights=values,
                                 minlength=len(uniques)).astype(np.int64) \
         if len(uniques) else np.zeros(0, np.int64)
+
+
+def grouped_call_counts(events: Events, positions: np.ndarray, offsets: np.ndarray,
+                        callers: np.ndarray) -> list[CallCounts]:
+    """`call_counts` of many groups of events at once (one object's each): group ``g``'s
+    events are ``positions[offsets[g]:offsets[g + 1]]``, in time order.  Groups are
+    counted together a slice of about `COUNTED_AT_ONCE` events at a time: per group,
+    six `np.unique` calls on a few events cost more than counting them (2,700 objects
+    of a million events: 0.84 s one at a time)."""
+    out: list[CallCounts] = []
+    n = len(offsets) - 1
+    widest = int(max(events.function.max(initial=0), callers.max(initial=0))) + 2
+    apart = len(events.function) and int(events.function.min()) < 0  # keys need functions >= 0
+    g = 0
+    while g < n:
+        end = int(np.searchsorted(offsets, offsets[g] + COUNTED_AT_ONCE, "right")) - 1
+        end = max(end, g + 1)
+        if apart or (end - g) * widest * widest >= 1 << 62:
+            end = g + 1  # keys would not fit: this group alone
+        rows = positions[offsets[g]:offsets[end]]
+        if end - g == 1:
+            out.append(call_counts(events, rows, callers))
+        else:
+            out.extend(_counted_together(events, rows, offsets[g:end + 1] - offsets[g],
+                                         callers, widest))
+        g = end
+    return out
+
+
+def _counted_together(events: Events, rows: np.ndarray, bounds: np.ndarray,
+                      callers: np.ndarray, widest: int) -> list[CallCounts]:
+    """`call_counts` of each group of ``rows`` (group ``k``: ``bounds[k]:bounds[k+1]``),
+    on keys that put the group first: (group, function) and (group, caller, callee)."""
+    groups = len(bounds) - 1
+    group = np.repeat(np.arange(groups, dtype=np.int64), np.diff(bounds))
+    fn = events.function[rows].astype(np.int64)
+    phase = events.phase[rows]
+    own = group * widest + fn   # (group, function), functions >= 0
+    _, first = np.unique(own, return_index=True)
+    first_is_exit = np.zeros(len(rows), bool)
+    first_is_exit[first] = (phase[first] != PHASE_ENTRY) & (phase[first] != PHASE_TRACEPOINT)
+    counted = (phase == PHASE_ENTRY) | (phase == PHASE_TRACEPOINT) | first_is_exit
+    at = np.flatnonzero(counted)
+    called, first_call, n_calls = np.unique(own[at], return_index=True, return_counts=True)
+    order = np.argsort(first_call, kind="stable")  # groups are contiguous: group, then time
+    called, n_calls = called[order], n_calls[order]
+    call_group = called // widest
+    call_bounds = np.searchsorted(call_group, np.arange(groups + 1))
+
+    durations = events.duration_ns[rows]
+    timed = durations != NO_DURATION
+    timed_keys, timed_total = _sums(own[timed], durations[timed])
+    total_of = dict(zip(timed_keys.tolist(), timed_total.tolist()))
+
+    caller = callers[rows][at].astype(np.int64) + 1  # ROOT (-1) is 0
+    edge_key = (group[at] * widest + caller) * widest + fn[at] + 1
+    edges, edge_first, edge_calls = np.unique(edge_key, return_index=True, return_counts=True)
+    order = np.argsort(edge_first, kind="stable")
+    edges, edge_calls = edges[order], edge_calls[order]
+    edge_group = edges // (widest * widest)
+    edge_bounds = np.searchsorted(edge_group, np.arange(groups + 1))
+    edge_caller = (edges // widest) % widest - 1
+    edge_callee = edges % widest - 1
+
+    hit_keys = np.unique(own[phase == PHASE_TRACEPOINT])
+    hit_bounds = np.searchsorted(hit_keys // widest, np.arange(groups + 1))
+
+    called_fn, called_keys = (called % widest).tolist(), called.tolist()
+    n_calls_list = n_calls.tolist()
+    callers_list, callees_list = edge_caller.tolist(), edge_callee.tolist()
+    edge_calls_list = edge_calls.tolist()
+    hit_fn = (hit_keys % widest).tolist()
+    cb, eb, hb = call_bounds.tolist(), edge_bounds.tolist(), hit_bounds.tolist()
+    out = []
+    for k in range(groups):
+        lo, hi = cb[k], cb[k + 1]
+        elo, ehi = eb[k], eb[k + 1]
+        out.append(CallCounts(
+            called_fn[lo:hi], n_calls_list[lo:hi],
+            [total_of.get(key, 0) for key in called_keys[lo:hi]],
+            list(zip(callers_list[elo:ehi], callees_list[elo:ehi])),
+            edge_calls_list[elo:ehi], frozenset(hit_fn[hb[k]:hb[k + 1]])))
+    return out

@@ -53,6 +53,19 @@ def unique_pairs(high: np.ndarray, low: np.ndarray
     return (keys >> 32) - 1, (keys & 0xFFFFFFFF) - 1, first, counts
 
 
+def counts_per_group(values: np.ndarray, offsets: np.ndarray) -> list[dict[int, int]]:
+    """How many times each value (>= 0; others are not counted) occurs in each group,
+    group ``g`` being ``values[offsets[g]:offsets[g + 1]]``: a dict per group, by value."""
+    groups = len(offsets) - 1
+    group = np.repeat(np.arange(groups, dtype=np.int64), np.diff(offsets))
+    counted = values >= 0
+    found_group, found, _, counts = unique_pairs(group[counted], values[counted])
+    bounds = np.searchsorted(found_group, np.arange(groups + 1)).tolist()
+    found_list, counts_list = found.tolist(), counts.tolist()
+    return [dict(zip(found_list[bounds[g]:bounds[g + 1]], counts_list[bounds[g]:bounds[g + 1]]))
+            for g in range(groups)]
+
+
 class ObjectKey(NamedTuple):
     """One object: an address and which lifetime of it."""
 
@@ -296,12 +309,22 @@ class Objects:
     def event_counts(self) -> np.ndarray:
         return self._events.counts()
 
+    def event_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every object's events together: positions, object ``i``'s at
+        ``offsets[i]:offsets[i + 1]``."""
+        return self._events.positions, self._events.offsets
+
     def changes(self, i: int) -> np.ndarray:
         """Positions in `Changes` of object ``i``'s changes, in order."""
         return self._changes.of(i)
 
     def change_counts(self) -> np.ndarray:
         return self._changes.counts()
+
+    def change_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every object's changes together: positions, object ``i``'s at
+        ``offsets[i]:offsets[i + 1]``."""
+        return self._changes.positions, self._changes.offsets
 
     def regroup_changes(self, change_object: np.ndarray) -> None:
         self._changes = _Groups(change_object, len(self.keys))

@@ -42,7 +42,7 @@ def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
     g = nx.DiGraph()
     g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
     for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
-        g.add_node(fid, label=names.get(fid, f"function#{fid}"), calls=n, total_ns=total,
+        g.add_node(fid, label=_label(fid, names), calls=n, total_ns=total,
                    changes=(changed_by or {}).get(fid, 0), hit=fid in counts.hits)
     for (a, b), n in zip(counts.edges, counts.edge_calls):
         g.add_edge(a, b, calls=n)
@@ -57,10 +57,15 @@ _ROOT_WIDEST = "0xffff888812345678-888"
 _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 
 
-def shape_key(g: nx.DiGraph) -> tuple:
-    """What decides a layout: the functions and who calls whom, not the counts."""
-    return (tuple(sorted((n, d["label"]) for n, d in g.nodes(data=True) if n != ROOT)),
-            tuple(sorted(g.edges())))
+def shape_key(counts: CallCounts, names: dict[int, str]) -> tuple:
+    """What decides the layout of `call_graph(counts, names, ...)`: the functions and who
+    calls whom, not the counts (read from the counts: no graph is built for it)."""
+    return (tuple(sorted((fid, _label(fid, names)) for fid in counts.functions)),
+            tuple(sorted(counts.edges)))
+
+
+def _label(fid: int, names: dict[int, str]) -> str:
+    return names.get(fid, f"function#{fid}")
 
 
 def _node_id(fid: int) -> str:
@@ -136,12 +141,10 @@ def _parse_plain(text: str) -> Placed:
     return Placed(width, height, nodes, edges)
 
 
-def layout_shapes(graphs: list[nx.DiGraph], batch: int = 200) -> tuple[dict[tuple, Placed], list[str]]:
-    """Lay out each distinct shape among ``graphs`` once (`shape_key`), many graphs per
+def layout_shapes(shapes: dict[tuple, nx.DiGraph], batch: int = 200
+                  ) -> tuple[dict[tuple, Placed], list[str]]:
+    """Lay out one graph of each shape (`shape_key` -> a graph of it), many graphs per
     ``dot`` process; return the layouts by shape and a note per shape dot failed on."""
-    shapes: dict[tuple, nx.DiGraph] = {}
-    for g in graphs:
-        shapes.setdefault(shape_key(g), g)
     placed: dict[tuple, Placed] = {}
     notes = []
     items = list(shapes.items())

@@ -38,10 +38,10 @@ import numpy as np
 from ctracer import __version__
 from ctracer import analysis
 from ctracer.analysis import Analysis
-from ctracer.analysis.callgraph import call_counts
+from ctracer.analysis.callgraph import CallCounts, call_counts, grouped_call_counts
 from ctracer.analysis.memory import release_free_memory
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
-                                    MethodStats)
+                                    MethodStats, counts_per_group)
 from ctracer.errors import CtracerError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
@@ -496,24 +496,38 @@ class _Site:
             })
         return out
 
-    def prepare_graph(self, directory: str, rows: np.ndarray, root_label: str,
-                      changes: np.ndarray, callers: np.ndarray) -> None:
-        """Count the call graph of ``directory``'s page (laid out later, by shape)."""
-        if not self.dot or not len(rows):
+    def prepare_graphs(self, chosen: list[int]) -> None:
+        """Count the call graphs of the pages of the objects ``chosen`` and of the
+        all-objects page (laid out later, by shape)."""
+        if not self.dot:
             return
-        made = self.data.changes.function[changes]
-        made = made[made >= 0]
-        changed_by = dict(zip(*(a.tolist() for a in np.unique(made, return_counts=True))))
-        counts = call_counts(self.data.events, rows, callers)
-        g = graphs.call_graph(counts, self.names, root_label, changed_by)
-        key = graphs.shape_key(g)
+        data, ev = self.data, self.data.events
+        rows = data.objects
+        positions, offsets = _chosen_groups(rows.event_groups(), chosen)
+        counted = grouped_call_counts(ev, positions, offsets, ev.object_caller)
+        positions, offsets = _chosen_groups(rows.change_groups(), chosen)
+        made = counts_per_group(data.changes.function[positions], offsets)
+        for o, counts, changed_by in zip(chosen, counted, made):
+            self._prepare_graph(rows.dirnames[o], counts, rows.labels[o], changed_by)
+        if len(ev):
+            made_all = counts_per_group(data.changes.function, np.array([0, len(data.changes)]))
+            self._prepare_graph(ALL_DIR, call_counts(ev, np.arange(len(ev)), ev.thread_caller),
+                                f"{len(rows)} objects", made_all[0])
+
+    def _prepare_graph(self, directory: str, counts: CallCounts, root_label: str,
+                       changed_by: dict[int, int]) -> None:
+        if not counts.functions:
+            return
+        key = graphs.shape_key(counts, self.names)
         shape = self._shapes.setdefault(key, key)  # one tuple a shape, however many graphs
-        if g.number_of_nodes() <= graphs.MAX_NODES:
-            self.shape_graphs.setdefault(shape, g)
-        self.graphs[directory] = (counts, root_label, changed_by, shape, g.number_of_nodes())
+        nodes = len(counts.functions) + 1
+        if nodes <= graphs.MAX_NODES and shape not in self.shape_graphs:
+            self.shape_graphs[shape] = graphs.call_graph(counts, self.names, root_label,
+                                                         changed_by)
+        self.graphs[directory] = (counts, root_label, changed_by, shape, nodes)
 
     def layout_graphs(self) -> None:
-        self.placed, notes = graphs.layout_shapes(list(self.shape_graphs.values()))
+        self.placed, notes = graphs.layout_shapes(self.shape_graphs)
         self.shape_graphs = {}
         self.notes.extend(notes)
 
@@ -887,6 +901,18 @@ class _PageOf:
         return [files[k] for k in np.where(linked, i // PAGE_ROWS, len(self.files)).tolist()]
 
 
+def _chosen_groups(groups: tuple[np.ndarray, np.ndarray], chosen: list[int]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Of `Objects.event_groups` or `change_groups`, those of the objects ``chosen``."""
+    positions, offsets = groups
+    if chosen == list(range(len(offsets) - 1)):
+        return positions, offsets
+    spans = [positions[offsets[o]:offsets[o + 1]] for o in chosen]
+    mine = np.zeros(len(chosen) + 1, np.int64)
+    np.cumsum([len(s) for s in spans], out=mine[1:])
+    return (np.concatenate(spans) if spans else np.zeros(0, np.int64)), mine
+
+
 #: the site a forked helper works on (inherited from the parent, never copied)
 _helper_site: Optional["_Site"] = None
 
@@ -1020,11 +1046,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             copy_static(out_dir)
             mark = time.perf_counter()
             ev = data.events
-            for o in chosen:
-                site.prepare_graph(rows.dirnames[o], rows.events(o), rows.labels[o],
-                                   rows.changes(o), ev.object_caller)
-            site.prepare_graph(ALL_DIR, np.arange(len(ev)), f"{n} objects",
-                               np.arange(len(data.changes)), ev.thread_caller)
+            site.prepare_graphs(chosen)
             say(f"laying out {len(site.graphs)} call graphs")
             site.layout_graphs()
             seconds["graphs"] = time.perf_counter() - mark

@@ -1,0 +1,38 @@
+"""A call graph's shape (what its layout depends on) read from its counts is the shape of
+the graph drawn from them: one layout serves every object of that shape."""
+
+import pytest
+
+from ctracer import analysis
+from ctracer.analysis import callgraph
+from ctracer.analysis.callgraph import ROOT
+from ctracer.report import graph as graphs
+from synthetic_trace import write_synthetic_trace
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    path = tmp_path_factory.mktemp("graphs") / "sim.ctrace"
+    write_synthetic_trace(str(path), threads=3, lifecycles=4, sends=5,
+                          addresses_per_thread=2, seed=3)
+    return analysis.load(str(path))
+
+
+def _drawn_shape(g):
+    return (tuple(sorted((n, d["label"]) for n, d in g.nodes(data=True) if n != ROOT)),
+            tuple(sorted(g.edges())))
+
+
+def test_shape_from_counts_is_the_drawn_graphs(loaded):
+    ev = loaded.events
+    names = dict(loaded.function_names)
+    del names[next(iter(names))]  # a function without a name is drawn as function#id
+    shapes = set()
+    for o in range(len(loaded.objects)):
+        counts = callgraph.call_counts(ev, loaded.objects.events(o), ev.object_caller)
+        g = graphs.call_graph(counts, names, "root", {})
+        assert graphs.shape_key(counts, names) == _drawn_shape(g)
+        assert g.number_of_nodes() == len(counts.functions) + 1
+        shapes.add(graphs.shape_key(counts, names))
+    assert len(shapes) > 1
+    assert any("function#" in label for shape in shapes for _, label in shape[0])
