@@ -192,6 +192,9 @@ class _Pairer:
         name = fns.name
         rules, held, announced = fns.rules, fns.held, fns.announced
         alloc_like, use_names = fns.alloc_like, fns.use_names
+        lifetime_at = self.lifetime_at
+        # slots whose exits `returned` must see: they create, end or free objects
+        special_exit = fns.creators | set(fns.ending) | (fns.free_like if use_names else set())
         for k in range(m):
             index = lo + k
             tid, fid, slot, phase = tids[k], fns_[k], slots[k], phases[k]
@@ -228,31 +231,40 @@ class _Pairer:
                 if a:
                     self.point(a, index, fid, slot, held, announced, rules, tid, stack)
             else:
-                frame = self.exit(th, fid, slot, flags_[k])
-                if frame is None:
-                    matched[k] = False
-                    depth[k] = len(stack)
-                    if a:
-                        lifetimes.seen(a, index, name(fid))
-                    continue
+                # `ctracer.calls.closes`, its usual case inline: the exit of the
+                # innermost call, one slot
+                last = th.last_exit
+                if stack and stack[-1].function_id == fid and not flags_[k] & FLAG_NO_ENTRY \
+                        and (last is None or last.function_id != fid):
+                    frame = stack.pop()
+                    th.last_entry, th.last_exit = None, frame
+                else:
+                    frame = closes(th, fid, slot, bool(flags_[k] & FLAG_NO_ENTRY))
+                    if frame is None:
+                        self.unmatched += 1
+                        matched[k] = False
+                        depth[k] = len(stack)
+                        if a:
+                            lifetimes.seen(a, index, name(fid))
+                        continue
                 frame_of[k], depth[k] = frame.id, frame.depth
-                duration[k], address[k] = self.returned(th, tid, frame, index, ts_[k], fid,
-                                                        slot, a,
-                                                        retvals[k])
+                frame.exits[slot] = index
+                entry = frame.entries.get(slot)
+                if entry is not None and a and entry[2] == a and slot not in special_exit:
+                    # an exit on the object its entry had: one lifetime's call
+                    duration[k] = ts_[k] - entry[1]
+                    lifetime_at[index] = entry[0]
+                    if a not in first_seen:
+                        lifetimes.seen(a, index, name(fid))
+                else:
+                    duration[k], address[k] = self.returned(th, tid, frame, index, ts_[k],
+                                                            fid, slot, a, retvals[k])
         self.address[lo:hi] = address
         self.depth[lo:hi] = depth
         self.caller[lo:hi] = caller
         self.duration[lo:hi] = duration
         self.matched[lo:hi] = matched
         self.frame[lo:hi] = frame_of
-
-    def exit(self, th: Thread, fid: int, slot: int, flags: int) -> Optional[_Frame]:
-        """The call an exit closes (`ctracer.calls.closes`); None for an exit whose
-        entry was not seen."""
-        frame = closes(th, fid, slot, bool(flags & FLAG_NO_ENTRY))
-        if frame is None:
-            self.unmatched += 1
-        return frame
 
     def returned(self, th: Thread, tid: int, frame: _Frame, index: int, ts: int, fid: int,
                  slot: int, a: int, retval: Optional[int]) -> tuple[int, int]:
@@ -261,7 +273,6 @@ class _Pairer:
         function, or a holder filled in during the call); a freeing function's exit ends
         the object's lifetime (a lifetime rule), once the calls around it return."""
         fns, lifetimes, name = self.fns, self.lifetimes, self.fns.name
-        frame.exits[slot] = index
         entry = frame.entries.get(slot)
         duration = ts - (entry[1] if entry is not None else frame.ts_ns)
         creates = slot in fns.creators and retval is not None and _is_pointer(retval)
