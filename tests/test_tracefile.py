@@ -392,3 +392,55 @@ def test_events_recorded_out_of_time_order_keep_their_objects(tmp_path, late):
     c = t.event_columns()
     assert c["ts_ns"].tolist() == sorted(c["ts_ns"].tolist())
     assert [(c["object"][i] - 0x5000) // 0x170 for i in range(4)] == c["seq"].tolist()
+
+
+def test_raw_batches_decode_arguments_and_commands_once_per_distinct_value():
+    """A batch's tracepoint arguments become one JSON text per distinct row of values
+    (a signed slot read as signed) and commands one name per distinct comm; columns and
+    rows agree, events without arguments have none."""
+    import json
+
+    import numpy as np
+    from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT, event_dtype
+    from ctracer.tracefile import RawDecoder
+
+    decoder = RawDecoder(MINI, (), {"1": [{"name": "old", "ctype": "s64"},
+                                          {"name": "new", "ctype": "u64"}],
+                                    "3": [{"name": "len", "ctype": "u64"}]})
+    a = np.zeros(7, event_dtype(MINI, decoder.nargs))
+    a["function_id"] = [1, 2, 1, 3, 1, 3, 2]
+    a["phase"] = [PHASE_TRACEPOINT, PHASE_ENTRY] + [PHASE_TRACEPOINT] * 4 + [PHASE_ENTRY]
+    a["comm"] = [b"a", b"b", b"a", b"a", b"c", b"a", b"a"]
+    a["args"][:, 0] = [2**64 - 1, 0, 5, 1500, 2**64 - 1, 1500, 9]
+    a["args"][:, 1] = [4, 0, 4, 0, 4, 0, 9]
+    want = ['{"old": -1, "new": 4}', None, '{"old": 5, "new": 4}', '{"len": 1500}',
+            '{"old": -1, "new": 4}', '{"len": 1500}', None]
+    columns = decoder.columns(a.tobytes(), 1)
+    texts, index = columns["args_texts"], columns["args"].tolist()
+    assert [texts[i] if i >= 0 else None for i in index] == want
+    assert len(texts) == 3 and all(json.loads(t) for t in texts)
+    comms = [columns["comm_texts"][i] for i in columns["comm"].tolist()]
+    assert comms == ["a", "b", "a", "a", "c", "a", "a"]
+    rows = decoder.rows(a.tobytes())
+    assert [r[4] for r in rows] == comms and [r[12] for r in rows] == want
+    one = decoder.columns(a[[0, 2, 3]].tobytes(), 1)  # one command: its fast path
+    assert one["comm_texts"] == ["a"] and one["comm"].tolist() == [0, 0, 0]
+
+
+def test_a_batchs_commands_are_numpys_unique_ones():
+    """The distinct commands of a batch (one compared, several sorted) are what
+    `np.unique` finds, with the same index per event."""
+    import numpy as np
+    from ctracer.tracefile import RawDecoder
+
+    decoder = RawDecoder(MINI)
+    names = [b"abc", b"abd", b"kworker/0:1", b"a" * 16, b"", b"zz", b"kworker/0:10",
+             b"\xff\xfe"]
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        comm = np.array([names[i] for i in rng.integers(0, rng.integers(1, 9),
+                                                        rng.integers(0, 500))], "S16")
+        texts, index = decoder._comms_of(comm)
+        found, inverse = np.unique(comm, return_inverse=True)
+        assert texts == [decoder._comm(c) for c in found.tolist()]
+        assert index.tolist() == inverse.reshape(-1).tolist()

@@ -178,24 +178,33 @@ class RawDecoder:
                    json.loads(meta.get("tracepoint_args") or "{}"),
                    int(meta["event_nargs"]) if meta.get("event_nargs") else None)
 
-    def _args(self, fid, slots) -> list:
-        """The JSON text of each event's arguments (None without any), built per
-        function from a format string of validated names (one % per event, no json
-        call: this runs for every tracepoint hit)."""
-        import numpy as np
-
-        out: list = [None] * len(fid)
+    def _args(self, fid, slots) -> tuple[list[str], Any]:
+        """The JSON texts of the events' arguments, each distinct one once, and per event
+        the index of its text (-1: no arguments); built per function from a format
+        string of validated names, once per distinct row of values (no json call: this
+        runs for every tracepoint hit)."""
+        np = self._np
+        index = np.full(len(fid), -1, np.int32)
+        texts: list[str] = []
         for k, spec in self.arg_specs.items():
             at = np.flatnonzero(fid == k)
             if not len(at):
                 continue
-            values = slots[at, :len(spec)]
-            columns = [values[:, i].view(np.int64) if signed else values[:, i]
+            rows, inverse = np.unique(slots[at, :len(spec)], axis=0, return_inverse=True)
+            columns = [rows[:, i].view(np.int64) if signed else rows[:, i]
                        for i, (_, signed) in enumerate(spec)]
             template = "{" + ", ".join(f'"{name}": %d' for name, _ in spec) + "}"
-            for i, row in zip(at.tolist(), zip(*(c.tolist() for c in columns))):
-                out[i] = template % row
-        return out
+            index[at] = len(texts) + inverse.reshape(-1)
+            texts.extend(template % row for row in zip(*(c.tolist() for c in columns)))
+        return texts, index
+
+    def _comms_of(self, comm) -> tuple[list[str], Any]:
+        """The distinct command names of a batch, and per event the index of its own."""
+        np = self._np
+        if len(comm) and (comm == comm[0]).all():  # one process
+            return [self._comm(comm[0])], np.zeros(len(comm), np.intp)
+        comms, inverse = np.unique(comm, return_inverse=True)
+        return [self._comm(c) for c in comms.tolist()], inverse.reshape(-1)
 
     def count(self, raw: bytes) -> int:
         return len(raw) // self.size
@@ -211,7 +220,9 @@ class RawDecoder:
         n = len(a)
         phase, fid, flags = a["phase"], a["function_id"], a["flags"]
         failed = (flags & FLAG_READ_FAILED) != 0
-        comms, inverse = np.unique(a["comm"], return_inverse=True)
+        comm_texts, comm = self._comms_of(a["comm"])
+        args_texts, args = self._args(fid, a["args"]) if self.nargs else \
+            ([], np.full(n, -1, np.int32))
         if self.mini.size:
             snapshots = np.ascontiguousarray(a["snapshot"]).view(np.uint8).reshape(
                 n, self.mini.size).copy()
@@ -230,9 +241,7 @@ class RawDecoder:
             "retval": np.where(has_retval, a["retval"], 0), "has_retval": has_retval,
             "depth": a["depth"].astype(np.int64), "flags": flags.copy(),
             "has_snapshot": has_snapshot, "snapshots": snapshots,
-            "comm_texts": [self._comm(c) for c in comms.tolist()],
-            "comm": inverse.reshape(-1),
-            "args_texts": self._args(fid, a["args"]) if self.nargs else [None] * n}
+            "comm_texts": comm_texts, "comm": comm, "args_texts": args_texts, "args": args}
 
     def rows(self, raw: bytes) -> list[tuple]:
 
@@ -247,8 +256,7 @@ class RawDecoder:
         retval = a["retval"].astype(object)
         has_value = (phase == PHASE_EXIT) & np.isin(fid, self.returns)
         retval[~has_value] = None
-        comms, inverse = np.unique(a["comm"], return_inverse=True)
-        names = [self._comm(c) for c in comms.tolist()]
+        names, inverse = self._comms_of(a["comm"])
         comm = [names[i] for i in inverse.tolist()]
         if self.mini.size:
             snapshot = np.array(a["snapshot"].tolist(), dtype=object)
@@ -257,7 +265,11 @@ class RawDecoder:
         else:
             snapshot = [b""] * len(a)
         fids = fid.tolist()
-        args = self._args(fid, a["args"]) if self.nargs else [None] * len(a)
+        if self.nargs:
+            texts, index = self._args(fid, a["args"])
+            args = [texts[i] if i >= 0 else None for i in index.tolist()]
+        else:
+            args = [None] * len(a)
         return list(zip(
             a["ts_ns"].astype(np.int64).tolist(), a["cpu"].tolist(), a["pid"].tolist(),
             a["tid"].tolist(), comm, fids, phase.tolist(),
@@ -979,7 +991,9 @@ class Trace:
                 comm_of = np.array([comms.setdefault(c, len(comms))
                                     for c in batch["comm_texts"]], np.int32)
                 put("comm", comm_of[batch["comm"]] if len(comm_of) else [])
-                put("args", [texts.setdefault(a, len(texts) - 1) for a in batch["args_texts"]])
+                text_of = np.array([texts.setdefault(a, len(texts) - 1)
+                                    for a in batch["args_texts"]] + [-1], np.int32)
+                put("args", text_of[batch["args"]])  # -1 (none) picks the last: -1
                 at += len(batch["seq"])
         except sqlite3.DatabaseError as e:
             raise self._damaged(e) from None
