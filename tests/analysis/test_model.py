@@ -373,3 +373,18 @@ def test_unique_pairs_is_numpys_unique_of_rows():
     assert got_counts.tolist() == counts.tolist()
     empty = unique_pairs(high[:0], low[:0])
     assert [len(a) for a in empty] == [0, 0, 0, 0]
+
+
+def test_method_percentiles_from_one_sort():
+    import numpy as np
+    from ctracer.analysis.model import MethodStats
+
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 19, 20, 101):
+        d = rng.integers(1, 10**6, n)
+        stats = MethodStats(1, "f", durations=d)
+        ordered = sorted(d.tolist())
+        assert stats.percentiles(0, 50, 95, 100) == [
+            ordered[0], ordered[n // 2], ordered[min(n - 1, int(0.95 * n))], ordered[-1]]
+        assert stats.percentile(95) == ordered[min(n - 1, int(0.95 * n))]
+    assert MethodStats(1, "f").percentiles(50, 95) == [None, None]

@@ -213,10 +213,16 @@ class MethodStats:
         return int(self.durations.sum())
 
     def percentile(self, p: float) -> Optional[int]:
-        if not len(self.durations):
-            return None
+        return self.percentiles(p)[0]
+
+    def percentiles(self, *ps: float) -> list[Optional[int]]:
+        """Durations at percentiles ``ps`` (the nearest call's, rounding down), sorting
+        once; None without any."""
+        n = len(self.durations)
+        if not n:
+            return [None] * len(ps)
         ordered = np.sort(self.durations)
-        return int(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))])
+        return [int(ordered[min(n - 1, int(p / 100 * n))]) for p in ps]
 
     @property
     def mean_ns(self) -> Optional[float]:

@@ -481,18 +481,19 @@ class _Site:
     def method_rows(self, table: dict[int, MethodStats]) -> list[dict]:
         out = []
         for stats in sorted(table.values(), key=lambda s: (-s.calls, s.name)):
-            timed = len(stats.durations) > 0
+            timed = len(stats.durations)
+            total = stats.total_ns
+            lowest, median, p95, highest = stats.percentiles(0, 50, 95, 100)
             out.append({
                 "name": stats.name, "stem": self.function_stem.get(stats.function_id, ""),
-                "calls": stats.calls, "timed": len(stats.durations),
-                "total": format_duration(stats.total_ns) if timed else "",
-                "mean": format_duration(int(stats.mean_ns)) if timed else "",
-                "median": format_duration(stats.percentile(50)),
-                "p95": format_duration(stats.percentile(95)),
-                "min": format_duration(int(stats.durations.min())) if timed else "",
-                "max": format_duration(int(stats.durations.max())) if timed else "",
+                "calls": stats.calls, "timed": timed,
+                "total": format_duration(total) if timed else "",
+                "mean": format_duration(int(total / timed)) if timed else "",
+                "median": format_duration(median), "p95": format_duration(p95),
+                "min": format_duration(lowest) if timed else "",
+                "max": format_duration(highest) if timed else "",
                 "changes": stats.changed_fields,
-                "has_plot": self.plots and timed,
+                "has_plot": self.plots and timed > 0,
             })
         return out
 
