@@ -159,7 +159,8 @@ def template_environment() -> Any:
     env = Environment(
         loader=jinja2.PackageLoader("ctracer.report", "templates"),
         autoescape=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined)
+        undefined=jinja2.StrictUndefined,
+        auto_reload=False)  # package data: no stat of three templates per page
     env.filters["duration"] = format_duration
     env.filters["ms"] = format_offset
     return env
