@@ -1,6 +1,7 @@
 """A call graph's shape (what its layout depends on) read from its counts is the shape of
 the graph drawn from them: one layout serves every object of that shape."""
 
+import numpy as np
 import pytest
 
 from ctracer import analysis
@@ -36,3 +37,28 @@ def test_shape_from_counts_is_the_drawn_graphs(loaded):
         shapes.add(graphs.shape_key(counts, names))
     assert len(shapes) > 1
     assert any("function#" in label for shape in shapes for _, label in shape[0])
+
+
+def test_svg_drawn_from_counts_lists_nodes_and_edges_as_the_graph_does(loaded):
+    """The SVG is drawn from the counts in the order networkx lists the graph's nodes
+    and edges (the drawing of every shape's graph is the same, text for text)."""
+    ev = loaded.events
+    names = dict(loaded.function_names)
+    counted = [callgraph.call_counts(ev, loaded.objects.events(o), ev.object_caller)
+               for o in range(len(loaded.objects))]
+    counted.append(callgraph.call_counts(ev, np.arange(len(ev)), ev.thread_caller))
+    for counts in counted:
+        changed_by = {counts.functions[-1]: 3}
+        g = graphs.call_graph(counts, names, "root", changed_by)
+        nodes, edges = graphs._nodes_and_edges(counts, names, "root", changed_by)
+        assert nodes == list(g.nodes(data=True))
+        assert edges == list(g.edges(data="calls"))
+    # edges counted in an order that is not networkx's: listed by caller node
+    counts = callgraph.CallCounts([1, 2, 3], [1, 1, 2], [0, 5, 0],
+                                  [(ROOT, 1), (1, 2), (ROOT, 3), (2, 3)], [1, 1, 1, 1],
+                                  frozenset({3}))
+    g = graphs.call_graph(counts, {1: "f", 2: "g"}, "root")
+    nodes, edges = graphs._nodes_and_edges(counts, {1: "f", 2: "g"}, "root", {})
+    assert edges == list(g.edges(data="calls")) == [(ROOT, 1, 1), (ROOT, 3, 1), (1, 2, 1),
+                                                    (2, 3, 1)]
+    assert nodes == list(g.nodes(data=True)) and nodes[3][1]["hit"]

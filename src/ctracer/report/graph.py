@@ -39,13 +39,10 @@ def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
     edge caller → callee; a tracepoint's node (``hit``) counts its hits, under the call
     running at each.  ``changed_by`` counts the field changes each function made (by
     function id), to mark those nodes."""
+    nodes, edges = _nodes_and_edges(counts, names, root_label, changed_by or {})
     g = nx.DiGraph()
-    g.add_node(ROOT, label=root_label, calls=0, total_ns=0, changes=0)
-    for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
-        g.add_node(fid, label=_label(fid, names), calls=n, total_ns=total,
-                   changes=(changed_by or {}).get(fid, 0), hit=fid in counts.hits)
-    for (a, b), n in zip(counts.edges, counts.edge_calls):
-        g.add_edge(a, b, calls=n)
+    g.add_nodes_from(nodes)
+    g.add_edges_from((a, b, {"calls": n}) for a, b, n in edges)
     return g
 
 
@@ -195,19 +192,37 @@ def _tooltip(data: dict) -> str:
     return text + " (click: its timeline rows; counts: its methods entry)"
 
 
-def svg(g: nx.DiGraph, placed: Placed,
+def _nodes_and_edges(counts: CallCounts, names: dict[int, str], root_label: str,
+                     changed_by: dict[int, int]) -> tuple[list[tuple[int, dict]], list]:
+    """The nodes (id, data) and edges (caller, callee, calls) of `call_graph`, in the
+    order networkx lists them (nodes as added; edges by their caller's node, then as
+    added), without building the graph."""
+    nodes = [(ROOT, {"label": root_label, "calls": 0, "total_ns": 0, "changes": 0})]
+    for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
+        nodes.append((fid, {"label": _label(fid, names), "calls": n, "total_ns": total,
+                            "changes": changed_by.get(fid, 0), "hit": fid in counts.hits}))
+    rank = {fid: i for i, (fid, _) in enumerate(nodes)}
+    edges = sorted(((a, b, n) for (a, b), n in zip(counts.edges, counts.edge_calls)),
+                   key=lambda e: rank[e[0]])
+    return nodes, edges
+
+
+def svg(counts: CallCounts, names: dict[int, str], root_label: str,
+        changed_by: dict[int, int], placed: Placed,
         links: Callable[[int], tuple[str, str]]) -> Markup:
-    """The call graph as inline SVG: each function's box links to its first timeline row
-    (``links(fid)[0]``) and its second line to its methods entry (``links(fid)[1]``).
-    Every text is escaped; counts are this graph's, positions the shape's."""
-    most = max((c for _, _, c in g.edges(data="calls")), default=1)
+    """The call graph of ``counts`` (as `call_graph` makes it) as inline SVG: each
+    function's box links to its first timeline row (``links(fid)[0]``) and its second
+    line to its methods entry (``links(fid)[1]``).  Every text is escaped; counts are
+    this graph's, positions the shape's."""
+    nodes, edges = _nodes_and_edges(counts, names, root_label, changed_by)
+    most = max((c for _, _, c in edges), default=1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="callgraph" '
            f'width="{placed.width + 8:.0f}" height="{placed.height + 8:.0f}" '
            f'viewBox="-4 -4 {placed.width + 8:.1f} {placed.height + 8:.1f}" role="img">'
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" '
            'fill="#7d8896"/></marker></defs>']
-    for a, b, calls in g.edges(data="calls"):
+    for a, b, calls in edges:
         edge = (_node_id(a), _node_id(b))
         d = placed.path(edge)
         if d is None:
@@ -219,7 +234,7 @@ def svg(g: nx.DiGraph, placed: Placed,
         if label:
             out.append(f'<text class="edge-label" x="{label[0]:.1f}" y="{label[1] + 3:.1f}">'
                        f'{int(calls)}</text>')
-    for fid, data in g.nodes(data=True):
+    for fid, data in nodes:
         box = placed.nodes.get(_node_id(fid))
         if box is None:
             continue

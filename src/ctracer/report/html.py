@@ -546,7 +546,6 @@ class _Site:
         placed = self.placed.get(shape)
         if placed is None:
             return None, "dot could not lay out this call graph."
-        g = graphs.call_graph(counts, self.names, root_label, changed_by)
         ev = self.data.events
         fids, first = np.unique(ev.function[rows], return_index=True)
         at = {f: (i, s) for f, i, s in zip(fids.tolist(), first.tolist(),
@@ -559,7 +558,7 @@ class _Site:
             stem = self.function_stem.get(fid, "")
             return rows_href, f"{root}{METHODS_DIR}/index.html#fn-{stem}"
 
-        return graphs.svg(g, placed, links), ""
+        return graphs.svg(counts, self.names, root_label, changed_by, placed, links), ""
 
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: np.ndarray, page_of: "_PageOf",

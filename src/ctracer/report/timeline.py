@@ -120,11 +120,15 @@ class TimelineData:
         at = rows[changed]
         out: dict[int, list] = {}
         k = 0
+        known = self._causes.get
         for i, stop, head, cause, fid, seen, phase in zip(
                 changed.tolist(), stops, heads.tolist(), ch.cause[heads].tolist(),
                 ch.function[heads].tolist(), ev.function[at].tolist(), ev.phase[at].tolist()):
-            row: list[Any] = [self._cause_index(head, cause, fid, seen,
-                                                phase == PHASE_TRACEPOINT)]
+            tracepoint = phase == PHASE_TRACEPOINT
+            index = known((cause, fid, seen, tracepoint))
+            if index is None:
+                index = self._cause_index(head, cause, fid, seen, tracepoint)
+            row: list[Any] = [index]
             row += flat[k:stop]
             out[i] = row
             k = stop
