@@ -2,11 +2,13 @@
 
 `call_graph` turns the call counts of some events (`ctracer.analysis.callgraph`) into a
 `networkx.DiGraph` whose nodes are functions (plus one root standing for "not called by
-a traced function") and whose edges count calls.  Thousands of objects of one struct share a handful of graph shapes (the same
-functions calling each other, with other counts), so `layout_shapes` lays out each
-shape once with graphviz's ``dot`` (many shapes per process, room reserved for any
-count) and `svg` draws each object's graph as inline SVG from its shape's layout, with
-its own counts and links from each function to its timeline rows and methods entry.
+a traced function") and whose edges count calls.  Thousands of objects of one struct
+share a handful of graph shapes (the same functions calling each other, with other
+counts; `shape_key`, read from the counts), so `layout_shapes` lays out one graph of
+each shape with graphviz's ``dot`` (many shapes per process, room reserved for any
+count) and `svg` draws each object's graph straight from its counts as inline SVG on
+its shape's layout, with links from each function to its timeline rows and methods
+entry.
 Labels come from the trace: passed through `graphviz.escape` for dot (never read as
 HTML-like labels) and through `markupsafe.escape` into the SVG.
 """
