@@ -406,9 +406,9 @@ def test_raw_batches_decode_arguments_and_commands_once_per_distinct_value():
 
     decoder = RawDecoder(MINI, (), {"1": [{"name": "old", "ctype": "s64"},
                                           {"name": "new", "ctype": "u64"}],
-                                    "3": [{"name": "len", "ctype": "u64"}]})
+                                    "3": [{"name": "len", "ctype": "u64"}], "2": []})
     a = np.zeros(7, event_dtype(MINI, decoder.nargs))
-    a["function_id"] = [1, 2, 1, 3, 1, 3, 2]
+    a["function_id"] = [1, 2, 1, 3, 1, 3, 2]  # 2: a tracepoint without arguments
     a["phase"] = [PHASE_TRACEPOINT, PHASE_ENTRY] + [PHASE_TRACEPOINT] * 4 + [PHASE_ENTRY]
     a["comm"] = [b"a", b"b", b"a", b"a", b"c", b"a", b"a"]
     a["args"][:, 0] = [2**64 - 1, 0, 5, 1500, 2**64 - 1, 1500, 9]

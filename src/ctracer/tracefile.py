@@ -188,7 +188,7 @@ class RawDecoder:
         texts: list[str] = []
         for k, spec in self.arg_specs.items():
             at = np.flatnonzero(fid == k)
-            if not len(at):
+            if not len(at) or not spec:
                 continue
             rows, inverse = np.unique(slots[at, :len(spec)], axis=0, return_inverse=True)
             columns = [rows[:, i].view(np.int64) if signed else rows[:, i]
