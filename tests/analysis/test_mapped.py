@@ -133,7 +133,7 @@ def test_grouped_call_counts_equal_one_object_at_a_time(trace_path, monkeypatch,
     ev, objects = loaded.events, loaded.objects
     alone = [callgraph.call_counts(ev, objects.events(o), ev.object_caller)
              for o in range(len(objects))]
-    positions, offsets = objects.event_groups()
+    positions, offsets = objects.event_groups(list(range(len(objects))))
     monkeypatch.setattr(callgraph, "COUNTED_AT_ONCE", at_once)
     together = callgraph.grouped_call_counts(ev, positions, offsets, ev.object_caller)
     assert len(alone) > 10 and any(len(c.edges) > 2 for c in alone)
@@ -178,3 +178,20 @@ def test_counts_per_group():
     offsets = np.array([0, 4, 4, 8])
     assert counts_per_group(values, offsets) == [{1: 1, 3: 2}, {}, {0: 1, 2: 2, 7: 1}]
     assert counts_per_group(np.zeros(0, np.int64), np.array([0, 0])) == [{}]
+
+
+def test_groups_of_some_objects_are_their_own(trace_path):
+    """`Objects.event_groups` of a subset of objects: each chosen one's events, in the
+    order chosen; of every object, the groups themselves."""
+    objects = analysis.load(trace_path).objects
+    chosen = [3, 0, 5]
+    positions, offsets = objects.event_groups(chosen)
+    assert [positions[offsets[k]:offsets[k + 1]].tolist() for k in range(3)] == \
+        [objects.events(o).tolist() for o in chosen]
+    positions, offsets = objects.change_groups(chosen)
+    assert [positions[offsets[k]:offsets[k + 1]].tolist() for k in range(3)] == \
+        [objects.changes(o).tolist() for o in chosen]
+    every = list(range(len(objects)))
+    positions, offsets = objects.event_groups(every)
+    assert np.concatenate([objects.events(o) for o in every]).tolist() == positions.tolist()
+    assert objects.event_groups([])[1].tolist() == [0]

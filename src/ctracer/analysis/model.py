@@ -315,10 +315,10 @@ class Objects:
     def event_counts(self) -> np.ndarray:
         return self._events.counts()
 
-    def event_groups(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every object's events together: positions, object ``i``'s at
-        ``offsets[i]:offsets[i + 1]``."""
-        return self._events.positions, self._events.offsets
+    def event_groups(self, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The events of the objects ``chosen`` together: positions, and offsets where
+        the ``k``th chosen object's are ``offsets[k]:offsets[k + 1]``."""
+        return self._events.of_many(chosen)
 
     def changes(self, i: int) -> np.ndarray:
         """Positions in `Changes` of object ``i``'s changes, in order."""
@@ -327,10 +327,9 @@ class Objects:
     def change_counts(self) -> np.ndarray:
         return self._changes.counts()
 
-    def change_groups(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every object's changes together: positions, object ``i``'s at
-        ``offsets[i]:offsets[i + 1]``."""
-        return self._changes.positions, self._changes.offsets
+    def change_groups(self, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The changes of the objects ``chosen`` together, as `event_groups`."""
+        return self._changes.of_many(chosen)
 
     def regroup_changes(self, change_object: np.ndarray) -> None:
         self._changes = _Groups(change_object, len(self.keys))
@@ -354,6 +353,16 @@ class _Groups:
 
     def of(self, i: int) -> np.ndarray:
         return self.positions[self.offsets[i]:self.offsets[i + 1]]
+
+    def of_many(self, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of groups ``chosen`` together, and their offsets (every group:
+        no copy)."""
+        if chosen == list(range(len(self.offsets) - 1)):
+            return self.positions, self.offsets
+        spans = [self.of(i) for i in chosen]
+        offsets = np.zeros(len(chosen) + 1, np.int64)
+        np.cumsum([len(s) for s in spans], out=offsets[1:])
+        return (np.concatenate(spans) if spans else np.zeros(0, np.int64)), offsets
 
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)

@@ -63,6 +63,11 @@ def shape_key(counts: CallCounts, names: dict[int, str]) -> tuple:
             tuple(sorted(counts.edges)))
 
 
+def node_count(counts: CallCounts) -> int:
+    """The nodes of `call_graph(counts, ...)`: its functions and the root."""
+    return len(counts.functions) + 1
+
+
 def _label(fid: int, names: dict[int, str]) -> str:
     return names.get(fid, f"function#{fid}")
 

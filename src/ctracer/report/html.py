@@ -505,9 +505,9 @@ class _Site:
             return
         data, ev = self.data, self.data.events
         rows = data.objects
-        positions, offsets = _chosen_groups(rows.event_groups(), chosen)
+        positions, offsets = rows.event_groups(chosen)
         counted = grouped_call_counts(ev, positions, offsets, ev.object_caller)
-        positions, offsets = _chosen_groups(rows.change_groups(), chosen)
+        positions, offsets = rows.change_groups(chosen)
         made = counts_per_group(data.changes.function[positions], offsets)
         for o, counts, changed_by in zip(chosen, counted, made):
             self._prepare_graph(rows.dirnames[o], counts, rows.labels[o], changed_by)
@@ -522,7 +522,7 @@ class _Site:
             return
         key = graphs.shape_key(counts, self.names)
         shape = self._shapes.setdefault(key, key)  # one tuple a shape, however many graphs
-        nodes = len(counts.functions) + 1
+        nodes = graphs.node_count(counts)
         if nodes <= graphs.MAX_NODES and shape not in self.shape_graphs:
             self.shape_graphs[shape] = graphs.call_graph(counts, self.names, root_label,
                                                          changed_by)
@@ -900,18 +900,6 @@ class _PageOf:
                           | ev.unreadable[events])
         files = self.files + ["index.html"]
         return [files[k] for k in np.where(linked, i // PAGE_ROWS, len(self.files)).tolist()]
-
-
-def _chosen_groups(groups: tuple[np.ndarray, np.ndarray], chosen: list[int]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Of `Objects.event_groups` or `change_groups`, those of the objects ``chosen``."""
-    positions, offsets = groups
-    if chosen == list(range(len(offsets) - 1)):
-        return positions, offsets
-    spans = [positions[offsets[o]:offsets[o + 1]] for o in chosen]
-    mine = np.zeros(len(chosen) + 1, np.int64)
-    np.cumsum([len(s) for s in spans], out=mine[1:])
-    return (np.concatenate(spans) if spans else np.zeros(0, np.int64)), mine
 
 
 #: the site a forked helper works on (inherited from the parent, never copied)
