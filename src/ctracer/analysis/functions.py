@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.analysis.model import function_label
 from ctracer.event import canonical_ids
 from ctracer.tracefile import FunctionRow
 
@@ -64,7 +65,7 @@ class FunctionTable:
     def name(self, fid: int) -> str:
         n = self.names.get(fid)
         if n is None:
-            n = self.names[fid] = f"function#{fid}"
+            n = self.names[fid] = function_label(self.names, fid)
         return n
 
 

@@ -53,6 +53,11 @@ def unique_pairs(high: np.ndarray, low: np.ndarray
     return (keys >> 32) - 1, (keys & 0xFFFFFFFF) - 1, first, counts
 
 
+def function_label(names: dict[int, str], fid: int) -> str:
+    """A function's name, or ``function#<id>`` for an id the trace names nowhere."""
+    return names.get(fid, f"function#{fid}")
+
+
 def counts_per_group(values: np.ndarray, offsets: np.ndarray) -> list[dict[int, int]]:
     """How many times each value (>= 0; others are not counted) occurs in each group,
     group ``g`` being ``values[offsets[g]:offsets[g + 1]]``: a dict per group, by value."""
@@ -414,7 +419,7 @@ class Analysis:
         return meta_text(self.meta, key)
 
     def function_name(self, fid: int) -> str:
-        return self.function_names.get(fid, f"function#{fid}")
+        return function_label(self.function_names, fid)
 
     # ---------------------------------------------------------------- changes
 

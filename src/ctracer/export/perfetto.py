@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ctracer.analysis import Analysis
-from ctracer.analysis.model import NO_DURATION
+from ctracer.analysis.model import NO_DURATION, function_label
 from ctracer.decode import object_name
 from ctracer.event import PHASE_ENTRY
 from ctracer.export.table import function_names, trace_id
@@ -127,7 +127,7 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
                 ev.depth, ev.matched, ev.duration_ns, ev.has_retval, ev.retval))):
         comm = ev.comms[comm_index]
         where = track(o, tid, comm)
-        name = names.get(fid, f"function#{fid}")
+        name = function_label(names, fid)
         args: dict[str, Any] = {"comm": comm, "tid": tid, "depth": depth}
         lo, hi = int(change_start[i]), int(change_end[i])
         changes = _changes(a, lo, hi)

@@ -28,6 +28,7 @@ import networkx as nx
 from markupsafe import Markup, escape
 
 from ctracer.analysis.callgraph import ROOT, CallCounts
+from ctracer.analysis.model import function_label
 from ctracer.report.values import format_duration
 
 #: layouts beyond this many nodes take dot too long and are unreadable anyway
@@ -59,17 +60,13 @@ _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 def shape_key(counts: CallCounts, names: dict[int, str]) -> tuple:
     """What decides the layout of `call_graph(counts, names, ...)`: the functions and who
     calls whom, not the counts (read from the counts: no graph is built for it)."""
-    return (tuple(sorted((fid, _label(fid, names)) for fid in counts.functions)),
+    return (tuple(sorted((fid, function_label(names, fid)) for fid in counts.functions)),
             tuple(sorted(counts.edges)))
 
 
 def node_count(counts: CallCounts) -> int:
     """The nodes of `call_graph(counts, ...)`: its functions and the root."""
     return len(counts.functions) + 1
-
-
-def _label(fid: int, names: dict[int, str]) -> str:
-    return names.get(fid, f"function#{fid}")
 
 
 def _node_id(fid: int) -> str:
@@ -206,7 +203,7 @@ def _nodes_and_edges(counts: CallCounts, names: dict[int, str], root_label: str,
     added), without building the graph."""
     nodes = [(ROOT, {"label": root_label, "calls": 0, "total_ns": 0, "changes": 0})]
     for fid, n, total in zip(counts.functions, counts.calls, counts.total_ns):
-        nodes.append((fid, {"label": _label(fid, names), "calls": n, "total_ns": total,
+        nodes.append((fid, {"label": function_label(names, fid), "calls": n, "total_ns": total,
                             "changes": changed_by.get(fid, 0), "hit": fid in counts.hits}))
     rank = {fid: i for i, (fid, _) in enumerate(nodes)}
     edges = sorted(((a, b, n) for (a, b), n in zip(counts.edges, counts.edge_calls)),

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ctracer.analysis.model import function_label
 from ctracer.analysis.profile import (NO_CALLER, NO_FUNCTION, FieldInfo, FinalValues,
                                       Timing, TraceProfile)
 from ctracer.tracefile import Trace
@@ -104,7 +105,7 @@ def _profile(trace: Trace, a) -> TraceProfile:
                                              stats.percentile(95))
     names = a.function_names
     stems = function_stems({f.id: f.name for f in summary.functions}, a.canonical, a.methods)
-    out.function_stems = {names.get(fid, f"function#{fid}"): stem for fid, stem in stems.items()}
+    out.function_stems = {function_label(names, fid): stem for fid, stem in stems.items()}
     out.field_stems = field_stems(out.fields)
     out.changes = _changes(a, [f.name for f in layout.fields])
 
@@ -141,8 +142,8 @@ def _profile(trace: Trace, a) -> TraceProfile:
     ev = a.events
     counts = call_counts(ev, np.arange(len(ev)), ev.thread_caller)
     for (caller, callee), n in zip(counts.edges, counts.edge_calls):
-        key = (NO_CALLER if caller == ROOT else names.get(caller, f"function#{caller}"),
-               names.get(callee, f"function#{callee}"))
+        key = (NO_CALLER if caller == ROOT else function_label(names, caller),
+               function_label(names, callee))
         out.edges[key] = out.edges.get(key, 0) + n
     return out
 

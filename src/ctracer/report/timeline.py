@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ctracer.analysis import Analysis, parse_arguments
-from ctracer.analysis.model import CAUSE_CALLER, CAUSES, NO_DURATION
+from ctracer.analysis.model import CAUSE_CALLER, CAUSES, NO_DURATION, function_label
 from ctracer.event import FLAG_HEAD_ONLY, PHASE_ENTRY, PHASE_TRACEPOINT
 from ctracer.report.jsontext import compact_json
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration
@@ -210,7 +210,7 @@ class TimelineData:
         phase = ev.phase[rows]
         data: dict[str, Any] = {
             "fields": self.fields, "entry": PHASE_ENTRY, "point": PHASE_TRACEPOINT,
-            "functions": {str(f): self.names.get(f, f"function#{f}")
+            "functions": {str(f): function_label(self.names, f)
                           for f in np.unique(fn).tolist()},
             "threads": [thread_label(ev.comms[k >> 32], k & 0xFFFFFFFF) for k in threads],
             "seq": ev.seq[rows].tolist(),
@@ -238,7 +238,7 @@ class TimelineData:
         threads and fields changed, and its time span."""
         a = self.analysis
         ev, ch = a.events, a.changes
-        functions = {self.names.get(f, f"function#{f}") for f in np.unique(ev.function[rows]).tolist()}
+        functions = {function_label(self.names, f) for f in np.unique(ev.function[rows]).tolist()}
         fields: set[str] = set()
         picks = _changes_of(self.change_start[rows], self.change_end[rows])
         for j in np.unique(ch.field[picks]).tolist():
