@@ -483,13 +483,12 @@ class _Site:
         out = []
         for stats in sorted(table.values(), key=lambda s: (-s.calls, s.name)):
             timed = len(stats.durations)
-            total = stats.total_ns
             lowest, median, p95, highest = stats.percentiles(0, 50, 95, 100)
             out.append({
                 "name": stats.name, "stem": self.function_stem.get(stats.function_id, ""),
                 "calls": stats.calls, "timed": timed,
-                "total": format_duration(total) if timed else "",
-                "mean": format_duration(int(total / timed)) if timed else "",
+                "total": format_duration(stats.total_ns) if timed else "",
+                "mean": format_duration(int(stats.mean_ns)) if timed else "",
                 "median": format_duration(median), "p95": format_duration(p95),
                 "min": format_duration(lowest) if timed else "",
                 "max": format_duration(highest) if timed else "",
