@@ -18,7 +18,8 @@ object per event or per change.  The modules, in the order `load` runs them:
 * `summary` — what the trace says about itself;
 * `callgraph` — who called whom, per object and over all of them;
 * `model` — the result: `Analysis` and its columns;
-* `memory` — the memory the passes freed given back to the system.
+* `memory` — the allocator's settings while the passes run, and what they freed given
+  back to the system.
 
 Beside them, `diff` compares two traces' `profile.TraceProfile` (what ``ctracer diff``
 reads of each trace, made by `ctracer.report.profiles`).
@@ -27,9 +28,13 @@ reads of each trace, made by `ctracer.report.profiles`).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ctracer.analysis.model import Analysis, Counts
+
+if TYPE_CHECKING:
+    from ctracer.analysis.functions import FunctionTable
+    from ctracer.analysis.mapped import ArraySpace
 
 __all__ = ["load", "open_trace", "Analysis"]
 
@@ -63,28 +68,29 @@ def load(trace: Union[str, Any], progress: Optional[Callable[[str], None]] = Non
 
 def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
              spill_dir: Optional[str]) -> Analysis:
+    from ctracer.analysis.functions import function_table
+    from ctracer.analysis.mapped import ArraySpace
+    from ctracer.analysis.memory import passes_memory
+    from ctracer.analysis.passes import ROW_BYTES
+
+    announced = trace.meta_json("announced_stores")
+    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
+    space = ArraySpace.for_trace(trace.event_count(), ROW_BYTES + trace.mini.size, spill_dir)
+    with passes_memory(mapped=space.directory is not None):
+        return _run_passes(trace, say, keep_snapshots, fns, announced, space)
+
+
+def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
+                fns: "FunctionTable", announced: Any, space: "ArraySpace") -> Analysis:
     import numpy as np
 
     from ctracer.analysis import changes as changing
     from ctracer.analysis import passes
-    from ctracer.analysis.functions import function_table, lifetime_rule
-    from ctracer.analysis.mapped import ArraySpace, is_mapped
-    from ctracer.analysis.memory import (HEAP_TRACE_THRESHOLD, map_large_blocks,
-                                         release_free_memory, small_pages_for_arrays)
+    from ctracer.analysis.functions import lifetime_rule
+    from ctracer.analysis.mapped import is_mapped
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
-    announced = trace.meta_json("announced_stores")
-    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
-    space = ArraySpace.for_trace(trace.event_count(), passes.ROW_BYTES + trace.mini.size,
-                                 spill_dir)
-    # a big trace's temporaries mapped from 128 KiB, a smaller one's from 4 MiB (see
-    # `ctracer.analysis.memory`)
-    small_pages_for_arrays()
-    if space.directory is None:
-        map_large_blocks(HEAP_TRACE_THRESHOLD)
-    else:
-        map_large_blocks()
     read = passes.read_events(trace, fns, space)
     c = read.columns
     say(f"read {len(read)} events")
@@ -144,7 +150,6 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     for stats in calls.methods.values():
         stats.durations, stats.call_times = (space.settle(stats.durations),
                                              space.settle(stats.call_times))
-    release_free_memory()  # what the passes freed, before anyone forks helpers
     counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
                     claimed=(summary.events_claimed
