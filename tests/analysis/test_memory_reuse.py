@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-# In a fresh interpreter: a 64 MiB array made and freed, then another one; prints the
+# In a fresh interpreter: a 8 MiB array made and freed, then another one; prints the
 # page faults of the second, the MB resident once it is freed, and the MB resident once
 # the passes' settings are undone (each relative to the start).
 PROBE = r"""
@@ -26,10 +26,10 @@ def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 def twice():
-    first = np.ones(64 << 20, np.uint8)
+    first = np.ones(8 << 20, np.uint8)
     del first
     before = faults()
-    second = np.ones(64 << 20, np.uint8)
+    second = np.ones(8 << 20, np.uint8)
     del second
     return faults() - before
 
@@ -55,10 +55,10 @@ def _probe(mode: str) -> tuple[int, float, float]:
 def test_freed_blocks_are_reused_while_the_passes_run_then_returned():
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's allocator only")
-    pages = (64 << 20) // 4096
+    pages = (8 << 20) // 4096
     refaults, kept, _after = _probe("helpers")
-    assert refaults > pages // 2, "a freed 64 MiB block was reused with the helpers' settings"
+    assert refaults > pages // 2, "a freed 8 MiB block was reused with the helpers' settings"
     refaults, kept, after = _probe("passes")
     assert refaults < pages // 10, f"{refaults} page faults for a block made a second time"
-    assert kept > 48, "the freed block did not stay in the heap while the passes ran"
-    assert after < 8, f"{after:.0f} MB still resident once the passes' settings were undone"
+    assert kept > 6, "the freed block did not stay in the heap while the passes ran"
+    assert after < 4, f"{after:.0f} MB still resident once the passes' settings were undone"

@@ -17,21 +17,18 @@ leaves the report's helpers ~100 MB more (1M events: 595 MB for the renderer and
 helpers together, against 494 MB at 128 KiB and 521-538 MB at 4 MiB).
 Elsewhere (not glibc) these functions do nothing.
 
-While the passes run, though, `reuse_freed_blocks` serves every block up to a gigabyte
-from the heap and keeps up to `KEPT_FREE` bytes of what they free there: each pass makes
-and drops column-sized temporaries one after the other, and a block mapped afresh each
-time costs the kernel a fault and a zeroed page for every 4 KiB of it (10M events: 3.25M
-faults, 10.7-13.2 s of kernel time in a ~40 s analysis; with the freed blocks reused
-0.35M faults, 6.1 s, and the analysis' anonymous peak 830 MB against 798 MB).  The
-analysis then sets the threshold for the report's helpers (`map_large_blocks`, which
-also lets the heap shrink again) and returns what is free (`release_free_memory`).
-
-`small_pages_for_arrays` stops numpy asking the kernel for huge pages for its arrays
-(``madvise(MADV_HUGEPAGE)`` on every array of 4 MiB or more, numpy's default): where the
-kernel compacts memory to find one at the fault (``defrag`` ``madvise``, Debian's
-default), each new column-sized temporary stalled in the kernel: 10M events, the
-analysis took 62-73 s with huge pages, 52-63 s without, in alternating runs (call
-counting 12.7-14.4 s, 5.6-7.0 s of it in the kernel, against 6.6-8.8 s).
+While the passes run, though, `reuse_freed_blocks` serves every block under
+`REUSED_UP_TO` (16 MiB, the size from which a big trace's arrays go to files) from the
+heap and keeps up to `KEPT_FREE` of what is freed there: the passes make and drop such
+blocks by the thousand (a batch of raw events read from the trace file, a chunk's
+temporaries), and a block mapped afresh each time costs the kernel a fault and a zeroed
+page for every 4 KiB of it.  10M events: 3.5M page faults, 1.1M of them reading the
+events, against 1.3M; the analysis 39.1 and 35.2 s against 33.6 and 32.0 s, its
+anonymous peak 720-798 MB against 771 MB (serving blocks up to 1 GiB from the heap
+saved no more time and peaked at 823-914 MB).  1M events: 3.3 s against 2.85 s, 339-346
+MB against 350-360 MB.  The analysis then sets the threshold for the report's helpers
+(`map_large_blocks`, which also lets the heap shrink again) and returns what is free
+(`release_free_memory`).
 """
 
 from __future__ import annotations
@@ -40,6 +37,8 @@ import ctypes
 import ctypes.util
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
+
+from ctracer.analysis.mapped import MIN_BYTES
 
 _libc: Optional[Any] = None
 _tried = False
@@ -50,10 +49,11 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD = 128 * 1024
 _TRIM_THRESHOLD = 128 * 1024
-#: while the passes run: blocks up to this size come from the heap ...
-REUSED_UP_TO = 1 << 30
-#: ... and this much of what they free stays there for the next pass
-KEPT_FREE = 512 << 20
+#: while the passes run: blocks under this size come from the heap (what a big trace's
+#: `ArraySpace` leaves there) ...
+REUSED_UP_TO = MIN_BYTES
+#: ... and this much of what they free stays at its top for the next ones
+KEPT_FREE = 32 << 20
 #: the threshold kept for a trace whose arrays stay on the heap: its per-page and
 #: per-object temporaries come from the heap, its column-sized ones are mapped
 HEAP_TRACE_THRESHOLD = 4 << 20
