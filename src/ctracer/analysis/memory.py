@@ -17,18 +17,20 @@ leaves the report's helpers ~100 MB more (1M events: 595 MB for the renderer and
 helpers together, against 494 MB at 128 KiB and 521-538 MB at 4 MiB).
 Elsewhere (not glibc) these functions do nothing.
 
-While the passes run, though, `reuse_freed_blocks` serves every block under
-`REUSED_UP_TO` (16 MiB, the size from which a big trace's arrays go to files) from the
-heap and keeps up to `KEPT_FREE` of what is freed there: the passes make and drop such
-blocks by the thousand (a batch of raw events read from the trace file, a chunk's
-temporaries), and a block mapped afresh each time costs the kernel a fault and a zeroed
-page for every 4 KiB of it.  10M events: 3.5M page faults, 1.1M of them reading the
-events, against 1.3M; the analysis 39.1 and 35.2 s against 33.6 and 32.0 s, its
-anonymous peak 720-798 MB against 771 MB (serving blocks up to 1 GiB from the heap
-saved no more time and peaked at 823-914 MB).  1M events: 3.3 s against 2.85 s, 339-346
-MB against 350-360 MB.  The analysis then sets the threshold for the report's helpers
-(`map_large_blocks`, which also lets the heap shrink again) and returns what is free
-(`release_free_memory`).
+While the passes run, though, `reuse_freed_blocks` keeps up to `KEPT_FREE` of what is
+freed at the heap's top, and for a trace whose arrays are mapped serves every block
+under `mapped.MIN_BYTES` (16 MiB, the size from which its arrays go to files) from the
+heap: the passes make and drop such blocks by the thousand (a batch of raw events read
+from the trace file, a chunk's temporaries), and a block mapped afresh each time costs
+the kernel a fault and a zeroed page for every 4 KiB of it.  10M events: 3.5M page
+faults, 1.1M of them reading the events, against 1.3M; the analysis 39.1 and 35.2 s
+against 33.6 and 32.0 s, its anonymous peak 720-798 MB against 771 MB (serving blocks up
+to 1 GiB from the heap saved no more time and peaked at 823-914 MB).  A trace on the
+heap keeps `HEAP_TRACE_THRESHOLD` there: 16 MiB would put its columns on the heap too,
+where the report's helpers copied more of them (1M events: 486-487 MB for the renderer
+and its helpers against 415-432 MB, the analysis 2.9 s either way).  The analysis then
+sets the threshold for the report's helpers (`map_large_blocks`, which also lets the
+heap shrink again) and returns what is free (`release_free_memory`).
 """
 
 from __future__ import annotations
@@ -49,10 +51,8 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD = 128 * 1024
 _TRIM_THRESHOLD = 128 * 1024
-#: while the passes run: blocks under this size come from the heap (what a big trace's
-#: `ArraySpace` leaves there) ...
-REUSED_UP_TO = MIN_BYTES
-#: ... and this much of what they free stays at its top for the next ones
+#: while the passes run, this much of what is freed stays at the heap's top for the
+#: next blocks
 KEPT_FREE = 32 << 20
 #: the threshold kept for a trace whose arrays stay on the heap: its per-page and
 #: per-object temporaries come from the heap, its column-sized ones are mapped
@@ -78,7 +78,7 @@ def passes_memory(mapped: bool) -> Iterator[None]:
     for a trace whose arrays are ``mapped``, else from `HEAP_TRACE_THRESHOLD`) and the
     free memory returned, before anyone forks them."""
     small_pages_for_arrays()
-    reuse_freed_blocks()
+    reuse_freed_blocks(MIN_BYTES if mapped else HEAP_TRACE_THRESHOLD)
     try:
         yield
     finally:
@@ -117,12 +117,11 @@ def map_large_blocks(threshold: int = _MMAP_THRESHOLD) -> bool:
                                                                 _TRIM_THRESHOLD)
 
 
-def reuse_freed_blocks() -> bool:
-    """Serve blocks up to `REUSED_UP_TO` from the heap and keep `KEPT_FREE` of what is
-    freed there (see the module docstring); whether glibc took it.  Until
+def reuse_freed_blocks(up_to: int) -> bool:
+    """Serve blocks under ``up_to`` bytes from the heap and keep `KEPT_FREE` of what is
+    freed at its top (see the module docstring); whether glibc took it.  Until
     `map_large_blocks` is called again."""
-    return _mallopt(_M_MMAP_THRESHOLD, REUSED_UP_TO) and _mallopt(_M_TRIM_THRESHOLD,
-                                                                  KEPT_FREE)
+    return _mallopt(_M_MMAP_THRESHOLD, up_to) and _mallopt(_M_TRIM_THRESHOLD, KEPT_FREE)
 
 
 def _mallopt(parameter: int, value: int) -> bool:
