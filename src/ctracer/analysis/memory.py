@@ -1,4 +1,4 @@
-"""Giving freed memory back to the system once a trace is analysed.
+"""The allocator while a trace is analysed: freed blocks reused, then given back.
 
 The passes turn chunks of columns into Python lists and build large temporary arrays;
 when they are freed, glibc's allocator keeps much of that memory mapped (small objects
@@ -15,7 +15,6 @@ at 128 KiB every per-page temporary costs a mapping, zeroed pages and an unmappi
 (1M events: ~1 s of kernel time in the analysis alone), and a threshold left to move
 leaves the report's helpers ~100 MB more (1M events: 595 MB for the renderer and its
 helpers together, against 494 MB at 128 KiB and 521-538 MB at 4 MiB).
-Elsewhere (not glibc) these functions do nothing.
 
 While the passes run, though, `reuse_freed_blocks` keeps up to `KEPT_FREE` of what is
 freed at the heap's top, and for a trace whose arrays are mapped serves every block
@@ -30,7 +29,15 @@ heap keeps `HEAP_TRACE_THRESHOLD` there: 16 MiB would put its columns on the hea
 where the report's helpers copied more of them (1M events: 486-487 MB for the renderer
 and its helpers against 415-432 MB, the analysis 2.9 s either way).  The analysis then
 sets the threshold for the report's helpers (`map_large_blocks`, which also lets the
-heap shrink again) and returns what is free (`release_free_memory`).
+heap shrink again) and returns what is free (`release_free_memory`).  Elsewhere (not
+glibc) these allocator settings do nothing.
+
+`small_pages_for_arrays` stops numpy asking the kernel for huge pages for its arrays
+(``madvise(MADV_HUGEPAGE)`` on every array of 4 MiB or more, numpy's default): where the
+kernel compacts memory to find one at the fault (``defrag`` ``madvise``, Debian's
+default), each new column-sized temporary stalled in the kernel: 10M events, the
+analysis took 62-73 s with huge pages, 52-63 s without, in alternating runs (call
+counting 12.7-14.4 s, 5.6-7.0 s of it in the kernel, against 6.6-8.8 s).
 """
 
 from __future__ import annotations
