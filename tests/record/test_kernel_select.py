@@ -153,13 +153,36 @@ def test_comm_records_only_the_named_process_sockets(tmp_path):
     assert trace.meta_json("admission")["comm"] == name
 
 
+#: how many times the spinner runs beside the keepalive timer until a probe finds it current
+SPIN_ATTEMPTS = 3
+
+
 def test_an_interrupt_that_comes_in_on_the_process_is_not_its_work(tmp_path):
     """Another process's connection sends keepalive probes from its timer on CPU 0 while
     the chosen process spins there in user space, touching no socket: the timer's
     softirq finds the chosen process current (bpftrace counts those hits, the proof the
     case happened), but it is not the process's work, so ``-p`` admits nothing (before,
-    the other's sockets were recorded as the process's: CI saw it with ``--comm``)."""
+    the other's sockets were recorded as the process's: CI saw it with ``--comm``).  On
+    a loaded machine the spinner may not be current when a probe goes out (other work
+    on CPU 0): the scenario is run again, up to `SPIN_ATTEMPTS` times, until it was."""
     kr.bpf_or_skip()
+    for attempt in range(SPIN_ATTEMPTS):
+        run = tmp_path / f"attempt{attempt}"
+        run.mkdir()
+        seen = _spin_beside_keepalive(run)
+        trace = Trace(str(run / "select.ctrace"))
+        assert trace.event_count() == 0, [(trace.functions[e.function_id].name, e.comm)
+                                          for e in trace.events()][:10]
+        if seen:
+            break
+    else:
+        pytest.fail(f"in {SPIN_ATTEMPTS} attempts no packet was queued while the spinning "
+                    "process was current: the case this test is about did not happen")
+
+
+def _spin_beside_keepalive(run) -> list[str]:
+    """One run of the scenario above, recorded with ``-p`` into ``run``; what bpftrace
+    saw queued while the spinner was current."""
     spin_seconds = 4.5
     keepalive = subprocess.Popen([sys.executable, os.path.join(WORKLOADS, "keepalive_on_cpu0.py"),
                                   "60"], stdout=subprocess.PIPE, text=True)
@@ -170,9 +193,9 @@ def test_an_interrupt_that_comes_in_on_the_process_is_not_its_work(tmp_path):
         assert keepalive.stdout.readline().strip() == "ready"
         assert spinner.stdout.readline().strip() == "waiting"
         observer = kr.Observer(f"tracepoint:net:net_dev_queue /pid == {spinner.pid}/ "
-                               '{ printf("E %d\\n", pid); }', tmp_path / "queue.bpftrace")
+                               '{ printf("E %d\\n", pid); }', run / "queue.bpftrace")
         try:
-            recorder = _recorder(tmp_path, "-p", str(spinner.pid))
+            recorder = _recorder(run, "-p", str(spinner.pid))
             spinner.stdin.write("go\n")
             spinner.stdin.flush()
             _, err = recorder.communicate(timeout=120)
@@ -183,11 +206,7 @@ def test_an_interrupt_that_comes_in_on_the_process_is_not_its_work(tmp_path):
             p.kill()
             p.wait()
     assert recorder.returncode == 0, err
-    assert seen, "no packet was queued while the spinning process was current: the case " \
-                 "this test is about did not happen"
-    trace = Trace(str(tmp_path / "select.ctrace"))
-    assert trace.event_count() == 0, [(trace.functions[e.function_id].name, e.comm)
-                                      for e in trace.events()][:10]
+    return seen
 
 
 def test_object_records_only_that_address(tmp_path):
