@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
-from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.analysis.model import function_label
 from ctracer.event import canonical_ids
+from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.tracefile import FunctionRow
 
 
