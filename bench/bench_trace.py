@@ -66,7 +66,7 @@ def run_sample(argv: list[str]) -> float:
 
 
 def traced_run(program, argv, consumer: str, out_dir: str) -> dict:
-    counts = record.Counts()
+    counts = record.ProgressCounts()
     writer = None
     session = bpf_runtime.ProbeSession(program, SAMPLE, lambda raw: None)
     session.compile()

@@ -54,7 +54,7 @@ def test_svg_drawn_from_counts_lists_nodes_and_edges_as_the_graph_does(loaded):
         assert nodes == list(g.nodes(data=True))
         assert edges == list(g.edges(data="calls"))
     # edges counted in an order that is not networkx's: listed by caller node
-    counts = callgraph.CallCounts([1, 2, 3], [1, 1, 2], [0, 5, 0],
+    counts = callgraph.CallGraphCounts([1, 2, 3], [1, 1, 2], [0, 5, 0],
                                   [(ROOT, 1), (1, 2), (ROOT, 3), (2, 3)], [1, 1, 1, 1],
                                   frozenset({3}))
     g = graphs.call_graph(counts, {1: "f", 2: "g"}, "root")

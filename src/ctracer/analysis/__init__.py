@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from ctracer.analysis.model import Analysis, Counts
+from ctracer.analysis.model import Analysis, EventCounts
 
 if TYPE_CHECKING:
     from ctracer.analysis.functions import FunctionTable
@@ -150,7 +150,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     for stats in calls.methods.values():
         stats.durations, stats.call_times = (space.settle(stats.durations),
                                              space.settle(stats.call_times))
-    counts = Counts(recorded=recorded, shown=shown, repeated=recorded - shown,
+    counts = EventCounts(recorded=recorded, shown=shown, repeated=recorded - shown,
                     lost=summary.lost_events, unreadable=int(events.unreadable.sum()),
                     claimed=(summary.events_claimed
                              if summary.events_claimed not in (None, recorded) else None),

@@ -23,7 +23,7 @@ ROOT = -1
 
 
 @dataclass
-class CallCounts:
+class CallGraphCounts:
     functions: list[int]     # function ids, in order of first call
     calls: list[int]         # calls of each
     total_ns: list[int]      # summed durations of each
@@ -37,7 +37,7 @@ class CallCounts:
 COUNTED_AT_ONCE = 1 << 20
 
 
-def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCounts:
+def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallGraphCounts:
     """The call counts among the events at ``rows`` (time order); ``callers`` is the
     caller column of those events (``object_caller`` or ``thread_caller``, whole)."""
     calls: dict[int, int] = {}              # in order of first call
@@ -73,7 +73,7 @@ def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallCo
             edges[edge] = edges.get(edge, 0) + int(edge_calls[i])
         hits.update(np.unique(fn[phase == PHASE_TRACEPOINT]).tolist())
     fn_list = list(calls)
-    return CallCounts(fn_list, list(calls.values()), [totals.get(f, 0) for f in fn_list],
+    return CallGraphCounts(fn_list, list(calls.values()), [totals.get(f, 0) for f in fn_list],
                       list(edges), list(edges.values()), frozenset(hits))
 
 
@@ -85,13 +85,13 @@ def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def grouped_call_counts(events: Events, positions: np.ndarray, offsets: np.ndarray,
-                        callers: np.ndarray) -> list[CallCounts]:
+                        callers: np.ndarray) -> list[CallGraphCounts]:
     """`call_counts` of many groups of events at once (one object's each): group ``g``'s
     events are ``positions[offsets[g]:offsets[g + 1]]``, in time order.  Groups are
     counted together a slice of about `COUNTED_AT_ONCE` events at a time: per group,
     six `np.unique` calls on a few events cost more than counting them (2,700 objects
     of a million events: 0.84 s one at a time)."""
-    out: list[CallCounts] = []
+    out: list[CallGraphCounts] = []
     n = len(offsets) - 1
     widest = int(max(events.function.max(initial=0), callers.max(initial=0))) + 2
     apart = len(events.function) and int(events.function.min()) < 0  # keys need functions >= 0
@@ -112,7 +112,7 @@ def grouped_call_counts(events: Events, positions: np.ndarray, offsets: np.ndarr
 
 
 def _counted_together(events: Events, rows: np.ndarray, bounds: np.ndarray,
-                      callers: np.ndarray, widest: int) -> list[CallCounts]:
+                      callers: np.ndarray, widest: int) -> list[CallGraphCounts]:
     """`call_counts` of each group of ``rows`` (group ``k``: ``bounds[k]:bounds[k+1]``),
     on keys that put the group first: (group, function) and (group, caller, callee)."""
     groups = len(bounds) - 1
@@ -159,7 +159,7 @@ def _counted_together(events: Events, rows: np.ndarray, bounds: np.ndarray,
     for k in range(groups):
         lo, hi = cb[k], cb[k + 1]
         elo, ehi = eb[k], eb[k + 1]
-        out.append(CallCounts(
+        out.append(CallGraphCounts(
             called_fn[lo:hi], n_calls_list[lo:hi],
             [total_of.get(key, 0) for key in called_keys[lo:hi]],
             list(zip(callers_list[elo:ehi], callees_list[elo:ehi])),

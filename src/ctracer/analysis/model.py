@@ -263,7 +263,7 @@ class TraceSummary:
 
 
 @dataclass
-class Counts:
+class EventCounts:
     """The one set of event counts every page and the CLI show.
 
     ``recorded`` = ``shown`` + ``repeated``: every event in the trace file is on a
@@ -382,7 +382,7 @@ class Analysis:
     """A whole trace analysed: its summary, counts, events, objects and changes."""
 
     summary: TraceSummary
-    counts: Counts
+    counts: EventCounts
     layout: Layout                  # the mini struct the snapshots hold
     meta: dict[str, Any]            # the trace's meta entries, decoded from JSON
     events: Events

@@ -428,7 +428,7 @@ def _mark_duplicates(rows: np.ndarray, frame: np.ndarray, address: np.ndarray,
 
 
 @dataclass
-class Placed:
+class ObjectPlacement:
     """Pass 4's result: the kept events' object, the objects and their names."""
 
     keep: np.ndarray          # positions (in the read events) of the events shown
@@ -441,7 +441,7 @@ class Placed:
 
 
 def assign_objects(pairing: Pairing, duplicate: np.ndarray,
-                   space: Optional[ArraySpace] = None) -> Placed:
+                   space: Optional[ArraySpace] = None) -> ObjectPlacement:
     space = space or ArraySpace(None)
     lifetimes = pairing.lifetimes
     keep = space.copy(np.flatnonzero(~duplicate))
@@ -489,7 +489,7 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray,
             labels.append(name)
             dirnames.append(name)
             started_by.append(lifetimes.reason(key))
-    return Placed(keep, obj, keys, labels, dirnames, started_by, int((~has).sum()))
+    return ObjectPlacement(keep, obj, keys, labels, dirnames, started_by, int((~has).sum()))
 
 
 def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray, phase: np.ndarray,

@@ -32,7 +32,7 @@ WITHOUT_COLLECTOR = frozenset({
 
 
 @dataclass(frozen=True)
-class Member:
+class MemberView:
     """What a kind sees of a member of its type: the scalars inside it by dotted path
     (offsets relative to the member), and its size."""
 
@@ -105,7 +105,7 @@ def claim(graph: TypeGraph, tid: Optional[TypeId]) -> Optional[Claim]:
             return Claim(module.NAME, name, (), f"{name} is only declared")
         fields = member_fields(graph, inner) if isinstance(t, CompositeType) else {}
         found: Union[tuple[Derived, ...], str] = module.values(
-            Member(fields, graph.size_of(inner)))
+            MemberView(fields, graph.size_of(inner)))
         if isinstance(found, str):
             return Claim(module.NAME, name, (), f"{name}: {found}")
         return Claim(module.NAME, name, tuple(found))

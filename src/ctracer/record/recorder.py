@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Counts:
+class ProgressCounts:
     """What the progress line and the summary show."""
 
     events: int = 0
@@ -100,7 +100,7 @@ class EventSink:
     BATCH = 4096
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
 
-    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: Counts,
+    def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: ProgressCounts,
                  tail: Optional["Tail"] = None):
         self.writer = writer
         self.counts = counts
@@ -169,7 +169,7 @@ class Progress:
         """The recording begins: the clock shown starts now."""
         self.started = time.monotonic()
 
-    def show(self, counts: Counts, force: bool = False) -> None:
+    def show(self, counts: ProgressCounts, force: bool = False) -> None:
         now = time.monotonic()
         if not self.enabled or (not force and now - self.last < self.every):
             return
@@ -322,7 +322,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     if pid is not None and not _process_alive(pid):
         raise InputFileError(f"no process with id {pid}")
     progress = progress or Progress(enabled=False)
-    counts = Counts()
+    counts = ProgressCounts()
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
     session.compile()
     writer = TraceWriter(output)
@@ -420,7 +420,7 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
                                      attached_text[r.id]) for r in program.rows)
 
 
-def _result(output: str, program: ProbeProgram, session, counts: Counts, kept: int,
+def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts, kept: int,
             seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
             detach_seconds: float, misses: dict) -> RecordResult:
     from ctracer.record import bpf_runtime
@@ -443,7 +443,7 @@ def _thread_state_fallback(session) -> str:
     return links.thread_state if links is not None and links.fell_back else ""
 
 
-def _stop_and_drain(session, sink: "EventSink", counts: Counts, watch: "MappingWatch",
+def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "MappingWatch",
                     stopped_by: str) -> str:
     """Stop every probe at once, take what the ring buffer holds and commit it while the
     probes are being detached, then what the last probes in flight left; why the
@@ -491,7 +491,7 @@ def _commit(sink: "EventSink", stopped_by: str) -> str:
     return stopped_by
 
 
-def _finish_on_full_disk(writer: TraceWriter, counts: Counts, *, end_time: str,
+def _finish_on_full_disk(writer: TraceWriter, counts: ProgressCounts, *, end_time: str,
                          end_ns: int) -> None:
     """The disk filled up: what was committed stays in the file (raw, as every event
     is); what was being written is rolled back, so no event
@@ -557,7 +557,7 @@ class MappingWatch:
                 "name the program that runs, or a library it loads"]
 
 
-def _poll_until_done(session, counts: Counts, progress: Progress,
+def _poll_until_done(session, counts: ProgressCounts, progress: Progress,
                      gated: Optional[GatedCommand], pid: Optional[int],
                      duration: Optional[float], started: float, stop: StopRequest,
                      watch: MappingWatch) -> str:

@@ -27,7 +27,7 @@ import graphviz
 import networkx as nx
 from markupsafe import Markup, escape
 
-from ctracer.analysis.callgraph import ROOT, CallCounts
+from ctracer.analysis.callgraph import ROOT, CallGraphCounts
 from ctracer.analysis.model import function_label
 from ctracer.report.values import format_duration
 
@@ -36,7 +36,7 @@ MAX_NODES = 400
 _FONT = "DejaVu Sans"
 
 
-def call_graph(counts: CallCounts, names: dict[int, str], root_label: str,
+def call_graph(counts: CallGraphCounts, names: dict[int, str], root_label: str,
                changed_by: Optional[dict[int, int]] = None) -> nx.DiGraph:
     """A graph of the calls `ctracer.analysis.callgraph` counted: node per function id,
     edge caller → callee; a tracepoint's node (``hit``) counts its hits, under the call
@@ -57,14 +57,14 @@ _ROOT_WIDEST = "0xffff888812345678-888"
 _PX = 72.0  # dot's plain output is in inches; SVG user units are points
 
 
-def shape_key(counts: CallCounts, names: dict[int, str]) -> tuple:
+def shape_key(counts: CallGraphCounts, names: dict[int, str]) -> tuple:
     """What decides the layout of `call_graph(counts, names, ...)`: the functions and who
     calls whom, not the counts (read from the counts: no graph is built for it)."""
     return (tuple(sorted((fid, function_label(names, fid)) for fid in counts.functions)),
             tuple(sorted(counts.edges)))
 
 
-def node_count(counts: CallCounts) -> int:
+def node_count(counts: CallGraphCounts) -> int:
     """The nodes of `call_graph(counts, ...)`: its functions and the root."""
     return len(counts.functions) + 1
 
@@ -90,7 +90,7 @@ def _dot_source(g: nx.DiGraph) -> str:
 
 
 @dataclass
-class Placed:
+class DotLayout:
     """A layout from dot: node boxes (centre x, y, width, height) and edge splines, in
     SVG units with y down."""
 
@@ -117,7 +117,7 @@ class Placed:
         return d
 
 
-def _parse_plain(text: str) -> Placed:
+def _parse_plain(text: str) -> DotLayout:
     width = height = 0.0
     nodes: dict = {}
     edges: dict = {}
@@ -139,14 +139,14 @@ def _parse_plain(text: str) -> Placed:
             if len(rest) >= 5:  # label x y style color
                 label = (float(rest[1]) * _PX, height - float(rest[2]) * _PX)
             edges[(parts[1], parts[2])] = (points, label)
-    return Placed(width, height, nodes, edges)
+    return DotLayout(width, height, nodes, edges)
 
 
 def layout_shapes(shapes: dict[tuple, nx.DiGraph], batch: int = 200
-                  ) -> tuple[dict[tuple, Placed], list[str]]:
+                  ) -> tuple[dict[tuple, DotLayout], list[str]]:
     """Lay out one graph of each shape (`shape_key` -> a graph of it), many graphs per
     ``dot`` process; return the layouts by shape and a note per shape dot failed on."""
-    placed: dict[tuple, Placed] = {}
+    placed: dict[tuple, DotLayout] = {}
     notes = []
     items = list(shapes.items())
     with tempfile.TemporaryDirectory(prefix="ctracer-dot-") as tmp:
@@ -196,7 +196,7 @@ def _tooltip(data: dict) -> str:
     return text + " (click: its timeline rows; counts: its methods entry)"
 
 
-def _nodes_and_edges(counts: CallCounts, names: dict[int, str], root_label: str,
+def _nodes_and_edges(counts: CallGraphCounts, names: dict[int, str], root_label: str,
                      changed_by: dict[int, int]) -> tuple[list[tuple[int, dict]], list]:
     """The nodes (id, data) and edges (caller, callee, calls) of `call_graph`, in the
     order networkx lists them (nodes as added; edges by their caller's node, then as
@@ -211,8 +211,8 @@ def _nodes_and_edges(counts: CallCounts, names: dict[int, str], root_label: str,
     return nodes, edges
 
 
-def svg(counts: CallCounts, names: dict[int, str], root_label: str,
-        changed_by: dict[int, int], placed: Placed,
+def svg(counts: CallGraphCounts, names: dict[int, str], root_label: str,
+        changed_by: dict[int, int], placed: DotLayout,
         links: Callable[[int], tuple[str, str]]) -> Markup:
     """The call graph of ``counts`` (as `call_graph` makes it) as inline SVG: each
     function's box links to its first timeline row (``links(fid)[0]``) and its second

@@ -38,7 +38,7 @@ import numpy as np
 from ctracer import __version__
 from ctracer import analysis
 from ctracer.analysis import Analysis
-from ctracer.analysis.callgraph import CallCounts, call_counts, grouped_call_counts
+from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_call_counts
 from ctracer.analysis.memory import release_free_memory
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats, counts_per_group)
@@ -301,7 +301,7 @@ class _Site:
         self.graphs: dict[str, tuple] = {}
         self.shape_graphs: dict[tuple, Any] = {}  # shape -> one graph of it, until laid out
         self._shapes: dict[tuple, tuple] = {}  # each shape, the one tuple every graph shares
-        self.placed: dict[tuple, graphs.Placed] = {}  # shape -> layout
+        self.placed: dict[tuple, graphs.DotLayout] = {}  # shape -> layout
         self.plot_jobs: list[Any] = []
         self._cells: dict[int, tuple[str, str]] = {}
         self._shown_html = TextMemo()
@@ -515,7 +515,7 @@ class _Site:
             self._prepare_graph(ALL_DIR, call_counts(ev, np.arange(len(ev)), ev.thread_caller),
                                 f"{len(rows)} objects", made_all[0])
 
-    def _prepare_graph(self, directory: str, counts: CallCounts, root_label: str,
+    def _prepare_graph(self, directory: str, counts: CallGraphCounts, root_label: str,
                        changed_by: dict[int, int]) -> None:
         if not counts.functions:
             return

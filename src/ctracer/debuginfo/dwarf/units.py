@@ -250,7 +250,7 @@ def _shape_kind(tag: int) -> str:
 # ------------------------------------------------------------------ unit summaries
 
 
-class FunctionRow(NamedTuple):
+class UnitFunction(NamedTuple):
     """A function as a unit summary and the catalog rows carry it."""
 
     name: str
@@ -284,7 +284,7 @@ class StructRow(NamedTuple):
 class UnitSummary:
     """A unit reduced to compact tuples (cheap to send between processes).
 
-    ``functions``: `FunctionRow`s; ``structs``: `StructRow`s.
+    ``functions``: `UnitFunction`s; ``structs``: `StructRow`s.
     ``orphans``: ``(abstract_origin, low_pc)`` of concrete copies whose abstract DIE
     lies in another unit.
     ``tracepoints``: ``(name, params)``.
@@ -357,7 +357,7 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver,
 
 
 def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
-                 decl: Optional[Subprogram] = None, copies=()) -> Optional[FunctionRow]:
+                 decl: Optional[Subprogram] = None, copies=()) -> Optional[UnitFunction]:
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None
@@ -372,7 +372,7 @@ def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
     decl_line = sp.decl_line if sp.decl_line is not None else (decl.decl_line if decl else None)
     addrs = tuple(([sp.low_pc] if sp.low_pc is not None else []) + list(copies))
     inline = INLINE_NAMES[sp.inline] if sp.inline is not None and 0 <= sp.inline < 4 else "none"
-    return FunctionRow(name, tables.name, addrs, external, inline, variadic, linkage,
+    return UnitFunction(name, tables.name, addrs, external, inline, variadic, linkage,
                        tables.files.get(decl_file) if decl_file is not None else None,
                        decl_line, tuple((pname, shapes.shape(ptype)) for pname, ptype in params),
                        shapes.shape(returns), sp.offset)
@@ -442,7 +442,7 @@ def _tracepoint_params(types: dict, typedef_offset: int, shapes: ShapeResolver):
 
 @dataclass
 class CatalogRows:
-    """All units' summaries merged: `FunctionRow`s, `StructRow`s, ``(name, params)`` of
+    """All units' summaries merged: `UnitFunction`s, `StructRow`s, ``(name, params)`` of
     tracepoints, and notes for the user."""
 
     functions: list
