@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from ctracer import pipeline  # noqa: E402
-from ctracer.debuginfo.model import ShapeKind  # noqa: E402
+from ctracer.debuginfo.catalog import ShapeKind  # noqa: E402
 from ctracer.debuginfo.sources import TypeSource  # noqa: E402
 from ctracer.record import recorder  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402

@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from ctracer.collectors import registry  # noqa: E402
 from ctracer.debuginfo.btf import reader as btf  # noqa: E402
-from ctracer.debuginfo.model import ShapeKind  # noqa: E402
+from ctracer.debuginfo.catalog import ShapeKind  # noqa: E402
 from ctracer.plan import attach, discovery, mini  # noqa: E402
-from ctracer.probes.kernel import build_kernel_program  # noqa: E402
+from ctracer.probes.kernel_program import build_kernel_program  # noqa: E402
 from ctracer.record import bpf_runtime, kernel  # noqa: E402
 
 

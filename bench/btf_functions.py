@@ -57,7 +57,7 @@ def stages() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from ctracer.debuginfo.btf import reader as btf
     from ctracer.record import kernel
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
     t = time.process_time
     t0 = t()
     model = btf.open_btf(KERNEL_BTF, use_cache=False)

@@ -11,11 +11,11 @@ import pytest
 
 import groundtruth as gt
 from ctracer import pipeline
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import UsageError
 from ctracer.probes.uprobe import UprobeProgram
-from ctracer.probes.kernel import KernelProgram
+from ctracer.probes.kernel_program import KernelProgram
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from ctracer.probes import ProbeProgram
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import CtracerError, UnknownType, UsageError
 
@@ -55,7 +55,7 @@ class TraceRequest:
     where: Optional[str] = None
     max_objects: Optional[int] = None
     #: lifetime rules as ``--lifetime-rule`` writes them (None: the defaults of
-    #: `ctracer.plan.lifetimes`; "none" alone: no rule)
+    #: `ctracer.plan.lifetime_rules`; "none" alone: no rule)
     lifetime_rules: Optional[tuple[str, ...]] = None
     #: how kernel functions are probed: "auto" (the plan's choice), "fentry", "kprobe"
     #: or "none" (tracepoints only); and the most functions a trace may probe
@@ -280,7 +280,7 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
     """The lifetime rules of a kernel trace: the defaults for the struct (those whose
     tracepoint or function is traced), or exactly the ``--lifetime-rule`` ones, each
     placed on the parameter that is the object; enumerator names looked up in BTF."""
-    from ctracer.plan import lifetimes
+    from ctracer.plan import lifetime_rules
 
     def enumerator_value(text: str) -> Optional[int]:
         found = model.find_enum(enumerator=text)
@@ -288,26 +288,26 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
 
     if request.lifetime_rules is None:
         chosen = []
-        for rule in lifetimes.rules_for(name):
+        for rule in lifetime_rules.rules_for(name):
             if rule.equals_text:
                 value = enumerator_value(rule.equals_text)
                 rule = dataclasses.replace(rule, equals=rule.equals if value is None else value)
             try:
-                chosen.extend(lifetimes.place([rule], methods))
+                chosen.extend(lifetime_rules.place([rule], methods))
             except UsageError:
                 continue  # a default whose tracepoint or function is not traced here
-        return lifetimes.without_stand_ins(chosen)
+        return lifetime_rules.without_stand_ins(chosen)
     texts = [t for t in request.lifetime_rules if t != "none"]
     if len(texts) != len(request.lifetime_rules) and texts:
         raise UsageError("--lifetime-rule none goes alone (it drops every rule)")
-    return lifetimes.place([lifetimes.parse_rule(t, name, enumerator_value) for t in texts],
+    return lifetime_rules.place([lifetime_rules.parse_rule(t, name, enumerator_value) for t in texts],
                            methods)
 
 
 @contextlib.contextmanager
 def _project_rule_lines(request: TraceRequest):
     """A refused lifetime rule that the project file gave names the file's line."""
-    from ctracer.plan.lifetimes import LifetimeRuleError
+    from ctracer.plan.lifetime_rules import LifetimeRuleError
     try:
         yield
     except LifetimeRuleError as err:
@@ -444,9 +444,9 @@ def build(request: TraceRequest) -> BuiltTrace:
     program: Union[object]
     if source.is_kernel:
         from ctracer.plan import heads
-        from ctracer.plan import lifetimes
+        from ctracer.plan import lifetime_rules
         from ctracer.plan import stores
-        from ctracer.probes.kernel import build_kernel_program
+        from ctracer.probes.kernel_program import build_kernel_program
         def selected(methods: list) -> int:
             try:
                 kept = select_methods(methods, request.functions, request.exclude)
@@ -485,7 +485,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        format_fields=_format_fields(source),
                                        task_storage=storage.works is not False)
         with _project_rule_lines(request):
-            lifetimes.check_arguments(rules, {tp.name: [a.name for a in tp.args]
+            lifetime_rules.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
         note = dict(note, kinds=_kinds_line(program, choice, len(program.tracepoints)))
         extra = dict(

@@ -41,7 +41,7 @@ def support():
 @pytest.mark.parametrize("cachelines", [(), (1,)], ids=["default", "cacheline-1"])
 def test_collectors_pass_the_verifier(support, name, cachelines):
     from ctracer.debuginfo.btf import reader as btf
-    from ctracer.probes.kernel import build_kernel_program
+    from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
     model = btf.open_btf(KERNEL_BTF)
     found = discovery.discover(model.catalog(), name)

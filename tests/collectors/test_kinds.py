@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from ctracer.collectors import registry
-from ctracer.debuginfo.graph import (BaseType, CompositeType, Encoding, Member, PointerType,
+from ctracer.debuginfo.typegraph import (BaseType, CompositeType, Encoding, Member, PointerType,
                                      TypeGraph, Typedef)
 from ctracer.debuginfo.sources import KERNEL_BTF
 from ctracer.plan import mini
@@ -129,7 +129,7 @@ def test_counters_lists_queue_mutex_and_ktime():
 def test_in6_addr_is_one_address_shown_as_ipv6_text():
     # struct in6_addr { union { u8 u6_addr8[16]; __be16 u6_addr16[8]; __be32 u6_addr32[4]; }
     # in6_u; }: one 16-byte value, not three arrays
-    from ctracer.debuginfo.graph import ArrayType
+    from ctracer.debuginfo.typegraph import ArrayType
     from ctracer.event import Layout
     from ctracer.report.values import ValueFormatter
 

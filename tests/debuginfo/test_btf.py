@@ -29,8 +29,8 @@ from cbuild import Build, compile_c, need
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.debuginfo.btf import format as bf
 from ctracer.errors import InputFileError, UnknownType
-from ctracer.debuginfo.model import ShapeKind
-from ctracer.debuginfo.graph import (ArrayType, CompositeType, EnumType, FunctionType,
+from ctracer.debuginfo.catalog import ShapeKind
+from ctracer.debuginfo.typegraph import (ArrayType, CompositeType, EnumType, FunctionType,
                                      QualifiedType, iter_members_flat)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "btf"
@@ -683,7 +683,7 @@ def canonical(g, tid, depth: int = 0) -> str:
     """A type as text, for comparing graphs of two readers.  Arrays are compared by
     element count: pahole 1.24 writes int[2][3][4] to BTF as one array of 24, and BTF
     has no way to tell a flexible array (DWARF: no bound) from a zero-length one."""
-    from ctracer.debuginfo.graph import BaseType, PointerType, Typedef
+    from ctracer.debuginfo.typegraph import BaseType, PointerType, Typedef
     if tid is None:
         return "void"
     t = g[tid]

@@ -16,7 +16,7 @@ from ctracer.debuginfo.cachedir import cache_dir
 from ctracer.debuginfo.dwarf import cache
 from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import reader as dwarf
-from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
+from ctracer.debuginfo.catalog import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
 from cbuild import Build, compile_c
 from test_dwarf import SOURCES

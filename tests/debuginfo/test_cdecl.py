@@ -16,8 +16,8 @@ import pytest
 from cbuild import Build, compile_c, need
 from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.dwarf import reader as dwarf
-from ctracer.debuginfo.model import ShapeKind
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+from ctracer.debuginfo.catalog import ShapeKind
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                                      FunctionType, Member, PointerType, QualifiedType, TypeGraph,
                                      Typedef, iter_members_flat)
 

@@ -19,8 +19,8 @@ from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import dies
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.errors import InputFileError, UnknownType
-from ctracer.debuginfo.model import Inline, ShapeKind
-from ctracer.debuginfo.graph import (ArrayType, CompositeType, EnumType, FunctionType,
+from ctracer.debuginfo.catalog import Inline, ShapeKind
+from ctracer.debuginfo.typegraph import (ArrayType, CompositeType, EnumType, FunctionType,
                                      QualifiedType, TypeGraph)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "dwarf"
@@ -385,7 +385,7 @@ def test_parameter_shapes(binary):
 def test_struct_summaries_flatten_anonymous_members(binary):
     catalog = dwarf.open_elf_types(str(binary), use_cache=False).catalog()
     graph = dwarf.open_elf_types(str(binary), use_cache=False).find_struct("with_anon")
-    from ctracer.debuginfo.graph import iter_members_flat
+    from ctracer.debuginfo.typegraph import iter_members_flat
     expected = [(path, bits) for path, _m, bits in iter_members_flat(graph, graph.root)]
     summary = catalog.struct("with_anon")
     assert [(m.name, m.bit_offset) for m in summary.members] == expected

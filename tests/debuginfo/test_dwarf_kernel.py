@@ -30,7 +30,7 @@ from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.dwarf import sections
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from cbuild import need
 from test_dwarf import pahole_order, parse_pahole_struct
 

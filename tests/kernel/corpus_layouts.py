@@ -29,8 +29,8 @@ from corpus_oracles import PaholeResult
 from corpus_report import Findings, plural
 
 from ctracer.plan import pahole as layout
-from ctracer.debuginfo.model import ShapeKind
-from ctracer.debuginfo.graph import TypeGraph, iter_members_flat
+from ctracer.debuginfo.catalog import ShapeKind
+from ctracer.debuginfo.typegraph import TypeGraph, iter_members_flat
 
 #: structs whose DWARF layout text differs from pahole's because of a known reader gap,
 #: with the reason; reported, not failed, and failed once they match (drop them then)

@@ -2,7 +2,7 @@
 accepted (fentry, kprobe, kprobe.multi, raw tracepoints, uprobes), and every reason a
 function is left out."""
 
-from ctracer.debuginfo.model import FunctionInfo, Inline, Parameter, ShapeKind, TracepointInfo, TypeShape
+from ctracer.debuginfo.catalog import FunctionInfo, Inline, Parameter, ShapeKind, TracepointInfo, TypeShape
 from ctracer.plan.attach import KernelFacts, Mechanism, PROBE_KINDS, plan_probes
 from ctracer.plan.discovery import Method
 

@@ -4,7 +4,7 @@ probeability and ordering, without any debug info reader involved."""
 import pytest
 
 from ctracer.plan.discovery import REACHES, Step, discover
-from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
+from ctracer.debuginfo.catalog import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
 
 STRUCT = ShapeKind.STRUCT

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ctracer.debuginfo.model import ShapeKind
-from ctracer.debuginfo.graph import EnumType
+from ctracer.debuginfo.catalog import ShapeKind
+from ctracer.debuginfo.typegraph import EnumType
 from ctracer.debuginfo.sources import TypeSource, open_type_source
 from ctracer.errors import UsageError
 from ctracer.event import Field, Layout

@@ -17,7 +17,7 @@ from cbuild import Build, compile_c, need
 from ctracer import cli
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import pahole as layout
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, Member,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, Member,
                                      PointerType, TypeGraph)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"

@@ -34,7 +34,7 @@ from ctracer.debuginfo.btf import reader as btf
 from ctracer import cli
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import pahole as layout
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "layout"
 SOURCES = sorted(FIXTURES.glob("*.c"))

@@ -7,7 +7,7 @@ import pytest
 from ctracer.errors import UsageError
 from ctracer.debuginfo.cdecl import type_text
 from ctracer.plan.mini import build_mini, extract_field, select_fields
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, FunctionType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, FunctionType,
                                      Member, PointerType, QualifiedType, TypeGraph, Typedef)
 
 TYPES = {

@@ -20,7 +20,7 @@ from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import attach, discovery, mini
 from ctracer.plan.attach import KernelFacts, Mechanism
 from ctracer.probes import kfunctions
-from ctracer.probes.kernel import build_kernel_program
+from ctracer.probes.kernel_program import build_kernel_program
 from ctracer.probes.uprobe import ARCHES
 from ctracer.report.values import ValueFormatter
 
@@ -122,7 +122,7 @@ def test_descriptors_pack_as_the_c_struct_says(sample):
 
 
 def test_holders_and_returns_and_lifetime_names(sample):
-    from ctracer.plan.lifetimes import LifetimeRule
+    from ctracer.plan.lifetime_rules import LifetimeRule
     methods, layout, catalog = sample
     # the sample's sk_free stands in for a freeing function a rule names; its other
     # functions named like frees (sock_kfree_s-like) end nothing

@@ -26,7 +26,7 @@ from ctracer.collectors.snapshot import collectors_for, read_span
 from ctracer.plan.discovery import Method
 from ctracer.event import c_event_definition, event_size
 from ctracer.probes import ctext
-from ctracer.debuginfo.model import FunctionInfo, Parameter, ShapeKind, TypeShape
+from ctracer.debuginfo.catalog import FunctionInfo, Parameter, ShapeKind, TypeShape
 
 X86 = uprobe.ARCHES["x86_64"]
 

@@ -18,9 +18,9 @@ from ctracer.debuginfo.btf import reader as btf
 from ctracer.errors import UsageError
 from ctracer.event import FLAG_HEAD_ONLY, Field, Layout
 from ctracer.plan import discovery, mini, where
-from ctracer.plan.lifetimes import rules_for
+from ctracer.plan.lifetime_rules import rules_for
 from ctracer.probes import tracepoint as tp
-from ctracer.probes.kernel import build_kernel_program
+from ctracer.probes.kernel_program import build_kernel_program
 
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 
@@ -230,7 +230,7 @@ def test_arguments_btf_leaves_unnamed_are_named_from_tracefs(kernel):
 
 
 def test_names_from_a_format_need_every_parameter_matched():
-    from ctracer.debuginfo.model import Parameter, ShapeKind, TypeShape as Shape
+    from ctracer.debuginfo.catalog import Parameter, ShapeKind, TypeShape as Shape
     sk = Parameter(None, Shape(ShapeKind.STRUCT, "sock", pointers=1))
     ret = Parameter(None, Shape(ShapeKind.BASE, "int"))
     fields = [("void *", "sk"), ("__u16", "family"), ("int", "ret")]

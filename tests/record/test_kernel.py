@@ -17,7 +17,7 @@ import pytest
 
 from ctracer.record import kernel
 from ctracer.errors import CtracerError
-from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
+from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 
 #: saved symbol lists go to a directory of each test's own
 pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("private_cache")]

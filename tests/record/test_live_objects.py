@@ -14,7 +14,7 @@ from encoding import encode
 from ctracer import analysis
 from ctracer.decode import object_name
 from ctracer.event import HEADER, PHASE_ENTRY, PHASE_EXIT, Field, FunctionRow, Layout
-from ctracer.plan.lifetimes import LifetimeRule
+from ctracer.plan.lifetime_rules import LifetimeRule
 from ctracer.record.tail import Tail
 from ctracer.tracefile import Trace, TraceWriter
 

@@ -2,7 +2,7 @@
 arguments named by the kernel's enums (`ctracer.plan.displays.annotate_arguments`),
 without a kernel: a kallsyms text and an enum source of our own."""
 
-from ctracer.debuginfo.graph import EnumType
+from ctracer.debuginfo.typegraph import EnumType
 from ctracer.plan import displays
 from ctracer.record import symbols
 from ctracer.report.values import ValueFormatter

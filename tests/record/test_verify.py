@@ -11,7 +11,7 @@ import sys
 import groundtruth as gt
 import pytest
 
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.plan import attach, discovery
 from ctracer.record import kernel
 
@@ -131,7 +131,7 @@ def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
     program; a call deeper than the storage keeps in an LRU hash), else in two LRU
     hashes: both texts pass the verifier, so a kernel refusing
     task storage still gets its functions traced."""
-    from ctracer.probes.kernel import build_kernel_program
+    from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
     trial = kernel.task_storage_works("kprobe")
     print(f"\ntask storage for kprobe programs: {trial}")

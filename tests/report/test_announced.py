@@ -114,7 +114,7 @@ class _Program:
             FunctionRow(3, "tcp_destroy_sock", reach="tracepoint")]
 
     def __init__(self):
-        from ctracer.plan.lifetimes import rules_for
+        from ctracer.plan.lifetime_rules import rules_for
         self.rules = rules_for("sock")
 
     def args_by_row(self):

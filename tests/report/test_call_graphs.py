@@ -7,7 +7,7 @@ import pytest
 from ctracer import analysis
 from ctracer.analysis import callgraph
 from ctracer.analysis.callgraph import ROOT
-from ctracer.report import graph as graphs
+from ctracer.report import callgraph_svg as graphs
 from synthetic_trace import write_synthetic_trace
 
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ctracer.analysis.model import function_label
 from ctracer.event import canonical_ids
-from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 from ctracer.tracefile import FunctionRow
 
 
@@ -73,7 +73,7 @@ def function_table(functions: dict[int, FunctionRow],
                    lifetime_rules: Iterable[dict] = (),
                    announced_stores: Optional[Sequence[dict]] = None) -> FunctionTable:
     """The passes' view of the functions table; ``lifetime_rules`` and
-    ``announced_stores`` are the trace's (`ctracer.plan.lifetimes`,
+    ``announced_stores`` are the trace's (`ctracer.plan.lifetime_rules`,
     `ctracer.plan.stores`, as its meta carries them)."""
     from ctracer.plan import stores
     by_tp = stores.rules_by_tracepoint(announced_stores)

@@ -2,7 +2,7 @@
 
 `base` holds what every collector shares (the reader of user or kernel memory, the
 `Collector` class); `plain` the collectors of plain fields (whole members, char arrays,
-bitfields); `values` the one of values computed from a member (a lock held, a list
+bitfields); `derived` the one of values computed from a member (a lock held, a list
 empty); `snapshot` gives each field of a mini layout its collector and the span of the
 object a probe copies.
 

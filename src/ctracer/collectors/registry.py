@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Optional, Union
 
-from ctracer.debuginfo.graph import CompositeType, QualifiedType, TypeGraph, TypeId, Typedef
+from ctracer.debuginfo.typegraph import CompositeType, QualifiedType, TypeGraph, TypeId, Typedef
 from ctracer.event import Field
 from ctracer.plan.mini import Claim, Derived, member_fields
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from ctracer.collectors.base import Collector
 from ctracer.collectors.plain import BitfieldCollector, CopyCollector
-from ctracer.collectors.values import ValueCollector
+from ctracer.collectors.derived import ValueCollector
 from ctracer.event import Layout
 
 

@@ -81,7 +81,7 @@ def _record(built, command: list[str], output: str):
 
 def _trace_kernel(samples: str, connections: int, output: str):
     from ctracer import pipeline
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
     workload = os.path.join(samples, "tcp", "build", "tcploop")
     command = [workload, "--connections", str(connections)]
     print(f"ctracer demo: ctracer trace struct sock -- {' '.join(command)}", file=sys.stderr)
@@ -93,7 +93,7 @@ def _trace_kernel(samples: str, connections: int, output: str):
 
 def _trace_sample(samples: str, loops: int, threads: int, output: str):
     from ctracer import pipeline
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
     from ctracer.debuginfo.sources import TypeSource
     program = os.path.join(samples, "sock", "build", "sockdemo")
     command = [program, "--loops", str(loops), "--threads", str(threads)]

@@ -18,7 +18,7 @@ from typing import Optional
 from ctracer.commands import options
 from ctracer.debuginfo import sources
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import TracepointInfo
+from ctracer.debuginfo.catalog import TracepointInfo
 from ctracer.plan.discovery import REACHES
 
 EPILOG = """\

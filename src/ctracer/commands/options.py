@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import MODULE_BTF_DIR, TypeSource, parse_struct_name
 
 

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType, UsageError
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
 
     kind, name = options.struct_name_from_args(args)
     kind_given = len(args.target) == 2

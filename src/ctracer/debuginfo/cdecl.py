@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Hashable, NamedTuple, Optional, Union
 
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                                      FunctionType, Member, PointerType, QualifiedType, TypeGraph,
                                      TypeId, Typedef)
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
 from ctracer.errors import CtracerError, InputFileError, UsageError
-from ctracer.debuginfo.model import ShapeKind, TypeModel
+from ctracer.debuginfo.catalog import ShapeKind, TypeModel
 
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ctracer.debuginfo import elf
-from ctracer.debuginfo.model import ShapeKind
+from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.plan.discovery import Method
 
 PROBE_KINDS = ("fentry", "fexit", "kprobe", "kretprobe", "raw_tracepoint", "uprobe", "uretprobe")

@@ -1,6 +1,6 @@
 """Method discovery: every function and tracepoint through which a struct can be followed.
 
-Works only on a `ctracer.debuginfo.model.Catalog` and its indexed lookups, so a cached catalog can
+Works only on a `ctracer.debuginfo.catalog.Catalog` and its indexed lookups, so a cached catalog can
 answer from disk.  For a target struct X, a *method* is one way a function reaches an
 object of type X; a function reaching X in several ways (two parameters, a parameter and
 its return value...) gives one `Method` per way.  How it reaches the object (its
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Optional, Sequence, Union
 
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import (Catalog, FunctionInfo, Inline, Parameter, ShapeKind,
+from ctracer.debuginfo.catalog import (Catalog, FunctionInfo, Inline, Parameter, ShapeKind,
                                      StructInfo, TracepointInfo, TypeShape)
 
 #: the ways a method reaches its object (`Method.reach`), in display order

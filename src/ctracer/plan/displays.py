@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from ctracer.debuginfo.graph import EnumType
+from ctracer.debuginfo.typegraph import EnumType
 from ctracer.event import Field, Layout
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ctracer.debuginfo.graph import CompositeType, TypeGraph
+from ctracer.debuginfo.typegraph import CompositeType, TypeGraph
 from ctracer.event import Layout
 from ctracer.plan.displays import EnumSource
 from ctracer.plan.mini import member_fields

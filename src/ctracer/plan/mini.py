@@ -57,7 +57,7 @@ from ctracer.errors import UsageError
 from ctracer.event import Field, Layout, array_value, c_identifier, size_of_ctype
 from ctracer.plan.pahole import hole_comment
 from ctracer.debuginfo import cdecl
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                                      PointerType, TypeGraph, TypeId)
 from ctracer.plan.reorganize import Item, reorganize
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, EnumType, FunctionType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, EnumType, FunctionType,
                                      Member, PointerType, QualifiedType, TypeGraph, TypeId,
                                      Typedef)
 

@@ -3,7 +3,7 @@ with the event layout of `ctracer.event`.
 
 Two kinds of program, one interface (`ProbeProgram`), which the pipeline hands to the
 recorder and the bcc runtime: `uprobe.UprobeProgram` (a program's functions, a uprobe and
-a uretprobe each) and `kernel.KernelProgram` (the kernel: raw tracepoints from
+a uretprobe each) and `kernel_program.KernelProgram` (the kernel: raw tracepoints from
 `tracepoint`, and kernel functions on entry and exit through the generic programs of
 `kfunctions`).  `ctext` holds the C they share: helpers, ring buffer and constants.
 """

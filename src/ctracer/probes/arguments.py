@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ctracer.debuginfo.model import Parameter, ShapeKind
+from ctracer.debuginfo.catalog import Parameter, ShapeKind
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: suffixes the kernel puts on a tracepoint parameter's name for the BPF verifier

@@ -55,10 +55,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
-from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
+from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
 from ctracer.plan.discovery import Method
-from ctracer.plan.lifetimes import LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import LOOKUP_LIKE
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
@@ -172,7 +172,7 @@ def _return_kind(shape: TypeShape) -> str:
 def _lifetime_flags(m: Method, ending: Collection[str]) -> tuple[bool, bool]:
     """(starts, ends): a creation function's return starts an object's life (the
     address may be a reused one; functions named like lookups return existing objects);
-    the exit of a function a lifetime rule names (``ending``: `ctracer.plan.lifetimes`,
+    the exit of a function a lifetime rule names (``ending``: `ctracer.plan.lifetime_rules`,
     ``kfree_skbmem``) ends it.  The report splits lifetimes by the same rules
     (`ctracer.analysis.passes`)."""
     direct = not m.path and not m.holder

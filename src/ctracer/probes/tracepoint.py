@@ -5,7 +5,7 @@ remain are the tracepoints whose arguments carry it (`ctracer.plan.discovery` fi
 them in BTF: ``btf_trace_<name>`` typedefs; the ``__bpf_trace_<name>`` functions, or
 those of the event's class, name the parameters).  `plan_tracepoints` decides what to
 probe (one function-table row per method); `emit_tracepoint_c` writes the C, with the
-probes of kernel functions when there are any; `ctracer.probes.kernel.build_kernel_program`
+probes of kernel functions when there are any; `ctracer.probes.kernel_program.build_kernel_program`
 builds the whole program.
 
 Not a program per tracepoint: one per slot count (`SLOT_COUNTS`: the ways a tracepoint
@@ -21,7 +21,7 @@ What a probe does on each hit, per method of its tracepoint:
 
 * compute the object's address from ``ctx->args[i]`` (following the method's path:
   ``sk_buff->sk`` reads the member with ``bpf_probe_read_kernel``); no object, no event;
-* a lifetime rule (`ctracer.plan.lifetimes`) that *starts* a lifetime forgets the
+* a lifetime rule (`ctracer.plan.lifetime_rules`) that *starts* a lifetime forgets the
   address first, so it is admitted afresh;
 * an object already followed is recorded; else it is admitted when the process filter
   (``-p``/``-- COMMAND``: the current process is in ``ctracer_pids``), ``--comm``,
@@ -51,13 +51,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ctracer.collectors.base import KERNEL
-from ctracer.debuginfo.model import Catalog, Parameter, ShapeKind, TracepointInfo
+from ctracer.debuginfo.catalog import Catalog, Parameter, ShapeKind, TracepointInfo
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_TRACEPOINT, Layout,
                            c_event_definition, event_size)
 from ctracer.plan import where as where_clause
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
-from ctracer.plan.lifetimes import LifetimeRule
+from ctracer.plan.lifetime_rules import LifetimeRule
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.event import FunctionRow

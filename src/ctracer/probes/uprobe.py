@@ -57,7 +57,7 @@ from ctracer.probes import ctext
 from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
                            Layout, c_event_definition, event_size)
-from ctracer.debuginfo.model import FunctionInfo, ShapeKind, TypeShape
+from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FunctionRow
 
 #: exits searched below the expected depth before an exit counts as unmatched

@@ -349,7 +349,7 @@ def attachable_functions(tracefs: Optional[str] = None) -> Optional[set[str]]:
 
 
 def is_attachable(function, symbols: Optional[KernelSymbols]) -> Optional[bool]:
-    """Whether a `ctracer.debuginfo.model.FunctionInfo` (or a plain name) exists under its own name
+    """Whether a `ctracer.debuginfo.catalog.FunctionInfo` (or a plain name) exists under its own name
     on the running kernel; None when the kernel's symbols cannot be read."""
     if symbols is None:
         return None

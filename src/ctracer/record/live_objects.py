@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 from ctracer.calls import Thread, closes, continues
 from ctracer.decode import object_name
 from ctracer.event import FLAG_NO_ENTRY, canonical_ids
-from ctracer.plan.lifetimes import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
 
 
 class _Call:

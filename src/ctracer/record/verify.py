@@ -94,7 +94,7 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
     """The kprobe and kretprobe programs a recording would attach
     (`ctracer.probes.kfunctions`: one per slot count, shared by every function), loaded
     through the verifier; a function's verdict is that of the programs it would use."""
-    from ctracer.probes.kernel import build_kernel_program
+    from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
 
     entries = plan.of_kind("kprobe")
@@ -139,7 +139,7 @@ def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) ->
     """The raw tracepoint programs a recording loads (`ctracer.probes.tracepoint`, with no
     filter): one per slot count, shared by the tracepoints (each loads it with its index
     written in: the verifier's verdict holds for all of them)."""
-    from ctracer.probes.kernel import build_kernel_program
+    from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
 
     entries = plan.of_kind("raw_tracepoint")

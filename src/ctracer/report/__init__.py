@@ -7,7 +7,7 @@ a trace recorded on one machine renders on another.  Its modules:
 * `values` — how a field value is shown (enum names, hex pointers, chars);
 * `timeline` — the timeline pages' rows as data files for the browser;
 * `summaries`, `index_data` — what names each object in the index, and its list;
-* `graph` — call graphs (networkx) laid out to SVG by graphviz;
+* `callgraph_svg` — call graphs (networkx) laid out to SVG by graphviz;
 * `plots` — matplotlib PNGs of fields over time and of method durations;
 * `html` — Jinja2 templates (autoescaped) and static files, written under
   ``callgraph/<struct>/``.

@@ -45,7 +45,7 @@ from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING,
 from ctracer.errors import CtracerError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import private_files
-from ctracer.report import graph as graphs
+from ctracer.report import callgraph_svg as graphs
 from ctracer.report import plots as plotting
 from ctracer.report import summaries
 from ctracer.report.helpers import HelpersStopped, run_in_helpers

@@ -35,9 +35,9 @@ from ctracer.debuginfo.btf import KERNEL_BTF, MODULE_BTF_DIR
 from ctracer.debuginfo.btf import format as bf
 from ctracer.debuginfo.btf.format import BtfData
 from ctracer.errors import InputFileError, UnknownType
-from ctracer.debuginfo.model import (Catalog, FunctionInfo, MemberInfo, Parameter, ShapeKind,
+from ctracer.debuginfo.catalog import (Catalog, FunctionInfo, MemberInfo, Parameter, ShapeKind,
                                      StructInfo, TracepointInfo, TypeShape)
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                                      FunctionType, Member, PointerType, QualifiedType, Type,
                                      TypeGraph, Typedef)
 
@@ -84,7 +84,7 @@ _MAX_CHAIN = 256
 
 @_reading_damaged
 class BtfModel:
-    """The `ctracer.debuginfo.model.TypeModel` of one BTF source."""
+    """The `ctracer.debuginfo.catalog.TypeModel` of one BTF source."""
 
     format = "btf"
 

@@ -13,7 +13,7 @@ else a hash of its path, size and modification time (`source_key`).  A file hold
   for 80,000 functions), that rows refer to by index: a row then unpacks to a few
   integers and names, and each shape object is built once, when first used;
 * ``function_refs`` / ``member_refs`` / ``tracepoint_refs``: (kind, name) → row, indexed,
-  so that `SqliteCatalog` answers each `ctracer.debuginfo.model.Catalog` lookup with one query and
+  so that `SqliteCatalog` answers each `ctracer.debuginfo.catalog.Catalog` lookup with one query and
   builds objects only for the answer;
 * per struct, a ``location`` (a DWARF DIE offset, a BTF type id) so that the reader can
   fetch the full definition without rescanning.
@@ -34,7 +34,7 @@ from typing import Iterable, Optional
 
 from ctracer.debuginfo.cachedir import cache_dir
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
+from ctracer.debuginfo.catalog import (Catalog, FunctionInfo, Inline, MemberInfo, Parameter, ShapeKind,
                            StructInfo, TracepointInfo, TypeShape)
 
 SCHEMA_VERSION = 5  # 5: type texts by the one speller (debuginfo.cdecl)

@@ -23,7 +23,7 @@ from typing import Optional
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.dwarf.units import plus_uconst
 from ctracer.debuginfo.elf import SHT_NOBITS, ElfHeaders
-from ctracer.debuginfo.graph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
+from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Encoding, EnumType,
                                      FunctionType, Member, PointerType, QualifiedType, TypeGraph,
                                      TypeId, Typedef)
 from ctracer.errors import InputFileError

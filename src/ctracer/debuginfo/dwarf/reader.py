@@ -3,7 +3,7 @@
 `open_elf_types(path)` gives the `TypeModel` of an ELF file, or refuses in one line
 (not ELF, no debug info, type units, split DWARF, dwz supplementary files, damaged
 DWARF).  `DwarfTypes` is the model of a file's DWARF, at two levels as in
-`ctracer.debuginfo.model`:
+`ctracer.debuginfo.catalog`:
 
 * the catalog (every function, struct summary and tracepoint), from the cache
   (`ctracer.debuginfo.dwarf.cache`, keyed by build-id) when it holds the file, else from a
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Optional
 from ctracer.debuginfo.elf import (SHT_NOBITS, ElfHeaders, build_id, function_symbols,
                                    read_elf_headers)
 from ctracer.debuginfo.gcpause import collector_paused
-from ctracer.debuginfo.model import Catalog, ShapeKind
+from ctracer.debuginfo.catalog import Catalog, ShapeKind
 from ctracer.errors import InputFileError, UnknownType
 
 if TYPE_CHECKING:  # (the type graph is defined only when a struct's full types are read)
-    from ctracer.debuginfo.graph import TypeGraph
+    from ctracer.debuginfo.typegraph import TypeGraph
 
 
 class _DwarfUnits:

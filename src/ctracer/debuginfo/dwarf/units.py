@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Optional
 
 from ctracer.debuginfo import cdecl
-from ctracer.debuginfo.model import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
+from ctracer.debuginfo.catalog import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
 
 # ------------------------------------------------------------------ DWARF numbers
@@ -63,7 +63,7 @@ TYPE_TAGS = frozenset({TAG_ARRAY, TAG_CLASS, TAG_ENUMERATION, TAG_POINTER, TAG_R
                        TAG_PTR_TO_MEMBER, TAG_BASE, TAG_CONST, TAG_VOLATILE, TAG_RESTRICT,
                        TAG_UNSPECIFIED_TYPE, TAG_RVALUE_REFERENCE, TAG_ATOMIC})
 
-#: DW_AT_inline values, as `ctracer.debuginfo.model.Inline` values (index = DWARF code)
+#: DW_AT_inline values, as `ctracer.debuginfo.catalog.Inline` values (index = DWARF code)
 INLINE_NAMES = ("not_inlined", "inlined", "declared_not_inlined", "declared_inlined")
 
 TRACEPOINT_TYPEDEF_PREFIX = "btf_trace_"
@@ -176,7 +176,7 @@ VOID_SHAPE = ("void", None, 0, False, "void")
 
 
 class ShapeResolver:
-    """Shapes (`ctracer.debuginfo.model.TypeShape` as tuples) of the types of one unit, memoized."""
+    """Shapes (`ctracer.debuginfo.catalog.TypeShape` as tuples) of the types of one unit, memoized."""
 
     def __init__(self, types: dict):
         self.types = types
@@ -258,7 +258,7 @@ class UnitFunction(NamedTuple):
     #: the entry of every out-of-line copy (the function itself and its clones)
     addresses: tuple
     external: bool
-    inline: str                 # an `ctracer.debuginfo.model.Inline` value
+    inline: str                 # an `ctracer.debuginfo.catalog.Inline` value
     variadic: bool
     linkage_name: Optional[str]
     decl_file: Optional[str]

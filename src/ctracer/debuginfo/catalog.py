@@ -8,7 +8,7 @@ Two layers, because a kernel has far more types than any query needs:
 * the **catalog** (`Catalog`, here): every function, struct summary and tracepoint,
   reduced to `TypeShape`s (what a type is once typedefs and qualifiers are stripped).  It
   is cheap to build, cheap to cache, and is all that method discovery needs;
-* the **type graph** (`ctracer.debuginfo.graph.TypeGraph`): full types, loaded on demand
+* the **type graph** (`ctracer.debuginfo.typegraph.TypeGraph`): full types, loaded on demand
   for one struct and everything it reaches, for layouts, mini structs and collectors.
   Its own module, so that a query answered from the catalog (``ctracer functions``) does
   not define its ten dataclasses at start-up.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from ctracer.debuginfo.graph import EnumType, TypeGraph
+    from ctracer.debuginfo.typegraph import EnumType, TypeGraph
 
 
 # ---------------------------------------------------------------- catalog

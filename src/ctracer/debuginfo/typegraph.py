@@ -1,6 +1,6 @@
 """The type graph: full types, loaded on demand for one struct and everything it reaches
 (layouts, mini structs, collectors); the second layer of the type model
-(`ctracer.debuginfo.model` holds the first, the catalog).
+(`ctracer.debuginfo.catalog` holds the first, the catalog).
 
 Readers (``dwarf`` for DWARF, ``btf`` for BTF) build these frozen dataclasses with
 `TypeModel.find_struct`; nothing downstream knows which format the types came from.

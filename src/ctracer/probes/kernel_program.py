@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ctracer.debuginfo.model import Catalog
+from ctracer.debuginfo.catalog import Catalog
 from ctracer.event import Layout
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
-from ctracer.plan.lifetimes import LifetimeRule
+from ctracer.plan.lifetime_rules import LifetimeRule
 from ctracer.probes import ctext, kfunctions, tracepoint
 from ctracer.probes.arguments import Argument
 from ctracer.probes.kfunctions import KernelFunction

@@ -1,4 +1,4 @@
-"""Lifetime rules (`ctracer.plan.lifetimes`) as a user sees and changes them: the defaults,
+"""Lifetime rules (`ctracer.plan.lifetime_rules`) as a user sees and changes them: the defaults,
 ``--lifetime-rule`` parsed and checked against the traced tracepoints (one line on bad
 input), enumerator names looked up in the kernel's BTF, and the rules in the C and in
 the trace's meta."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctracer.errors import UsageError
-from ctracer.plan import lifetimes
+from ctracer.plan import lifetime_rules
 
 KERNEL_BTF = Path("/sys/kernel/btf/vmlinux")
 
@@ -20,24 +20,24 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_parse_rule_and_its_text():
-    rule = lifetimes.parse_rule("starts:inet_sock_set_state:oldstate=TCP_CLOSE", "sock",
+    rule = lifetime_rules.parse_rule("starts:inet_sock_set_state:oldstate=TCP_CLOSE", "sock",
                                 {"TCP_CLOSE": 7}.get)
     assert (rule.effect, rule.function, rule.arg, rule.equals) == \
         ("starts", "inet_sock_set_state", "oldstate", 7)
     assert rule.text == "starts:inet_sock_set_state:oldstate=TCP_CLOSE"
     assert rule.applies({"oldstate": 7}) and not rule.applies({"oldstate": 2})
-    ends = lifetimes.parse_rule("ends:tcp_destroy_sock", "sock")
+    ends = lifetime_rules.parse_rule("ends:tcp_destroy_sock", "sock")
     assert ends.arg is None and ends.applies({}) and ends.text == "ends:tcp_destroy_sock"
-    assert lifetimes.parse_rule("starts:x:a=0x10", "sock").equals == 16
+    assert lifetime_rules.parse_rule("starts:x:a=0x10", "sock").equals == 16
     for bad in ("begins:x", "starts:", "starts:x:a", "starts:x:a=", "starts:x:a=1;b"):
         with pytest.raises(UsageError, match="expected starts|ends"):
-            lifetimes.parse_rule(bad, "sock")
+            lifetime_rules.parse_rule(bad, "sock")
     with pytest.raises(UsageError, match="no enumerator TCP_NOPE"):
-        lifetimes.parse_rule("starts:x:a=TCP_NOPE", "sock")
+        lifetime_rules.parse_rule("starts:x:a=TCP_NOPE", "sock")
 
 
 def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
-    rules = {r.text: r for r in lifetimes.rules_for("sock")}
+    rules = {r.text: r for r in lifetime_rules.rules_for("sock")}
     assert set(rules) == {"starts:inet_sock_set_state:oldstate=TCP_CLOSE",
                           "ends:tcp_destroy_sock", "ends:sk_destruct"}
     assert rules["ends:sk_destruct"].probe == "function"
@@ -47,9 +47,9 @@ def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
 def test_only_named_functions_end_a_life_never_a_word_in_a_name():
     """``tcp_stream_memory_free`` frees nothing: a function's rule comes from the list
     or from --lifetime-rule, and a tracepoint of the rule's name is preferred."""
-    ending = {r.function for r in lifetimes.rules_for("sk_buff") if r.probe == "function"}
+    ending = {r.function for r in lifetime_rules.rules_for("sk_buff") if r.probe == "function"}
     assert "kfree_skbmem" in ending and "skb_free_head" not in ending
-    assert not {r.function for r in lifetimes.rules_for("sock")
+    assert not {r.function for r in lifetime_rules.rules_for("sock")
                 if r.probe == "function"} & {"sk_free", "tcp_stream_memory_free", "sock_kfree_s"}
 
     class M:  # a traced method as discovery gives it
@@ -57,15 +57,15 @@ def test_only_named_functions_end_a_life_never_a_word_in_a_name():
             self.name, self.is_tracepoint, self.param_index = name, tracepoint, param_index
             self.path, self.holder = (), None
     both = [M("consume_skb", True), M("consume_skb", False), M("kfree_skbmem", False, 0)]
-    placed = lifetimes.place([lifetimes.parse_rule("ends:consume_skb", "sk_buff"),
-                              lifetimes.parse_rule("ends:kfree_skbmem", "sk_buff")], both)
+    placed = lifetime_rules.place([lifetime_rules.parse_rule("ends:consume_skb", "sk_buff"),
+                              lifetime_rules.parse_rule("ends:kfree_skbmem", "sk_buff")], both)
     assert [(r.function, r.probe) for r in placed] == [("consume_skb", "tracepoint"),
                                                        ("kfree_skbmem", "function")]
     with pytest.raises(UsageError, match="not a traced tracepoint"):
-        lifetimes.place([lifetimes.parse_rule("starts:kfree_skbmem", "sk_buff")], both)
+        lifetime_rules.place([lifetime_rules.parse_rule("starts:kfree_skbmem", "sk_buff")], both)
     # a default naming a tracepoint never falls back to a function of that name
     with pytest.raises(UsageError):
-        lifetimes.place([r for r in lifetimes.rules_for("sk_buff")
+        lifetime_rules.place([r for r in lifetime_rules.rules_for("sk_buff")
                          if r.function == "consume_skb"], both[1:])
 
 
@@ -111,7 +111,7 @@ def test_rules_given_replace_the_defaults_in_the_c():
 def test_the_trace_meta_carries_the_rules_as_used():
     if not KERNEL_BTF.exists():
         pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
     from ctracer.pipeline import TraceRequest, build
     built = build(TraceRequest(ShapeKind.STRUCT, "sock",
                                lifetime_rules=("ends:tcp_destroy_sock",
@@ -126,8 +126,8 @@ def test_the_trace_meta_carries_the_rules_as_used():
 
 def test_a_stand_in_default_goes_where_the_free_it_stands_for_is_traced():
     placed = [dataclasses.replace(r, probe="function" if r.function == "sk_destruct"
-                                  else "tracepoint") for r in lifetimes.rules_for("sock")]
-    kept = {r.text for r in lifetimes.without_stand_ins(placed)}
+                                  else "tracepoint") for r in lifetime_rules.rules_for("sock")]
+    kept = {r.text for r in lifetime_rules.without_stand_ins(placed)}
     assert "ends:tcp_destroy_sock" not in kept and "ends:sk_destruct" in kept
     only_tracepoints = [r for r in placed if r.probe == "tracepoint"]
-    assert lifetimes.without_stand_ins(only_tracepoints) == tuple(only_tracepoints)
+    assert lifetime_rules.without_stand_ins(only_tracepoints) == tuple(only_tracepoints)
