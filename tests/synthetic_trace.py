@@ -17,7 +17,8 @@ from typing import Any, Callable, Optional
 
 from ctracer.event import (FLAG_READ_FAILED, HEADER, PHASE_ENTRY, PHASE_EXIT, Field, Layout,
                            event_size, mini_offset)
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 
 TCP_STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (3, "TCP_SYN_RECV"),
               (4, "TCP_FIN_WAIT1"), (5, "TCP_FIN_WAIT2"), (6, "TCP_TIME_WAIT"),

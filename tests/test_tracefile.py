@@ -8,7 +8,8 @@ import pytest
 
 from ctracer.errors import TraceFileError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 
 MINI = Layout.packed_in_order("ctracer__mini_sock", [
     Field("state", "u8", 0, "uint"), Field("refcnt", "s32", 0, "int")])
@@ -114,7 +115,8 @@ def test_output_that_is_a_directory_is_one_line(tmp_path):
 _KILLED_WRITER = r'''
 import sys
 from ctracer.event import HEADER, PHASE_ENTRY, PHASE_EXIT, event_size, mini_offset
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 sys.path.insert(0, sys.argv[2])
 import test_tracefile as t
 

@@ -10,7 +10,8 @@ from analysis_view import view_of
 from ctracer.analysis.model import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
 from synthetic_trace import write_synthetic_trace
 from ctracer.report.values import ValueFormatter
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 
 MINI = Layout.packed_in_order("ctracer__mini_t", [
     Field("state", "u8", 0, "enum", ((1, "UP"), (2, "DOWN"))),

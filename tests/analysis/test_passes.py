@@ -8,7 +8,8 @@ from ctracer.analysis.functions import function_table
 from ctracer.analysis.model import NO_DURATION, ObjectKey
 from ctracer.event import (FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field,
                            Layout)
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 
 MINI = Layout.packed_in_order("ctracer__mini_t", [Field("count", "s32", 0, "int")])
 A = 0x7F00_1000

@@ -393,7 +393,8 @@ def test_incomplete_and_damaged_traces(simulated, tmp_path):
 
 def test_tracepoint_hits_are_named_tp_with_their_arguments(tmp_path):
     from ctracer.event import PHASE_TRACEPOINT, Field, Layout
-    from ctracer.tracefile import FunctionRow, TraceWriter
+    from ctracer.tracefile import TraceWriter
+    from ctracer.event import FunctionRow
     mini = Layout.packed_in_order("ctracer__mini_sock", [
         Field("__sk_common.skc_state", "u8", 0, "uint"),
         Field("__sk_common.skc_num", "u16", 0, "uint")])

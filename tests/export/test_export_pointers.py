@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from ctracer.event import PHASE_TRACEPOINT, Field, Layout
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 
 MINI = Layout.packed_in_order("ctracer__mini_sock", [
     Field("__sk_common.skc_state", "u8", 0, "uint")])

@@ -27,7 +27,8 @@ import pytest
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.export import schema
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 from synthetic_trace import write_synthetic_trace
 
 README = Path(__file__).resolve().parents[2] / "README.md"

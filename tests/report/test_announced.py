@@ -9,7 +9,8 @@ from ctracer.event import PHASE_TRACEPOINT
 from ctracer.plan import stores
 from analysis_view import view_of
 from ctracer.analysis.model import CAUSE_ANNOUNCED
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 from test_kernel_values import MINI, RULE, SK, LOOPBACK, PORT_8080
 
 ANNOUNCED = [r.to_json() for r in stores.RULES if r.tracepoint == "inet_sock_set_state"]

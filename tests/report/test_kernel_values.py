@@ -9,7 +9,8 @@ from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layo
 from ctracer.report import render_report
 from analysis_view import view_of
 from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 from timeline_rows import page_rows
 
 STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (7, "TCP_CLOSE"))

@@ -18,7 +18,8 @@ from ctracer.report import html as report_html
 from ctracer.report import render_report
 from timeline_rows import index_objects, page_rows
 from synthetic_trace import write_synthetic_trace
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ import socket
 from ctracer.event import PHASE_TRACEPOINT, Field, Layout
 from ctracer.report import render_report
 from ctracer.report.index_data import read_objects_file
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
+from ctracer.event import FunctionRow
 
 STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (3, "TCP_SYN_RECV"),
           (7, "TCP_CLOSE"), (10, "TCP_LISTEN"))

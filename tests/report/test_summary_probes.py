@@ -3,7 +3,8 @@ so an attached tracepoint is complete; a function needs its entry and its exit."
 
 from ctracer.event import Field, Layout
 from analysis_view import view_of
-from ctracer.tracefile import FunctionRow, Trace, TraceWriter
+from ctracer.tracefile import Trace, TraceWriter
+from ctracer.event import FunctionRow
 
 MINI = Layout.packed_in_order("ctracer__mini_sock", [Field("state", "u8", 0, "uint")])
 

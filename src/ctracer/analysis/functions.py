@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from ctracer.analysis.model import function_label
-from ctracer.event import canonical_ids
+from ctracer.event import FunctionRow, canonical_ids
 from ctracer.plan.lifetime_rules import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
-from ctracer.tracefile import FunctionRow
 
 
 def attached_fully(attached: str) -> bool:

@@ -26,8 +26,8 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ctracer.event import Layout, array_value
-from ctracer.tracefile import FunctionRow, meta_json, meta_text
+from ctracer.event import FunctionRow, Layout, array_value
+from ctracer.tracefile import meta_json, meta_text
 
 #: Changes.cause values, and how they are spelled
 CAUSE_DURING = "during"    # seen at the exit of the function: it (or untraced code it ran) did it

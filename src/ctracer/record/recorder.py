@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ctracer.errors import CommandNotFound, InputFileError
-from ctracer.event import FLAG_READ_FAILED, HEADER, event_size
+from ctracer.event import FLAG_READ_FAILED, HEADER, FunctionRow, event_size
 from ctracer.probes import ProbeProgram
 from ctracer.record import netdevs
-from ctracer.tracefile import FunctionRow, TraceWriter
+from ctracer.tracefile import TraceWriter
 
 if TYPE_CHECKING:
     from ctracer.record.tail import Tail

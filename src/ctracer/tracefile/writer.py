@@ -1,0 +1,234 @@
+"""`TraceWriter`: creates a trace file (0600, without following symlinks, an existing file
+kept as ``FILE.old``) and appends to it while recording: the recorder's raw events
+committed at once in small transactions, decoded rows (synthetic traces) in batches, a
+background checkpoint of SQLite's write-ahead log, and room held back on the file system
+to finish the file when the disk fills up."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+import uuid
+from typing import Any, Iterable, Optional
+
+from ctracer.errors import OutputError
+from ctracer.event import FunctionRow
+from ctracer.files import create_private_file, keep_old, same_file
+from ctracer.tracefile.format import (SCHEMA_VERSION, STATE_RECORDING, STATE_FINISHED, SCHEMA_SQL,
+                                      to_sql_u64, RawDecoder, INSERT_EVENTS)
+
+
+class TraceWriter:
+    """Creates a trace file and appends to it.
+
+    Decoded events (`add_event`) are committed every ``batch`` events;
+    the recorder's raw events (`add_raw`) are committed at once, and stay raw.  The file is created 0600 with O_EXCL|O_NOFOLLOW; a
+    file already at ``path`` is kept as ``path.old`` (`kept_old` names it).  While the
+    writer lives it holds an exclusive ``flock`` on the file, which tells readers the
+    recording is alive."""
+
+    SPOOL_ROW_EVENTS = 2048
+    #: room held back on the trace's file system (`release_reserve`): enough for the
+    #: meta saying why a recording stopped and for folding the log in (a few 64 KB pages)
+    RESERVE_BYTES = 1 << 20
+
+    def __init__(self, path: str, batch: int = 2000):
+        self.path = path
+        self.kept_old = keep_old(path)
+        self._fd = create_private_file(path)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.db = sqlite3.connect(path)
+            if not same_file(self._fd, path):
+                raise OutputError(f"cannot write {path}: it was replaced while ctracer "
+                                  "was creating it")
+            # big pages: a commit of raw events writes a third of the log frames
+            self.db.execute("PRAGMA page_size=65536")
+            self.db.execute("PRAGMA journal_mode=WAL")
+            # a commit survives the process dying (SIGKILL, a crash), without an
+            # fsync per commit; the file is synced when the writer closes it
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints (copying the log into the file, with an fsync) took up to a
+            # second each on a busy machine inside a commit; the recorder asks for one
+            # when it is idle (`checkpoint`), and closing folds the rest in
+            self.db.execute("PRAGMA wal_autocheckpoint=0")
+            self.db.executescript(SCHEMA_SQL)
+        except sqlite3.Error as e:
+            os.close(self._fd)
+            raise OutputError(f"cannot create trace file {path}: {e}") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._reserve = _hold_room(os.path.dirname(os.path.abspath(path)), self.RESERVE_BYTES)
+        self.batch = batch
+        self._pending: list[tuple] = []
+        self._meta: dict[str, str] = {}
+        self._decoder: Optional[RawDecoder] = None
+        self._checkpointer: Optional[_Checkpointer] = None
+        self.events_written = 0   # decoded into the events table
+        self.events_spooled = 0   # raw, committed, not decoded yet
+        self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
+                      recorder_pid=os.getpid(), trace_id=uuid.uuid4().hex)
+
+    def release_reserve(self) -> None:
+        """Give the room held back since the file was created to the file system: the
+        disk is full, and the meta saying so must still fit."""
+        if self._reserve is not None:
+            os.close(self._reserve)
+            self._reserve = None
+
+    def set_meta(self, **items: Any) -> None:
+        rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
+        self._meta.update(rows)
+        self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
+        self.db.commit()
+
+    def add_functions(self, rows: Iterable[FunctionRow]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO functions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(r.id, r.name, r.unit, r.reach, r.via, to_sql_u64(r.address), r.attached)
+             for r in rows])
+        self.db.commit()
+
+    def add_event(self, ts_ns: int, cpu: int, pid: int, tid: int, comm: str,
+                  function_id: int, phase: int, object: int, retval: Optional[int],
+                  depth: int, flags: int, snapshot: Optional[bytes],
+                  args: Optional[dict] = None) -> None:
+        self._pending.append((ts_ns, cpu, pid, tid, comm, function_id, phase,
+                              to_sql_u64(object), retval, depth, flags, snapshot,
+                              None if args is None else json.dumps(args)))
+        if len(self._pending) >= self.batch:
+            self.flush()
+
+    def argument_values(self, names: Iterable[str]) -> set[int]:
+        """The distinct integer values the events hold in the arguments called
+        ``names``."""
+        wanted, found = set(names), set()
+        if not wanted:
+            return found
+        texts = {t for (t,) in self.db.execute("SELECT DISTINCT args FROM events "
+                                               "WHERE args IS NOT NULL")}
+        if self._decoder is not None and self._decoder.nargs:
+            for (raw,) in self.db.execute("SELECT raw FROM spool"):
+                texts.update(self._decoder.columns(raw, 0)["args_texts"])
+        for text in texts:
+            if text is None:
+                continue
+            try:
+                values = json.loads(text)
+            except (TypeError, ValueError):
+                continue
+            if isinstance(values, dict):
+                found.update(v for k, v in values.items()
+                             if k in wanted and isinstance(v, int) and v)
+        return found
+
+    def expect_raw(self) -> None:
+        """Get ready for `add_raw` (numpy imported, the decoder built from the meta,
+        which must hold ``mini_layout`` and the rest the decoder reads) before the first
+        events arrive."""
+        if self._decoder is None:
+            self._decoder = RawDecoder.from_meta(self._meta)
+
+    def add_raw(self, raw: bytes) -> None:
+        """Commit raw events (the ring buffer's bytes, back to back) to the spool."""
+        if not raw:
+            return
+        self.expect_raw()
+        size = self._decoder.size
+        if len(raw) % size:
+            raise ValueError("raw events of an unexpected size")
+        step = self.SPOOL_ROW_EVENTS * size  # small rows: decoding stops within a budget
+        for at in range(0, len(raw), step):
+            # each row committed on its own: a full disk keeps every row before it
+            self.db.execute("INSERT INTO spool(raw) VALUES (?)", (raw[at:at + step],))
+            self.db.commit()
+            self.events_spooled += self._decoder.count(raw[at:at + step])
+
+    def checkpoint(self) -> None:
+        """Copy the committed log into the file and sync it (what survives a power loss,
+        not only a crash): a moment's work when little is pending."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def checkpoint_in_background(self, every_s: float = 0.25) -> None:
+        """From now until `close`, a thread with a connection of its own copies the
+        committed log into the file every ``every_s`` seconds (a passive checkpoint
+        never blocks the writer's commits; SQLite releases the GIL while it copies).
+        The log then holds only the last moments of a recording, so closing folds it
+        back in quickly even after a flood (every second: 0.43 s to fold in after a
+        flood writing 400k events/s; every quarter of a second: 0.1-0.2 s)."""
+        if self._checkpointer is None:
+            self._checkpointer = _Checkpointer(self.path, every_s)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.db.executemany(INSERT_EVENTS, self._pending)
+            self.events_written += len(self._pending)
+            self._pending.clear()
+        self.db.commit()
+
+    def close(self) -> None:
+        """Mark the file finished and fold the log back in."""
+        if self.db is None:
+            return
+        try:
+            self.flush()
+            self.set_meta(state=STATE_FINISHED)
+            self._stop_checkpointer()  # its connection would keep the log open
+            self.db.execute("PRAGMA journal_mode=DELETE")
+            self.db.close()
+        finally:
+            self._stop_checkpointer()
+            self.db = None
+            os.close(self._fd)
+            self.release_reserve()
+
+    def _stop_checkpointer(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
+
+
+def _hold_room(directory: str, size: int) -> Optional[int]:
+    """A descriptor of an unnamed file of ``size`` allocated bytes in ``directory`` (on
+    the trace's file system): closing it frees them, and so does the process dying, so
+    nothing is left behind; None where the file system cannot make one."""
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+class _Checkpointer:
+    """A thread copying a trace file's write-ahead log into the file now and then
+    (`TraceWriter.checkpoint_in_background`)."""
+
+    def __init__(self, path: str, every_s: float):
+        self.db = sqlite3.connect(path, check_same_thread=False)
+        self._stop = threading.Event()
+        self._every_s = every_s
+        self._thread = threading.Thread(target=self._run, name="ctracer-checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass  # a full disk or a busy file: the writer meets it and decides
+
+    def stop(self) -> None:
+        """Stop (after the checkpoint in progress) and close the connection."""
+        self._stop.set()
+        self._thread.join()
+        self.db.close()
