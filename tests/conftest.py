@@ -5,12 +5,17 @@ test, so that DWARF catalogs, BTF indexes and kernel symbol lists written by one
 are never read by another, nor by the user.  Modules that want it for every test say
 ``pytestmark = pytest.mark.usefixtures("private_cache")``.
 
-``build_c``: compiles a C fixture into the test's own directory (see `cbuild.compile_c`),
+``build_c``: compiles a C fixture into the test's own directory (see
+`support.cbuild.compile_c`),
 e.g. ``build_c("net.c", Build("clang", dwarf=4, opt=2))``; modules and sessions that
-build once call `cbuild.compile_c` directly.
+build once call `support.cbuild.compile_c` directly.
 
 ``vm_kernel`` and the marker ``vm``: tests that run inside QEMU guests booting Debian's
-6.1 and 6.12 kernels, one boot per kernel (`vmguest`, loaded here).
+6.1 and 6.12 kernels, one boot per kernel (`support.vmguest`, loaded here).
+
+``bpf`` and ``live_kernel`` and the markers ``bpf`` and ``kernel``: the test tiers
+(`support.tiers`, loaded here; collection fails on a test that needs a marker it lacks).
+Helpers shared by tests live in tests/support/.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 
-pytest_plugins = ["vmguest"]
+pytest_plugins = ["support.vmguest", "support.tiers"]
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ def catalog(plan):
     return model, model.catalog()
 
 
+@pytest.mark.kernel
 def test_tracepoints_placed_for_sock_and_sk_buff(plan, catalog):
     from ctracer.plan import discovery
     text = _readme()
@@ -65,6 +66,7 @@ def test_tracepoints_placed_for_sock_and_sk_buff(plan, catalog):
         f"README says {m.group(0)!r}; measured here: {measured}"
 
 
+@pytest.mark.kernel
 def test_functions_whose_programs_verify_loads(plan):
     m = re.search(r"for `struct sock` here, ([\d,]+) functions share (\d+) programs", _readme())
     assert m, "README's sentence on plan --verify changed: update this test"
@@ -77,6 +79,7 @@ def test_functions_whose_programs_verify_loads(plan):
     assert abs(said - measured) <= 0.05 * measured, f"README says {m.group(1)}; measured {measured}"
 
 
+@pytest.mark.kernel
 def test_the_mini_struct_of_sock(catalog):
     from ctracer.collectors import registry
     from ctracer.plan import mini

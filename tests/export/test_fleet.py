@@ -10,7 +10,7 @@ directly (`TraceWriter`); Spark reads real recordings of two builds in test_spar
 
 from __future__ import annotations
 
-from encoding import encode
+from support.encoding import encode
 import collections
 import csv
 import io
@@ -28,7 +28,7 @@ import pytest
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.export import schema
 from ctracer.tracefile import FunctionRow, TraceWriter
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -11,7 +11,7 @@ module (its JVM start is most of the cost).
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import json
 import os
 import subprocess
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 from sparkrun import spark, spark_answers as _spark_answers  # noqa: F401 (a fixture)
 from test_fleet import readme_spark_statements, readme_sql_commands
 
