@@ -20,6 +20,8 @@ Helpers shared by tests live in tests/support/.
 
 from __future__ import annotations
 
+import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,19 @@ import pytest
 from support.cbuild import Build, compile_c
 
 pytest_plugins = ["support.vmguest", "support.tiers"]
+
+
+@pytest.fixture(autouse=True)
+def _files_of_dropped_readers_closed():
+    """A debug-info reader keeps its file open until the cycle collector frees it, which
+    ctracer pauses while reading and `ctracer.cli.main` freezes out (``gc.freeze``:
+    right for a process that runs one command); a session that reads hundreds of
+    binaries in process would otherwise run out of file descriptors (1024 for a user).
+    So once many are open, the garbage is collected."""
+    yield
+    if len(os.listdir("/proc/self/fd")) > 256:
+        gc.unfreeze()
+        gc.collect()
 
 
 @pytest.fixture
