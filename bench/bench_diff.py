@@ -68,7 +68,7 @@ def main() -> int:
         if args.traces:
             before, after = args.traces
         else:
-            from synthetic_trace import write_synthetic_trace
+            from support.synthetic_trace import write_synthetic_trace
 
             threads, lifecycles, sends, addresses = SHAPES[args.shape]
             before, after = (os.path.join(work, f"{n}.ctrace") for n in ("before", "after"))

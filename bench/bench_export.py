@@ -34,7 +34,7 @@ from ctracer import analysis  # noqa: E402
 from ctracer.export import parquet, perfetto, text  # noqa: E402
 from ctracer.export.table import event_table, event_tables  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402
-from synthetic_trace import write_synthetic_trace  # noqa: E402
+from support.synthetic_trace import write_synthetic_trace  # noqa: E402
 from anon_memory import AnonSampler  # noqa: E402
 
 

@@ -29,7 +29,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-import groundtruth as gt  # noqa: E402
+from support import groundtruth as gt  # noqa: E402
 from ctracer.tracefile import Trace  # noqa: E402
 
 

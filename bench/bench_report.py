@@ -95,7 +95,7 @@ def main() -> int:
     try:
         trace = args.trace
         if trace is None:
-            from synthetic_trace import write_synthetic_trace
+            from support.synthetic_trace import write_synthetic_trace
 
             threads, lifecycles, sends, addresses = SHAPES[args.shape]
             trace = os.path.join(work, "big.ctrace")

@@ -32,7 +32,7 @@ SHAPES = {
 def write_rounds(path: str, rounds: int, shape: str = "flood") -> int:
     """Write the trace at ``path``; return its number of events."""
     import numpy as np
-    from synthetic_trace import write_synthetic_trace
+    from support.synthetic_trace import write_synthetic_trace
 
     threads, lifecycles, sends, addresses = SHAPES[shape]
     write_synthetic_trace(path, threads=threads, lifecycles=lifecycles, sends=sends,

@@ -42,6 +42,9 @@ fi
 
 make -s -C samples
 
+# ctracer(1) from the parsers, where man finds it beside .venv/bin (scripts/man-page)
+./scripts/man-page
+
 # the kernels the guests boot (scripts/vm-run; fetched once into the cache); package
 # lists that do not know them yet are refreshed once
 ./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null 2>&1 \

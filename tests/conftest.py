@@ -5,23 +5,43 @@ test, so that DWARF catalogs, BTF indexes and kernel symbol lists written by one
 are never read by another, nor by the user.  Modules that want it for every test say
 ``pytestmark = pytest.mark.usefixtures("private_cache")``.
 
-``build_c``: compiles a C fixture into the test's own directory (see `cbuild.compile_c`),
+``build_c``: compiles a C fixture into the test's own directory (see
+`support.cbuild.compile_c`),
 e.g. ``build_c("net.c", Build("clang", dwarf=4, opt=2))``; modules and sessions that
-build once call `cbuild.compile_c` directly.
+build once call `support.cbuild.compile_c` directly.
 
 ``vm_kernel`` and the marker ``vm``: tests that run inside QEMU guests booting Debian's
-6.1 and 6.12 kernels, one boot per kernel (`vmguest`, loaded here).
+6.1 and 6.12 kernels, one boot per kernel (`support.vmguest`, loaded here).
+
+``bpf`` and ``live_kernel`` and the markers ``bpf`` and ``kernel``: the test tiers
+(`support.tiers`, loaded here; collection fails on a test that needs a marker it lacks).
+Helpers shared by tests live in tests/support/.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 
-pytest_plugins = ["vmguest"]
+pytest_plugins = ["support.vmguest", "support.tiers"]
+
+
+@pytest.fixture(autouse=True)
+def _files_of_dropped_readers_closed():
+    """A debug-info reader keeps its file open until the cycle collector frees it, which
+    ctracer pauses while reading and `ctracer.cli.main` freezes out (``gc.freeze``:
+    right for a process that runs one command); a session that reads hundreds of
+    binaries in process would otherwise run out of file descriptors (1024 for a user).
+    So once many are open, the garbage is collected."""
+    yield
+    if len(os.listdir("/proc/self/fd")) > 256:
+        gc.unfreeze()
+        gc.collect()
 
 
 @pytest.fixture

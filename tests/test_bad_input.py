@@ -18,8 +18,8 @@ import tempfile
 
 import pytest
 
-import groundtruth as gt
-from synthetic_trace import write_synthetic_trace
+from support import groundtruth as gt
+from support.synthetic_trace import write_synthetic_trace
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,11 +1,11 @@
 """The event layout: the C it emits compiles to the offsets the Python decoder reads."""
 
-from encoding import encode
+from support.encoding import encode
 import subprocess
 
 import pytest
 
-from cbuild import Build
+from support.cbuild import Build
 
 from ctracer.event import (HEADER, Field, Layout, c_event_definition,
                            event_size, mini_offset)

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer import pipeline
 from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
@@ -43,6 +43,7 @@ def test_kernel_only_options_are_refused_for_a_program(sockdemo):
                                                  TypeSource(binary=sockdemo), **extra))
 
 
+@pytest.mark.kernel
 def test_the_kernel_gets_raw_tracepoints():
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
@@ -67,6 +68,7 @@ def test_the_kernel_gets_raw_tracepoints():
         pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock", buffer_mb=3))
 
 
+@pytest.mark.kernel
 def test_a_function_this_kernel_cannot_probe_is_said_so():
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
@@ -87,6 +89,7 @@ def test_a_function_this_kernel_cannot_probe_is_said_so():
     (False, (), "auto", "fentry"),           # no kprobe.multi: fentry still
     (True, (), "fentry", "fentry"),          # asked for
 ])
+@pytest.mark.kernel
 def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, functions,
                                                             probes, expected):
     """The kind ``auto`` gives, on a kernel said (by a stand-in for the trial) to take

@@ -1,7 +1,7 @@
 """The trace file keeps what was written, refuses what it cannot read, and survives
 an interrupted recording."""
 
-from encoding import encode
+from support.encoding import encode
 import sqlite3
 
 import pytest

@@ -69,7 +69,7 @@ def _alarm(signum, frame):
 
 
 def _seed_trace(folder: str) -> str:
-    from synthetic_trace import write_synthetic_trace
+    from support.synthetic_trace import write_synthetic_trace
     path = os.path.join(folder, "seed.ctrace")
     write_synthetic_trace(path, threads=2, lifecycles=3)
     return path

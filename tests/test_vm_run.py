@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-import vmguest
+from support import vmguest
 
 VM_RUN = str(vmguest.VM_RUN)
 

@@ -1,4 +1,4 @@
-"""The vm plugin (tests/vmguest.py) on the host, where no guest boots: a test marked vm
+"""The vm plugin (tests/support/vmguest.py) on the host, where no guest boots: a test marked vm
 is parametrized once per kernel, skipped saying why when QEMU cannot start, and neither
 its fixtures nor its body run here; ``-m "not vm"`` deselects it.  (Its guest side, and
 the host reporting the guest's outcomes, are exercised by every run of the vm tests.)"""
@@ -35,7 +35,7 @@ def run_pytest(tmp_path, *args: str, path: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=path, PYTHONPATH=str(TESTS))
     env.pop("CTRACER_VM_KERNEL", None)
     env.pop("PYTEST_ADDOPTS", None)   # the outer run's options are not the inner one's
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "vmguest", "-p",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "support.vmguest", "-p",
                            "no:cacheprovider", "-rs", "-v", f"--basetemp={tmp_path / 'bt'}",
                            *args, str(tmp_path / "test_guesty.py")],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)

@@ -33,7 +33,8 @@ COMMANDS = {
     "project": ("ctracer.commands.project",
                 "write a project file (methods and fields to record) for trace --project"),
     "trace": ("ctracer.commands.trace",
-              "record a struct's fields at entry and exit of its methods"),
+              "record a struct's fields at entry and exit of its methods and at its "
+              "tracepoints"),
     "callgraph": ("ctracer.commands.callgraph",
                   "render a trace file as HTML call graphs, changes and plots"),
     "diff": ("ctracer.commands.diff",
@@ -43,7 +44,8 @@ COMMANDS = {
     "sql": ("ctracer.commands.sql",
             "run SQL (DuckDB) over trace files and exports"),
     "demo": ("ctracer.commands.demo",
-             "build the bundled sample, trace it and render the report"),
+             "trace the kernel's struct sock over a bundled workload and render the "
+             "report (a user-space sample where the kernel cannot be traced)"),
 }
 
 EPILOG = """\
@@ -59,7 +61,7 @@ examples:
   ctracer diff before.ctrace after.ctrace           # what changed: → diff/index.html
   ctracer export sock.ctrace --format jsonl          # one event per line, for scripts
   ctracer sql "SELECT function, count(*) FROM events GROUP BY 1" sock.ctrace
-  ctracer demo                                       # all of the above on the sample
+  ctracer demo                                       # trace, render: the whole pipeline once
 """
 
 

@@ -21,8 +21,8 @@ from ctracer.report.profiles import read_profile, read_profiles
 from ctracer.analysis.profile import NO_FUNCTION
 from ctracer.errors import UsageError
 from ctracer.report.diff_page import describe
-from synthetic_trace import write_synthetic_trace
-from terminal import as_from_a_terminal
+from support.synthetic_trace import write_synthetic_trace
+from support.terminal import as_from_a_terminal
 
 
 @pytest.fixture(scope="module")

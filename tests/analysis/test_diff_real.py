@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from browser_pages import Links, browser, not_blank, open_page  # noqa: F401
-from cbuild import Build, compile_c
+from support.browser_pages import Links, browser, not_blank, open_page  # noqa: F401
+from support.cbuild import Build, compile_c
 from record.test_trace_bpf import bpf_available, ctracer_argv, run_trace  # noqa: F401
 
 pytestmark = pytest.mark.bpf
@@ -268,7 +268,7 @@ def test_an_unfinished_trace_is_refused_and_an_interrupted_one_diffs_with_a_warn
     import signal
     import time
 
-    import groundtruth as gt
+    from support import groundtruth as gt
     from record.test_trace_bpf import _wait_for_line
     from record.test_trace_durability import _committed
 

@@ -10,7 +10,7 @@ import pytest
 
 from ctracer import analysis
 from ctracer.analysis import mapped
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 changes and who made them — checked against a simulation's own record of what it did,
 and against small hand-written traces whose answers are worked out in the comments."""
 
-from encoding import encode
+from support.encoding import encode
 import pytest
 
 from ctracer.event import FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT, Field, Layout
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.analysis.model import CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE, ObjectKey
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 from ctracer.report.values import ValueFormatter
 from ctracer.tracefile import Trace, TraceWriter
 from ctracer.event import FunctionRow

@@ -1,7 +1,7 @@
 """Each pass of `ctracer.analysis` on its own, on small hand-written traces whose
 answers are worked out in the comments."""
 
-from encoding import encode
+from support.encoding import encode
 from ctracer import analysis
 from ctracer.analysis import passes
 from ctracer.analysis.functions import function_table

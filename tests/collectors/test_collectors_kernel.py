@@ -37,6 +37,7 @@ def support():
     return s
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("name", ["sock", "sk_buff"])
 @pytest.mark.parametrize("cachelines", [(), (1,)], ids=["default", "cacheline-1"])
 def test_collectors_pass_the_verifier(support, name, cachelines):
@@ -65,10 +66,11 @@ def test_collectors_pass_the_verifier(support, name, cachelines):
     assert len(results) == len(program.program_names()) >= 2
 
 
+@pytest.mark.bpf
 def test_plan_verify_with_one_cacheline(support):
     """The option reaches the programs: the sample's uprobe programs, snapshotting its
     cacheline 3 (its atomics, ktime_t and queue), load."""
-    import groundtruth as gt
+    from support import groundtruth as gt
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
     r = subprocess.run([sys.executable, "-m", "ctracer", "plan", "struct", "sock", "--binary",
                         gt.SOCKDEMO, "--verify", "--cachelines", "3", "--json"],
@@ -79,12 +81,13 @@ def test_plan_verify_with_one_cacheline(support):
     assert verdicts and all(v is True for v in verdicts), r.stdout[:2000]
 
 
+@pytest.mark.bpf
 def test_loopback_workload_shows_the_lock_owned_and_held_and_the_refcount_moving(
         support, tmp_path):
     """``ctracer trace struct sock`` around samples/tcp's loopback workload: the socket
     lock is seen owned by a process and its spinlock held (softirq receive), both also
     free, and the reference count takes several values on one socket."""
-    import groundtruth as gt
+    from support import groundtruth as gt
     from ctracer.tracefile import Trace
     tcp = os.path.join(gt.ROOT, "samples", "tcp")
     subprocess.run(["make", "-s", "-C", tcp], check=True)
@@ -122,6 +125,7 @@ for s in (client, accepted, server): s.close()
 """
 
 
+@pytest.mark.bpf
 def test_ipv6_addresses_of_a_loopback_connection_read_as_text(support, tmp_path):
     """struct in6_addr members are one value each, shown as IPv6 text: the sockets of a
     connection over ::1 read ``::1`` at both ends once connected; the listener's peer

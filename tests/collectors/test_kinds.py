@@ -5,7 +5,7 @@ the registry finds every kind module by itself."""
 
 from __future__ import annotations
 
-from encoding import encode
+from support.encoding import encode
 import os
 import re
 import shutil
@@ -182,6 +182,7 @@ def kernel():
     return btf.open_btf(KERNEL_BTF)
 
 
+@pytest.mark.kernel
 def test_kernel_sock_records_values_not_lock_internals(kernel):
     g = kernel.find_struct("sock")
     raw = mini.build_mini(g)
@@ -208,6 +209,7 @@ def test_kernel_sock_records_values_not_lock_internals(kernel):
         refs.source["byte_offset"]
 
 
+@pytest.mark.kernel
 def test_kernel_sk_buff_users_and_list(kernel):
     built = mini.build_mini(kernel.find_struct("sk_buff"), kinds=registry.claim)
     names = {f.name for f in built.layout.fields}
@@ -226,6 +228,7 @@ def _pahole_struct(obj, name: str, *flags) -> str:
 
 @pytest.mark.parametrize("struct, cachelines", [("sock", ()), ("sk_buff", ()),
                                                 ("sock", (1,)), ("sk_buff", (1,))])
+@pytest.mark.kernel
 def test_reorganize_against_pahole_on_the_kernel_minis(kernel, tmp_path, struct, cachelines):
     """The mini struct of the default selection (and of one cacheline), written in source
     order as plain C and compiled: ``pahole --reorganize`` of that very struct is never

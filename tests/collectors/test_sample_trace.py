@@ -11,7 +11,7 @@ trivial uprobe program here.
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import os
 import subprocess
 import sys
@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import Trace
 
 pytestmark = pytest.mark.bpf

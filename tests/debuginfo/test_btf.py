@@ -25,7 +25,7 @@ from typing import Optional
 
 import pytest
 
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.debuginfo.btf import format as bf
 from ctracer.errors import InputFileError, UnknownType
@@ -512,6 +512,7 @@ def test_kernel_functions_taking_struct_pointer(kernel_model, kernel_dump, struc
     assert exact == pf
 
 
+@pytest.mark.bpf
 @pytest.mark.kernel
 @pytest.mark.parametrize("struct", ["sock", "sk_buff"])
 def test_kernel_tracepoints_carrying_struct(kernel_model, kernel_dump, struct):

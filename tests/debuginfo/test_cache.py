@@ -18,7 +18,7 @@ from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.catalog import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 from test_dwarf import SOURCES
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from ctracer.debuginfo import cdecl
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.debuginfo.catalog import ShapeKind
@@ -210,6 +210,7 @@ def test_declarations_denote_the_member_types(tmp_path, compiler, source):
     print(f"{source} ({compiler}): {compared} member types checked by gcc")
 
 
+@pytest.mark.kernel
 def test_one_spelling_for_every_reader():
     """The display text of the model (`type_text`) and of the BTF records (`c_type_text`,
     which `TypeShape.text` holds) come from the same speller: the types every member of

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from ctracer.debuginfo import elf
 from ctracer.debuginfo.dwarf import dies
 from ctracer.debuginfo.dwarf import reader as dwarf

@@ -31,7 +31,7 @@ from ctracer.debuginfo.dwarf import sections
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.catalog import ShapeKind
-from cbuild import need
+from support.cbuild import need
 from test_dwarf import pahole_order, parse_pahole_struct
 
 ROOT = Path(os.environ.get("CTRACER_KERNEL_DEBUG_ROOT", "/work/corpus/x"))

@@ -20,7 +20,7 @@ from ctracer.errors import InputFileError
 from ctracer.debuginfo.dwarf import scan as ds
 from ctracer.debuginfo.dwarf import units as du
 from ctracer.debuginfo.typegraph import iter_members_flat
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from test_dwarf import SOURCES, binary, build_dir  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("private_cache")

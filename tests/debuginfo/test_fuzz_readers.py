@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from ctracer.debuginfo import elf
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.debuginfo.dwarf import reader as dwarf

@@ -1,5 +1,5 @@
 """Spark for the export tests: one local SparkSession per test module (its JVM start is
-most of the cost) and the README's Spark SQL run over a dataset."""
+most of the cost) and the docs' Spark SQL run over a dataset."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from test_fleet import readme_spark_statements
+from test_fleet import doc_spark_statements
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,9 @@ def spark():
 
 
 def spark_answers(spark, location: str) -> list[list[dict]]:
-    """Every result of the README's Spark SQL over ``location``, as dicts."""
+    """Every result of the docs' Spark SQL over ``location``, as dicts."""
     answers = []
-    for statement in readme_spark_statements(location):
+    for statement in doc_spark_statements(location):
         started = time.monotonic()
         df = spark.sql(statement)
         if statement.upper().startswith("SELECT"):

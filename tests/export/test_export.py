@@ -5,7 +5,7 @@ hosts read as one table by DuckDB with the counts the simulation made."""
 
 from __future__ import annotations
 
-from encoding import encode
+from support.encoding import encode
 import collections
 import csv
 import itertools
@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.tracefile import Trace
-from synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
+from support.synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 
 JSONL_KEYS = ["time_ns", "cpu", "pid", "tid", "comm", "function", "probe", "object",
               "lifetime", "depth", "ret", "args", "fields"]

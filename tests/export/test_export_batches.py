@@ -9,7 +9,7 @@ import pytest
 from ctracer import analysis
 from ctracer.export import parquet, text
 from ctracer.export.table import event_table, event_tables
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 BATCH = 37  # rows: the trace below holds several batches, the last one short
 

@@ -1,7 +1,7 @@
 """Pointer arguments leave as hex strings: a 64-bit kernel address as a JSON number is
 rounded by jq and JavaScript (``18446612686548099808`` read back as ``…8100000``)."""
 
-from encoding import encode
+from support.encoding import encode
 import json
 import subprocess
 import sys

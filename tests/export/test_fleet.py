@@ -1,6 +1,6 @@
-"""Fleet exports: one Parquet schema for every kernel and build, as README.md documents
-it (the tables are read from the README and compared with the code and with real
-files); `export --host`; the README's fleet questions run by `ctracer sql` over many
+"""Fleet exports: one Parquet schema for every kernel and build, as docs/exports-and-fleet.md documents
+it (the tables are read from that page and compared with the code and with real
+files); `export --host`; the docs' fleet questions run by `ctracer sql` over many
 hosts' exports, against the truth of simulations; bad datasets refused in one line.
 
 Two traces of one struct whose layouts differ as two kernels' do — a member widened
@@ -10,7 +10,7 @@ directly (`TraceWriter`); Spark reads real recordings of two builds in test_spar
 
 from __future__ import annotations
 
-from encoding import encode
+from support.encoding import encode
 import collections
 import csv
 import io
@@ -29,9 +29,9 @@ from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.export import schema
 from ctracer.tracefile import TraceWriter
 from ctracer.event import FunctionRow
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "exports-and-fleet.md"
 
 
 def ctracer(*args, cwd):
@@ -47,16 +47,16 @@ def one_line_error(r):
     return r.stderr
 
 
-# -- the README's text -----------------------------------------------------------------
+# -- the docs' text -----------------------------------------------------------------
 
-def readme_section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"#### {title}")
+def doc_section(title: str) -> str:
+    text = DOC.read_text()
+    start = text.index(f"### {title}")
     end = re.compile(r"\n#{2,4} ").search(text, start + 1)  # the next heading
     return text[start:end.start() if end else None]
 
 
-def readme_table(section: str, first_header: str) -> list[list[str]]:
+def doc_table(section: str, first_header: str) -> list[list[str]]:
     """The rows of the Markdown table in ``section`` whose first header is ``first_header``."""
     lines = section.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
@@ -68,35 +68,35 @@ def readme_table(section: str, first_header: str) -> list[list[str]]:
     return rows
 
 
-def readme_code(title: str, lang: str) -> str:
-    blocks = re.findall(rf"```{lang}\n(.*?)```", readme_section(title), re.S)
+def doc_code(title: str, lang: str) -> str:
+    blocks = re.findall(rf"```{lang}\n(.*?)```", doc_section(title), re.S)
     assert len(blocks) == 1, blocks
     return blocks[0]
 
 
-def readme_sql_commands() -> list[str]:
-    """The queries of the README's `ctracer sql` examples in "Fleet questions"."""
-    words = shlex.split(readme_code("Fleet questions", "sh"), comments=True)
+def doc_sql_commands() -> list[str]:
+    """The queries of the docs' `ctracer sql` examples in "Fleet questions"."""
+    words = shlex.split(doc_code("Fleet questions", "sh"), comments=True)
     queries = [words[i + 2] for i, w in enumerate(words) if w == "ctracer" and words[i + 1] == "sql"]
     assert len(queries) == 2
     return queries
 
 
-def readme_spark_statements(location: str) -> list[str]:
-    """The README's Spark SQL, its dataset at ``location``, one statement each."""
-    text = readme_code("Fleet questions", "sql")
+def doc_spark_statements(location: str) -> list[str]:
+    """The docs' Spark SQL, its dataset at ``location``, one statement each."""
+    text = doc_code("Fleet questions", "sql")
     assert text.count("'s3://traces/dataset/'") == 1
     text = text.replace("'s3://traces/dataset/'", "'" + location + "'")
     text = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
-def test_the_readme_documents_the_schema_the_code_writes():
-    section = readme_section("The export schema")
+def test_the_docs_give_the_schema_the_code_writes():
+    section = doc_section("The export schema")
     assert f"(version {schema.SCHEMA_VERSION})" in section.splitlines()[0]
-    header = [(c.strip("`"), t, m) for c, t, m in readme_table(section, "column")]
+    header = [(c.strip("`"), t, m) for c, t, m in doc_table(section, "column")]
     assert header == [tuple(h) for h in schema.HEADER]
-    by_member = {m: (t, extra) for m, t, extra in readme_table(section, "member")}
+    by_member = {m: (t, extra) for m, t, extra in doc_table(section, "member")}
     kinds = {"signed integer": ["int"], "unsigned integer": ["uint"], "char": ["char"],
              "enum": ["enum"], "bool": ["bool"], "float, double": ["float"],
              "pointer (`--pointers`)": ["pointer"],
@@ -252,7 +252,7 @@ def test_a_trace_file_queries_in_the_export_schema(two_layouts, tmp_path):
     assert "sk_window,BIGINT" in from_trace.stdout.splitlines()
 
 
-def test_the_readme_fleet_questions_over_many_hosts(tmp_path):
+def test_the_docs_fleet_questions_over_many_hosts(tmp_path):
     dataset = tmp_path / "dataset"
     truths = {}
     hosts = (("web-1", "6.1.0-50-amd64"), ("web-2", "6.12.43+deb12-amd64"),
@@ -264,7 +264,7 @@ def test_the_readme_fleet_questions_over_many_hosts(tmp_path):
         r = ctracer("export", trace, "--format", "parquet", "--host", host, "-o", dataset,
                     cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-    calls_query, changes_query = readme_sql_commands()
+    calls_query, changes_query = doc_sql_commands()
 
     r = ctracer("sql", "--json", calls_query, dataset, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

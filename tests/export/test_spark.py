@@ -3,15 +3,15 @@
 Two builds of one C program (tests/fixtures/export/conn.c) whose struct differs as two
 kernels' structs do — ``-DWIDE`` widens ``window`` from unsigned short to unsigned int
 and adds ``retrans`` — are recorded with real uprobes, exported with ``--host`` into one
-directory, and read by Spark with ``mergeSchema`` running the README's own Spark SQL
-("Fleet questions"), whose answers must equal `ctracer sql`'s running the README's
+directory, and read by Spark with ``mergeSchema`` running the docs' own Spark SQL
+("Fleet questions"), whose answers must equal `ctracer sql`'s running the docs'
 DuckDB queries, and the calls the program made.  One local SparkSession serves the
 module (its JVM start is most of the cost).
 """
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import json
 import os
 import subprocess
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 from sparkrun import spark, spark_answers as _spark_answers  # noqa: F401 (a fixture)
-from test_fleet import readme_spark_statements, readme_sql_commands
+from test_fleet import doc_spark_statements, doc_sql_commands
 
 pytestmark = pytest.mark.bpf
 
@@ -90,18 +90,18 @@ def test_spark_reads_two_layouts_as_ctracer_sql_does(spark, dataset, tmp_path):
 
     duck_calls, duck_changes = [
         [json.loads(line) for line in ctracer("sql", "--json", q, dataset, cwd=tmp_path)
-         .stdout.splitlines()] for q in readme_sql_commands()]
+         .stdout.splitlines()] for q in doc_sql_commands()]
     assert duck_calls == calls
     assert duck_changes == changes
     best = {(d["host"], d["field"]): (d["changed_by"], d["changes"]) for d in changes}
     assert best["build-wide", "retrans"] == ("conn_send", 5)   # only the wide build has it
     assert ("build-narrow", "retrans") not in best
     assert best["build-narrow", "bytes"] == ("conn_send", 12)
-    print(f"the README's Spark SQL: {spark_seconds:.1f} s", file=sys.stderr)
+    print(f"the docs' Spark SQL: {spark_seconds:.1f} s", file=sys.stderr)
 
 
 def test_spark_merged_schema_has_one_type_per_member(spark, dataset):
-    statements = readme_spark_statements(str(dataset))
+    statements = doc_spark_statements(str(dataset))
     for statement in statements[:2]:  # the SET and the view
         spark.sql(statement)
     types = dict(spark.table("events").dtypes)

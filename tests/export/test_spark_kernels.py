@@ -2,7 +2,7 @@
 tracepoint trace of ``struct sock`` (tests/vm/test_trace.py,
 ``test_export_shared_for_the_fleet``, ``--host guest-KERNEL``) into their share
 directory; here, once both guests have finished, Spark (local mode, ``mergeSchema``)
-runs the README's fleet SQL over both exports as one dataset, whose struct sock differs
+runs the docs' fleet SQL over both exports as one dataset, whose struct sock differs
 between the kernels (members only one has, members whose width changed), and its
 answers must equal ``ctracer sql``'s over the same files and the hits each guest's trace
 holds; a member one kernel lacks reads as NULL on that host's rows."""
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from sparkrun import spark, spark_answers  # noqa: F401 (a fixture)
-from test_fleet import readme_spark_statements, readme_sql_commands
+from test_fleet import doc_spark_statements, doc_sql_commands
 
 pytestmark = pytest.mark.after_guests
 
@@ -53,7 +53,7 @@ def test_spark_reads_two_kernels_as_ctracer_sql_does(fleet, spark):
                     for f in facts.values() for fn, n in f["calls"].items()),
                    key=lambda d: (d["host"], d["kernel"], -d["calls"], d["function"]))
     assert calls == truth
-    duck_calls, duck_changes = [_ctracer_sql(q, dataset) for q in readme_sql_commands()]
+    duck_calls, duck_changes = [_ctracer_sql(q, dataset) for q in doc_sql_commands()]
     assert duck_calls == calls
     assert duck_changes == changes
     # the state of a socket is changed where the tracepoint announces it, on both kernels
@@ -63,7 +63,7 @@ def test_spark_reads_two_kernels_as_ctracer_sql_does(fleet, spark):
 
 def test_a_member_one_kernel_lacks_reads_null_on_its_rows(fleet, spark):
     dataset, facts = fleet
-    for statement in readme_spark_statements(str(dataset))[:2]:  # the SET and the view
+    for statement in doc_spark_statements(str(dataset))[:2]:  # the SET and the view
         spark.sql(statement)
     (a, fa), (b, fb) = sorted(facts.items())
     only = {k: sorted(set(f["fields"]) - set(other["fields"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "discovery"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"

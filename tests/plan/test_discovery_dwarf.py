@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan.discovery import discover
 

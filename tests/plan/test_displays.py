@@ -29,6 +29,7 @@ def kernel_sock():
     return model, displays.annotate(built.layout, "sock", model)
 
 
+@pytest.mark.kernel
 def test_tcp_state_and_sock_flags_come_from_the_kernels_enums(kernel_sock):
     model, layout = kernel_sock
     state = layout.field("__sk_common.skc_state")
@@ -53,6 +54,7 @@ def test_tcp_state_and_sock_flags_come_from_the_kernels_enums(kernel_sock):
     assert [label for _, label in ticks] == ["TCP_ESTABLISHED", "TCP_SYN_SENT", "TCP_CLOSE"]
 
 
+@pytest.mark.kernel
 def test_where_takes_the_names(kernel_sock):
     _, layout = kernel_sock
     cond = where.parse("skc_state == TCP_LISTEN && !(skc_flags & SOCK_DEAD)", layout)
@@ -109,6 +111,7 @@ def _bpftool_enum_with(enumerator: str) -> list[tuple[str, int]]:
     return found
 
 
+@pytest.mark.kernel
 def test_netdev_features_words_read_by_the_kernels_feature_bits(kernel_sock):
     """sk_route_caps is a netdev_features_t: each bit is named by the kernel's
     NETIF_F_*_BIT enum (its _BIT dropped, as the NETIF_F_* masks are named), one name

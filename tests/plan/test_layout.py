@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 from ctracer import cli
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import pahole as layout

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c, need
-from kernel.pahole_blocks import pahole_blocks
+from support.cbuild import Build, compile_c, need
+from corpus.pahole_blocks import pahole_blocks
 
 from ctracer.debuginfo.btf import reader as btf
 from ctracer import cli

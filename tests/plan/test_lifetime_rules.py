@@ -82,6 +82,7 @@ def _print_bpf(*options):
     ("starts:inet_sock_set_state:oldstate=TCP_NOPE", "no enumerator TCP_NOPE"),
     ("starts", "expected starts|ends:TRACEPOINT"),
 ])
+@pytest.mark.kernel
 def test_a_rule_the_trace_cannot_use_is_one_line(rule, words):
     if not KERNEL_BTF.exists():
         pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
@@ -90,6 +91,7 @@ def test_a_rule_the_trace_cannot_use_is_one_line(rule, words):
     assert r.stderr.strip().count("\n") == 0 and words in r.stderr, r.stderr
 
 
+@pytest.mark.kernel
 def test_rules_given_replace_the_defaults_in_the_c():
     if not KERNEL_BTF.exists():
         pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
@@ -108,6 +110,7 @@ def test_rules_given_replace_the_defaults_in_the_c():
     assert user.returncode != 0 and "--lifetime-rule select kernel objects" in user.stderr
 
 
+@pytest.mark.kernel
 def test_the_trace_meta_carries_the_rules_as_used():
     if not KERNEL_BTF.exists():
         pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.event import Layout
 from ctracer.plan.mini import build_mini, extract_field, render_mini

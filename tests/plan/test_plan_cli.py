@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import groundtruth as gt
+from support import groundtruth as gt
 import pytest
 
 from ctracer.record import kernel
@@ -32,6 +32,7 @@ def sock_plan():
     return json.loads(r.stdout)
 
 
+@pytest.mark.kernel
 def test_json_is_kernel_and_probes_only(sock_plan):
     assert set(sock_plan) == {"kernel", "probes"}
     for p in sock_plan["probes"]:
@@ -43,6 +44,7 @@ def test_json_is_kernel_and_probes_only(sock_plan):
         assert sock_plan["kernel"][name]["why"]
 
 
+@pytest.mark.kernel
 def test_kinds_follow_what_the_kernel_accepted(sock_plan):
     k = sock_plan["kernel"]
     kinds = {p["kind"] for p in sock_plan["probes"]} - {None}
@@ -65,6 +67,7 @@ def test_kinds_follow_what_the_kernel_accepted(sock_plan):
     assert any("__SCT__" in p["function"] or "tracepoint glue" in p["error"] for p in left)
 
 
+@pytest.mark.kernel
 def test_text_counts_and_reasons():
     if not os.path.exists(KERNEL_BTF):
         pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
@@ -80,6 +83,7 @@ def test_text_counts_and_reasons():
         assert "placed here: " in out and "raw_tracepoint" in out.split("placed here: ")[1]
 
 
+@pytest.mark.kernel
 def test_functions_attachable_column_agrees_with_the_plan(sock_plan):
     r = ctracer("functions", "struct", "sock", "--json", "--reach", "direct,tracepoint")
     assert r.returncode == 0, r.stderr
@@ -122,6 +126,7 @@ def test_bad_input_is_one_line():
     assert r.returncode != 0 and "Traceback" not in r.stderr
 
 
+@pytest.mark.kernel
 def test_verify_as_an_unprivileged_user_says_it_needs_root_in_one_line():
     import shutil
     if os.geteuid() != 0 or not shutil.which("setpriv"):

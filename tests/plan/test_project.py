@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.errors import CtracerError, UsageError
 from ctracer.plan import project
 
@@ -114,6 +114,7 @@ def test_init_writes_every_method_and_field_and_trace_uses_it(tmp_path):
     assert r.returncode == 2 and "give no NAME with --project" in r.stderr
 
 
+@pytest.mark.kernel
 def test_lifetime_rules_from_the_file_as_from_the_command_line(tmp_path):
     """``[objects] lifetime_rules`` replaces the defaults as ``--lifetime-rule`` does (the
     same program); a rule the kernel's tracepoints refuse names the file's line."""

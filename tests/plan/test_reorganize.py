@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from cbuild import compile_c
+from support.cbuild import compile_c
 from ctracer.plan.reorganize import Item, place, reorganize
 
 C_TYPES = {1: "char", 2: "short", 4: "int", 8: "long"}

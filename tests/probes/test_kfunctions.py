@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import attach, discovery, mini
 from ctracer.plan.attach import KernelFacts, Mechanism

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-import groundtruth as gt
-from cbuild import Build, compile_c
+from support import groundtruth as gt
+from support.cbuild import Build, compile_c
 from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import mini

@@ -89,6 +89,7 @@ def test_where_c_is_built_from_the_tree_only():
         "(((u64)m->__sk_common__skc_dport == 0x1f90ULL) && ((s64)m->sk_err != -1LL))")
 
 
+@pytest.mark.kernel
 def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     catalog, methods, layout = kernel
     program = build_kernel_program(methods, layout, catalog, rules=rules_for("sock"))
@@ -136,6 +137,7 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     assert "ctracer_submit(e);" in program.text.split("void ctracer_hit(")[1]
 
 
+@pytest.mark.kernel
 def test_admission_is_numbers_in_the_c(kernel):
     catalog, methods, layout = kernel
     admission = tp.Admission(processes=True, comm="tcp-loop", objects=(0xFFFF888012345678,),
@@ -166,6 +168,7 @@ def _ctracer(*args):
     (["--functions", "no_such_tracepoint"], ["--functions", "no_such_tracepoint"]),
     (["--exclude", "*"], ["nothing to probe"]),
 ])
+@pytest.mark.kernel
 def test_print_bpf_of_the_kernel_refuses_bad_options_in_one_line(kernel, options, words):
     r = _ctracer("trace", "struct", "sock", "--print-bpf", *options)
     assert r.returncode != 0
@@ -175,6 +178,7 @@ def test_print_bpf_of_the_kernel_refuses_bad_options_in_one_line(kernel, options
         assert w in lines[0]
 
 
+@pytest.mark.kernel
 def test_print_bpf_of_the_kernel(kernel):
     r = _ctracer("trace", "sk_buff", "--print-bpf", "--functions", "kfree_skb", "consume_skb",
                  "--where", "len > 100")
@@ -183,6 +187,7 @@ def test_print_bpf_of_the_kernel(kernel):
     assert "((u64)m->len > 0x64ULL)" in r.stdout
 
 
+@pytest.mark.kernel
 def test_snapshot_reads_the_head_first_and_where_never_admits_on_fields_not_read(kernel):
     """With a head rule (`ctracer.plan.heads`, resolved from the kernel's BTF) the
     snapshot reads __sk_common first and the rest only for a full socket; a --where on
@@ -210,6 +215,7 @@ def test_snapshot_reads_the_head_first_and_where_never_admits_on_fields_not_read
     assert f"if (flags & {FLAG_HEAD_ONLY})\n\t\treturn 0;" not in on_head.text
 
 
+@pytest.mark.kernel
 def test_arguments_btf_leaves_unnamed_are_named_from_tracefs(kernel):
     """sock_recv_length's prototype is inet_sock_set_state's class-mate's: BTF cannot
     say its names (arg1..arg3 above); its tracefs format can: sk, ret, flags, the

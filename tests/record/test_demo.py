@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import Trace
 
 
@@ -27,6 +27,8 @@ def _demo(tmp_path, *args):
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
 
 
+@pytest.mark.bpf
+@pytest.mark.kernel
 def test_demo_traces_the_kernel_and_renders(tmp_path):
     r = _demo(tmp_path, "--connections", "3", "--samples", os.path.join(gt.ROOT, "samples"))
     assert r.returncode == 0, r.stderr
@@ -39,6 +41,8 @@ def test_demo_traces_the_kernel_and_renders(tmp_path):
     assert r.stdout.splitlines()[-1] == f"open file://{tmp_path / 'callgraph' / 'sock' / 'index.html'}"
 
 
+@pytest.mark.bpf
+@pytest.mark.kernel
 def test_demo_falls_back_to_the_user_space_sample_in_one_line(tmp_path):
     samples = tmp_path / "samples"
     shutil.copytree(os.path.join(gt.ROOT, "samples", "sock"), samples / "sock",

@@ -7,7 +7,7 @@ trivial uprobe program here."""
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import os
 import shutil
 import signal
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import Trace
 
 pytestmark = pytest.mark.bpf

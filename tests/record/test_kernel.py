@@ -210,6 +210,7 @@ def bpftrace_features() -> Optional[dict[str, str]]:
     return found
 
 
+@pytest.mark.bpf
 def test_raw_tracepoints_attachable_names_real_and_missing():
     if os.geteuid() != 0:
         pytest.skip("loading a BPF program needs root")

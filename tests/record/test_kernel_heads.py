@@ -21,12 +21,12 @@ from collections import Counter
 
 import pytest
 
-import kernelrun as kr
+from support import kernelrun as kr
 from ctracer.event import FLAG_HEAD_ONLY
 from ctracer.report import render_report
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.tracefile import Trace
-from timeline_rows import page_rows
+from support.timeline_rows import page_rows
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "twreset.py")
 CONNECTIONS = 3
@@ -59,6 +59,7 @@ def _name(trace: Trace, e) -> str:
     return trace.functions[e.function_id].name
 
 
+@pytest.mark.bpf
 def test_resets_of_time_wait_sockets_equal_bpftrace(tw_run):
     trace, seen, port, _ = tw_run
     expected = Counter(int(line.split()[1], 16) for line in seen)
@@ -73,6 +74,7 @@ def test_resets_of_time_wait_sockets_equal_bpftrace(tw_run):
     assert recorded == expected
 
 
+@pytest.mark.bpf
 def test_only_sock_common_is_read_in_time_wait_and_request_sockets(tw_run):
     trace, seen, _, _ = tw_run
     head = trace.meta_json("head_read")
@@ -104,6 +106,7 @@ def test_only_sock_common_is_read_in_time_wait_and_request_sockets(tw_run):
         {"tcp_send_reset", "net_dev_queue", "kfree_skb"}
 
 
+@pytest.mark.bpf
 def test_report_and_export_say_not_read(tw_run):
     trace, seen, _, tmp = tw_run
     tw = {int(line.split()[1], 16) for line in seen}

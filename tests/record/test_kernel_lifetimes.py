@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-import kernelrun as kr
-from analysis_view import view_of
+from support import kernelrun as kr
+from support.analysis_view import view_of
 from ctracer.tracefile import Trace
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "reuse.py")
@@ -44,6 +44,7 @@ def _never_connected(data, trace: Trace, obj) -> bool:
     return names == {"tp:tcp_destroy_sock"}
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("rules", ["default", "changed"])
 def test_a_reused_address_that_never_leaves_tcp_close_is_a_new_object(tmp_path, rules):
     options = [] if rules == "default" else \

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import pytest
 
-import kernelrun as kr
+from support import kernelrun as kr
 from ctracer.tracefile import Trace
 
 WORKLOADS = os.path.join(os.path.dirname(__file__), "workloads")
@@ -110,6 +110,7 @@ def _check_sockets(ports: dict[int, set], chosen: Workload, other: Workload,
     assert not any(_involves(p, other.port) for p in ports.values()), ports
 
 
+@pytest.mark.bpf
 def test_pid_records_only_the_process_sockets_and_follows_them_into_softirq(tmp_path):
     kr.bpf_or_skip()
     chosen, other = Workload(), Workload()
@@ -134,6 +135,7 @@ def test_pid_records_only_the_process_sockets_and_follows_them_into_softirq(tmp_
     assert trace.meta_json("admission")["processes"] is True
 
 
+@pytest.mark.bpf
 def test_comm_records_only_the_named_process_sockets(tmp_path):
     kr.bpf_or_skip()
     name = f"wg{os.getpid() % 100000}"
@@ -157,6 +159,7 @@ def test_comm_records_only_the_named_process_sockets(tmp_path):
 SPIN_ATTEMPTS = 3
 
 
+@pytest.mark.bpf
 def test_an_interrupt_that_comes_in_on_the_process_is_not_its_work(tmp_path):
     """Another process's connection sends keepalive probes from its timer on CPU 0 while
     the chosen process spins there in user space, touching no socket: the timer's
@@ -209,6 +212,7 @@ def _spin_beside_keepalive(run) -> list[str]:
     return seen
 
 
+@pytest.mark.bpf
 def test_object_records_only_that_address(tmp_path):
     kr.bpf_or_skip()
     observer = kr.Observer("tracepoint:sock:inet_sock_set_state /args->newstate == 10/ "
@@ -241,6 +245,7 @@ def _shown(fmt, field: str, value) -> str:
     return fmt.show(field, value).split(" (0x")[0]
 
 
+@pytest.mark.bpf
 def test_where_takes_values_as_the_report_shows_them(tmp_path):
     """``--where`` in the units pages show: the remote port in host order (a ``__be16``),
     the local address as a dotted quad (a ``__be32``), ``=`` for ``==``.  Only the chosen

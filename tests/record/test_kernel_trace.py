@@ -24,8 +24,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-import groundtruth as gt
-import kernelrun as kr
+from support import groundtruth as gt
+from support import kernelrun as kr
 from ctracer.tracefile import Trace
 
 TCPLOOP = kr.TCPLOOP
@@ -135,6 +135,7 @@ def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
     assert any(e["lifetime"] > 1 for e in tp)  # tcploop's client sockets are reborn
 
 
+@pytest.mark.bpf
 def test_sk_buff_objects_and_lengths_equal_bpftrace(tmp_path):
     port = _free_port()
     _bpf_or_skip()
@@ -170,6 +171,7 @@ def _run_with(tmp_path, *options):
     return Trace(str(out)), port, r.stdout
 
 
+@pytest.mark.bpf
 def test_where_is_evaluated_in_the_kernel(tmp_path):
     trace, port, stdout = _run_with(tmp_path, "--where", "skc_num == PORT")
     clients = {int(ln.split()[3]) for ln in stdout.splitlines() if ln.startswith("conn ")}
@@ -186,6 +188,7 @@ def test_where_is_evaluated_in_the_kernel(tmp_path):
     assert trace.meta_json("admission")["where"] == "__sk_common.skc_num == %d" % port
 
 
+@pytest.mark.bpf
 def test_max_objects_is_enforced_in_the_kernel(tmp_path):
     trace, port, _ = _run_with(tmp_path, "--max-objects", "1")
     objects = {e.object for e in trace.events()}
@@ -194,6 +197,7 @@ def test_max_objects_is_enforced_in_the_kernel(tmp_path):
     assert (first.args["oldstate"], first.args["newstate"]) == (7, 10)  # the listener
 
 
+@pytest.mark.bpf
 def test_tail_prints_each_event_as_it_arrives(tmp_path):
     trace, port, stdout = _run_with(tmp_path, "--tail")
     lines = [ln for ln in stdout.splitlines() if " tp:inet_sock_set_state " in ln]
@@ -216,7 +220,7 @@ def test_report_of_the_kernel_run_shows_values_by_name(sock_run, tmp_path):
     name; skc_state by TCP state name and sk_flags by the bits of enum sock_flags on the
     changes pages (display hints from the kernel's BTF), plot labels included."""
     from ctracer.report import render_report
-    from timeline_rows import timeline_data
+    from support.timeline_rows import timeline_data
     trace, _, _, _ = sock_run
     out = tmp_path / "report"
     render_report(trace.path, str(out), plots=False)
@@ -241,7 +245,7 @@ def test_arguments_read_by_their_names(sock_run, tmp_path):
     the pointers are hex strings."""
     import json
     from ctracer.report import render_report
-    from timeline_rows import timeline_data
+    from support.timeline_rows import timeline_data
     trace, _, _, _ = sock_run
     out = tmp_path / "report"
     render_report(trace.path, str(out), plots=False)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from encoding import encode
+from support.encoding import encode
 from ctracer import analysis
 from ctracer.decode import object_name
 from ctracer.event import HEADER, PHASE_ENTRY, PHASE_EXIT, Field, FunctionRow, Layout

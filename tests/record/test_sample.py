@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.plan import discovery
 from ctracer.debuginfo.dwarf import reader as dwarf
 

@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
-import groundtruth as gt
-import kernelrun as kr
+from support import groundtruth as gt
+from support import kernelrun as kr
 from ctracer.decode import object_name
 from ctracer.report import render_report
 from ctracer.tracefile import Trace
@@ -44,6 +44,7 @@ def _record(tmp_path, argv):
     return tail, report
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("struct", ["sock", "sk_buff"])
 def test_tail_names_kernel_objects_as_the_report_does(tmp_path, struct):
     kr.bpf_or_skip()
@@ -54,6 +55,7 @@ def test_tail_names_kernel_objects_as_the_report_does(tmp_path, struct):
     assert any(name.endswith("-2") for name in report)  # addresses reused in the run
 
 
+@pytest.mark.bpf
 def test_tail_names_program_objects_as_the_report_does(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("not root: uprobes need root")

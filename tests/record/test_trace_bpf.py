@@ -12,7 +12,7 @@ trivial uprobe program here.
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import json
 import os
 import signal
@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import Trace
 
 pytestmark = pytest.mark.bpf

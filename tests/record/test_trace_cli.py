@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 
 
 @pytest.fixture(scope="module", autouse=True)

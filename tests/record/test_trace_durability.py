@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import RawDecoder, Trace
 from record.test_trace_bpf import (_wait_for_line, bpf_available, compare_with_log,  # noqa: F401
                                    ctracer_argv)

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from cbuild import Build, compile_c
+from support.cbuild import Build, compile_c
 
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY
 from ctracer.tracefile import Trace

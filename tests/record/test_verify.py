@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-import groundtruth as gt
+from support import groundtruth as gt
 import pytest
 
 from ctracer.debuginfo.catalog import ShapeKind
@@ -42,6 +42,7 @@ def kernel_plan(name, support):
             model.catalog())
 
 
+@pytest.mark.bpf
 @pytest.mark.parametrize("name", ["sock", "sk_buff"])
 def test_every_kprobe_program_of_the_struct_passes_the_verifier(name, support):
     from ctracer.record import verify
@@ -71,6 +72,7 @@ def test_every_kprobe_program_of_the_struct_passes_the_verifier(name, support):
     assert tps and all(ok is True for _, (ok, _e) in tps), [t for t in tps if not t[1][0]][:3]
 
 
+@pytest.mark.bpf
 def test_a_rejected_program_is_reported_with_the_verifiers_message(support):
     from ctracer.record import bpf_runtime
     text = """
@@ -85,6 +87,7 @@ int wild_read(struct pt_regs *ctx) { return *(int *)PT_REGS_PARM1(ctx); }
     assert "invalid mem access" in result["wild_read"]
 
 
+@pytest.mark.bpf
 def test_plan_verify_on_the_sample_loads_its_uprobe_programs(support):
     import json
     r = subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")],
@@ -100,6 +103,7 @@ def test_plan_verify_on_the_sample_loads_its_uprobe_programs(support):
     print(f"\nsample: {len(uprobes)} uprobe/uretprobe programs accepted")
 
 
+@pytest.mark.bpf
 def test_plan_verify_command_on_chosen_kernel_functions(support):
     """The command path: --functions picks a few, --json reports each verdict."""
     import json
@@ -125,6 +129,7 @@ def test_plan_verify_command_on_chosen_kernel_functions(support):
     print(f"\nplan --verify: {v}")
 
 
+@pytest.mark.bpf
 def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
     """The kernel-function programs keep each thread's depth and saved calls in task
     storage where the kind's programs may use it (tried here with a hand-made map and

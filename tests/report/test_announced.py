@@ -4,10 +4,10 @@ announcing row, in the report, the exports and ``--tail`` alike; the next snapsh
 showing the stored value changes nothing; and changes are credited (``changed_by``) to
 the tracepoint when no traced call ran."""
 
-from encoding import encode
+from support.encoding import encode
 from ctracer.event import PHASE_TRACEPOINT
 from ctracer.plan import stores
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.analysis.model import CAUSE_ANNOUNCED
 from ctracer.tracefile import Trace, TraceWriter
 from ctracer.event import FunctionRow

@@ -12,10 +12,10 @@ import pytest
 
 from ctracer.report import html as report_html
 from ctracer.report import render_report
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 from ctracer.report.timeline import read_data_file
-from timeline_rows import index_objects, page_rows, rows_of
-from browser_pages import Links, PageProblems, browser, not_blank, open_page  # noqa: F401
+from support.timeline_rows import index_objects, page_rows, rows_of
+from support.browser_pages import Links, PageProblems, browser, not_blank, open_page  # noqa: F401
 
 pytestmark = pytest.mark.browser
 

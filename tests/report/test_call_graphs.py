@@ -8,7 +8,7 @@ from ctracer import analysis
 from ctracer.analysis import callgraph
 from ctracer.analysis.callgraph import ROOT
 from ctracer.report import callgraph_svg as graphs
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import kernelrun as kr
+from support import kernelrun as kr
 from ctracer.report import render_report
 from ctracer.report.index_data import read_objects_file
 from ctracer.tracefile import Trace
@@ -63,6 +63,7 @@ def sock_run(tmp_path_factory):
     return Trace(str(tmp / "s.ctrace")), tmp / "report"
 
 
+@pytest.mark.bpf
 def test_sk_buffs_are_named_by_the_device_they_came_in_on(skb_run):
     """The trace carries the recording host's devices (as /sys/class/net has them); each
     sk_buff's device column names, in order, the devices its skb_iif held."""
@@ -93,6 +94,7 @@ def test_sk_buffs_are_named_by_the_device_they_came_in_on(skb_run):
     assert f"lo ({lo})" in changes  # skb_iif's value, by name, the index beside it
 
 
+@pytest.mark.bpf
 def test_project_summary_fields_are_columns_of_the_object_list(skb_run):
     """[objects] summary_fields of the project file: kept in the trace, shown as
     columns, each the values the field took (the trace's own values, as shown)."""
@@ -120,6 +122,7 @@ def test_project_summary_fields_are_columns_of_the_object_list(skb_run):
     assert checked and all(m for m, _ in single.values())
 
 
+@pytest.mark.bpf
 def test_a_device_filter_admits_the_buffers_the_report_shows_on_it(tmp_path):
     """--where 'skb_iif == lo': the device written as the report names it; each object
     recorded was admitted at a hit where its skb_iif was the loopback's index."""
@@ -150,6 +153,8 @@ def _netif_bits() -> dict[int, str]:
     return {int(v): n for n, v in found.items()}
 
 
+@pytest.mark.bpf
+@pytest.mark.kernel
 def test_route_caps_read_by_the_kernels_feature_bits(sock_run):
     """sk_route_caps (netdev_features_t) on a socket's changes page: the names of the
     bits its raw value sets, as the kernel's BTF numbers them, the raw value beside;
@@ -172,6 +177,7 @@ def test_route_caps_read_by_the_kernels_feature_bits(sock_run):
     assert pages, text
 
 
+@pytest.mark.bpf
 def test_pointer_fields_leave_as_hex_strings_jq_reads_exactly(sock_run, tmp_path):
     """--pointers records kernel addresses (above 2**63): JSON Lines carries them as hex
     strings, which jq hands back digit for digit, as the trace holds them."""
@@ -194,6 +200,7 @@ def test_pointer_fields_leave_as_hex_strings_jq_reads_exactly(sock_run, tmp_path
             assert s == f"0x{recorded[t]['sk_socket']:x}"
 
 
+@pytest.mark.bpf
 def test_a_tracepoint_only_object_page_counts_hits(sock_run):
     """This kernel attaches tracepoints only: an object's header, its graph and the
     object list count hits, not calls."""

@@ -2,16 +2,16 @@
 lifetimes split by the rules recorded with the trace (and the report says which rule),
 and values read as a kernel engineer reads them, the raw value kept."""
 
-from encoding import encode
+from support.encoding import encode
 import re
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layout
 from ctracer.report import render_report
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
 from ctracer.tracefile import Trace, TraceWriter
 from ctracer.event import FunctionRow
-from timeline_rows import page_rows
+from support.timeline_rows import page_rows
 
 STATES = ((1, "TCP_ESTABLISHED"), (2, "TCP_SYN_SENT"), (7, "TCP_CLOSE"))
 MINI = Layout.packed_in_order("ctracer__mini_sock", [

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 from ctracer import analysis
 from ctracer.report.html import _Site, template_environment

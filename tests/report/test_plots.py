@@ -111,7 +111,7 @@ def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
 
     from ctracer import analysis
     from ctracer.report import html
-    from synthetic_trace import write_synthetic_trace
+    from support.synthetic_trace import write_synthetic_trace
 
     path = tmp_path / "t.ctrace"
     write_synthetic_trace(str(path), threads=3, lifecycles=6, sends=3, seed=5)

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from synthetic_trace import write_synthetic_trace
-from terminal import as_from_a_terminal
+from support.synthetic_trace import write_synthetic_trace
+from support.terminal import as_from_a_terminal
 
 
 @pytest.fixture(scope="module")

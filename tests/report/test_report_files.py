@@ -8,7 +8,7 @@ import sqlite3
 import subprocess
 import sys
 
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 
 def test_report_tree_is_private_and_contained(tmp_path):

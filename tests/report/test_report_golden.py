@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctracer.report import render_report
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 GOLDEN = Path(__file__).parent / "golden"
 PAGES = {"index": "index.html", "object": "{obj}/index.html", "changes": "{obj}/changes.html",

@@ -1,7 +1,7 @@
 """The rendered report: which files exist, what the pages say, that names from a trace
 are escaped and never become paths, that long timelines page correctly, and the CLI."""
 
-from encoding import encode
+from support.encoding import encode
 import json
 import os
 import re
@@ -16,10 +16,10 @@ from PIL import Image, ImageStat
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report import html as report_html
 from ctracer.report import render_report
-from timeline_rows import index_objects, page_rows
-from synthetic_trace import write_synthetic_trace
 from ctracer.tracefile import TraceWriter
 from ctracer.event import FunctionRow
+from support.timeline_rows import index_objects, page_rows
+from support.synthetic_trace import write_synthetic_trace
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ Chromium/Playwright are missing (see test_browser_report).
 
 from __future__ import annotations
 
-import bpfcheck
+from support import bpfcheck
 import os
 import subprocess
 import sys
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.report import render_report
-from analysis_view import view_of
+from support.analysis_view import view_of
 from ctracer.tracefile import Trace
 
 pytestmark = [pytest.mark.bpf, pytest.mark.browser]
@@ -101,8 +101,8 @@ def test_objects_and_changes_match_the_sample_log(real_trace):
 
 
 def test_real_report_pages_load_and_links_resolve(real_trace, tmp_path):
-    from timeline_rows import page_rows
-    from browser_pages import CHROMIUM, FLAGS, Links, PageProblems, not_blank, playwright
+    from support.timeline_rows import page_rows
+    from support.browser_pages import CHROMIUM, FLAGS, Links, PageProblems, not_blank, playwright
 
     path, _ = real_trace
     result = render_report(str(path), str(tmp_path / "callgraph" / "sock"), max_objects=3)

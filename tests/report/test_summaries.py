@@ -5,7 +5,7 @@ searches them (``#q=:8080`` finds the sockets of port 8080)."""
 
 import contextlib
 
-from encoding import encode
+from support.encoding import encode
 import socket
 
 from ctracer.event import PHASE_TRACEPOINT, Field, Layout
@@ -79,7 +79,7 @@ def test_sockets_are_named_by_endpoints_states_role_and_comm(tmp_path):
 @contextlib.contextmanager
 def index_page(tmp_path, fragment: str):
     """The rendered index (tmp_path/out) open in headless Chromium at ``#fragment``."""
-    from browser_pages import CHROMIUM, FLAGS, playwright
+    from support.browser_pages import CHROMIUM, FLAGS, playwright
     with playwright()() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,

@@ -2,9 +2,9 @@
 so an attached tracepoint is complete; a function needs its entry and its exit."""
 
 from ctracer.event import Field, Layout
-from analysis_view import view_of
 from ctracer.tracefile import Trace, TraceWriter
 from ctracer.event import FunctionRow
+from support.analysis_view import view_of
 
 MINI = Layout.packed_in_order("ctracer__mini_sock", [Field("state", "u8", 0, "uint")])
 

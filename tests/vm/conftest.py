@@ -1,4 +1,4 @@
-"""Fixtures of the tests that run inside the guests (marked ``vm``; see tests/vmguest.py).
+"""Fixtures of the tests that run inside the guests (marked ``vm``; see tests/support/vmguest.py).
 
 ``nfs_server``: a loopback NFS server in the guest (Debian's nfs-kernel-server: nfsd,
 rpcbind, rpc.mountd) exporting a fresh tmpfs, started once a session.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import vmguest
+from support import vmguest
 
 EXPORT = Path("/srv/ctracer-export")   # /srv is a throw-away overlay in the guest
 GRACE_S = 10                           # nfsd's least NFSv4 grace period (default 90 s)

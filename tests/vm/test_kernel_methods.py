@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelrun import stop_bpftrace, wait_for_text
+from support.kernelrun import stop_bpftrace, wait_for_text
 
-import groundtruth as gt
+from support import groundtruth as gt
 
 pytestmark = pytest.mark.vm
 

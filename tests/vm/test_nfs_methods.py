@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from kernelrun import stop_bpftrace, wait_for_text
+from support.kernelrun import stop_bpftrace, wait_for_text
 
 pytestmark = pytest.mark.vm
 

@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from kernelrun import stop_bpftrace, wait_for_text
+from support.kernelrun import stop_bpftrace, wait_for_text
 
-import groundtruth as gt
+from support import groundtruth as gt
 
 pytestmark = pytest.mark.vm
 

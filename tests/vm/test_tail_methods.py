@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.decode import object_name
 from ctracer.tracefile import Trace
 

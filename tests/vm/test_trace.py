@@ -1,6 +1,6 @@
 """A tracepoint trace of `struct sock` over the loopback workload, in the guests: the
 same run as tests/record/test_kernel_trace.py makes on this machine's kernel (its
-helpers, tests/kernelrun.py), bpftrace the independent observer.  Per socket, the
+helpers, tests/support/kernelrun.py), bpftrace the independent observer.  Per socket, the
 ``inet_sock_set_state`` transitions ctracer recorded equal bpftrace's, and each hit's
 snapshot has ``skc_state`` equal to the tracepoint's ``oldstate``.
 
@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-import kernelrun as kr
+from support import kernelrun as kr
 
 pytestmark = pytest.mark.vm
 

@@ -1,6 +1,6 @@
 """Run SQL (DuckDB, embedded) over trace files and their exports: every input is one view,
 `events` (one row per event; the columns and types of `ctracer export --format parquet`,
-the export schema of README.md, fields as columns named by their dotted path — quote
+the export schema of docs/exports-and-fleet.md, fields as columns named by their dotted path — quote
 them: "__sk_common.skc_state")."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ examples:
   # calls per function, per host and kernel, over many hosts' exports
   ctracer sql "SELECT host, kernel, function, count(*) AS calls FROM events
                WHERE probe <> 'entry' GROUP BY ALL ORDER BY host, calls DESC" dataset/
-  # field changes per host and function (README.md: which function changes each most)
+  # field changes per host and function (docs/exports-and-fleet.md: which function changes each most)
   ctracer sql "SELECT host, field, changed_by, count(*) AS changes
                FROM (SELECT host, changed_by, unnest(changed) AS field FROM events)
                GROUP BY ALL ORDER BY changes DESC" dataset/

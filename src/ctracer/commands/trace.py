@@ -7,14 +7,20 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
 * A program (--binary): an eBPF uprobe and uretprobe on each method.  Every hit records
   the time, CPU, process, thread, function, entry or exit, the object's address, its
   call depth, the return value on exit and the mini snapshot of the object.
-* The kernel: the raw tracepoints whose arguments carry the struct (on kernels without
-  kprobes or fentry these are the ways in).  Each hit records one snapshot of the
-  object, read at the offsets of the kernel's BTF, and the tracepoint's arguments by
-  name (inet_sock_set_state: oldstate, newstate).  With -p PID or -- COMMAND a kernel
-  object first seen in that process tree's own work (its system calls, and softirqs it
-  raised itself, such as a loopback send's receive; not an interrupt or a timer that
-  came in while it ran) is followed for the rest of its life in every context
-  (softirq, timers, kernel threads); without them every object system-wide.
+* The kernel: every function taking the struct, on entry and exit, wherever the kernel
+  allows it (`ctracer plan` shows what it allows): fentry/fexit, or kprobes and
+  kretprobes (kprobe.multi links where the kernel has them, else one perf kprobe a
+  function; by default kprobe.multi over fentry above 256 functions, whose links attach
+  and detach all at once); plus the raw tracepoints whose arguments carry the struct
+  (on a kernel that attaches neither fentry nor kprobes, the only way in).  A
+  function's hit records a snapshot of the object at entry and at exit, read at the
+  offsets of the kernel's BTF, and its return value; a tracepoint's hit one snapshot
+  and the tracepoint's arguments by name (inet_sock_set_state: oldstate, newstate).
+  With -p PID or -- COMMAND a kernel object first seen in that process tree's own
+  work (its system calls, and softirqs it raised itself, such as a loopback send's
+  receive; not an interrupt or a timer that came in while it ran) is followed for the
+  rest of its life in every context (softirq, timers, kernel threads); without them
+  every object system-wide.
   --comm, --object, --where and --max-objects choose objects, in the kernel.
 
 The recording ends when COMMAND exits, when process PID goes away, after -d SECONDS or
@@ -80,9 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="leave out the methods whose name matches")
     run.add_argument("--function-probes", default="auto",
                      choices=("auto", "fentry", "kprobe", "none"),
-                     help="how kernel functions are probed: the kind the kernel accepts "
-                          "(fentry/fexit, else kprobe/kretprobe; default), one of them, or "
-                          "none (tracepoints only)")
+                     help="how kernel functions are probed: auto (default) takes fentry/fexit "
+                          "where the kernel accepts them, kprobes otherwise, and kprobes on "
+                          "kprobe.multi links above 256 functions where the kernel has them; "
+                          "fentry or kprobe forces one; none: tracepoints only")
     run.add_argument("--max-functions", type=int, metavar="N",
                      help="refuse to probe more than N kernel functions (a guard: every "
                           "function taking the struct is probed by default)")

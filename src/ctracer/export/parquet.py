@@ -1,6 +1,6 @@
 """Parquet exports: one row per event, the snapshot's fields as columns, in the export
 schema (`ctracer.export.schema`: every column's type, the companions of enums and flag
-words, the schema version; documented in README.md, "The export schema").
+words, the schema version; documented in docs/exports-and-fleet.md, "The export schema").
 
 Written with pyarrow's ParquetWriter from the table's Arrow columns, zstd compressed,
 batch by batch (`ctracer.export.table.event_tables`: a row group or more each), so an

@@ -36,7 +36,7 @@ entries of the `THREAD_CALLS` shallowest levels; a deeper call's in an LRU hash,
 before), where the running kernel lets the
 kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
 LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
-lookup and a delete at exit; measured in the 6.12 guest: see the README's
+lookup and a delete at exit; measured in the 6.12 guest: see bench/RESULTS.md's
 bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant
 too (named with `HASHED_SUFFIX`): a verifier may refuse the task-storage programs
 (6.1's refuses the kprobe ones of more slots as too complex, E2BIG) and the recorder

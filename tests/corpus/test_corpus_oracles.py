@@ -13,7 +13,7 @@ import corpus_layouts as layouts
 import corpus_methods as methods
 import corpus_oracles as oracles
 import pytest
-from cbuild import Build, compile_c, need
+from support.cbuild import Build, compile_c, need
 
 from ctracer.debuginfo.btf import reader as btf
 from ctracer.debuginfo.dwarf import reader as dwarf

@@ -30,7 +30,7 @@ into the corpus directory unless already there (see corpus_files.py for where it
 ctracer's own cache (the DWARF catalog by build-id) is used as usual; --cold runs with
 an empty one to time the first run.
 
-    .venv/bin/python tests/kernel/check_corpus.py [--corpus-dir DIR] [--sample N]
+    .venv/bin/python tests/corpus/check_corpus.py [--corpus-dir DIR] [--sample N]
                                                    [--seed N] [--cold] [--no-download]
 """
 

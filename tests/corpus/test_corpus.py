@@ -4,7 +4,7 @@ one run of the checks (about two minutes: pfunct alone takes ~25 s per struct).
 Marked ``corpus`` and run only when asked for (``pytest -m corpus``), so the default
 suite stays fast even where the corpus is present; skipped, saying why, when Debian's
 kernel debug package is not extracted where the script looks (fetch it with
-``.venv/bin/python tests/kernel/check_corpus.py``, or point $CTRACER_CORPUS at an
+``.venv/bin/python tests/corpus/check_corpus.py``, or point $CTRACER_CORPUS at an
 extracted tree) or when a reference tool is missing.
 """
 
@@ -36,7 +36,7 @@ def report(request) -> check_corpus.Report:
     corpus = corpus_files.find_corpus()
     if corpus is None:
         pytest.skip(f"{corpus_files.PACKAGE} is not extracted in "
-                    f"{corpus_files.describe_search()}; tests/kernel/check_corpus.py fetches it")
+                    f"{corpus_files.describe_search()}; tests/corpus/check_corpus.py fetches it")
     missing = corpus_oracles.missing_tools()
     if missing:
         pytest.skip(f"missing {', '.join(missing)} (scripts/setup.sh installs them)")

@@ -42,7 +42,7 @@ from typing import Optional
 import pytest
 
 KERNELS = ("6.1", "6.12")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
 RESULTS_ENV = "CTRACER_VM_RESULTS"
@@ -105,7 +105,7 @@ def vm_share(vm_kernel) -> Path:
         pytest.fail("vm_share is for vm tests running in a guest")
     if not path:
         pytest.skip("no share directory: this guest was started by hand, not by the "
-                    "host's pytest (tests/vmguest.py), so no host test reads what it shares")
+                    "host's pytest (tests/support/vmguest.py), so no host test reads what it shares")
     Path(path).mkdir(parents=True, exist_ok=True)
     return Path(path)
 

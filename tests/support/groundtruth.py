@@ -11,7 +11,7 @@ from typing import Optional
 from ctracer.event import PHASE_ENTRY
 from ctracer.tracefile import Trace
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SAMPLE_DIR = os.path.join(ROOT, "samples", "sock")
 SOCKDEMO = os.path.join(SAMPLE_DIR, "build", "sockdemo")
 SOCKDEMO_O2 = os.path.join(SAMPLE_DIR, "build", "sockdemo-O2")

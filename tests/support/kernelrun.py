@@ -19,7 +19,7 @@ from typing import Optional
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.tracefile import Trace
 
 TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")

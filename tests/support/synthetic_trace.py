@@ -10,7 +10,7 @@ stage against facts it did not compute itself.
 
 from __future__ import annotations
 
-from encoding import encode
+from support.encoding import encode
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
