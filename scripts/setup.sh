@@ -4,7 +4,8 @@
 # headers for bcc; QEMU, udev, kmod, busybox and the NFS server and client for the tests
 # that run in a guest; a Java runtime for the Spark test of exports), a virtual
 # environment in .venv that sees Debian's bcc module (virtme-ng and pyspark in it), and
-# Debian's 6.1 and 6.12 kernels for those guests, in the cache.
+# Debian 12's 6.1 and 6.12 kernels and Debian unstable's 7.2 for those guests, in the
+# cache (unstable's package lists kept in the cache too, not in this machine's apt).
 # Safe to run again: it installs only what is missing.
 set -eu
 cd "$(dirname "$0")/.."
@@ -46,6 +47,8 @@ make -s -C samples
 ./scripts/man-page
 
 # the kernels the guests boot (scripts/vm-run; fetched once into the cache); package
-# lists that do not know them yet are refreshed once
+# lists that do not know them yet are refreshed once (7.2's lists are vm-run's own)
 ./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null 2>&1 \
   || { apt-get update -q && ./scripts/vm-run --fetch-only 6.1 6.12 >/dev/null; }
+./scripts/vm-run --fetch-only 7.2 >/dev/null 2>&1 \
+  || ./scripts/vm-run --refresh --fetch-only 7.2 >/dev/null

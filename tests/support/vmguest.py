@@ -1,8 +1,13 @@
-"""Tests marked ``vm`` run inside QEMU guests booting Debian's 6.1 and 6.12 kernels
-(``scripts/vm-run``), started from the ordinary ``python -m pytest`` on the host.
+"""Tests marked ``vm`` run inside QEMU guests booting Debian 12's 6.1 and 6.12 kernels and
+Debian unstable's 7.2 (``scripts/vm-run``), started from the ordinary ``python -m pytest``
+on the host.
 
-A vm test is parametrized by ``vm_kernel`` ("6.1", "6.12"; a fixture every test sees,
-None outside vm tests).  On the host, when the session's tests start, every kernel
+A vm test is parametrized by ``vm_kernel`` (a fixture every test sees, None outside vm
+tests) over the kernels its marker names, ``pytest.mark.vm(kernels=("6.1", "7.2"))``, or
+`DEFAULT_KERNELS` ("6.1", "6.12") when it names none: each kernel's guest keeps about one
+of CI's two cores busy for the length of its tests, so a test runs on the kernels where it
+proves something the others do not (where each module runs, and why, is said in its
+docstring).  On the host, when the session's tests start, every kernel
 wanted boots once, in the background and niced, while the host's own tests run (vm
 items are moved last), and runs ``pytest -p no:cacheprovider -m vm NODEID...`` in the
 guest over exactly the selected vm items of that kernel; the guests of both kernels run
@@ -41,7 +46,9 @@ from typing import Optional
 
 import pytest
 
-KERNELS = ("6.1", "6.12")
+KERNELS = ("6.1", "6.12", "7.2")
+#: the kernels of a vm test whose marker names none
+DEFAULT_KERNELS = ("6.1", "6.12")
 ROOT = Path(__file__).resolve().parents[2]
 VM_RUN = ROOT / "scripts" / "vm-run"
 GUEST_KERNEL = os.environ.get("CTRACER_VM_KERNEL")
@@ -86,14 +93,24 @@ def _kernel_of(item) -> Optional[str]:
 
 # ------------------------------------------------------------------ both sides
 
+def kernels_of(marker) -> tuple[str, ...]:
+    """The kernels a ``vm`` marker names (`DEFAULT_KERNELS` when it names none)."""
+    wanted = tuple(marker.kwargs.get("kernels", DEFAULT_KERNELS))
+    unknown = [k for k in wanted if k not in KERNELS]
+    if unknown or not wanted:
+        raise pytest.UsageError(f"vm(kernels={wanted!r}): known kernels are {KERNELS}")
+    return wanted
+
+
 def pytest_generate_tests(metafunc):
-    if metafunc.definition.get_closest_marker("vm") is not None:
-        metafunc.parametrize("vm_kernel", KERNELS)
+    marker = metafunc.definition.get_closest_marker("vm")
+    if marker is not None:
+        metafunc.parametrize("vm_kernel", kernels_of(marker))
 
 
 @pytest.fixture(autouse=True)
 def vm_kernel(request) -> Optional[str]:
-    """The guest kernel a vm test runs on ("6.1", "6.12"); None for other tests."""
+    """The guest kernel a vm test runs on (one of `KERNELS`); None for other tests."""
     return getattr(request, "param", None)
 
 
