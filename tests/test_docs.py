@@ -60,3 +60,13 @@ def test_relative_links_lead_to_files(doc):
     links = re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", text)
     missing = [link for link in links if not (doc.parent / link).exists()]
     assert not missing, f"{doc.name} links to what is not there: {missing}"
+
+
+def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_test_one():
+    commands = [line.split("#", 1)[0].strip() for line in
+                (ROOT / "README.md").read_text().splitlines()[:6] if line.startswith("    ")]
+    assert commands == ["./scripts/setup.sh && .venv/bin/ctracer demo",
+                        "./scripts/setup.sh && .venv/bin/python -m pytest"]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci == [commands[1]]
