@@ -20,6 +20,19 @@ PATH = re.compile(r"(?<![\w/.-])((?:tests|bench|scripts|src|samples)/[\w./-]*\w)
 NAMED = re.compile(r"`((?:tests)/[\w/]+\.py)` \(((?:`test_\w+`(?: \([^)]*\))?(?:, )?)+)\)")
 
 
+# a module as the docs name it in backquotes: `dwarf/reader.py`, `passes.py`
+MODULE = re.compile(r"`((?:[a-z_]+/)*[a-z_]+\.py)`")
+PYTHON_FILES = None
+
+
+def _python_files() -> set[str]:
+    global PYTHON_FILES
+    if PYTHON_FILES is None:
+        PYTHON_FILES = {str(p.relative_to(ROOT)) for d in ("src", "tests", "bench", "scripts")
+                        for p in (ROOT / d).rglob("*.py")}
+    return PYTHON_FILES
+
+
 def _functions(path: Path) -> set[str]:
     return {n.name for n in ast.walk(ast.parse(path.read_text()))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -43,6 +56,16 @@ def test_every_path_and_test_named_exists(doc):
         elif function and target.suffix == ".py" and function not in _functions(target):
             missing.append(f"{path}::{function}")
     assert not missing, f"{doc.name} names what is not in the tree: {missing}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_named_exists(doc):
+    """A module named by its package path or its file name (`dwarf/reader.py`,
+    `passes.py`) is a file of the tree, so a renamed module leaves no stale name."""
+    text = re.sub(r"^\| was \|.*?(?=^[^|]|\Z)", "", doc.read_text(), flags=re.M | re.S)  # renames
+    missing = [m for m in MODULE.findall(text)
+               if not any(f == m or f.endswith("/" + m) for f in _python_files())]
+    assert not missing, f"{doc.name} names modules that are not in the tree: {missing}"
 
 
 def test_the_promises_name_a_test_for_each_row():

@@ -51,7 +51,8 @@ def test_without_qemu_a_vm_test_is_skipped_per_kernel_saying_why(tmp_path):
     assert "test_on_the_host PASSED" in r.stdout, r.stdout
     # vm items run after the host's (their guests boot in the background meanwhile)
     assert r.stdout.index("test_on_the_host PASSED") < r.stdout.index("test_in_a_guest[6.1]")
-    why = "qemu-system-x86_64 is not installed" if os.geteuid() == 0 else "needs root"
+    why = ("qemu-system-x86_64 is not installed" if os.geteuid() == 0
+           else "booting a guest (scripts/vm-run) needs root")
     assert f"SKIPPED [2] " in r.stdout and f"no guest can start here: {why}" in r.stdout, \
         r.stdout
     assert f"vm: no guest can start here: {why}" in r.stdout  # said once, as it happens
