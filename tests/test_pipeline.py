@@ -93,12 +93,12 @@ def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, 
     fentry, kprobes and, or not, kprobe.multi links."""
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
-    from ctracer.plan.attach import KernelFacts, Mechanism
-    from ctracer.record import kernel
+    from ctracer.host.facts import KernelFacts, Mechanism
+    from ctracer.host import features
     works = Mechanism(True, "tried here (a stand-in)")
     facts = KernelFacts(fentry=works, kprobes=works, raw_tracepoints=works,
                         kprobe_multi=works if multi else Mechanism(False, "no fprobe"))
-    monkeypatch.setattr(kernel, "kernel_facts", lambda *a, **k: facts)
+    monkeypatch.setattr(features, "kernel_facts", lambda *a, **k: facts)
     built = pipeline.build(pipeline.TraceRequest(
         ShapeKind.STRUCT, "sock", functions=functions, function_probes=probes))
     assert built.program.entry_kind == expected

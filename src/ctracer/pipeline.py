@@ -135,7 +135,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     and kprobe.multi links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""
     from ctracer.plan.attach import plan_probes
-    from ctracer.record.kernel import kernel_facts
+    from ctracer.host.features import kernel_facts
     if function_probes not in FUNCTION_PROBES:
         raise UsageError(f"--function-probes {function_probes!r}: one of "
                          f"{', '.join(FUNCTION_PROBES)}")
@@ -182,13 +182,13 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
 
 def _task_storage(entry_kind: Optional[str]):
     """Whether the running kernel lets ``entry_kind``'s programs keep each thread's call
-    depth and saved entries in task storage (tried: `ctracer.record.kernel.
+    depth and saved entries in task storage (tried: `ctracer.host.
     task_storage_works`); where it cannot be tried (not root: ``--print-bpf``) the
     programs are written with it."""
-    from ctracer.plan.attach import Mechanism
+    from ctracer.host.facts import Mechanism
     if entry_kind is None:
         return Mechanism(None, "no kernel function probed")
-    from ctracer.record.kernel import task_storage_works
+    from ctracer.host.features import task_storage_works
     return task_storage_works(entry_kind)
 
 
@@ -247,7 +247,7 @@ def _format_fields(source):
     this kernel's)."""
     if getattr(source, "btf", None):
         return None
-    from ctracer.record.kernel import tracepoint_format_fields
+    from ctracer.host.tracefs import tracepoint_format_fields
     return tracepoint_format_fields
 
 

@@ -100,19 +100,19 @@ def _progress(line: str) -> None:
 def build_plan(args: argparse.Namespace, found):
     """The probe plan for the type source the options name."""
     from ctracer.plan import attach
-    from ctracer.record import kernel
+    from ctracer.host import features, kallsyms
 
     space = attach.binary_space(args.binary) if args.binary else "kernel"
     functions = [m.name for m in found.methods if not m.is_tracepoint]
     tracepoints = [m.name for m in found.methods if m.is_tracepoint]
     running = not args.binary and (not args.btf or args.btf == sources.KERNEL_BTF)
     if running:
-        facts = kernel.kernel_facts(functions, tracepoints)
+        facts = features.kernel_facts(functions, tracepoints)
     else:
         # another kernel's vmlinux or module (or a program): its own symbol table says
         # which functions exist out of line under their own name
         path = args.binary or args.btf
-        facts = kernel.kernel_facts(functions, symbols=kernel.file_symbols(path),
+        facts = features.kernel_facts(functions, symbols=kallsyms.file_symbols(path),
                                     running_kernel=False)
     return attach.plan_probes(found.methods, facts, space=space)
 

@@ -281,7 +281,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
         from ctracer.plan.stores import rules_by_tracepoint
-        from ctracer.record import netdevs
+        from ctracer.host import netdevs
         devices = netdevs.read() if built.is_kernel else None
         tail = Tail(built.program, formatter=ValueFormatter(built.program.mini,
                                                             built.meta.get("tracepoint_args"),
