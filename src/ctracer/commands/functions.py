@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     loader = _kernel_symbols_loader(args)
     source = options.type_source_from_args(args)
     if source.is_kernel and not (source.btf or source.module):
-        from ctracer.pipeline import open_struct   # vmlinux and every loaded module
+        from ctracer.plan.selection import open_struct   # vmlinux and every loaded module
         model, _, found = open_struct(source, name, kind, reaches=reaches,
                                       holder_depth=args.holder_depth)
     else:
