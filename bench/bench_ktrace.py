@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from ctracer import pipeline  # noqa: E402
+from ctracer.record import request as trace_request  # noqa: E402
 from ctracer.debuginfo.catalog import ShapeKind  # noqa: E402
 from ctracer.debuginfo.sources import TypeSource  # noqa: E402
 from ctracer.record import recorder  # noqa: E402
@@ -77,18 +77,18 @@ def _started(stamp: str) -> float:
 SELECTIONS = {"five": {"fields": FIELDS}, "default": {}, "cacheline1": {"cachelines": (1,)}}
 
 
-def _kernel_program(selection: str) -> pipeline.BuiltTrace:
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", functions=TRACEPOINTS,
+def _kernel_program(selection: str) -> trace_request.BuiltTrace:
+    request = trace_request.TraceRequest(ShapeKind.STRUCT, "sock", functions=TRACEPOINTS,
                                     follow_processes=True, buffer_mb=64,
                                     **SELECTIONS[selection])
-    return pipeline.build(request)
+    return trace_request.build(request)
 
 
-def _snapshot_bytes(built: pipeline.BuiltTrace) -> int:
+def _snapshot_bytes(built: trace_request.BuiltTrace) -> int:
     return built.program.mini.size
 
 
-def _ctracer_kernel(built: pipeline.BuiltTrace, workload: str, stamp: str,
+def _ctracer_kernel(built: trace_request.BuiltTrace, workload: str, stamp: str,
                     tmp: str) -> tuple[int, float, float, float, int]:
     """(events stored, seconds from the workload's start to the trace file written and
     finished, seconds of recording, seconds the first reader then takes to count the
@@ -207,10 +207,10 @@ def uprobe_cost(loops: int, rounds: int, tmp: str) -> None:
     names = sorted(n for n, keys in counts.items() if len(keys) == 1)
     command = [SAMPLE, "--loops", str(loops), "--threads", "1"]
     stamp = os.path.join(tmp, "stamp")
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", TypeSource(binary=SAMPLE),
+    request = trace_request.TraceRequest(ShapeKind.STRUCT, "sock", TypeSource(binary=SAMPLE),
                                     functions=tuple(names), follow_processes=True,
                                     buffer_mb=64)
-    built = pipeline.build(request)
+    built = trace_request.build(request)
     probes = ",".join(f"uprobe:{SAMPLE}:{n},uretprobe:{SAMPLE}:{n}" for n in names)
     script_file = os.path.join(tmp, "sample.sh")
     with open(script_file, "w") as f:

@@ -26,7 +26,8 @@ from ctracer.debuginfo.btf import reader as btf  # noqa: E402
 from ctracer.debuginfo.catalog import ShapeKind  # noqa: E402
 from ctracer.plan import attach, discovery, mini  # noqa: E402
 from ctracer.probes.kernel_program import build_kernel_program  # noqa: E402
-from ctracer.record import bpf_runtime, kernel  # noqa: E402
+from ctracer.record import bpf_runtime  # noqa: E402
+from ctracer.host import features
 
 
 def _compile(text: str, cflags: list[str]) -> tuple[object, float]:
@@ -49,7 +50,7 @@ def main() -> int:
 
     model = btf.open_btf(btf.KERNEL_BTF)
     found = discovery.discover(model.catalog(), args.struct)
-    facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint])
+    facts = features.kernel_facts([m.name for m in found.methods if not m.is_tracepoint])
     plan = attach.plan_probes(found.methods, facts, prefer="kprobe")
     layout = mini.build_mini(model.find_struct(args.struct, ShapeKind.STRUCT),
                              kinds=registry.claim).layout

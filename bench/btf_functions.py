@@ -56,7 +56,7 @@ def stages() -> None:
     """The reader's stages in this process, without saved indexes."""
     sys.path.insert(0, str(ROOT / "src"))
     from ctracer.debuginfo.btf import reader as btf
-    from ctracer.record import kernel
+    from ctracer.host import kallsyms
     from ctracer.debuginfo.catalog import ShapeKind
     t = time.process_time
     t0 = t()
@@ -69,7 +69,7 @@ def stages() -> None:
     t3 = t()
     tps = cat.tracepoints_referencing(ShapeKind.STRUCT, "sock")
     t4 = t()
-    symbols = kernel.kernel_symbols(use_cache=False)
+    symbols = kallsyms.kernel_symbols(use_cache=False)
     t5 = t()
     counts = set(model.btf.kinds[1:])
     print(f"\nreader stages (CPU s, no saved indexes): parse {t1 - t0:.3f} "

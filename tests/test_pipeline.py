@@ -1,4 +1,4 @@
-"""ctracer.pipeline: a trace request as plain data becomes a probe program and the trace
+"""ctracer.record.request: a trace request as plain data becomes a probe program and the trace
 meta, for a program (uprobes) and for the kernel (raw tracepoints), with no argparse in
 sight; options are checked before any C is generated."""
 
@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from support import groundtruth as gt
-from ctracer import pipeline
+from ctracer.plan import selection
+from ctracer.record import request as trace_request
 from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import UsageError
@@ -25,7 +26,7 @@ def sockdemo():
 
 
 def test_a_program_gets_uprobes(sockdemo):
-    built = pipeline.build(pipeline.TraceRequest(
+    built = trace_request.build(trace_request.TraceRequest(
         ShapeKind.STRUCT, "sock", TypeSource(binary=sockdemo), functions=("tcp_*",),
         exclude=("tcp_accept",), follow_processes=True, argv=("ctracer", "x")))
     assert isinstance(built.program, UprobeProgram) and not built.is_kernel
@@ -39,7 +40,7 @@ def test_kernel_only_options_are_refused_for_a_program(sockdemo):
     for extra in ({"where": "sk_state == 1"}, {"comm": "x"}, {"max_objects": 3},
                   {"objects": (0x1000,)}):
         with pytest.raises(UsageError):
-            pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock",
+            trace_request.build(trace_request.TraceRequest(ShapeKind.STRUCT, "sock",
                                                  TypeSource(binary=sockdemo), **extra))
 
 
@@ -47,7 +48,7 @@ def test_kernel_only_options_are_refused_for_a_program(sockdemo):
 def test_the_kernel_gets_raw_tracepoints():
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
-    built = pipeline.build(pipeline.TraceRequest(
+    built = trace_request.build(trace_request.TraceRequest(
         ShapeKind.STRUCT, "sock", functions=("inet_sock_set_state", "tcp_*"),
         exclude=("tcp_probe",), where="skc_state == 1"))
     assert isinstance(built.program, KernelProgram) and built.is_kernel
@@ -65,7 +66,7 @@ def test_the_kernel_gets_raw_tracepoints():
         assert {f.name for f in built.program.kfunctions} and \
             all(f.name.startswith("tcp_") for f in built.program.kfunctions)
     with pytest.raises(UsageError):
-        pipeline.build(pipeline.TraceRequest(ShapeKind.STRUCT, "sock", buffer_mb=3))
+        trace_request.build(trace_request.TraceRequest(ShapeKind.STRUCT, "sock", buffer_mb=3))
 
 
 @pytest.mark.kernel
@@ -73,9 +74,9 @@ def test_a_function_this_kernel_cannot_probe_is_said_so():
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
     from ctracer.errors import CtracerError
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", functions=("tcp_sendmsg",))
+    request = trace_request.TraceRequest(ShapeKind.STRUCT, "sock", functions=("tcp_sendmsg",))
     try:
-        built = pipeline.build(request)
+        built = trace_request.build(request)
     except CtracerError as e:   # a kernel attaching neither fentry nor kprobes (this one)
         assert "tcp_sendmsg cannot be probed here (" in str(e)
         assert "matches no method" not in str(e)
@@ -96,17 +97,17 @@ def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, 
     fentry, kprobes and, or not, kprobe.multi links."""
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
-    from ctracer.plan.attach import KernelFacts, Mechanism
-    from ctracer.record import kernel
+    from ctracer.host.facts import KernelFacts, Mechanism
+    from ctracer.host import features
     works = Mechanism(True, "tried here (a stand-in)")
     facts = KernelFacts(fentry=works, kprobes=works, raw_tracepoints=works,
                         kprobe_multi=works if multi else Mechanism(False, "no fprobe"))
-    monkeypatch.setattr(kernel, "kernel_facts", lambda *a, **k: facts)
-    built = pipeline.build(pipeline.TraceRequest(
+    monkeypatch.setattr(features, "kernel_facts", lambda *a, **k: facts)
+    built = trace_request.build(trace_request.TraceRequest(
         ShapeKind.STRUCT, "sock", functions=functions, function_probes=probes))
     assert built.program.entry_kind == expected
     count = len(built.program.kfunctions)
-    assert (count > pipeline.FENTRY_AUTO_MAX) == (not functions)
+    assert (count > selection.FENTRY_AUTO_MAX) == (not functions)
     kinds = built.meta["probe_plan"]["kinds"]
     assert ("kprobe.multi links attach and detach them all at once" in kinds) == \
         (expected == "kprobe"), kinds

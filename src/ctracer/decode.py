@@ -17,7 +17,7 @@ Per display (`display_of`), shown → raw:
   filtered by the raw word (shown beside them);
 * ``errno``: ``ECONNRESET`` / ``-EAGAIN`` ↔ 104 / -11;
 * ``ifindex``: ``lo (1)``, the device's name from the recording host (the trace's meta
-  ``net_devices``, `ctracer.record.netdevs`) ↔ its index; a filter names the device as
+  ``net_devices``, `ctracer.host.netdevs`) ↔ its index; a filter names the device as
   this host knows it (``skb_iif == lo``);
 * ``flags``: ``SOCK_DEAD|SOCK_DONE`` ↔ their bits; a filter names one bit as its mask;
 * kind ``enum``: ``TCP_LISTEN`` ↔ its value; kind ``ipv6``: IPv6 text ↔ the 16 bytes.

@@ -174,3 +174,31 @@ def staged_output(path: str) -> Iterator[str]:
         raise _explain(path, e) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def check_marked_dir(path: str, marker: str, what: str) -> None:
+    """Refuse, in one line, an output folder ctracer may not fill: ``path`` is a file, or
+    a directory holding something without ``marker`` (the file saying ctracer wrote it,
+    as ``what``, e.g. "ctracer report").  New, empty or marked folders pass."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{path} exists and is not a directory")
+    if os.path.isdir(path) and os.listdir(path) and \
+            not os.path.exists(os.path.join(path, marker)):
+        raise OutputError(f"{path} exists and is not a {what}; choose another directory "
+                          "with -o")
+
+
+def write_marker(path: str, marker: str, lines: Iterable[str]) -> None:
+    """Create the folder ``path`` if needed and write its ``marker`` file."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, marker), "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def marker_lines(path: str, marker: str) -> list[str]:
+    """The lines of the ``marker`` file in ``path`` ([] when it cannot be read)."""
+    try:
+        with open(os.path.join(path, marker), encoding="utf-8") as f:
+            return f.read(4096).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []

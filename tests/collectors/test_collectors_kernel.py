@@ -16,7 +16,7 @@ import pytest
 
 from ctracer.collectors import registry
 from ctracer.plan import attach, discovery, mini
-from ctracer.record import kernel
+from ctracer.host import features
 
 pytestmark = pytest.mark.kernel
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
@@ -31,7 +31,7 @@ def support():
         pytest.skip("loading BPF programs needs root")
     if not os.path.exists(KERNEL_BTF):
         pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
-    s = kernel.probe_support()
+    s = features.probe_support()
     if not s.kprobe_programs.works:
         pytest.skip(f"kprobe-type programs do not load here: {s.kprobe_programs.why}")
     return s
@@ -46,7 +46,7 @@ def test_collectors_pass_the_verifier(support, name, cachelines):
     from ctracer.record import bpf_runtime
     model = btf.open_btf(KERNEL_BTF)
     found = discovery.discover(model.catalog(), name)
-    facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
+    facts = features.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
                                 [m.name for m in found.methods if m.is_tracepoint],
                                 support=support)
     plan = attach.plan_probes(found.methods, facts)

@@ -516,7 +516,7 @@ def test_kernel_functions_taking_struct_pointer(kernel_model, kernel_dump, struc
 @pytest.mark.kernel
 @pytest.mark.parametrize("struct", ["sock", "sk_buff"])
 def test_kernel_tracepoints_carrying_struct(kernel_model, kernel_dump, struct):
-    from ctracer.record import kernel
+    from ctracer.host import features, tracefs
     cat = kernel_model.catalog()
     tps = cat.tracepoints_referencing(ShapeKind.STRUCT, struct)
     ours = {t.name for t in tps if any(points_to_struct(p.shape, struct)
@@ -525,12 +525,12 @@ def test_kernel_tracepoints_carrying_struct(kernel_model, kernel_dump, struct):
     print(f"\ntracepoints carrying struct {struct} *: {len(ours)}")
     # the running kernel knows them: as trace events, or (bare tracepoints without an
     # event) by accepting a raw tracepoint program attached by name
-    events = kernel.tracepoint_names() or set()
+    events = tracefs.tracepoint_names() or set()
     with_event = {e.split(":", 1)[1] for e in events}
     bare = sorted(ours - with_event)
     print(f"  with a trace event: {len(ours & with_event)}; bare: {bare}")
     if bare:
-        attach = kernel.raw_tracepoints_attachable(bare)
+        attach = features.raw_tracepoints_attachable(bare)
         if attach is None:
             pytest.skip("cannot load BPF here to confirm bare tracepoints: " + ", ".join(bare))
         assert all(attach.values()), attach

@@ -3,7 +3,8 @@ accepted (fentry, kprobe, kprobe.multi, raw tracepoints, uprobes), and every rea
 function is left out."""
 
 from ctracer.debuginfo.catalog import FunctionInfo, Inline, Parameter, ShapeKind, TracepointInfo, TypeShape
-from ctracer.plan.attach import KernelFacts, Mechanism, PROBE_KINDS, plan_probes
+from ctracer.host.facts import KernelFacts, Mechanism
+from ctracer.plan.attach import PROBE_KINDS, plan_probes
 from ctracer.plan.discovery import Method
 
 YES, NO = Mechanism(True, "tried: works"), Mechanism(False, "tried: refused")

@@ -115,7 +115,7 @@ def test_the_trace_meta_carries_the_rules_as_used():
     if not KERNEL_BTF.exists():
         pytest.skip("this kernel has no BTF at /sys/kernel/btf/vmlinux")
     from ctracer.debuginfo.catalog import ShapeKind
-    from ctracer.pipeline import TraceRequest, build
+    from ctracer.record.request import TraceRequest, build
     built = build(TraceRequest(ShapeKind.STRUCT, "sock",
                                lifetime_rules=("ends:tcp_destroy_sock",
                                                "starts:inet_sock_set_state:newstate=TCP_SYN_SENT")))

@@ -11,7 +11,7 @@ from pathlib import Path
 from support import groundtruth as gt
 import pytest
 
-from ctracer.record import kernel
+from ctracer.host import features
 
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 SAMPLES = Path(__file__).parents[2] / "samples"
@@ -77,7 +77,7 @@ def test_text_counts_and_reasons():
     assert out.startswith("struct sock (BTF of /sys/kernel/btf/vmlinux): probe plan for ")
     assert "probes per kind:" in out and "functions left out:" in out
     row = next(line for line in out.splitlines() if line.startswith("tcp_close "))
-    support = kernel.probe_support()
+    support = features.probe_support()
     if not support.fentry.works and not support.kprobes.works:
         assert row.split()[1:3] == ["kprobe+kretprobe", "no"]
         assert "placed here: " in out and "raw_tracepoint" in out.split("placed here: ")[1]

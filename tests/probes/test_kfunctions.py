@@ -18,7 +18,7 @@ import pytest
 from support import groundtruth as gt
 from ctracer.debuginfo.dwarf import reader as dwarf
 from ctracer.plan import attach, discovery, mini
-from ctracer.plan.attach import KernelFacts, Mechanism
+from ctracer.host.facts import KernelFacts, Mechanism
 from ctracer.probes import kfunctions
 from ctracer.probes.kernel_program import build_kernel_program
 from ctracer.probes.uprobe import ARCHES

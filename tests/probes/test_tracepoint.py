@@ -220,7 +220,7 @@ def test_arguments_btf_leaves_unnamed_are_named_from_tracefs(kernel):
     """sock_recv_length's prototype is inet_sock_set_state's class-mate's: BTF cannot
     say its names (arg1..arg3 above); its tracefs format can: sk, ret, flags, the
     computed family and protocol between them skipped."""
-    from ctracer.record.kernel import find_tracefs, tracepoint_format_fields
+    from ctracer.host.tracefs import find_tracefs, tracepoint_format_fields
     if find_tracefs() is None:
         pytest.skip("tracefs is not mounted here")
     catalog, methods, layout = kernel

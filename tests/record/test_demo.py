@@ -19,8 +19,8 @@ from ctracer.tracefile import Trace
 def _demo(tmp_path, *args):
     if os.geteuid() != 0:
         pytest.skip("ctracer demo records, which needs root")
-    from ctracer.record import kernel
-    support = kernel.probe_support()
+    from ctracer.host import features
+    support = features.probe_support()
     if support.raw_tracepoints.works is False or support.uprobes.works is False:
         pytest.skip(f"BPF unavailable: {support.summary()}")
     return subprocess.run([sys.executable, "-m", "ctracer", "demo", *args],

@@ -1,4 +1,4 @@
-"""Facts of the running kernel (ctracer.record.kernel) against what the kernel itself shows.
+"""Facts of the running kernel (ctracer.host) against what the kernel itself shows.
 
 Oracles: /proc/self/mounts (tracefs), /proc/kallsyms and available_filter_functions read
 here with a different parser, ``uname -r``, the tracefs and PMU files each probe type
@@ -15,7 +15,7 @@ from typing import Optional
 
 import pytest
 
-from ctracer.record import kernel
+from ctracer.host import features, kallsyms, tracefs
 from ctracer.errors import CtracerError
 from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kernel, pytest.mark.usefixtures("private_cache")]
 
 def tracefs_or_skip() -> str:
     try:
-        return kernel.ensure_tracefs()
+        return tracefs.ensure_tracefs()
     except CtracerError as e:
         pytest.skip(f"no tracefs: {e}")
 
@@ -35,8 +35,8 @@ def test_ensure_tracefs_finds_a_mounted_tracefs():
     assert os.path.isdir(os.path.join(path, "events"))
     mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
     assert any(fs == "tracefs" and point == path for _, point, fs, *_ in mounts) \
-        or path == kernel.DEBUGFS_TRACING
-    assert kernel.find_tracefs() == path  # the second call finds what the first mounted
+        or path == tracefs.DEBUGFS_TRACING
+    assert tracefs.find_tracefs() == path  # the second call finds what the first mounted
 
 
 def text_symbols_from_kallsyms() -> dict[str, str | None]:
@@ -54,21 +54,21 @@ def text_symbols_from_kallsyms() -> dict[str, str | None]:
 
 
 def test_kernel_symbols_match_the_kernels_lists():
-    symbols = kernel.kernel_symbols()
+    symbols = kallsyms.kernel_symbols()
     if symbols is None:
         pytest.skip("neither available_filter_functions nor /proc/kallsyms is readable")
     if symbols.source == "available_filter_functions":
-        path = os.path.join(kernel.find_tracefs(), "available_filter_functions")
+        path = os.path.join(tracefs.find_tracefs(), "available_filter_functions")
         expect = {line.split()[0] for line in Path(path).read_text().splitlines()
                   if line.strip() and not line.startswith("__ftrace_invalid_address__")}
         assert symbols.names() == expect
     else:
         expect = text_symbols_from_kallsyms()
         assert symbols.modules == expect
-    assert kernel.attachable_functions() == symbols.names()
+    assert kallsyms.attachable_functions() == symbols.names()
     print(f"\n{len(symbols)} attachable functions from {symbols.source}")
     # the saved copy (second call) and a fresh read agree
-    assert kernel.kernel_symbols() == symbols == kernel.kernel_symbols(use_cache=False)
+    assert kallsyms.kernel_symbols() == symbols == kallsyms.kernel_symbols(use_cache=False)
     assert list(Path(os.environ["XDG_CACHE_HOME"]).rglob("kernel-symbols-*"))
 
 
@@ -81,7 +81,7 @@ def test_available_filter_functions_preferred_when_readable():
     except OSError as e:
         readable = False
         print(f"\n{path} unreadable here ({e.strerror}): kallsyms is the fallback")
-    assert (kernel.kernel_symbols().source == "available_filter_functions") == readable
+    assert (kallsyms.kernel_symbols().source == "available_filter_functions") == readable
 
 
 def test_kallsyms_modules_and_filter_functions_parsing():
@@ -93,10 +93,10 @@ def test_kallsyms_modules_and_filter_functions_parsing():
             "ffffffff81000040 t helper.isra.0\n"
             "ffffffffc0001000 t nfs_fh_fn\t[nfs]\n"
             "ffffffffc0001010 T helper\t[mod_a]\n")
-    parsed = kernel._parse_kallsyms(text)
+    parsed = kallsyms._parse_kallsyms(text)
     assert parsed == {"_stext": None, "tcp_v4_rcv": None, "helper.isra.0": None,
                       "nfs_fh_fn": "nfs", "helper": "mod_a"}
-    filters = kernel._parse_filter_functions(
+    filters = kallsyms._parse_filter_functions(
         "tcp_v4_rcv\nnfs_fh_fn [nfs]\n__ftrace_invalid_address___64\n")
     assert filters == {"tcp_v4_rcv": None, "nfs_fh_fn": "nfs"}
 
@@ -108,7 +108,7 @@ def function(name: str) -> FunctionInfo:
 def attach_status(function, symbols) -> str:
     """``yes``, ``no``, ``clone:<symbol>`` when only a compiler specialised copy exists,
     or ``unknown`` (no symbols)."""
-    yes = kernel.is_attachable(function, symbols)
+    yes = kallsyms.is_attachable(function, symbols)
     if yes is None:
         return "unknown"
     if yes:
@@ -119,16 +119,16 @@ def attach_status(function, symbols) -> str:
 
 
 def test_attach_status():
-    symbols = kernel.KernelSymbols("test", {"a": None, "b.isra.0": None, "c.constprop.0": "m",
+    symbols = kallsyms.KernelSymbols("test", {"a": None, "b.isra.0": None, "c.constprop.0": "m",
                                             "c.constprop.1": "m"})
     assert attach_status(function("a"), symbols) == "yes"
     assert attach_status("b", symbols) == "clone:b.isra.0"
     assert attach_status("c", symbols) == "clone:c.constprop.0"
     assert attach_status("d", symbols) == "no"
     assert attach_status("a", None) == "unknown"
-    assert kernel.is_attachable(function("a"), symbols) is True
-    assert kernel.is_attachable(function("d"), symbols) is False
-    assert kernel.is_attachable(function("a"), None) is None
+    assert kallsyms.is_attachable(function("a"), symbols) is True
+    assert kallsyms.is_attachable(function("d"), symbols) is False
+    assert kallsyms.is_attachable(function("a"), None) is None
     assert symbols.module_of("c.constprop.1") == "m"
 
 
@@ -137,7 +137,7 @@ def test_sock_methods_attachable_on_this_kernel():
     from ctracer.debuginfo.btf import reader as btf
     if not os.path.exists(btf.KERNEL_BTF):
         pytest.skip("no kernel BTF")
-    symbols = kernel.kernel_symbols()
+    symbols = kallsyms.kernel_symbols()
     if symbols is None:
         pytest.skip("no kernel symbol list readable")
     functions = btf.open_btf(btf.KERNEL_BTF).catalog().functions_referencing(
@@ -154,25 +154,25 @@ def test_sock_methods_attachable_on_this_kernel():
 
 
 def test_symbols_loader_gives_the_same_symbols():
-    loader = kernel.SymbolsLoader()
-    assert loader.result() == kernel.kernel_symbols()
+    loader = kallsyms.SymbolsLoader()
+    assert loader.result() == kallsyms.kernel_symbols()
 
 
 def test_kernel_release():
-    assert kernel.kernel_release() == subprocess.run(
+    assert features.kernel_release() == subprocess.run(
         ["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def test_probe_support_matches_what_the_kernel_offers():
-    support = kernel.probe_support()
+    support = features.probe_support()
     print("\n" + support.summary())
     for name in ("kprobes", "fentry", "uprobes", "tracepoints", "raw_tracepoints"):
         print(f"  {name}: {getattr(support, name).why}")
-    tracefs = kernel.find_tracefs()
-    devices = Path(kernel.EVENT_SOURCE_DEVICES)
+    mount = tracefs.find_tracefs()
+    devices = Path(features.EVENT_SOURCE_DEVICES)
 
     def offered(file: str, pmu: str) -> bool:
-        return bool(tracefs and os.path.exists(os.path.join(tracefs, file))) \
+        return bool(mount and os.path.exists(os.path.join(mount, file))) \
             or (devices / pmu).exists()
     assert support.kprobes.works == offered("kprobe_events", "kprobe")
     assert support.uprobes.works == offered("uprobe_events", "uprobe")
@@ -184,12 +184,12 @@ def test_probe_support_matches_what_the_kernel_offers():
         assert support.raw_tracepoints.works in (True, False)
         assert support.fentry.works in (True, False, None)
         assert support.fentry.why and support.raw_tracepoints.why
-        features = bpftrace_features()
-        if features is None:
+        seen = bpftrace_features()
+        if seen is None:
             print("  (bpftrace is not installed: fentry and raw tracepoints unchecked)")
         else:  # bpftrace probes the same kernel by loading programs of its own
-            assert support.fentry.works == (features["kfunc"] == "yes"), features
-            assert support.raw_tracepoints.works == (features["raw_tp_special"] == "yes")
+            assert support.fentry.works == (seen["kfunc"] == "yes"), seen
+            assert support.raw_tracepoints.works == (seen["raw_tp_special"] == "yes")
 
 
 def bpftrace_features() -> Optional[dict[str, str]]:
@@ -214,11 +214,11 @@ def bpftrace_features() -> Optional[dict[str, str]]:
 def test_raw_tracepoints_attachable_names_real_and_missing():
     if os.geteuid() != 0:
         pytest.skip("loading a BPF program needs root")
-    names = sorted(kernel.tracepoint_names() or [])
+    names = sorted(tracefs.tracepoint_names() or [])
     if not names:
         pytest.skip("no tracepoints listed in tracefs")
     real = names[0].split(":", 1)[1]
-    result = kernel.raw_tracepoints_attachable([real, "ctracer_no_such_tracepoint"])
+    result = features.raw_tracepoints_attachable([real, "ctracer_no_such_tracepoint"])
     if result is None:
         pytest.skip("the kernel refuses BPF programs here")
     assert result == {real: True, "ctracer_no_such_tracepoint": False}
@@ -237,7 +237,7 @@ def test_file_symbols_of_a_relocatable_file_include_its_first_function(tmp_path)
                         check=True).stdout.split("\n")
     expect = {line.split()[2] for line in nm if len(line.split()) == 3
               and line.split()[1] in "tTwW"}
-    symbols = kernel.file_symbols(str(obj))
+    symbols = kallsyms.file_symbols(str(obj))
     assert symbols is not None and symbols.names() == expect
     assert "first" in symbols and symbols.source == "the symbol table of m.o"
-    assert kernel.file_symbols(str(src)) is None     # not an ELF file
+    assert kallsyms.file_symbols(str(src)) is None     # not an ELF file

@@ -1,10 +1,10 @@
-"""Kernel text addresses as symbol+offset (`ctracer.record.symbols`) and tracepoint
+"""Kernel text addresses as symbol+offset (`ctracer.host.kallsyms`) and tracepoint
 arguments named by the kernel's enums (`ctracer.plan.displays.annotate_arguments`),
 without a kernel: a kallsyms text and an enum source of our own."""
 
 from ctracer.debuginfo.typegraph import EnumType
 from ctracer.plan import displays
-from ctracer.record import symbols
+from ctracer.host import kallsyms
 from ctracer.report.values import ValueFormatter
 from ctracer.event import Field, Layout
 
@@ -21,13 +21,13 @@ ffffffffc0a00000 t nfs_fh_hash\t[nfs]
 def test_addresses_read_as_symbol_plus_offset(tmp_path):
     path = tmp_path / "kallsyms"
     path.write_text(KALLSYMS)
-    k = symbols.Kallsyms(str(path))
+    k = kallsyms.Kallsyms(str(path))
     assert k.name(0xFFFFFFFF81E9BFA7) == "sk_stream_kill_queues+0x57"
     assert k.name(0xFFFFFFFF81E9C100) == "tcp_v4_rcv"
     assert k.name(0xFFFFFFFFC0A00010) == "nfs_fh_hash+0x10 [nfs]"
     assert k.name(0xFFFF888102CE0000) is None and k.name(5) is None
     assert k.names([0xFFFFFFFF81E9BFA7, 7]) == {"0xffffffff81e9bfa7": "sk_stream_kill_queues+0x57"}
-    assert symbols.Kallsyms(str(tmp_path / "none")).name(0xFFFFFFFF81E9BFA7) is None
+    assert kallsyms.Kallsyms(str(tmp_path / "none")).name(0xFFFFFFFF81E9BFA7) is None
 
 
 class _Enums:
@@ -51,7 +51,7 @@ def test_enum_arguments_are_named_from_the_debug_info():
                                       [104, "SKB_DROP_REASON_QUEUE_PURGE"]]
     assert named["35"][0]["names"][0] == [0, "TCP_CA_Open"]
     assert "names" not in named["36"][0] and "names" not in named["8"][0]
-    assert symbols.text_arguments(named) == {"location"}
+    assert kallsyms.text_arguments(named) == {"location"}
     fmt = ValueFormatter(Layout.packed_in_order("m", [Field("a", "u8", 0, "uint")]), named,
                          {"0xffffffff81e9bfa7": "sk_stream_kill_queues+0x57"})
     assert fmt.show_arg("reason", 104, "enum", 8) == "SKB_DROP_REASON_QUEUE_PURGE (104)"

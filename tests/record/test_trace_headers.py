@@ -1,4 +1,4 @@
-"""The kernel header tree bcc compiles against (ctracer.record.headers): choosing Debian's
+"""The kernel header tree bcc compiles against (ctracer.host.headers): choosing Debian's
 header packages and merging the architecture and common trees into symlinks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ctracer.record import headers
+from ctracer.host import headers
 
 
 def make_tree(root, files):

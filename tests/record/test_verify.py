@@ -13,7 +13,7 @@ import pytest
 
 from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.plan import attach, discovery
-from ctracer.record import kernel
+from ctracer.host import features
 
 pytestmark = pytest.mark.kernel
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
@@ -23,7 +23,7 @@ KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 def support():
     if os.geteuid() != 0:
         pytest.skip("loading BPF programs needs root")
-    s = kernel.probe_support()
+    s = features.probe_support()
     if not s.kprobe_programs.works:
         pytest.skip(f"kprobe-type programs do not load here: {s.kprobe_programs.why}")
     return s
@@ -35,7 +35,7 @@ def kernel_plan(name, support):
         pytest.skip("this kernel has no BTF")
     model = btf.open_btf(KERNEL_BTF)
     found = discovery.discover(model.catalog(), name)
-    facts = kernel.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
+    facts = features.kernel_facts([m.name for m in found.methods if not m.is_tracepoint],
                                 [m.name for m in found.methods if m.is_tracepoint],
                                 support=support)
     return (attach.plan_probes(found.methods, facts), model.find_struct(name, ShapeKind.STRUCT),
@@ -138,7 +138,7 @@ def test_thread_state_in_task_storage_and_in_the_lru_hashes_both_load(support):
     task storage still gets its functions traced."""
     from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
-    trial = kernel.task_storage_works("kprobe")
+    trial = features.task_storage_works("kprobe")
     print(f"\ntask storage for kprobe programs: {trial}")
     assert trial.works is True, trial.why   # every kernel that loads kprobe-type programs here
     plan, graph, catalog = kernel_plan("sock", support)

@@ -28,8 +28,8 @@ TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")
 def bpf_or_skip() -> None:
     if os.geteuid() != 0:
         pytest.skip("tracing the kernel needs root")
-    from ctracer.record import kernel
-    support = kernel.probe_support().raw_tracepoints
+    from ctracer.host import features
+    support = features.probe_support().raw_tracepoints
     if support.works is False:
         pytest.skip(f"raw tracepoints unavailable: {support.why}")
 

@@ -48,8 +48,8 @@ def bpf():
     kernel that takes raw tracepoint or uprobe programs."""
     if os.geteuid() != 0:
         pytest.skip("loading BPF programs needs root")
-    from ctracer.record import kernel
-    support = kernel.probe_support()
+    from ctracer.host import features
+    support = features.probe_support()
     if support.raw_tracepoints.works is False and support.uprobes.works is False:
         pytest.skip(f"BPF unavailable: {support.summary()}")
 

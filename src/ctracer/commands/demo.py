@@ -80,30 +80,30 @@ def _record(built, command: list[str], output: str):
 
 
 def _trace_kernel(samples: str, connections: int, output: str):
-    from ctracer import pipeline
+    from ctracer.record import request as trace_request
     from ctracer.debuginfo.catalog import ShapeKind
     workload = os.path.join(samples, "tcp", "build", "tcploop")
     command = [workload, "--connections", str(connections)]
     print(f"ctracer demo: ctracer trace struct sock -- {' '.join(command)}", file=sys.stderr)
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", follow_processes=True,
+    request = trace_request.TraceRequest(ShapeKind.STRUCT, "sock", follow_processes=True,
                                     argv=("ctracer", "trace", "struct", "sock", "--",
                                           *command))
-    return _record(pipeline.build(request), command, output)
+    return _record(trace_request.build(request), command, output)
 
 
 def _trace_sample(samples: str, loops: int, threads: int, output: str):
-    from ctracer import pipeline
+    from ctracer.record import request as trace_request
     from ctracer.debuginfo.catalog import ShapeKind
     from ctracer.debuginfo.sources import TypeSource
     program = os.path.join(samples, "sock", "build", "sockdemo")
     command = [program, "--loops", str(loops), "--threads", str(threads)]
     print(f"ctracer demo: ctracer trace struct sock --binary {program} -- "
           f"{' '.join(command)}", file=sys.stderr)
-    request = pipeline.TraceRequest(ShapeKind.STRUCT, "sock", TypeSource(binary=program),
+    request = trace_request.TraceRequest(ShapeKind.STRUCT, "sock", TypeSource(binary=program),
                                     follow_processes=True,
                                     argv=("ctracer", "trace", "struct", "sock", "--binary",
                                           program, "--", *command))
-    return _record(pipeline.build(request), command, output)
+    return _record(trace_request.build(request), command, output)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,11 +65,8 @@ def _kernel_symbols_loader(args: argparse.Namespace):
     loading the types), or None when the types are not the running kernel's."""
     if not _is_live_kernel(args):
         return None
-    import importlib.util
-    if importlib.util.find_spec("ctracer.record.kernel") is None:
-        return None
-    from ctracer.record import kernel
-    return kernel.SymbolsLoader()
+    from ctracer.host import kallsyms
+    return kallsyms.SymbolsLoader()
 
 
 def _attach_column(loader, found):
@@ -79,10 +76,10 @@ def _attach_column(loader, found):
     if loader is None:
         return None
     from ctracer.plan import attach
-    from ctracer.record import kernel
+    from ctracer.host import features
     functions = [m.name for m in found.methods if not m.is_tracepoint]
     tracepoints = [m.name for m in found.methods if m.is_tracepoint]
-    facts = kernel.kernel_facts(functions, tracepoints, symbols=loader.result())
+    facts = features.kernel_facts(functions, tracepoints, symbols=loader.result())
     plan = attach.plan_probes(found.methods, facts).by_function()
     return lambda method: attach_state(plan[method.key][0])
 
@@ -111,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     loader = _kernel_symbols_loader(args)
     source = options.type_source_from_args(args)
     if source.is_kernel and not (source.btf or source.module):
-        from ctracer.pipeline import open_struct   # vmlinux and every loaded module
+        from ctracer.plan.selection import open_struct   # vmlinux and every loaded module
         model, _, found = open_struct(source, name, kind, reaches=reaches,
                                       holder_depth=args.holder_depth)
     else:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType
 
-    from ctracer.pipeline import open_struct
+    from ctracer.plan.selection import open_struct
 
     kind, name = options.struct_name_from_args(args)
     source = options.type_source_from_args(args)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                               model.description)
     catalog = model.catalog()
     if args.functions or args.exclude:
-        from ctracer.pipeline import select_methods
+        from ctracer.plan.selection import select_methods
         found = dataclasses.replace(found, methods=tuple(
             select_methods(found.methods, args.functions, args.exclude)))
     plan = build_plan(args, found)
@@ -100,19 +100,19 @@ def _progress(line: str) -> None:
 def build_plan(args: argparse.Namespace, found):
     """The probe plan for the type source the options name."""
     from ctracer.plan import attach
-    from ctracer.record import kernel
+    from ctracer.host import features, kallsyms
 
     space = attach.binary_space(args.binary) if args.binary else "kernel"
     functions = [m.name for m in found.methods if not m.is_tracepoint]
     tracepoints = [m.name for m in found.methods if m.is_tracepoint]
     running = not args.binary and (not args.btf or args.btf == sources.KERNEL_BTF)
     if running:
-        facts = kernel.kernel_facts(functions, tracepoints)
+        facts = features.kernel_facts(functions, tracepoints)
     else:
         # another kernel's vmlinux or module (or a program): its own symbol table says
         # which functions exist out of line under their own name
         path = args.binary or args.btf
-        facts = kernel.kernel_facts(functions, symbols=kernel.file_symbols(path),
+        facts = features.kernel_facts(functions, symbols=kallsyms.file_symbols(path),
                                     running_kernel=False)
     return attach.plan_probes(found.methods, facts, space=space)
 
@@ -202,7 +202,7 @@ def as_text(found, description: str, plan, verdicts) -> str:
 
 def _trace_kind_note(plan) -> list[str]:
     """What ``ctracer trace`` does by default where it differs from the plan's kind."""
-    from ctracer.pipeline import FENTRY_AUTO_MAX
+    from ctracer.plan.selection import FENTRY_AUTO_MAX
     facts = plan.facts
     fentry = {p.function for p in plan.of_kind("fentry") if p.attachable}
     if len(fentry) <= FENTRY_AUTO_MAX or not (facts.kprobe_multi.works and facts.kprobes.works):

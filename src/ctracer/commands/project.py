@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.plan import mini, project
 
     kind, name = options.struct_name_from_args(args)
-    from ctracer.pipeline import open_struct
+    from ctracer.plan.selection import open_struct
     model, graph, found = open_struct(options.type_source_from_args(args), name, kind)
     wanted = [m for m in found.methods if m.probeable
               and (m.is_tracepoint != bool(args.binary))]

@@ -209,8 +209,8 @@ def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
 
 def request_from_args(args: argparse.Namespace, kind, name: str,
                       argv: Optional[Sequence[str]] = None):
-    """The `ctracer.pipeline.TraceRequest` the options describe."""
-    from ctracer.pipeline import TraceRequest
+    """The `ctracer.trace_request.TraceRequest` the options describe."""
+    from ctracer.record.request import TraceRequest
     return TraceRequest(
         kind=kind, name=name, source=options.type_source_from_args(args),
         functions=tuple(args.functions), exclude=tuple(args.exclude),
@@ -261,13 +261,13 @@ def _check_run_options(args: argparse.Namespace) -> None:
 
 def trace(args: argparse.Namespace, kind, name: str, *, out=None):
     """Record as the options say; returns the `ctracer.record.recorder.RecordResult`."""
-    from ctracer import pipeline
+    from ctracer.record import request as trace_request
     from ctracer.record.recorder import check_command
     _check_run_options(args)
     if args.command:
         check_command(args.command)  # 127 now, not after seconds of compiling
     check_output(args.output or f"{name}.ctrace")
-    built = pipeline.build(request_from_args(args, kind, name))
+    built = trace_request.build(request_from_args(args, kind, name))
     return record_built(built, args, kind, name, out=out)
 
 
@@ -288,7 +288,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         from ctracer.record.tail import Tail
         from ctracer.report.values import ValueFormatter
         from ctracer.plan.stores import rules_by_tracepoint
-        from ctracer.record import netdevs
+        from ctracer.host import netdevs
         devices = netdevs.read() if built.is_kernel else None
         tail = Tail(built.program, formatter=ValueFormatter(built.program.mini,
                                                             built.meta.get("tracepoint_args"),
@@ -342,7 +342,7 @@ def print_summary(result, out=None) -> None:
 def run(args: argparse.Namespace) -> int:
     kind, name = target_from_args(args)
     if args.print_bpf:
-        from ctracer import pipeline
+        from ctracer.record import request as trace_request
         from ctracer.errors import UsageError
         given = [what for what, on in (("-- COMMAND", args.command), ("-p", args.pid),
                                        ("-d", args.duration), ("--tail", args.tail),
@@ -351,7 +351,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--print-bpf prints the program and records nothing: "
                              f"{', '.join(given)} would be ignored (drop --print-bpf to "
                              "record)")
-        built = pipeline.build(request_from_args(args, kind, name))
+        built = trace_request.build(request_from_args(args, kind, name))
         print(built.program.text, end="")
         describe = getattr(built.program, "descriptors_text", None)
         if describe is not None:

@@ -1,7 +1,7 @@
 """The probe plan: for every method's function, which probe kind traces it, or why none.
 
 Pure planning: `plan_probes` takes the methods `ctracer.plan.discovery` found and a
-`KernelFacts` (what the running kernel was seen to accept: `ctracer.record.kernel.kernel_facts`
+`KernelFacts` (what the running kernel was seen to accept: `ctracer.host.features.kernel_facts`
 finds out by trying bpf(2), never by kernel version) and gives a `ProbePlan`, one
 `PlannedProbe` per probe (an entry and an exit probe per function, one per tracepoint) or
 per function left out.  The recorder consumes ``plan.placed()``; ``ctracer plan`` prints
@@ -28,11 +28,12 @@ away; a compiler clone ``name.isra.0`` is named), or no address is known for the
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
 
 from ctracer.debuginfo import elf
 from ctracer.debuginfo.catalog import ShapeKind
+from ctracer.host.facts import KernelFacts, Mechanism
 from ctracer.plan.discovery import Method
 
 PROBE_KINDS = ("fentry", "fexit", "kprobe", "kretprobe", "raw_tracepoint", "uprobe", "uretprobe")
@@ -45,60 +46,6 @@ _LEFT_OUT_PREFIXES = (
     ("__bpf_trace_", "tracepoint glue for BPF (__bpf_trace_*): traced through the "
                      "tracepoint itself"),
 )
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """Whether one probe mechanism works here (None: could not tell) and why."""
-
-    works: Optional[bool]
-    why: str
-
-    def to_json(self) -> dict:
-        return {"works": self.works, "why": self.why}
-
-
-UNKNOWN = Mechanism(None, "not tried")
-
-
-@dataclass(frozen=True)
-class KernelFacts:
-    """What the running kernel accepts, as found by trying.
-
-    ``symbols``: names of the functions probes can attach to (None: unknown), read from
-    ``symbols_source`` (for another kernel's vmlinux or module: that file's symbol table); ``notrace``: functions known to exist but excluded from tracing
-    (known only when both kallsyms and available_filter_functions are readable);
-    ``clones``: compiler-made copies (``name`` → ``name.isra.0``...) for names absent
-    from ``symbols``; ``tracepoints``: whether a raw tracepoint program attaches to each
-    tracepoint asked about (None: unknown)."""
-
-    fentry: Mechanism = UNKNOWN
-    kprobes: Mechanism = UNKNOWN
-    kprobe_multi: Mechanism = UNKNOWN
-    raw_tracepoints: Mechanism = UNKNOWN
-    uprobes: Mechanism = UNKNOWN
-    #: whether kprobe-type programs load (the verifier can then check kprobe, kretprobe,
-    #: uprobe and uretprobe programs even where none can be attached)
-    kprobe_programs: Mechanism = UNKNOWN
-    symbols: Optional[frozenset[str]] = None
-    symbols_source: str = ""
-    notrace: frozenset[str] = frozenset()
-    clones: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    tracepoints: Optional[Mapping[str, bool]] = None
-    #: False when the types are not the running kernel's (another vmlinux, a .ko file):
-    #: symbols and tracepoints then say nothing about them
-    running_kernel: bool = True
-
-    def mechanisms(self) -> dict[str, Mechanism]:
-        return {"fentry": self.fentry, "kprobes": self.kprobes,
-                "kprobe_multi": self.kprobe_multi, "raw_tracepoints": self.raw_tracepoints,
-                "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs}
-
-    def to_json(self) -> dict:
-        out: dict = {name: m.to_json() for name, m in self.mechanisms().items()}
-        out["functions_listed_by"] = self.symbols_source or None
-        out["running_kernel"] = self.running_kernel
-        return out
 
 
 @dataclass(frozen=True)

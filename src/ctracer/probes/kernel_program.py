@@ -107,7 +107,7 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
     ``task_storage``: the functions' per-thread state in task storage (what the
-    running kernel takes for the kind: `ctracer.record.kernel.task_storage_works`),
+    running kernel takes for the kind: `ctracer.host.features.task_storage_works`),
     else in LRU hashes."""
     ctext.check_ring_bytes(ring_bytes)
     if admission.comm is not None:

@@ -34,7 +34,7 @@ The depth and the saved calls live in the thread's task storage (one
 ``bpf_task_storage_get`` a probe, no hashing, no locks, freed with the task; the
 entries of the `THREAD_CALLS` shallowest levels; a deeper call's in an LRU hash, as
 before), where the running kernel lets the
-kind's programs use it (`ctracer.record.kernel.task_storage_works`, tried); else in two
+kind's programs use it (`ctracer.host.features.task_storage_works`, tried); else in two
 LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entry, a
 lookup and a delete at exit; measured in the 6.12 guest: see bench/RESULTS.md's
 bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant

@@ -17,9 +17,9 @@ the links as the process dies.  Kernels without uprobe.multi get bcc's perf-even
 uprobes, closed in parallel too (slower, still before exit).
 
 Before bcc is imported, `prepare` makes sure bcc will work here: root (or CAP_BPF +
-CAP_PERFMON), kernel headers (`ctracer.record.headers` builds a merged tree when the
+CAP_PERFMON), kernel headers (`ctracer.host.headers` builds a merged tree when the
 running kernel has none) and tracefs mounted
-(`ctracer.record.kernel.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure
+(`ctracer.host.tracefs.ensure_tracefs`; bcc's uprobe cleanup writes to it).  Every failure
 a user can meet becomes a one-line `ctracer.errors.BPFUnavailable`.
 
 bcc and clang print diagnostics on file descriptors 1 and 2; they are captured while
@@ -48,7 +48,7 @@ from ctracer.probes import ProbeProgram
 from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
 from ctracer.record import ringbuf
 from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
-from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall
+from ctracer.host.features import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _PERF_EVENT_IOC_DISABLE = 0x2401
@@ -83,11 +83,11 @@ def check_privileges() -> None:
 def prepare() -> None:
     """Everything bcc needs before it is imported and compiles anything."""
     check_privileges()
-    from ctracer.record.headers import kernel_source_for_bcc
+    from ctracer.host.headers import kernel_source_for_bcc
     source = kernel_source_for_bcc()
     if source:
         os.environ["BCC_KERNEL_SOURCE"] = source
-    from ctracer.record.kernel import ensure_tracefs  # bcc picks its tracefs path on import
+    from ctracer.host.tracefs import ensure_tracefs  # bcc picks its tracefs path on import
     ensure_tracefs()
 
 

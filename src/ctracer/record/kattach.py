@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.probes.kfunctions import KINDS, KernelFunction
-from ctracer.record.kernel import BPF_LINK_CREATE, bpf_syscall, errno_text
+from ctracer.host.features import BPF_LINK_CREATE, bpf_syscall, errno_text
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -216,7 +216,7 @@ def btf_targets(functions) -> Callable[[object], Optional[tuple[int, int]]]:
     from ctracer.debuginfo.btf import format as btf_format
     from ctracer.debuginfo.btf import reader as btf
     from ctracer.errors import CtracerError
-    from ctracer.record.kernel import kernel_symbols
+    from ctracer.host.kallsyms import kernel_symbols
 
     symbols = kernel_symbols()
     wanted: dict[Optional[str], set[str]] = {}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import FLAG_READ_FAILED, HEADER, FunctionRow, event_size
 from ctracer.probes import ProbeProgram
-from ctracer.record import netdevs
+from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
 
 if TYPE_CHECKING:
@@ -464,14 +464,14 @@ def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "
 def _name_kernel_text(writer: TraceWriter, meta: dict) -> None:
     """A kernel trace's code addresses in tracepoint arguments (``location``) as
     ``symbol+off`` in the meta ``kernel_symbols``: only this host can say (see
-    `ctracer.record.symbols`)."""
-    from ctracer.record import symbols
+    `ctracer.host.kallsyms`)."""
+    from ctracer.host import kallsyms
     if meta.get("traced") != "kernel":
         return
     args = meta.get("tracepoint_args")
-    names = symbols.text_arguments(args if isinstance(args, dict) else None)
+    names = kallsyms.text_arguments(args if isinstance(args, dict) else None)
     if names:
-        found = symbols.Kallsyms().names(writer.argument_values(names))
+        found = kallsyms.Kallsyms().names(writer.argument_values(names))
         writer.set_meta(kernel_symbols=found)
 
 

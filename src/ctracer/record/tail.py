@@ -32,7 +32,7 @@ import time
 from typing import Any, Optional, Protocol, TextIO
 
 from ctracer.plan import stores
-from ctracer.record import symbols
+from ctracer.host import kallsyms
 from ctracer.record.live_objects import LiveObjects
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
                            PHASE_TRACEPOINT, args_offset, mini_offset)
@@ -191,9 +191,9 @@ class Tail:
 
     def _pointer(self, name: str, value: int) -> str:
         """A pointer argument in hex; a code address (``location``) as symbol+off."""
-        if name in symbols.TEXT_ARGUMENTS and value:
+        if name in kallsyms.TEXT_ARGUMENTS and value:
             if self._kallsyms is None:
-                self._kallsyms = symbols.Kallsyms()
+                self._kallsyms = kallsyms.Kallsyms()
             text = self._kallsyms.name(value)
             if text:
                 return f"{text} ({value:#x})"

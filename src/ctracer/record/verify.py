@@ -100,7 +100,7 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
     entries = plan.of_kind("kprobe")
     if not entries:
         return
-    from ctracer.record.kernel import task_storage_works
+    from ctracer.host.features import task_storage_works
     program = build_kernel_program((), layout, None, entry_kind="kprobe",
                                    function_methods=[m for p in entries for m in p.methods],
                                    task_storage=task_storage_works("kprobe").works is not False)

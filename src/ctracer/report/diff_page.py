@@ -20,8 +20,7 @@ from ctracer import __version__
 from ctracer.analysis.diff import (CALLS, CHANGES, EDGE, ENDED, EVENTS, FINAL, FUNCTION,
                                    LIFETIMES, STARTED, TIMING, Difference, TraceDiff)
 from ctracer.analysis.profile import TraceProfile
-from ctracer.errors import OutputError
-from ctracer.files import private_files
+from ctracer.files import check_marked_dir, private_files, write_marker
 from ctracer.report.html import (ALL_DIR, METHODS_DIR, copy_static, report_trace_id,
                                   template_environment)
 from ctracer.report.names import safe_component
@@ -205,12 +204,7 @@ def write_page(diff: TraceDiff, out_dir: str, reports: dict[str, Optional[str]],
 def check_output(out_dir: str) -> None:
     """Refuse, before any work, an ``out_dir`` that is a file or a directory holding
     something other than a diff we wrote."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise OutputError(f"{out_dir} exists and is not a directory")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and \
-            not os.path.exists(os.path.join(out_dir, MARKER)):
-        raise OutputError(f"{out_dir} exists and is not a ctracer diff; choose another "
-                          "directory with -o")
+    check_marked_dir(out_dir, MARKER, "ctracer diff")
 
 
 @private_files
@@ -218,7 +212,5 @@ def prepare(out_dir: str) -> None:
     """Make ``out_dir`` a diff directory: new, empty, or one we wrote before (its page
     is replaced, the reports beside it kept)."""
     check_output(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
-        f.write(f"written by ctracer {__version__}; its index.html is replaced by the "
-                "next diff written here\n")
+    write_marker(out_dir, MARKER, [f"written by ctracer {__version__}; its index.html is "
+                                   "replaced by the next diff written here"])

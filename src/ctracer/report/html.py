@@ -42,9 +42,9 @@ from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_cal
 from ctracer.analysis.memory import release_free_memory
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats, counts_per_group)
-from ctracer.errors import CtracerError
+from ctracer.errors import CtracerError, OutputError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
-from ctracer.files import private_files
+from ctracer.files import check_marked_dir, marker_lines, private_files, write_marker
 from ctracer.report import callgraph_svg as graphs
 from ctracer.report import plots as plotting
 from ctracer.report import summaries
@@ -90,7 +90,7 @@ METHODS_DIR = "methods"
 STATIC_DIR = "_static"
 
 
-class OutputDirError(CtracerError):
+class OutputDirError(OutputError):
     """The output directory exists and holds something other than a ctracer report."""
 
 
@@ -109,17 +109,14 @@ class RenderResult:
 def _prepare(out_dir: str, trace_id: str) -> None:
     """Make ``out_dir`` empty, replacing a previous report but nothing else; its marker
     names the trace it is rendered from (`report_trace_id`)."""
+    try:
+        check_marked_dir(out_dir, MARKER, "ctracer report")
+    except OutputError as e:
+        raise OutputDirError(str(e)) from None
     if os.path.isdir(out_dir) and os.listdir(out_dir):
-        if not os.path.exists(os.path.join(out_dir, MARKER)):
-            raise OutputDirError(f"{out_dir} exists and is not a ctracer report; "
-                                 "choose another directory with -o")
         shutil.rmtree(out_dir)
-    elif os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise OutputDirError(f"{out_dir} exists and is not a directory")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
-        f.write(f"written by ctracer {__version__}; this directory is replaced on re-render\n"
-                f"{_MARKER_TRACE}{trace_id}\n")
+    write_marker(out_dir, MARKER, [f"written by ctracer {__version__}; this directory is "
+                                   "replaced on re-render", f"{_MARKER_TRACE}{trace_id}"])
 
 
 #: the marker's line naming the trace a report was rendered from
@@ -129,12 +126,7 @@ _MARKER_TRACE = "trace_id "
 def report_trace_id(out_dir: str) -> Optional[str]:
     """The id of the trace (`Trace.trace_id`) the report in ``out_dir`` was rendered
     from; None where there is no report, or one that does not say."""
-    try:
-        with open(os.path.join(out_dir, MARKER), encoding="utf-8") as f:
-            lines = f.read(4096).splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return next((line[len(_MARKER_TRACE):].strip() for line in lines
+    return next((line[len(_MARKER_TRACE):].strip() for line in marker_lines(out_dir, MARKER)
                  if line.startswith(_MARKER_TRACE)), None) or None
 
 

@@ -9,9 +9,9 @@ it; nothing here knows about command-line parsing.
 
 A user-space binary (``--binary``) is traced with a uprobe and a uretprobe per method.
 A kernel (the running one by default, ``--module``, ``--btf``) is traced through the
-probes `choose_kernel_probes` picks from the probe plan of ``ctracer plan``: every
-function taking the struct on entry and exit, with the kind the kernel accepts (fentry/
-fexit, else kprobe/kretprobe), plus the raw tracepoints whose arguments carry it; on a
+probes `ctracer.plan.selection.choose_kernel_probes` picks from the probe plan of
+``ctracer plan``: every function taking the struct on entry and exit, with the kind the
+kernel accepts (fentry/fexit, else kprobe/kretprobe), plus the raw tracepoints whose arguments carry it; on a
 kernel attaching neither fentry nor kprobes, the tracepoints alone.
 """
 
@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
-from ctracer.probes import ProbeProgram
 from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
-from ctracer.errors import CtracerError, UnknownType, UsageError
+from ctracer.errors import CtracerError, UsageError
+from ctracer.plan.selection import (KernelChoice, check_placeable, choose_kernel_probes,
+                                    open_struct, select_methods)
+from ctracer.probes import ProbeProgram
 
 
 @dataclass(frozen=True)
@@ -78,133 +79,16 @@ class BuiltTrace:
         return self.binary is None
 
 
-def select_methods(methods: Sequence, patterns: Sequence[str],
-                   exclude: Sequence[str] = ()) -> list:
-    """The methods whose function name (or name@unit, or tp:name) matches a glob (all
-    when none), minus those matching an ``exclude`` glob."""
-    import difflib
-
-    def names_of(m) -> tuple[str, ...]:
-        return (m.name, m.key)
-
-    every = sorted({n for m in methods for n in names_of(m)})
-    for option, globs in (("--functions", patterns), ("--exclude", exclude)):
-        for pat in globs:
-            if not any(fnmatch.fnmatchcase(n, pat) for n in every):
-                close = difflib.get_close_matches(pat, every, n=5, cutoff=0.5)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise UsageError(f"{option} {pat!r} matches no method{hint}")
-    kept = [m for m in methods
-            if not patterns or any(fnmatch.fnmatchcase(n, p) for n in names_of(m)
-                                   for p in patterns)]
-    return [m for m in kept
-            if not any(fnmatch.fnmatchcase(n, p) for n in names_of(m) for p in exclude)]
-
-
-@dataclass(frozen=True)
-class KernelChoice:
-    """What a kernel trace probes: the tracepoint methods, the function methods and the
-    entry kind of the functions (None without functions), and the plan's note for the
-    trace's meta (``probe_plan``), whose ``kinds`` line says which kinds were used and
-    why the others were not."""
-
-    tracepoints: list
-    functions: list
-    entry_kind: Optional[str]
-    note: dict
-
-
-FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
-#: above this many functions, ``auto`` takes kprobe.multi links over fentry where the
-#: kernel has them: two links attach and detach every function at once, while fentry
-#: loads a program per function and detaches them one by one (each waits for the
-#: kernel's text patching and an RCU-tasks grace period: minutes for thousands)
-FENTRY_AUTO_MAX = 256
-
-
-def choose_kernel_probes(methods: Sequence, space: str = "kernel",
-                         function_probes: str = "auto",
-                         selected: Callable[[list], int] = lambda ms: len(
-                             {m.key for m in ms if not m.is_tracepoint})) -> KernelChoice:
-    """The methods a kernel trace probes, from the probe plan (`ctracer.plan.attach`,
-    with what the running kernel was seen to accept): the tracepoints the plan gives a
-    raw tracepoint probe that the kernel accepts, and the functions it places (their
-    kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
-    "none": no function; "auto": fentry, unless more than `FENTRY_AUTO_MAX` functions
-    — ``selected`` counts those the trace keeps of the methods placed — would be probed
-    and kprobe.multi links work).  Probes that could not be tried (without root, for
-    ``--print-bpf``) are kept."""
-    from ctracer.plan.attach import plan_probes
-    from ctracer.record.kernel import kernel_facts
-    if function_probes not in FUNCTION_PROBES:
-        raise UsageError(f"--function-probes {function_probes!r}: one of "
-                         f"{', '.join(FUNCTION_PROBES)}")
-    tracepoints = sorted({m.name for m in methods if m.is_tracepoint})
-    functions = sorted({m.name for m in methods if not m.is_tracepoint})
-    facts = kernel_facts(functions, tracepoints)
-    plan = plan_probes(methods, facts, space=space,
-                       prefer=None if function_probes in ("auto", "none") else function_probes)
-    chosen: list = []
-    refused: list[str] = []
-    for p in plan.of_kind("raw_tracepoint"):
-        if p.attachable is False:
-            refused.append(f"{p.target}: {p.reason}")
-        else:
-            chosen.extend(p.methods)
-    entries = plan.of_kind("fentry", "kprobe")
-    usable = [p for p in entries if p.attachable is not False]
-    kind = usable[0].kind if usable else None
-    picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
-    many = selected(chosen + picked) if function_probes == "auto" and kind == "fentry" else 0
-    if many > FENTRY_AUTO_MAX and facts.kprobe_multi.works and facts.kprobes.works:
-        plan = plan_probes(methods, facts, space=space, prefer="kprobe")
-        entries = [dataclasses.replace(
-            p, reason=f"{many} functions: kprobe.multi links attach and detach them all at "
-                      f"once, where fentry loads a program per function and detaches them "
-                      f"one by one (--function-probes fentry for fentry)")
-            for p in plan.of_kind("fentry", "kprobe")]
-        usable = [p for p in entries if p.attachable is not False]
-        kind = usable[0].kind if usable else None
-        picked = [m for p in usable for m in p.methods]
-    if not chosen and not picked:
-        why = refused[0] if refused else (entries[0].reason if entries else
-                                          "no tracepoint or function to probe")
-        raise CtracerError(f"nothing can be traced here ({why})")
-    note = {"counts": plan.counts(), "kernel": facts.to_json(),
-            "tracepoints_refused": refused,
-            "functions_planned": len({p.function for p in entries}),
-            "functions_left_out": [[p.function, p.reason] for p in plan.left_out()][:200],
-            "entry_kind": kind if picked else None,
-            "reason": entries[0].reason if entries else "no function takes the struct",
-            "function_probes": function_probes}
-    return KernelChoice(chosen, picked, kind if picked else None, note)
-
-
 def _task_storage(entry_kind: Optional[str]):
     """Whether the running kernel lets ``entry_kind``'s programs keep each thread's call
-    depth and saved entries in task storage (tried: `ctracer.record.kernel.
+    depth and saved entries in task storage (tried: `ctracer.host.
     task_storage_works`); where it cannot be tried (not root: ``--print-bpf``) the
     programs are written with it."""
-    from ctracer.plan.attach import Mechanism
+    from ctracer.host.facts import Mechanism
     if entry_kind is None:
         return Mechanism(None, "no kernel function probed")
-    from ctracer.record.kernel import task_storage_works
+    from ctracer.host.features import task_storage_works
     return task_storage_works(entry_kind)
-
-
-def _check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequence) -> None:
-    """A ``--functions`` glob naming only methods this kernel cannot probe says so
-    (rather than that it matches no method)."""
-    placed = {n for m in choice.tracepoints + choice.functions for n in (m.name, m.key)}
-    for pat in patterns:
-        if any(fnmatch.fnmatchcase(n, pat) for n in placed):
-            continue
-        known = sorted({m.name for m in methods
-                        if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
-        if known:
-            shown = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
-            raise CtracerError(f"--functions {pat!r}: {shown} cannot be probed here "
-                               f"({choice.note['reason']}; `ctracer plan` says why)")
 
 
 def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
@@ -247,7 +131,7 @@ def _format_fields(source):
     this kernel's)."""
     if getattr(source, "btf", None):
         return None
-    from ctracer.record.kernel import tracepoint_format_fields
+    from ctracer.host.tracefs import tracepoint_format_fields
     return tracepoint_format_fields
 
 
@@ -319,60 +203,6 @@ def _project_rule_lines(request: TraceRequest):
                                     "objects", err.rule) from None
 
 
-def _module_methods(name: str, kind: ShapeKind, use_cache: bool, found=None,
-                    **options):
-    """(the first module defining the struct or None, discovery) with the methods every loaded module's BTF adds to
-    ``found`` (vmlinux's; None when vmlinux does not define the struct, e.g. NFS's
-    ``nfs_fh`` on a kernel built without NFS: the layout is then the first defining
-    module's); None when neither vmlinux nor a module defines it.  Each module's
-    functions are attached through its own BTF."""
-    import dataclasses as dc
-
-    from ctracer.debuginfo import sources
-    from ctracer.plan import discovery
-    models = sources.module_models(use_cache)
-    defining = [m for m in models if m.struct_id(name, kind) is not None]
-    if found is None and not defining:
-        return None
-    base = found
-    if base is None:
-        base = discovery.discover(defining[0].catalog(), name, kind, **options)
-    methods: dict[tuple, object] = {}
-    for m in base.methods:
-        methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
-    for model in models:
-        for m in discovery.discover(model.catalog(), name, kind, **options).methods:
-            methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
-    merged = dc.replace(base, methods=tuple(methods.values()))
-    return (defining[0] if found is None else None), merged
-
-
-def open_struct(source: TypeSource, name: str, kind: ShapeKind, **options):
-    """(type model, type graph, discovery) of the struct from the type source; for the
-    running kernel with the methods of every loaded module too, and, when vmlinux does
-    not define the struct, its layout from the first module that does
-    (`_module_methods`); UnknownType (with close names) when none defines it.
-    ``options``: `ctracer.plan.discovery.discover`'s."""
-    from ctracer.debuginfo import sources
-    from ctracer.plan import discovery
-    model = sources.open_type_source(source)
-    running = source.is_kernel and not (source.btf or source.module)
-    try:
-        graph = model.find_struct(name, kind)
-    except UnknownType:
-        if running:
-            found = _module_methods(name, kind, source.use_cache, **options)
-            if found is not None:
-                defining, merged = found
-                return defining, defining.find_struct(name, kind), merged
-        raise
-    found = discovery.discover(model.catalog(), name, kind, **options)
-    if running:
-        _, found = _module_methods(name, kind, source.use_cache, found, **options)
-    return model, graph, found
-
-
-
 def _mini_of(request: TraceRequest, graph, model):
     """The mini struct the options choose (kernel fields annotated with how they are
     shown); an error naming the options when they leave no field."""
@@ -400,7 +230,6 @@ def _mini_of(request: TraceRequest, graph, model):
     return built
 
 
-
 def _user_program(request: TraceRequest, found: list, layout, ring: int):
     """The uprobe program of the program's functions the options select."""
     from ctracer.probes import uprobe
@@ -417,6 +246,7 @@ def _user_program(request: TraceRequest, found: list, layout, ring: int):
                            "(directly, through an alias or a holder): nothing to probe")
     return uprobe.build_program(methods, layout, filtered=request.follow_processes,
                                 ring_bytes=ring)
+
 
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
@@ -457,7 +287,7 @@ def build(request: TraceRequest) -> BuiltTrace:
         choice = choose_kernel_probes(found.methods, function_probes=request.function_probes,
                                       selected=selected)
         note = choice.note
-        _check_placeable(request.functions, choice, found.methods)
+        check_placeable(request.functions, choice, found.methods)
         methods = select_methods(choice.tracepoints + choice.functions, request.functions,
                                  request.exclude)
         if not methods:

@@ -1,13 +1,12 @@
-"""Facts about the running kernel, found by trying rather than by version: where tracefs
-is (mounting it when root and absent), which functions can be probed, the release, and
-which probe mechanisms work (kprobes, kprobe.multi links, fentry, uprobes, tracepoints,
-raw tracepoints, kprobe-type program loads).  `kernel_facts` gathers them as the
-`ctracer.plan.attach.KernelFacts` the probe plan is made from; `file_symbols` lists the
-functions of another kernel's vmlinux or module for the same purpose.
+"""What the running kernel accepts, found by trying rather than by version: which probe
+mechanisms work (kprobes, kprobe.multi links, fentry, uprobes, tracepoints, raw
+tracepoints, kprobe-type program loads, task storage), the release, and the bare
+``bpf(2)`` system call the recorder's attach code shares.  `kernel_facts` gathers them
+with the kernel's symbols (`ctracer.host.kallsyms`) as the `ctracer.host.facts.KernelFacts`
+the probe plan is made from.
 
-The BPF checks use the bare ``bpf(2)`` system call through ctypes with two-instruction
-programs (``r0 = 0; exit``); bcc stays in ``ctracer.record.bpf_runtime``.
-"""
+The BPF checks use ``bpf(2)`` through ctypes with two-instruction programs
+(``r0 = 0; exit``); bcc stays in ``ctracer.record.bpf_runtime``."""
 
 from __future__ import annotations
 
@@ -15,24 +14,17 @@ import ctypes
 import errno
 import os
 import platform
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF
 from ctracer.errors import CtracerError
-from ctracer.plan.attach import KernelFacts, Mechanism
+from ctracer.host.facts import KernelFacts, Mechanism
+from ctracer.host.kallsyms import KernelSymbols, kernel_symbols, notrace_names
+from ctracer.host.tracefs import ensure_tracefs, tracepoint_names
 
-TRACEFS_DEFAULT = "/sys/kernel/tracing"
-DEBUGFS_TRACING = "/sys/kernel/debug/tracing"
-KALLSYMS = "/proc/kallsyms"
+
 EVENT_SOURCE_DEVICES = "/sys/bus/event_source/devices"
-
-# suffixes the compiler gives to specialised or split copies of a function
-_CLONE_SUFFIX = re.compile(r"\.(isra|constprop|part|cold|llvm|lto_priv|specialized)(\.|$)")
-
-
-# ------------------------------------------------------------------ tracefs
 
 
 def errno_text(err: int) -> str:
@@ -40,328 +32,9 @@ def errno_text(err: int) -> str:
     return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
 
 
-def _mount_table() -> list[tuple[str, str]]:
-    """(mount point, file system type) of every mount, in /proc/self/mounts order."""
-    try:
-        with open("/proc/self/mounts") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 3:
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
-            out.append((point, parts[2]))
-    return out
-
-
-def find_tracefs() -> Optional[str]:
-    """The path of a mounted tracefs (the canonical one first), None when there is none."""
-    mounts = _mount_table()
-    points = [p for p, fs in mounts if fs == "tracefs"]
-    if TRACEFS_DEFAULT in points:
-        return TRACEFS_DEFAULT
-    if points:
-        return points[0]
-    # old kernels expose tracing under debugfs without a tracefs mount of their own
-    if any(fs == "debugfs" for _, fs in mounts) and \
-            os.path.exists(os.path.join(DEBUGFS_TRACING, "available_events")):
-        return DEBUGFS_TRACING
-    return None
-
-
-def tracepoint_format_fields(name: str) -> list[tuple[str, str]]:
-    """The fields of tracepoint ``name``'s record as its tracefs ``format`` file lists
-    them: (C type, name), the ``common_*`` ones left out; [] when tracefs or the file is
-    not there."""
-    import glob
-    root = find_tracefs()
-    if root is None or not re.fullmatch(r"[A-Za-z0-9_]+", name):
-        return []
-    out = []
-    for path in glob.glob(os.path.join(root, "events", "*", name, "format"))[:1]:
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
-            return []
-        for m in re.finditer(r"field:([^;]*?)\s*([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?;", text):
-            if not m.group(2).startswith("common_"):
-                out.append((m.group(1).strip(), m.group(2)))
-    return out
-
-
-def _kernel_has_filesystem(name: str) -> bool:
-    try:
-        with open("/proc/filesystems") as f:
-            return any(line.split()[-1] == name for line in f if line.strip())
-    except OSError:
-        return True  # cannot tell: let mount say
-
-
-def ensure_tracefs() -> str:
-    """The tracefs path, mounting tracefs at /sys/kernel/tracing when root and absent."""
-    found = find_tracefs()
-    if found:
-        return found
-    if not _kernel_has_filesystem("tracefs"):
-        raise CtracerError("this kernel has no tracefs (built without tracing support)")
-    if os.geteuid() != 0:
-        raise CtracerError(f"tracefs is not mounted and mounting it needs root: run as root "
-                           f"or 'mount -t tracefs nodev {TRACEFS_DEFAULT}'")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                           ctypes.c_ulong, ctypes.c_void_p]
-    if libc.mount(b"nodev", TRACEFS_DEFAULT.encode(), b"tracefs", 0, None) != 0:
-        err = ctypes.get_errno()
-        if err == errno.EBUSY and find_tracefs():  # mounted meanwhile
-            return find_tracefs()  # type: ignore[return-value]
-        raise CtracerError(f"cannot mount tracefs at {TRACEFS_DEFAULT}: {os.strerror(err)}")
-    return TRACEFS_DEFAULT
-
-
-# ------------------------------------------------------------------ symbols
-
-@dataclass(frozen=True)
-class KernelSymbols:
-    """The functions of the running kernel that probes can name.
-
-    ``source`` says where they came from: ``available_filter_functions`` (what ftrace,
-    hence fentry and kprobes, can attach to) or ``/proc/kallsyms`` (every text symbol, a
-    superset that includes notrace functions).  ``modules`` maps a name to its module, or
-    to None for vmlinux."""
-
-    source: str
-    modules: dict[str, Optional[str]]
-    _clones: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, repr=False)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.modules
-
-    def __len__(self) -> int:
-        return len(self.modules)
-
-    def names(self) -> set[str]:
-        return set(self.modules)
-
-    def module_of(self, name: str) -> Optional[str]:
-        return self.modules.get(name)
-
-    def clones(self, name: str) -> tuple[str, ...]:
-        """Compiler-made copies of a function (``name.isra.0``, ``name.constprop.0``, …):
-        symbols that exist when the function itself was specialised away."""
-        if not self._clones and self.modules:
-            table: dict[str, list[str]] = {}
-            search = _CLONE_SUFFIX.search
-            for sym in [s for s in self.modules if "." in s]:
-                m = search(sym)
-                if m:
-                    table.setdefault(sym[:m.start()], []).append(sym)
-            self._clones.update({k: tuple(sorted(v)) for k, v in table.items()})
-            self._clones.setdefault("", ())  # built, even when there are none
-        return self._clones.get(name, ())
-
-
-def _parse_filter_functions(text: str) -> dict[str, Optional[str]]:
-    out: dict[str, Optional[str]] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts or parts[0].startswith("__ftrace_invalid_address__"):
-            continue
-        module = parts[1][1:-1] if len(parts) > 1 and parts[1].startswith("[") else None
-        out.setdefault(parts[0], module)
-    return out
-
-
-# text symbols ("t", "T", and weak "w"/"W"), not the __pfx_ padding before each function
-_KALLSYMS_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)$", re.M)
-_KALLSYMS_MODULE_TEXT = re.compile(r" [tTwW] (?!__pfx_)(\S+)\t\[(\S+)\]$", re.M)
-
-
-def _parse_kallsyms(text: str) -> dict[str, Optional[str]]:
-    # vmlinux symbols come first, module symbols (with "\t[module]") after them
-    split = text.find("\t[")
-    split = len(text) if split < 0 else text.rfind("\n", 0, split) + 1
-    out: dict[str, Optional[str]] = dict.fromkeys(_KALLSYMS_TEXT.findall(text, 0, split))
-    for name, module in _KALLSYMS_MODULE_TEXT.findall(text, split):
-        if module != "bpf":  # JIT-ed BPF programs come and go: not kernel functions
-            out.setdefault(name, module)
-    for name in _KALLSYMS_TEXT.findall(text, split):  # module part without "[module]"
-        out.setdefault(name, None)
-    return out
-
-
-def kernel_symbols(tracefs: Optional[str] = None,
-                   use_cache: bool = True) -> Optional[KernelSymbols]:
-    """The probe-able functions: available_filter_functions when readable, else the text
-    symbols of /proc/kallsyms; None when neither can be read.
-
-    Reading and parsing those lists takes ~0.1 s, so the names are kept in ctracer's
-    cache directory, keyed by the boot id, the loaded modules (name and size) and which
-    list was readable: loading a module, or a reboot, gives a new key."""
-    tracefs = tracefs or find_tracefs()
-    filters = os.path.join(tracefs, "available_filter_functions") if tracefs else None
-    filters_readable = _openable(filters)
-    key = _symbols_key(filters_readable) if use_cache else None
-    if key:
-        cached = _load_symbols(key)
-        if cached is not None:
-            return cached
-    symbols = None
-    if filters_readable:
-        try:
-            with open(filters) as f:  # type: ignore[arg-type]
-                text = f.read()
-            if text.strip():
-                symbols = KernelSymbols("available_filter_functions",
-                                        _parse_filter_functions(text))
-        except OSError:
-            pass
-    if symbols is None:
-        try:
-            with open(KALLSYMS) as f:
-                text = f.read()
-        except OSError:
-            return None
-        parsed = _parse_kallsyms(text)
-        symbols = KernelSymbols(KALLSYMS, parsed) if parsed else None
-    if key and symbols is not None:
-        _save_symbols(key, symbols)
-    return symbols
-
-
-def file_symbols(path: str) -> Optional[KernelSymbols]:
-    """The function symbols of a kernel file (a vmlinux or a .ko), as the running kernel's
-    would be listed once it is booted or loaded; None when it is no ELF file or has none."""
-    from ctracer.debuginfo import elf
-    try:
-        headers = elf.read_elf_headers(path)
-    except CtracerError:
-        return None
-    names = {n for found in elf.function_symbols(headers, offset_zero=headers.type == 1).values() for n in found
-             if not n.startswith("__pfx_")}
-    return KernelSymbols(f"the symbol table of {os.path.basename(path)}",
-                         dict.fromkeys(names)) if names else None
-
-
-def _openable(path: Optional[str]) -> bool:
-    if not path:
-        return False
-    try:
-        with open(path, "rb"):
-            return True
-    except OSError:
-        return False
-
-
-def _symbols_key(filters_readable: bool) -> Optional[str]:
-    import hashlib
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        return None
-    try:
-        with open("/proc/modules") as f:
-            modules = "\n".join(" ".join(line.split()[:2]) for line in f)
-    except FileNotFoundError:
-        modules = ""  # a kernel without module support
-    except OSError:
-        return None
-    ident = f"{boot}\0{filters_readable}\0{os.uname().release}\0{modules}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:40]
-
-
-_SYMBOLS_VERSION = 2
-
-
-def _symbols_path(key: str) -> str:
-    from ctracer.debuginfo.cachedir import cache_dir
-    return os.path.join(cache_dir(), f"kernel-symbols-{key}.marshal")
-
-
-def _load_symbols(key: str) -> Optional[KernelSymbols]:
-    import marshal
-    try:
-        with open(_symbols_path(key), "rb") as f:
-            saved = marshal.load(f)
-        if saved.get("version") != _SYMBOLS_VERSION or saved.get("key") != key:
-            return None
-        names = saved["vmlinux"].split("\n") if saved["vmlinux"] else []
-        modules: dict[str, Optional[str]] = dict.fromkeys(names)
-        modules.update(saved["modules"])
-        return KernelSymbols(saved["source"], modules)
-    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-def _save_symbols(key: str, symbols: KernelSymbols) -> None:
-    import marshal
-    import tempfile
-    path = _symbols_path(key)
-    saved = {"version": _SYMBOLS_VERSION, "key": key, "source": symbols.source,
-             "vmlinux": "\n".join(n for n, m in symbols.modules.items() if m is None),
-             "modules": {n: m for n, m in symbols.modules.items() if m is not None}}
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-symbols-", dir=os.path.dirname(path))
-        try:
-            with os.fdopen(fd, "wb") as f:
-                marshal.dump(saved, f)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass  # no cache is no error
-
-
-class SymbolsLoader:
-    """`kernel_symbols` read in a background thread: reading /proc/kallsyms is mostly
-    kernel time, which overlaps with parsing BTF.  ``result()`` waits for it."""
-
-    def __init__(self, tracefs: Optional[str] = None, use_cache: bool = True):
-        import threading
-        self._value: Optional[KernelSymbols] = None
-        self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._load, args=(tracefs, use_cache),
-                                        daemon=True, name="ctracer-kernel-symbols")
-        self._thread.start()
-
-    def _load(self, tracefs: Optional[str], use_cache: bool) -> None:
-        try:
-            self._value = kernel_symbols(tracefs, use_cache)
-        except BaseException as e:  # handed to the caller of result()
-            self._error = e
-
-    def result(self) -> Optional[KernelSymbols]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def attachable_functions(tracefs: Optional[str] = None) -> Optional[set[str]]:
-    """Names of the functions probes can attach to on the running kernel, None if unknown."""
-    symbols = kernel_symbols(tracefs)
-    return None if symbols is None else symbols.names()
-
-
-def is_attachable(function, symbols: Optional[KernelSymbols]) -> Optional[bool]:
-    """Whether a `ctracer.debuginfo.catalog.FunctionInfo` (or a plain name) exists under its own name
-    on the running kernel; None when the kernel's symbols cannot be read."""
-    if symbols is None:
-        return None
-    name = function if isinstance(function, str) else function.name
-    return name in symbols
-
-
 def kernel_release() -> str:
     return os.uname().release
 
-
-# ------------------------------------------------------------------ probe support
 
 @dataclass(frozen=True)
 class ProbeSupport:
@@ -386,15 +59,33 @@ class ProbeSupport:
 
 # bpf(2) numbers, from include/uapi/linux/bpf.h (BPF_LINK_CREATE for the runtime too)
 _BPF_PROG_LOAD = 5
+
+
 _BPF_RAW_TRACEPOINT_OPEN = 17
+
+
 BPF_LINK_CREATE = 28
+
+
 _PROG_TYPE_KPROBE = 2
+
+
 _PROG_TYPE_RAW_TRACEPOINT = 17
+
+
 _TRACE_KPROBE_MULTI = 42
+
+
 _PROG_TYPE_TRACING = 26
+
+
 _TRACE_FENTRY = 24
+
+
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
                 "s390x": 351, "i686": 357, "i386": 357, "armv7l": 386, "loongarch64": 280}
+
+
 # r0 = 0; exit
 _RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
 
@@ -492,13 +183,21 @@ def _try_load(prog_type: int, what: str) -> Mechanism:
     return Mechanism(True, f"a {what} program loads (not attached)")
 
 
-# ------------------------------------------------------------------ task storage
-
 _BPF_MAP_CREATE = 0
+
+
 _BPF_BTF_LOAD = 18
+
+
 _MAP_TYPE_TASK_STORAGE = 29
+
+
 _F_NO_PREALLOC = 1
+
+
 _HELPER_GET_CURRENT_TASK_BTF = 158
+
+
 _HELPER_TASK_STORAGE_GET = 156
 
 
@@ -670,31 +369,6 @@ def probe_support() -> ProbeSupport:
     return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs)
 
 
-def tracepoint_names(tracefs: Optional[str] = None) -> Optional[set[str]]:
-    """``category:name`` of every tracepoint (available_events), None when unreadable."""
-    tracefs = tracefs or find_tracefs()
-    if not tracefs:
-        return None
-    try:
-        with open(os.path.join(tracefs, "available_events")) as f:
-            return {line.strip() for line in f if ":" in line}
-    except OSError:
-        return None
-
-
-def _notrace(symbols: KernelSymbols, names: Iterable[str]) -> frozenset[str]:
-    """Of ``names``, those the kernel has as text symbols but does not offer for tracing
-    (known only when ``symbols`` is available_filter_functions and kallsyms is readable)."""
-    if symbols.source != "available_filter_functions":
-        return frozenset()
-    try:
-        with open(KALLSYMS) as f:
-            text = _parse_kallsyms(f.read())
-    except OSError:
-        return frozenset()
-    return frozenset(n for n in names if n in text and n not in symbols)
-
-
 def tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
     """Whether a raw tracepoint program attaches to each named tracepoint: those with a
     trace event in tracefs do; the kernel itself is asked (a raw tracepoint attach, ~10 ms
@@ -737,6 +411,6 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
         kprobe_programs=support.kprobe_programs,
         symbols=frozenset(names) if names is not None else None,
         symbols_source=symbols.source if symbols is not None else "",
-        notrace=_notrace(symbols, functions) if symbols is not None else frozenset(),
+        notrace=notrace_names(symbols, functions) if symbols is not None else frozenset(),
         clones=clones, running_kernel=running_kernel,
         tracepoints=tracepoints_attachable(tracepoints) if running_kernel else None)
