@@ -52,6 +52,7 @@ from ctracer.report import summaries
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.jsontext import compact_json, script_safe
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
+from ctracer.report.probe_failures import failed_functions
 from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
                                      pages_file_text)
@@ -880,6 +881,7 @@ class _Site:
                    trace_span=format_duration(duration) or "0 ns",
                    mini_fields=self.layout.fields, notes=self.notes,
                    incomplete=incomplete, summary_columns=[c.name for c in columns],
+                   failed_functions=failed_functions(data.summary.failed_probes),
                    trace_name=os.path.basename(data.summary.trace_path))
 
     @property
