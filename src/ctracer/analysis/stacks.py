@@ -27,8 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from ctracer.analysis.model import NO_DURATION, Events
 from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
+
+if TYPE_CHECKING:
+    from ctracer.analysis.model import Analysis
 
 
 @dataclass
@@ -75,6 +80,29 @@ class StackTree:
         for p, fid in zip(self.parent.tolist(), self.function.tolist()):
             out.append((out[p] if p >= 0 else []) + [label(fid)])
         return out
+
+
+def all_objects_tree(a: "Analysis") -> StackTree:
+    """The threads' stacks over every event (one group)."""
+    ev = a.events
+    rows = np.arange(len(ev))
+    return stack_tree(ev, rows, np.zeros(len(rows), np.int64), ev.depth, a.changes.event,
+                      a.changes.function)
+
+
+def object_trees(a: "Analysis", chosen: list[int]) -> list[StackTree]:
+    """Each chosen object's stacks, its calls nested among its own (one pass for all)."""
+    ev = a.events
+    positions, offsets = a.objects.event_groups(chosen)
+    group = np.repeat(np.arange(len(chosen), dtype=np.int64), np.diff(offsets))
+    cpos, coff = a.objects.change_groups(chosen)
+    cgroup = np.repeat(np.arange(len(chosen), dtype=np.int64), np.diff(coff))
+    # a change's event as an index into ``positions`` (groups' keys sorted, then search)
+    width = len(ev) + 1
+    keys = group * width + positions
+    at = np.searchsorted(keys, cgroup * width + a.changes.event[cpos])
+    tree = stack_tree(ev, positions, group, ev.object_depth, at, a.changes.function[cpos])
+    return tree.groups(len(chosen))
 
 
 def _last_before(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:

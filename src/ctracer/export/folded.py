@@ -11,37 +11,12 @@ width is its calls' time).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ctracer.analysis import Analysis
 from ctracer.analysis.model import function_label
-from ctracer.analysis.stacks import StackTree, folded_lines, stack_tree
+from ctracer.analysis.stacks import all_objects_tree, folded_lines, object_trees
 from ctracer.files import staged_output
 
 WEIGHTS = ("time", "calls")
-
-
-def all_objects_tree(a: Analysis) -> StackTree:
-    """The threads' stacks over every event (one group)."""
-    ev = a.events
-    rows = np.arange(len(ev))
-    return stack_tree(ev, rows, np.zeros(len(rows), np.int64), ev.depth, a.changes.event,
-                      a.changes.function)
-
-
-def object_trees(a: Analysis, chosen: list[int]) -> list[StackTree]:
-    """Each chosen object's stacks, its calls nested among its own (one pass for all)."""
-    ev = a.events
-    positions, offsets = a.objects.event_groups(chosen)
-    group = np.repeat(np.arange(len(chosen), dtype=np.int64), np.diff(offsets))
-    cpos, coff = a.objects.change_groups(chosen)
-    cgroup = np.repeat(np.arange(len(chosen), dtype=np.int64), np.diff(coff))
-    # a change's event as an index into ``positions`` (groups' keys sorted, then search)
-    width = len(ev) + 1
-    keys = group * width + positions
-    at = np.searchsorted(keys, cgroup * width + a.changes.event[cpos])
-    tree = stack_tree(ev, positions, group, ev.object_depth, at, a.changes.function[cpos])
-    return tree.groups(len(chosen))
 
 
 def folded_text(a: Analysis, weight: str = "time", per_object: bool = False) -> list[str]:
