@@ -95,8 +95,13 @@ def test_per_object_trees_match_a_stack_walk_each(data):
                       a.changes.function[cpos])
     trees = tree.groups(len(chosen))
     assert sum(len(t) for t in trees) == len(tree)
-    for o, t in zip(chosen, trees):
-        calls, _ = walk(a, a.objects.events(o), False)
+    from ctracer.analysis.stacks import object_trees
+    made = object_trees(a, chosen)
+    for o, t, m in zip(chosen, trees, made):
+        rows = a.objects.events(o)
+        # first_row: where in the object's own events its first call is
+        assert (ev.function[rows[m.first_row]] == m.function).all()
+        calls, _ = walk(a, rows, False)
         got, _ = tree_counts(a, t)
         assert got == calls, a.objects.labels[o]
         assert int(t.changes.sum()) == int((a.changes.function[a.objects.changes(o)] >= 0).sum())

@@ -102,6 +102,7 @@ def object_trees(a: "Analysis", chosen: list[int]) -> list[StackTree]:
     keys = group * width + positions
     at = np.searchsorted(keys, cgroup * width + a.changes.event[cpos])
     tree = stack_tree(ev, positions, group, ev.object_depth, at, a.changes.function[cpos])
+    tree.first_row = tree.first_row - offsets[tree.group]  # an index in its object's events
     return tree.groups(len(chosen))
 
 

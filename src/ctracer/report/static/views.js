@@ -228,7 +228,7 @@
         return;
       }
       panel.appendChild(el("strong", d.kind === "family" ? d.name + "_* (" + d.members + " functions)" : d.name));
-      var facts = el("p", d.calls + (d.kind === "tracepoint" ? " hits" : " calls") +
+      var facts = el("p", plural(d.calls, d.kind === "tracepoint" ? "hit" : "call") +
         (d.total && d.calls ? ", average " + duration(d.total / d.calls) : "") +
         (d.changes ? ", " + d.changes + " field change" + (d.changes === 1 ? "" : "s") : ""));
       panel.appendChild(facts);
@@ -249,11 +249,19 @@
       }
       panel.appendChild(buttons);
     }
+    // show these elements, no closer than a readable zoom (one box alone fills no screen)
+    function fitTo(eles) {
+      cy.fit(eles, 40);
+      if (cy.zoom() > 1.2) {
+        var bb = eles.boundingBox();
+        cy.zoom({ level: 1.2, position: { x: (bb.x1 + bb.x2) / 2, y: (bb.y1 + bb.y2) / 2 } });
+      }
+    }
     function focusOn(id) {
       focus = id;
       restyle();
       var at = cy.getElementById(id);
-      cy.animate({ fit: { eles: at.closedNeighborhood(), padding: 40 }, duration: 0 });
+      fitTo(at.closedNeighborhood());
     }
     function unfold(family, done) {
       folded[family] = false;
@@ -307,7 +315,7 @@
         var found = cy.collection();
         hits.forEach(function (f) { found = found.union(cy.getElementById("f" + f.i)); });
         found.addClass("found");
-        if (found.length) { cy.animate({ fit: { eles: found, padding: 60 }, duration: 0 }); }
+        if (found.length) { fitTo(found.length === 1 ? found.closedNeighborhood() : found); }
         if (found.length === 1) { showPanel(found[0]); }
         status.textContent = hits.length ? hits.length + " function" + (hits.length === 1 ? "" : "s") + " found" : "no function named so";
         section.setAttribute("data-found", String(found.length));
