@@ -7,6 +7,7 @@ page, no script).  Run under the bench lock, with the project's venv:
 
     .venv/bin/python bench/kernel_rounds_trace.py k.ctrace /tmp/k1m.ctrace   # 1M events, ~10k objects
     flock /work/locks/bench.lock .venv/bin/python bench/bench_views.py --trace /tmp/k1m.ctrace
+    flock /work/locks/bench.lock .venv/bin/python bench/bench_views.py --trace T --out /tmp/k1m-rep
     flock /work/locks/bench.lock .venv/bin/python bench/bench_views.py --report /tmp/k1m-rep  # reuse
 
 The goal (issue 35): no page over 2 MB, each opens in under 2 s, the busiest object's
@@ -104,6 +105,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", help="render this trace (kernel_rounds_trace.py makes one)")
     ap.add_argument("--report", help="measure this report instead of rendering one")
+    ap.add_argument("--out", help="render into this directory and keep it")
     args = ap.parse_args()
     if not args.trace and not args.report:
         ap.error("give --trace or --report")
@@ -118,7 +120,7 @@ def main() -> int:
         else:
             from ctracer.report import render_report
 
-            report = Path(work) / "report"
+            report = Path(args.out) if args.out else Path(work) / "report"
             result = render_report(args.trace, str(report))
             s = result.seconds
             print(f"{result.events} events, {result.objects_total} objects; rendered in "
