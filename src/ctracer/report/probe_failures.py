@@ -19,5 +19,9 @@ def failed_functions(rows: Iterable[FunctionRow]) -> list[dict]:
         ways = reasons.setdefault(f.attached, [])
         if f.via and f.via not in ways:
             ways.append(f.via)
-    return [{"name": name, "unit": unit, "why": list(reasons.items())}
+    units: dict[str, int] = {}
+    for name, _ in out:
+        units[name] = units.get(name, 0) + 1
+    # the compile unit only tells apart functions of one name
+    return [{"name": name, "unit": unit if units[name] > 1 else "", "why": list(reasons.items())}
             for (name, unit), reasons in out.items()]
