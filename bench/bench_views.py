@@ -109,7 +109,7 @@ def main() -> int:
     args = ap.parse_args()
     if not args.trace and not args.report:
         ap.error("give --trace or --report")
-    from browser_pages import CHROMIUM, FLAGS
+    from support.browser_pages import CHROMIUM, FLAGS
     from playwright.sync_api import sync_playwright
 
     work = tempfile.mkdtemp(prefix="ctracer-views-")

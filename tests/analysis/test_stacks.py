@@ -9,7 +9,7 @@ import pytest
 from ctracer import analysis
 from ctracer.analysis.stacks import folded_lines, stack_tree
 from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 
 @pytest.fixture(scope="module")

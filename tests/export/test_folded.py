@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from synthetic_trace import write_synthetic_trace
+from support.synthetic_trace import write_synthetic_trace
 
 #: flamegraph.pl's line: the stack, whitespace, a count (stackcollapse output)
 LINE = re.compile(r"^(.*\S)\s+(\d+)$")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctracer.report import render_report
-from browser_pages import PageProblems, browser, not_blank, open_page  # noqa: F401
+from support.browser_pages import PageProblems, browser, not_blank, open_page  # noqa: F401
 
 pytestmark = pytest.mark.browser
 

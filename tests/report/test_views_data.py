@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from ctracer.analysis.callgraph import ROOT, CallCounts
+from ctracer.analysis.callgraph import ROOT, CallGraphCounts
 from ctracer.analysis.stacks import StackTree
 from ctracer.report.flame import flame_data
 from ctracer.report.html import _json_island
@@ -24,7 +24,7 @@ def test_families_from_names():
 
 def test_a_hostile_name_stays_data_in_the_island():
     evil = "</script><img src=x onerror=alert(1)>&amp;"
-    counts = CallCounts([1, 2], [3, 1], [0, 0], [(ROOT, 1), (1, 2)], [3, 1])
+    counts = CallGraphCounts([1, 2], [3, 1], [0, 0], [(ROOT, 1), (1, 2)], [3, 1])
     data = graph_data(counts, {1: evil, 2: "tcp_close"}, "0xffff", {2: 1},
                       lambda fid: (0, fid), {})
     island = str(_json_island({"graph": data}))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from ctracer.analysis.callgraph import ROOT, CallCounts
+from ctracer.analysis.callgraph import ROOT, CallGraphCounts
 from ctracer.analysis.model import function_label
 
 #: words that name one subsystem together (the second is the family shown)
@@ -44,7 +44,7 @@ def family_of(name: str) -> str:
     return FAMILY_OF.get(word, word)
 
 
-def graph_data(counts: CallCounts, names: dict[int, str], root_label: str,
+def graph_data(counts: CallGraphCounts, names: dict[int, str], root_label: str,
                changed_by: dict[int, int], first_row: Callable[[int], Optional[tuple[int, int]]],
                stems: dict[int, str]) -> dict:
     """The island's data: ``first_row(fid)`` gives (page number, seq) of a function's

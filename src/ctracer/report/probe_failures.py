@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ctracer.tracefile import FunctionRow
+from ctracer.event import FunctionRow
 
 
 def failed_functions(rows: Iterable[FunctionRow]) -> list[dict]:

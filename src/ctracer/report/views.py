@@ -13,7 +13,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ctracer.analysis import Analysis
-from ctracer.analysis.callgraph import CallCounts
+from ctracer.analysis.callgraph import CallGraphCounts
 from ctracer.analysis.stacks import StackTree, all_objects_tree, object_trees
 from ctracer.report.flame import flame_data
 from ctracer.report.interactive_graph import graph_data
@@ -31,7 +31,7 @@ def stack_trees(a: Analysis, chosen: list[int], all_dir: str) -> dict[str, Stack
     return out
 
 
-def views_data(a: Analysis, rows: np.ndarray, counts: Optional[CallCounts], root_label: str,
+def views_data(a: Analysis, rows: np.ndarray, counts: Optional[CallGraphCounts], root_label: str,
                changed_by: dict[int, int], tree: Optional[StackTree], files: list[str],
                page_rows: int, stems: dict[int, str], *, root: str,
                methods_dir: str) -> dict[str, Any]:
