@@ -257,11 +257,16 @@
         cy.zoom({ level: 1.2, position: { x: (bb.x1 + bb.x2) / 2, y: (bb.y1 + bb.y2) / 2 } });
       }
     }
+    // focus: the function and its callers and callees laid out again by themselves (in
+    // the whole graph's layout they are scattered), the rest faded where it was
     function focusOn(id) {
       focus = id;
       restyle();
-      var at = cy.getElementById(id);
-      fitTo(at.closedNeighborhood());
+      var kept = cy.elements().not(".faded");
+      var l = kept.layout({ name: "dagre", rankDir: "LR", nodeSep: 8, rankSep: 60, edgeSep: 4,
+        animate: false, fit: false });
+      l.one("layoutstop", function () { fitTo(kept.nodes()); });
+      l.run();
     }
     function unfold(family, done) {
       folded[family] = false;
@@ -285,7 +290,7 @@
       foldBox.checked = false;
       redraw();
     });
-    q("unfocus").addEventListener("click", function () { focus = null; restyle(); cy.fit(undefined, 20); });
+    q("unfocus").addEventListener("click", function () { focus = null; restyle(); layout(); });
     q("depth").addEventListener("change", function () { if (focus) { focusOn(focus); } });
     q("paths").addEventListener("change", function () { pathsOnly = q("paths").checked; restyle(); });
     var sliderTimer = null;
