@@ -1,7 +1,8 @@
 """Export a trace file for other tools: JSON Lines (one event per line, for scripts), CSV,
 Perfetto (Chrome trace JSON: a track per object, a slice per call, field changes as
-args) or Parquet (one row per event, fields as columns; a directory gets
-Hive-partitioned files host=…/struct=…/ that DuckDB, Spark and Trino read as one table)."""
+args) Parquet (one row per event, fields as columns; a directory gets
+Hive-partitioned files host=…/struct=…/ that DuckDB, Spark and Trino read as one table),
+or folded stacks (``a;b;c N``) for flamegraph.pl, inferno and speedscope."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ examples:
   ctracer export sock.ctrace --format parquet -o sock.parquet
   ctracer export sock.ctrace --format parquet -o dataset/    # dataset/host=…/struct=sock/…
   ctracer export sock.ctrace --format parquet --host web-1 -o dataset/   # host=web-1/…
+  ctracer export sock.ctrace --format folded | flamegraph.pl > sock.svg  # ns per stack
+  ctracer export sock.ctrace --format folded --weight calls --per-object -o sock.folded
 """
 
 
@@ -25,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("trace", metavar="TRACE", help="a trace file written by `ctracer trace`")
     parser.add_argument("--format", "-f", choices=FORMATS, default="jsonl",
-                        help="jsonl (default), csv, perfetto or parquet")
+                        help="jsonl (default), csv, perfetto, parquet or folded")
     parser.add_argument("-o", "--output", metavar="FILE|DIR",
                         help="where to write: jsonl and csv go to stdout by default; "
                              "perfetto to TRACE.perfetto.json; parquet to TRACE.parquet, or "
@@ -35,6 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the host column of csv and parquet exports (and parquet's "
                              "host=NAME/ folder): default the trace's host; give one when "
                              "machines named alike recorded traces (letters, digits, _.-)")
+
+
+    parser.add_argument("--weight", choices=("time", "calls"), default=None,
+                        help="folded: what a stack's number counts: time (default; ns in "
+                             "that stack's calls, not in traced calls they made) or calls "
+                             "(the calls at exactly that stack)")
+    parser.add_argument("--per-object", action="store_true",
+                        help="folded: each object's calls nested among its own, under a "
+                             "first frame naming the object (default: the threads' stacks "
+                             "over all objects)")
 
 
 def default_output(trace: str, fmt: str):
@@ -57,6 +70,13 @@ def check_host(host, fmt: str) -> None:
                          "and '-' (it names the export's host=NAME/ folder)")
 
 
+def check_folded_options(args: argparse.Namespace) -> None:
+    from ctracer.errors import UsageError
+
+    if args.format != "folded" and (args.weight is not None or args.per_object):
+        raise UsageError("--weight and --per-object are options of --format folded")
+
+
 def run(args: argparse.Namespace) -> int:
     from ctracer import analysis
     from ctracer.export import perfetto, parquet, text
@@ -64,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.tracefile import Trace, decoding_progress
 
     check_host(args.host, args.format)
+    check_folded_options(args)
     trace = Trace(args.trace, progress=decoding_progress())
     output = args.output or default_output(args.trace, args.format)
     if trace.incomplete:
@@ -71,12 +92,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         # a big trace's arrays go in unnamed files beside the output (`analysis.mapped`)
         beside = os.path.dirname(os.path.abspath(output)) if output else None  # None: stdout
-        analysed = analysis.load(trace, snapshots=args.format != "perfetto",
+        analysed = analysis.load(trace, snapshots=args.format not in ("perfetto", "folded"),
                                  spill_dir=beside if beside and os.path.isdir(beside) else None)
     finally:
         trace.close()
     if args.format == "perfetto":
         perfetto.write_perfetto(analysed, output)
+        written = output
+    elif args.format == "folded":
+        from ctracer.export import folded
+
+        weight = args.weight or "time"
+        lines = folded.folded_text(analysed, weight, args.per_object)
+        if not lines:
+            from ctracer.errors import UsageError
+
+            raise UsageError("no call in this trace was timed (tracepoint hits only?): "
+                             "use --weight calls" if weight == "time" and len(analysed.events)
+                             else "no calls or hits to fold in this trace")
+        folded.write_lines(lines, output)
         written = output
     else:
         # batch by batch, as they are written (`event_tables`)

@@ -13,6 +13,8 @@ and a report never disagree.  The writers, each in its own module:
   kernel or build (so many hosts' exports merge), its version, and the checks of files;
 * `parquet` — that schema written as one file or Hive-partitioned
   (``host=…/struct=…/``) for DuckDB, Spark or Trino;
+* `folded` — folded stacks (``a;b;c N``) for flamegraph.pl, inferno and speedscope:
+  the report's flame view as lines;
 * `sql` — DuckDB (embedded) over trace files and exports together.
 
 Heavy libraries (numpy, pyarrow, duckdb) are imported only when an export runs.
@@ -20,4 +22,4 @@ Heavy libraries (numpy, pyarrow, duckdb) are imported only when an export runs.
 
 from __future__ import annotations
 
-FORMATS = ("jsonl", "csv", "perfetto", "parquet")
+FORMATS = ("jsonl", "csv", "perfetto", "parquet", "folded")

@@ -46,11 +46,13 @@ from ctracer.errors import CtracerError, OutputError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
 from ctracer.files import check_marked_dir, marker_lines, private_files, write_marker
 from ctracer.report import callgraph_svg as graphs
+from ctracer.report import views as interactive_views
 from ctracer.report import plots as plotting
 from ctracer.report import summaries
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.jsontext import compact_json, script_safe
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
+from ctracer.report.probe_failures import failed_functions
 from ctracer.report.names import field_stems, function_stems, safe_component
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
                                      pages_file_text)
@@ -294,6 +296,8 @@ class _Site:
         self.shape_graphs: dict[tuple, Any] = {}  # shape -> one graph of it, until laid out
         self._shapes: dict[tuple, tuple] = {}  # each shape, the one tuple every graph shares
         self.placed: dict[tuple, graphs.DotLayout] = {}  # shape -> layout
+        #: directory -> its stack tree (the flame view's), counted with the graphs
+        self.stacks: dict[str, Any] = {}
         self.plot_jobs: list[Any] = []
         self._cells: dict[int, tuple[str, str]] = {}
         self._shown_html = TextMemo()
@@ -423,6 +427,7 @@ class _Site:
         files = [_page_name(i) for i in range(count)]
         page_of = _PageOf(self, rows, files)
         graph_svg, graph_note = self.graph_for(directory, rows, files)
+        views = self.views_for(directory, rows, files)
         states = _RunningState(self, show_object)
         objects = self._object_cell if show_object else None
         os.makedirs(os.path.join(self.out_dir, directory), exist_ok=True)
@@ -445,7 +450,7 @@ class _Site:
                        rows_inline=Markup(rows_inline) if rows_inline else None,
                        page_number=number + 1,
                        page_files=files, first_page=number == 0, show_object=show_object,
-                       graph_svg=graph_svg, graph_note=graph_note,
+                       graph_svg=graph_svg, graph_note=graph_note, views=views,
                        facts=facts, methods=methods, total_rows=len(rows),
                        page_rows=PAGE_ROWS, page_count=len(chunk), index_file=index_file)
         return page_of
@@ -492,10 +497,9 @@ class _Site:
     def prepare_graphs(self, chosen: list[int]) -> None:
         """Count the call graphs of the pages of the objects ``chosen`` and of the
         all-objects page (laid out later, by shape)."""
-        if not self.dot:
-            return
         data, ev = self.data, self.data.events
         rows = data.objects
+        self.stacks = interactive_views.stack_trees(data, chosen, ALL_DIR)
         positions, offsets = rows.event_groups(chosen)
         counted = grouped_call_counts(ev, positions, offsets, ev.object_caller)
         positions, offsets = rows.change_groups(chosen)
@@ -514,7 +518,7 @@ class _Site:
         key = graphs.shape_key(counts, self.names)
         shape = self._shapes.setdefault(key, key)  # one tuple a shape, however many graphs
         nodes = graphs.node_count(counts)
-        if nodes <= graphs.MAX_NODES and shape not in self.shape_graphs:
+        if self.dot and nodes <= graphs.MAX_NODES and shape not in self.shape_graphs:
             self.shape_graphs[shape] = graphs.call_graph(counts, self.names, root_label,
                                                          changed_by)
         self.graphs[directory] = (counts, root_label, changed_by, shape, nodes)
@@ -550,6 +554,20 @@ class _Site:
             return rows_href, f"{root}{METHODS_DIR}/index.html#fn-{stem}"
 
         return graphs.svg(counts, self.names, root_label, changed_by, placed, links), ""
+
+    def views_for(self, directory: str, rows: np.ndarray, files: list[str]) -> Any:
+        """The interactive call graph's and the flame view's data (a JSON island) of
+        ``directory``'s page, or None when it has no calls."""
+        made = self.graphs.get(directory)
+        tree = self.stacks.get(directory)
+        if made is None and tree is None:
+            return None
+        counts, root_label, changed_by = made[:3] if made else (None, "", {})
+        data = interactive_views.views_data(
+            self.data, rows, counts, root_label, changed_by, tree, files, PAGE_ROWS,
+            self.function_stem, root="../" * (directory.count("/") + 1),
+            methods_dir=METHODS_DIR)
+        return _json_island(data)
 
     def changes_page(self, directory: str, title: str, heading: str,
                      changes: np.ndarray, page_of: "_PageOf",
@@ -855,6 +873,7 @@ class _Site:
                    trace_span=format_duration(duration) or "0 ns",
                    mini_fields=self.layout.fields, notes=self.notes,
                    incomplete=incomplete, summary_columns=[c.name for c in columns],
+                   failed_functions=failed_functions(data.summary.failed_probes),
                    trace_name=os.path.basename(data.summary.trace_path))
 
     @property
