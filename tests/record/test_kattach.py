@@ -130,3 +130,16 @@ def test_the_summary_says_where_the_thread_state_went_when_it_fell_back():
     fell = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c",
                         thread_state_fallback=why)
     assert f"note: each thread's call depth and saved entries in {why}" in summary_lines(fell)
+
+
+def test_the_last_line_says_when_more_than_a_few_functions_failed():
+    """A recording whose probes failed on more than a few functions ends by saying so
+    (its first lines, with the reasons, have scrolled away by then); a few failures
+    are said only above."""
+    from ctracer.record.recorder import FEW_FAILED, RecordResult, summary_lines
+    few = RecordResult("t.ctrace", 1, 1, 0, 79, FEW_FAILED, 0, 1.0, 1.0, 2.0, "ctrl-c")
+    assert summary_lines(few)[-1].startswith("wrote t.ctrace")
+    many = RecordResult("t.ctrace", 1, 1, 0, 79, 369, 0, 1.0, 1.0, 2.0, "ctrl-c")
+    assert summary_lines(many)[-1] == (
+        "warning: 369 of 448 functions could not be probed: their calls are not in the "
+        "trace (the kernel's reasons above and in the trace's functions table)")

@@ -105,7 +105,78 @@ static __always_inline void ctracer_submit(struct ctracer_event *e)
 	}
 	ctracer_events.ringbuf_submit(e, flags);
 }
+
+/* The same for an event built outside the ring buffer (`ctracer_event_scratch`): copied
+   in whole, counted as lost when the ring buffer is full. */
+static __always_inline void ctracer_output(struct ctracer_event *e)
+{
+	u32 zero = 0;
+	u32 *unwoken = ctracer_unwoken.lookup(&zero);
+	u64 flags = CTRACER_RB_NO_WAKEUP;
+
+	if (!unwoken || ++*unwoken >= CTRACER_WAKE_EVERY) {
+		if (unwoken)
+			*unwoken = 0;
+		flags = CTRACER_RB_FORCE_WAKEUP;
+	}
+	if (ctracer_events.ringbuf_output(e, sizeof(*e), flags)) {
+		u64 *lost = ctracer_lost.lookup(&zero);
+		if (lost)
+			(*lost)++;
+	}
+}
 """
+
+
+def event_scratch_maps() -> list[str]:
+    """The per-CPU events the kernel probes build before copying them into the ring
+    buffer (one per nesting level, `SCRATCH_LEVELS`) and the level in use: declared
+    with the other maps, after ``struct ctracer_event``."""
+    return [f"BPF_PERCPU_ARRAY(ctracer_events_scratch, struct ctracer_event, {SCRATCH_LEVELS});",
+            "BPF_PERCPU_ARRAY(ctracer_events_nest, u32, 1);"]
+
+
+_EVENT_SCRATCH = """\
+/* This CPU's event of the current nesting level (a probe interrupting another one on the
+   same CPU takes the next), NULL when every level is in use; ctracer_event_done gives it
+   back.  Building the event here and copying it into the ring buffer whole
+   (ctracer_output) keeps no ring buffer reservation open across the snapshot's and the
+   admission's branches: 6.1's verifier prunes no state holding one and refused the
+   kernel-function programs as too complex (E2BIG, a million instructions walked). */
+static __always_inline struct ctracer_event *ctracer_event_scratch(void)
+{
+	u32 zero = 0, level;
+	u32 *nest = ctracer_events_nest.lookup(&zero);
+	struct ctracer_event *e;
+
+	if (!nest || *nest >= %(levels)d) {
+		u64 *lost = ctracer_lost.lookup(&zero);
+		if (lost)
+			(*lost)++;
+		return 0;
+	}
+	level = *nest;
+	e = ctracer_events_scratch.lookup(&level);
+	if (e)
+		*nest = level + 1;
+	return e;
+}
+
+static __always_inline void ctracer_event_done(void)
+{
+	u32 zero = 0;
+	u32 *nest = ctracer_events_nest.lookup(&zero);
+
+	if (nest && *nest)
+		*nest = *nest - 1;
+}
+"""
+
+
+def event_scratch_functions() -> str:
+    """``ctracer_event_scratch()`` and ``ctracer_event_done()`` (see `event_scratch_maps`),
+    after `submit_function`."""
+    return _EVENT_SCRATCH % {"levels": SCRATCH_LEVELS}
 
 
 #: default ring buffer size (bytes, a power of two multiple of the page size)

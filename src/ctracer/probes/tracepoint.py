@@ -462,13 +462,13 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
               "\t\tif (!ctracer_pids.lookup(&tgid))",
               "\t\t\treturn;",
               "\t}")
-    t("\te = ctracer_events.ringbuf_reserve(sizeof(struct ctracer_event));",
-      "\tif (!e) {",
-      "\t\tu64 *lost = ctracer_lost.lookup(&zero);",
-      "\t\tif (lost)",
-      "\t\t\t(*lost)++;",
+    # the event is built in this CPU's scratch and copied into the ring buffer whole:
+    # holding a reservation across the snapshot's and the admission's branches made
+    # 6.1's verifier walk every path apart (it compares a held reservation's id
+    # exactly, so no state with one is ever pruned) past its million instructions
+    t("\te = ctracer_event_scratch();",
+      "\tif (!e)",
       "\t\treturn;",
-      "\t}",
       "\t__builtin_memset(&e->m, 0, sizeof(e->m));",
       "\tread = object ? ctracer_snapshot(&e->m, object) : -1;",
       "\tif (read < 0)",
@@ -477,7 +477,7 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       f"\t\tflags |= {FLAG_HEAD_ONLY};")
     if admission.selective:
         t("\tif (object && !followed && !ctracer_admit(object, &e->m, pid_tgid, flags)) {",
-          "\t\tctracer_events.ringbuf_discard(e, CTRACER_RB_NO_WAKEUP);",
+          "\t\tctracer_event_done();",
           "\t\treturn;",
           "\t}",
           "\tif (ends)",
@@ -495,9 +495,11 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout) -> str:
       "\tbpf_get_current_comm(&e->h.comm, sizeof(e->h.comm));")
     for i in range(nargs):
         t(f"\te->args[{i}] = args[{i}];")
-    t("\tctracer_submit(e);",
+    t("\tctracer_output(e);",
+      "\tctracer_event_done();",
       "}")
     return str(t)
+
 
 
 def program_name(slots: int) -> str:
@@ -685,6 +687,7 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
       "BPF_ARRAY(ctracer_stopped, u8, 1);  /* set until every probe is attached, and "
       "once the recording ends */",
       *ctext.ring_buffer_maps(ring_bytes),
+      *ctext.event_scratch_maps(),
       "")
     t(ctext.PATH_DEFINE)
     t.block(struct_definitions(len(tracepoints)))
@@ -702,6 +705,8 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
         t.block(_admit_function(admission, mini, head))
     t("")
     t.block(ctext.submit_function(ring_bytes, event_size(mini, nargs)))
+    t("")
+    t.block(ctext.event_scratch_functions())
     t("")
     t.block(_hit_function(admission, nargs, mini))
     for slots in sorted({tp.slot_count for tp in tracepoints}):

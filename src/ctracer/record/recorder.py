@@ -611,6 +611,10 @@ def describe_status(status: int) -> str:
     return f"exit status {status}"
 
 
+#: functions failing to attach beyond which a recording's last line says so
+FEW_FAILED = 3
+
+
 def summary_lines(result: RecordResult) -> list[str]:
     """What a recording did, in a few lines (events, objects, losses, probes, file)."""
     how = {"command exited": "the command exited", "process exited": "the process exited",
@@ -646,4 +650,9 @@ def summary_lines(result: RecordResult) -> list[str]:
                      f"{f'; {result.unwritten} more were not written' if result.unwritten else ''}")
     lines += [f"warning: {w}" for w in result.warnings]
     lines.append(f"wrote {result.path}; next: ctracer callgraph {result.path}")
+    if result.failed > FEW_FAILED:
+        # said last too: a long recording's first lines have scrolled away
+        lines.append(f"warning: {result.failed} of {result.attached + result.failed} "
+                     "functions could not be probed: their calls are not in the trace "
+                     "(the kernel's reasons above and in the trace's functions table)")
     return lines
