@@ -51,3 +51,11 @@ def test_marked_tests_and_fixture_users_pass_and_are_deselected(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "test_sample.py::test_anywhere" in r.stdout
     assert "1/4 tests collected (3 deselected)" in r.stdout
+
+
+def test_a_helper_of_tests_support_that_loads_bpf_is_followed(tmp_path):
+    r = _collect(tmp_path, "from support import kernelrun as kr\n\n"
+                           "def test_z(tmp_path):\n"
+                           "    kr.trace_with_observer(tmp_path, 'sock', 0, '')\n")
+    assert r.returncode != 0
+    assert f"test_sample.py::test_z: uses '{SKIP}' but is not marked 'bpf'" in r.stdout + r.stderr

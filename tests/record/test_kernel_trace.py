@@ -37,6 +37,8 @@ Observer = kr.Observer
 
 _trace = kr.trace_with_observer
 
+pytestmark = pytest.mark.bpf  # every test traces the kernel (kernelrun)
+
 
 def _by_name(trace: Trace) -> dict[str, int]:
     return {f.name: fid for fid, f in trace.functions.items()}
@@ -135,7 +137,6 @@ def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
     assert any(e["lifetime"] > 1 for e in tp)  # tcploop's client sockets are reborn
 
 
-@pytest.mark.bpf
 def test_sk_buff_objects_and_lengths_equal_bpftrace(tmp_path):
     port = _free_port()
     _bpf_or_skip()
@@ -171,7 +172,6 @@ def _run_with(tmp_path, *options):
     return Trace(str(out)), port, r.stdout
 
 
-@pytest.mark.bpf
 def test_where_is_evaluated_in_the_kernel(tmp_path):
     trace, port, stdout = _run_with(tmp_path, "--where", "skc_num == PORT")
     clients = {int(ln.split()[3]) for ln in stdout.splitlines() if ln.startswith("conn ")}
@@ -188,7 +188,6 @@ def test_where_is_evaluated_in_the_kernel(tmp_path):
     assert trace.meta_json("admission")["where"] == "__sk_common.skc_num == %d" % port
 
 
-@pytest.mark.bpf
 def test_max_objects_is_enforced_in_the_kernel(tmp_path):
     trace, port, _ = _run_with(tmp_path, "--max-objects", "1")
     objects = {e.object for e in trace.events()}
@@ -197,7 +196,6 @@ def test_max_objects_is_enforced_in_the_kernel(tmp_path):
     assert (first.args["oldstate"], first.args["newstate"]) == (7, 10)  # the listener
 
 
-@pytest.mark.bpf
 def test_tail_prints_each_event_as_it_arrives(tmp_path):
     trace, port, stdout = _run_with(tmp_path, "--tail")
     lines = [ln for ln in stdout.splitlines() if " tp:inet_sock_set_state " in ln]
