@@ -9,7 +9,7 @@ of the same workload in the same run (needs root: uprobes and cgroups):
    ``ctracer trace --buffer-mb 64``: 37 rounds an object (1,009,800 events) and 375
    (10,135,800 events), unless DIR already holds them (flood1m/flood10m.ctrace).
 2. Renders the 1M trace with no limit (the anchor), then the 10M trace inside a fresh
-   memory cgroup of ``--limit`` (`tests/memcgroup.py`), then exports it there as
+   memory cgroup of ``--limit`` (`tests/support/memcgroup.py`), then exports it there as
    parquet and jsonl.
 3. Prints, for each, what the limit saw: exit status, seconds, the cgroup's peak and
    OOM kills, peak RSS, peak anonymous memory and dirty pages; and the 10M render's
@@ -30,7 +30,7 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from memcgroup import cgroup_unavailable, run_limited  # noqa: E402
+from support.memcgroup import cgroup_unavailable, run_limited  # noqa: E402
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

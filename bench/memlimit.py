@@ -4,7 +4,7 @@
     .venv/bin/python bench/memlimit.py 1G -- ctracer callgraph big.ctrace -o out
 
 Prints the exit status, the time, the cgroup's peak and OOM kills, the largest process's
-peak RSS and the cgroup's peak anonymous memory and dirty pages (tests/memcgroup.py).
+peak RSS and the cgroup's peak anonymous memory and dirty pages (tests/support/memcgroup.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from memcgroup import cgroup_unavailable, run_limited  # noqa: E402
+from support.memcgroup import cgroup_unavailable, run_limited  # noqa: E402
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

@@ -11,7 +11,7 @@ maps and of the pages written, dirty ones included, and the helpers' copies.
 * Progress (reading, the analysis' passes, pages n of N) on a terminal, none otherwise.
 
 Skipped, saying why, only where no memory cgroup can be made (not root, no memory
-controller, a read-only cgroup hierarchy): `memcgroup.cgroup_unavailable`.
+controller, a read-only cgroup hierarchy): `support.memcgroup.cgroup_unavailable`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from memcgroup import cgroup_unavailable, run_limited
+from support.memcgroup import cgroup_unavailable, run_limited
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
