@@ -202,3 +202,25 @@ def marker_lines(path: str, marker: str) -> list[str]:
             return f.read(4096).splitlines()
     except (OSError, UnicodeDecodeError):
         return []
+
+
+def let_go(f: Any) -> None:
+    """Flush an output file just written and ask the kernel to start writing it to disk
+    and forget its pages once they are there (``POSIX_FADV_DONTNEED``).  Under a memory
+    limit the page cache of what a process writes counts as its memory, and a dirty
+    page cannot be dropped until written back: a report of thousands of pages would
+    otherwise hold hundreds of megabytes of them (see `ctracer.analysis.mapped`)."""
+    f.flush()
+    try:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):  # not on this system: the kernel decides
+        pass
+
+
+def let_go_of(path: str) -> None:
+    """`let_go` for a file another library wrote at ``path``."""
+    try:
+        with open(path, "rb") as f:
+            let_go(f)
+    except OSError:
+        pass

@@ -39,14 +39,23 @@ def _helpers_writing(p, out, timeout=240.0) -> list[int]:
     while time.monotonic() < deadline:
         pages = [d for d in os.listdir(out) if d.startswith("0x")] if out.exists() else []
         if pages:
-            kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
-            helpers = [int(k) for k in kids
+            # ctracer waits for the renderer it forked (commands/supervised.py): the
+            # helpers are its children
+            renderers = _children(p.pid)
+            helpers = [int(k) for r in renderers for k in _children(r)
                        if b"python" in open(f"/proc/{k}/cmdline", "rb").read()]
             if helpers:
                 return helpers
         assert p.poll() is None, p.communicate()
         time.sleep(0.05)
     raise AssertionError("the render never started writing object pages")
+
+
+def _children(pid) -> list[int]:
+    try:
+        return [int(k) for k in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
 
 
 def _one_line(err: str) -> str:

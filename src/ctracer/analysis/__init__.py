@@ -76,7 +76,7 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     announced = trace.meta_json("announced_stores")
     fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
     space = ArraySpace.for_trace(trace.event_count(), ROW_BYTES + trace.mini.size, spill_dir)
-    with passes_memory(mapped=space.directory is not None):
+    with passes_memory(mapped=space.directory is not None), space.writing_back():
         return _run_passes(trace, say, keep_snapshots, fns, announced, space)
 
 
@@ -91,6 +91,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis.model import Events, FieldValues, MethodStats, Objects
     from ctracer.analysis.summary import trace_summary
 
+    say("reading events")
     read = passes.read_events(trace, fns, space)
     c = read.columns
     say(f"read {len(read)} events")
@@ -123,6 +124,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
                       events.object, np.zeros(0, np.int64))
     say(f"{len(events)} events, {len(objects)} objects")
     values = FieldValues(trace.mini)
+    say("finding field changes")
     found = changing.find_changes(events, kept(c["object"]), c["snapshots"], keep,
                                   kept(c["has_snapshot"]), objects, trace.mini, values,
                                   trace.head_fields, space)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ctracer.analysis.model import NO_DURATION, Events, unique_pairs
+from ctracer.analysis.memory import at_once
 from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
 
 #: the node standing for "not called by a traced function"
@@ -45,8 +46,9 @@ def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallGr
     edges: dict[tuple[int, int], int] = {}  # in order of first call
     seen: set[int] = set()                  # functions among the events so far
     hits: set[int] = set()
-    for lo in range(0, len(rows), COUNTED_AT_ONCE):
-        part = rows[lo:lo + COUNTED_AT_ONCE]
+    step = at_once(COUNTED_AT_ONCE)
+    for lo in range(0, len(rows), step):
+        part = rows[lo:lo + step]
         fn = events.function[part]
         phase = events.phase[part]
         fids, first = np.unique(fn, return_index=True)

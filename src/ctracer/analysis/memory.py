@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
@@ -135,3 +136,88 @@ def _mallopt(parameter: int, value: int) -> bool:
     libc = _glibc()
     return bool(libc is not None and hasattr(libc, "mallopt")
                 and libc.mallopt(parameter, value) == 1)
+
+
+@functools.lru_cache(maxsize=None)
+def memory_limit() -> Optional[int]:
+    """The memory limit this process runs under, in bytes: its memory cgroup's (v1
+    ``memory.limit_in_bytes``, v2 ``memory.max``, the tightest of its ancestors' for
+    v2), None when there is none or it cannot be read.  A limit counts the page cache
+    of the files the process reads, writes and maps, not only its heap."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    found: list[int] = []
+    for _, names, path in lines:
+        if "memory" in names.split(","):  # v1: the limit set on the cgroup (hierarchical)
+            found += _limits(["/sys/fs/cgroup/memory" + path.rstrip("/")], "memory.limit_in_bytes")
+    if not found:
+        for _, names, path in lines:
+            if names == "":  # v2: each ancestor's memory.max holds too
+                parts = [p for p in path.split("/") if p]
+                dirs = ["/sys/fs/cgroup/" + "/".join(parts[:k]) for k in range(len(parts), 0, -1)]
+                found += _limits(dirs, "memory.max")
+    real = [v for v in found if 0 < v < (1 << 60)]
+    return min(real) if real else None
+
+
+def _limits(directories: list[str], name: str) -> list[int]:
+    values = []
+    for d in directories:
+        try:
+            with open(f"{d}/{name}") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            values.append(int(text))
+    return values
+
+
+#: the memory limit from which the passes' slices keep their full size
+FULL_SLICES_FROM = 1 << 30
+
+
+def at_once(default: int) -> int:
+    """How many events a pass works on at a time, ``default`` without a memory limit or
+    under one of `FULL_SLICES_FROM` or more; under a smaller one proportionally fewer
+    (a 256 MB limit: a quarter), never under 16,384.  A slice's temporaries (Python
+    lists of its columns while calls are paired: ~100 bytes an event and column) are
+    what the analysis holds beside its arrays."""
+    limit = memory_limit()
+    if not limit or limit >= FULL_SLICES_FROM:
+        return default
+    return max(1 << 14, int(default * limit / FULL_SLICES_FROM))
+
+
+def helpers_within_limit(wanted: int) -> int:
+    """How many of ``wanted`` forked helpers the memory limit leaves room for, 0 meaning
+    "do the work in this process": without a limit ``wanted``; under one, a helper is
+    counted at this process's anonymous memory, at least 64 MB (what it may copy of it
+    as it touches the pages it inherited, and its own temporaries: the all-objects
+    pages' go over every event; 2M events: ~110 MB a helper) and all of them
+    together with this process must stay within three quarters of the limit (the rest
+    is the page cache of the trace, the mapped arrays and the pages written).  One
+    helper is no faster than this process alone, so 1 becomes 0."""
+    limit = memory_limit()
+    if not limit or wanted < 1:
+        return wanted
+    anonymous = _own_anonymous_bytes()
+    if anonymous is None:
+        return wanted
+    room = int((limit * 3 // 4 - anonymous) // max(anonymous, 64 << 20))
+    helpers = max(0, min(wanted, room))
+    return 0 if helpers < 2 else helpers
+
+
+def _own_anonymous_bytes() -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None

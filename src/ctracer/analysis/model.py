@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
+from ctracer.analysis.memory import at_once
 
 from ctracer.event import FunctionRow, Layout, array_value
 from ctracer.tracefile import meta_json, meta_text
@@ -442,10 +443,11 @@ class Analysis:
         n = max(hi - lo, 0)
         zeros = self.space.zeros if self.space is not None else np.zeros
         start, end = zeros(n, np.int64), zeros(n, np.int64)
-        for at in range(0, n, _SLICE):  # no n-sized temporaries
-            positions = np.arange(lo + at, lo + min(at + _SLICE, n))
-            start[at:at + _SLICE] = np.searchsorted(self.changes.event, positions, "left")
-            end[at:at + _SLICE] = np.searchsorted(self.changes.event, positions, "right")
+        step = at_once(_SLICE)
+        for at in range(0, n, step):  # no n-sized temporaries
+            positions = np.arange(lo + at, lo + min(at + step, n))
+            start[at:at + step] = np.searchsorted(self.changes.event, positions, "left")
+            end[at:at + step] = np.searchsorted(self.changes.event, positions, "right")
         return self._settled(start), self._settled(end)
 
     def changes_by_seq(self) -> np.ndarray:

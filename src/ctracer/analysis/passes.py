@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ctracer.analysis.functions import FunctionTable
+from ctracer.analysis.memory import at_once
 from ctracer.calls import Thread, closes
 from ctracer.analysis.lifetimes import Lifetimes
 from ctracer.analysis.mapped import ArraySpace
@@ -132,8 +133,9 @@ def pair_calls(read: Read, fns: FunctionTable, say: Callable[[str], None] = lamb
     pairer = _Pairer(read, fns, identities or {}, identity_rule, args or (lambda _i: None),
                      space or ArraySpace(None))
     n = len(read)
-    for start in range(0, n, PAIRING_CHUNK):
-        pairer.chunk(start, min(n, start + PAIRING_CHUNK))
+    step = at_once(PAIRING_CHUNK)
+    for start in range(0, n, step):
+        pairer.chunk(start, min(n, start + step))
         if start:
             say(f"paired {start} events")
     return pairer.result()
@@ -504,8 +506,9 @@ def nesting(obj: np.ndarray, tid: np.ndarray, function: np.ndarray, phase: np.nd
     top_obj, top_all = space.full(n, -1, np.int32), space.full(n, -1, np.int32)
     stacks: dict[tuple[int, int], list[int]] = {}
     threads: dict[int, list[int]] = {}
-    for lo in range(0, n, PAIRING_CHUNK):
-        hi = min(n, lo + PAIRING_CHUNK)
+    step = at_once(PAIRING_CHUNK)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
         depth[lo:hi], top_obj[lo:hi], top_all[lo:hi] = _nesting(
             obj[lo:hi].tolist(), tid[lo:hi].tolist(), function[lo:hi].tolist(),
             phase[lo:hi].tolist(), stacks, threads)

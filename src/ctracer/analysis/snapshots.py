@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ctracer.analysis.mapped import ArraySpace
+from ctracer.analysis.memory import at_once
 from ctracer.event import Layout
 
 #: snapshots compared with their predecessors at a time
@@ -53,8 +54,9 @@ class SnapshotTable:
             self._carry_over_unread(partial, order, starts, head_fields)
         del order, starts
         found: list[list[Any]] = [[] for _ in self.names]
-        for lo in range(0, n, _COMPARED_AT_ONCE):  # a slice at a time: no n-sized temporaries
-            self._compare(lo, min(n, lo + _COMPARED_AT_ONCE), found)
+        step = at_once(_COMPARED_AT_ONCE)
+        for lo in range(0, n, step):  # a slice at a time: no n-sized temporaries
+            self._compare(lo, min(n, lo + step), found)
         self.changed_at = [numpy.concatenate(parts) if parts else numpy.zeros(0, numpy.int64)
                            for parts in found]
 

@@ -41,8 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctracer.errors import CtracerError, UsageError
-    from ctracer.report import render_report
+    from ctracer.errors import UsageError
 
     if args.no_plots and args.plot_objects is not None:
         raise UsageError("--no-plots draws no PNG plots: --plot-objects would be ignored "
@@ -61,10 +60,38 @@ def run(args: argparse.Namespace) -> int:
     # a killed recording, or raw events a stopped one left, are finished here
     trace = Trace(args.trace, progress=decoding_progress())
     incomplete = trace.incomplete
+    struct_name = trace.struct_name
     trace.close()
     if incomplete:
         print(f"ctracer: warning: {args.trace}: {incomplete}", file=sys.stderr)
     progress = show_progress if not args.quiet and sys.stderr.isatty() else None
+    if args.output is None:
+        from ctracer.report.names import safe_component
+
+        args.output = os.path.join("callgraph", safe_component(struct_name, "struct"))
+
+    def on_killed(why: str) -> str:
+        from ctracer.report.html import mark_killed
+
+        if progress:
+            print("\r\033[K", end="", file=sys.stderr)
+        try:
+            mark_killed(args.output, why)
+            left = f"; the report in {args.output} is incomplete (its index.html says so)"
+        except OSError:
+            left = ""
+        return (f"{why}{left}; try --max-objects N (pages for the N busiest objects only), "
+                "--no-plots, or more memory")
+
+    from ctracer.commands.supervised import run_supervised
+
+    return run_supervised(lambda: _render(args, progress), "the render", on_killed)
+
+
+def _render(args: argparse.Namespace, progress) -> int:
+    from ctracer.errors import CtracerError
+    from ctracer.report import render_report
+
     terminated = []
 
     def on_sigterm(signum, frame) -> None:  # stopped like Ctrl-C, said as SIGTERM

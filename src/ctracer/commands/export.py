@@ -78,6 +78,18 @@ def check_folded_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ctracer.commands.supervised import run_supervised
+
+    def on_killed(why: str) -> str:
+        return (f"{why}; the output was not written (an export is renamed into place "
+                "only when complete; its partial copy is in a .ctracer-* directory beside "
+                "it, to delete); try more memory")
+
+    # in a child: when a memory limit's OOM killer ends it, this process says so
+    return run_supervised(lambda: _export(args), "the export", on_killed)
+
+
+def _export(args: argparse.Namespace) -> int:
     from ctracer import analysis
     from ctracer.export import perfetto, parquet, text
     from ctracer.export.table import event_tables
@@ -114,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
         written = output
     else:
         # batch by batch, as they are written (`event_tables`)
-        table = event_tables(analysed)
+        from ctracer.analysis.memory import at_once
+        from ctracer.export.table import BATCH_ROWS
+
+        table = event_tables(analysed, at_once(BATCH_ROWS))
         if args.host is not None:
             table = (t.with_host(args.host) for t in table)
         if args.format == "jsonl":

@@ -20,9 +20,10 @@ import sys
 import tempfile
 from typing import BinaryIO, Iterable, Optional, Union
 
+from ctracer.analysis.memory import memory_limit
 from ctracer.export.schema import pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
-from ctracer.files import private_umask, staged_output
+from ctracer.files import let_go, private_umask, staged_output
 
 
 def quote(name: str) -> str:
@@ -88,6 +89,9 @@ def _copy_to(tables: Iterable[EventTable], fmt: str, out: BinaryIO) -> None:
     with private_umask():
         scratch = tempfile.mkdtemp(prefix="ctracer-export-")
     con = duckdb.connect()
+    limit = memory_limit()
+    if limit:  # DuckDB's own default is most of the machine's memory
+        con.execute(f"SET memory_limit = '{max(limit // 4, 32 << 20) >> 20}MB'")
     try:
         part = os.path.join(scratch, "part")
         for number, et in enumerate(tables):
@@ -95,6 +99,7 @@ def _copy_to(tables: Iterable[EventTable], fmt: str, out: BinaryIO) -> None:
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
             os.unlink(part)
+            let_go(out)  # under a memory limit, written pages count until on disk
     finally:
         con.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -74,7 +74,7 @@ def map_in_helpers(task: Callable[[int], T], count: int, workers: int,
         for future in cf.as_completed(futures):
             results[futures[future]] = future.result()
             done += 1
-            if done % every == 0:
+            if done % every == 0 or done == count:
                 say(f"{doing}: {done}/{count} done")
     except KeyboardInterrupt:
         _stop(pool)

@@ -39,12 +39,13 @@ from ctracer import __version__
 from ctracer import analysis
 from ctracer.analysis import Analysis
 from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_call_counts
-from ctracer.analysis.memory import release_free_memory
+from ctracer.analysis.memory import helpers_within_limit, release_free_memory
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats, counts_per_group)
 from ctracer.errors import CtracerError, OutputError
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT
-from ctracer.files import check_marked_dir, marker_lines, private_files, write_marker
+from ctracer.files import (check_marked_dir, let_go, marker_lines, private_files,
+                           write_marker)
 from ctracer.report import callgraph_svg as graphs
 from ctracer.report import views as interactive_views
 from ctracer.report import plots as plotting
@@ -110,19 +111,53 @@ class RenderResult:
 
 def _prepare(out_dir: str, trace_id: str) -> None:
     """Make ``out_dir`` empty, replacing a previous report but nothing else; its marker
-    names the trace it is rendered from (`report_trace_id`)."""
+    says the report is being written (`_finish` names the trace once it is complete:
+    a render killed half-way, out of memory, leaves no report `report_trace_id` finds)."""
     try:
         check_marked_dir(out_dir, MARKER, "ctracer report")
     except OutputError as e:
         raise OutputDirError(str(e)) from None
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         shutil.rmtree(out_dir)
-    write_marker(out_dir, MARKER, [f"written by ctracer {__version__}; this directory is "
-                                   "replaced on re-render", f"{_MARKER_TRACE}{trace_id}"])
+    _write_marker(out_dir, f"{_MARKER_UNFINISHED}{trace_id}")
+
+
+def _finish(out_dir: str, trace_id: str) -> None:
+    """Mark the report in ``out_dir`` complete: its marker names its trace."""
+    _write_marker(out_dir, f"{_MARKER_TRACE}{trace_id}")
+
+
+def _write_marker(out_dir: str, line: str) -> None:
+    """The marker, replaced whole (a reader never sees half of it)."""
+    write_marker(out_dir, MARKER + ".new", [f"written by ctracer {__version__}; this "
+                                           "directory is replaced on re-render", line])
+    os.replace(os.path.join(out_dir, MARKER + ".new"), os.path.join(out_dir, MARKER))
+
+
+def is_unfinished(out_dir: str) -> bool:
+    """The report in ``out_dir`` was begun and never finished (its render was killed)."""
+    return any(line.startswith(_MARKER_UNFINISHED)
+               for line in marker_lines(out_dir, MARKER))
+
+
+def mark_killed(out_dir: str, why: str) -> None:
+    """Write an index.html that says the render of the unfinished report in ``out_dir``
+    was killed (``why``), in place of whatever it had written."""
+    if not is_unfinished(out_dir):
+        return
+    text = template_environment().get_template("stopped.html").render(
+        why=f"This report is incomplete: {why}. Render the trace again.",
+        version=__version__)
+    staged = os.path.join(out_dir, "index.html.new")
+    with open(staged, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(staged, os.path.join(out_dir, "index.html"))
 
 
 #: the marker's line naming the trace a report was rendered from
 _MARKER_TRACE = "trace_id "
+#: the marker's line while the report is being written
+_MARKER_UNFINISHED = "unfinished, rendering "
 
 
 def report_trace_id(out_dir: str) -> Optional[str]:
@@ -334,6 +369,7 @@ class _Site:
         text = self.env.get_template(template).render(**context)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
+            let_go(f)
 
     @property
     def count_words(self) -> list[str]:
@@ -445,6 +481,7 @@ class _Site:
                 with open(os.path.join(self.out_dir, directory, rows_file), "w",
                           encoding="utf-8") as f:
                     f.write(text)
+                    let_go(f)
             self.write(f"{directory}/{files[number]}", "timeline.html", title=title,
                        heading=heading, rows_file=rows_file,
                        rows_inline=Markup(rows_inline) if rows_inline else None,
@@ -464,6 +501,7 @@ class _Site:
             pages.append(dict(summary, page=page, rows=_rows_file(number)))
         with open(os.path.join(self.out_dir, directory, PAGES_FILE), "w", encoding="utf-8") as f:
             f.write(pages_file_text(pages))
+            let_go(f)
         return PAGES_FILE
 
     def _object_cell(self, o: int) -> tuple[str, str]:
@@ -957,6 +995,7 @@ def _write_pages(site: "_Site", chosen: list[int], workers: int,
                     plots += _run_task(task)
                 except KeyboardInterrupt:
                     raise HelpersStopped("interrupted", done, len(tasks), 2) from None
+                say(f"writing pages: {done + 1}/{len(tasks)} done")
             return plots
         import sys
 
@@ -1013,7 +1052,8 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     try:
         if out_dir is None:
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
-        _prepare(out_dir, trace.trace_id)
+        trace_id = trace.trace_id
+        _prepare(out_dir, trace_id)
         try:
             data = analysis.load(trace, say, spill_dir=out_dir)  # big arrays mapped there
             trace.close()
@@ -1051,12 +1091,15 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             seconds["graphs"] = time.perf_counter() - mark
             mark, cpu = time.perf_counter(), _cpu_seconds()
             site.note_unreadable_pages(chosen)
-            seconds["plots"] = _write_pages(site, chosen, min(os.cpu_count() or 1, 2), say)
+            # under a memory limit, only as many helpers as it has room for
+            workers = helpers_within_limit(min(os.cpu_count() or 1, 2))
+            seconds["plots"] = _write_pages(site, chosen, workers, say)
         except KeyboardInterrupt:
             raise _incomplete(out_dir, site, HelpersStopped("interrupted", 0, 0, 2)) from None
         except HelpersStopped as stopped:
             raise _incomplete(out_dir, site, stopped) from None
         site.index_page(n)
+        _finish(out_dir, trace_id)
         seconds["html"] = time.perf_counter() - mark
         seconds["html_cpu"] = _cpu_seconds() - cpu
     finally:
@@ -1098,6 +1141,9 @@ def _incomplete(out_dir: str, site: Optional["_Site"], stopped: HelpersStopped) 
         signal.signal(signal.SIGINT, previous)
     written = (f"{stopped.done} of {stopped.total} parts of its pages written; "
                if stopped.total else "")
+    hint = "" if stopped.signal_number else (
+        "; if memory ran out, try --max-objects N (pages for the N busiest objects only), "
+        "--no-plots, or more memory")
     return RenderIncomplete(f"{'' if stopped.signal_number else stopped.why + ': '}the "
                             f"report in {out_dir} is incomplete ({written}its index.html "
-                            "says so)", stopped.signal_number)
+                            f"says so){hint}", stopped.signal_number)

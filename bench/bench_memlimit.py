@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The 10M-event report and exports inside a 1 GB memory cgroup, against the 1M render
+of the same workload in the same run (needs root: uprobes and cgroups):
+
+    .venv/bin/python bench/bench_memlimit.py [--work DIR] [--limit 1G] [--keep]
+
+1. Records the user-space flood `objflood` (bench/objflood.c: 2,700 objects made and
+   freed one after another, five methods, entry and exit, addresses reused) with
+   ``ctracer trace --buffer-mb 64``: 37 rounds an object (1,009,800 events) and 375
+   (10,135,800 events), unless DIR already holds them (flood1m/flood10m.ctrace).
+2. Renders the 1M trace with no limit (the anchor), then the 10M trace inside a fresh
+   memory cgroup of ``--limit`` (`tests/support/memcgroup.py`), then exports it there as
+   parquet and jsonl.
+3. Prints, for each, what the limit saw: exit status, seconds, the cgroup's peak and
+   OOM kills, peak RSS, peak anonymous memory and dirty pages; and the 10M render's
+   time as a ratio to the anchor (the goal: exit 0, oom_kill 0, <= 10x).
+
+Run it under ``flock`` of the benchmarks' lock when others time things on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from support.memcgroup import cgroup_unavailable, run_limited  # noqa: E402
+
+UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def ctracer(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ctracer", *args]
+
+
+def record(work: str, rounds: int, name: str) -> str:
+    path = os.path.join(work, name)
+    if os.path.exists(path):
+        return path
+    program = os.path.join(work, "objflood")
+    if not os.path.exists(program):
+        subprocess.run(["cc", "-g", "-O0", "-o", program,
+                        os.path.join(ROOT, "bench", "objflood.c")], check=True)
+    done = subprocess.run(ctracer("trace", "struct", "conn", "--binary", program,
+                                  "--buffer-mb", "64", "-o", path, "-q", "--",
+                                  program, "2700", str(rounds)),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_memlimit: recording failed: {done.stderr.strip()}")
+    print(next((ln for ln in done.stderr.splitlines() if " events, " in ln), "").strip())
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", help="where the traces are (made when missing) and outputs go")
+    ap.add_argument("--limit", default="1G", help="the 10M runs' memory limit (default 1G)")
+    ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    args = ap.parse_args()
+    why = cgroup_unavailable()
+    if why:
+        print(f"bench_memlimit: {why}", file=sys.stderr)
+        return 1
+    limit = int(float(args.limit[:-1]) * UNITS[args.limit[-1].upper()]) \
+        if args.limit[-1:].upper() in UNITS else int(args.limit)
+    work = args.work or tempfile.mkdtemp(prefix="ctracer-memlimit-")
+    os.makedirs(work, exist_ok=True)
+    small = record(work, 37, "flood1m.ctrace")
+    big = record(work, 375, "flood10m.ctrace")
+    outputs = [os.path.join(work, n) for n in ("r1", "r10", "e10.parquet", "e10.jsonl")]
+    for o in outputs:
+        shutil.rmtree(o, ignore_errors=True) if os.path.isdir(o) else \
+            (os.unlink(o) if os.path.exists(o) else None)
+    runs = [
+        ("1M render, no limit (anchor)", ctracer("callgraph", small, "-o", outputs[0], "-q"),
+         64 << 30),
+        ("10M render", ctracer("callgraph", big, "-o", outputs[1], "-q"), limit),
+        ("10M export parquet", ctracer("export", big, "--format", "parquet", "-o",
+                                       outputs[2]), limit),
+        ("10M export jsonl", ctracer("export", big, "--format", "jsonl", "-o", outputs[3]),
+         limit),
+    ]
+    seconds = {}
+    for name, argv, cap in runs:
+        run = run_limited(argv, cap)
+        seconds[name] = run.seconds
+        print(f"{name}: {run.line()}")
+        if run.returncode != 0:
+            print(f"  {run.stderr.strip()[-500:]}")
+    anchor = seconds[runs[0][0]]
+    for name, _, _ in runs[1:]:
+        print(f"{name}: {seconds[name] / anchor:.1f}x the 1M render's {anchor:.1f} s")
+    if not args.keep:
+        for o in outputs:
+            shutil.rmtree(o, ignore_errors=True) if os.path.isdir(o) else \
+                (os.unlink(o) if os.path.exists(o) else None)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
