@@ -8,11 +8,11 @@
  * (account_work: deposits and fees through inlined helpers, an explicit store, and a
  * store of the value it already holds), closed and freed, and M ms pass again (time
  * for the tracer to see the end of its life) before the next account, which malloc
- * may place at the same address.  Every store to
- * `balance` goes through STORE(), which counts it per source line; at exit the program
- * prints, on stderr, "watchdemo: site LINE COUNT" for every line that stored and
- * "watchdemo: writes N" (stores after each account's settle time: what a tracer armed
- * by then must see).  Built with -O2 -g: the helpers are inlined and every store is
+ * may place at the same address.  Every store to `balance` goes through STORE(),
+ * which counts the stores made after the settle time (what a tracer armed by then
+ * must see) per source line; at exit the program prints, on stderr,
+ * "watchdemo: site LINE COUNT" for every such line and "watchdemo: writes N".
+ * (free() itself may write the first bytes of a freed account: the C library's.)  Built with -O2 -g: the helpers are inlined and every store is
  * still one instruction (a volatile store).
  */
 #define _GNU_SOURCE
@@ -36,7 +36,7 @@ static int settled;
 
 #define STORE(a, v) do { \
 	*(volatile long *)&(a)->balance = (v); \
-	site_writes[__LINE__]++; \
+	site_writes[__LINE__] += settled; \
 	armed_writes += settled; \
 } while (0)
 
