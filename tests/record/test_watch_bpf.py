@@ -156,3 +156,31 @@ def test_arming_comes_before_the_program_writes_and_moves_on(recorded):
     assert all(a.ended == "its life ended" for a in arms)
     assert all(0 < (a.armed_ns - a.admitted_ns) / 1e6 < SETTLE_MS for a in arms)
     assert "watch: 1 word (balance) on 3 objects" in recorded["stderr"]
+
+
+def test_report_and_exports_name_the_writers(recorded, tmp_path):
+    out = tmp_path / "report"
+    run = subprocess.run([sys.executable, "-m", "ctracer", "callgraph", recorded["path"],
+                          "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    pages = [p for p in out.rglob("changes.html") if "many_objects" not in str(p)]
+    text = "".join(p.read_text() for p in pages)
+    close_line = next(n for n, t in enumerate(open(os.path.join(
+        gt.ROOT, "samples", "watch", "watchdemo.c")), 1) if "STORE(a, 0);" in t
+        and n > 70)
+    # a change's writer, with the path that led there
+    assert f"written at watchdemo.c:{close_line} in account_close, called from" in text
+    # the field's writers, ranked: the inlined deposit line wrote most
+    ranked = re.findall(r'<table class="data writers-table">.*?<td class="mono">([^<]+)</td>',
+                        text, re.S)
+    assert ranked and "in deposit (inlined in account_work)" in ranked[0]
+    export = tmp_path / "events.jsonl"
+    run = subprocess.run([sys.executable, "-m", "ctracer", "export", recorded["path"],
+                          "-f", "jsonl", "-o", str(export)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    import json
+    rows = [json.loads(line) for line in open(tmp_path / "events.writes.jsonl")]
+    assert len(rows) == len(recorded["rows"])
+    assert sum(r["unchanged"] for r in rows) == sum(w.unchanged for w in recorded["rows"])
+    assert {r["line"] for r in rows if r["file"] == "watchdemo.c"} == set(recorded["own"])
