@@ -11,7 +11,8 @@
  * may place at the same address.  Every store to `balance` goes through STORE(),
  * which counts the stores made after the settle time (what a tracer armed by then
  * must see) per source line; at exit the program prints, on stderr,
- * "watchdemo: site LINE COUNT" for every such line and "watchdemo: writes N".
+ * "watchdemo: site LINE COUNT" for every such line, "watchdemo: writes N" and
+ * "watchdemo: work_ns N" (the time spent in account_work, for cost measurements).
  * (free() itself may write the first bytes of a freed account: the C library's.)  Built with -O2 -g: the helpers are inlined and every store is
  * still one instruction (a volatile store).
  */
@@ -88,6 +89,14 @@ __attribute__((noinline)) void account_free(struct account *a)
 	free(a);
 }
 
+static long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
 static void sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -99,7 +108,7 @@ static void sleep_ms(int ms)
 int main(int argc, char **argv)
 {
 	int accounts = 3, ops = 50, settle_ms = 300, k, i;
-	long total = 0;
+	long total = 0, work_ns = 0;
 
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--accounts") && i + 1 < argc)
@@ -122,7 +131,9 @@ int main(int argc, char **argv)
 		account_open(a, "demo");
 		sleep_ms(settle_ms);
 		settled = 1;
+		work_ns -= now_ns();
 		account_work(a, ops);
+		work_ns += now_ns();
 		total += account_close(a);
 		settled = 0;
 		account_free(a);
@@ -131,6 +142,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < MAX_LINE; i++)
 		if (site_writes[i])
 			fprintf(stderr, "watchdemo: site %d %ld\n", i, site_writes[i]);
-	fprintf(stderr, "watchdemo: writes %ld\nwatchdemo: total %ld\n", armed_writes, total);
+	fprintf(stderr, "watchdemo: writes %ld\nwatchdemo: total %ld\nwatchdemo: work_ns %ld\n",
+		armed_writes, total, work_ns);
 	return 0;
 }

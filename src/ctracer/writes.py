@@ -96,7 +96,9 @@ class Site:
 
     @property
     def where(self) -> str:
-        return f"{self.function}+{self.offset:#x}" if self.function else f"{self.address:#x}"
+        if self.function:
+            return f"{self.function}+{self.offset:#x}"
+        return f"{self.module}+{self.offset:#x}" if self.module else f"{self.address:#x}"
 
     @property
     def source(self) -> str:

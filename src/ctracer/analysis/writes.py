@@ -62,8 +62,8 @@ class WriteView:
             if not a:
                 continue
             site = self.sites.get((self._pid(w), a, "caller"))
-            out.append((site.inlined or site.function) if site is not None and
-                       (site.inlined or site.function) else f"{a:#x}")
+            out.append(f"{a:#x}" if site is None else site.inlined or site.function
+                       or site.where)
         return out
 
     def described(self, i: int) -> str:

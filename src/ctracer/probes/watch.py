@@ -53,7 +53,7 @@ int ctracer_on_write(struct bpf_perf_event_data *ctx)
 	r->w.tid = (u32)pid_tgid;
 	n = bpf_get_stack(ctx, r->stack, sizeof(r->stack), {stack_flags});
 	r->w.frames = n > 0 ? (u64)n >> 3 : 0;
-	ctracer_writes.ringbuf_submit(r, 0);
+	ctracer_writes.ringbuf_submit(r, BPF_RB_NO_WAKEUP);  /* the recorder polls */
 	return 0;
 }}
 """

@@ -103,8 +103,9 @@ def _user_sites(wanted, maps: Optional[ProcessMaps]) -> list[Site]:
                                    if k == "caller" and v is not None)
             for (p, a, k), v in vaddrs.items():
                 loc = None if v is None else (writers if k == "writer" else callers).get(v)
-                if loc is None:
-                    out.append(Site(p, a, k, None, 0, None, None, "", os.path.basename(path)))
+                if loc is None or loc.function is None:   # no symbol: the file's offset
+                    out.append(Site(p, a, k, None, v or 0, loc.file if loc else None,
+                                    loc.line if loc else None, "", os.path.basename(path)))
                 else:
                     out.append(Site(p, a, k, loc.function, loc.offset, loc.file, loc.line,
                                     loc.inlined, os.path.basename(path)))
