@@ -40,6 +40,7 @@ from ctracer import analysis
 from ctracer.analysis import Analysis
 from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_call_counts
 from ctracer.analysis.memory import release_free_memory
+from ctracer.analysis.writes import field_writers as watched_writers
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats, counts_per_group)
 from ctracer.errors import CtracerError, OutputError
@@ -54,7 +55,6 @@ from ctracer.report.jsontext import compact_json, script_safe
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.probe_failures import failed_functions
 from ctracer.report.names import field_stems, function_stems, safe_component
-from ctracer.analysis.writes import field_writers as watched_writers
 from ctracer.report.timeline import (PAGES_FILE, TimelineData, _changes_of, data_file_text,
                                      pages_file_text)
 from ctracer.report.values import TextMemo, ValueFormatter, format_duration, format_offset
@@ -913,7 +913,9 @@ class _Site:
                 "phase": "entry" if ev.phase[at] == PHASE_ENTRY else "exit",
                 "href": (f"{data.objects.dirnames[o]}/{self.page_file.get(seq, 'index.html')}"
                          f"#e{seq}" if o in self.rendered else "")})
+        watch = data.meta_json("watch")
         self.write("index.html", "index.html", title=self.struct_title,
+                   watch_line=_watch_summary(watch) if isinstance(watch, dict) else "",
                    unreadable=unreadable, max_listed=MAX_LISTED,
                    heading=self.struct_title, objects_file=OBJECTS_FILE,
                    rendered=len(self.rendered), objects_total=objects_total,
@@ -937,6 +939,16 @@ HELPER_MIN_OBJECTS = 200
 HELPER_MIN_PLOTS = 40
 #: objects a helper takes at a time (small enough that the two finish together)
 OBJECTS_PER_TASK = 25
+
+def _watch_summary(watch: dict) -> str:
+    """The recording's ``--watch`` line (`ctracer.record.watcher.summary_line`), less its
+    leading word."""
+    from ctracer.record.watcher import summary_line
+    try:
+        return summary_line(watch).split(": ", 1)[1]
+    except (KeyError, TypeError, IndexError):
+        return ""
+
 
 class _PageOf:
     """Which page of a timeline an event is on, for links to its row: a row something
