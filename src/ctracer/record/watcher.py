@@ -119,21 +119,26 @@ class Watcher:
             self._header = struct.Struct("".join(fmt))
             self._order = order
         order = self._order
+        i_ts, i_obj, i_pid = order.index("ts_ns"), order.index("object"), order.index("pid")
+        i_fid, i_phase, i_flags = (order.index("function_id"), order.index("phase"),
+                                   order.index("flags"))
+        ending = self.ending_rows | self.free_rows | set(self.tracepoint_rules)
+        snapshots = bool(self.snapshot_fields)
         for at, values in zip(range(0, len(batch), size), self._header.iter_unpack(batch)):
-            h = dict(zip(order, values))
-            obj = h["object"]
-            if not obj or h["flags"] & FLAG_READ_FAILED:
+            obj = values[i_obj]
+            if not obj or values[i_flags] & FLAG_READ_FAILED:
                 continue
             if obj not in self.seen and obj not in self.done:
                 self.seen.add(obj)
-                self.waiting[obj] = (h["pid"], h["ts_ns"])
+                self.waiting[obj] = (values[i_pid], values[i_ts])
                 if len(self.waiting) > MAX_WAITING:
                     old, _ = self.waiting.popitem(last=False)
                     self.snapshots.pop(old, None)
-            if self.snapshot_fields and (obj in self.waiting or self._armed_for(obj)):
-                values = self.mini.decode(batch, at + self.start)
-                self.snapshots[obj] = {w.field: values.get(w.field) for w in self.snapshot_fields}
-            if self._ends(h, batch, at):
+            if snapshots and (obj in self.waiting or self._armed_for(obj)):
+                decoded = self.mini.decode(batch, at + self.start)
+                self.snapshots[obj] = {w.field: decoded.get(w.field)
+                                       for w in self.snapshot_fields}
+            if values[i_fid] in ending and self._ends(dict(zip(order, values)), batch, at):
                 self._end(obj, "its life ended")
 
     def _ends(self, h: dict, batch: bytes, at: int) -> bool:
