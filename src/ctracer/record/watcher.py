@@ -334,4 +334,8 @@ def summary_line(watch: dict) -> str:
         line += f"; armed {delay['median']:g} ms after admission (median, max {delay['max']:g})"
     if refused:
         line += "; refused: " + "; ".join(f"{n}x {why}" for why, n in refused.items())
+    if watch["objects"] and not watch["writes"]:
+        line += ("; no write trapped while they were armed: the fields were not written "
+                 "then, or this machine does not deliver the breakpoints (seen for kernel "
+                 "addresses on a virtual machine whose kernel accepts them)")
     return line
