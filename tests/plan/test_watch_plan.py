@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.cli import main
 from ctracer.errors import UsageError
 from ctracer.plan.watch import DEBUG_REGISTERS, plan_watch, words_for
@@ -21,7 +21,7 @@ WATCHDEMO = os.path.join(gt.ROOT, "samples", "watch", "build", "watchdemo")
 def account():
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples", "watch")], check=True)
     from ctracer.commands.options import TypeSource
-    from ctracer.debuginfo.model import ShapeKind
+    from ctracer.debuginfo.catalog import ShapeKind
     from ctracer.pipeline import open_struct
     _, graph, _ = open_struct(TypeSource(binary=WATCHDEMO), "account", ShapeKind.STRUCT)
     return graph

@@ -18,8 +18,8 @@ from collections import Counter
 
 import pytest
 
-import bpfcheck
-import groundtruth as gt
+from support import bpfcheck
+from support import groundtruth as gt
 from ctracer import writes
 
 pytestmark = pytest.mark.bpf

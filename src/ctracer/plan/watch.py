@@ -16,7 +16,7 @@ import difflib
 import json
 from dataclasses import dataclass
 
-from ctracer.debuginfo.graph import CompositeType, TypeGraph, iter_members_flat
+from ctracer.debuginfo.typegraph import CompositeType, TypeGraph, iter_members_flat
 from ctracer.errors import UsageError
 
 #: x86-64's debug registers DR0-DR3: the most words watched at once on a CPU

@@ -35,7 +35,7 @@ from typing import Optional
 from ctracer import write_event, writes
 from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_ENTRY, PHASE_TRACEPOINT, SCALARS, \
     Layout, args_offset, mini_offset
-from ctracer.plan.lifetimes import FREE_LIKE
+from ctracer.plan.lifetime_rules import FREE_LIKE
 from ctracer.plan.watch import WatchPlan, WatchWord
 from ctracer.record.breakpoints import Breakpoint, BreakpointRefused, online_cpus, threads_of
 from ctracer.record.write_sites import ProcessMaps

@@ -2,13 +2,14 @@
 """Run in a guest (scripts/vm-run): `ctracer trace --watch` and bpftrace's `watchpoint:`
 on the same socket's fields in the same run, and their writing functions side by side.
 
-    watch_kernel.py OUT_DIR [SECONDS]
+    PYTHONPATH=SRC python -m ... watch_kernel.py OUT_DIR [SECONDS]
 
-A loopback TCP connection (this script's own threads) sends a small message every 20 ms
-for SECONDS and then closes.  The client socket's kernel address comes from
-/proc/net/tcp (kptr_restrict=1 shows it to root); ctracer follows only that object
-(--object) with write breakpoints on sk_forward_alloc and skc_state, and, once it
-records, bpftrace arms its own watchpoints on the same two addresses.  OUT_DIR gets
+A loopback TCP connection (this script's own threads) is opened and left idle; the
+client socket's kernel address comes from /proc/net/tcp (kptr_restrict=1 shows it to
+root).  ctracer follows only that object (--object) with write breakpoints on
+sk_forward_alloc and skc_state; once it records, bpftrace arms its own watchpoints on
+the same two addresses, and once bpftrace runs, the connection sends a small message
+every 20 ms for SECONDS and closes (both tools armed all along).  OUT_DIR gets
 the trace (watch.ctrace), bpftrace's counts (bpftrace.txt) and result.json: each tool's
 set of writing functions per field.
 """
@@ -24,12 +25,11 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
-CTRACER = [os.path.join(ROOT, ".venv", "bin", "ctracer")]
+CTRACER = [sys.executable, "-m", "ctracer"]
 
 
-def workload(seconds: float, ready: threading.Event, info: dict) -> None:
+def workload(seconds: float, ready: threading.Event, go: threading.Event,
+             info: dict) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -37,6 +37,7 @@ def workload(seconds: float, ready: threading.Event, info: dict) -> None:
     peer, _ = server.accept()
     info["client_port"] = client.getsockname()[1]
     ready.set()
+    go.wait()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         client.sendall(b"x" * 200)
@@ -73,9 +74,8 @@ def main() -> int:
         json.dump({"refused": plan["refused"]}, open(os.path.join(out, "result.json"), "w"))
         print(f"refused: {plan['refused']}")
         return 0
-    ready, info = threading.Event(), {}
-    worker = threading.Thread(target=workload, args=(seconds, ready, info), daemon=True)
-    started = time.monotonic()
+    ready, go, info = threading.Event(), threading.Event(), {}
+    worker = threading.Thread(target=workload, args=(seconds, ready, go, info), daemon=True)
     worker.start()
     ready.wait()
     address = socket_address(info["client_port"])
@@ -89,26 +89,30 @@ def main() -> int:
         if ct.poll() is not None:
             raise SystemExit("ctracer ended before recording: see ctracer.log")
         time.sleep(0.5)
-    left = int(seconds - (time.monotonic() - started)) + 3   # bpftrace until the close
-    if left < 20:
-        raise SystemExit(f"only {left} s of the workload left once ctracer recorded: "
-                         "give more SECONDS")
+    left = int(seconds) + 5   # bpftrace until after the close
     probes = " ".join(
         f"watchpoint:{address + w['offset']:#x}:{w['length']}:w "
         f"{{ @{name.split('.')[-1]}[func] = count(); }}" for name, w in words.items())
-    bt = subprocess.run(["bpftrace", "-e", probes + " interval:s:1 { @s = count(); "
-                         "if (@s > " + str(left) + ") { clear(@s); exit(); } }"],
-                        capture_output=True, text=True, timeout=seconds + 600)
+    bt_out = open(os.path.join(out, "bpftrace.txt"), "w")
+    bt = subprocess.Popen(["bpftrace", "-e", probes + " BEGIN { printf(\"armed\\n\"); } "
+                           "interval:s:1 { @s = count(); if (@s > " + str(left) +
+                           ") { clear(@s); exit(); } }"], stdout=bt_out, stderr=bt_out)
+    while "armed" not in open(os.path.join(out, "bpftrace.txt")).read():
+        if bt.poll() is not None:
+            raise SystemExit("bpftrace ended before arming: see bpftrace.txt")
+        time.sleep(0.5)
+    go.set()
+    bt.wait(timeout=seconds + 900)
+    bt_out.close()
     worker.join()
     time.sleep(2)
     ct.send_signal(2)   # Ctrl-C: ctracer keeps the trace
     ct.wait(timeout=600)
     log.close()
     subprocess.run(["cp", trace, os.path.join(out, "watch.ctrace")], check=True)
-    with open(os.path.join(out, "bpftrace.txt"), "w") as f:
-        f.write(bt.stdout + bt.stderr)
     seen_bt: dict[str, dict[str, int]] = {}
-    for m in re.finditer(r"@(\w+)\[([^\]]+)\]: (\d+)", bt.stdout):
+    for m in re.finditer(r"@(\w+)\[([^\]]+)\]: (\d+)",
+                         open(os.path.join(out, "bpftrace.txt")).read()):
         seen_bt.setdefault(m[1], {})[m[2]] = int(m[3])
     import sqlite3
     db = sqlite3.connect(os.path.join(out, "watch.ctrace"))
