@@ -92,9 +92,9 @@ def main() -> int:
     left = int(seconds) + 5   # bpftrace until after the close
     probes = " ".join(
         f"watchpoint:{address + w['offset']:#x}:{w['length']}:w "
-        f"{{ @{name.split('.')[-1]}[func] = count(); }}" for name, w in words.items())
+        f"{{ @{name.split('.')[-1]}[kstack(1)] = count(); }}" for name, w in words.items())
     bt_out = open(os.path.join(out, "bpftrace.txt"), "w")
-    bt = subprocess.Popen(["bpftrace", "-e", probes + " BEGIN { printf(\"armed\\n\"); } "
+    bt = subprocess.Popen(["bpftrace", "-e", probes + " BEGIN { printf(\"arm%s\\n\", \"ed\"); } "
                            "interval:s:1 { @s = count(); if (@s > " + str(left) +
                            ") { clear(@s); exit(); } }"], stdout=bt_out, stderr=bt_out)
     while "armed" not in open(os.path.join(out, "bpftrace.txt")).read():
@@ -111,16 +111,17 @@ def main() -> int:
     log.close()
     subprocess.run(["cp", trace, os.path.join(out, "watch.ctrace")], check=True)
     seen_bt: dict[str, dict[str, int]] = {}
-    for m in re.finditer(r"@(\w+)\[([^\]]+)\]: (\d+)",
+    # @field[\n    function+offset\n]: count (kstack(1): the trap's own ip)
+    for m in re.finditer(r"@(\w+)\[\s*([^\s\]]+)\s*\]: (\d+)",
                          open(os.path.join(out, "bpftrace.txt")).read()):
         seen_bt.setdefault(m[1], {})[m[2]] = int(m[3])
     import sqlite3
     db = sqlite3.connect(os.path.join(out, "watch.ctrace"))
     seen_ct: dict[str, dict[str, int]] = {}
-    for field, function, n in db.execute(
-            "SELECT w.field, s.function, count(*) FROM watch_writes w JOIN watch_sites s "
-            "ON s.address = w.ip AND s.kind = 'writer' GROUP BY 1, 2"):
-        seen_ct.setdefault(field.split(".")[-1], {})[function] = n
+    for field, function, offset, n in db.execute(
+            "SELECT w.field, s.function, s.offset, count(*) FROM watch_writes w JOIN "
+            "watch_sites s ON s.address = w.ip AND s.kind = 'writer' GROUP BY 1, 2, 3"):
+        seen_ct.setdefault(field.split(".")[-1], {})[f"{function}+{offset}"] = n
     result = {"address": hex(address), "ctracer": seen_ct, "bpftrace": seen_bt,
               "kernel": os.uname().release}
     json.dump(result, open(os.path.join(out, "result.json"), "w"), indent=1)
