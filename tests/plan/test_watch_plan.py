@@ -22,7 +22,7 @@ def account():
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples", "watch")], check=True)
     from ctracer.commands.options import TypeSource
     from ctracer.debuginfo.catalog import ShapeKind
-    from ctracer.pipeline import open_struct
+    from ctracer.plan.selection import open_struct
     _, graph, _ = open_struct(TypeSource(binary=WATCHDEMO), "account", ShapeKind.STRUCT)
     return graph
 

@@ -8,7 +8,7 @@ whole system), with the write program attached by ``PERF_EVENT_IOC_SET_BPF``.  M
 it to another object's word is ``PERF_EVENT_IOC_MODIFY_ATTRIBUTES`` (the kernel
 re-validates the address and keeps the program), so a move costs one ioctl per event.
 
-This talks to the kernel with ctypes, as `ctracer.record.kernel` does for bpf(2):
+This talks to the kernel with ctypes, as `ctracer.host.features` does for bpf(2):
 bcc's ``attach_perf_event_raw`` builds an attr without the breakpoint fields.
 """
 
@@ -155,7 +155,7 @@ def refusal(*, kernel: bool) -> Optional[str]:
     """Why the kernel refuses a write breakpoint like the ones ``--watch`` arms, with a
     BPF program attached, or None: one is armed on a kernel variable (``kernel``) or on
     a word of this process, and closed at once."""
-    from ctracer.record.kernel import _load_program
+    from ctracer.host.features import _load_program
 
     word = ctypes.c_uint64(0)
     address = _kernel_data_address() if kernel else ctypes.addressof(word)

@@ -115,7 +115,7 @@ def _user_sites(wanted, maps: Optional[ProcessMaps]) -> list[Site]:
 
 
 def _kernel_sites(wanted, vmlinux: Optional[str]) -> list[Site]:
-    from ctracer.record.symbols import Kallsyms
+    from ctracer.host.kallsyms import Kallsyms
 
     names = Kallsyms()
     code = None
