@@ -142,4 +142,12 @@ def _export(args: argparse.Namespace) -> int:
             written = output
     if written:
         print(f"ctracer: wrote {os.path.abspath(written)}", file=sys.stderr)
+    if args.format != "perfetto":
+        from ctracer.export.writes import write_writes
+        from ctracer.report.values import ValueFormatter
+        beside_events = write_writes(analysed, output, args.format,
+                                     ValueFormatter(analysed.layout))
+        if beside_events:
+            print(f"ctracer: wrote {os.path.abspath(beside_events)} (the --watch writes)",
+                  file=sys.stderr)
     return 0

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out the methods whose name matches")
     options.add_selection_arguments(parser.add_argument_group(
         "with --verify: the snapshot the programs take"))
+    parser.add_argument("--watch", nargs="+", action="extend", default=[], metavar="FIELD",
+                        help="the write breakpoints `trace --watch` would arm: words, "
+                             "objects at once, whether this kernel accepts them")
+    parser.add_argument("--watch-budget", type=int, default=1000, metavar="WRITES",
+                        help="writes per object before the breakpoints move on (default 1000)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,11 +91,33 @@ def run(args: argparse.Namespace) -> int:
             plan, model.find_struct(name, kind), binary=args.binary, catalog=catalog,
             progress=_progress, cachelines=[n for group in args.cachelines for n in group],
             max_bytes=args.max_bytes)
+    watch = watch_plan_text(args, model, name, kind, plan.space == "kernel") \
+        if getattr(args, "watch", None) else None
     if args.json:
-        sys.stdout.write(json.dumps(as_json(plan, verdicts), indent=1) + "\n")
+        out = as_json(plan, verdicts)
+        if watch is not None:
+            out["watch"] = watch
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
     else:
         sys.stdout.write(as_text(found, model.description, plan, verdicts))
+        if watch is not None:
+            sys.stdout.write(f"\n{watch['line']}\n{watch['breakpoints']}\n")
     return 0
+
+
+def watch_plan_text(args: argparse.Namespace, model, name: str, kind, kernel: bool) -> dict:
+    """What ``trace --watch`` would arm and whether this kernel takes it (JSON-ready)."""
+    from ctracer.plan.watch import plan_watch
+    from ctracer.record.breakpoints import refusal
+    watch = plan_watch(model.find_struct(name, kind), list(args.watch), args.watch_budget)
+    why = refusal(kernel=kernel)
+    where = "kernel" if kernel else "user-space"
+    return {"words": [w.__dict__ for w in watch.words], "objects_at_once": watch.objects_at_once,
+            "budget": watch.budget, "refused": why, "line": watch.describe(),
+            "breakpoints": (f"{where} write breakpoints with a BPF program: refused here ({why})"
+                            if why else f"{where} write breakpoints with a BPF program: "
+                            "accepted here (each write costs one run of the write program: "
+                            "the trace's summary measures it)")}
 
 
 def _progress(line: str) -> None:

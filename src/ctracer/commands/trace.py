@@ -101,6 +101,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--pointers", action="store_true",
                      help="also record pointer members (as addresses)")
     options.add_selection_arguments(run)
+    run.add_argument("--watch", nargs="+", action="extend", default=[], metavar="FIELD",
+                     help="arm hardware write breakpoints on these fields of the objects "
+                          "followed (up to the CPU's 4 debug registers of 1-8 bytes, "
+                          "shared by the objects armed at once) and record every write: "
+                          "the writing instruction, its source line, the new value, the "
+                          "call stack (docs/watch.md)")
+    run.add_argument("--watch-budget", type=int, default=1000, metavar="WRITES",
+                     help="writes recorded on one object before its breakpoints move to "
+                          "another admitted object (default 1000)")
+    run.add_argument("--vmlinux", metavar="FILE",
+                     help="a vmlinux with DWARF (e.g. from Debian's -dbg package): the "
+                          "kernel writers' source lines for --watch")
     objects = parser.add_argument_group("which kernel objects (checked in the kernel)")
     objects.add_argument("--comm", metavar="NAME",
                          help="objects first seen in a process of this name")
@@ -224,7 +236,9 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
                         if getattr(args, "lifetime_rules", None) else None),
         function_probes=getattr(args, "function_probes", "auto"),
         max_functions=getattr(args, "max_functions", None),
-        buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv))
+        buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv),
+        watch=tuple(getattr(args, "watch", ()) or ()),
+        watch_budget=getattr(args, "watch_budget", 1000))
 
 
 def snapshot_summary(meta: dict) -> str:
@@ -268,7 +282,21 @@ def trace(args: argparse.Namespace, kind, name: str, *, out=None):
         check_command(args.command)  # 127 now, not after seconds of compiling
     check_output(args.output or f"{name}.ctrace")
     built = trace_request.build(request_from_args(args, kind, name))
+    if built.watch is not None:
+        check_watch(built)
     return record_built(built, args, kind, name, out=out)
+
+
+def check_watch(built) -> None:
+    """Refuse ``--watch`` now, in one line, where the kernel refuses the breakpoints it
+    needs (before anything is compiled or written)."""
+    from ctracer.errors import BPFUnavailable
+    from ctracer.record.breakpoints import refusal
+    why = refusal(kernel=built.is_kernel)
+    if why:
+        where = "kernel" if built.is_kernel else "user-space"
+        raise BPFUnavailable(f"--watch: the kernel refuses {where} write breakpoints here "
+                             f"({why})")
 
 
 def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
@@ -299,6 +327,8 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         if args.quiet:
             return
         print(snapshot_summary(built.meta), file=out)
+        if built.watch is not None:
+            print(f"ctracer: {built.watch.describe()}", file=out)
         until = " until it exits" if (args.pid or args.command) else ""
         if args.duration:
             until += f"{' or' if until else ''} for {args.duration:g} s"
@@ -329,7 +359,8 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
     return record.record(built.program, built.binary, output, meta=built.meta,
                          command=args.command or None, pid=args.pid,
                          duration=args.duration, progress=progress, on_attached=announce,
-                         tail=tail)
+                         tail=tail, watch_plan=built.watch,
+                         vmlinux=getattr(args, "vmlinux", None))
 
 
 def print_summary(result, out=None) -> None:

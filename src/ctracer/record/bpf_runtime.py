@@ -52,6 +52,9 @@ from ctracer.host.features import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _PERF_EVENT_IOC_DISABLE = 0x2401
+#: bpf(2) commands and struct bpf_prog_info offsets for the program statistics
+_BPF_OBJ_GET_INFO_BY_FD, _BPF_ENABLE_STATS = 15, 32
+_INFO_RUN_TIME_NS, _INFO_RUN_CNT = 192, 200
 #: include/uapi/linux/bpf.h: enum bpf_attach_type, BPF_F_UPROBE_MULTI_RETURN
 _TRACE_UPROBE_MULTI = 48
 _UPROBE_MULTI_RETURN = 1
@@ -257,6 +260,12 @@ class ProbeSession:
         self._multi: Optional[bool] = None
         #: the kernel functions' programs and links (`ctracer.record.kattach`)
         self.kernel_links: Optional[KernelLinks] = None
+        #: C compiled with the probes: the write breakpoints' program (``--watch``,
+        #: `ctracer.probes.watch`), "" without
+        self.extra_text = ""
+        self._writes_open = False
+        self._write_callback = None
+        self._stats_fd = -1
 
     # -- set-up ---------------------------------------------------------------
 
@@ -264,7 +273,7 @@ class ProbeSession:
         prepare()
         bcc = _import_bcc()
         start = time.monotonic()
-        self.bpf = _compile(bcc, self.program.text, [],
+        self.bpf = _compile(bcc, self.program.text + self.extra_text, [],
                             "bcc could not compile or load the probes")
         self.compile_seconds = time.monotonic() - start
 
@@ -308,6 +317,62 @@ class ProbeSession:
         if not start:
             raise CtracerError(f"the compiled probes have no program {name}")
         return ctypes.string_at(start, lib.bpf_function_size(self.bpf.module, name.encode()))
+
+    # -- write breakpoints (--watch) -------------------------------------------
+
+    def write_program_fd(self) -> int:
+        """Load the write breakpoints' program (type perf_event) and return its fd, for
+        `ctracer.record.breakpoints.Breakpoint`."""
+        bcc = _import_bcc()
+        with _captured_output() as diagnostics:
+            try:
+                fn = self.bpf.load_func(b"ctracer_on_write", bcc.BPF.PERF_EVENT)
+            except Exception as e:
+                detail = _first_error(diagnostics.getvalue())
+                raise BPFUnavailable(f"the kernel refused the write breakpoints' program: "
+                                     f"{e}{': ' + detail if detail else ''}") from None
+        return fn.fd
+
+    def open_writes(self, callback: Callable[[bytes], None]) -> None:
+        """Hand each record of the writes' ring buffer to ``callback`` (at every poll)."""
+        def deliver(_ctx, data, size):
+            callback(ctypes.string_at(data, size))
+            return 0
+
+        self._write_callback = deliver
+        self.bpf[b"ctracer_writes"].open_ring_buffer(deliver)
+        self._writes_open = True
+
+    def take_writes(self) -> None:
+        if self._writes_open and self.bpf is not None:
+            self.bpf.ring_buffer_consume()
+
+    def writes_lost(self) -> int:
+        if not self._writes_open or self.bpf is None:
+            return 0
+        return int(sum(self.bpf[b"ctracer_writes_lost"][ctypes.c_int(0)]))
+
+    def enable_program_stats(self) -> None:
+        """Have the kernel time every BPF program while this session lives
+        (BPF_ENABLE_STATS; off again when the fd closes)."""
+        attr = ctypes.create_string_buffer(16)   # enable_stats.type = BPF_STATS_RUN_TIME (0)
+        fd, _err = bpf_syscall(_BPF_ENABLE_STATS, attr)
+        self._stats_fd = fd
+
+    def program_stats(self, name: bytes) -> Optional[tuple[int, int]]:
+        """(run time ns, runs) of a loaded program, when the stats are on."""
+        if self.bpf is None or self._stats_fd < 0 or name not in self.bpf.funcs:
+            return None
+        info = ctypes.create_string_buffer(256)
+        attr = ctypes.create_string_buffer(16)
+        ctypes.c_uint32.from_buffer(attr, 0).value = self.bpf.funcs[name].fd
+        ctypes.c_uint32.from_buffer(attr, 4).value = len(info)
+        ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(info)
+        fd, _err = bpf_syscall(_BPF_OBJ_GET_INFO_BY_FD, attr)
+        if fd < 0:
+            return None
+        return (ctypes.c_uint64.from_buffer(info, _INFO_RUN_TIME_NS).value,
+                ctypes.c_uint64.from_buffer(info, _INFO_RUN_CNT).value)
 
     def follow(self, pid: int) -> None:
         """Record process ``pid`` (and the children it forks from now on)."""
@@ -416,6 +481,7 @@ class ProbeSession:
         The timeout is thus how late an event may be delivered (``--tail``)."""
         if self._backlog:  # the last call left events behind: no wake-up may come
             timeout_ms = 0
+        self.take_writes()
         if self._ring is not None:
             if timeout_ms:
                 self._ring.wait(timeout_ms / 1000)
@@ -522,6 +588,9 @@ class ProbeSession:
         if self.bpf is None:
             return
         self.stop_probes()
+        if self._stats_fd >= 0:
+            os.close(self._stats_fd)
+            self._stats_fd = -1
         if self._ring is not None:
             self._ring.close()
             self._ring = None

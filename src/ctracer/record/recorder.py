@@ -71,6 +71,8 @@ class RecordResult:
     #: where the functions' programs kept each thread's state when the kernel refused
     #: the task-storage ones (`ctracer.record.kattach.KernelLinks.thread_state`), else ""
     thread_state_fallback: str = ""
+    #: what ``--watch`` did (`ctracer.record.watcher.Watcher.summary`), None without it
+    watch: Optional[dict] = None
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -101,8 +103,11 @@ class EventSink:
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: ProgressCounts,
-                 tail: Optional["Tail"] = None):
+                 tail: Optional["Tail"] = None, watcher=None):
         self.writer = writer
+        #: ``--watch``'s `ctracer.record.watcher.Watcher`: sees each batch, and its
+        #: writes are committed with the events
+        self.watcher = watcher
         self.counts = counts
         self.tail = tail
         self.pending: list[bytes] = []
@@ -132,6 +137,8 @@ class EventSink:
             if len(batch) % self.size:
                 raise RuntimeError("an event of unexpected size came out of the ring buffer")
             self.held.append(batch)
+            if self.watcher is not None:
+                self.watcher.events(batch, self.size)
             objects = self.counts.objects
             for obj, flags in self._brief.iter_unpack(batch):
                 if not flags & FLAG_READ_FAILED:
@@ -150,6 +157,8 @@ class EventSink:
         if commit or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
             batch, self.held = b"".join(self.held), []
+            if self.watcher is not None:
+                self.watcher.flush(self.writer.db)
             self.writer.add_raw(batch)
 
 
@@ -314,7 +323,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
            command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
            duration: Optional[float] = None, progress: Optional[Progress] = None,
            on_attached: Optional[Callable[[], None]] = None,
-           tail: Optional["Tail"] = None) -> RecordResult:
+           tail: Optional["Tail"] = None, watch_plan=None,
+           vmlinux: Optional[str] = None) -> RecordResult:
     """Record until the command exits / the process goes away / ``duration`` seconds /
     Ctrl-C, and write the trace file at ``output``."""
     from ctracer.record import bpf_runtime
@@ -324,9 +334,15 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     progress = progress or Progress(enabled=False)
     counts = ProgressCounts()
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
+    kernel = meta.get("traced") == "kernel"
+    if watch_plan is not None:
+        from ctracer.probes import watch as watch_probes
+        session.extra_text = watch_probes.c_text(kernel)
     session.compile()
+    watcher = (_start_watch(session, program, watch_plan, kernel) if watch_plan is not None
+               else None)
     writer = TraceWriter(output)
-    sink = EventSink(program, writer, counts, tail)
+    sink = EventSink(program, writer, counts, tail, watcher)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     watch = MappingWatch(session, binary, followed=bool(command) or pid is not None)
@@ -334,7 +350,6 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     started = time.monotonic()
     recording = False
     previous_term = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
-    kernel = meta.get("traced") == "kernel"
     devices = netdevs.read() if kernel else None  # named again at the end (netdevs)
     try:
         writer.set_meta(**meta, return_value_functions=sorted(program.rows_with_return_value()),
@@ -342,7 +357,12 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                         start_monotonic_ns=time.monotonic_ns(),
                         host=socket.gethostname(), kernel_release=os.uname().release,
                         command=list(command) if command else None, pid=pid,
-                        **({"net_devices": devices} if kernel else {}))
+                        **({"net_devices": devices} if kernel else {}),
+                        **({"watch_plan": watch_plan.to_json()} if watch_plan is not None
+                           else {}))
+        if watcher is not None:
+            from ctracer import writes
+            writes.create(writer.db)
         writer.expect_raw()
         writer.checkpoint_in_background()
         if command:
@@ -375,6 +395,9 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             if recording:
                 stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
             misses = session.misses() if recording else {}
+            watched = (_finish_watch(session, watcher, writer, kernel, seconds, vmlinux)
+                       if recording and watcher is not None and stopped_by != DISK_FULL
+                       else None)
             status = gated.stop() if gated else None
             session.close()
             detach_seconds = time.monotonic() - detaching
@@ -401,9 +424,38 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                   writer.kept_old, watch.warnings(counts.events, command, pid),
-                   detach_seconds, misses)
+    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                     writer.kept_old, watch.warnings(counts.events, command, pid),
+                     detach_seconds, misses)
+    result.watch = watched
+    return result
+
+
+def _start_watch(session, program: ProbeProgram, plan, kernel: bool):
+    """Load the write breakpoints' program, open its ring buffer, time BPF programs,
+    and return the `ctracer.record.watcher.Watcher`."""
+    from ctracer.record.watcher import Watcher
+    watcher = Watcher(plan, program, session.write_program_fd(), kernel=kernel)
+    session.open_writes(watcher.on_write)
+    session.enable_program_stats()
+    return watcher
+
+
+def _finish_watch(session, watcher, writer: TraceWriter, kernel: bool, seconds: float,
+                  vmlinux: Optional[str]) -> dict:
+    """Disarmed already; the last writes and armings into the file, where their code
+    is (``watch_sites``) and what the watch did and cost (the meta ``watch``)."""
+    from ctracer import writes
+    from ctracer.record import write_sites
+    watcher.flush(writer.db)
+    rows = writes.read_writes(writer.db)
+    writes.add_sites(writer.db, write_sites.resolve(rows, kernel=kernel, maps=watcher.maps,
+                                                    vmlinux=vmlinux))
+    summary = watcher.summary(seconds, session.writes_lost(),
+                              session.program_stats(b"ctracer_on_write"))
+    writer.set_meta(watch=summary)
+    writer.db.commit()
+    return summary
 
 
 def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results) -> None:
@@ -448,13 +500,18 @@ def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "
     """Stop every probe at once, take what the ring buffer holds and commit it while the
     probes are being detached, then what the last probes in flight left; why the
     recording stopped (a full disk met only now included)."""
+    watcher = sink.watcher
+    if watcher is not None:
+        watcher.close()
     closing = session.begin_stop()
     try:
         session.drain()
+        session.take_writes()
         stopped_by = _commit(sink, stopped_by)
     finally:
         closing.join()
     session.drain()
+    session.take_writes()
     stopped_by = _commit(sink, stopped_by)
     counts.lost = session.lost()
     watch.check()
@@ -562,8 +619,12 @@ def _poll_until_done(session, counts: ProgressCounts, progress: Progress,
                      duration: Optional[float], started: float, stop: StopRequest,
                      watch: MappingWatch) -> str:
     next_check = 0.0
+    watcher = session.on_event.watcher
     while True:
         session.poll(POLL_MS)
+        if watcher is not None:
+            session.take_writes()
+            watcher.service()
         try:
             session.on_event.flush(delivered_before_ns=session.delivered_before_ns)
         except Exception as e:
@@ -641,6 +702,9 @@ def summary_lines(result: RecordResult) -> list[str]:
     if len(result.failures) > 5:
         lines.append(f"  ... and {len(result.failures) - 5} more (see the trace's "
                      "functions table)")
+    if result.watch is not None:
+        from ctracer.record.watcher import summary_line
+        lines.append(summary_line(result.watch))
     if result.lost:
         lines.append(f"warning: {result.lost} events were lost (ring buffer full); "
                      "a larger --buffer-mb or fewer --functions helps")

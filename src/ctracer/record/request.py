@@ -65,6 +65,10 @@ class TraceRequest:
     buffer_mb: int = 16
     #: the command line, stored in the trace
     argv: tuple[str, ...] = ()
+    #: fields to arm write breakpoints on (``--watch``) and the writes an object gets
+    #: before they move on (`ctracer.plan.watch`)
+    watch: tuple[str, ...] = ()
+    watch_budget: int = 1000
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class BuiltTrace:
     meta: dict
     #: the binary whose uprobes are attached; None for a kernel
     binary: Optional[str]
+    #: the words ``--watch`` arms (`ctracer.plan.watch.WatchPlan`), None without it
+    watch: Optional[object] = None
 
     @property
     def is_kernel(self) -> bool:
@@ -266,6 +272,10 @@ def build(request: TraceRequest) -> BuiltTrace:
                                           kinds=registry.claim)
         request.project.check(sorted({n for m in found.methods for n in (m.name, m.key)}),
                               [f.name for f in fields])
+    watch = None
+    if request.watch:
+        from ctracer.plan.watch import plan_watch
+        watch = plan_watch(graph, list(request.watch), request.watch_budget)
     built = _mini_of(request, graph, model)
     #: the project file's columns of the report's object list (`ctracer.report.summaries`)
     summary = (request.project.summary_paths([f.name for f in built.layout.fields])
@@ -343,4 +353,4 @@ def build(request: TraceRequest) -> BuiltTrace:
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
         functions=request.functions, bpf_text=program.text,
         **({"summary_fields": list(summary)} if summary else {}), **extra)
-    return BuiltTrace(program, meta, source.binary)
+    return BuiltTrace(program, meta, source.binary, watch)

@@ -40,6 +40,7 @@ from ctracer import analysis
 from ctracer.analysis import Analysis
 from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_call_counts
 from ctracer.analysis.memory import helpers_within_limit, release_free_memory
+from ctracer.analysis.writes import field_writers as watched_writers
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSES,
                                     MethodStats, counts_per_group)
 from ctracer.errors import CtracerError, OutputError
@@ -234,6 +235,9 @@ def _json_island(value: Any) -> Markup:
 
 # change rows as plain format strings, every argument escaped (as timeline rows are)
 #: time, object cell, old, new, cause, then the timeline row's page, anchor letter, seq
+#: writes a watched field's section lists (the rest are in the exports)
+WRITE_ROWS_PER_FIELD = 200
+
 _CHANGE_ROW = ('<tr><td class="num">{}</td>{}<td class="mono value">{} → {}'
                '</td><td>{}</td><td><a href="{}#{}{}">timeline row</a></td></tr>\n')
 _CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
@@ -349,6 +353,9 @@ class _Site:
         named = data.meta_json("summary_fields")
         #: the fields a project file named as columns of the object list
         self.summary_fields = [str(f) for f in named] if isinstance(named, list) else []
+        from ctracer.analysis import writes as watched
+        #: the writes ``--watch`` recorded, joined to objects and changes (None without)
+        self.writes = watched.load(data)
         self.timeline = TimelineData(data, self.fmt, self.retval, self.cause_text,
                                      str(self.head.get("member") or ""),
                                      arg_kinds=_arg_kinds(data))
@@ -424,6 +431,8 @@ class _Site:
     def cause_html(self, k: int, cause: int, fid: int, seen_fid: int) -> str:
         """Change ``k``'s cause as shown, escaped (``cause``, made by ``fid``, seen at
         an event of ``seen_fid``: what decides the text)."""
+        if self.writes is not None and k in self.writes.writer_of:
+            return str(escape(self.cause_text(k)))
         key = (cause, fid, seen_fid)
         text = self._cause_html.get(key)
         if text is None:
@@ -431,6 +440,14 @@ class _Site:
         return text
 
     def cause_text(self, k: int) -> str:
+        text = self._snapshot_cause_text(k)
+        writer = self.writes.writer_of.get(k) if self.writes is not None else None
+        if writer is not None:
+            more = f" (the last of {writer.writes} writes)" if writer.writes > 1 else ""
+            text += f"; written at {self.writes.described(writer.write)}{more}"
+        return text
+
+    def _snapshot_cause_text(self, k: int) -> str:
         cause, function, seen_at = self._cause_parts(k)
         tracepoint = seen_at.startswith("tp:")
         if cause == CAUSE_ANNOUNCED:
@@ -613,7 +630,8 @@ class _Site:
                      plot_title: Optional[str] = None,
                      values: Optional[dict[str, str]] = None,
                      live: Optional[int] = None,
-                     live_series: Optional[dict[str, tuple[list, list]]] = None) -> None:
+                     live_series: Optional[dict[str, tuple[list, list]]] = None,
+                     writes_of: Optional[list[int]] = None) -> None:
         """The changes page of the changes at ``changes`` (in the order listed);
         ``values`` shows what unchanged fields hold, ``live`` is the object whose fields
         get the interactive plot (``live_series``: its series)."""
@@ -647,13 +665,42 @@ class _Site:
                            "in_timeline": self._in_timeline(f.name),
                            "value": (values or {}).get(f.name, ""),
                            "live": stem in live_data,
-                           "live_of": live_data.get(stem, {}).get("of", 0)})
+                           "live_of": live_data.get(stem, {}).get("of", 0),
+                           **self._watched_field(f.name, writes_of, show_object)})
         series_json = _json_island(live_data) if live is not None else ""
         self.write(f"{directory}/changes.html", "changes.html", title=title, heading=heading,
                    series_json=series_json,
                    fields=fields, show_object=show_object,
+                   watched=self.writes.fields if self.writes is not None else [],
                    changed=sum(1 for f in fields if f["count"]), drawn=len(drawn),
                    left_out=(len(set(series) & set(by_field)) - len(drawn)) if self.plots else 0)
+
+    def _watched_field(self, name: str, writes_of: Optional[list[int]],
+                       show_object: bool) -> dict:
+        """A watched field's writers and first writes, for its changes page section."""
+        view = self.writes
+        if view is None or name not in view.fields:
+            return {"watched": False}
+        chosen = [i for i in (range(len(view.writes)) if writes_of is None else writes_of)
+                  if view.writes[i].field == name]
+        writers = [{"label": w.label, "writes": w.writes, "changed": w.changed,
+                    "unchanged": w.unchanged, "stack": " → ".join(
+                        reversed(view.callers(w.example)))}
+                   for w in watched_writers(view, name, chosen)]
+        start, labels = self.data.start_ns, self.data.objects.labels
+        rows = []
+        for i in chosen[:WRITE_ROWS_PER_FIELD]:
+            w, o = view.writes[i], view.object_of[i]
+            rows.append({"ms": f"{(w.ts_ns - start) / 1e6:.6f}",
+                         "object": labels[o] if show_object and o >= 0 else "",
+                         "old": "?" if w.old is None else self.timeline.value(name, w.old),
+                         "new": "?" if w.value is None else self.timeline.value(name, w.value),
+                         "unchanged": w.unchanged, "writer": view.writer_label(i),
+                         "stack": " → ".join(reversed(view.callers(i))),
+                         "cpu": w.cpu, "tid": w.tid})
+        return {"watched": True, "writers": writers, "writes": rows,
+                "write_count": len(chosen),
+                "unchanged_count": sum(1 for i in chosen if view.writes[i].unchanged)}
 
     def _change_rows(self, found_of: list[np.ndarray], per_field: int, page_of: "_PageOf",
                      show_object: bool) -> list[str]:
@@ -776,7 +823,9 @@ class _Site:
                   for name, points in series.items() if points[0]}
         self.changes_page(d, label, f"{self.struct_title} {label}", changes,
                           page_of, plots, show_object=False, values=values,
-                          live=o, live_series=series)
+                          live=o, live_series=series,
+                          writes_of=self.writes.of_object(o) if self.writes is not None
+                          else None)
 
     def all_objects_pages(self) -> None:
         a = self.data
@@ -902,7 +951,9 @@ class _Site:
                 "phase": "entry" if ev.phase[at] == PHASE_ENTRY else "exit",
                 "href": (f"{data.objects.dirnames[o]}/{self.page_file.get(seq, 'index.html')}"
                          f"#e{seq}" if o in self.rendered else "")})
+        watch = data.meta_json("watch")
         self.write("index.html", "index.html", title=self.struct_title,
+                   watch_line=_watch_summary(watch) if isinstance(watch, dict) else "",
                    unreadable=unreadable, max_listed=MAX_LISTED,
                    heading=self.struct_title, objects_file=OBJECTS_FILE,
                    rendered=len(self.rendered), objects_total=objects_total,
@@ -926,6 +977,16 @@ HELPER_MIN_OBJECTS = 200
 HELPER_MIN_PLOTS = 40
 #: objects a helper takes at a time (small enough that the two finish together)
 OBJECTS_PER_TASK = 25
+
+def _watch_summary(watch: dict) -> str:
+    """The recording's ``--watch`` line (`ctracer.record.watcher.summary_line`), less its
+    leading word."""
+    from ctracer.record.watcher import summary_line
+    try:
+        return summary_line(watch).split(": ", 1)[1]
+    except (KeyError, TypeError, IndexError):
+        return ""
+
 
 class _PageOf:
     """Which page of a timeline an event is on, for links to its row: a row something

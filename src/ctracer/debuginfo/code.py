@@ -1,0 +1,260 @@
+"""Where a code address of a program is: function + offset, source file:line, the
+inlined function it is in, and which instruction ends there.
+
+`CodeMap` answers for one ELF file (a program or shared library with DWARF, or a
+vmlinux with DWARF): the function symbol holding an address (from ``.symtab``), the
+line table row covering it (DWARF line programs, read with pyelftools: the row of the
+greatest address not past it within its sequence), the innermost inlined subroutine
+whose ranges hold it (``DW_TAG_inlined_subroutine``, read only for the compile units
+holding the asked addresses), and, for an address just after an instruction, that
+instruction's start (`instruction_before`: a linear sweep of the function with
+capstone, the well-kept disassembler, since x86 instructions have no fixed length).
+
+Used for the writes of ``--watch``: a data breakpoint traps after the writing
+instruction, so the writer is the instruction ending at the trap's ip.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from elftools.elf.elffile import ELFFile
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an address is: ``function`` + ``offset`` (None when no symbol holds it),
+    the source ``file``:``line`` (None without a line table row), and ``inlined``: the
+    innermost inlined function around it, "" when none."""
+
+    address: int
+    function: Optional[str]
+    offset: int
+    file: Optional[str]
+    line: Optional[int]
+    inlined: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.function}+{self.offset:#x}" if self.function else f"{self.address:#x}"
+
+    @property
+    def source(self) -> str:
+        return f"{self.file}:{self.line}" if self.file and self.line else ""
+
+
+class CodeMap:
+    """Symbols, line table and inlined functions of one ELF file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = open(path, "rb")
+        self.elf = ELFFile(self._file)
+        self._symbols: list[tuple[int, int, str]] = []
+        # .symtab, else (a stripped library) the exported functions of .dynsym
+        symtab = self.elf.get_section_by_name(".symtab") or \
+            self.elf.get_section_by_name(".dynsym")
+        if symtab is not None:
+            for sym in symtab.iter_symbols():
+                if sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and sym["st_value"]:
+                    self._symbols.append((sym["st_value"], sym["st_size"], sym.name))
+        self._symbols.sort()
+        self._starts = [s[0] for s in self._symbols]
+        self._dwarf = self.elf.get_dwarf_info() if self.elf.has_dwarf_info() else None
+        self._rows: Optional[list[tuple[int, int, str, int, bool]]] = None
+        self._inlined: Optional[list[tuple[int, int, int, str]]] = None
+
+    def close(self) -> None:
+        self._file.close()
+
+    # -- symbols ----------------------------------------------------------------
+
+    def symbol(self, address: int) -> Optional[tuple[int, int, str]]:
+        at = bisect.bisect_right(self._starts, address) - 1
+        if at < 0:
+            return None
+        while at > 0 and self._symbols[at - 1][0] == self._symbols[at][0]:
+            at -= 1   # aliases: the first name listed at that address
+        start, size, name = self._symbols[at]
+        return self._symbols[at] if address < start + max(size, 1) else None
+
+    # -- line table ---------------------------------------------------------------
+
+    def _line_rows(self) -> list[tuple[int, int, str, int, bool]]:
+        """(address, sequence number, file, line, end of sequence), by address."""
+        if self._rows is not None:
+            return self._rows
+        rows: list[tuple[int, int, str, int, bool]] = []
+        seq = 0
+        if self._dwarf is not None:
+            for cu in self._dwarf.iter_CUs():
+                program = self._dwarf.line_program_for_CU(cu)
+                if program is None:
+                    continue
+                names = _file_names(program)
+                for entry in program.get_entries():
+                    state = entry.state
+                    if state is None:
+                        continue
+                    rows.append((state.address, seq, names.get(state.file, "?"), state.line,
+                                 state.end_sequence))
+                    if state.end_sequence:
+                        seq += 1
+        rows.sort(key=lambda r: (r[0], r[4] is False))   # an end before a start at one address
+        self._rows = rows
+        self._row_addresses = [r[0] for r in rows]
+        return rows
+
+    def line(self, address: int) -> tuple[Optional[str], Optional[int]]:
+        rows = self._line_rows()
+        at = bisect.bisect_right(self._row_addresses, address) - 1
+        if at < 0 or rows[at][4]:   # before every row, or past a sequence's end
+            return None, None
+        return rows[at][2], rows[at][3]
+
+    # -- inlined functions ------------------------------------------------------------
+
+    def _inlined_ranges(self, addresses: Iterable[int]) -> list[tuple[int, int, int, str]]:
+        """(low, high, depth, name) of the inlined subroutines of the compile units that
+        hold any of ``addresses``."""
+        if self._inlined is not None or self._dwarf is None:
+            return self._inlined or []
+        wanted = sorted(set(addresses))
+        out: list[tuple[int, int, int, str]] = []
+        for cu in self._dwarf.iter_CUs():
+            top = cu.get_top_DIE()
+            spans = _ranges(self._dwarf, cu, top)
+            if spans and not any(lo <= a < hi for lo, hi in spans for a in wanted):
+                continue
+            depth_of = {top.offset: 0}
+            for die in cu.iter_DIEs():
+                parent = die.get_parent()
+                depth = depth_of.get(parent.offset, 0) + 1 if parent is not None else 0
+                depth_of[die.offset] = depth
+                if die.tag != "DW_TAG_inlined_subroutine":
+                    continue
+                name = _origin_name(die)
+                for lo, hi in _ranges(self._dwarf, cu, die):
+                    out.append((lo, hi, depth, name))
+        self._inlined = out
+        return out
+
+    def inlined_at(self, address: int) -> str:
+        best = None
+        for lo, hi, depth, name in self._inlined or []:
+            if lo <= address < hi and (best is None or depth > best[0]):
+                best = (depth, name)
+        return best[1] if best else ""
+
+    # -- instructions -------------------------------------------------------------------
+
+    def _bytes_at(self, address: int, size: int) -> Optional[bytes]:
+        for seg in self.elf.iter_segments():
+            if seg["p_type"] != "PT_LOAD":
+                continue
+            start = seg["p_vaddr"]
+            if start <= address and address + size <= start + seg["p_filesz"]:
+                self._file.seek(seg["p_offset"] + address - start)
+                return self._file.read(size)
+        return None
+
+    def instruction_before(self, address: int) -> Optional[int]:
+        """The start of the instruction ending at ``address`` (None when the sweep of
+        its function does not land on it: not code, or data inside the function)."""
+        from capstone import CS_ARCH_X86, CS_MODE_64, Cs
+
+        sym = self.symbol(address - 1)
+        if sym is None:
+            return None
+        start, size, _ = sym
+        code = self._bytes_at(start, address - start)
+        if code is None:
+            return None
+        last = None
+        for insn_address, insn_size, _m, _o in Cs(CS_ARCH_X86, CS_MODE_64).disasm_lite(code, start):
+            if insn_address + insn_size == address:
+                last = insn_address
+        return last
+
+    def locate(self, address: int) -> Location:
+        sym = self.symbol(address)
+        file, line = self.line(address)
+        return Location(address, sym[2] if sym else None, address - sym[0] if sym else 0,
+                        file, line, self.inlined_at(address))
+
+    def writers(self, after: Iterable[int]) -> dict[int, Location]:
+        """For each trap address (just after a writing instruction), the writing
+        instruction's location (its start, when the sweep finds it; else the byte
+        before the trap address, which lies inside it: the same line)."""
+        after = set(after)
+        starts = {a: self.instruction_before(a) or a - 1 for a in after}
+        self._inlined_ranges(starts.values())
+        return {a: self.locate(s) for a, s in starts.items()}
+
+    def callers(self, returns: Iterable[int]) -> dict[int, Location]:
+        """For each return address of a stack, the call's location (the byte before a
+        return address is inside the call instruction)."""
+        returns = set(returns)
+        self._inlined_ranges(r - 1 for r in returns)
+        out = {}
+        for r in returns:
+            loc = self.locate(r - 1)
+            out[r] = Location(r, loc.function, loc.offset + 1, loc.file, loc.line, loc.inlined)
+        return out
+
+
+def _file_names(program) -> dict[int, str]:
+    """File index -> base name, for DWARF 4 (1-based) and 5 (0-based) line programs."""
+    header = program.header
+    files = header.get("file_entry", [])
+    version = header.get("version", 4)
+    out = {}
+    for i, entry in enumerate(files):
+        name = entry.name.decode() if isinstance(entry.name, bytes) else str(entry.name)
+        out[i if version >= 5 else i + 1] = name
+    return out
+
+
+def _ranges(dwarf, cu, die) -> list[tuple[int, int]]:
+    attrs = die.attributes
+    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
+        lo = attrs["DW_AT_low_pc"].value
+        hi = attrs["DW_AT_high_pc"]
+        return [(lo, hi.value if hi.form == "DW_FORM_addr" else lo + hi.value)]
+    if "DW_AT_ranges" in attrs:
+        try:
+            ranges = dwarf.range_lists()
+            if ranges is None:
+                return []
+            base = cu.get_top_DIE().attributes.get("DW_AT_low_pc").value \
+                if "DW_AT_low_pc" in cu.get_top_DIE().attributes else 0
+            out = []
+            for entry in ranges.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=cu):
+                if hasattr(entry, "begin_offset"):
+                    if getattr(entry, "is_absolute", False):
+                        out.append((entry.begin_offset, entry.end_offset))
+                    else:
+                        out.append((base + entry.begin_offset, base + entry.end_offset))
+                elif hasattr(entry, "base_address"):
+                    base = entry.base_address
+            return out
+        except Exception:  # an unreadable range list hides one inlined name, no more
+            return []
+    return []
+
+
+def _origin_name(die) -> str:
+    for _ in range(4):
+        name = die.attributes.get("DW_AT_name")
+        if name is not None:
+            return name.value.decode() if isinstance(name.value, bytes) else str(name.value)
+        origin = die.attributes.get("DW_AT_abstract_origin") or \
+            die.attributes.get("DW_AT_specification")
+        if origin is None:
+            return "?"
+        die = die.get_DIE_from_attribute("DW_AT_abstract_origin"
+                                         if "DW_AT_abstract_origin" in die.attributes
+                                         else "DW_AT_specification")
+    return "?"
