@@ -9,7 +9,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ctracer.analysis.model import function_label
 from ctracer.event import FunctionRow, canonical_ids
-from ctracer.plan.lifetime_rules import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import row_roles
 
 
 def attached_fully(attached: str) -> bool:
@@ -88,18 +88,12 @@ def function_table(functions: dict[int, FunctionRow],
                 rules.setdefault(fid, []).append(rule)
             elif on_function and f.reach == "direct" and rule.get("effect") == "ends":
                 ending[fid] = rule.get("rule") or f"{f.name} ends a lifetime"
-    raw = {fid: f.name for fid, f in functions.items()}
-    reach = {fid: f.reach for fid, f in functions.items()}
+    roles = row_roles(functions.values())
     return FunctionTable(
         canon=canon, names=_display_names(functions, canon),
-        creators={fid for fid, r in reach.items()
-                  if r == "returns" and not LOOKUP_LIKE.search(raw[fid])},
-        use_names=not any(r == "returns" for r in reach.values()) and not rules
-        and not ending, ending=ending,
-        free_like={fid for fid, n in raw.items() if FREE_LIKE.search(n)},
-        alloc_like={fid for fid, n in raw.items() if ALLOC_LIKE.search(n)}, rules=rules,
-        held={fid for fid, f in functions.items()
-              if f.reach == "tracepoint" and "->" in (f.via or "")},
+        creators=set(roles.creators), use_names=roles.use_names(bool(rules or ending)),
+        ending=ending, free_like=set(roles.free_like), alloc_like=set(roles.alloc_like),
+        rules=rules, held=set(roles.held),
         announced={fid: by_tp[f.name] for fid, f in functions.items()
                    if f.reach == "tracepoint" and f.name in by_tp and not "->" in (f.via or "")})
 

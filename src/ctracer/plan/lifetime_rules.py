@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from ctracer.errors import UsageError
 
@@ -37,6 +37,44 @@ from ctracer.errors import UsageError
 FREE_LIKE = re.compile(r"(^|_)(free|destroy|destruct|dealloc|kfree)(_|$)")
 ALLOC_LIKE = re.compile(r"(^|_)(alloc|new|create|clone)(_|$)")
 LOOKUP_LIKE = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
+
+
+def creates_objects(reach: str, name: str) -> bool:
+    """A function whose return starts an object's life: it returns the object and is not
+    named like a lookup (those return existing objects)."""
+    return reach == "returns" and not LOOKUP_LIKE.search(name)
+
+
+@dataclass(frozen=True)
+class RowRoles:
+    """What the lifetime rules need of a trace's function rows, computed once for the
+    probes, ``--tail`` (`ctracer.record.live_objects`) and the report
+    (`ctracer.analysis.functions`): the rows whose return creates an object, the
+    tracepoint rows reaching it through a holder (``skb->sk``), the rows named like a
+    free or an allocation, and whether any row returns the object."""
+
+    creators: frozenset[int]
+    held: frozenset[int]
+    free_like: frozenset[int]
+    alloc_like: frozenset[int]
+    returns_any: bool
+
+    def use_names(self, has_rules: bool) -> bool:
+        """No creation function nor rule: lifetimes end and start by function names."""
+        return not self.returns_any and not has_rules
+
+
+def row_roles(rows: Iterable) -> RowRoles:
+    """The `RowRoles` of function rows (anything with ``id``, ``name``, ``reach`` and
+    ``via``: `ctracer.event.FunctionRow`)."""
+    rows = list(rows)
+    return RowRoles(
+        creators=frozenset(r.id for r in rows if creates_objects(r.reach, r.name)),
+        held=frozenset(r.id for r in rows
+                       if r.reach == "tracepoint" and "->" in (getattr(r, "via", "") or "")),
+        free_like=frozenset(r.id for r in rows if FREE_LIKE.search(r.name)),
+        alloc_like=frozenset(r.id for r in rows if ALLOC_LIKE.search(r.name)),
+        returns_any=any(r.reach == "returns" for r in rows))
 
 #: the value TCP_CLOSE has where the debug info cannot say (include/net/tcp_states.h);
 #: a rule's condition names the enumerator, looked up in the kernel's BTF when traced

@@ -58,7 +58,7 @@ from typing import Collection, Optional, Sequence
 from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
 from ctracer.plan.discovery import Method
-from ctracer.plan.lifetime_rules import LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import creates_objects
 from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
@@ -176,7 +176,7 @@ def _lifetime_flags(m: Method, ending: Collection[str]) -> tuple[bool, bool]:
     ``kfree_skbmem``) ends it.  The report splits lifetimes by the same rules
     (`ctracer.analysis.passes`)."""
     direct = not m.path and not m.holder
-    starts = m.reach == "returns" and not LOOKUP_LIKE.search(m.name)
+    starts = creates_objects(m.reach, m.name)
     ends = direct and m.param_index is not None and m.name in ending
     return starts, ends
 

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 from ctracer.calls import Thread, closes, continues
 from ctracer.decode import object_name
 from ctracer.event import FLAG_NO_ENTRY, canonical_ids
-from ctracer.plan.lifetime_rules import ALLOC_LIKE, FREE_LIKE, LOOKUP_LIKE
+from ctracer.plan.lifetime_rules import row_roles
 
 
 class _Call:
@@ -55,18 +55,12 @@ class LiveObjects:
         """``rows``: the program's function-table rows (`ctracer.event.FunctionRow`);
         ``ending_rows``: the rows whose function's exit ends the object's life;
         ``has_rules``: the trace has lifetime rules."""
-        reach = {r.id: r.reach for r in rows}
-        names = {r.id: r.name for r in rows}
+        roles = row_roles(rows)
         self.canon = canonical_ids(rows)
-        self.held = {r.id for r in rows
-                     if r.reach == "tracepoint" and "->" in (getattr(r, "via", "") or "")}
-        self.creators = {i for i, how in reach.items()
-                         if how == "returns" and not LOOKUP_LIKE.search(names[i])}
+        self.held, self.creators = roles.held, roles.creators
         #: no creation function nor rule: ends and starts found by names, as the report does
-        self.use_names = not any(how == "returns" for how in reach.values()) \
-            and not has_rules and not ending_rows
-        self.free_like = {i for i, n in names.items() if FREE_LIKE.search(n)}
-        self.alloc_like = {i for i, n in names.items() if ALLOC_LIKE.search(n)}
+        self.use_names = roles.use_names(has_rules or bool(ending_rows))
+        self.free_like, self.alloc_like = roles.free_like, roles.alloc_like
         self.ending_rows = set(ending_rows)
         self.number: dict[int, int] = {}
         #: address -> (thread, the call running around the end there, or None)
