@@ -73,8 +73,8 @@ def _analyse(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     from ctracer.analysis.memory import passes_memory
     from ctracer.analysis.passes import ROW_BYTES
 
-    announced = trace.meta_json("announced_stores")
-    fns = function_table(trace.functions, trace.meta_json("lifetime_rules") or (), announced)
+    announced = trace.meta.announced_stores
+    fns = function_table(trace.functions, trace.meta.lifetime_rules, announced)
     space = ArraySpace.for_trace(trace.event_count(), ROW_BYTES + trace.mini.size, spill_dir)
     with passes_memory(mapped=space.directory is not None), space.writing_back():
         return _run_passes(trace, say, keep_snapshots, fns, announced, space)
@@ -158,7 +158,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
                              if summary.events_claimed not in (None, recorded) else None),
                     incomplete=incomplete or "")
     return Analysis(
-        summary=summary, counts=counts, layout=trace.mini, meta=dict(trace.meta),
+        summary=summary, counts=counts, layout=trace.mini, meta=trace.meta,
         events=events, objects=objects, changes=found, values=values,
         methods=calls.methods, function_names=fns.names, canonical=fns.canon,
         reach={fid: f.reach for fid, f in trace.functions.items()},

@@ -37,7 +37,7 @@ from typing import Iterable, Optional, Sequence
 
 from ctracer.analysis.profile import NO_CALLER, TraceProfile
 from ctracer.errors import CtracerError, UsageError
-from ctracer.tracefile import read_meta
+from ctracer.tracefile import TraceMeta, read_meta
 
 FUNCTION, CALLS, TIMING, CHANGES, FINAL, EDGE, STARTED, ENDED, EVENTS, LIFETIMES = (
     "function", "calls", "timing", "changes", "final", "edge", "started", "ended", "events",
@@ -143,9 +143,9 @@ def check_structs(before: Sequence[str], after: Sequence[str]) -> None:
     only; files that cannot be read are left to their readers' own messages)."""
     seen: list[tuple[str, str]] = []
     for path in [*before, *after]:
-        meta = read_meta(path)
+        meta = TraceMeta(read_meta(path), path)
         if "struct_name" in meta:
-            seen.append((path, f"{meta.get('struct_kind', 'struct')} {meta['struct_name']}"))
+            seen.append((path, f"{meta.struct_kind} {meta.struct_name}"))
     _same_struct(seen)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from ctracer.analysis.memory import at_once
 
 from ctracer.event import FunctionRow, Layout, array_value
-from ctracer.tracefile import meta_json, meta_text
+from ctracer.tracefile import TraceMeta
 
 #: Changes.cause values, and how they are spelled
 CAUSE_DURING = "during"    # seen at the exit of the function: it (or untraced code it ran) did it
@@ -385,7 +385,7 @@ class Analysis:
     summary: TraceSummary
     counts: EventCounts
     layout: Layout                  # the mini struct the snapshots hold
-    meta: dict[str, Any]            # the trace's meta entries, decoded from JSON
+    meta: TraceMeta                 # the trace's meta entries (`ctracer.tracefile.TraceMeta`)
     events: Events
     objects: Objects
     changes: Changes
@@ -410,14 +410,6 @@ class Analysis:
     #: where the analysis keeps its big arrays (`ctracer.analysis.mapped.ArraySpace`;
     #: None: the heap), for the per-event arrays its readers ask for (`change_rows`)
     space: Any = None
-
-    def meta_json(self, key: str, default: Any = None) -> Any:
-        """A meta entry decoded from JSON (`ctracer.tracefile.meta_json`)."""
-        return meta_json(self.meta, key, self.trace_path, default)
-
-    def meta_text(self, key: str) -> str:
-        """A meta entry as text (`ctracer.tracefile.meta_text`)."""
-        return meta_text(self.meta, key)
 
     def function_name(self, fid: int) -> str:
         return function_label(self.function_names, fid)

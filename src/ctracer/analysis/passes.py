@@ -344,7 +344,7 @@ def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
     addresses and ports) of each event that read only its object's head, and the rule
     saying why another identity at the same address is another object; ({}, "") when
     the trace has none.  Such events are few: only they are decoded here."""
-    head = trace.meta_json("head_read")
+    head = trace.meta.head_read
     names = head.get("identity") if isinstance(head, dict) else None
     layout = trace.mini
     known = {f.name for f in layout.fields}

@@ -7,12 +7,12 @@ import json
 
 from ctracer.analysis.functions import attached_fully
 from ctracer.analysis.model import TraceSummary
-from ctracer.tracefile import Trace, meta_text
+from ctracer.tracefile import Trace
 
 
 def trace_summary(trace: Trace, events: int) -> TraceSummary:
     def text(key: str) -> str:
-        shown = meta_text(trace.meta, key)
+        shown = trace.meta.text(key)
         return "" if shown.strip() == "null" and trace.meta[key] == shown else shown
 
     def words(key: str) -> list[str]:
@@ -49,7 +49,7 @@ def trace_summary(trace: Trace, events: int) -> TraceSummary:
         return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def count(key: str) -> Optional[int]:
-        v = trace.meta_json(key) if key in trace.meta else None
+        v = trace.meta.json(key) if key in trace.meta else None
         if isinstance(v, dict):
             return sum(int(x) for x in v.values())
         try:
@@ -58,7 +58,7 @@ def trace_summary(trace: Trace, events: int) -> TraceSummary:
             return None
 
     def mapping(key: str) -> dict:
-        v = trace.meta_json(key) if key in trace.meta else None
+        v = trace.meta.json(key) if key in trace.meta else None
         return v if isinstance(v, dict) else {}
 
     functions = sorted(trace.functions.values(), key=lambda f: (f.name, f.id))

@@ -72,9 +72,8 @@ class EventTable:
 
 
 def trace_id(a: Analysis) -> str:
-    """The trace's id (`ctracer.tracefile.trace_id_of` its meta)."""
-    from ctracer.tracefile import trace_id_of
-    return trace_id_of(a.meta)
+    """The trace's id (`ctracer.tracefile.TraceMeta.trace_id`)."""
+    return a.meta.trace_id
 
 
 def column_name(field: str) -> str:
@@ -131,7 +130,7 @@ def _snapshot_columns(a: Analysis, rows: slice, valid,
 def _pointer_arguments(a: Analysis) -> dict[int, frozenset[str]]:
     """Per functions-table row, the names of its arguments that are pointers (meta
     ``tracepoint_args``)."""
-    found = a.meta_json("tracepoint_args") or {}
+    found = a.meta.tracepoint_args
     out = {}
     for row, spec in (found.items() if isinstance(found, dict) else ()):
         if str(row).isdigit() and isinstance(spec, list):
@@ -215,7 +214,7 @@ class _Rows:
         self.comm_remap = np.array([comm_index.get(c, 0) for c in ev.comms], np.int32)
         self.pointers = _pointer_arguments(a)
         self.texts: dict[tuple[int, int], Optional[str]] = {}
-        self.constants = {"host": a.meta_text("host"), "kernel": a.meta_text("kernel_release"),
+        self.constants = {"host": a.meta.host, "kernel": a.meta.kernel_release,
                           "struct": a.summary.struct_name, "trace_id": trace_id(a)}
 
     def args(self, slots: np.ndarray, args: np.ndarray) -> list:

@@ -290,7 +290,7 @@ def _mapping(value: Any) -> dict:
 
 def _arg_kinds(data: Analysis) -> dict[int, dict[str, str]]:
     """Per functions-table row, each tracepoint argument's kind (meta ``tracepoint_args``)."""
-    found = data.meta_json("tracepoint_args") or {}
+    found = data.meta.tracepoint_args
     out: dict[int, dict[str, str]] = {}
     if isinstance(found, dict):
         for row, args in found.items():
@@ -310,14 +310,14 @@ class _Site:
         phases = set(np.unique(data.events.phase).tolist())
         self.has_calls = bool(phases & {PHASE_ENTRY, PHASE_EXIT})
         self.has_tracepoints = PHASE_TRACEPOINT in phases
-        self.announced = bool(data.meta_json("announced_stores"))
-        self.fmt = ValueFormatter(data.layout, data.meta_json("tracepoint_args") or {},
-                                  data.meta_json("kernel_symbols") or {},
-                                  _mapping(data.meta_json("net_devices")))
+        self.announced = bool(data.meta.announced_stores)
+        self.fmt = ValueFormatter(data.layout, data.meta.tracepoint_args,
+                                  data.meta.kernel_symbols,
+                                  _mapping(data.meta.net_devices))
         self.layout = data.layout
         self.names = data.function_names
         self.reach = data.reach
-        kinds = data.meta_json("return_kinds") if "return_kinds" in data.meta else None
+        kinds = data.meta.return_kinds
         #: function row -> how its return value reads (kernel functions: from BTF)
         self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
             if isinstance(kinds, dict) else {}
@@ -347,10 +347,10 @@ class _Site:
         if not self.dot:
             self.notes.append("graphviz's dot is not installed: call graphs are left out")
         self.generated = time.strftime("%Y-%m-%d %H:%M:%S")
-        head = data.meta_json("head_read")
+        head = data.meta.head_read
         #: objects that may be only their head (`ctracer.plan.heads`): its member and why
         self.head = head if isinstance(head, dict) else {}
-        named = data.meta_json("summary_fields")
+        named = data.meta.summary_fields
         #: the fields a project file named as columns of the object list
         self.summary_fields = [str(f) for f in named] if isinstance(named, list) else []
         from ctracer.analysis import writes as watched

@@ -78,7 +78,7 @@ def _refuse_unfinished(trace: Trace) -> None:
     from ctracer.errors import TraceFileError
     from ctracer.tracefile import STATE_RECORDING
 
-    if trace.meta.get("state") == STATE_RECORDING:
+    if trace.meta.state == STATE_RECORDING:
         raise TraceFileError(f"{trace.path} is unfinished: {trace.incomplete}; diff it once "
                              "the recording has stopped")
 
@@ -109,8 +109,8 @@ def _profile(trace: Trace, a) -> TraceProfile:
     out.field_stems = field_stems(out.fields)
     out.changes = _changes(a, [f.name for f in layout.fields])
 
-    fmt = ValueFormatter(layout, a.meta_json("tracepoint_args") or {},
-                         a.meta_json("kernel_symbols") or {})
+    fmt = ValueFormatter(layout, a.meta.tracepoint_args,
+                         a.meta.kernel_symbols)
     for j, f in enumerate(layout.fields):
         objects, codes = _final_codes(a, j)
         if not len(codes):

@@ -1,14 +1,15 @@
-"""The trace file's meta table read as values: `meta_json` and `meta_text` (one entry,
-with a damaged entry reported in one line), `read_meta` (the table as it is, for a
-quick look before opening the trace), `trace_id_of` (a trace's id, also for files older
-than the ``trace_id`` entry)."""
+"""The trace file's meta table read as values: `TraceMeta`, the typed view every reader
+uses (the entries ctracer reads, by name and type, and the table as written for a summary
+that lists it all); `meta_json` and `meta_text` (one entry, with a damaged entry reported
+in one line), `read_meta` (the table as it is, for a quick look before opening the
+trace), `trace_id_of` (a trace's id, also for files older than the ``trace_id`` entry)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
-from typing import Any
+from typing import Any, Iterator, Mapping, Optional
 
 from ctracer.errors import TraceFileError
 
@@ -62,3 +63,107 @@ def trace_id_of(meta: dict[str, str]) -> str:
     key = "|".join(meta.get(k, "") for k in ("host", "start_time", "struct_name",
                                              "kernel_release", "argv"))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class TraceMeta(Mapping[str, str]):
+    """A trace file's meta table: the entries ctracer reads, typed (JSON entries decoded
+    when read; a damaged one is a `TraceFileError` naming the file), and every entry as
+    written (a mapping of key → text, for the summary that lists them)."""
+
+    def __init__(self, entries: Mapping[str, str], path: str = ""):
+        self._entries = dict(entries)
+        self.path = path
+
+    def __getitem__(self, key: str) -> str:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def json(self, key: str, default: Any = None) -> Any:
+        """Any entry decoded from JSON (`meta_json`)."""
+        return meta_json(self._entries, key, self.path, default)
+
+    def text(self, key: str) -> str:
+        """Any entry as text (`meta_text`)."""
+        return meta_text(self._entries, key)
+
+    @property
+    def struct_name(self) -> str:
+        return self._entries["struct_name"]
+
+    @property
+    def struct_kind(self) -> str:
+        """``struct`` or ``union``."""
+        return self._entries.get("struct_kind", "struct")
+
+    @property
+    def trace_id(self) -> str:
+        return trace_id_of(self._entries)
+
+    @property
+    def host(self) -> str:
+        """The recording host's name."""
+        return self.text("host")
+
+    @property
+    def kernel_release(self) -> str:
+        """The recording host's kernel release."""
+        return self.text("kernel_release")
+
+    @property
+    def state(self) -> Optional[str]:
+        """recording, finished or interrupted (`ctracer.tracefile.format`)."""
+        return self._entries.get("state")
+
+    @property
+    def stopped_by(self) -> Optional[str]:
+        return self._entries.get("stopped_by")
+
+    @property
+    def traced(self) -> Optional[str]:
+        """``kernel`` or ``user``."""
+        return self._entries.get("traced")
+
+    @property
+    def tracepoint_args(self) -> dict:
+        """Per function id, each tracepoint argument's name, C type, kind and type text."""
+        return self.json("tracepoint_args") or {}
+
+    @property
+    def kernel_symbols(self) -> dict:
+        """Hex code address → ``symbol+offset`` on the recording host."""
+        return self.json("kernel_symbols") or {}
+
+    @property
+    def net_devices(self) -> Any:
+        """Device index → name on the recording host, as written (None: not recorded)."""
+        return self.json("net_devices")
+
+    @property
+    def announced_stores(self) -> Any:
+        """The stores tracepoints announce (`ctracer.plan.stores`; None: none)."""
+        return self.json("announced_stores")
+
+    @property
+    def lifetime_rules(self) -> Any:
+        """The lifetime rules the trace was recorded with (`ctracer.plan.lifetime_rules`)."""
+        return self.json("lifetime_rules") or ()
+
+    @property
+    def head_read(self) -> Any:
+        """The fields an event reading only its object's head carries (None: no such rule)."""
+        return self.json("head_read")
+
+    @property
+    def return_kinds(self) -> Any:
+        """How each function's return value is shown (None: not recorded)."""
+        return self.json("return_kinds") if "return_kinds" in self._entries else None
+
+    @property
+    def summary_fields(self) -> Any:
+        """The project file's columns of the report's object list (None: not given)."""
+        return self.json("summary_fields")

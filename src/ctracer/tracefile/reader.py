@@ -19,7 +19,7 @@ from ctracer.tracefile.format import (READABLE_VERSIONS, STATE_RECORDING, STATE_
                                       SQLITE_MAGIC, from_sql_u64, Event, RawDecoder, EVENT_CHECKS,
                                       ARGS_CHECK, FUNCTION_CHECKS)
 from ctracer.tracefile.recovery import writer_alive, finish, span, spooled, wall_time
-from ctracer.tracefile.meta import meta_json, trace_id_of
+from ctracer.tracefile.meta import TraceMeta
 
 
 def _sqlite_header(path: str) -> bytes:
@@ -149,7 +149,7 @@ class Trace:
             raise TraceFileError(f"{self.path} is damaged: function row {bad[0]!r} holds a "
                                  "value of the wrong type")
 
-    def _open(self) -> tuple[sqlite3.Connection, dict[str, str]]:
+    def _open(self) -> tuple[sqlite3.Connection, TraceMeta]:
         path = self.path
         try:
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -165,7 +165,7 @@ class Trace:
                 why = " (its meta table is not a trace's)" if "meta" in names else ""
                 raise TraceFileError(f"{path} is an SQLite database but not a ctracer "
                                      f"trace file{why}")
-            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            meta = TraceMeta(db.execute("SELECT key, value FROM meta").fetchall(), path)
         except sqlite3.Error as e:
             db.close()
             raise self._damaged(e) from None
@@ -212,19 +212,19 @@ class Trace:
 
     @property
     def struct_name(self) -> str:
-        return self.meta["struct_name"]
+        return self.meta.struct_name
 
     @functools.cached_property
     def trace_id(self) -> str:
         """The trace's id (`trace_id_of` its meta)."""
-        return trace_id_of(self.meta)
+        return self.meta.trace_id
 
     @property
     def struct_kind(self) -> str:
-        return self.meta.get("struct_kind", "struct")
+        return self.meta.struct_kind
 
     def meta_json(self, key: str, default: Any = None) -> Any:
-        return meta_json(self.meta, key, self.path, default)
+        return self.meta.json(key, default)
 
     def _span(self) -> tuple[int, Optional[int], Optional[int]]:
         try:
@@ -343,7 +343,7 @@ class Trace:
         """The fields an event flagged `FLAG_HEAD_ONLY` carries: those inside the head
         the meta ``head_read`` names (`ctracer.plan.heads`); None when the trace has
         no such rule."""
-        head = self.meta_json("head_read")
+        head = self.meta.head_read
         names = head.get("fields") if isinstance(head, dict) else None
         return frozenset(str(n) for n in names) if isinstance(names, list) else None
 
