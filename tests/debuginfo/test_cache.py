@@ -200,7 +200,7 @@ def test_any_catalog_round_trips(tmp_path):
     tracepoints = [TracepointInfo("sock_rcvqueue_full", (Parameter(None, sock),))]
     memory = MemoryCatalog(functions, structs, tracepoints, ["a note"])
     ident = {"path": str(tmp_path), "size": 1, "build_id": ""}
-    stored = cache.store_catalog(memory, "test-key", "btf", "btf-1", ident,
+    stored = store_catalog(memory, "test-key", "btf", "btf-1", ident,
                                  locations={("struct", "socket"): 1234})
     assert_same_catalog(stored, memory)
     assert stored.location("socket") == 1234 and stored.location("nothing") is None
@@ -237,3 +237,26 @@ def test_structs_are_decoded_once(program):
     assert cached.struct("with_anon") is first
     holders = cached.structs_with_member_of(ShapeKind.STRUCT, "nested_stats")
     assert first in holders and any(s is first for s in holders)
+
+
+def store_catalog(catalog, key: str, kind: str, producer: str, identity: dict,
+                  description: str = "", locations: "dict | None" = None) -> "cache.SqliteCatalog":
+    """Write a whole catalog to the cache through `cache.CatalogWriter` and return the
+    cached version (what a reader does row by row).  ``locations`` maps (kind, name) of a struct to where its reader finds it."""
+    locations = locations or {}
+    with cache.CatalogWriter(key, kind, producer, identity, description) as w:
+        w.notes = list(catalog.notes)
+        for f in catalog.functions():
+            w.add_function(f.name, f.unit, f.address, f.external, f.inline.value,
+                           f.inlined_only, f.variadic, f.linkage_name, f.decl_file,
+                           f.decl_line, [(p.name, cache.shape_tuple(p.shape)) for p in f.params],
+                           cache.shape_tuple(f.returns))
+        for k in (ShapeKind.STRUCT, ShapeKind.UNION):
+            for name in catalog.struct_names(k):
+                s = catalog.struct(name, k)
+                w.add_struct(k.value, name, s.size,
+                             [(m.name, cache.shape_tuple(m.shape), m.bit_offset) for m in s.members],
+                             locations.get((k.value, name)))
+        for t in catalog.tracepoints():
+            w.add_tracepoint(t.name, [(p.name, cache.shape_tuple(p.shape)) for p in t.params])
+    return cache.SqliteCatalog(cache.cache_path(key, kind))

@@ -76,7 +76,8 @@ def test_mini_records_the_base_type_members(capsys, fixture_so):
 
 
 def test_mini_field_is_the_hidden_former_spelling_of_fields(capsys, fixture_so):
-    """`ctracer struct --field P` (one pattern a flag) still works, as `--fields P`; only
+    """`ctracer struct --field P` (one pattern a flag, the former spelling) still works,
+    as argparse's abbreviation of `--fields P` (no hidden option of its own); only
     `--fields` shows in the help, as in `ctracer trace`."""
     base = ("struct", "big_one", "--binary", str(fixture_so), "--mini", "--no-cache")
     _, old, _ = ctracer(capsys, *base, "--field", "refs", "--field", "flag")
@@ -92,8 +93,8 @@ def test_mini_field_is_the_hidden_former_spelling_of_fields(capsys, fixture_so):
 
 def test_mini_exclude_fields_spelled_as_in_trace(capsys, fixture_so):
     """Fields are left out with `--exclude-fields GLOB...` in `struct --mini` as in
-    `trace` (`--exclude` leaves out functions there); `struct --exclude P` still works,
-    hidden."""
+    `trace` (`--exclude` leaves out functions there); `struct --exclude P` (the former
+    spelling) still works as argparse's abbreviation of `--exclude-fields`, not shown."""
     base = ("struct", "big_one", "--binary", str(fixture_so), "--mini", "--no-cache")
     _, everything, _ = ctracer(capsys, *base)
     _, new, _ = ctracer(capsys, *base, "--exclude-fields", "refs", "flag")

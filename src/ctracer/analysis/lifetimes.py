@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import bisect
 from typing import Any, Optional, Sequence
 
 from ctracer.analysis.model import ObjectKey
@@ -22,7 +21,6 @@ class Lifetimes:
         self.ended: dict[int, tuple[str, int, Any]] = {}
         #: addresses whose current lifetime a creation function's return began
         self._made: set[int] = set()
-        self._positions: dict[int, list[int]] = {}
 
     def seen(self, address: int, at: int, function: str) -> None:
         if address not in self.first_seen:
@@ -102,17 +100,6 @@ class Lifetimes:
             self._made.discard(address)
             self.starts.setdefault(address, []).append(
                 (at, f"{function} after {freed_by} (by name)"))
-
-    def lifetime_of(self, address: int, at: int) -> int:
-        """Which lifetime of ``address`` the row at ``at`` belongs to (call once recording
-        is over: start positions are cached)."""
-        starts = self.starts.get(address)
-        if not starts:
-            return 1
-        positions = self._positions.get(address)
-        if positions is None:
-            positions = self._positions[address] = [s for s, _ in starts]
-        return 1 + bisect.bisect_right(positions, at)
 
     def reason(self, key: ObjectKey) -> str:
         if key.lifetime == 1:

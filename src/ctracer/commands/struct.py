@@ -43,15 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="with --mini: only these fields (names or globs; a glob naming "
                            "a nested struct takes all of its fields), as `ctracer trace "
                            "--fields`")
-    # the former spelling, one pattern a flag: kept working, no longer shown
-    mini.add_argument("--field", dest="fields", action="append", help=argparse.SUPPRESS)
     mini.add_argument("--exclude-fields", nargs="+", action="extend", default=[],
                       metavar="GLOB", help="with --mini: leave out these fields (names or "
                                            "globs), as `ctracer trace --exclude-fields`")
-    # the former spelling: kept working, no longer shown (in `trace` and `plan`, --exclude
-    # leaves out functions)
-    mini.add_argument("--exclude", dest="exclude_fields", action="append",
-                      help=argparse.SUPPRESS)
     options.add_selection_arguments(mini, "with --mini: ")
     mini.add_argument("--explain", action="store_true",
                       help="with --mini: list what is left out and why, and what the "

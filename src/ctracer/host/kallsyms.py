@@ -244,21 +244,6 @@ class SymbolsLoader:
         return self._value
 
 
-def attachable_functions(tracefs: Optional[str] = None) -> Optional[set[str]]:
-    """Names of the functions probes can attach to on the running kernel, None if unknown."""
-    symbols = kernel_symbols(tracefs)
-    return None if symbols is None else symbols.names()
-
-
-def is_attachable(function, symbols: Optional[KernelSymbols]) -> Optional[bool]:
-    """Whether a `ctracer.debuginfo.catalog.FunctionInfo` (or a plain name) exists under its own name
-    on the running kernel; None when the kernel's symbols cannot be read."""
-    if symbols is None:
-        return None
-    name = function if isinstance(function, str) else function.name
-    return name in symbols
-
-
 def notrace_names(symbols: KernelSymbols, names: Iterable[str]) -> frozenset[str]:
     """Of ``names``, those the kernel has as text symbols but does not offer for tracing
     (known only when ``symbols`` is available_filter_functions and kallsyms is readable)."""

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-# an object's one name, also its pages' folder, is `ctracer.decode`'s (``--tail`` names
-# objects too); re-exported here
-from ctracer.decode import object_name  # noqa: F401
 from ctracer.files import safe_name
 
 #: names Windows and some tools treat specially; we never produce them

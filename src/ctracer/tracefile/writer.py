@@ -148,11 +148,6 @@ class TraceWriter:
             self.db.commit()
             self.events_spooled += self._decoder.count(raw[at:at + step])
 
-    def checkpoint(self) -> None:
-        """Copy the committed log into the file and sync it (what survives a power loss,
-        not only a crash): a moment's work when little is pending."""
-        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-
     def checkpoint_in_background(self, every_s: float = 0.25) -> None:
         """From now until `close`, a thread with a connection of its own copies the
         committed log into the file every ``every_s`` seconds (a passive checkpoint

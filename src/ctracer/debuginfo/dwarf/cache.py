@@ -261,7 +261,7 @@ class SqliteCatalog(Catalog):
 
 
 class CatalogWriter:
-    """Builds a cache file from plain rows; `store_catalog` feeds it a whole `Catalog`.
+    """Builds a cache file from plain rows.
 
     Use as a context manager: the file appears under its final name only when the
     block ends without an error."""
@@ -370,26 +370,3 @@ def _shape_ref(shape: ShapeTuple) -> tuple:
 
 def shape_tuple(s: TypeShape) -> ShapeTuple:
     return (s.kind.value, s.name, s.pointers, s.const, s.text)
-
-
-def store_catalog(catalog: Catalog, key: str, kind: str, producer: str, identity: dict,
-                  description: str = "", locations: Optional[dict] = None) -> SqliteCatalog:
-    """Write any `Catalog` (e.g. one built from BTF) to the cache and return the cached
-    version.  ``locations`` maps (kind, name) of a struct to where its reader finds it."""
-    locations = locations or {}
-    with CatalogWriter(key, kind, producer, identity, description) as w:
-        w.notes = list(catalog.notes)
-        for f in catalog.functions():
-            w.add_function(f.name, f.unit, f.address, f.external, f.inline.value,
-                           f.inlined_only, f.variadic, f.linkage_name, f.decl_file,
-                           f.decl_line, [(p.name, shape_tuple(p.shape)) for p in f.params],
-                           shape_tuple(f.returns))
-        for k in (ShapeKind.STRUCT, ShapeKind.UNION):
-            for name in catalog.struct_names(k):
-                s = catalog.struct(name, k)
-                w.add_struct(k.value, name, s.size,
-                             [(m.name, shape_tuple(m.shape), m.bit_offset) for m in s.members],
-                             locations.get((k.value, name)))
-        for t in catalog.tracepoints():
-            w.add_tracepoint(t.name, [(p.name, shape_tuple(p.shape)) for p in t.params])
-    return SqliteCatalog(cache_path(key, kind))
