@@ -63,10 +63,29 @@ def shots(tmp_path):
 
 
 def ready(browser, path):
+    """The page with both views drawn (each is drawn when scrolled to)."""
     page, watch = open_page(browser, path)
-    page.wait_for_selector("#graph-view[data-ready]", timeout=20000)
-    page.wait_for_selector("#flame-view[data-ready]", timeout=20000)
+    for view in ("#flame-view", "#graph-view"):
+        page.locator(view).scroll_into_view_if_needed()
+        page.wait_for_selector(f"{view}[data-ready]", timeout=20000)
     return page, watch
+
+
+def test_views_wait_until_scrolled_to(busiest, browser):
+    path, _ = busiest
+    page = browser.new_page()
+    watch = PageProblems(page)
+    page.set_viewport_size({"width": 1300, "height": 200})  # the views well below it
+    page.goto(path.as_uri(), wait_until="load")
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("document.getElementById('graph-view').getBoundingClientRect().top") > 600
+    assert page.evaluate("typeof window.cytoscape") == "undefined"
+    assert page.get_attribute("#graph-view", "data-ready") is None
+    page.locator("#graph-view").scroll_into_view_if_needed()
+    page.wait_for_selector("#graph-view[data-ready]", timeout=20000)
+    assert page.evaluate("typeof window.cytoscape") == "function"
+    page.close()
+    assert watch.problems == []
 
 
 def shown_ids(page, selector="node"):

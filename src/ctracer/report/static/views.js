@@ -8,6 +8,10 @@
   var island = document.getElementById("views-data");
   if (!island) { return; }
   var V = JSON.parse(island.textContent);
+  // the vendored libraries sit beside this script; they are loaded when the graph is
+  // first scrolled to, so a page opens as fast without them
+  var here = document.currentScript ? document.currentScript.src : "";
+  var staticDir = here.slice(0, here.lastIndexOf("/") + 1);
 
   function el(tag, text, cls) {
     var e = document.createElement(tag);
@@ -476,6 +480,35 @@
     section.setAttribute("data-ready", "1");
   }
 
-  if (V.graph) { callGraph(V.graph); }
-  if (V.flame) { flameView(V.flame); }
+  // each view is drawn when it comes near the screen (its section shows a line until then)
+  function whenSeen(section, draw) {
+    if (!section) { return; }
+    section.hidden = false;
+    var waiting = el("p", "drawing…", "hint pending");
+    section.appendChild(waiting);
+    var go = function () { waiting.remove(); draw(); };
+    if (!("IntersectionObserver" in window)) { go(); return; }
+    var seen = new IntersectionObserver(function (entries) {
+      if (entries.some(function (e) { return e.isIntersecting; })) { seen.disconnect(); go(); }
+    }, { rootMargin: "300px" });
+    seen.observe(section);
+  }
+  function loadScripts(list, done, failed) {  // in order: dagre registers with cytoscape
+    if (!list.length) { done(); return; }
+    var tag = document.createElement("script");
+    tag.src = staticDir + list[0];
+    tag.onload = function () { loadScripts(list.slice(1), done, failed); };
+    tag.onerror = function () { failed(list[0]); };
+    document.body.appendChild(tag);
+  }
+  if (V.graph) {
+    whenSeen(document.getElementById("graph-view"), function () {
+      loadScripts(window.cytoscape ? [] : ["cytoscape.min.js", "cytoscape-dagre.min.js"],
+        function () { callGraph(V.graph); },
+        function (name) {
+          document.querySelector("[data-graph=status]").textContent = "could not load " + name;
+        });
+    });
+  }
+  if (V.flame) { whenSeen(document.getElementById("flame-view"), function () { flameView(V.flame); }); }
 }());
