@@ -195,3 +195,29 @@ def test_groups_of_some_objects_are_their_own(trace_path):
     positions, offsets = objects.event_groups(every)
     assert np.concatenate([objects.events(o) for o in every]).tolist() == positions.tolist()
     assert objects.event_groups([])[1].tolist() == [0]
+
+
+def test_written_back_arrays_leave_the_process_and_keep_their_values(tmp_path, monkeypatch):
+    """After `ArraySpace.writing_back`, the mapped arrays' pages are on disk and out of
+    the process (a memory limit can drop them), and reading them gives the values."""
+    monkeypatch.setattr(mapped, "MIN_BYTES", 0)
+    space = mapped.ArraySpace(str(tmp_path))
+    with space.writing_back():
+        a = space.zeros(8 << 20, np.int64)  # 64 MB
+        a[:] = np.arange(len(a))
+        address = a.__array_interface__["data"][0]
+    assert _resident_kb(address) == 0
+    assert int(a[12345]) == 12345 and int(a[-1]) == len(a) - 1
+
+
+def _resident_kb(address: int) -> int:
+    """The Rss of the mapping that holds ``address``, from /proc/self/smaps."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+            if head:
+                inside = int(head.group(1), 16) <= address < int(head.group(2), 16)
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the array")

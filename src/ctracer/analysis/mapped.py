@@ -58,9 +58,9 @@ class ArraySpace:
     """Where the analysis puts its big arrays: the heap (``directory`` None) or unnamed
     files mapped from ``directory``."""
 
-    def __init__(self, directory: Optional[str], min_bytes: int = MIN_BYTES):
+    def __init__(self, directory: Optional[str], min_bytes: Optional[int] = None):
         self.directory = directory
-        self.min_bytes = min_bytes  # smaller arrays stay on the heap
+        self.min_bytes = min_bytes  # smaller arrays stay on the heap (None: `MIN_BYTES`)
         self.mapped_bytes = 0
         self._arrays: list[weakref.ref] = []  # every mapped array still alive
 
@@ -82,7 +82,8 @@ class ArraySpace:
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if self.directory is None or size < max(self.min_bytes, 1):
+        smallest = MIN_BYTES if self.min_bytes is None else self.min_bytes
+        if self.directory is None or size < max(smallest, 1):
             return np.zeros(shape, dtype)
         return self._mapped(shape, dtype, size)
 

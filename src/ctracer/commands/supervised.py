@@ -11,7 +11,8 @@ exit (137, as a shell says for SIGKILL).  The child's own result (its exit statu
 error (a `CtracerError`, Ctrl-C) comes back through a pipe and is raised here, so the
 CLI prints it as it always did.
 
-``CTRACER_NO_SUPERVISOR=1`` runs the work in the process itself (for debugging).
+``CTRACER_NO_SUPERVISOR=1`` runs the work in the process itself (for debugging), as
+does a caller whose stdout or stderr is not a file (an in-memory capture).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def run_supervised(work: Callable[[], int], what: str,
     """``work()`` in a forked child; its exit status.  When the child is killed by
     SIGKILL, ``on_killed(why)`` says what is left and what to try, raised as one
     `OutOfMemory` line; any other signal's death is said the same way."""
-    if os.environ.get("CTRACER_NO_SUPERVISOR") or not hasattr(os, "fork"):
+    if os.environ.get("CTRACER_NO_SUPERVISOR") or not hasattr(os, "fork") \
+            or not _real_streams():
         return work()
     before = oom_kills()
     _become_subreaper()
@@ -120,6 +122,17 @@ def _end_orphans(others: set[int]) -> None:
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def _real_streams() -> bool:
+    """stdout and stderr are files the child writes too (not a caller's in-memory
+    capture, which the child's prints would never reach)."""
+    try:
+        sys.stdout.fileno()
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
 
 
 def _pass_on(pid: int, number: int) -> None:
