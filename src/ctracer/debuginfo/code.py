@@ -3,7 +3,8 @@ inlined function it is in, and which instruction ends there.
 
 `CodeMap` answers for one ELF file (a program or shared library with DWARF, or a
 vmlinux with DWARF): the function symbol holding an address (from ``.symtab``), the
-line table row covering it (DWARF line programs, read with pyelftools: the row of the
+line table row covering it (DWARF line programs, read with pyelftools through
+`ctracer.debuginfo.dwarf.dies.open_elffile`: the row of the
 greatest address not past it within its sequence), the innermost inlined subroutine
 whose ranges hold it (``DW_TAG_inlined_subroutine``, read only for the compile units
 holding the asked addresses), and, for an address just after an instruction, that
@@ -20,7 +21,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from elftools.elf.elffile import ELFFile
+from ctracer.debuginfo.dwarf.dies import open_elffile
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class CodeMap:
     def __init__(self, path: str):
         self.path = path
         self._file = open(path, "rb")
-        self.elf = ELFFile(self._file)
+        self.elf = open_elffile(self._file)
         self._symbols: list[tuple[int, int, str]] = []
         # .symtab, else (a stripped library) the exported functions of .dynsym
         symtab = self.elf.get_section_by_name(".symtab") or \

@@ -335,12 +335,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     counts = ProgressCounts()
     session = bpf_runtime.ProbeSession(program, binary, lambda raw: None)
     kernel = meta.get("traced") == "kernel"
-    if watch_plan is not None:
-        from ctracer.probes import watch as watch_probes
-        session.extra_text = watch_probes.c_text(kernel)
-    session.compile()
-    watcher = (_start_watch(session, program, watch_plan, kernel) if watch_plan is not None
-               else None)
+    watcher = _compile(session, program, watch_plan, kernel)
     writer = TraceWriter(output)
     sink = EventSink(program, writer, counts, tail, watcher)
     session.on_event = sink
@@ -360,9 +355,6 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                         **({"net_devices": devices} if kernel else {}),
                         **({"watch_plan": watch_plan.to_json()} if watch_plan is not None
                            else {}))
-        if watcher is not None:
-            from ctracer import writes
-            writes.create(writer.db)
         writer.expect_raw()
         writer.checkpoint_in_background()
         if command:
@@ -395,9 +387,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             if recording:
                 stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
             misses = session.misses() if recording else {}
-            watched = (_finish_watch(session, watcher, writer, kernel, seconds, vmlinux)
-                       if recording and watcher is not None and stopped_by != DISK_FULL
-                       else None)
+            watched = _finish_watch(session, watcher, writer, kernel, seconds, vmlinux) \
+                if recording and stopped_by != DISK_FULL else None
             status = gated.stop() if gated else None
             session.close()
             detach_seconds = time.monotonic() - detaching
@@ -424,17 +415,22 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                     writer.kept_old, watch.warnings(counts.events, command, pid),
-                     detach_seconds, misses)
-    result.watch = watched
-    return result
+    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                   writer.kept_old, watch.warnings(counts.events, command, pid),
+                   detach_seconds, misses, watched)
 
 
-def _start_watch(session, program: ProbeProgram, plan, kernel: bool):
-    """Load the write breakpoints' program, open its ring buffer, time BPF programs,
-    and return the `ctracer.record.watcher.Watcher`."""
+def _compile(session, program: ProbeProgram, plan, kernel: bool):
+    """Compile the probes (with the write breakpoints' program when ``plan``, a
+    `ctracer.plan.watch.WatchPlan`); then load that program, open its ring buffer, time
+    BPF programs and return the `ctracer.record.watcher.Watcher` (None without plan)."""
+    if plan is None:
+        session.compile()
+        return None
+    from ctracer.probes import watch as watch_probes
     from ctracer.record.watcher import Watcher
+    session.extra_text = watch_probes.c_text(kernel)
+    session.compile()
     watcher = Watcher(plan, program, session.write_program_fd(), kernel=kernel)
     session.open_writes(watcher.on_write)
     session.enable_program_stats()
@@ -442,9 +438,12 @@ def _start_watch(session, program: ProbeProgram, plan, kernel: bool):
 
 
 def _finish_watch(session, watcher, writer: TraceWriter, kernel: bool, seconds: float,
-                  vmlinux: Optional[str]) -> dict:
+                  vmlinux: Optional[str]) -> Optional[dict]:
     """Disarmed already; the last writes and armings into the file, where their code
-    is (``watch_sites``) and what the watch did and cost (the meta ``watch``)."""
+    is (``watch_sites``) and what the watch did and cost (the meta ``watch``); None
+    without a watch."""
+    if watcher is None:
+        return None
     from ctracer import writes
     from ctracer.record import write_sites
     watcher.flush(writer.db)
@@ -474,7 +473,8 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
 
 def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts, kept: int,
             seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
-            detach_seconds: float, misses: dict) -> RecordResult:
+            detach_seconds: float, misses: dict, watched: Optional[dict] = None
+            ) -> RecordResult:
     from ctracer.record import bpf_runtime
 
     results = session.results
@@ -485,7 +485,7 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         session.compile_seconds, session.attach_seconds, seconds, stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
-        _thread_state_fallback(session))
+        _thread_state_fallback(session), watched)
 
 
 def _thread_state_fallback(session) -> str:

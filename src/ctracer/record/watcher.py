@@ -99,6 +99,7 @@ class Watcher:
         self.last_ns: Optional[int] = None
         self.arm_seconds: list[float] = []
         self.maps = ProcessMaps()
+        self._tables = False
         self._fields = [HEADER.field(n) for n in ("ts_ns", "object", "pid", "tid",
                                                    "function_id", "phase", "flags")]
 
@@ -283,7 +284,10 @@ class Watcher:
 
     def flush(self, db) -> None:
         """Put the writes and finished armings into the trace file (committed with the
-        events by the caller)."""
+        events by the caller; the tables made on the first call)."""
+        if not self._tables:
+            writes.create(db)
+            self._tables = True
         if self.pending:
             rows, self.pending = self.pending, []
             writes.add_writes(db, rows)

@@ -10,7 +10,9 @@
   scanner (`ctracer.debuginfo.dwarf.scan`): the reference in tests, and the fallback for
   DWARF the scanner does not read (`walk_units`, `declared_rows`);
 * `GraphBuilder` reads one struct definition and every type it reaches into a
-  `TypeGraph`, by the DIE offset the catalog remembered (`find_struct`).
+  `TypeGraph`, by the DIE offset the catalog remembered (`find_struct`);
+* `open_elffile` gives pyelftools' `ELFFile` of an open file, whose symbols, segments,
+  line programs and DIEs `ctracer.debuginfo.code` reads for ``--watch``'s writers.
 
 pyelftools is imported inside functions only, so that a cached query never pays for it.
 """
@@ -29,6 +31,12 @@ from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, Enc
 from ctracer.errors import InputFileError
 
 # ------------------------------------------------------------------ opening
+
+
+def open_elffile(stream):
+    """pyelftools' `ELFFile` of ``stream`` (an open binary file)."""
+    from elftools.elf.elffile import ELFFile
+    return ELFFile(stream)
 
 
 def open_dwarfinfo(headers: ElfHeaders, stream):
