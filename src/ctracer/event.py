@@ -280,6 +280,9 @@ FLAG_NO_ENTRY = 2      # an exit whose entry was not seen (object unknown)
 #: only the object's head was read (a time-wait or request socket traced as struct sock:
 #: `ctracer.plan.heads`); the fields outside it were not read (zero in the snapshot)
 FLAG_HEAD_ONLY = 4
+#: set by the reader of a compact trace: the event's snapshot could not be rebuilt (an
+#: earlier event of its object was lost: `ctracer.deltas`); no snapshot
+FLAG_SNAPSHOT_LOST = 8
 
 #: every event starts with this
 HEADER = Layout.packed_in_order("ctracer_header", [
@@ -347,3 +350,83 @@ def event_dtype(mini: Layout, nargs: int = 0):
         offsets.append(mini_offset(mini, nargs))
     return np.dtype({"names": names, "formats": formats, "offsets": offsets,
                      "itemsize": event_size(mini, nargs)})
+
+
+# -- compact events ------------------------------------------------------------------
+#
+# A compact event is a whole event (`c_event_definition`) cut in two: its first
+# `DELTA_FIXED` bytes as they are (time, object, return value, cpu, pid, tid, function,
+# depth, phase, flags, the command name's first bytes), then a delta of the rest (the
+# command name, the argument slots, the snapshot) as 8-byte words: a bitmap of the words
+# this event carries, then those words.  The kernel keeps each followed object's last
+# event as each CPU sent it (`ctracer.probes.ctext.send_function`), so an event carries
+# only the words that changed since the object's last event on its CPU; the first event
+# of an object on a CPU, the one after a lost event and any the kernel could not chain
+# carry every word.  The reader (`ctracer.deltas`) rebuilds the whole events.
+
+#: meta ``event_encoding``: every event whole (`--full-snapshots`), or compact
+ENCODING_FULL = "full"
+ENCODING_COMPACT = "compact"
+
+#: a delta's kind
+DELTA_CHANGED = 0     # the words changed since the event of version ``base``
+DELTA_FIRST = 1       # every word; starts the object's chain on its CPU at version 0
+DELTA_ALONE = 2       # every word, outside the chain (a nested program's event)
+
+#: a ring buffer record's header (the kernel's ``struct bpf_ringbuf_hdr``): a compact
+#: trace keeps the ring's records as they were, header included
+RING_HEADER_BYTES = 8
+RING_BUSY_BIT = 1 << 31
+RING_DISCARD_BIT = 1 << 30
+
+#: bytes at the start of every event sent as they are (8-byte aligned, inside the header)
+DELTA_FIXED = 48
+assert HEADER.field("flags").offset < DELTA_FIXED <= HEADER.size
+
+
+def delta_words(mini: Layout, nargs: int = 0) -> int:
+    """8-byte words a compact event's delta is cut into (the event after its first
+    `DELTA_FIXED` bytes)."""
+    return (event_size(mini, nargs) - DELTA_FIXED) // 8
+
+
+def bitmap_words(mini: Layout, nargs: int = 0) -> int:
+    """u64 words of a delta's bitmap (one bit per delta word)."""
+    return (delta_words(mini, nargs) + 63) // 64
+
+
+#: the delta's head, after the fixed bytes and before the bitmap
+DELTA = Layout.packed_in_order("ctracer_delta_head", [
+    Field("base", "u32", 0, "uint"),
+    Field("words", "u16", 0, "uint"),
+    Field("kind", "u8", 0, "uint"),
+    Field("pad", "u8", 0, "uint"),
+])
+
+
+def delta_words_offset(mini: Layout, nargs: int = 0) -> int:
+    """Where a compact event's words start (after the fixed bytes, head and bitmap)."""
+    return DELTA_FIXED + DELTA.size + 8 * bitmap_words(mini, nargs)
+
+
+def compact_size(mini: Layout, nargs: int, words: int) -> int:
+    """Bytes of a compact event carrying ``words`` words."""
+    return delta_words_offset(mini, nargs) + 8 * words
+
+
+def c_compact_definition(mini: Layout, nargs: int = 0) -> str:
+    """C for ``struct ctracer_compact`` (the most a compact event holds); after
+    `c_event_definition`."""
+    words, bits = delta_words(mini, nargs), bitmap_words(mini, nargs)
+    return (DELTA.c_definition() + "\n"
+            f"#define CTRACER_DELTA_FIXED {DELTA_FIXED}\n"
+            f"#define CTRACER_WORDS {words}\n#define CTRACER_BITMAP_WORDS {bits}\n"
+            f"#define CTRACER_DELTA_CHANGED {DELTA_CHANGED}\n"
+            f"#define CTRACER_DELTA_FIRST {DELTA_FIRST}\n"
+            f"#define CTRACER_DELTA_ALONE {DELTA_ALONE}\n"
+            f"struct ctracer_compact {{\n\tu64 fixed[{DELTA_FIXED // 8}];\n"
+            f"\tstruct {DELTA.name} d;\n\tu64 changed[{bits}];\n\tu64 w[{words}];\n}};\n"
+            f'_Static_assert(__builtin_offsetof(struct ctracer_compact, w) == '
+            f'{delta_words_offset(mini, nargs)}, "words offset");\n'
+            f'_Static_assert(sizeof(struct ctracer_event) == CTRACER_DELTA_FIXED + '
+            f'8 * CTRACER_WORDS, "event in words");\n')

@@ -222,7 +222,7 @@ def test_print_bpf_needs_no_root(sample, tmp_path):
     os.chmod(tmp_path, 0o777)
     r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == uprobe.build_program(methods, built.layout).text
+    assert r.stdout == uprobe.build_program(methods, built.layout, compact=True).text
 
 
 def test_exclude_fields_leaves_them_out_of_the_program(sample, tmp_path):
@@ -239,7 +239,7 @@ def test_exclude_fields_leaves_them_out_of_the_program(sample, tmp_path):
 
 def _submits(text: str) -> list[str]:
     """The flags of every ring buffer submit and discard in a program's C."""
-    return re.findall(r"ringbuf_(?:submit|discard)\(e, (\w+)\)", text)
+    return re.findall(r"ringbuf_(?:submit|discard)\(e, (\w+)(?:\(\))?\)", text)
 
 
 def test_events_are_submitted_without_waking_the_reader_but_once_per_batch(sample):
@@ -248,14 +248,21 @@ def test_events_are_submitted_without_waking_the_reader_but_once_per_batch(sampl
     `wake_every` events of a CPU."""
     methods, built = sample
     text = uprobe.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20).text
-    assert _submits(text) == ["flags"]  # the one submit, in ctracer_submit
-    body = text.split("void ctracer_submit(")[1].split("\n}\n")[0]
-    assert "flags = CTRACER_RB_NO_WAKEUP" in body and "flags = CTRACER_RB_FORCE_WAKEUP" in body
+    assert _submits(text) == ["ctracer_wake_flags"]  # the one submit, in ctracer_submit
+    body = text.split("u64 ctracer_wake_flags(")[1].split("\n}\n")[0]
+    assert "return CTRACER_RB_NO_WAKEUP" in body and "return CTRACER_RB_FORCE_WAKEUP" in body
+    assert "ringbuf_submit(e, ctracer_wake_flags())" in text
     every = ctext.wake_every(1 << 20, event_size(built.layout), os.cpu_count() or 1)
     assert f"#define CTRACER_WAKE_EVERY {every}\n" in text
     assert "ctracer_submit(e);" in text.split("void ctracer_emit(")[1]
     # the maps come before any function (bcc crashed on a map declared after one)
     assert text.index("BPF_PERCPU_ARRAY(ctracer_unwoken, u32, 1);") < text.index("\n{\n")
+    # compact events leave through ringbuf_output, with the same wake-up flags
+    compact = uprobe.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20,
+                                   compact=True).text
+    assert "ringbuf_output(" in compact and "ctracer_wake_flags())" in \
+        compact.split("void ctracer_send(")[1]
+    assert compact.index("BPF_PERCPU_ARRAY(ctracer_work,") < compact.index("\n{\n")
 
 
 @pytest.mark.parametrize("ring, event, cpus, every", [

@@ -140,6 +140,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="print the generated BPF C program and exit (needs no root)")
     out.add_argument("--buffer-mb", type=int, default=16, metavar="MB",
                      help="ring buffer size, a power of two (default 16)")
+    out.add_argument("--full-snapshots", action="store_true",
+                     help="every event carries the object's whole snapshot (by default "
+                          "an event carries only the 8-byte words of the snapshot that "
+                          "changed since the object's last event; the reader rebuilds the "
+                          "rest)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     parser.usage = ("%(prog)s {[struct|union] NAME [--binary PATH | --module NAME | --btf FILE]"
                     " | --project FILE} [-p PID | -d SECONDS] [-o FILE] [options] [-- COMMAND [ARGS...]]")
@@ -236,7 +241,10 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
                         if getattr(args, "lifetime_rules", None) else None),
         function_probes=getattr(args, "function_probes", "auto"),
         max_functions=getattr(args, "max_functions", None),
-        buffer_mb=args.buffer_mb, argv=tuple(sys.argv if argv is None else argv),
+        buffer_mb=args.buffer_mb,
+        # --tail prints events as they come: they carry whole snapshots
+        full_snapshots=bool(getattr(args, "full_snapshots", False) or getattr(args, "tail", False)),
+        argv=tuple(sys.argv if argv is None else argv),
         watch=tuple(getattr(args, "watch", ()) or ()),
         watch_budget=getattr(args, "watch_budget", 1000))
 

@@ -92,18 +92,22 @@ _SUBMIT = """\
 #define CTRACER_RB_NO_WAKEUP 1     /* BPF_RB_NO_WAKEUP of the kernel's ABI */
 #define CTRACER_RB_FORCE_WAKEUP 2  /* BPF_RB_FORCE_WAKEUP */
 
-static __always_inline void ctracer_submit(struct ctracer_event *e)
+static __always_inline u64 ctracer_wake_flags(void)
 {
 	u32 zero = 0;
 	u32 *unwoken = ctracer_unwoken.lookup(&zero);
-	u64 flags = CTRACER_RB_NO_WAKEUP;
 
 	if (!unwoken || ++*unwoken >= CTRACER_WAKE_EVERY) {
 		if (unwoken)
 			*unwoken = 0;
-		flags = CTRACER_RB_FORCE_WAKEUP;
+		return CTRACER_RB_FORCE_WAKEUP;
 	}
-	ctracer_events.ringbuf_submit(e, flags);
+	return CTRACER_RB_NO_WAKEUP;
+}
+
+static __always_inline void ctracer_submit(struct ctracer_event *e)
+{
+	ctracer_events.ringbuf_submit(e, ctracer_wake_flags());
 }
 
 /* The same for an event built outside the ring buffer (`ctracer_event_scratch`): copied
@@ -111,15 +115,8 @@ static __always_inline void ctracer_submit(struct ctracer_event *e)
 static __always_inline void ctracer_output(struct ctracer_event *e)
 {
 	u32 zero = 0;
-	u32 *unwoken = ctracer_unwoken.lookup(&zero);
-	u64 flags = CTRACER_RB_NO_WAKEUP;
 
-	if (!unwoken || ++*unwoken >= CTRACER_WAKE_EVERY) {
-		if (unwoken)
-			*unwoken = 0;
-		flags = CTRACER_RB_FORCE_WAKEUP;
-	}
-	if (ctracer_events.ringbuf_output(e, sizeof(*e), flags)) {
+	if (ctracer_events.ringbuf_output(e, sizeof(*e), ctracer_wake_flags())) {
 		u64 *lost = ctracer_lost.lookup(&zero);
 		if (lost)
 			(*lost)++;
@@ -429,3 +426,204 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 	return 0;
 }
 """
+
+
+# -- compact events ---------------------------------------------------------------------
+
+#: objects whose last snapshot the kernel keeps for compact events (an LRU map: an
+#: object pushed out gets a whole snapshot in its next event)
+BASELINE_CAPACITY = 32768
+
+#: the work buffers of the compact emitter, one per nesting level a CPU runs at once
+WORK_LEVELS = SCRATCH_LEVELS
+
+
+def compact_maps(capacity: int = BASELINE_CAPACITY) -> list[str]:
+    """The maps of compact events (after `c_compact_definition` and the ring buffer
+    maps): each object's last snapshot as each CPU sent it, and per CPU the buffers an
+    event is built in."""
+    return ["struct ctracer_baseline_key {",
+            "\tu64 object;",
+            "\tu32 cpu;",
+            "\tu32 pad;",
+            "};",
+            "struct ctracer_baseline {",
+            "\tstruct ctracer_baseline_key key;  /* whose it is (checked: an LRU map",
+            "\t\t\t\t\t      reuses what it pushes out) */",
+            "\tu32 version;  /* events chained on it since its first */",
+            "\tu32 valid;    /* 0: the last event was lost; the next one carries all */",
+            "\tu64 w[CTRACER_WORDS];",
+            "};",
+            "struct ctracer_work {",
+            "\tstruct ctracer_event e;",
+            "\tstruct ctracer_compact c;",
+            "\tstruct ctracer_baseline fresh;",
+            "};",
+            f'BPF_TABLE("lru_hash", struct ctracer_baseline_key, struct ctracer_baseline, '
+            f"ctracer_baselines, {int(capacity)});",
+            f"BPF_PERCPU_ARRAY(ctracer_work, struct ctracer_work, {WORK_LEVELS});",
+            "BPF_PERCPU_ARRAY(ctracer_level, u32, 1);"]
+
+
+_SEND = """\
+static __always_inline int ctracer_baseline_ours(struct ctracer_baseline *b,
+						 struct ctracer_baseline_key *key)
+{
+	return b->key.object == key->object && b->key.cpu == key->cpu;
+}
+
+/* The event w->e as a compact event w->c (its fixed bytes, then the words after them
+   that changed), and w->c into the ring buffer.  ``chain``: this
+   event may compare against (and update) the object's last snapshot this CPU sent: it
+   is the only program of its CPU building an event (the outermost nesting level), and
+   the snapshot was read.  Baselines are per CPU, so no other program touches one while
+   it is compared, and the ring holds a CPU's chained events in their order; a version
+   in each lets the reader check every link.  When the ring is full the baseline is
+   marked invalid: the next event carries every word.  Branch-free per word (a mask, not
+   an if), so the verifier walks one path. */
+static __always_inline void ctracer_send(struct ctracer_work *w, u64 object, int chain)
+{
+	const u64 *ev = (const u64 *)&w->e;
+	struct ctracer_baseline_key key = {.object = object,
+					   .cpu = bpf_get_smp_processor_id()};
+	struct ctracer_baseline *b = 0;
+	u32 n = 0, zero = 0;
+	int inserted = 0;
+
+	if (chain) {
+		b = ctracer_baselines.lookup(&key);
+		if (b && !ctracer_baseline_ours(b, &key))
+			b = 0, chain = 0;
+	}
+#pragma clang loop unroll(full)
+	for (int k = 0; k < CTRACER_BITMAP_WORDS; k++)
+		w->c.changed[k] = 0;
+#pragma clang loop unroll(full)
+	for (int k = 0; k < CTRACER_DELTA_FIXED / 8; k++)
+		w->c.fixed[k] = ev[k];
+	w->c.d.base = 0;
+	w->c.d.pad = 0;
+	if (b && b->valid) {
+		w->c.d.kind = CTRACER_DELTA_CHANGED;
+		w->c.d.base = b->version;
+#pragma clang loop unroll(full)
+		for (int i = 0; i < CTRACER_WORDS; i++) {
+			u64 v = ev[CTRACER_DELTA_FIXED / 8 + i];
+			u64 d = v ^ b->w[i];
+
+			d |= -d;
+			asm volatile("" : "+r"(d));  /* keep it a shift, not a branch */
+			d >>= 63;
+			w->c.w[n] = v;
+			n += d;
+			w->c.changed[i / 64] |= d << (i % 64);
+			b->w[i] = v;
+		}
+		b->version++;
+	} else {
+#pragma clang loop unroll(full)
+		for (int i = 0; i < CTRACER_WORDS; i++)
+			w->c.w[i] = ev[CTRACER_DELTA_FIXED / 8 + i];
+#pragma clang loop unroll(full)
+		for (int i = 0; i < CTRACER_WORDS; i++)
+			w->c.changed[i / 64] |= 1ULL << (i % 64);
+		n = CTRACER_WORDS;
+		w->c.d.kind = CTRACER_DELTA_ALONE;
+		if (b) {
+			__builtin_memcpy(b->w, ev + CTRACER_DELTA_FIXED / 8, sizeof(b->w));
+			b->version = 0;
+			b->valid = 1;
+			w->c.d.kind = CTRACER_DELTA_FIRST;
+		} else if (chain) {
+			w->fresh.key = key;
+			w->fresh.version = 0;
+			w->fresh.valid = 1;
+			__builtin_memcpy(w->fresh.w, ev + CTRACER_DELTA_FIXED / 8, sizeof(w->fresh.w));
+			if (ctracer_baselines.update(&key, &w->fresh) == 0) {
+				inserted = 1;
+				w->c.d.kind = CTRACER_DELTA_FIRST;
+			}
+		}
+	}
+	w->c.d.words = n;
+	if (n > CTRACER_WORDS)  /* never: tells the verifier */
+		n = CTRACER_WORDS;
+	if (b && !ctracer_baseline_ours(b, &key)) {
+		/* pushed out and reused while compared: this event cannot chain, and the
+		   baseline's new owner must start again */
+		b->valid = 0;
+		b = 0;
+		inserted = 0;
+		w->c.d.kind = CTRACER_DELTA_ALONE;
+		w->c.d.base = 0;
+#pragma clang loop unroll(full)
+		for (int i = 0; i < CTRACER_WORDS; i++)
+			w->c.w[i] = ev[CTRACER_DELTA_FIXED / 8 + i];
+#pragma clang loop unroll(full)
+		for (int i = 0; i < CTRACER_WORDS; i++)
+			w->c.changed[i / 64] |= 1ULL << (i % 64);
+		n = CTRACER_WORDS;
+		w->c.d.words = n;
+	}
+	if (ctracer_events.ringbuf_output(&w->c, __builtin_offsetof(struct ctracer_compact, w)
+					  + n * sizeof(u64), ctracer_wake_flags())) {
+		u64 *lost = ctracer_lost.lookup(&zero);
+
+		if (lost)
+			(*lost)++;
+		if (inserted)
+			b = ctracer_baselines.lookup(&key);
+		if (b && ctracer_baseline_ours(b, &key))
+			b->valid = 0;
+	}
+}
+"""
+
+
+def send_function() -> str:
+    """``ctracer_send(w, object, chain)``: a compact event from the work buffer
+    into the ring (after `compact_maps`, `submit_function` and the ring buffer maps)."""
+    return _SEND
+
+
+def nesting_enter() -> list[str]:
+    """C statements taking this CPU's next work buffer into ``w`` (``level``: how many
+    programs of this CPU build an event under this one), or returning when every level
+    is taken (counted as lost)."""
+    return ["u32 zero = 0, level;",
+            "u32 *nest = ctracer_level.lookup(&zero);",
+            "struct ctracer_work *w;",
+            "",
+            f"if (!nest || *nest >= {WORK_LEVELS}) {{",
+            "\tu64 *lost = ctracer_lost.lookup(&zero);",
+            "\tif (lost)",
+            "\t\t(*lost)++;",
+            "\treturn;",
+            "}",
+            "level = *nest;",
+            "*nest = level + 1;",
+            "w = ctracer_work.lookup(&level);"]
+
+
+def compact_emit_function(stop_check: bool) -> str:
+    """``ctracer_emit`` for compact events: the event built in this CPU's work buffer of
+    its nesting level (as `emit_function` builds it in the ring), then sent as a delta
+    by `send_function` (chained on the object's last event at the outermost level)."""
+    t = Text()
+    t.block(_EMIT_HEAD.replace("\tu32 zero = 0;\n", ""))
+    for line in nesting_enter():
+        t("\t" + line if line else "")
+    struct = "\tstruct ctracer_event *e;"
+    if stop_check:
+        t("\tu8 *stopped = ctracer_stopped.lookup(&zero);")
+    t(struct, "",
+      "\tif (!w)" if not stop_check else "\tif (!w || (stopped && *stopped))",
+      "\t\tgoto out;",
+      "\te = &w->e;")
+    body = _EMIT_BODY[_EMIT_BODY.index("\te->h.ts_ns"):_EMIT_BODY.index("\tctracer_submit(e);")]
+    t.block(body)
+    t("\tctracer_send(w, object, level == 0);",
+      "out:",
+      "\t*nest = level;",
+      "}")
+    return str(t)

@@ -52,6 +52,9 @@ class KernelProgram:
     #: with an LRU-hash variant of each beside them (else only the LRU-hash ones:
     #: `kfunctions.programs_c`)
     task_storage: bool = True
+    #: events carry only the snapshot words that changed (`ctracer.event`'s compact
+    #: events); False: every event carries the whole snapshot
+    compact: bool = False
     #: no uprobes (the recorder and runtime handle both kinds of program)
     functions: tuple = field(default=(), init=False)
 
@@ -102,7 +105,8 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          head: Optional[HeadRead] = None,
                          arch: Optional[Arch] = None,
                          format_fields: Optional[tracepoint.FormatFields] = None,
-                         task_storage: bool = True
+                         task_storage: bool = True,
+                         compact: bool = False
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
@@ -130,9 +134,11 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         counts = sorted({f.slot_count for f in functions})
         functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
                        kfunctions.programs_c([entry_kind], counts, nargs, task_storage))
+    compact = compact and mini.size > 0
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
-                                        functions_c)
+                                        functions_c, compact)
     return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
                          tuple(rules), head, functions, entry_kind if functions else None,
                          tracepoint.CONTEXT_PROBES if tracepoint.needs_context(admission)
-                         else (), task_storage=bool(functions and task_storage))
+                         else (), task_storage=bool(functions and task_storage),
+                         compact=compact)

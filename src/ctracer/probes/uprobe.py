@@ -56,7 +56,7 @@ from ctracer.collectors.base import USER, ObjectReader
 from ctracer.probes import ctext
 from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
-                           Layout, c_event_definition, event_size)
+                           Layout, c_compact_definition, c_event_definition, event_size)
 from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FunctionRow
 
@@ -140,6 +140,9 @@ class UprobeProgram:
     rows: tuple[FunctionRow, ...]
     filtered: bool
     ring_bytes: int
+    #: events carry only the snapshot words that changed (`ctracer.event`'s compact
+    #: events); False: every event carries the whole snapshot
+    compact: bool = False
     #: u64 argument slots in each event (tracepoint arguments; none for uprobes)
     nargs = 0
 
@@ -423,7 +426,7 @@ def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
 
 
 def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: ObjectReader,
-                  arch: Arch, ring_bytes: int) -> str:
+                  arch: Arch, ring_bytes: int, compact: bool = False) -> str:
     """The BPF C text of a planned uprobe program."""
     functions = plan.functions
     max_slots = max((len(f.slots) for f in functions), default=1)
@@ -437,6 +440,8 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       f"#define CTRACER_READ {reader.helper}",
       "")
     t.block(c_event_definition(mini))
+    if compact:
+        t.block(c_compact_definition(mini))
     t("",
       "struct ctracer_call_key {",
       "\tu32 tid;",
@@ -455,6 +460,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       "BPF_HASH(ctracer_pids, u32, u8, 65536);",
       "BPF_ARRAY(ctracer_stopped, u8, 1);",
       *ctext.ring_buffer_maps(ring_bytes),
+      *(ctext.compact_maps() if compact else ()),
       "")
     t.block(ctext.snapshot_function(mini, reader))
     t("")
@@ -462,7 +468,12 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
     t("")
     t.block(ctext.submit_function(ring_bytes, event_size(mini)))
     t("")
-    t.block(ctext.emit_function(stop_check=True))
+    if compact:
+        t.block(ctext.send_function())
+        t("")
+        t.block(ctext.compact_emit_function(stop_check=True))
+    else:
+        t.block(ctext.emit_function(stop_check=True))
     t("")
     t.block(_leave_function(MAX_SKIPPED_EXITS))
     for f in functions:
@@ -478,7 +489,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
 
 def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
                   reader: ObjectReader = USER, arch: Optional[Arch] = None,
-                  ring_bytes: int = ctext.RING_BYTES) -> UprobeProgram:
+                  ring_bytes: int = ctext.RING_BYTES, compact: bool = False) -> UprobeProgram:
     """The probes for ``methods`` recording ``mini``: `plan_uprobes`, then
     `emit_uprobe_c`.
 
@@ -488,6 +499,7 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
     arch = arch or host_arch()
     ctext.check_ring_bytes(ring_bytes)
     plan = plan_uprobes(methods, arch)
+    compact = compact and mini.size > 0
     text = emit_uprobe_c(plan, mini, filtered=filtered, reader=reader, arch=arch,
-                         ring_bytes=ring_bytes)
-    return UprobeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes)
+                         ring_bytes=ring_bytes, compact=compact)
+    return UprobeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes, compact)

@@ -291,7 +291,10 @@ class ProbeSession:
         events = self.bpf[b"ctracer_events"]
         if ringbuf.supported():
             self._ring = ringbuf.MappedRing(events.map_fd, self.program.ring_bytes,
-                                            event_size(self.program.mini, self.program.nargs))
+                                            event_size(self.program.mini, self.program.nargs),
+                                            whole=getattr(self.program, "compact", False))
+        elif getattr(self.program, "compact", False):
+            events.open_ring_buffer(_as_ring_record(deliver))
         else:
             events.open_ring_buffer(deliver)
 
@@ -645,3 +648,16 @@ def row_attachments(program: UprobeProgram,
             out[row_id] = r.attached
     return out
 
+
+
+def _as_ring_record(deliver):
+    """A libbpf callback (one event's payload) handing on the event as the mapped ring
+    would (`ctracer.record.ringbuf.MappedRing`'s whole records): compact events are kept
+    with their ring header."""
+    import struct
+
+    def callback(ctx, data, size):
+        payload = ctypes.string_at(data, size)
+        record = struct.pack("<II", size, 0) + payload + bytes(-size % 8)
+        return deliver(ctx, ctypes.cast(ctypes.c_char_p(record), ctypes.c_void_p), len(record))
+    return callback

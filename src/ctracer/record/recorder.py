@@ -115,6 +115,8 @@ class EventSink:
         self.held: list[bytes] = []   # counted, not yet committed
         self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
+        #: compact events come as the ring's records (any length, 8-byte aligned)
+        self.compact = bool(getattr(program, "compact", False))
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
@@ -131,8 +133,28 @@ class EventSink:
         if self.pending_bytes >= self.BATCH * self.size:
             self._take()
 
+    def _take_records(self, batch: bytes) -> None:
+        """Count a batch of ring records (compact events) and their objects, with numpy
+        over the headers the walk from record to record finds."""
+        import numpy as np
+        from ctracer.deltas import offsets
+
+        starts, kept = offsets(batch)
+        starts = starts[kept]
+        data = np.frombuffer(batch, np.uint8)
+        obj, flags = HEADER.field("object").offset, HEADER.field("flags").offset
+        read = (data[starts + flags] & FLAG_READ_FAILED) == 0
+        at = starts[read] + obj
+        objects = data[at[:, None] + np.arange(8)].view("<u8").ravel()
+        self.counts.objects.update(np.unique(objects).tolist())
+        self.counts.events += len(starts)
+
     def _take(self) -> None:
-        if self.pending:
+        if self.pending and self.compact:
+            batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
+            self.held.append(batch)
+            self._take_records(batch)
+        elif self.pending:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
             if len(batch) % self.size:
                 raise RuntimeError("an event of unexpected size came out of the ring buffer")

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+from ctracer.event import ENCODING_COMPACT, ENCODING_FULL
 from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import CtracerError, UsageError
@@ -63,6 +64,9 @@ class TraceRequest:
     function_probes: str = "auto"
     max_functions: Optional[int] = None
     buffer_mb: int = 16
+    #: every event carries the whole snapshot (else only the words that changed since
+    #: the object's last event: `ctracer.event`'s compact events)
+    full_snapshots: bool = False
     #: the command line, stored in the trace
     argv: tuple[str, ...] = ()
     #: fields to arm write breakpoints on (``--watch``) and the writes an object gets
@@ -251,7 +255,7 @@ def _user_program(request: TraceRequest, found: list, layout, ring: int):
         raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
                            "(directly, through an alias or a holder): nothing to probe")
     return uprobe.build_program(methods, layout, filtered=request.follow_processes,
-                                ring_bytes=ring)
+                                ring_bytes=ring, compact=not request.full_snapshots)
 
 
 def build(request: TraceRequest) -> BuiltTrace:
@@ -323,7 +327,8 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        admission=admission, rules=rules,
                                        ring_bytes=ring, head=head,
                                        format_fields=_format_fields(source),
-                                       task_storage=storage.works is not False)
+                                       task_storage=storage.works is not False,
+                                       compact=not request.full_snapshots)
         with _project_rule_lines(request):
             lifetime_rules.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
@@ -352,5 +357,6 @@ def build(request: TraceRequest) -> BuiltTrace:
         mini_text=mini.render_built(built, explain=True),
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
         functions=request.functions, bpf_text=program.text,
-        **({"summary_fields": list(summary)} if summary else {}), **extra)
+        **({"summary_fields": list(summary)} if summary else {}),
+        event_encoding=ENCODING_COMPACT if program.compact else ENCODING_FULL, **extra)
     return BuiltTrace(program, meta, source.binary, watch)

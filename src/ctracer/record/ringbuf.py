@@ -33,6 +33,7 @@ import numpy as np
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
 HEADER_BYTES = 8
+_LENGTH = ~(BUSY_BIT | DISCARD_BIT) & 0xffffffff
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -64,11 +65,13 @@ class MappedRing:
     """One ring buffer map (``fd``, ``ring_bytes`` of data) whose records all carry
     ``event_bytes`` of event."""
 
-    def __init__(self, fd: int, ring_bytes: int, event_bytes: int):
+    def __init__(self, fd: int, ring_bytes: int, event_bytes: int, whole: bool = False):
         if ring_bytes & (ring_bytes - 1):
             raise ValueError("a ring buffer's size is a power of two")
         page = mmap.PAGESIZE
         self.event_bytes = event_bytes
+        #: records of any length (compact events), taken whole with their ring headers
+        self.whole = whole
         #: whether the last `take` left no record reserved before it behind
         self.drained = False
         self.stride = record_bytes(event_bytes)
@@ -86,6 +89,7 @@ class MappedRing:
         self._producer_pos = ctypes.c_uint64.from_address(self._producer)
         data = (ctypes.c_uint8 * (2 * ring_bytes)).from_address(self._producer + page)
         self._data = np.frombuffer(data, dtype=np.uint8)
+        self._words = (ctypes.c_uint32 * (ring_bytes // 4)).from_address(self._producer + page)
         self._poller = select.epoll()
         self._poller.register(fd, select.EPOLLIN)
 
@@ -99,6 +103,8 @@ class MappedRing:
         included); the space they took is given back to the producers.  `drained` then
         says whether every record reserved before the call was taken (none was still
         busy, nor left for the next call by ``limit``)."""
+        if self.whole:
+            return self._take_whole(limit)
         consumer = self._consumer_pos.value
         reserved = (self._producer_pos.value - consumer) // self.stride
         count = min(reserved, limit) if limit else reserved
@@ -119,6 +125,32 @@ class MappedRing:
         payload = block[kept, HEADER_BYTES:HEADER_BYTES + self.event_bytes].tobytes()
         self._consumer_pos.value = consumer + count * self.stride
         return payload, count
+
+    def _take_whole(self, limit: int) -> tuple[bytes, int]:
+        """The records submitted since the last call, as the ring holds them (each its
+        8-byte header, then its event, padded to 8 bytes), in one copy; the walk from
+        one length to the next only finds where the first record not yet submitted is."""
+        consumer = self._consumer_pos.value
+        producer = self._producer_pos.value
+        words, mask = self._words, self._mask
+        at, count = consumer, 0
+        self.drained = True
+        while at < producer:
+            if limit and count >= limit:
+                self.drained = False
+                break
+            length = words[(at & mask) >> 2]
+            if length & BUSY_BIT:
+                self.drained = False
+                break
+            at += ((length & _LENGTH) + HEADER_BYTES + 7) & ~7
+            count += 1
+        if not count:
+            return b"", 0
+        start = consumer & self._mask
+        span = self._data[start:start + (at - consumer)].tobytes()
+        self._consumer_pos.value = at
+        return span, count
 
     def close(self) -> None:
         if self._poller is None:

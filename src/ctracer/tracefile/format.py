@@ -15,7 +15,10 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from ctracer.errors import TraceFileError
-from ctracer.event import FLAG_READ_FAILED, PHASE_EXIT, Layout, event_dtype, event_size
+from ctracer.deltas import DeltaDecoder
+from ctracer.event import (ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
+                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, Layout, event_dtype,
+                           event_size)
 
 
 SCHEMA_VERSION = 4
@@ -116,6 +119,17 @@ def _json_key(name: str) -> str:
     return name
 
 
+def _encoding(value: Optional[str]) -> str:
+    """The meta ``event_encoding`` (a JSON string, or as written; none: whole events)."""
+    if not value:
+        return ENCODING_FULL
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value
+    return decoded if isinstance(decoded, str) else value
+
+
 class RawDecoder:
     """Turns raw events (as the ring buffer delivers them, back to back) into rows of
     the events table, a whole batch at a time with a numpy structured dtype built from
@@ -123,7 +137,7 @@ class RawDecoder:
 
     def __init__(self, mini: Layout, returns: Iterable[int] = (),
                  tracepoint_args: Optional[dict[int, list[dict]]] = None,
-                 nargs: Optional[int] = None):
+                 nargs: Optional[int] = None, encoding: str = ENCODING_FULL):
         self.mini = mini
         #: per function id, the tracepoint's arguments (name, ctype) in slot order
         self.arg_specs = {int(k): [(_json_key(a["name"]), a.get("ctype") == "s64") for a in v]
@@ -138,13 +152,52 @@ class RawDecoder:
         self._comms: dict[bytes, str] = {}
         import numpy as np
         self._np = np
+        #: compact events (`ctracer.deltas`): batches of ring records, rebuilt in order
+        self.deltas: Optional[DeltaDecoder] = None
+        if encoding == ENCODING_COMPACT:
+            self.deltas = DeltaDecoder(mini, self.nargs)
+        elif encoding != ENCODING_FULL:
+            raise TraceFileError(f"events encoded as {encoding!r}, which this version of "
+                                 "ctracer does not know")
+
+    @property
+    def unit(self) -> int:
+        """A batch of raw events is a whole number of these bytes."""
+        return 8 if self.deltas is not None else self.size
+
+    def fresh(self) -> "RawDecoder":
+        """A decoder like this one, starting again from the first batch."""
+        other = RawDecoder.__new__(RawDecoder)
+        other.__dict__.update(self.__dict__)
+        if self.deltas is not None:
+            other.deltas = DeltaDecoder(self.mini, self.nargs)
+        return other
+
+    def _whole(self, raw: bytes) -> bytes:
+        """``raw`` as whole events: compact ones rebuilt (in recording order)."""
+        if self.deltas is None:
+            return raw
+        try:
+            return self.deltas.to_full(raw)
+        except ValueError as e:
+            raise TraceFileError(f"damaged compact events: {e}") from None
+
+    def timestamps(self, raw: bytes):
+        """The ``ts_ns`` of every event of a batch (no snapshot decoded)."""
+        np = self._np
+        if self.deltas is None:
+            return np.frombuffer(raw, dtype=self.dtype)["ts_ns"]
+        heads = self.deltas.heads(raw)
+        at = HEADER.field("ts_ns").offset  # within the fixed bytes of a compact event
+        return heads[:, at:at + 8].copy().view("<u8").ravel()
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
         return cls(Layout.from_json(meta["mini_layout"]),
                    json.loads(meta.get("return_value_functions") or "[]"),
                    json.loads(meta.get("tracepoint_args") or "{}"),
-                   int(meta["event_nargs"]) if meta.get("event_nargs") else None)
+                   int(meta["event_nargs"]) if meta.get("event_nargs") else None,
+                   _encoding(meta.get("event_encoding")))
 
     def _args(self, fid, slots) -> tuple[list[str], Any]:
         """The JSON texts of the events' arguments, each distinct one once, and per event
@@ -175,19 +228,25 @@ class RawDecoder:
         return [self._comm(c) for c in comms.tolist()], inverse.reshape(-1)
 
     def count(self, raw: bytes) -> int:
+        if self.deltas is not None:
+            try:
+                return self.deltas.count(raw)
+            except ValueError as e:
+                raise TraceFileError(f"damaged compact events: {e}") from None
         return len(raw) // self.size
 
     def columns(self, raw: bytes, first_seq: int) -> dict[str, Any]:
         """The events of ``raw`` as the columns of `Trace.event_columns` (``comm`` and
         ``args`` as text lists, indexed by the caller), numbered from ``first_seq``."""
         np = self._np
+        raw = self._whole(raw)
         if len(raw) % self.size:
             raise TraceFileError(f"a batch of raw events is not a whole number of "
                                  f"{self.size}-byte events")
         a = np.frombuffer(raw, dtype=self.dtype)
         n = len(a)
         phase, fid, flags = a["phase"], a["function_id"], a["flags"]
-        failed = (flags & FLAG_READ_FAILED) != 0
+        failed = (flags & (FLAG_READ_FAILED | FLAG_SNAPSHOT_LOST)) != 0
         comm_texts, comm = self._comms_of(a["comm"])
         args_texts, args = self._args(fid, a["args"]) if self.nargs else \
             ([], np.full(n, -1, np.int32))
@@ -212,6 +271,7 @@ class RawDecoder:
             "comm_texts": comm_texts, "comm": comm, "args_texts": args_texts, "args": args}
 
     def rows(self, raw: bytes) -> list[tuple]:
+        raw = self._whole(raw)
 
         if len(raw) % self.size:
             raise TraceFileError(f"a batch of raw events is not a whole number of "
@@ -228,7 +288,7 @@ class RawDecoder:
         comm = [names[i] for i in inverse.tolist()]
         if self.mini.size:
             snapshot = np.array(a["snapshot"].tolist(), dtype=object)
-            snapshot[(flags & FLAG_READ_FAILED) != 0] = None
+            snapshot[(flags & (FLAG_READ_FAILED | FLAG_SNAPSHOT_LOST)) != 0] = None
             snapshot = snapshot.tolist()
         else:
             snapshot = [b""] * len(a)

@@ -139,7 +139,7 @@ class Trace:
         if spooled(self.db):
             bad = self.db.execute("SELECT seq FROM spool WHERE typeof(raw) != 'blob' OR "
                                   "length(raw) % :size != 0 LIMIT 1",
-                                  {"size": self._raw_decoder.size}).fetchone()
+                                  {"size": self._raw_decoder.unit}).fetchone()
             if bad is not None:
                 raise TraceFileError(f"{self.path} is damaged: its raw events {bad[0]} are "
                                      "not a whole number of events")
@@ -299,9 +299,10 @@ class Trace:
                     .reshape(len(rows), size))
                 at += len(rows)
             seq = self.db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+            decoder = self._raw_decoder.fresh()  # a compact trace rebuilds from its start
             for (raw,) in (self.db.execute("SELECT raw FROM spool ORDER BY seq")
                            if spooled(self.db) else ()):
-                batch = self._raw_decoder.columns(raw, seq + 1)
+                batch = decoder.columns(raw, seq + 1)
                 if at + len(batch["seq"]) > n:
                     break
                 seq += len(batch["seq"])

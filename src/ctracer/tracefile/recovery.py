@@ -77,9 +77,12 @@ def span(db: sqlite3.Connection, meta: dict[str, str]) -> tuple[int, Optional[in
 
         decoder = RawDecoder.from_meta(meta)
         for (raw,) in db.execute("SELECT raw FROM spool"):
-            if not isinstance(raw, bytes) or len(raw) % decoder.size:
+            if not isinstance(raw, bytes) or len(raw) % decoder.unit:
                 continue  # a damaged batch: `Trace` says so when it reads the events
-            ts = np.frombuffer(raw, dtype=decoder.dtype)["ts_ns"]
+            try:
+                ts = decoder.timestamps(raw)
+            except (ValueError, TraceFileError):
+                continue
             if len(ts):
                 count += len(ts)
                 low, high = int(ts.min()), int(ts.max())

@@ -112,8 +112,9 @@ class TraceWriter:
         texts = {t for (t,) in self.db.execute("SELECT DISTINCT args FROM events "
                                                "WHERE args IS NOT NULL")}
         if self._decoder is not None and self._decoder.nargs:
-            for (raw,) in self.db.execute("SELECT raw FROM spool"):
-                texts.update(self._decoder.columns(raw, 0)["args_texts"])
+            decoder = self._decoder.fresh()
+            for (raw,) in self.db.execute("SELECT raw FROM spool ORDER BY seq"):
+                texts.update(decoder.columns(raw, 0)["args_texts"])
         for text in texts:
             if text is None:
                 continue
@@ -139,9 +140,11 @@ class TraceWriter:
             return
         self.expect_raw()
         size = self._decoder.size
-        if len(raw) % size:
+        if len(raw) % self._decoder.unit:
             raise ValueError("raw events of an unexpected size")
-        step = self.SPOOL_ROW_EVENTS * size  # small rows: decoding stops within a budget
+        # small rows: decoding stops within a budget (a compact trace's ring records
+        # are committed as taken: a row must not split one)
+        step = self.SPOOL_ROW_EVENTS * size if self._decoder.deltas is None else len(raw)
         for at in range(0, len(raw), step):
             # each row committed on its own: a full disk keeps every row before it
             self.db.execute("INSERT INTO spool(raw) VALUES (?)", (raw[at:at + step],))

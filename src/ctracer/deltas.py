@@ -1,0 +1,174 @@
+"""Decoding compact events: the ring buffer's records, as a compact trace keeps them,
+turned back into whole events with full snapshots (`ctracer.event`'s compact events).
+
+A compact trace stores the ring buffer's bytes as they were: each record its 8-byte ring
+header (length, busy and discard bits), then the event, padded to 8 bytes.  `offsets`
+finds the records of a batch; `DeltaDecoder.to_full` rebuilds each event by carrying every
+object's words forward from its last event on the same CPU, with numpy over the whole
+batch (a bitmap per event expanded to a mask, the words scattered into it, then per
+snapshot word the index of the last event of the object's chain that carried it).
+
+An event whose delta was taken against a version of its object's last event that the
+reader did not get cannot be rebuilt: it is flagged `ctracer.event.FLAG_SNAPSHOT_LOST`
+(no snapshot, no arguments), and so is every later event of that chain up to one that
+carries every word again.  The kernel sends such an event after every lost one, so
+this happens only when a baseline the kernel keeps was pushed out and reused while a
+program compared against it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ctracer.event import (DELTA, DELTA_ALONE, DELTA_CHANGED, DELTA_FIRST, DELTA_FIXED,
+                           FLAG_SNAPSHOT_LOST, HEADER, RING_BUSY_BIT, RING_DISCARD_BIT,
+                           RING_HEADER_BYTES, Layout, bitmap_words, delta_words,
+                           delta_words_offset, event_size)
+
+_LENGTH = ~(RING_BUSY_BIT | RING_DISCARD_BIT) & 0xffffffff
+
+
+def record_end(length_word: int) -> int:
+    """Bytes a ring record takes (its header, the event, padding) from its first word."""
+    return ((length_word & _LENGTH) + RING_HEADER_BYTES + 7) & ~7
+
+
+def offsets(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ring record of ``raw`` starts (its event: after the ring header) and
+    whether it was submitted (not discarded).  A walk from record to record: each one's
+    length says where the next begins."""
+    words = memoryview(raw).cast("I") if len(raw) % 4 == 0 else None
+    if words is None:
+        raise ValueError("a batch of ring records is not a whole number of words")
+    starts, kept = [], []
+    at, end = 0, len(raw)
+    while at < end:
+        length = words[at >> 2]
+        step = record_end(length)
+        if at + step > end or length & RING_BUSY_BIT:
+            raise ValueError("a batch of ring records ends inside a record")
+        starts.append(at + RING_HEADER_BYTES)
+        kept.append(not length & RING_DISCARD_BIT)
+        at += step
+    return np.array(starts, np.int64), np.array(kept, bool)
+
+
+class DeltaDecoder:
+    """Rebuilds the whole events of a compact trace's batches, given in the order they
+    were recorded (each object's chain on each CPU carries from one batch to the
+    next)."""
+
+    def __init__(self, mini: Layout, nargs: int = 0):
+        self.mini, self.nargs = mini, nargs
+        self.words = delta_words(mini, nargs)
+        self.bitmap = bitmap_words(mini, nargs)
+        self.full_size = event_size(mini, nargs)
+        self.words_at = delta_words_offset(mini, nargs)
+        #: per (object, cpu): (version of its last chained event, its words or None:
+        #: not rebuildable)
+        self.carry: dict[tuple[int, int], tuple[int, Optional[np.ndarray]]] = {}
+
+    def count(self, raw: bytes) -> int:
+        return int(offsets(raw)[1].sum())
+
+    def heads(self, raw: bytes) -> np.ndarray:
+        """The fixed bytes (`DELTA_FIXED`: the header up to the command name) of every
+        submitted event, no state used: an ``(n, DELTA_FIXED)`` uint8 array."""
+        starts, kept = offsets(raw)
+        data = np.frombuffer(raw, np.uint8)
+        return data[starts[kept, None] + np.arange(DELTA_FIXED)]
+
+    def to_full(self, raw: bytes) -> bytes:
+        """The batch's events as whole events (`ctracer.event.event_dtype`); an event
+        whose delta cannot be applied gets `FLAG_SNAPSHOT_LOST` and zeros after its
+        fixed bytes (no snapshot, no arguments, the command name cut)."""
+        starts, kept = offsets(raw)
+        starts = starts[kept]
+        n = len(starts)
+        data = np.frombuffer(raw, np.uint8)
+        out = np.zeros((n, self.full_size), np.uint8)
+        if not n:
+            return out.tobytes()
+        out[:, :DELTA_FIXED] = data[starts[:, None] + np.arange(DELTA_FIXED)]
+        head = data[starts[:, None] + np.arange(DELTA_FIXED, self.words_at)]
+        base = head[:, 0:4].copy().view("<u4").ravel().astype(np.int64)
+        count = head[:, 4:6].copy().view("<u2").ravel().astype(np.int64)
+        kind = head[:, 6].copy()
+        bits = head[:, DELTA.size:].copy().view("<u8")          # (n, bitmap)
+        w = np.arange(self.words)
+        mask = ((bits[:, w // 64] >> (w % 64).astype(np.uint64)) & np.uint64(1)).astype(bool)
+        if int(mask.sum()) != int(count.sum()):
+            raise ValueError("a compact event's bitmap and word count disagree")
+        # every word carried, in event order then word order: the mask's order
+        first = (starts + self.words_at) // 8 - (np.cumsum(count) - count)
+        flat = np.repeat(first, count) + np.arange(int(count.sum()))
+        values = np.zeros((n, self.words), np.uint64)
+        values[mask] = np.frombuffer(raw, "<u8", len(raw) // 8)[flat]
+        known = kind == DELTA_ALONE
+        chained = np.flatnonzero((kind == DELTA_CHANGED) | (kind == DELTA_FIRST))
+        if len(chained):
+            fixed = out[chained, :DELTA_FIXED]
+            objects = fixed[:, _OBJECT:_OBJECT + 8].copy().view("<u8").ravel()
+            cpus = fixed[:, _CPU:_CPU + 4].copy().view("<u4").ravel()
+            values[chained], known[chained] = self._chain(
+                objects, cpus, kind[chained], base[chained], mask[chained], values[chained])
+        values[~known] = 0
+        out[~known, _FLAGS] |= FLAG_SNAPSHOT_LOST
+        out[:, DELTA_FIXED:] = values.view(np.uint8).reshape(n, 8 * self.words)
+        return out.tobytes()
+
+    def _chain(self, objects, cpus, kind, base, mask, values):
+        """The words of chained events (each object's on each CPU, in ring order, each
+        against the version before it), after the state earlier batches left."""
+        n = len(objects)
+        key = np.stack([objects, cpus.astype(np.uint64)], axis=1)
+        pairs = [tuple(k) for k in np.unique(key, axis=0).tolist()]
+        carried = [p for p in pairs if p in self.carry]
+        c = len(carried)
+        obj = np.concatenate([np.array([p[0] for p in carried], np.uint64), objects])
+        cpu = np.concatenate([np.array([p[1] for p in carried], np.uint64),
+                              cpus.astype(np.uint64)])
+        kinds = np.concatenate([np.full(c, 255, np.uint8), kind])
+        produced = np.concatenate([
+            np.array([self.carry[p][0] for p in carried], np.int64),
+            np.where(kind == DELTA_FIRST, 0, (base + 1) & 0xffffffff)])
+        bases = np.concatenate([np.full(c, -1, np.int64), base])
+        carried_known = np.array([self.carry[p][1] is not None for p in carried], bool)
+        vals = np.zeros((c + n, self.words), np.uint64)
+        for i, p in enumerate(carried):
+            if self.carry[p][1] is not None:
+                vals[i] = self.carry[p][1]
+        vals[c:] = values
+        msk = np.concatenate([np.ones((c, self.words), bool), mask])
+        order = np.lexsort((cpu, obj))   # stable: ring order within a key
+        obj, cpu, kinds = obj[order], cpu[order], kinds[order]
+        produced, bases = produced[order], bases[order]
+        vals, msk = vals[order], msk[order]
+        starts_known = np.concatenate([carried_known, np.zeros(n, bool)])[order]
+        same = np.zeros(c + n, bool)
+        same[1:] = (obj[1:] == obj[:-1]) & (cpu[1:] == cpu[:-1])
+        link = same.copy()
+        link[1:] &= bases[1:] == produced[:-1]
+        start = (kinds == DELTA_FIRST) | starts_known
+        reset = start | (kinds == 255) | ~link
+        segment = np.cumsum(reset) - 1
+        known = start[np.flatnonzero(reset)][segment]
+        rows = np.where(msk, np.arange(c + n)[:, None], -1)
+        np.maximum.accumulate(rows, axis=0, out=rows)
+        filled = np.take_along_axis(vals, np.maximum(rows, 0), axis=0)
+        filled[~known] = 0
+        last = np.flatnonzero(np.append(~same[1:], True))
+        for i in last.tolist():
+            self.carry[(int(obj[i]), int(cpu[i]))] = (
+                int(produced[i]), filled[i].copy() if known[i] else None)
+        back = np.empty(c + n, np.int64)
+        back[order] = np.arange(c + n)
+        mine = back[c:]
+        return filled[mine], known[mine]
+
+
+_OBJECT = HEADER.field("object").offset
+_CPU = HEADER.field("cpu").offset
+_FLAGS = HEADER.field("flags").offset
