@@ -97,7 +97,7 @@ def load(analysis) -> Optional[WriteView]:
         rows, sites = table.read_writes(db), table.read_sites(db)
     finally:
         db.close()
-    plan = analysis.meta_json("watch_plan", {}) or {}
+    plan = analysis.meta.json("watch_plan", {}) or {}
     view = WriteView(rows, sites, analysis.meta.get("traced") == "kernel",
                      fields=list(dict.fromkeys(w["field"] for w in plan.get("words", []))))
     _place(view, analysis)
