@@ -20,7 +20,7 @@ import pytest
 
 from support import bpfcheck
 from support import groundtruth as gt
-from ctracer import writes
+from ctracer.tracefile import writes
 
 pytestmark = pytest.mark.bpf
 

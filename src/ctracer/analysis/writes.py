@@ -19,8 +19,8 @@ from typing import Optional
 
 import numpy as np
 
-from ctracer import writes as table
-from ctracer.writes import Site, Write
+from ctracer.tracefile import writes as table
+from ctracer.tracefile.writes import Site, Write
 
 
 @dataclass(frozen=True)

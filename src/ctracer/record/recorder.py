@@ -466,7 +466,7 @@ def _finish_watch(session, watcher, writer: TraceWriter, kernel: bool, seconds: 
     without a watch."""
     if watcher is None:
         return None
-    from ctracer import writes
+    from ctracer.tracefile import writes
     from ctracer.record import write_sites
     watcher.flush(writer.db)
     rows = writes.read_writes(writer.db)

@@ -32,7 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ctracer import write_event, writes
+from ctracer import write_event
+from ctracer.tracefile import writes
 from ctracer.event import FLAG_READ_FAILED, HEADER, PHASE_ENTRY, PHASE_TRACEPOINT, SCALARS, \
     Layout, args_offset, mini_offset
 from ctracer.plan.lifetime_rules import FREE_LIKE

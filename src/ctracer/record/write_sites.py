@@ -15,7 +15,7 @@ import bisect
 import os
 from typing import Iterable, Optional
 
-from ctracer.writes import Site, Write
+from ctracer.tracefile.writes import Site, Write
 
 
 class ProcessMaps:
