@@ -23,18 +23,13 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-import groundtruth as gt
+from support import groundtruth as gt
 from ctracer.event import FLAG_SNAPSHOT_LOST
 from ctracer.tracefile import Trace, read_meta
 
 pytestmark = [pytest.mark.bpf]
 
 TCPLOOP = os.path.join(gt.ROOT, "samples", "tcp", "build", "tcploop")
-
-
-def _need_root():
-    if os.geteuid() != 0:
-        pytest.skip("not root: loading BPF programs needs root")
 
 
 def _record_sample(work, *extra):
@@ -77,8 +72,7 @@ def _export(path) -> list[dict]:
     return rows
 
 
-def test_compact_sample_recording_equals_the_full_one(tmp_path):
-    _need_root()
+def test_compact_sample_recording_equals_the_full_one(bpf, tmp_path):
     subprocess.run(["make", "-s", "-C", os.path.join(gt.ROOT, "samples")], check=True)
     compact, full = _record_sample(tmp_path), _record_sample(tmp_path, "--full-snapshots")
     assert read_meta(str(compact))["event_encoding"] == "compact"
@@ -126,8 +120,7 @@ def _wait_recording(p, deadline):
         assert line or p.poll() is None, p.stderr.read()
 
 
-def test_compact_kernel_events_equal_whole_ones_recorded_at_once(tmp_path):
-    _need_root()
+def test_compact_kernel_events_equal_whole_ones_recorded_at_once(bpf, tmp_path):
     if not os.access(TCPLOOP, os.X_OK):
         pytest.skip("samples/tcp is not built (scripts/setup.sh builds it)")
     (pc, compact), (pf, full) = _start(tmp_path, "compact"), \
