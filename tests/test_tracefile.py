@@ -298,7 +298,7 @@ def test_files_that_are_not_traces(tmp_path):
         Trace(str(tmp_path))
 
 
-@pytest.mark.parametrize("schema", [3, 4])
+@pytest.mark.parametrize("schema", [3, 4, 5])
 def test_raw_events_stay_raw_or_the_first_reader_decodes_them(tmp_path, schema):
     """A recording's raw events stay raw in the file (schema 4) and every reader decodes
     them; a schema 3 file whose recorder left some raw has them decoded into rows by

@@ -21,12 +21,13 @@ from ctracer.event import (ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
                            event_size)
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 #: schemas this version reads (1: no spool table, never written incrementally;
-#: 2: no events.args column; 3: raw events decoded into rows)
-READABLE_VERSIONS = (1, 2, 3, 4)
+#: 2: no events.args column; 3: raw events decoded into rows; 4: raw events kept raw, each
+#: whole; 5: raw events may be compact, as the meta ``event_encoding`` says)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 #: meta ``state``: set when the file is created, and when the writer finished it
