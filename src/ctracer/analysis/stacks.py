@@ -118,145 +118,184 @@ def stack_tree(events: Events, rows: np.ndarray, group: np.ndarray, depth: np.nd
     ``change_rows`` are the indexes in ``rows`` of the events that showed field changes
     (one per change), ``change_function`` the function each is credited to."""
     m = len(rows)
-    fn = events.function[rows].astype(np.int64)
-    phase = events.phase[rows]
-    d = depth[rows].astype(np.int64)
-    group = np.asarray(group, np.int64)
-    pos = np.arange(m, dtype=np.int64)
     if m == 0:
         empty = np.zeros(0, np.int64)
         return StackTree(empty, empty, empty, empty, empty, empty, empty, empty, empty,
                          np.zeros(0, bool))
+    fn = events.function[rows].astype(np.int64)
+    phase = events.phase[rows]
+    d = depth[rows].astype(np.int64)
+    group = np.asarray(group, np.int64)
     _, thread = np.unique(group << 32 | events.tid[rows].astype(np.int64), return_inverse=True)
     levels = int(d.max()) + 2
     slot = thread.reshape(-1).astype(np.int64) * levels + d  # (group, thread, depth)
-    span = m + 1
+    calls = _Calls(fn, phase, slot)
+    time_ns = _frame_times(events, rows, calls)
+    parent = _frame_parents(calls, d)
+    nodes = _Nodes(calls, parent, d, fn, group)
+    counts = np.bincount(nodes.node_of, minlength=nodes.count).astype(np.int64)
+    self_ns, total_ns = _node_times(nodes, parent, time_ns)
+    first_row = np.full(nodes.count, m, np.int64)
+    np.minimum.at(first_row, nodes.node_of, calls.frames)
+    changes = _node_changes(calls, nodes, parent, fn, change_rows, change_function)
+    frames = calls.frames[nodes.frame]
+    return StackTree(group[frames], nodes.parent, fn[frames], nodes.depth, counts,
+                     self_ns, total_ns, changes, first_row, phase[frames] == PHASE_TRACEPOINT)
 
-    entry = np.flatnonzero(phase == PHASE_ENTRY)
-    entry = entry[np.argsort(slot[entry], kind="stable")]  # by slot, then time
-    entry_keys = slot[entry] * span + entry
-    exits = np.flatnonzero((phase != PHASE_ENTRY) & (phase != PHASE_TRACEPOINT))
-    exit_keys = np.sort(slot[exits] * span + exits)
 
-    # entries of one call (one per way it reached objects): same slot and function as
-    # the entry before them there, with no exit at that slot in between
-    same = np.zeros(len(entry), bool)
-    if len(entry) > 1:
-        prev, cur = entry[:-1], entry[1:]
-        between = (np.searchsorted(exit_keys, entry_keys[1:])
-                   - np.searchsorted(exit_keys, entry_keys[:-1]))
-        same[1:] = (slot[prev] == slot[cur]) & (fn[prev] == fn[cur]) & (between == 0)
-    starts = np.where(~same, np.arange(len(entry)), 0)
-    head_of_sorted = entry[np.maximum.accumulate(starts)] if len(entry) else entry
-    head = np.full(m, -1, np.int64)  # an entry row -> the row of its call's first entry
-    head[entry] = head_of_sorted
+class _Calls:
+    """The calls of a stack tree's rows: each entry's call (its first entry: a call
+    reaching objects several ways has one entry a way), the exit ending each call, and
+    the frames: one row per call, tracepoint hit or exit whose entry was not seen."""
 
-    # each exit: the call it ends, if its function is the open call's at its depth
-    found = _last_before(entry_keys, slot[exits] * span + exits)
-    ok = found >= 0
-    ok[ok] = slot[entry[found[ok]]] == slot[exits[ok]]
-    ends = np.full(len(exits), -1, np.int64)
-    ends[ok] = head_of_sorted[found[ok]]
-    ok[ok] = fn[ends[ok]] == fn[exits[ok]]
-    ends[~ok] = -1
-    # the first exit that ends a call ends it; later ones are its other ways' exits
-    ended = np.flatnonzero(ok)
-    calls_ended, first = np.unique(ends[ended], return_index=True)
-    end_row = np.full(m, -1, np.int64)
-    end_row[calls_ended] = exits[ended[first]]
-    lone_exits = exits[~ok]
+    def __init__(self, fn: np.ndarray, phase: np.ndarray, slot: np.ndarray):
+        m = len(fn)
+        self.slot = slot
+        self.span = span = m + 1
+        entry = np.flatnonzero(phase == PHASE_ENTRY)
+        entry = entry[np.argsort(slot[entry], kind="stable")]  # by slot, then time
+        self.entry = entry
+        self.entry_keys = entry_keys = slot[entry] * span + entry
+        exits = np.flatnonzero((phase != PHASE_ENTRY) & (phase != PHASE_TRACEPOINT))
+        exit_keys = np.sort(slot[exits] * span + exits)
 
-    frames = np.sort(np.concatenate([entry[~same], np.flatnonzero(phase == PHASE_TRACEPOINT),
-                                     lone_exits]))
-    frame_of = np.full(m, -1, np.int64)  # row -> frame index (rows of the same call too)
-    frame_of[frames] = np.arange(len(frames))
-    frame_of[entry] = frame_of[head[entry]]
-    ended_rows = exits[ok]
-    frame_of[ended_rows] = frame_of[ends[ok]]
+        # entries of one call (one per way it reached objects): same slot and function as
+        # the entry before them there, with no exit at that slot in between
+        same = np.zeros(len(entry), bool)
+        if len(entry) > 1:
+            prev, cur = entry[:-1], entry[1:]
+            between = (np.searchsorted(exit_keys, entry_keys[1:])
+                       - np.searchsorted(exit_keys, entry_keys[:-1]))
+            same[1:] = (slot[prev] == slot[cur]) & (fn[prev] == fn[cur]) & (between == 0)
+        starts = np.where(~same, np.arange(len(entry)), 0)
+        self.head_of_sorted = entry[np.maximum.accumulate(starts)] if len(entry) else entry
+        head = np.full(m, -1, np.int64)  # an entry row -> the row of its call's first entry
+        head[entry] = self.head_of_sorted
 
+        # each exit: the call it ends, if its function is the open call's at its depth
+        found = _last_before(entry_keys, slot[exits] * span + exits)
+        ok = found >= 0
+        ok[ok] = slot[entry[found[ok]]] == slot[exits[ok]]
+        ends = np.full(len(exits), -1, np.int64)
+        ends[ok] = self.head_of_sorted[found[ok]]
+        ok[ok] = fn[ends[ok]] == fn[exits[ok]]
+        ends[~ok] = -1
+        # the first exit that ends a call ends it; later ones are its other ways' exits
+        ended = np.flatnonzero(ok)
+        calls_ended, first = np.unique(ends[ended], return_index=True)
+        self.end_row = np.full(m, -1, np.int64)
+        self.end_row[calls_ended] = exits[ended[first]]
+        self.lone_exits = exits[~ok]
+
+        self.frames = frames = np.sort(np.concatenate(
+            [entry[~same], np.flatnonzero(phase == PHASE_TRACEPOINT), self.lone_exits]))
+        self.frame_of = np.full(m, -1, np.int64)  # row -> frame (rows of one call too)
+        self.frame_of[frames] = np.arange(len(frames))
+        self.frame_of[entry] = self.frame_of[head[entry]]
+        self.frame_of[exits[ok]] = self.frame_of[ends[ok]]
+
+
+def _frame_times(events: Events, rows: np.ndarray, calls: _Calls) -> np.ndarray:
+    """Each frame's time: from its entry to its exit, or a lone exit's own duration."""
+    frames = calls.frames
     ts = events.ts_ns[rows].astype(np.int64)
     time_ns = np.zeros(len(frames), np.int64)
-    has_end = end_row[frames] >= 0
-    time_ns[has_end] = ts[end_row[frames[has_end]]] - ts[frames[has_end]]
-    lone = np.isin(frames, lone_exits)
+    has_end = calls.end_row[frames] >= 0
+    time_ns[has_end] = ts[calls.end_row[frames[has_end]]] - ts[frames[has_end]]
+    lone = np.isin(frames, calls.lone_exits)
     lone_dur = events.duration_ns[rows[frames[lone]]].astype(np.int64)
     time_ns[lone] = np.where(lone_dur != NO_DURATION, lone_dur, 0)
-    time_ns = np.maximum(time_ns, 0)
+    return np.maximum(time_ns, 0)
 
-    # each frame's parent: the call open at one level up when it started
-    fd = d[frames]
+
+def _frame_parents(calls: _Calls, d: np.ndarray) -> np.ndarray:
+    """Each frame's parent frame: the call open at one level up when it started (-1)."""
+    frames, slot, span = calls.frames, calls.slot, calls.span
     parent = np.full(len(frames), -1, np.int64)
-    up = np.flatnonzero(fd > 0)
-    found = _last_before(entry_keys, (slot[frames[up]] - 1) * span + frames[up])
+    up = np.flatnonzero(d[frames] > 0)
+    found = _last_before(calls.entry_keys, (slot[frames[up]] - 1) * span + frames[up])
     good = found >= 0
-    good[good] = slot[entry[found[good]]] == slot[frames[up[good]]] - 1
-    parent[up[good]] = frame_of[head_of_sorted[found[good]]]
+    good[good] = slot[calls.entry[found[good]]] == slot[frames[up[good]]] - 1
+    parent[up[good]] = calls.frame_of[calls.head_of_sorted[found[good]]]
+    return parent
 
-    # nodes, a depth level at a time: (parent's node or the group, function)
-    _, fn_rank = np.unique(fn[frames], return_inverse=True)
-    fn_rank = fn_rank.reshape(-1).astype(np.int64)
-    width = int(fn_rank.max()) + 1
-    groups = int(group.max()) + 1
-    node_of = np.full(len(frames), -1, np.int64)
-    node_parent: list[np.ndarray] = []
-    node_frame: list[np.ndarray] = []  # one frame of each node: its function, group
-    count = 0
-    # frames whose parent was not found hang from the root: their level is 0
-    level = np.where(parent >= 0, fd, 0)
-    # a parent found is at one level up, so levels in order place parents first; a
-    # frame whose parent hangs from the root sits below it whatever its depth
-    level = _levels(parent, level)
-    order = np.argsort(level, kind="stable")
-    bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
-    for lv in range(len(bounds) - 1):
-        at = order[bounds[lv]:bounds[lv + 1]]
-        if not len(at):
-            continue
-        pnode = np.where(parent[at] >= 0, node_of[np.maximum(parent[at], 0)], -1)
-        owner = np.where(pnode >= 0, pnode + groups, group[frames[at]])
-        key = owner * width + fn_rank[at]
-        uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
-        node_of[at] = inverse.reshape(-1) + count
-        node_parent.append(pnode[first_at])
-        node_frame.append(at[first_at])
-        count += len(uniq)
-    nparent = np.concatenate(node_parent)
-    nframe = np.concatenate(node_frame)
-    calls = np.bincount(node_of, minlength=count).astype(np.int64)
 
+class _Nodes:
+    """The frames merged into tree nodes, a level at a time: one node per (parent's
+    node or the group, function); ``node_of`` per frame, and per node its ``parent``
+    node, one ``frame`` of it and its ``depth``."""
+
+    def __init__(self, calls: _Calls, parent: np.ndarray, d: np.ndarray, fn: np.ndarray,
+                 group: np.ndarray):
+        frames = calls.frames
+        _, fn_rank = np.unique(fn[frames], return_inverse=True)
+        fn_rank = fn_rank.reshape(-1).astype(np.int64)
+        width = int(fn_rank.max()) + 1
+        groups = int(group.max()) + 1
+        self.node_of = node_of = np.full(len(frames), -1, np.int64)
+        node_parent: list[np.ndarray] = []
+        node_frame: list[np.ndarray] = []  # one frame of each node: its function, group
+        count = 0
+        # frames whose parent was not found hang from the root: their level is 0; a
+        # parent found is at one level up, so levels in order place parents first; a
+        # frame whose parent hangs from the root sits below it whatever its depth
+        level = _levels(parent, np.where(parent >= 0, d[frames], 0))
+        order = np.argsort(level, kind="stable")
+        bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
+        for lv in range(len(bounds) - 1):
+            at = order[bounds[lv]:bounds[lv + 1]]
+            if not len(at):
+                continue
+            pnode = np.where(parent[at] >= 0, node_of[np.maximum(parent[at], 0)], -1)
+            owner = np.where(pnode >= 0, pnode + groups, group[frames[at]])
+            key = owner * width + fn_rank[at]
+            uniq, first_at, inverse = np.unique(key, return_index=True, return_inverse=True)
+            node_of[at] = inverse.reshape(-1) + count
+            node_parent.append(pnode[first_at])
+            node_frame.append(at[first_at])
+            count += len(uniq)
+        self.count = count
+        self.parent = np.concatenate(node_parent)
+        self.frame = np.concatenate(node_frame)
+        self.depth = level[self.frame]
+
+
+def _node_times(nodes: _Nodes, parent: np.ndarray,
+                time_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's self time (its frames' time less their children's) and total time."""
     child_time = np.bincount(parent[parent >= 0], weights=time_ns[parent >= 0],
-                             minlength=len(frames))
+                             minlength=len(time_ns))
     self_frame = np.maximum(time_ns - child_time.astype(np.int64), 0)
-    self_ns = np.bincount(node_of, weights=self_frame, minlength=count).astype(np.int64)
+    self_ns = np.bincount(nodes.node_of, weights=self_frame,
+                          minlength=nodes.count).astype(np.int64)
     total_ns = self_ns.copy()
-    ndepth = level[nframe]
-    for lv in range(int(ndepth.max()), 0, -1):
-        at = np.flatnonzero(ndepth == lv)
-        np.add.at(total_ns, nparent[at], total_ns[at])
+    for lv in range(int(nodes.depth.max()), 0, -1):
+        at = np.flatnonzero(nodes.depth == lv)
+        np.add.at(total_ns, nodes.parent[at], total_ns[at])
+    return self_ns, total_ns
 
-    first_row = np.full(count, m, np.int64)
-    np.minimum.at(first_row, node_of, frames)
 
-    changes = np.zeros(count, np.int64)
-    if len(change_rows):
-        crow = np.asarray(change_rows, np.int64)
-        credited = np.asarray(change_function, np.int64)
-        own = frame_of[crow]
-        pick = np.full(len(crow), -1, np.int64)
-        has = own >= 0
-        mine = has.copy()
-        mine[has] = fn[frames[own[has]]] == credited[has]
-        pick[mine] = own[mine]
-        up_frame = np.where(has & ~mine, parent[np.maximum(own, 0)], -1)
-        theirs = up_frame >= 0
-        theirs[theirs] = fn[frames[up_frame[theirs]]] == credited[theirs]
-        pick[theirs] = up_frame[theirs]
-        picked = pick[pick >= 0]
-        changes = np.bincount(node_of[picked], minlength=count).astype(np.int64)
-
-    return StackTree(group[frames[nframe]], nparent, fn[frames[nframe]], ndepth, calls,
-                     self_ns, total_ns, changes, first_row,
-                     phase[frames[nframe]] == PHASE_TRACEPOINT)
+def _node_changes(calls: _Calls, nodes: _Nodes, parent: np.ndarray, fn: np.ndarray,
+                  change_rows: np.ndarray, change_function: np.ndarray) -> np.ndarray:
+    """Changes per node: each change at the frame of its row when that frame's function
+    is the one credited, else at that frame's parent when the parent's is."""
+    if not len(change_rows):
+        return np.zeros(nodes.count, np.int64)
+    frames = calls.frames
+    crow = np.asarray(change_rows, np.int64)
+    credited = np.asarray(change_function, np.int64)
+    own = calls.frame_of[crow]
+    pick = np.full(len(crow), -1, np.int64)
+    has = own >= 0
+    mine = has.copy()
+    mine[has] = fn[frames[own[has]]] == credited[has]
+    pick[mine] = own[mine]
+    up_frame = np.where(has & ~mine, parent[np.maximum(own, 0)], -1)
+    theirs = up_frame >= 0
+    theirs[theirs] = fn[frames[up_frame[theirs]]] == credited[theirs]
+    pick[theirs] = up_frame[theirs]
+    picked = pick[pick >= 0]
+    return np.bincount(nodes.node_of[picked], minlength=nodes.count).astype(np.int64)
 
 
 def _levels(parent: np.ndarray, level: np.ndarray) -> np.ndarray:
