@@ -42,10 +42,10 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from ctracer.analysis.memory import MIN_BYTES, memory_limit
+
 #: a trace whose event columns reach this many bytes has its big arrays mapped
 MAPPED_FROM_BYTES = 256 << 20
-#: arrays smaller than this stay on the heap while the analysis works on them
-MIN_BYTES = 16 << 20
 #: a finished array this big moves into a file (`ArraySpace.settle`)
 SETTLED_FROM_BYTES = 1 << 20
 #: how often `ArraySpace.writing_back` writes the mapped arrays' dirty pages back
@@ -67,8 +67,6 @@ class ArraySpace:
     @classmethod
     def for_trace(cls, events: int, row_bytes: int, directory: Optional[str]) -> "ArraySpace":
         """The space for a trace of ``events`` events of ``row_bytes`` each."""
-        from ctracer.analysis.memory import memory_limit
-
         limit = memory_limit()
         # under a memory limit, columns of a quarter of it already go to files
         threshold = min(MAPPED_FROM_BYTES, limit // 4) if limit else MAPPED_FROM_BYTES

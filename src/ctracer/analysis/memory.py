@@ -18,7 +18,7 @@ helpers together, against 494 MB at 128 KiB and 521-538 MB at 4 MiB).
 
 While the passes run, though, `reuse_freed_blocks` keeps up to `KEPT_FREE` of what is
 freed at the heap's top, and for a trace whose arrays are mapped serves every block
-under `mapped.MIN_BYTES` (16 MiB, the size from which its arrays go to files) from the
+under `MIN_BYTES` (16 MiB, the size from which `ctracer.analysis.mapped` puts arrays in files) from the
 heap: the passes make and drop such blocks by the thousand (a batch of raw events read
 from the trace file, a chunk's temporaries), and a block mapped afresh each time costs
 the kernel a fault and a zeroed page for every 4 KiB of it.  10M events: 3.5M page
@@ -48,7 +48,9 @@ import functools
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
-from ctracer.analysis.mapped import MIN_BYTES
+#: arrays smaller than this stay on the heap while the analysis works on them (also
+#: `ctracer.analysis.mapped`'s threshold for its files)
+MIN_BYTES = 16 << 20
 
 _libc: Optional[Any] = None
 _tried = False

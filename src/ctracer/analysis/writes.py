@@ -97,8 +97,8 @@ def load(analysis) -> Optional[WriteView]:
         rows, sites = table.read_writes(db), table.read_sites(db)
     finally:
         db.close()
-    plan = analysis.meta.json("watch_plan", {}) or {}
-    view = WriteView(rows, sites, analysis.meta.get("traced") == "kernel",
+    plan = analysis.meta.watch_plan
+    view = WriteView(rows, sites, analysis.meta.traced == "kernel",
                      fields=list(dict.fromkeys(w["field"] for w in plan.get("words", []))))
     _place(view, analysis)
     _explain_changes(view, analysis)

@@ -111,7 +111,7 @@ class LiveObjects:
         return True
 
     def event(self, *, row: int, phase: str, tid: int, flags: int = 0) -> None:
-        """An event arrives (whatever its object; ``phase``: entry, exit or hit, with
+        """An event arrives (whatever its object; ``phase``: entry, exit or tracepoint, with
         the header's ``flags``): its call is paired first, then `seen` when it has an
         object, then the rules (`start`, `end`, `returned`, `exit_ends`, `announced`,
         `identity`)."""
@@ -139,7 +139,7 @@ class LiveObjects:
         self._tid, self._stack, self._call = tid, stack, call
 
     def seen(self, address: int, *, row: int, phase: str) -> bool:
-        """The current event (``phase``: entry, exit or hit) shows ``address``; True
+        """The current event (``phase``: entry, exit or tracepoint) shows ``address``; True
         when it is the first of a new lifetime of an address seen before."""
         if address not in self.number:
             self.number[address] = 1
@@ -152,7 +152,7 @@ class LiveObjects:
             return False
         new = False
         ended = self._ended.get(address)
-        if ended is not None and not (phase == "hit" and row in self.held):
+        if ended is not None and not (phase == "tracepoint" and row in self.held):
             tid, within = ended
             inside = tid == self._tid and within is not None \
                 and any(c is within for c in self._stack[:self._around])

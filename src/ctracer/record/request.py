@@ -258,10 +258,27 @@ def _user_program(request: TraceRequest, found: list, layout, ring: int):
                                 ring_bytes=ring, compact=not request.full_snapshots)
 
 
+def _check_project(request: TraceRequest, graph, found) -> None:
+    """The project file's functions and fields exist in the struct's methods and fields."""
+    from ctracer.collectors import registry
+    from ctracer.plan import mini
+    fields, _ = mini.candidate_fields(graph, pointers=request.pointers, kinds=registry.claim)
+    request.project.check(sorted({n for m in found.methods for n in (m.name, m.key)}),
+                          [f.name for f in fields])
+
+
+def _full_layout(graph, model) -> str:
+    """The struct's whole layout as pahole prints it, for the trace's meta."""
+    try:
+        from ctracer.plan import pahole
+        return pahole.render(graph, source_format=model.format)
+    except Exception as e:  # the layout printer is a nicety here; never lose a trace to it
+        return f"/* layout unavailable: {e} */\n"
+
+
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
-    from ctracer.collectors import registry
     from ctracer.plan import mini
     from ctracer.record import recorder
 
@@ -272,10 +289,7 @@ def build(request: TraceRequest) -> BuiltTrace:
     model, graph, found = open_struct(source, name, kind)
     catalog = model.catalog()
     if request.project is not None:
-        fields, _ = mini.candidate_fields(graph, pointers=request.pointers,
-                                          kinds=registry.claim)
-        request.project.check(sorted({n for m in found.methods for n in (m.name, m.key)}),
-                              [f.name for f in fields])
+        _check_project(request, graph, found)
     watch = None
     if request.watch:
         from ctracer.plan.watch import plan_watch
@@ -347,11 +361,7 @@ def build(request: TraceRequest) -> BuiltTrace:
     else:
         program = _user_program(request, found.methods, built.layout, ring)
         extra = dict(traced="user")
-    try:
-        from ctracer.plan import pahole
-        full = pahole.render(graph, source_format=model.format)
-    except Exception as e:  # the layout printer is a nicety here; never lose a trace to it
-        full = f"/* layout unavailable: {e} */\n"
+    full = _full_layout(graph, model)
     meta = recorder.trace_meta(
         struct_kind=kind.value, struct_name=name, mini_json=built.layout.to_json(),
         mini_text=mini.render_built(built, explain=True),

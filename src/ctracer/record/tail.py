@@ -35,7 +35,7 @@ from ctracer.plan import stores
 from ctracer.host import kallsyms
 from ctracer.record.live_objects import LiveObjects
 from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, HEADER, PHASE_ENTRY,
-                           PHASE_TRACEPOINT, args_offset, mini_offset)
+                           PHASE_NAMES, PHASE_TRACEPOINT, args_offset, mini_offset)
 
 #: changed fields shown on one line before the rest is counted
 MAX_CHANGES_SHOWN = 8
@@ -108,7 +108,7 @@ class Tail:
             self.first_ns = h["ts_ns"]
         obj, fid, phase = h["object"], h["function_id"], h["phase"]
         what = self.names.get(fid, f"#{fid}")
-        kind = "hit" if phase == PHASE_TRACEPOINT else "entry" if phase == PHASE_ENTRY else "exit"
+        kind = PHASE_NAMES[phase]
         objects = self.objects
         objects.event(row=fid, phase=kind, tid=h["tid"], flags=h["flags"])
         new = objects.seen(obj, row=fid, phase=kind) if obj else False

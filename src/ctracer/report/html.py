@@ -951,7 +951,7 @@ class _Site:
                 "phase": "entry" if ev.phase[at] == PHASE_ENTRY else "exit",
                 "href": (f"{data.objects.dirnames[o]}/{self.page_file.get(seq, 'index.html')}"
                          f"#e{seq}" if o in self.rendered else "")})
-        watch = data.meta.json("watch")
+        watch = data.meta.watch
         self.write("index.html", "index.html", title=self.struct_title,
                    watch_line=_watch_summary(watch) if isinstance(watch, dict) else "",
                    unreadable=unreadable, max_listed=MAX_LISTED,

@@ -9,7 +9,7 @@ Tables:
   and whether its probes attached;
 * ``events``: one row per probe hit, the header decoded into columns and the mini
   snapshot kept as raw bytes (decoded with the layout in ``meta``); ``phase`` is 0 for
-  an entry, 1 for an exit, 2 for a tracepoint hit (`ctracer.event.PHASE_NAMES`), and
+  an entry, 1 for an exit, 2 for a tracepoint (`ctracer.event.PHASE_NAMES`: an event's phase), and
   ``args`` holds a tracepoint hit's arguments as a JSON object by parameter name
   (``{"oldstate": 7, "newstate": 2}``; NULL for entry/exit events).  The meta entry
   ``tracepoint_args`` says, per function id, each argument's name, C type (``s64``

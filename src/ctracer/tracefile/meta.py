@@ -164,6 +164,16 @@ class TraceMeta(Mapping[str, str]):
         return self.json("return_kinds") if "return_kinds" in self._entries else None
 
     @property
+    def watch(self) -> Any:
+        """What the write watchpoints of the recording saw (None: no watch)."""
+        return self.json("watch")
+
+    @property
+    def watch_plan(self) -> dict:
+        """The write watchpoints the recording armed ({}: none)."""
+        return self.json("watch_plan", {}) or {}
+
+    @property
     def summary_fields(self) -> Any:
         """The project file's columns of the report's object list (None: not given)."""
         return self.json("summary_fields")
