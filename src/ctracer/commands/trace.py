@@ -399,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         words = list(getattr(args, "trace_words", []))
         return guest_trace.record_in_guest(args, name, words + (["--", *args.command]
                                                                 if args.command else []))
-    if args.repeat != 1:
+    if args.repeat != 1 and not os.environ.get(guest_trace.IN_GUEST_ENV):
         from ctracer.errors import UsageError
         raise UsageError("--repeat records several runs in one guest boot: give --kernel")
     if args.print_bpf:
