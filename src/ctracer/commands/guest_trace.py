@@ -96,7 +96,7 @@ def record_in_guest(args: argparse.Namespace, name: str, argv: list[str]) -> int
     from ctracer.commands.trace import check_output
     from ctracer.errors import UsageError
     from ctracer.guest import boot, kernels
-    from ctracer.guest.common import cache_root
+    from ctracer.guest.common import Refused, cache_root
     from ctracer.record.recorder import check_command
 
     check(args)
@@ -121,11 +121,21 @@ def record_in_guest(args: argparse.Namespace, name: str, argv: list[str]) -> int
     script = os.path.join(shared, "record.sh")
     with open(script, "w") as f:
         f.write(guest_script(argv, args.repeat, shared))
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    terminated: list[int] = []
+
+    def on_sigterm(signum, frame) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt   # boot.run stops the guest on the way out
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    accel: list[str] = []
     try:
-        accel = []
         status = boot.start(["sh", script], image, series, shared, "auto", 2, "4G",
                             args.guest_timeout, vng, say=_remember_accel(say, accel))
+    except Refused as e:
+        if terminated and e.status == 130:   # said as a shell says SIGTERM
+            raise Refused("terminated; the guest was stopped", 143) from None
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     landed = _land(shared, targets, series, image, accel[0] if accel else "", say)
@@ -148,10 +158,6 @@ def _remember_accel(say, into: list):
             into.append(line.split(" under ", 1)[1].split(" ", 1)[0].lower())
         say(line)
     return told
-
-
-def _terminated(signum, frame) -> None:
-    raise KeyboardInterrupt   # boot.run stops the guest on the way out
 
 
 def _land(shared: str, targets: list[str], series: str, image: str, accel: str,

@@ -116,6 +116,12 @@ def _describe(d: Difference, unit: str) -> str:
                       else "; not recorded before")
         now = ("" if d.others_after else "; unchanged now" if d.recorded_after
                else "; not recorded now")
+        if d.only == "before" and not d.recorded_after:
+            return (f"{d.field}: not in the after side's layout (was changed by "
+                    f"{d.function} {b} {unit})")
+        if d.only == "after" and not d.recorded_before:
+            return (f"{d.field}: not in the before side's layout (changed by {d.function} "
+                    f"{a} {unit})")
         return by_presence(
             f"{d.field}: now {'also ' if d.others_before else ''}changed by {d.function} "
             f"({a} {unit}{before_was})",
