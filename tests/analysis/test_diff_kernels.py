@@ -14,7 +14,7 @@ from ctracer.analysis.diff import CHANGES, FINAL, FUNCTION, compare
 from ctracer.event import Layout
 from ctracer.report.diff_page import describe, write_page
 from ctracer.report.profiles import read_profiles
-from synthetic_trace import MINI, write_synthetic_trace
+from support.synthetic_trace import MINI, write_synthetic_trace
 
 OLD_LAYOUT = ("struct sock {\n\tstruct sock_common sk_common; /* 0 136 */\n"
               "\tint sk_err; /* 136 4 */\n\tint sk_pacing_rate; /* 140 4 */\n};")
