@@ -90,10 +90,11 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError("--repeat needs a positive number of runs")
 
 
-def record_in_guest(args: argparse.Namespace, name: str, argv: list[str]) -> int:
+def record_in_guest(args: argparse.Namespace, name: str, argv: list[str],
+                    check_output) -> int:
     """Boot the kernel, record there ``args.repeat`` times, land the traces; the exit
-    status (the command's when it failed in the guest)."""
-    from ctracer.commands.trace import check_output
+    status (the command's when it failed in the guest).  ``check_output(path)`` refuses
+    a trace file that cannot be written, before anything boots."""
     from ctracer.errors import UsageError
     from ctracer.guest import boot, kernels
     from ctracer.guest.common import Refused, cache_root

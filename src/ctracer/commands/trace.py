@@ -398,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
     if guest_trace.wanted(args):
         words = list(getattr(args, "trace_words", []))
         return guest_trace.record_in_guest(args, name, words + (["--", *args.command]
-                                                                if args.command else []))
+                                                                if args.command else []),
+                                           check_output)
     if args.repeat != 1 and not os.environ.get(guest_trace.IN_GUEST_ENV):
         from ctracer.errors import UsageError
         raise UsageError("--repeat records several runs in one guest boot: give --kernel")

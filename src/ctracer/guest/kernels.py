@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from ctracer.guest.common import Refused, _version_key, cache_root
 
 @dataclasses.dataclass(frozen=True)
-class Series:
+class KernelLine:
     """A kernel line: the package naming a version (``prefix`` + version + ``suffix``),
     where the package lists come from (``suite`` None: this machine's own sources), and
     the packages a version needs (``parts``, "{v}" the version; none: that one)."""
@@ -42,9 +42,9 @@ class Series:
 
 
 SERIES = {s.name: s for s in (
-    Series("6.1", "linux-image-", r"6\.1\.0-\d+-amd64", "-unsigned"),
-    Series("6.12", "linux-image-", r"6\.12\.\d+\+deb12-amd64", "-unsigned"),
-    Series("7.2", "linux-binary-", r"7\.2\.\d+\+deb\d+-amd64", suite="sid",
+    KernelLine("6.1", "linux-image-", r"6\.1\.0-\d+-amd64", "-unsigned"),
+    KernelLine("6.12", "linux-image-", r"6\.12\.\d+\+deb12-amd64", "-unsigned"),
+    KernelLine("7.2", "linux-binary-", r"7\.2\.\d+\+deb\d+-amd64", suite="sid",
            parts=("linux-binary-{v}", "linux-modules-{v}", "linux-base-{v}")),
 )}
 #: where the unstable suite's packages come from (this machine's Debian mirror)
@@ -66,7 +66,7 @@ def _series_of(version: str) -> Optional[str]:
     return next((s.name for s in SERIES.values() if s.holds(version)), None)
 
 
-def _apt_options(series: Series) -> list[str]:
+def _apt_options(series: KernelLine) -> list[str]:
     """apt options reading the series' suite through lists of its own in the cache
     (none for this machine's own sources)."""
     if series.suite is None:
@@ -79,7 +79,7 @@ def _apt_options(series: Series) -> list[str]:
             "-o", "APT::Get::List-Cleanup=0"]
 
 
-def _suite_lists(series: Series, refresh: bool) -> None:
+def _suite_lists(series: KernelLine, refresh: bool) -> None:
     """The package lists of the series' own suite, fetched when missing (or ``refresh``)."""
     root = os.path.join(cache_root(), "apt", series.suite)
     for d in ("lists/partial", "cache/archives/partial"):
