@@ -139,3 +139,31 @@ def test_a_kernel_that_cannot_boot_is_one_line_and_nothing_is_left(tmp_path):
     assert "the guest died while booting" in one_error(r), r.stderr
     assert not list(tmp_path.glob("*.ctrace"))
     no_qemu_left(r)
+
+
+def test_landing_keeps_finished_runs_and_says_where_they_were_recorded(tmp_path):
+    """What the host does with the shared directory, also after a guest was stopped:
+    a run whose copy finished (its status written) lands with the guest in its meta; a
+    run still being copied does not."""
+    from ctracer.commands.guest_trace import _land, outputs
+    from support.synthetic_trace import write_synthetic_trace
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for i in (1, 2):
+        write_synthetic_trace(str(shared / f"run-{i}.ctrace"), lifecycles=1, seed=i,
+                              kernel="7.2.13+deb14-amd64")
+    (shared / "run-1.status").write_text("0\n")
+    said = []
+    targets = outputs(str(tmp_path / "sock.ctrace"), 3)
+    assert [os.path.basename(t) for t in targets] == ["sock-1.ctrace", "sock-2.ctrace",
+                                                      "sock-3.ctrace"]
+    landed = _land(str(shared), targets, "7.2", "/k/vmlinuz", "tcg", said.append)
+    assert landed == [targets[0]] and os.path.exists(targets[0])
+    assert not os.path.exists(targets[1])
+    meta = _meta(Path(targets[0]))
+    assert meta["recorded_in"] == "guest"
+    assert json.loads(meta["guest"]) == {"kernel_release": "7.2.13+deb14-amd64",
+                                         "kernel": "7.2", "image": "/k/vmlinuz",
+                                         "accel": "tcg", "run": 1, "runs": 3}
+    assert said == [f"trace of run 1 landed in {targets[0]} (recorded in a guest, Linux "
+                    "7.2.13+deb14-amd64)"]

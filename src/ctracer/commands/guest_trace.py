@@ -134,8 +134,13 @@ def record_in_guest(args: argparse.Namespace, name: str, argv: list[str],
         status = boot.start(["sh", script], image, series, shared, "auto", 2, "4G",
                             args.guest_timeout, vng, say=_remember_accel(say, accel))
     except Refused as e:
+        # the runs that finished before the guest was stopped (or died) are kept
+        kept = _land(shared, targets, series, image, accel[0] if accel else "", say)
+        if kept:
+            e.args = (f"{e.args[0]}; the {len(kept)} run{'s' if len(kept) != 1 else ''} "
+                      "finished before it landed",)
         if terminated and e.status == 130:   # said as a shell says SIGTERM
-            raise Refused("terminated; the guest was stopped", 143) from None
+            raise Refused(f"terminated; {e.args[0].split('; ', 1)[1]}", 143) from None
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -169,8 +174,8 @@ def _land(shared: str, targets: list[str], series: str, image: str, accel: str,
     landed = []
     for i, target in enumerate(targets, 1):
         got = os.path.join(shared, f"run-{i}.ctrace")
-        if not os.path.exists(got):
-            continue
+        if not os.path.exists(got) or not os.path.exists(os.path.join(shared, f"run-{i}.status")):
+            continue   # not recorded, or its copy had not finished
         for suffix in ("-wal",):
             if os.path.exists(got + suffix):
                 shutil.move(got + suffix, target + suffix)
