@@ -84,6 +84,11 @@ class Difference:
     others_after: bool = False
     recorded_before: bool = True
     recorded_after: bool = True
+    #: whether the field is in each side's layout of the struct at all (None: the
+    #: traces do not say); a field recorded by one side only may be absent from the
+    #: other's struct, or only left out of its recording
+    in_layout_before: Optional[bool] = None
+    in_layout_after: Optional[bool] = None
     #: the function exists in this side's kernel only ("before" or "after"), per the
     #: traces' function tables: absent from the other side, not "no longer called"
     exists_only: str = ""
@@ -259,6 +264,8 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
             d.others_after = bool(changers_a.get(subject, set()) - {detail})
             d.recorded_before = any(subject in p.fields for p in before)
             d.recorded_after = any(subject in p.fields for p in after)
+            d.in_layout_before = _in_layout(subject, before)
+            d.in_layout_after = _in_layout(subject, after)
         elif kind == FINAL:
             d.field = subject
         out.append(d)
@@ -266,6 +273,15 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
     return TraceDiff(before[0].struct, per, list(before), list(after),
                      _layout(before, after), rank(out), measured, found, matches,
                      layout_changes(before, after))
+
+
+def _in_layout(name: str, side: Sequence[TraceProfile]) -> Optional[bool]:
+    """Whether a member (a dotted path) is in the side's layout of the struct: itself or
+    its top-level member there; None when the side's traces keep no layout."""
+    members = {m for p in side for m in p.members}
+    if not members:
+        return None
+    return name in members or name.split(".", 1)[0] in members
 
 
 def _renamed(metrics: dict[Key, float], names: dict[str, str]) -> dict[Key, float]:

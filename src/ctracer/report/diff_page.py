@@ -116,10 +116,10 @@ def _describe(d: Difference, unit: str) -> str:
                       else "; not recorded before")
         now = ("" if d.others_after else "; unchanged now" if d.recorded_after
                else "; not recorded now")
-        if d.only == "before" and not d.recorded_after:
+        if d.only == "before" and not d.recorded_after and d.in_layout_after is False:
             return (f"{d.field}: not in the after side's layout (was changed by "
                     f"{d.function} {b} {unit})")
-        if d.only == "after" and not d.recorded_before:
+        if d.only == "after" and not d.recorded_before and d.in_layout_before is False:
             return (f"{d.field}: not in the before side's layout (changed by {d.function} "
                     f"{a} {unit})")
         return by_presence(
