@@ -138,7 +138,7 @@ def record_in_guest(args: argparse.Namespace, name: str, argv: list[str],
         kept = _land(shared, targets, series, image, accel[0] if accel else "", say)
         if kept:
             e.args = (f"{e.args[0]}; the {len(kept)} run{'s' if len(kept) != 1 else ''} "
-                      "finished before it landed",)
+                      "finished before that landed",)
         if terminated and e.status == 130:   # said as a shell says SIGTERM
             raise Refused(f"terminated; {e.args[0].split('; ', 1)[1]}", 143) from None
         raise
