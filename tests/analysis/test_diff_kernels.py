@@ -111,3 +111,14 @@ def test_the_page_leads_with_the_kernel_headlines(kernels, tmp_path):
     assert "sock_init_data_uid" in html and "sk_ao_info" in html
     headlines = kernels.headlines()
     assert [d.subject for d in headlines["functions new to the path"]] == ["xdp_umem_ready"]
+
+
+def test_members_of_an_anonymous_union_are_the_structs_own():
+    """7.2 puts sk_rcu in an anonymous union with sk_freeptr: moved, not removed."""
+    from ctracer.report.profiles import top_level_members
+    text = ("struct sock {\n\tint a; /* 0 4 */\n\tunion {\n\t\tstruct callback_head sk_rcu;"
+            " /* 8 16 */\n\t\tfreeptr_t sk_freeptr; /* 8 8 */\n\t};  /* 8 16 */\n"
+            "\tstruct {\n\t\tint len; /* 24 4 */\n\t} sk_backlog; /* 24 4 */\n};")
+    assert dict(top_level_members(text)) == {"a": (0, "int"),
+                                             "sk_rcu": (8, "struct callback_head"),
+                                             "sk_freeptr": (8, "freeptr_t")}

@@ -75,20 +75,36 @@ def read_profile(path: str) -> TraceProfile:
 
 
 #: a top-level member line of the struct's pahole-style layout: "\tTYPE NAME; /* OFF SIZE */"
-_MEMBER = re.compile(r"^\t(?P<type>[^\t/{}][^;]*?)\s+\**(?P<name>[A-Za-z_]\w*)(?:\[\d*\])*"
-                     r"(?::\d+)?;\s*/\*\s*(?P<offset>\d+)")
+_MEMBER = re.compile(r"^(?P<indent>\t+)(?P<type>[^\t/{}][^;]*?)\s+\**(?P<name>[A-Za-z_]\w*)"
+                     r"(?:\[\d*\])*(?::\d+)?;\s*/\*\s*(?P<offset>\d+)")
 
 
 def top_level_members(full_layout: str) -> list[tuple[str, tuple[int, str]]]:
     """The top-level members of the layout text a trace keeps (``full_layout``, as
-    pahole prints it): (name, (byte offset, C type)) in order.  Nested structs' own
-    members are skipped (their recorded fields come from the mini layout)."""
-    out = []
+    pahole prints it): (name, (byte offset, C type)) in order, members of an anonymous
+    union or struct at the top level included (C names them as the struct's own).
+    Named nested structs' members are skipped (recorded ones come from the mini layout)."""
+    out: list[tuple[str, tuple[int, str]]] = []
+    held: list[tuple[str, tuple[int, str]]] = []   # inside a top-level union/struct
+    inside = False
     for line in full_layout.splitlines():
+        if re.match(r"^\t(union|struct)\s*\{", line):
+            inside, held = True, []
+            continue
+        if inside and line.startswith("\t}"):
+            if re.match(r"^\t\}\s*;", line):   # anonymous: its members are the struct's
+                out.extend(held)
+            inside = False
+            continue
         m = _MEMBER.match(line)
-        if m and not m.group("name").startswith("__cacheline_group_"):
-            out.append((m.group("name"), (int(m.group("offset")),
-                                          " ".join(m.group("type").split()))))
+        if not m or m.group("name").startswith("__cacheline_group_"):
+            continue
+        member = (m.group("name"), (int(m.group("offset")), " ".join(m.group("type").split())))
+        depth = len(m.group("indent"))
+        if depth == 1 and not inside:
+            out.append(member)
+        elif depth == 2 and inside:
+            held.append(member)
     return out
 
 
