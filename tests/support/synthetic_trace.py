@@ -257,11 +257,17 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                           lost_events: int = 0, attach_failures: bool = False,
                           base_address: int = 0x55D0C0A0,
                           host: str = "synthetic-host",
-                          kernel: str = "6.1.0-synthetic", raw: bool = False) -> SyntheticTruth:
+                          kernel: str = "6.1.0-synthetic", raw: bool = False,
+                          renamed: Optional[dict[str, str]] = None,
+                          layout: Optional[Layout] = None,
+                          full_layout: Optional[str] = None) -> SyntheticTruth:
     """Write a trace of ``threads`` threads each running ``lifecycles`` socket lifecycles
     on its own pool of ``addresses_per_thread`` reused addresses; return the truth.
     With ``raw`` the events are written as a recorder writes them (raw records, a
-    snapshot-less event flagged unreadable), else as rows."""
+    snapshot-less event flagged unreadable), else as rows.  Another kernel: ``renamed``
+    names functions of the table otherwise (their calls go with the new name),
+    ``layout`` (the simulation's fields first, at their places) and ``full_layout``
+    give the struct another layout."""
     sim = _Simulation(seed)
     per_thread = []
     for n in range(threads):
@@ -276,9 +282,10 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
     sim.truth.events = len(merged)
 
     w = TraceWriter(path, batch=20_000)
-    w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
-               full_layout="struct sock {\n\tstruct sock_common sk_common; /* 0 136 */\n"
-                           "\t/* ... synthetic ... */\n};",
+    w.set_meta(struct_name="sock", struct_kind="struct",
+               mini_layout=(layout or MINI).to_json(),
+               full_layout=full_layout or ("struct sock {\n\tstruct sock_common sk_common; "
+                                           "/* 0 136 */\n\t/* ... synthetic ... */\n};"),
                target="/usr/local/bin/sockdemo", host=host,
                kernel_release=kernel, argv=["ctracer", "trace", "struct", "sock"],
                command=["sockdemo", "--run"], started_at=1_700_000_000.0,
@@ -289,6 +296,7 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
         attached = "entry,exit"
         if attach_failures and name == "tcp_poll":
             attached = "entry: symbol not found"
+        name = (renamed or {}).get(name, name)
         rows.append(FunctionRow(fid, name, "sock.c", reach, via, 0x1000 + fid * 0x40, attached))
     w.add_functions(rows)
     if raw:

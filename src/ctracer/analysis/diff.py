@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
+from ctracer.analysis.kernels import (Match, MemberChange, Presence, layout_changes,
+                                     match_renames, presence)
 from ctracer.analysis.profile import NO_CALLER, TraceProfile
 from ctracer.errors import CtracerError, UsageError
 from ctracer.tracefile import TraceMeta, read_meta
@@ -82,6 +84,16 @@ class Difference:
     others_after: bool = False
     recorded_before: bool = True
     recorded_after: bool = True
+    #: whether the field is in each side's layout of the struct at all (None: the
+    #: traces do not say); a field recorded by one side only may be absent from the
+    #: other's struct, or only left out of its recording
+    in_layout_before: Optional[bool] = None
+    in_layout_after: Optional[bool] = None
+    #: the function exists in this side's kernel only ("before" or "after"), per the
+    #: traces' function tables: absent from the other side, not "no longer called"
+    exists_only: str = ""
+    #: the after side's name of a function matched to a renamed one (`kernels.Match`)
+    renamed_to: str = ""
 
     @property
     def varies(self) -> bool:
@@ -119,6 +131,40 @@ class TraceDiff:
     layout: list[LayoutDifference]
     differences: list[Difference]      # ranked: see `rank`
     noise_measured: bool               # a side has repeated runs
+    #: functions in one side's function table only, matches of renamed functions, and
+    #: members whose place, type or presence differ (`ctracer.analysis.kernels`)
+    presence: Presence = field(default_factory=Presence)
+    matches: list[Match] = field(default_factory=list)
+    members: list[MemberChange] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> tuple[str, str]:
+        """Each side's kernel release ("" when the sides' runs disagree or none says)."""
+        def one(side: list[TraceProfile]) -> str:
+            found = {p.kernel for p in side}
+            return found.pop() if len(found) == 1 else ""
+        return one(self.before), one(self.after)
+
+    @property
+    def across_kernels(self) -> bool:
+        b, a = self.kernels
+        return bool(b and a and b != a)
+
+    def headlines(self) -> dict[str, list[Difference]]:
+        """What a reader of a kernel-against-kernel diff needs first, beyond noise:
+        functions new to the path, call edges gone, fields now changed by other
+        functions, lifetimes that end elsewhere."""
+        beyond = [d for d in self.differences if d.noise is not True]
+        return {
+            "functions new to the path": [d for d in beyond
+                                          if d.kind == FUNCTION and d.only == "after"],
+            "call edges gone": [d for d in beyond if d.kind == EDGE and d.only == "before"],
+            "fields now changed by other functions": [
+                d for d in beyond if d.kind == CHANGES and d.only == "after"
+                and d.recorded_before],
+            "lifetimes that end elsewhere": [d for d in beyond if d.kind == ENDED
+                                             and d.only == "after"],
+        }
 
     @property
     def unit(self) -> str:
@@ -170,8 +216,14 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
         if not p.calls.get(per):
             called = ", ".join(sorted(p.calls)[:8]) or "none"
             raise UsageError(f"--per {per}: {p.path} has no call of it (called: {called})")
+    found = presence(before, after)
+    matches = match_renames(before, after, found)
+    renamed = {m.after: m.before for m in matches}
+    found = Presence([n for n in found.before_only if n not in {m.before for m in matches}],
+                     [n for n in found.after_only if n not in renamed], found.known)
     runs_b = [_metrics(p, per) for p in before]
-    runs_a = [_metrics(p, per) for p in after]
+    runs_a = [_renamed(_metrics(p, per), renamed) for p in after]
+    after_name = {m.before: m.after for m in matches}
     measured = len(before) > 1 or len(after) > 1
     out: list[Difference] = []
     keys = sorted({k for m in runs_b + runs_a for k in m})
@@ -194,6 +246,14 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
                   and not per else "mean" if kind == EVENTS else unit)
         if kind == CALLS and d.only:
             d.kind = FUNCTION
+        fns = ([subject] if kind in (CALLS, TIMING) else [detail] if kind == CHANGES
+               else list(_edge_ends(subject)) if kind == EDGE else [])
+        if found.known:
+            for fn in fns:
+                d.exists_only = d.exists_only or (
+                    "before" if not found.exists(fn, "after") else
+                    "after" if not found.exists(fn, "before") else "")
+            d.renamed_to = after_name.get(fns[0], "") if len(fns) == 1 else ""
         if kind in (CALLS, TIMING, FUNCTION):
             d.function = subject
         elif kind == EDGE:
@@ -204,12 +264,48 @@ def compare(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
             d.others_after = bool(changers_a.get(subject, set()) - {detail})
             d.recorded_before = any(subject in p.fields for p in before)
             d.recorded_after = any(subject in p.fields for p in after)
+            d.in_layout_before = _in_layout(subject, before)
+            d.in_layout_after = _in_layout(subject, after)
         elif kind == FINAL:
             d.field = subject
         out.append(d)
     out.extend(_final_values(before, after, measured))
     return TraceDiff(before[0].struct, per, list(before), list(after),
-                     _layout(before, after), rank(out), measured)
+                     _layout(before, after), rank(out), measured, found, matches,
+                     layout_changes(before, after))
+
+
+def _in_layout(name: str, side: Sequence[TraceProfile]) -> Optional[bool]:
+    """Whether a member (a dotted path) is in the side's layout of the struct: itself or
+    its top-level member there; None when the side's traces keep no layout."""
+    members = {m for p in side for m in p.members}
+    if not members:
+        return None
+    return name in members or name.split(".", 1)[0] in members
+
+
+def _renamed(metrics: dict[Key, float], names: dict[str, str]) -> dict[Key, float]:
+    """One run's metrics with the after side's renamed functions under their before
+    names (so a matched function compares with itself)."""
+    if not names:
+        return metrics
+
+    def name(fn: str) -> str:
+        return names.get(fn, fn)
+
+    out: dict[Key, float] = {}
+    for (kind, subject, detail), v in metrics.items():
+        if kind in (CALLS, TIMING):
+            subject = name(subject)
+        elif kind == CHANGES:
+            detail = name(detail)
+        elif kind == EDGE:
+            caller, callee = _edge_ends(subject)
+            subject = f"{name(caller)} → {name(callee)}"
+        elif kind == ENDED and subject.startswith("last seen in "):
+            subject = "last seen in " + name(subject[len("last seen in "):])
+        out[kind, subject, detail] = out.get((kind, subject, detail), 0.0) + v
+    return out
 
 
 def rank(differences: list[Difference]) -> list[Difference]:

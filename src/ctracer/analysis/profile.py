@@ -76,6 +76,16 @@ class TraceProfile:
     #: for links into this trace's report: function shown -> its report stem, field -> stem
     function_stems: dict[str, str] = field(default_factory=dict)
     field_stems: dict[str, str] = field(default_factory=dict)
+    #: the trace's function table: every function (tracepoint) the plan found in the
+    #: traced kernel or program -> how it was probed ("" unknown) or why not
+    known_functions: dict[str, str] = field(default_factory=dict)
+    #: function -> how it reaches the object ("param 1", "socket->sk", ...)
+    reaches: dict[str, str] = field(default_factory=dict)
+    #: the struct's members in the traced kernel's layout: dotted path -> (byte offset,
+    #: C type); recorded fields and the struct's top-level members
+    members: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: where the trace was recorded: "" here, else e.g. "guest (Linux 7.2.13, TCG)"
+    recorded_in: str = ""
 
     @property
     def struct(self) -> str:

@@ -176,6 +176,7 @@ def _print_text(diff, limit: int, page: Optional[str]) -> None:
     print(f"counted {diff.unit}; {noise}")
     for f in diff.layout:
         print(f"layout: {f.field}: {f.before or 'not recorded'} → {f.after or 'not recorded'}")
+    _print_kernels(diff)
     summary = f"{counts['differences']} difference{'s' if counts['differences'] != 1 else ''}"
     if diff.noise_measured:
         summary += " beyond noise"
@@ -192,6 +193,31 @@ def _print_text(diff, limit: int, page: Optional[str]) -> None:
         print(f"      ... {len(diff.differences) - len(shown)} more (--limit 0 prints all)")
     if page:
         print(f"open file://{page}")
+
+
+def _print_kernels(diff) -> None:
+    """Across kernels: the headlines, renamed functions, functions of one kernel only,
+    members whose place, type or presence differ."""
+    from ctracer.report.diff_page import describe
+    if diff.across_kernels:
+        before, after = diff.kernels
+        print(f"kernels: Linux {before} → {after}")
+        for title, found in diff.headlines().items():
+            shown = "; ".join(describe(d, diff.unit) for d in found[:4])
+            more = f"; ... {len(found) - 4} more" if len(found) > 4 else ""
+            print(f"  {title}: {len(found)}{': ' + shown + more if found else ''}")
+    for m in diff.matches:
+        print(f"renamed: {m.before} → {m.after} ({'; '.join(m.evidence)})")
+    for side, names in (("before", diff.presence.before_only),
+                        ("after", diff.presence.after_only)):
+        if names:
+            print(f"functions of the {side} kernel only: {len(names)}: "
+                  f"{', '.join(names[:12])}{', ...' if len(names) > 12 else ''}")
+    for m in diff.members:
+        if m.what != "moved" or m.recorded:
+            def place(p):
+                return f"{p[1]} @ {p[0]}" if p else "absent"
+            print(f"member {m.name}: {m.what} ({place(m.before)} → {place(m.after)})")
 
 
 def _as_json(diff, reports: dict[str, Optional[str]], warnings: list[str],
@@ -214,13 +240,24 @@ def _as_json(diff, reports: dict[str, Optional[str]], warnings: list[str],
         "layout": [{"field": f.field, "before": f.before, "after": f.after}
                    for f in diff.layout],
         "counts": diff.counts(),
+        "kernels": list(diff.kernels), "across_kernels": diff.across_kernels,
+        "functions_before_only": diff.presence.before_only,
+        "functions_after_only": diff.presence.after_only,
+        "renamed": [{"before": m.before, "after": m.after, "evidence": m.evidence}
+                    for m in diff.matches],
+        "members": [{"member": m.name, "what": m.what, "recorded": m.recorded,
+                     "before": ({"offset": m.before[0], "ctype": m.before[1]}
+                                if m.before else None),
+                     "after": ({"offset": m.after[0], "ctype": m.after[1]}
+                               if m.after else None)} for m in diff.members],
         "differences": [{
             "rank": rank, "kind": d.kind, "subject": d.subject, "detail": d.detail,
             "text": describe(d, diff.unit), "before": d.before, "after": d.after,
             "before_runs": d.before_runs, "after_runs": d.after_runs, "unit": d.unit,
             "change": change(d), "size": d.size, "noise": d.noise, "spread": d.spread,
             "verdict": verdict(d) or None, "function": d.function or None,
-            "field": d.field or None, "shares_before": d.shares_before,
+            "field": d.field or None, "exists_only": d.exists_only or None,
+            "renamed_to": d.renamed_to or None, "shares_before": d.shares_before,
             "shares_after": d.shares_after}
             for rank, d in enumerate(diff.differences, 1)],
         "warnings": warnings, "page": page}

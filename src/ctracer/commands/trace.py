@@ -53,6 +53,7 @@ examples:
   ctracer trace sock --binary ./sockdemo --cachelines 1 --max-bytes 32 -- ./sockdemo
   ctracer trace --project sock.toml -- ./sockdemo   # a file from ctracer project init
   ctracer trace sock --print-bpf                               # the generated BPF C, no root needed
+  ctracer trace struct sock --kernel 7.2 --repeat 3 -o sock72.ctrace -- ./samples/tcp/build/tcploop
 """
 
 
@@ -146,6 +147,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "changed since the object's last event; the reader rebuilds the "
                           "rest)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    guest = parser.add_argument_group("another kernel (a throwaway QEMU guest)")
+    guest.add_argument("--kernel", metavar="6.1|6.12|7.2|PATH",
+                       help="record in a guest booting this kernel: Debian's 6.1 or 6.12 "
+                            "(Debian 12) or 7.2 (unstable), fetched once into the cache, or "
+                            "a kernel image you built (its modules beside it, or none); the "
+                            "guest sees this machine's files and the trace lands here")
+    guest.add_argument("--repeat", type=int, default=1, metavar="N",
+                       help="with --kernel: record N runs of the command in one boot "
+                            "(NAME-1.ctrace ... NAME-N.ctrace; the noise for ctracer diff)")
+    guest.add_argument("--guest-timeout", type=_seconds, default=3600, metavar="SECONDS",
+                       help="with --kernel: stop a guest that has not finished by then "
+                            "(default 3600)")
     parser.usage = ("%(prog)s {[struct|union] NAME [--binary PATH | --module NAME | --btf FILE]"
                     " | --project FILE} [-p PID | -d SECONDS] [-o FILE] [options] [-- COMMAND [ARGS...]]")
     _take_command_after_double_dash(parser)
@@ -219,6 +232,7 @@ def _take_command_after_double_dash(parser: argparse.ArgumentParser) -> None:
             parser.error(f"unrecognized arguments: {' '.join(extras)} "
                          "(put the command to run after --)")
         namespace.command = command
+        namespace.trace_words = words   # what a guest's ctracer is given (--kernel)
         return namespace, extras
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
@@ -380,6 +394,15 @@ def print_summary(result, out=None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     kind, name = target_from_args(args)
+    from ctracer.commands import guest_trace
+    if guest_trace.wanted(args):
+        words = list(getattr(args, "trace_words", []))
+        return guest_trace.record_in_guest(args, name, words + (["--", *args.command]
+                                                                if args.command else []),
+                                           check_output)
+    if args.repeat != 1 and not os.environ.get(guest_trace.IN_GUEST_ENV):
+        from ctracer.errors import UsageError
+        raise UsageError("--repeat records several runs in one guest boot: give --kernel")
     if args.print_bpf:
         from ctracer.record import request as trace_request
         from ctracer.errors import UsageError

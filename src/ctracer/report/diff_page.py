@@ -83,7 +83,17 @@ def change(d: Difference) -> str:
 
 
 def describe(d: Difference, unit: str) -> str:
-    """The difference in one sentence (the runs' values: `shown`)."""
+    """The difference in one sentence (the runs' values: `shown`), with the after
+    kernel's name of a function matched to a renamed one."""
+    text = _describe(d, unit)
+    if d.renamed_to:
+        text += f" [after: {d.renamed_to}]"
+    elif d.exists_only and d.kind not in (FUNCTION,):
+        text += f" [{d.exists_only} kernel only]"
+    return text
+
+
+def _describe(d: Difference, unit: str) -> str:
     b, a = shown(d, "before"), shown(d, "after")
 
     def by_presence(new: str, gone: str, same: str) -> str:
@@ -91,6 +101,10 @@ def describe(d: Difference, unit: str) -> str:
 
     if d.kind == FUNCTION:
         verb = "hit" if d.subject.startswith("tp:") else "called"
+        if d.exists_only == "after":
+            return f"{d.subject}: exists in the after kernel only ({verb} {a} {unit})"
+        if d.exists_only == "before":
+            return f"{d.subject}: exists in the before kernel only (was {verb} {b} {unit})"
         return by_presence(f"{d.subject}: now {verb} ({a} {unit}; never before)",
                            f"{d.subject}: no longer {verb} (was {b} {unit})", "")
     if d.kind == CALLS:
@@ -102,6 +116,12 @@ def describe(d: Difference, unit: str) -> str:
                       else "; not recorded before")
         now = ("" if d.others_after else "; unchanged now" if d.recorded_after
                else "; not recorded now")
+        if d.only == "before" and not d.recorded_after and d.in_layout_after is False:
+            return (f"{d.field}: not in the after side's layout (was changed by "
+                    f"{d.function} {b} {unit})")
+        if d.only == "after" and not d.recorded_before and d.in_layout_before is False:
+            return (f"{d.field}: not in the before side's layout (changed by {d.function} "
+                    f"{a} {unit})")
         return by_presence(
             f"{d.field}: now {'also ' if d.others_before else ''}changed by {d.function} "
             f"({a} {unit}{before_was})",
@@ -188,9 +208,17 @@ def write_page(diff: TraceDiff, out_dir: str, reports: dict[str, Optional[str]],
                      "change": change(d), "size": f"{d.size:.2f}", "verdict": verdict(d),
                      "noise": bool(d.noise), "links": links})
     counts = diff.counts()
+    ranks = {id(d): n for n, d in enumerate(diff.differences, 1)}
+    headlines = [(title, [{"rank": ranks[id(d)], "text": describe(d, unit)} for d in found])
+                 for title, found in diff.headlines().items()] if diff.across_kernels else []
+    members = [{"name": m.name, "what": m.what, "recorded": m.recorded,
+                "before": f"{m.before[1]} @ {m.before[0]}" if m.before else "—",
+                "after": f"{m.after[1]} @ {m.after[0]}" if m.after else "—"}
+               for m in sorted(diff.members, key=lambda m: (m.what == "moved", not m.recorded))]
     env = template_environment()
     text = env.get_template("diff.html").render(
         diff=diff, rows=rows, counts=counts, unit=unit, warnings=warnings,
+        headlines=headlines, members=members, kernels=diff.kernels,
         reports={side: (f"{path}/index.html" if path else "") for side, path in relative.items()},
         version=__version__, generated=time.strftime("%Y-%m-%d %H:%M:%S"),
         static="_static/", sides=(("before", diff.before), ("after", diff.after)))

@@ -19,6 +19,7 @@ back.  What is read, and how it is named (the report's own words):
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections import Counter
 from typing import Callable, Sequence
@@ -73,6 +74,40 @@ def read_profile(path: str) -> TraceProfile:
         trace.close()
 
 
+#: a top-level member line of the struct's pahole-style layout: "\tTYPE NAME; /* OFF SIZE */"
+_MEMBER = re.compile(r"^(?P<indent>\t+)(?P<type>[^\t/{}][^;]*?)\s+\**(?P<name>[A-Za-z_]\w*)"
+                     r"(?:\[\d*\])*(?::\d+)?;\s*/\*\s*(?P<offset>\d+)")
+
+
+def top_level_members(full_layout: str) -> list[tuple[str, tuple[int, str]]]:
+    """The top-level members of the layout text a trace keeps (``full_layout``, as
+    pahole prints it): (name, (byte offset, C type)) in order, members of an anonymous
+    union or struct at the top level included (C names them as the struct's own).
+    Named nested structs' members are skipped (recorded ones come from the mini layout)."""
+    out: list[tuple[str, tuple[int, str]]] = []
+    held: list[tuple[str, tuple[int, str]]] = []   # inside a top-level union/struct
+    inside = False
+    for line in full_layout.splitlines():
+        if re.match(r"^\t(union|struct)\s*\{", line):
+            inside, held = True, []
+            continue
+        if inside and line.startswith("\t}"):
+            if re.match(r"^\t\}\s*;", line):   # anonymous: its members are the struct's
+                out.extend(held)
+            inside = False
+            continue
+        m = _MEMBER.match(line)
+        if not m or m.group("name").startswith("__cacheline_group_"):
+            continue
+        member = (m.group("name"), (int(m.group("offset")), " ".join(m.group("type").split())))
+        depth = len(m.group("indent"))
+        if depth == 1 and not inside:
+            out.append(member)
+        elif depth == 2 and inside:
+            held.append(member)
+    return out
+
+
 def _refuse_unfinished(trace: Trace) -> None:
     """A trace whose recorder is still writing it is not diffed (its end is unknown)."""
     from ctracer.errors import TraceFileError
@@ -107,6 +142,18 @@ def _profile(trace: Trace, a) -> TraceProfile:
     stems = function_stems({f.id: f.name for f in summary.functions}, a.canonical, a.methods)
     out.function_stems = {function_label(names, fid): stem for fid, stem in stems.items()}
     out.field_stems = field_stems(out.fields)
+    for f in summary.functions:
+        out.known_functions.setdefault(f.name, f.attached)
+        out.reaches.setdefault(f.name, f.via)
+    out.members = dict(top_level_members(trace.meta.get("full_layout", "")))
+    for f in layout.fields:
+        if "byte_offset" in f.source:
+            out.members[f.name] = (int(f.source["byte_offset"]),
+                                   str(f.source.get("ctype") or f.ctype))
+    guest = trace.meta_json("guest") if "guest" in trace.meta else None
+    if isinstance(guest, dict):
+        out.recorded_in = (f"a {guest.get('accel', '').upper() or 'QEMU'} guest booting "
+                           f"Linux {guest.get('kernel_release', '?')}")
     out.changes = _changes(a, [f.name for f in layout.fields])
 
     fmt = ValueFormatter(layout, a.meta.tracepoint_args,

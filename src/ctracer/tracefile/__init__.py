@@ -41,11 +41,12 @@ that is not a trace at all each get their own one-line message.
 from ctracer.tracefile.format import (READABLE_VERSIONS, SCHEMA_VERSION, STATE_FINISHED,
                                       STATE_INTERRUPTED, STATE_RECORDING, Event, RawDecoder,
                                       to_sql_u64)
-from ctracer.tracefile.meta import TraceMeta, meta_json, meta_text, read_meta, trace_id_of
+from ctracer.tracefile.meta import (TraceMeta, add_meta, meta_json, meta_text, read_meta,
+                                     trace_id_of)
 from ctracer.tracefile.reader import Trace, decoding_progress
 from ctracer.tracefile.writer import TraceWriter
 
 __all__ = ["READABLE_VERSIONS", "SCHEMA_VERSION", "STATE_FINISHED", "STATE_INTERRUPTED",
            "STATE_RECORDING", "Event", "RawDecoder", "Trace", "TraceMeta", "TraceWriter",
-           "decoding_progress", "meta_json", "meta_text", "read_meta", "to_sql_u64",
+           "add_meta", "decoding_progress", "meta_json", "meta_text", "read_meta", "to_sql_u64",
            "trace_id_of"]

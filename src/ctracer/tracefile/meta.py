@@ -14,6 +14,20 @@ from typing import Any, Iterator, Mapping, Optional
 from ctracer.errors import TraceFileError
 
 
+def add_meta(path: str, **items: Any) -> None:
+    """Write meta entries into a finished trace file (a trace recorded in a guest gets
+    the guest's description once it has landed on the host)."""
+    rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
+    db = sqlite3.connect(path)
+    try:
+        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
+        db.commit()
+    except sqlite3.DatabaseError as e:
+        raise TraceFileError(f"{path}: cannot write its meta: {e}") from None
+    finally:
+        db.close()
+
+
 def meta_json(meta: dict[str, str], key: str, path: str, default: Any = None) -> Any:
     """The meta entry ``key`` decoded from JSON (``default`` when absent); a
     `TraceFileError` when it is not JSON (the trace at ``path`` is damaged)."""
