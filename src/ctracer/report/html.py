@@ -555,6 +555,9 @@ class _Site:
         data, ev = self.data, self.data.events
         rows = data.objects
         self.stacks = interactive_views.stack_trees(data, chosen, ALL_DIR)
+        if len(ev) and not self.stacks:
+            self.notes.append("the flame views were left out: counting their stacks would "
+                              "not fit the memory limit ctracer runs under")
         positions, offsets = rows.event_groups(chosen)
         counted = grouped_call_counts(ev, positions, offsets, ev.object_caller)
         positions, offsets = rows.change_groups(chosen)

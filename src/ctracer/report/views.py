@@ -14,16 +14,30 @@ import numpy as np
 
 from ctracer.analysis import Analysis
 from ctracer.analysis.callgraph import CallGraphCounts
+from ctracer.analysis.memory import memory_limit
 from ctracer.analysis.stacks import StackTree, all_objects_tree, object_trees
 from ctracer.report.flame import flame_data
 from ctracer.report.interactive_graph import graph_data
 
 
+#: what counting stack trees holds per event while it runs (its int64 temporaries)
+TREE_BYTES_PER_EVENT = 200
+
+
+def trees_fit(events: int) -> bool:
+    """Whether counting the stack trees of ``events`` events fits the memory limit the
+    process runs under (a quarter of it; always without a limit): the count is made
+    over every event at once, ~`TREE_BYTES_PER_EVENT` bytes each (2M events: ~400 MB)."""
+    limit = memory_limit()
+    return not limit or events * TREE_BYTES_PER_EVENT <= limit // 4
+
+
 def stack_trees(a: Analysis, chosen: list[int], all_dir: str) -> dict[str, StackTree]:
     """The stack tree of each chosen object's page (by its directory) and of the
-    all-objects page (``all_dir``)."""
+    all-objects page (``all_dir``); none where they would not fit the memory limit
+    (`trees_fit`: the pages then show the call graph without the flame view)."""
     out: dict[str, StackTree] = {}
-    if not len(a.events):
+    if not len(a.events) or not trees_fit(len(a.events)):
         return out
     for o, tree in zip(chosen, object_trees(a, chosen)):
         out[a.objects.dirnames[o]] = tree
