@@ -257,7 +257,8 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
         max_functions=getattr(args, "max_functions", None),
         buffer_mb=args.buffer_mb,
         # --tail prints events as they come: they carry whole snapshots
-        full_snapshots=bool(getattr(args, "full_snapshots", False) or getattr(args, "tail", False)),
+        full_snapshots=bool(getattr(args, "full_snapshots", False) or getattr(args, "tail", False)
+                            or getattr(args, "watch", None)),  # the watcher reads whole events
         argv=tuple(sys.argv if argv is None else argv),
         watch=tuple(getattr(args, "watch", ()) or ()),
         watch_budget=getattr(args, "watch_budget", 1000))

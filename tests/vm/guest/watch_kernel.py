@@ -66,14 +66,20 @@ def main() -> int:
     out = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 240
     os.makedirs(out, exist_ok=True)
-    plan = json.loads(subprocess.run(
-        CTRACER + ["plan", "struct", "sock", "--watch", "sk_forward_alloc", "skc_state",
-                   "--json"], capture_output=True, text=True, check=True).stdout)["watch"]
-    words = {w["field"]: w for w in plan["words"]}
-    if plan["refused"]:
-        json.dump({"refused": plan["refused"]}, open(os.path.join(out, "result.json"), "w"))
-        print(f"refused: {plan['refused']}")
+    from ctracer.debuginfo.catalog import ShapeKind
+    from ctracer.debuginfo.sources import TypeSource
+    from ctracer.plan.selection import open_struct
+    from ctracer.plan.watch import plan_watch
+    from ctracer.record.breakpoints import refusal
+    refused = refusal(kernel=True)
+    if refused:
+        json.dump({"refused": refused}, open(os.path.join(out, "result.json"), "w"))
+        print(f"refused: {refused}")
         return 0
+    _, graph, _ = open_struct(TypeSource(btf="/sys/kernel/btf/vmlinux"), "sock",
+                              ShapeKind.STRUCT)
+    words = {w.field: w.__dict__ for w in plan_watch(graph, ["sk_forward_alloc",
+                                                             "skc_state"]).words}
     ready, go, info = threading.Event(), threading.Event(), {}
     worker = threading.Thread(target=workload, args=(seconds, ready, go, info), daemon=True)
     worker.start()
@@ -95,8 +101,7 @@ def main() -> int:
         f"{{ @{name.split('.')[-1]}[kstack(1)] = count(); }}" for name, w in words.items())
     bt_out = open(os.path.join(out, "bpftrace.txt"), "w")
     bt = subprocess.Popen(["bpftrace", "-e", probes + " BEGIN { printf(\"arm%s\\n\", \"ed\"); } "
-                           "interval:s:1 { @s = count(); if (@s > " + str(left) +
-                           ") { clear(@s); exit(); } }"], stdout=bt_out, stderr=bt_out)
+                           f"interval:s:{left} {{ exit(); }}"], stdout=bt_out, stderr=bt_out)
     while "armed" not in open(os.path.join(out, "bpftrace.txt")).read():
         if bt.poll() is not None:
             raise SystemExit("bpftrace ended before arming: see bpftrace.txt")
