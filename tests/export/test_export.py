@@ -20,9 +20,10 @@ import pytest
 
 from support.analysis_view import view_of
 from ctracer.tracefile import Trace
+from ctracer.export import schema
 from support.synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 
-JSONL_KEYS = ["time_ns", "cpu", "pid", "tid", "comm", "function", "probe", "object",
+JSONL_KEYS = ["time_ns", "cpu", "pid", "tid", "comm", "function", "phase", "object",
               "lifetime", "depth", "ret", "args", "fields"]
 
 
@@ -58,7 +59,7 @@ def test_jsonl_is_the_report_event_by_event(simulated, tmp_path):
     for e, row in zip(lines, report.rows):
         assert e["time_ns"] == row.ts_ns and e["tid"] == row.tid and e["comm"] == row.comm
         assert e["function"] == report.function_names[row.function_id]
-        assert e["probe"] == ("entry" if row.phase == 0 else "exit")
+        assert e["phase"] == ("entry" if row.phase == 0 else "exit")
         assert e["object"] == (f"0x{row.address:x}" if row.address else None)
         assert e["lifetime"] == (row.obj.lifetime if row.obj else 0)
         assert e["depth"] == row.depth and e["ret"] == row.retval and e["args"] is None
@@ -287,7 +288,7 @@ def test_parquet_file_schema(simulated, tmp_path):
     assert r.returncode == 0, r.stderr
     t = pq.read_table(out)
     assert t.num_rows == truth.events
-    want = ["time_ns", "cpu", "pid", "tid", "comm", "function", "probe", "object", "lifetime",
+    want = ["time_ns", "cpu", "pid", "tid", "comm", "function", "phase", "object", "lifetime",
             "depth", "ret", "args", "changed", "changed_by", "unreadable"]
     assert t.column_names[:len(want)] == want
     assert t.column_names[-4:] == ["host", "kernel", "struct", "trace_id"]
@@ -306,7 +307,7 @@ def test_parquet_file_schema(simulated, tmp_path):
     assert states and all(name == dict(TCP_STATES).get(v) for v, name in states.items()
                           if v is not None)
     assert {v[:2] for v in t.column("sk_user_data").to_pylist() if v} == {"0x"}
-    assert pq.read_metadata(out).metadata[b"ctracer.export_schema"] == b"2"
+    assert pq.read_metadata(out).metadata[b"ctracer.export_schema"] == str(schema.SCHEMA_VERSION).encode()
     assert set(t.column("host").to_pylist()) == {"synthetic-host"}
     assert len(set(t.column("trace_id").to_pylist())) == 1
 
@@ -415,7 +416,7 @@ def test_tracepoint_hits_are_named_tp_with_their_arguments(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert [e["function"] for e in lines] == ["tp:inet_sock_set_state"] * 3
-    assert [e["probe"] for e in lines] == ["tracepoint"] * 3
+    assert [e["phase"] for e in lines] == ["tracepoint"] * 3
     assert [e["args"] for e in lines] == [{"oldstate": 7, "newstate": 2},
                                           {"oldstate": 2, "newstate": 1},
                                           {"oldstate": 1, "newstate": 4}]

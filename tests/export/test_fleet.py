@@ -289,6 +289,48 @@ def test_the_docs_fleet_questions_over_many_hosts(tmp_path):
     assert len({k for _, k, _ in got}) == 2
 
 
+def _as_schema_2(path: Path) -> None:
+    """Rewrite the export at ``path`` as ctracer wrote it with export schema 2: the
+    event's kind in a column named ``probe``, the file saying schema 2."""
+    import pyarrow.parquet as pq
+    table = pq.read_table(path)
+    assert "probe" not in table.column_names
+    table = table.rename_columns(["probe" if n == "phase" else n for n in table.column_names])
+    meta = dict(pq.read_metadata(path).metadata)
+    meta[b"ctracer.export_schema"] = b"2"
+    with pq.ParquetWriter(path, table.schema, store_schema=False) as w:
+        w.write_table(table)
+        w.add_key_value_metadata(meta)
+
+
+def test_exports_of_schema_2_and_3_merge_into_one_phase_column(two_layouts, tmp_path):
+    dataset, written = two_layouts
+    mixed = tmp_path / "dataset"
+    for p in dataset.rglob("*.parquet"):
+        target = mixed / p.relative_to(dataset)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(p.read_bytes())
+    old = next((mixed / "host=narrow").rglob("*.parquet"))
+    _as_schema_2(old)
+    query = ("SELECT kernel, phase, count(*) AS n FROM events GROUP BY ALL "
+             "ORDER BY kernel, phase")
+    want = [{"kernel": k, "phase": p, "n": len(written[h]) // 2}
+            for h, k in (("narrow", "6.1.0-a"), ("wide", "6.12.0-b")) for p in ("entry", "exit")]
+    # the directory (one union_by_name read) and the two files named one by one
+    for inputs in ([mixed], [old, next((mixed / "host=wide").rglob("*.parquet"))]):
+        r = ctracer("sql", "--json", query, *inputs, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert [json.loads(line) for line in r.stdout.splitlines()] == want, inputs
+    # one column, where the new schema puts it; the old name is gone from the view
+    r = ctracer("sql", "--csv", "SELECT column_name FROM (DESCRIBE events)", mixed, cwd=tmp_path)
+    columns = r.stdout.split()[1:]
+    assert "probe" not in columns and columns.index("phase") == [
+        name for name, _, _ in schema.HEADER].index("phase")
+    # an old file alone reads the same way
+    r = ctracer("sql", "--csv", "SELECT DISTINCT phase FROM events ORDER BY 1", old, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["phase", "entry", "exit"], r.stderr
+
+
 # -- bad input ---------------------------------------------------------------------------
 
 def test_export_into_another_structs_partition_is_one_line(two_layouts, tmp_path):

@@ -114,7 +114,7 @@ def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     tp = [e for e in lines if e["function"] == "tp:inet_sock_set_state"]
-    assert len(tp) == len(hits) and all(e["probe"] == "tracepoint" for e in tp)
+    assert len(tp) == len(hits) and all(e["phase"] == "tracepoint" for e in tp)
     assert sorted((e["time_ns"], e["args"]["oldstate"], e["args"]["newstate"]) for e in tp) == \
         sorted((h.ts_ns, h.args["oldstate"], h.args["newstate"]) for h in hits)
     for e in tp:
@@ -126,7 +126,7 @@ def test_export_jsonl_of_the_kernel_run(sock_run, tmp_path):
     by_address = defaultdict(list)
     for e in lines:
         if e["function"] in ("tp:inet_sock_set_state", "tp:tcp_destroy_sock") \
-                and e["probe"] == "tracepoint":
+                and e["phase"] == "tracepoint":
             by_address[e["object"]].append(e)
     for events in by_address.values():
         assert events[0]["lifetime"] >= 1

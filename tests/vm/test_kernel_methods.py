@@ -142,7 +142,7 @@ def test_calls_per_socket_equal_bpftrace(vm_kernel, run):
     _, r = run
     begin, end = r["window"]
     ours = collections.Counter((e["function"], int(e["object"], 16)) for e in r["events"]
-                               if e["probe"] == "entry" and e["function"] in COUNTED
+                               if e["phase"] == "entry" and e["function"] in COUNTED
                                and begin <= e["time_ns"] <= end)
     assert r["calls"], "bpftrace counted nothing"
     assert ours == r["calls"]
@@ -155,13 +155,13 @@ def test_calls_per_socket_equal_bpftrace(vm_kernel, run):
 def test_tcp_sendmsg_returns_add_up_to_the_bytes_sent(vm_kernel, run):
     _, r = run
     rets = [e["ret"] for e in r["events"] if e["function"] == "tcp_sendmsg"
-            and e["probe"] == "exit"]
+            and e["phase"] == "exit"]
     assert sum(rets) == CONNECTIONS * MESSAGES * 2 * BYTES == r["sent"]
 
 
 def test_tcp_set_state_exit_has_the_state_it_was_given(vm_kernel, run):
     _, r = run
-    exits = [e for e in r["events"] if e["function"] == "tcp_set_state" and e["probe"] == "exit"]
+    exits = [e for e in r["events"] if e["function"] == "tcp_set_state" and e["phase"] == "exit"]
     assert exits
     for e in exits:
         assert e["fields"]["__sk_common.skc_state"] == e["args"]["state"], e
@@ -173,11 +173,11 @@ def test_methods_nest_inside_tcp_sendmsg(vm_kernel, run):
     nested = 0
     for e in r["events"]:
         if e["function"] == "tcp_sendmsg":
-            if e["probe"] == "entry":
+            if e["phase"] == "entry":
                 open_calls[e["tid"]] = e["depth"]
             else:
                 open_calls.pop(e["tid"], None)
-        elif e["function"] in NESTED and e["probe"] == "entry" and e["tid"] in open_calls:
+        elif e["function"] in NESTED and e["phase"] == "entry" and e["tid"] in open_calls:
             assert e["depth"] > open_calls[e["tid"]], e
             nested += 1
     assert nested >= CONNECTIONS * MESSAGES

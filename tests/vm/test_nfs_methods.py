@@ -110,7 +110,7 @@ def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     ours = collections.Counter(e["function"] for e in map(json.loads, jsonl.read_text().splitlines())
-                               if e["probe"] == "entry" and e["function"] in direct
+                               if e["phase"] == "entry" and e["function"] in direct
                                and begin <= e["time_ns"] <= end)
     assert theirs, f"bpftrace saw no call: {bt_out.read_text()[-2000:]}"
     assert ours == theirs
@@ -147,5 +147,5 @@ def test_a_command_records_the_file_handles_it_touches(vm_kernel, nfs_mount, tmp
     for e in sorted(rows, key=lambda e: e["time_ns"]):
         first_comm.setdefault(e["object"], e["comm"])
     assert set(first_comm.values()) <= {"sh", "cat", "ls"}, first_comm
-    called = {e["function"] for e in rows if e["probe"] == "entry"}
+    called = {e["function"] for e in rows if e["phase"] == "entry"}
     assert called & set(_direct_methods()), called

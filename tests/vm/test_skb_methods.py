@@ -71,7 +71,7 @@ def skb_run(tmp_path_factory):
 
 
 def _brief(e) -> str:
-    return (f"{e['time_ns']} tid {e['tid']} {e['function']} {e['probe']} depth {e['depth']} "
+    return (f"{e['time_ns']} tid {e['tid']} {e['function']} {e['phase']} depth {e['depth']} "
             f"lifetime {e['lifetime']}")
 
 
@@ -85,7 +85,7 @@ def test_freed_buffers_and_their_lengths_equal_bpftrace(vm_kernel, skb_run):
             if begin <= int(ns) <= end:
                 theirs[(func, int(address), int(length))] += 1
     ours = collections.Counter((e["function"], int(e["object"], 16), e["fields"]["len"])
-                               for e in events if e["probe"] == "entry"
+                               for e in events if e["phase"] == "entry"
                                and e["function"] in ("consume_skb", "__kfree_skb")
                                and begin <= e["time_ns"] <= end)
     assert theirs and ours == theirs
@@ -99,7 +99,7 @@ def test_lifetimes_end_where_the_buffer_is_freed(vm_kernel, skb_run):
     ended = 0
     for life in by_life.values():
         frees = [i for i, e in enumerate(life) if _is_free(e["function"])
-                 and e["probe"] in ("entry", "tracepoint")]
+                 and e["phase"] in ("entry", "tracepoint")]
         if not frees:
             continue
         ended += 1
@@ -109,6 +109,6 @@ def test_lifetimes_end_where_the_buffer_is_freed(vm_kernel, skb_run):
         first = life[frees[0]]
         rest = life[frees[0]:]
         wrong = [e for e in rest if not (e["tid"] == first["tid"] and (
-            e["probe"] in ("tracepoint", "exit") or e["depth"] >= first["depth"]))]
+            e["phase"] in ("tracepoint", "exit") or e["depth"] >= first["depth"]))]
         assert not wrong, [_brief(e) for e in [first] + wrong[:5]]
     assert ended >= 10

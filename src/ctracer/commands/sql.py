@@ -15,7 +15,7 @@ examples:
   ctracer sql "SELECT function, count(*) AS calls FROM events GROUP BY 1 ORDER BY 2 DESC" sock.ctrace
   # calls per function, per host and kernel, over many hosts' exports
   ctracer sql "SELECT host, kernel, function, count(*) AS calls FROM events
-               WHERE probe <> 'entry' GROUP BY ALL ORDER BY host, calls DESC" dataset/
+               WHERE phase <> 'entry' GROUP BY ALL ORDER BY host, calls DESC" dataset/
   # field changes per host and function (docs/exports-and-fleet.md: which function changes each most)
   ctracer sql "SELECT host, field, changed_by, count(*) AS changes
                FROM (SELECT host, changed_by, unnest(changed) AS field FROM events)

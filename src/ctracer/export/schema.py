@@ -43,7 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 #: the version of this schema; a change of a column's name, type or meaning raises it
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: the header column that schema 2 and older named ``probe``: `ctracer sql` reads it as
+#: ``phase``, so old and new exports query together
+OLD_NAMES = {"phase": "probe"}
 META_SCHEMA = b"ctracer.export_schema"
 META_STRUCT = b"ctracer.struct"
 META_FIELDS = b"ctracer.fields"
@@ -56,7 +59,7 @@ HEADER = (
     ("tid", "int32", "thread id"),
     ("comm", "string", "the thread's command name"),
     ("function", "string", "the probed function; tracepoints as tp:NAME"),
-    ("probe", "string", "entry, exit or tracepoint"),
+    ("phase", "string", "entry, exit or tracepoint"),
     ("object", "string", "the object's address in hex; NULL: the event has none"),
     ("lifetime", "int32", "1, 2, ... for successive objects at one address; 0: none"),
     ("depth", "int32", "open traced calls of the thread around the event"),

@@ -12,7 +12,9 @@ Every input becomes part of one view, ``events``, in the export schema
 
 Inputs are combined by column name, so hosts on different kernels and traces of
 different structs (different field columns) query together; a column an input lacks
-reads as null.
+reads as null.  A header column an older export schema named otherwise
+(`schema.OLD_NAMES`: schema 2's ``probe``) is read under its current name, so old and
+new exports merge into one column.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ctracer.errors import CtracerError, InputFileError, UsageError
-from ctracer.export.schema import PARTITIONS, check_file, export_table
+from ctracer.export.schema import OLD_NAMES, PARTITIONS, check_file, export_table
 from ctracer.export.text import sql_string
 
 _SQLITE_MAGIC = b"SQLite format 3\0"
@@ -102,8 +104,31 @@ def connect(paths: Sequence[str]):
         parts.append(f"SELECT * FROM read_parquet({sql_string(pattern)}, "
                      f"hive_partitioning = true, hive_types = {_TEXT_PARTITIONS}, "
                      "union_by_name = true)")
-    con.execute("CREATE VIEW events AS " + " UNION ALL BY NAME ".join(parts))
+    con.execute("CREATE VIEW inputs AS " + " UNION ALL BY NAME ".join(parts))
+    columns = [row[0] for row in con.execute("DESCRIBE inputs").fetchall()]
+    con.execute(f"CREATE VIEW events AS SELECT {_current_names(columns)} FROM inputs")
     return con
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _current_names(columns: list[str]) -> str:
+    """The select list reading ``columns`` (the inputs' union) with every column of an
+    older schema under its current name: one column, from whichever input has it, where
+    the first of the two names stands."""
+    picks, done = [], set()
+    for name in columns:
+        now = next((n for n, was in OLD_NAMES.items() if name in (n, was)), None)
+        if now is None:
+            picks.append(_quoted(name))
+        elif now not in done:
+            done.add(now)
+            present = [_quoted(n) for n in (now, OLD_NAMES[now]) if n in columns]
+            value = present[0] if len(present) == 1 else f"coalesce({', '.join(present)})"
+            picks.append(f"{value} AS {_quoted(now)}")
+    return ", ".join(picks)
 
 
 def run_sql(query: str, paths: Sequence[str]) -> Result:

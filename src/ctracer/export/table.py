@@ -4,7 +4,7 @@ The columns (`EVENT_COLUMNS`, `DERIVED_COLUMNS`, `TRACE_COLUMNS`; their types in
 `ctracer.export.schema`):
 
 * the event: ``time_ns``, ``cpu``, ``pid``, ``tid``, ``comm``, ``function`` (tracepoints
-  as ``tp:NAME``), ``probe`` (``entry``, ``exit``, ``tracepoint``), ``object`` (hex
+  as ``tp:NAME``), ``phase`` (``entry``, ``exit``, ``tracepoint``), ``object`` (hex
   address, null when the event has none), ``lifetime`` (1 for the first object at an
   address, 2 after it was handed out again…, 0 without object), ``depth`` (open traced
   calls of the thread around the event), ``ret`` (the return value on exits of
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 #: the event columns, in order (the snapshot's field columns and the trace columns follow)
-EVENT_COLUMNS = ("time_ns", "cpu", "pid", "tid", "comm", "function", "probe", "object",
+EVENT_COLUMNS = ("time_ns", "cpu", "pid", "tid", "comm", "function", "phase", "object",
                  "lifetime", "depth", "ret", "args")
 DERIVED_COLUMNS = ("changed", "changed_by", "unreadable")
 TRACE_COLUMNS = ("host", "kernel", "struct", "trace_id")
@@ -246,8 +246,8 @@ class _Rows:
         function = _dictionary(self.function_index[ev.function[rows]] if n else
                                np.zeros(0, np.int32), self.function_names)
         tracepoint = self.tracepoint[slot] if n else np.zeros(0, bool)
-        probe_index = np.where(tracepoint, 2, np.where(phase == PHASE_EXIT, 1, 0)).astype(np.int32)
-        probe = _dictionary(probe_index, ["entry", "exit", "tracepoint"])
+        phase_index = np.where(tracepoint, 2, np.where(phase == PHASE_EXIT, 1, 0)).astype(np.int32)
+        phase_names = _dictionary(phase_index, ["entry", "exit", "tracepoint"])
         uniques, inverse = np.unique(address, return_inverse=True)
         obj = _dictionary(inverse.reshape(-1).astype(np.int32),
                           [f"0x{v:x}" for v in uniques.tolist()], address == 0)
@@ -266,7 +266,7 @@ class _Rows:
         columns = {
             "time_ns": pa.array(ev.ts_ns[rows]), "cpu": pa.array(ev.cpu[rows]),
             "pid": pa.array(ev.pid[rows]), "tid": pa.array(ev.tid[rows]), "comm": comm,
-            "function": function, "probe": probe, "object": obj,
+            "function": function, "phase": phase_names, "object": obj,
             "lifetime": pa.array(lifetime), "depth": pa.array(ev.depth[rows]),
             "ret": ret, "args": args,
             "changed": pa.array(changed, pa.list_(pa.string())),

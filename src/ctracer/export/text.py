@@ -3,7 +3,7 @@
 trace beyond the analysis.
 
 JSON Lines: one event per line with exactly the keys scripts rely on — ``time_ns``,
-``cpu``, ``pid``, ``tid``, ``comm``, ``function``, ``probe``, ``object``, ``lifetime``,
+``cpu``, ``pid``, ``tid``, ``comm``, ``function``, ``phase``, ``object``, ``lifetime``,
 ``depth``, ``ret``, ``args`` (an object, or null) and ``fields`` (the snapshot as an
 object keyed by dotted member path, raw values; null when the object could not be read
 or the event has none).  CSV: the flat table (`ctracer.export.table`), fields as
