@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long `ctracer callgraph` takes, and its peak memory, on a big synthetic trace, as
+"""How long `ctracer report` takes, and its peak memory, on a big synthetic trace, as
 ratios to an anchor measured in the same run: reading and decoding every event of the
 trace once, one by one (the least a report built event by event must do).  Prints one
 line per stage, the output's size and its largest file; run with the project's venv:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a command inside a fresh memory cgroup and print what the limit saw (needs root):
 
-    .venv/bin/python bench/memlimit.py 1G -- ctracer callgraph big.ctrace -o out
+    .venv/bin/python bench/memlimit.py 1G -- ctracer report big.ctrace -o out
 
 Prints the exit status, the time, the cgroup's peak and OOM kills, the largest process's
 peak RSS and the cgroup's peak anonymous memory and dirty pages (tests/support/memcgroup.py).

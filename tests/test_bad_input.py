@@ -95,35 +95,35 @@ def test_output_in_a_missing_directory(tmp_path):
     one_line_error(r, "no directory")
 
 
-# -- callgraph ----------------------------------------------------------------------------
+# -- report -------------------------------------------------------------------------------
 
-def test_callgraph_to_a_read_only_file_system(tmp_path):
+def test_report_to_a_read_only_file_system(tmp_path):
     trace = tmp_path / "synthetic.ctrace"
     write_synthetic_trace(str(trace), lifecycles=2)
     with read_only_dir(tmp_path / "ro") as ro:
-        r = ctracer(tmp_path, "callgraph", str(trace), "-o", str(ro / "report"), "--no-plots")
+        r = ctracer(tmp_path, "report", str(trace), "-o", str(ro / "report"), "--no-plots")
     one_line_error(r, "Read-only file system")
 
 
 @pytest.mark.parametrize("content", [b"", b"hello, not a trace\n", b"SQLite format 3\0" + b"\xff" * 200])
-def test_callgraph_of_something_that_is_not_a_trace(tmp_path, content):
+def test_report_of_something_that_is_not_a_trace(tmp_path, content):
     bad = tmp_path / "bad.ctrace"
     bad.write_bytes(content)
-    r = ctracer(tmp_path, "callgraph", str(bad), "-o", str(tmp_path / "report"))
+    r = ctracer(tmp_path, "report", str(bad), "-o", str(tmp_path / "report"))
     one_line_error(r, "bad.ctrace")
 
 
 @pytest.mark.parametrize("plot_objects", ["3", "10"])
-def test_callgraph_refuses_plot_objects_without_plots(tmp_path, plot_objects):
+def test_report_refuses_plot_objects_without_plots(tmp_path, plot_objects):
     trace = tmp_path / "synthetic.ctrace"
     write_synthetic_trace(str(trace), lifecycles=2)
-    r = ctracer(tmp_path, "callgraph", str(trace), "--no-plots", "--plot-objects", plot_objects)
+    r = ctracer(tmp_path, "report", str(trace), "--no-plots", "--plot-objects", plot_objects)
     one_line_error(r, "--no-plots", "--plot-objects would be ignored")
     assert r.returncode == 2 and not (tmp_path / "callgraph").exists()
 
 
-def test_callgraph_of_a_missing_file(tmp_path):
-    r = ctracer(tmp_path, "callgraph", str(tmp_path / "none.ctrace"))
+def test_report_of_a_missing_file(tmp_path):
+    r = ctracer(tmp_path, "report", str(tmp_path / "none.ctrace"))
     one_line_error(r, "none.ctrace")
 
 

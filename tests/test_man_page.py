@@ -37,7 +37,10 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 
 def test_every_subcommand_has_its_section(page):
     subparsers = _subparsers()
-    assert set(subparsers) == set(cli.COMMANDS)
+    assert set(subparsers) == set(cli.COMMANDS) | set(cli.ALIASES)
+    for old, new in cli.ALIASES.items():  # an old name is the same parser, no section
+        assert subparsers[old] is subparsers[new], old
+        assert f".SH COMMAND \\fI\\,'ctracer {old}'" not in page, old
     for name, (_, help_text) in cli.COMMANDS.items():
         assert f".SH COMMAND \\fI\\,'ctracer {name}'\\/\\fR" in page, name
         assert _roff(help_text) in page, name
@@ -45,6 +48,8 @@ def test_every_subcommand_has_its_section(page):
 
 def test_every_option_of_every_subcommand_is_named(page):
     for name, sub in _subparsers().items():
+        if name in cli.ALIASES:
+            continue
         for action in sub._actions:
             if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
                 continue

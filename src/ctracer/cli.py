@@ -35,8 +35,8 @@ COMMANDS = {
     "trace": ("ctracer.commands.trace",
               "record a struct's fields at entry and exit of its methods and at its "
               "tracepoints"),
-    "callgraph": ("ctracer.commands.callgraph",
-                  "render a trace file as HTML call graphs, changes and plots"),
+    "report": ("ctracer.commands.report",
+               "render a trace file as the HTML report: call graphs, changes, plots"),
     "diff": ("ctracer.commands.diff",
              "compare two traces of one struct: what the code does differently"),
     "export": ("ctracer.commands.export",
@@ -47,6 +47,8 @@ COMMANDS = {
              "trace the kernel's struct sock over a bundled workload and render the "
              "report (a user-space sample where the kernel cannot be traced)"),
 }
+#: old name → subcommand: a name a released version used, still accepted
+ALIASES = {"callgraph": "report"}
 
 EPILOG = """\
 examples:
@@ -57,7 +59,7 @@ examples:
   ctracer trace struct sock --binary ./prog -- ./prog --run
   ctracer project init struct sock --binary ./prog -o sock.toml
   ctracer trace --project sock.toml -- ./prog --run
-  ctracer callgraph sock.ctrace                      # → callgraph/sock/index.html
+  ctracer report sock.ctrace                         # → callgraph/sock/index.html
   ctracer diff before.ctrace after.ctrace           # what changed: → diff/index.html
   ctracer export sock.ctrace --format jsonl          # one event per line, for scripts
   ctracer sql "SELECT function, count(*) FROM events GROUP BY 1" sock.ctrace
@@ -95,7 +97,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             continue
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_text, description=mod.__doc__, parents=[common],
+        aliases = [old for old, new in ALIASES.items() if new == name]
+        p = sub.add_parser(name, aliases=aliases, help=help_text, description=mod.__doc__,
+                           parents=[common],
                            epilog=getattr(mod, "EPILOG", None),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
@@ -104,9 +108,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def _subcommand(argv: Sequence[str]) -> Optional[str]:
-    """The subcommand named in argv, if its first non-option word is one."""
+    """The subcommand named in argv (by its name or an old one), if its first non-option
+    word is one."""
     for word in argv:
         if not word.startswith("-"):
+            word = ALIASES.get(word, word)
             return word if word in COMMANDS else None
     return None
 

@@ -223,7 +223,7 @@ def test_the_page_links_each_row_to_both_reports(runs, browser, tmp_path):  # no
 
 
 def test_a_report_is_linked_only_when_it_is_that_traces(runs, tmp_path):
-    """`ctracer callgraph TRACE` writes callgraph/<struct>/ by default: the diff links
+    """`ctracer report TRACE` writes callgraph/<struct>/ by default: the diff links
     it for the trace it was rendered from, and not for the other."""
     r = ctracer(tmp_path, "callgraph", runs["plain1"], "--no-plots", "-q")
     assert r.returncode == 0, r.stderr

@@ -168,7 +168,8 @@ def _ctracer(*args):
 @pytest.mark.parametrize("options, words", [
     (["--where", "skc_nmu == 1"], ["--where", "skc_nmu"]),
     (["--comm", "has space"], ["--comm"]),
-    (["--max-objects", "0"], ["--max-objects"]),
+    (["--max-followed", "0"], ["--max-followed"]),
+    (["--max-objects", "0"], ["--max-followed"]),  # the old spelling, an alias
     (["--functions", "no_such_tracepoint"], ["--functions", "no_such_tracepoint"]),
     (["--exclude", "*"], ["nothing to probe"]),
 ])

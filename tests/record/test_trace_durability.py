@@ -5,7 +5,7 @@ The sample runs slowly (a delay between lifecycles) under `ctracer trace`; once 
 trace file holds committed events, ctracer and the sample are killed with SIGKILL.  The
 file must then open, hold at least every event that was committed before the kill, in
 the order and with the values the sample's own log has (a prefix of each thread's
-calls), and say it is incomplete — in `Trace.incomplete`, in `ctracer callgraph` and in
+calls), and say it is incomplete — in `Trace.incomplete`, in `ctracer report` and in
 the report.  Skipped, with the reason, only when BPF uprobes cannot run here.
 """
 

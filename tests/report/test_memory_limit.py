@@ -61,7 +61,7 @@ def _env(tmp_path) -> dict:
 
 def test_a_trace_bigger_than_the_limit_renders_inside_it(cgroups, big_trace, tmp_path):
     out = tmp_path / "report"
-    run = run_limited(_ctracer("callgraph", big_trace, "-o", str(out), "--max-objects", "50"),
+    run = run_limited(_ctracer("report", big_trace, "-o", str(out), "--max-objects", "50"),
                       256 * MB, env=_env(tmp_path), timeout=900)
     print(run.line())
     assert run.oom_kills == 0, f"OOM-killed inside 256 MB: {run.line()}\n{run.stderr}"
@@ -78,7 +78,7 @@ def test_a_trace_bigger_than_the_limit_renders_inside_it(cgroups, big_trace, tmp
 
 def test_out_of_memory_is_one_line_and_no_finished_report(cgroups, big_trace, tmp_path):
     out = tmp_path / "report"
-    run = run_limited(_ctracer("callgraph", big_trace, "-o", str(out)), 96 * MB,
+    run = run_limited(_ctracer("report", big_trace, "-o", str(out)), 96 * MB,
                       env=_env(tmp_path), timeout=600)
     assert run.oom_kills >= 1, run.line()
     assert run.returncode == 137, run.stderr
@@ -119,14 +119,14 @@ def _on_a_terminal(argv: list[str], env: dict, timeout: float = 900) -> tuple[in
 
 
 def test_progress_on_a_terminal_and_quiet_otherwise(big_trace, tmp_path):
-    argv = _ctracer("callgraph", big_trace, "-o", str(tmp_path / "tty"), "--max-objects", "50")
+    argv = _ctracer("report", big_trace, "-o", str(tmp_path / "tty"), "--max-objects", "50")
     status, shown = _on_a_terminal(argv, _env(tmp_path))
     assert status == 0, shown
     for stage in ("reading events", "read 2011340 events", "paired", "finding field changes",
                   "2011340 events, 2000 objects", "laying out", "writing pages: "):
         assert stage in shown, (stage, shown[-2000:])
     assert re.search(r"writing pages: (\d+)/\1 done", shown), shown[-2000:]
-    piped = subprocess.run(_ctracer("callgraph", big_trace, "-o", str(tmp_path / "pipe"),
+    piped = subprocess.run(_ctracer("report", big_trace, "-o", str(tmp_path / "pipe"),
                                     "--max-objects", "50"),
                            capture_output=True, text=True, env=_env(tmp_path), timeout=900)
     assert piped.returncode == 0, piped.stderr

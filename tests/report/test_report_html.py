@@ -314,7 +314,7 @@ def test_without_plots_no_png_is_drawn_or_referenced(tmp_path):
 
 def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     """One set of counts: recorded = shown + repeats folded, lost and unreadable beside
-    them; the same line on every page and from `ctracer callgraph`; read failures listed."""
+    them; the same line on every page and from `ctracer report`; read failures listed."""
     from ctracer.event import FLAG_READ_FAILED
 
     mini = Layout.packed_in_order("ctracer__mini_c", [Field("n", "s32", 0, "int")])

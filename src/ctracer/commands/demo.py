@@ -3,7 +3,7 @@
 Builds samples/ (make), then records the running kernel's `struct sock` while the
 bundled loopback TCP workload (samples/tcp: several connections, orderly closes from
 each side, an abort) runs — `ctracer trace struct sock -- tcploop` —, renders the
-trace (ctracer callgraph) and says which page to open.  Where the kernel cannot be
+trace (ctracer report) and says which page to open.  Where the kernel cannot be
 traced (no BTF, BPF refused, no raw tracepoints...) it says why in one line and traces
 the user-space sample sockdemo instead, as `ctracer trace struct sock --binary
 sockdemo -- sockdemo` would.  The trace goes to sock.ctrace and the report to
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         print("ctracer demo: the report renderer is not available in this build; "
               f"the trace is in {result.path}", file=sys.stderr)
         return 1
-    print(f"ctracer demo: ctracer callgraph {result.path}", file=sys.stderr)
+    print(f"ctracer demo: ctracer report {result.path}", file=sys.stderr)
     rendered = render_report(result.path)
     print(f"ctracer demo: {rendered.counts}; {rendered.objects_total} objects rendered",
           file=sys.stderr)

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "DIR/before and DIR/after, and link the page's rows to them")
     parser.add_argument("--before-report", metavar="REPORT", default=None,
                         help="the report of BEFORE's (first) trace to link to (default: "
-                             "found where `ctracer callgraph` writes it)")
+                             "found where `ctracer report` writes it)")
     parser.add_argument("--after-report", metavar="REPORT", default=None,
                         help="the report of AFTER's (first) trace to link to")
 
@@ -154,7 +154,7 @@ def _reports(args: argparse.Namespace, diff, out_dir: str) -> dict[str, Optional
             found = find_report(first, [given])
             if found is None:
                 raise DiffError(f"{given} is not a report rendered from {first.path} "
-                                f"(ctracer callgraph {first.path} -o DIR renders one)")
+                                f"(ctracer report {first.path} -o DIR renders one)")
             out[side] = found
         else:
             out[side] = find_report(first, default_report_places(first, side, out_dir))

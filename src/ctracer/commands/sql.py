@@ -10,6 +10,8 @@ import csv
 import json
 import sys
 
+FORMATS = ("table", "csv", "json")
+
 EPILOG = """\
 examples:
   ctracer sql "SELECT function, count(*) AS calls FROM events GROUP BY 1 ORDER BY 2 DESC" sock.ctrace
@@ -20,7 +22,7 @@ examples:
   ctracer sql "SELECT host, field, changed_by, count(*) AS changes
                FROM (SELECT host, changed_by, unnest(changed) AS field FROM events)
                GROUP BY ALL ORDER BY changes DESC" dataset/
-  ctracer sql --csv "SELECT * FROM events WHERE object = '0xffff8880123c0000'" a.ctrace b.parquet
+  ctracer sql --format csv "SELECT * FROM events WHERE object = '0xffff8880123c0000'" a.ctrace b.parquet
 """
 
 
@@ -30,19 +32,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace files, Parquet files, or directories of them (Hive "
                              "partitions host=…/struct=…/ become columns)")
     how = parser.add_mutually_exclusive_group()
-    how.add_argument("--csv", action="store_true", help="print CSV with a header line")
-    how.add_argument("--json", action="store_true", help="print one JSON object per row")
+    how.add_argument("--format", "-f", choices=FORMATS, default="table",
+                     help="table: aligned columns (default); csv: CSV with a header line; "
+                          "json: one JSON object per row")
+    # the spellings of releases before 2026-12, as `--format csv|json`
+    how.add_argument("--csv", dest="format", action="store_const", const="csv",
+                     help=argparse.SUPPRESS)
+    how.add_argument("--json", dest="format", action="store_const", const="json",
+                     help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
     from ctracer.export.sql import format_table, run_sql
 
     result = run_sql(args.query, args.inputs)
-    if args.csv:
+    if args.format == "csv":
         w = csv.writer(sys.stdout)
         w.writerow(result.columns)
         w.writerows(result.rows)
-    elif args.json:
+    elif args.format == "json":
         for row in result.rows:
             print(json.dumps(dict(zip(result.columns, row)), default=str))
     else:

@@ -1,4 +1,4 @@
-"""Heavy commands (``callgraph``, ``export``) run in a forked child that ctracer waits
+"""Heavy commands (``report``, ``export``) run in a forked child that ctracer waits
 for, so that when memory runs out ctracer can still say so.
 
 Under a memory limit (a container's, a systemd unit's ``MemoryMax=``, a memory cgroup)

@@ -21,12 +21,12 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
   receive; not an interrupt or a timer that came in while it ran) is followed for the
   rest of its life in every context (softirq, timers, kernel threads); without them
   every object system-wide.
-  --comm, --object, --where and --max-objects choose objects, in the kernel.
+  --comm, --object, --where and --max-followed choose objects, in the kernel.
 
 The recording ends when COMMAND exits, when process PID goes away, after -d SECONDS or
 at Ctrl-C; the events already emitted are always drained into the trace file, and
 events the buffer had to drop are counted and shown.  Needs root.  Render the trace
-with `ctracer callgraph FILE`.
+with `ctracer report FILE`.
 """
 
 from __future__ import annotations
@@ -122,8 +122,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     objects.add_argument("--where", metavar="CONDITION",
                          help="objects from the first hit where the condition on their "
                               "fields holds, e.g. 'skc_num == 8080 && skc_family == 2'")
-    objects.add_argument("--max-objects", type=int, metavar="N",
-                         help="follow at most N objects (lifetimes)")
+    objects.add_argument("--max-followed", dest="max_followed", type=int, metavar="N",
+                         help="follow at most N objects (lifetimes), admitted in the "
+                              "kernel; later ones are not recorded")
+    # the spelling of releases before 2026-12; `report --max-objects` is a page limit
+    objects.add_argument("--max-objects", dest="max_followed", type=int,
+                         help=argparse.SUPPRESS)
     objects.add_argument("--lifetime-rule", dest="lifetime_rules", action="append",
                          metavar="RULE",
                          help="where an object's lifetime starts or ends, replacing the "
@@ -250,7 +254,7 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
         max_bytes=args.max_bytes, project=getattr(args, "project_file", None),
         pointers=args.pointers,
         follow_processes=bool(args.pid or args.command), comm=args.comm,
-        objects=tuple(args.objects), where=args.where, max_objects=args.max_objects,
+        objects=tuple(args.objects), where=args.where, max_objects=args.max_followed,
         lifetime_rules=(tuple(args.lifetime_rules)
                         if getattr(args, "lifetime_rules", None) else None),
         function_probes=getattr(args, "function_probes", "auto"),

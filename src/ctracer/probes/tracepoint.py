@@ -26,7 +26,7 @@ What a probe does on each hit, per method of its tracepoint:
 * an object already followed is recorded; else it is admitted when the process filter
   (``-p``/``-- COMMAND``: the current process is in ``ctracer_pids``), ``--comm``,
   ``--object``, ``--where`` (evaluated on the snapshot, in the kernel) and
-  ``--max-objects`` (an atomic counter of admissions) all agree (a process or a name
+  ``--max-followed`` (an atomic counter of admissions) all agree (a process or a name
   only in the task's own work, not in an interrupt that came in on it:
   `_context_functions`), and from then on it is
   followed in every context (softirq, timers, kernel threads) through the hash
@@ -62,7 +62,7 @@ from ctracer.probes import ctext
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.event import FunctionRow
 
-#: followed objects when no --max-objects bounds them
+#: followed objects when no --max-followed bounds them
 OBJECT_CAPACITY = 65536
 #: the number of raw tracepoint arguments a probe reads
 MAX_ARGS = 12

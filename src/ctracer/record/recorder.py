@@ -735,7 +735,7 @@ def summary_lines(result: RecordResult) -> list[str]:
                      f"keeps the {result.events} events written before that"
                      f"{f'; {result.unwritten} more were not written' if result.unwritten else ''}")
     lines += [f"warning: {w}" for w in result.warnings]
-    lines.append(f"wrote {result.path}; next: ctracer callgraph {result.path}")
+    lines.append(f"wrote {result.path}; next: ctracer report {result.path}")
     if result.failed > FEW_FAILED:
         # said last too: a long recording's first lines have scrolled away
         lines.append(f"warning: {result.failed} of {result.attached + result.failed} "

@@ -128,7 +128,7 @@ def _ring_bytes(buffer_mb: int) -> int:
 def _check_kernel_only(request: TraceRequest) -> None:
     used = [opt for opt, value in (("--comm", request.comm), ("--object", request.objects),
                                    ("--where", request.where),
-                                   ("--max-objects", request.max_objects),
+                                   ("--max-followed", request.max_objects),
                                    ("--lifetime-rule", request.lifetime_rules)) if value]
     if used:
         raise UsageError(f"{', '.join(used)} select kernel objects: they go with a kernel "
@@ -155,7 +155,7 @@ def _admission(request: TraceRequest, layout):
     from ctracer.plan import where as where_clause
     from ctracer.probes.tracepoint import Admission
     if request.max_objects is not None and request.max_objects < 1:
-        raise UsageError("--max-objects needs a positive number")
+        raise UsageError("--max-followed needs a positive number")
     if request.comm is not None:
         data = request.comm.encode("utf-8", "replace")
         if not data or len(data) > 15 or not all(32 < b < 127 for b in data):

@@ -164,7 +164,7 @@ def find_report(profile: TraceProfile, candidates: list[str]) -> Optional[str]:
 
 def default_report_places(profile: TraceProfile, side: str, out_dir: str) -> list[str]:
     """Where a side's report may be: ``--render``'s place in the diff directory (named
-    ``before`` or ``after``), then where ``ctracer callgraph TRACE`` writes by default,
+    ``before`` or ``after``), then where ``ctracer report TRACE`` writes by default,
     run here or beside the trace."""
     default = os.path.join("callgraph", safe_component(profile.struct_name, "struct"))
     return [os.path.join(out_dir, side), default,

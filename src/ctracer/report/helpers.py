@@ -4,7 +4,7 @@ The report's pages are written in tasks numbered 0..N-1 that forked helpers run 
 inherit the report data from the parent, so a task goes by its number).  What can end
 that work early is turned into one `HelpersStopped` the renderer reports in one line:
 
-* Ctrl-C (or SIGTERM, which the ``callgraph`` command turns into the same): the helpers
+* Ctrl-C (or SIGTERM, which the ``report`` command turns into the same): the helpers
   ignore SIGINT (a terminal sends it to every process of the group; a helper's
   ``KeyboardInterrupt`` traceback is what users saw), the parent stops them;
 * a helper that dies (killed, out of memory): `concurrent.futures` says so, where a

@@ -15,10 +15,12 @@ DEFAULT_PLOT_OBJECTS = 10
 
 EPILOG = """\
 examples:
-  ctracer callgraph sock.ctrace                   # → callgraph/sock/index.html
-  ctracer callgraph sock.ctrace -o /tmp/report    # somewhere else
-  ctracer callgraph skb.ctrace --plot-objects 0   # PNG plots for every object, however many
-  ctracer callgraph skb.ctrace --max-objects 100  # pages for the 100 busiest objects only
+  ctracer report sock.ctrace                      # → callgraph/sock/index.html
+  ctracer report sock.ctrace -o /tmp/report       # somewhere else
+  ctracer report skb.ctrace --plot-objects 0      # PNG plots for every object, however many
+  ctracer report skb.ctrace --max-objects 100     # pages for the 100 busiest objects only
+
+`ctracer callgraph` is the same command under its old name.
 """
 
 
