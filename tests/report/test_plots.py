@@ -117,7 +117,7 @@ def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
     path = tmp_path / "t.ctrace"
     write_synthetic_trace(str(path), threads=3, lifecycles=6, sends=3, seed=5)
     data = analysis.load(str(path))
-    site = html.Site(data, str(tmp_path / "r"), True)
+    site = html.ReportSite(data, str(tmp_path / "r"), True)
     whole, values = objects.strips(site)
     monkeypatch.setattr(plots, "MAX_STRIPS", 4)
     sampled, values_sampled = objects.strips(site)

@@ -42,7 +42,7 @@ from ctracer.report.pages import graphs, index, methods, objects, timeline
 from ctracer.report.pages.site import (  # noqa: F401 (the report's constants, read here by others)
     ALL_DIR, CHANGE_ROWS_PER_PAGE, DEFAULT_PLOT_OBJECTS, INLINE_ROWS_CHARS, LIVE_POINTS,
     MARKER, MAX_LISTED, MAX_PLOTS_PER_PAGE, METHODS_DIR, MIN_CHANGE_ROWS_PER_FIELD,
-    MIN_CHANGES_TO_PLOT, PAGE_ROWS, STATIC_DIR, Site, template_environment)
+    MIN_CHANGES_TO_PLOT, PAGE_ROWS, STATIC_DIR, ReportSite, template_environment)
 
 
 class OutputDirError(OutputError):
@@ -150,7 +150,7 @@ OBJECTS_PER_TASK = 25
 
 
 #: the site a forked helper works on (inherited from the parent, never copied)
-_helper_site: Optional[Site] = None
+_helper_site: Optional[ReportSite] = None
 
 
 def _run_task(task: tuple) -> float:
@@ -173,7 +173,7 @@ def _run_task(task: tuple) -> float:
     return time.perf_counter() - mark
 
 
-def _write_pages(site: Site, chosen: list[int], workers: int,
+def _write_pages(site: ReportSite, chosen: list[int], workers: int,
                  say: Callable[[str], None]) -> float:
     """Every page but the index, with its plots: the all-objects pages, the methods page
     and the object pages in tasks shared by ``workers`` forked helpers (they inherit the
@@ -210,7 +210,7 @@ def _write_pages(site: Site, chosen: list[int], workers: int,
 _tasks_of_helpers: list[tuple] = []
 
 
-def _expected_plots(site: Site) -> int:
+def _expected_plots(site: ReportSite) -> int:
     """About how many PNG plots the report will draw (each costs tens of ms)."""
     if not site.plots:
         return 0
@@ -247,7 +247,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
     clock, cpu = time.perf_counter(), _cpu_seconds()
     seconds: dict[str, float] = {}
     trace = analysis.open_trace(trace_path)
-    site: Optional[Site] = None
+    site: Optional[ReportSite] = None
     try:
         if out_dir is None:
             out_dir = os.path.join("callgraph", safe_component(trace.struct_name, "struct"))
@@ -259,7 +259,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             seconds["model"] = time.perf_counter() - clock
             seconds["model_cpu"] = _cpu_seconds() - cpu
 
-            site = Site(data, out_dir, plots)
+            site = ReportSite(data, out_dir, plots)
             n = len(data.objects)
             ts, rows = data.events.ts_ns, data.objects
             counts = rows.event_counts()
@@ -319,7 +319,7 @@ class RenderIncomplete(CtracerError):
             self.prefix, self.exit_status = "interrupted", 128 + signal_number
 
 
-def _incomplete(out_dir: str, site: Optional[Site], stopped: HelpersStopped) -> RenderIncomplete:
+def _incomplete(out_dir: str, site: Optional[ReportSite], stopped: HelpersStopped) -> RenderIncomplete:
     """Mark the report in ``out_dir`` incomplete (its index.html says why and how far it
     got; the full index when the report's data was built) and the one-line error."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the page is written first

@@ -18,7 +18,7 @@ from ctracer.analysis.writes import field_writers as watched_writers
 from ctracer.analysis.model import CAUSE_CALLER, CAUSES
 from ctracer.report import plots as plotting
 from ctracer.report.pages.site import (CHANGE_ROWS_PER_PAGE, LIVE_POINTS, MAX_PLOTS_PER_PAGE,
-                                       MIN_CHANGE_ROWS_PER_FIELD, Site, json_island)
+                                       MIN_CHANGE_ROWS_PER_FIELD, ReportSite, json_island)
 from ctracer.report.pages.timeline import PageOf
 
 
@@ -51,7 +51,7 @@ _CHANGE_OBJECT = '<td class="mono object"><a href="{}">{}</a></td>'
 _CHANGE_OBJECT_PLAIN = '<td class="mono object">{}</td>'
 
 
-def changes_page(site: Site, directory: str, title: str, heading: str,
+def changes_page(site: ReportSite, directory: str, title: str, heading: str,
                  changes: np.ndarray, page_of: PageOf,
                  series: dict[str, list[plotting.Series]], show_object: bool,
                  plot_title: Optional[str] = None,
@@ -103,7 +103,7 @@ def changes_page(site: Site, directory: str, title: str, heading: str,
                left_out=(len(set(series) & set(by_field)) - len(drawn)) if site.plots else 0)
 
 
-def _watched_field(site: Site, name: str, writes_of: Optional[list[int]],
+def _watched_field(site: ReportSite, name: str, writes_of: Optional[list[int]],
                    show_object: bool) -> dict:
     """A watched field's writers and first writes, for its changes page section."""
     view = site.writes
@@ -131,7 +131,7 @@ def _watched_field(site: Site, name: str, writes_of: Optional[list[int]],
             "unchanged_count": sum(1 for i in chosen if view.writes[i].unchanged)}
 
 
-def _change_rows(site: Site, found_of: list[np.ndarray], per_field: int, page_of: PageOf,
+def _change_rows(site: ReportSite, found_of: list[np.ndarray], per_field: int, page_of: PageOf,
                  show_object: bool) -> list[str]:
     """Per field, the HTML rows of its first ``per_field`` changes of ``found_of``
     (the columns gathered once for the page, not per field)."""
@@ -173,7 +173,7 @@ def _change_rows(site: Site, found_of: list[np.ndarray], per_field: int, page_of
     return out
 
 
-def _in_timeline(site: Site, field: str) -> str:
+def _in_timeline(site: ReportSite, field: str) -> str:
     """The link to a timeline filtered to rows changing ``field``."""
     link = site._timeline_links.get(field)
     if link is None:
@@ -182,7 +182,7 @@ def _in_timeline(site: Site, field: str) -> str:
     return link
 
 
-def live_plot_data(site: Site, o: int, series: dict[str, tuple[list, list]]) -> dict[str, dict]:
+def live_plot_data(site: ReportSite, o: int, series: dict[str, tuple[list, list]]) -> dict[str, dict]:
     """Each changed field of object ``o`` for the browser's plot: times (ms), numbers
     to plot, the values as shown, and tick labels where the values are categories."""
     a = site.data

@@ -12,10 +12,10 @@ from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_cal
 from ctracer.analysis.model import counts_per_group
 from ctracer.report import callgraph_svg as graphs
 from ctracer.report import views as interactive_views
-from ctracer.report.pages.site import ALL_DIR, METHODS_DIR, PAGE_ROWS, Site, json_island
+from ctracer.report.pages.site import ALL_DIR, METHODS_DIR, PAGE_ROWS, ReportSite, json_island
 
 
-def prepare_graphs(site: Site, chosen: list[int]) -> None:
+def prepare_graphs(site: ReportSite, chosen: list[int]) -> None:
     """Count the call graphs of the pages of the objects ``chosen`` and of the
     all-objects page (laid out later, by shape)."""
     data, ev = site.data, site.data.events
@@ -36,7 +36,7 @@ def prepare_graphs(site: Site, chosen: list[int]) -> None:
                             f"{len(rows)} objects", made_all[0])
 
 
-def _prepare_graph(site: Site, directory: str, counts: CallGraphCounts, root_label: str,
+def _prepare_graph(site: ReportSite, directory: str, counts: CallGraphCounts, root_label: str,
                    changed_by: dict[int, int]) -> None:
     if not counts.functions:
         return
@@ -49,13 +49,13 @@ def _prepare_graph(site: Site, directory: str, counts: CallGraphCounts, root_lab
     site.graphs[directory] = (counts, root_label, changed_by, shape, nodes)
 
 
-def layout_graphs(site: Site) -> None:
+def layout_graphs(site: ReportSite) -> None:
     site.placed, notes = graphs.layout_shapes(site.shape_graphs)
     site.shape_graphs = {}
     site.notes.extend(notes)
 
 
-def graph_for(site: Site, directory: str, rows: np.ndarray, files: list[str]) -> tuple[Any, str]:
+def graph_for(site: ReportSite, directory: str, rows: np.ndarray, files: list[str]) -> tuple[Any, str]:
     """The inline SVG of ``directory``'s call graph, or why there is none."""
     if not site.dot:
         return None, "graphviz's dot is not installed, so the call graph was not drawn."
@@ -83,7 +83,7 @@ def graph_for(site: Site, directory: str, rows: np.ndarray, files: list[str]) ->
     return graphs.svg(counts, site.names, root_label, changed_by, placed, links), ""
 
 
-def views_for(site: Site, directory: str, rows: np.ndarray, files: list[str]) -> Any:
+def views_for(site: ReportSite, directory: str, rows: np.ndarray, files: list[str]) -> Any:
     """The interactive call graph's and the flame view's data (a JSON island) of
     ``directory``'s page, or None when it has no calls."""
     made = site.graphs.get(directory)

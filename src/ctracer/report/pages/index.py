@@ -11,10 +11,10 @@ from ctracer.report import summaries
 from ctracer.report.index_data import OBJECTS_FILE, objects_data, objects_file_text
 from ctracer.report.probe_failures import failed_functions
 from ctracer.report.values import format_duration, format_offset
-from ctracer.report.pages.site import MAX_LISTED, Site
+from ctracer.report.pages.site import MAX_LISTED, ReportSite
 
 
-def write_index(site: Site, objects_total: int, incomplete: str = "") -> None:
+def write_index(site: ReportSite, objects_total: int, incomplete: str = "") -> None:
     """The index; ``incomplete`` says why the report lacks pages (Ctrl-C, a helper
     that died), shown first."""
     data, start = site.data, site.data.start_ns

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from ctracer.report import plots as plotting
-from ctracer.report.pages.site import METHODS_DIR, Site
+from ctracer.report.pages.site import METHODS_DIR, ReportSite
 
 
-def write_methods(site: Site) -> None:
+def write_methods(site: ReportSite) -> None:
     rows = site.method_rows(site.data.methods)
     for stats in site.data.methods.values() if site.plots else ():
         if len(stats.durations):

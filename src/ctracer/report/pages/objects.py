@@ -7,12 +7,12 @@ import numpy as np
 
 from ctracer.report import plots as plotting
 from ctracer.report.values import format_duration, format_offset
-from ctracer.report.pages.site import ALL_DIR, MIN_CHANGES_TO_PLOT, Site
+from ctracer.report.pages.site import ALL_DIR, MIN_CHANGES_TO_PLOT, ReportSite
 from ctracer.report.pages.timeline import write_timeline
 from ctracer.report.pages.changes import changes_page
 
 
-def write_object(site: Site, o: int) -> None:
+def write_object(site: ReportSite, o: int) -> None:
     a = site.data
     d, label = a.objects.dirnames[o], a.objects.labels[o]
     start = a.start_ns
@@ -55,7 +55,7 @@ def write_object(site: Site, o: int) -> None:
                       else None)
 
 
-def write_all_objects(site: Site) -> None:
+def write_all_objects(site: ReportSite) -> None:
     a = site.data
     changes = a.changes_by_seq()
     n_objects = len(a.objects)
@@ -72,7 +72,7 @@ def write_all_objects(site: Site) -> None:
                       plot_title=plotted, values=values)
 
 
-def strips(site: Site) -> tuple[dict[str, plotting.Strips], dict[str, str]]:
+def strips(site: ReportSite) -> tuple[dict[str, plotting.Strips], dict[str, str]]:
     """The all-objects strip plots' series, one strip per object whose field
     changed, on time since the object was first seen (readable at thousands of
     objects, where lines over absolute time are not), only every n-th object's

@@ -1,5 +1,5 @@
 """The state one render shares among its page writers: the analysis, value formatting,
-the page files' names and constants, and the template environment (`Site.write`).
+the page files' names and constants, and the template environment (`ReportSite.write`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _arg_kinds(data: Analysis) -> dict[int, dict[str, str]]:
     return out
 
 
-class Site:
+class ReportSite:
     """Turns the analysis into files; one instance per render."""
 
     def __init__(self, data: Analysis, out_dir: str, plots: bool = True):

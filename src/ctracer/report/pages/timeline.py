@@ -13,7 +13,7 @@ import numpy as np
 from ctracer.files import let_go
 from ctracer.report.jsontext import script_safe
 from ctracer.report.timeline import PAGES_FILE, _changes_of, data_file_text, pages_file_text
-from ctracer.report.pages.site import (INLINE_ROWS_CHARS, PAGE_ROWS, Site, page_file_of,
+from ctracer.report.pages.site import (INLINE_ROWS_CHARS, PAGE_ROWS, ReportSite, page_file_of,
                                        rows_file_of)
 from ctracer.report.pages.graphs import graph_for, views_for
 
@@ -22,7 +22,7 @@ class RunningState:
     """Every field's value (as shown) per object as a timeline is written, so each page
     carries the state at its first row (the browser replays the page's changes)."""
 
-    def __init__(self, site: Site, show_object: bool):
+    def __init__(self, site: ReportSite, show_object: bool):
         self.site, self.show_object = site, show_object
         self.values: dict[int, dict[str, str]] = {}
 
@@ -60,7 +60,7 @@ class RunningState:
 # ---------------------------------------------------------------- timelines
 
 
-def write_timeline(site: Site, directory: str, rows: np.ndarray, *, title: str, heading: str,
+def write_timeline(site: ReportSite, directory: str, rows: np.ndarray, *, title: str, heading: str,
                    use_object_depth: bool, show_object: bool,
                    facts: list[tuple[str, str]], methods: list[dict]) -> PageOf:
     """Write the timeline of the events at ``rows`` (positions, in time order),
@@ -101,7 +101,7 @@ def write_timeline(site: Site, directory: str, rows: np.ndarray, *, title: str, 
     return page_of
 
 
-def write_pages_index(site: Site, directory: str, rows: np.ndarray, files: list[str]) -> str:
+def write_pages_index(site: ReportSite, directory: str, rows: np.ndarray, files: list[str]) -> str:
     """Write the index of a paged timeline's pages (what each holds: the page script
     finds rows on every page with it); return its file name."""
     pages = []
@@ -114,7 +114,7 @@ def write_pages_index(site: Site, directory: str, rows: np.ndarray, files: list[
     return PAGES_FILE
 
 
-def note_unreadable_pages(site: Site, objects: list[int]) -> None:
+def note_unreadable_pages(site: ReportSite, objects: list[int]) -> None:
     """Where each unreadable row of these objects' timelines is (the index links
     them), known before the pages are written, possibly by another process."""
     ev = site.data.events
@@ -130,7 +130,7 @@ class PageOf:
     'index.html'.  Looked up per link: a dict of every linked row of ten million
     events would be hundreds of megabytes."""
 
-    def __init__(self, site: Site, rows: np.ndarray, files: list[str]):
+    def __init__(self, site: ReportSite, rows: np.ndarray, files: list[str]):
         self.site, self.rows, self.files = site, rows, files
 
     def pages(self, events: np.ndarray) -> list[str]:
