@@ -182,7 +182,8 @@ def _in_timeline(site: ReportSite, field: str) -> str:
     return link
 
 
-def live_plot_data(site: ReportSite, o: int, series: dict[str, tuple[list, list]]) -> dict[str, dict]:
+def live_plot_data(site: ReportSite, o: int,
+                   series: dict[str, tuple[list, list]]) -> dict[str, dict]:
     """Each changed field of object ``o`` for the browser's plot: times (ms), numbers
     to plot, the values as shown, and tick labels where the values are categories."""
     a = site.data

@@ -33,7 +33,7 @@ def prepare_graphs(site: ReportSite, chosen: list[int]) -> None:
     if len(ev):
         made_all = counts_per_group(data.changes.function, np.array([0, len(data.changes)]))
         _prepare_graph(site, ALL_DIR, call_counts(ev, np.arange(len(ev)), ev.thread_caller),
-                            f"{len(rows)} objects", made_all[0])
+                       f"{len(rows)} objects", made_all[0])
 
 
 def _prepare_graph(site: ReportSite, directory: str, counts: CallGraphCounts, root_label: str,
@@ -55,7 +55,8 @@ def layout_graphs(site: ReportSite) -> None:
     site.notes.extend(notes)
 
 
-def graph_for(site: ReportSite, directory: str, rows: np.ndarray, files: list[str]) -> tuple[Any, str]:
+def graph_for(site: ReportSite, directory: str, rows: np.ndarray,
+              files: list[str]) -> tuple[Any, str]:
     """The inline SVG of ``directory``'s call graph, or why there is none."""
     if not site.dot:
         return None, "graphviz's dot is not installed, so the call graph was not drawn."
