@@ -11,6 +11,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from ctracer.report import html as report_html
+from ctracer.report import pages as report_pages
+import ctracer.report.pages.changes  # noqa: F401 (patched below)
 from ctracer.report import render_report
 from support.synthetic_trace import write_synthetic_trace
 from ctracer.report.timeline import read_data_file
@@ -375,7 +377,7 @@ def test_a_fields_other_changes_open_the_timeline_filtered_by_it(browser, tmp_pa
     the field filter set, and every row drawn changed that field."""
     from test_report_html import one_object_report
 
-    monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
+    monkeypatch.setattr(report_pages.changes, "CHANGE_ROWS_PER_PAGE", 100)
     out = one_object_report(tmp_path, sends=200)
     page, watch = open_page(browser, next(out.glob("0x*")) / "changes.html")
     link = page.locator('[id="f-sk_stats.tx_bytes"] p.more-changes a')

@@ -12,7 +12,7 @@ import pytest
 from support.synthetic_trace import write_synthetic_trace
 
 from ctracer import analysis
-from ctracer.report.html import _Site, template_environment
+from ctracer.report.pages.site import ReportSite, template_environment
 from ctracer.report import timeline as timeline_module
 from ctracer.report.jsontext import compact_json, script_safe
 
@@ -64,13 +64,13 @@ def test_values_shown_in_bulk_are_those_shown_one_by_one(tmp_path, monkeypatch, 
     path = str(tmp_path / "t.ctrace")
     write_synthetic_trace(path, threads=2, lifecycles=6)
     data = analysis.load(analysis.open_trace(path), lambda _msg: None)
-    timeline = _Site(data, str(tmp_path / "out"), plots=False).timeline
+    timeline = ReportSite(data, str(tmp_path / "out"), plots=False).timeline
     ch = data.changes
     assert len(ch) > 50
     bulk = timeline.codes_text(np.concatenate([ch.field, ch.field]),
                                np.concatenate([ch.old, ch.new]))
     # a fresh formatter, so the one-by-one texts are not the bulk call's memo
-    fresh = _Site(data, str(tmp_path / "out"), plots=False).timeline
+    fresh = ReportSite(data, str(tmp_path / "out"), plots=False).timeline
     one_by_one = [fresh.code_text(j, c) for j, c in
                   zip(np.concatenate([ch.field, ch.field]).tolist(),
                       np.concatenate([ch.old, ch.new]).tolist())]

@@ -111,15 +111,16 @@ def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
 
     from ctracer import analysis
     from ctracer.report import html
+    from ctracer.report.pages import objects
     from support.synthetic_trace import write_synthetic_trace
 
     path = tmp_path / "t.ctrace"
     write_synthetic_trace(str(path), threads=3, lifecycles=6, sends=3, seed=5)
     data = analysis.load(str(path))
-    site = html._Site(data, str(tmp_path / "r"), True)
-    whole, values = site._strips()
+    site = html.ReportSite(data, str(tmp_path / "r"), True)
+    whole, values = objects.strips(site)
     monkeypatch.setattr(plots, "MAX_STRIPS", 4)
-    sampled, values_sampled = site._strips()
+    sampled, values_sampled = objects.strips(site)
     assert values == values_sampled and list(whole) == list(sampled)
     lengths = data.series_lengths()
     names = [f.name for f in data.layout.fields]

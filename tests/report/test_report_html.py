@@ -15,6 +15,8 @@ from PIL import Image, ImageStat
 
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, Field, Layout
 from ctracer.report import html as report_html
+from ctracer.report import pages as report_pages
+import ctracer.report.pages.changes  # noqa: F401 (patched below)
 from ctracer.report import render_report
 from ctracer.tracefile import TraceWriter
 from ctracer.event import FunctionRow
@@ -194,7 +196,8 @@ def one_object_report(tmp_path, sends: int):
 
 
 def test_long_timelines_are_paged_and_links_find_the_page(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+    for module in (report_pages.timeline, report_pages.graphs):
+        monkeypatch.setattr(module, "PAGE_ROWS", 40)
     d = next(one_object_report(tmp_path, sends=30).glob("0x*"))
     pages = sorted(p.name for p in d.glob("timeline-*.html"))
     assert len(pages) >= 2
@@ -212,8 +215,8 @@ def test_a_long_lived_object_keeps_its_changes_page_small(tmp_path, monkeypatch)
     """Each field lists its first changes (the page shares CHANGE_ROWS_PER_PAGE among the
     fields that changed) and links to the timeline filtered by it for the rest; the
     interactive plot draws at most LIVE_POINTS points of a field, saying of how many."""
-    monkeypatch.setattr(report_html, "CHANGE_ROWS_PER_PAGE", 100)
-    monkeypatch.setattr(report_html, "LIVE_POINTS", 60)
+    monkeypatch.setattr(report_pages.changes, "CHANGE_ROWS_PER_PAGE", 100)
+    monkeypatch.setattr(report_pages.changes, "LIVE_POINTS", 60)
     out = one_object_report(tmp_path, sends=200)
     for d in (next(out.glob("0x*")), out / "many_objects"):
         page = read(d / "changes.html")
@@ -407,7 +410,8 @@ def test_paged_timeline_index_says_what_each_page_holds(tmp_path, monkeypatch):
     functions, threads and fields changed its rows show, and its time span."""
     import json
 
-    monkeypatch.setattr(report_html, "PAGE_ROWS", 40)
+    for module in (report_pages.timeline, report_pages.graphs):
+        monkeypatch.setattr(module, "PAGE_ROWS", 40)
     trace = tmp_path / "t.ctrace"
     write_synthetic_trace(str(trace), threads=2, lifecycles=3, sends=4)
     out = tmp_path / "out"

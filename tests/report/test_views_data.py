@@ -9,7 +9,7 @@ import numpy as np
 from ctracer.analysis.callgraph import ROOT, CallGraphCounts
 from ctracer.analysis.stacks import StackTree
 from ctracer.report.flame import flame_data
-from ctracer.report.html import _json_island
+from ctracer.report.pages.site import json_island as _json_island
 from ctracer.report.interactive_graph import family_of, graph_data
 
 
