@@ -101,6 +101,12 @@ def test_the_docs_give_the_schema_the_code_writes():
              "enum": ["enum"], "bool": ["bool"], "float, double": ["float"],
              "pointer (`--pointers`)": ["pointer"],
              "char array, `struct in6_addr`": ["text", "ipv6"]}
+    decoded = {"port": "port in network order", "ipv4": "IPv4 address in network order"}
+    for display, (_, type_name) in schema.DECODED.items():
+        member = next(m for m in by_member if m.startswith(decoded[display]))
+        written, beside = by_member.pop(member)
+        assert written == type_name, member
+        assert f"`PATH{schema.RAW}` {schema.COMPANION_TYPES[schema.RAW]}" in beside
     for member, (type_name, _) in by_member.items():
         for kind in kinds.get(member, ["uint"]):  # the flag word's row: an unsigned integer
             assert schema.FIELD_TYPES[kind] == type_name, member

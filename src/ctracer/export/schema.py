@@ -14,6 +14,10 @@ not have, which every engine reads as NULL there.
   ``PATH:name`` (string) for an enum (its enumerator's name, NULL for a value the enum
   does not name) and ``PATH:bits`` (list of strings) for a flag word whose bits an enum
   names (the names of the bits set; the raw value keeps every bit);
+* a network-order member is written as the pages, ``--tail`` and ``--where`` spell it
+  (`ctracer.decode.display_of`): a ``__be16`` port as its int64 port number in host
+  order, a ``__be32`` address as its dotted quad (string); the value as recorded
+  (int64) sits beside it in ``PATH:raw``;
 * `TRACE`: the recording's columns, last; in a Hive-partitioned export `PARTITIONS`
   come from the path (``host=H/struct=S/``), not from the file.
 
@@ -35,6 +39,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ctracer import decode
 from ctracer.errors import InputFileError, OutputError
 from ctracer.export.table import EventTable
 from ctracer.files import safe_name
@@ -84,8 +89,11 @@ FIELD_TYPES = {
     "ipv6": "string",
 }
 #: the columns beside a field's, and their types
-ENUM_NAME, FLAG_BITS = ":name", ":bits"
-COMPANION_TYPES = {ENUM_NAME: "string", FLAG_BITS: "list<string>"}
+ENUM_NAME, FLAG_BITS, RAW = ":name", ":bits", ":raw"
+COMPANION_TYPES = {ENUM_NAME: "string", FLAG_BITS: "list<string>", RAW: "int64"}
+#: the displays (`ctracer.decode.display_of`) whose column holds the value as shown,
+#: with the recorded value in ``PATH:raw``: display -> (decoder, column type)
+DECODED = {"port": (decode.port, "int64"), "ipv4": (decode.ipv4, "string")}
 
 
 def arrow_type(name: str) -> "pa.DataType":
@@ -134,10 +142,29 @@ def pointers_as_hex(f, data: "pa.Array") -> "pa.Array":
     return data
 
 
+def as_shown(f, column: str, data: "pa.Array") -> Optional[list[tuple[str, "pa.Array"]]]:
+    """For a network-order field (`DECODED`), its columns as every export writes them:
+    ``column`` with the value as the pages and ``--where`` spell it (a port in host
+    order, an IPv4 address as a dotted quad) and ``column:raw`` with the value as
+    recorded; None for any other field."""
+    import pyarrow as pa
+    if f is None or not pa.types.is_integer(data.type):
+        return None
+    decoded = DECODED.get(decode.display_of(f))
+    if decoded is None:
+        return None
+    decoder, type_name = decoded
+    return [(column, _per_value(data, decoder, type_name)),
+            (column + RAW, _cast(data, "int64"))]
+
+
 def _field_columns(column: str, f, data: "pa.Array") -> list[tuple[str, "pa.Array"]]:
     import pyarrow as pa
     kind = f.kind if f is not None else "int"
     type_name = FIELD_TYPES.get(kind, "int64")
+    shown = as_shown(f, column, data)
+    if shown is not None:
+        return shown
     if kind == "pointer" and pa.types.is_integer(data.type):
         out = [(column, pointers_as_hex(f, data))]
     else:

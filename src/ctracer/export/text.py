@@ -5,9 +5,11 @@ trace beyond the analysis.
 JSON Lines: one event per line with exactly the keys scripts rely on — ``time_ns``,
 ``cpu``, ``pid``, ``tid``, ``comm``, ``function``, ``phase``, ``object``, ``lifetime``,
 ``depth``, ``ret``, ``args`` (an object, or null) and ``fields`` (the snapshot as an
-object keyed by dotted member path, raw values; null when the object could not be read
-or the event has none).  CSV: the flat table (`ctracer.export.table`), fields as
-columns, ``changed`` as JSON text.  In both, pointers (in ``args`` and pointer fields,
+object keyed by dotted member path; null when the object could not be read or the event
+has none).  CSV: the flat table (`ctracer.export.table`), fields as columns,
+``changed`` as JSON text.  In both, values are as recorded except a network-order port
+or address, written as the pages and ``--where`` spell it (port 47123 in host order,
+``10.0.0.1``) with the recorded value beside it as ``PATH:raw``, as in Parquet.  In both, pointers (in ``args`` and pointer fields,
 ``--pointers``) are hex strings, ``"0xffff…"``, as in Parquet: a 64-bit address as a
 JSON number loses digits in jq and JavaScript.
 """
@@ -21,7 +23,7 @@ import tempfile
 from typing import BinaryIO, Iterable, Optional, Union
 
 from ctracer.analysis.memory import memory_limit
-from ctracer.export.schema import pointers_as_hex
+from ctracer.export.schema import RAW, as_shown, pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
 from ctracer.files import let_go, private_umask, staged_output
 
@@ -35,28 +37,44 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _pointer_fields(et: EventTable, t):
-    """``t`` with each pointer field's column as hex strings (`pointers_as_hex`)."""
+def _fields_as_written(et: EventTable):
+    """``et``'s table with each field written as in Parquet: pointers as hex strings
+    (`pointers_as_hex`), a network-order port or address as shown, its recorded value
+    in a ``:raw`` column right after it (`as_shown`); and the field columns as
+    (key in ``fields``, column) pairs, in order."""
+    import pyarrow as pa
     layout = {f.name: f for f in et.layout.fields} if et.layout is not None else {}
+    t = et.table
+    keyed = []
     for field, column in et.fields.items():
         f = layout.get(field)
-        if f is not None and f.kind == "pointer":
-            i = t.column_names.index(column)
-            t = t.set_column(i, column, pointers_as_hex(f, t.column(column).combine_chunks()))
-    return t
+        data = t.column(column).combine_chunks()
+        shown = as_shown(f, column, data)
+        if shown is None:
+            if f is not None and f.kind == "pointer":
+                t = t.set_column(t.column_names.index(column), column,
+                                 pointers_as_hex(f, data))
+            keyed.append((field, column))
+            continue
+        i = t.column_names.index(column)
+        (_, value), (raw_column, raw) = shown
+        t = t.set_column(i, column, value)
+        t = t.add_column(i + 1, pa.field(raw_column, raw.type), raw)
+        keyed += [(field, column), (field + RAW, raw_column)]
+    return t, keyed
 
 
 def _jsonl_table(et: EventTable):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    t = _pointer_fields(et, et.table)
-    if et.fields:
-        arrays = [t.column(column).combine_chunks() for column in et.fields.values()]
+    t, keyed = _fields_as_written(et)
+    if keyed:
+        arrays = [t.column(column).combine_chunks() for _, column in keyed]
         valid = arrays[0].is_valid()
         for a in arrays[1:]:
             valid = pc.or_(valid, a.is_valid())
-        fields = pa.StructArray.from_arrays(arrays, names=list(et.fields),
+        fields = pa.StructArray.from_arrays(arrays, names=[key for key, _ in keyed],
                                             mask=pc.invert(valid))
     else:
         fields = pa.nulls(t.num_rows, pa.struct([]))
@@ -71,7 +89,7 @@ def _copy_batch(con, et: EventTable, fmt: str, path: str, header: bool) -> None:
                            for c in EVENT_COLUMNS) + ", fields"
         options = "FORMAT JSON"
     else:
-        table = _pointer_fields(et, et.table)
+        table, _ = _fields_as_written(et)
         con.register("events", table)
         select = ", ".join("to_json(changed) AS changed" if c == "changed" else quote(c)
                            for c in table.column_names)
