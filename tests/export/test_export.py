@@ -64,9 +64,13 @@ def test_jsonl_is_the_report_event_by_event(simulated, tmp_path):
         assert e["lifetime"] == (row.obj.lifetime if row.obj else 0)
         assert e["depth"] == row.depth and e["ret"] == row.retval and e["args"] is None
         snapshot = snapshots[row.seq]
-        assert e["fields"] == (None if snapshot is None else {  # pointers as hex strings
-            k: f"0x{v:x}" if MINI.field(k).kind == "pointer" else v
-            for k, v in MINI.decode(snapshot).items()})
+        decoded = {} if snapshot is None else MINI.decode(snapshot)
+        expected = {k: f"0x{v:x}" if MINI.field(k).kind == "pointer" else v  # hex strings
+                    for k, v in decoded.items()}
+        for k, v in decoded.items():  # an enum's name beside its value, as in Parquet
+            if MINI.field(k).kind == "enum":
+                expected[k + ":name"] = dict(MINI.field(k).enumerators).get(v)
+        assert e["fields"] == (None if snapshot is None else expected)
     # every lifetime of every address, as the simulation made them
     per_object = collections.Counter((e["object"], e["lifetime"]) for e in lines if e["fields"])
     assert set(per_object) == {(f"0x{a:x}", n) for a, n in truth.lifetimes}

@@ -74,6 +74,7 @@ def test_ports_and_addresses_are_spelled_as_where_spells_them(tmp_path):
     assert events[0]["fields"]["__sk_common.skc_daddr:raw"] == decode.ipv4_raw("10.0.0.1")
     assert events[0]["fields"]["__sk_common.skc_num"] == 5000  # a host-order u16 as is
     assert "__sk_common.skc_num:raw" not in events[0]["fields"]
+    assert events[0]["fields"]["__sk_common.skc_state:name"] == "TCP_ESTABLISHED"
     if shutil.which("jq"):
         found = subprocess.run(
             ["jq", "-c", 'select(.fields."__sk_common.skc_dport" == 47123) | .time_ns'],
@@ -86,6 +87,7 @@ def test_ports_and_addresses_are_spelled_as_where_spells_them(tmp_path):
     assert [int(r["__sk_common.skc_dport:raw"]) for r in rows] == \
         [v["__sk_common.skc_dport"] for v in raws]
     assert rows[2]["__sk_common.skc_daddr"] == "192.168.1.9"
+    assert rows[0]["__sk_common.skc_state:name"] == "TCP_ESTABLISHED"
     header = list(rows[0])
     assert header.index("__sk_common.skc_dport:raw") == \
         header.index("__sk_common.skc_dport") + 1

@@ -158,6 +158,15 @@ def as_shown(f, column: str, data: "pa.Array") -> Optional[list[tuple[str, "pa.A
             (column + RAW, _cast(data, "int64"))]
 
 
+def enum_names(f, data: "pa.Array") -> Optional["pa.Array"]:
+    """An enum field's enumerator names per row (NULL for a value the enum does not
+    name), the ``PATH:name`` column; None for another field."""
+    import pyarrow as pa
+    if f is None or f.kind != "enum" or not f.enumerators or not pa.types.is_integer(data.type):
+        return None
+    return _per_value(data, dict(f.enumerators).get, "string")
+
+
 def _field_columns(column: str, f, data: "pa.Array") -> list[tuple[str, "pa.Array"]]:
     import pyarrow as pa
     kind = f.kind if f is not None else "int"
@@ -171,9 +180,9 @@ def _field_columns(column: str, f, data: "pa.Array") -> list[tuple[str, "pa.Arra
         out = [(column, _cast(data, type_name))]
     if f is None or not pa.types.is_integer(data.type):
         return out
-    if kind == "enum" and f.enumerators:
-        names = dict(f.enumerators)
-        out.append((column + ENUM_NAME, _per_value(data, names.get, "string")))
+    named = enum_names(f, data)
+    if named is not None:
+        out.append((column + ENUM_NAME, named))
     bits = [(b, str(n)) for b, n in f.source.get("bits", ())
             if isinstance(b, int) and 0 <= b < 64]
     if bits:

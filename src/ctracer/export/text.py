@@ -9,7 +9,8 @@ object keyed by dotted member path; null when the object could not be read or th
 has none).  CSV: the flat table (`ctracer.export.table`), fields as columns,
 ``changed`` as JSON text.  In both, values are as recorded except a network-order port
 or address, written as the pages and ``--where`` spell it (port 47123 in host order,
-``10.0.0.1``) with the recorded value beside it as ``PATH:raw``, as in Parquet.  In both, pointers (in ``args`` and pointer fields,
+``10.0.0.1``) with the recorded value beside it as ``PATH:raw``, and an enum's
+enumerator name beside its value as ``PATH:name`` (``TCP_LISTEN``), as in Parquet.  In both, pointers (in ``args`` and pointer fields,
 ``--pointers``) are hex strings, ``"0xffff…"``, as in Parquet: a 64-bit address as a
 JSON number loses digits in jq and JavaScript.
 """
@@ -23,7 +24,7 @@ import tempfile
 from typing import BinaryIO, Iterable, Optional, Union
 
 from ctracer.analysis.memory import memory_limit
-from ctracer.export.schema import RAW, as_shown, pointers_as_hex
+from ctracer.export.schema import ENUM_NAME, RAW, as_shown, enum_names, pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
 from ctracer.files import let_go, private_umask, staged_output
 
@@ -39,7 +40,7 @@ def sql_string(text: str) -> str:
 
 def _fields_as_written(et: EventTable):
     """``et``'s table with each field written as in Parquet: pointers as hex strings
-    (`pointers_as_hex`), a network-order port or address as shown, its recorded value
+    (`pointers_as_hex`), an enum's names in a ``:name`` column after it, a network-order port or address as shown, its recorded value
     in a ``:raw`` column right after it (`as_shown`); and the field columns as
     (key in ``fields``, column) pairs, in order."""
     import pyarrow as pa
@@ -51,10 +52,14 @@ def _fields_as_written(et: EventTable):
         data = t.column(column).combine_chunks()
         shown = as_shown(f, column, data)
         if shown is None:
+            i = t.column_names.index(column)
             if f is not None and f.kind == "pointer":
-                t = t.set_column(t.column_names.index(column), column,
-                                 pointers_as_hex(f, data))
+                t = t.set_column(i, column, pointers_as_hex(f, data))
             keyed.append((field, column))
+            named = enum_names(f, data)
+            if named is not None:
+                t = t.add_column(i + 1, pa.field(column + ENUM_NAME, named.type), named)
+                keyed.append((field + ENUM_NAME, column + ENUM_NAME))
             continue
         i = t.column_names.index(column)
         (_, value), (raw_column, raw) = shown
