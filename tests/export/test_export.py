@@ -13,25 +13,17 @@ import json
 import os
 import random
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from support.analysis_view import view_of
 from ctracer.tracefile import Trace
 from ctracer.export import schema
+from support.cli import ctracer
 from support.synthetic_trace import MINI, TCP_STATES, write_synthetic_trace
 
 JSONL_KEYS = ["time_ns", "cpu", "pid", "tid", "comm", "function", "phase", "object",
               "lifetime", "depth", "ret", "args", "fields"]
-
-
-def ctracer(*args, cwd):
-    r = subprocess.run([sys.executable, "-m", "ctracer", *map(str, args)], capture_output=True,
-                       text=True, cwd=cwd, timeout=300)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")

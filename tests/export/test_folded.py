@@ -5,23 +5,15 @@ simulation's truth (every call once, by its stack)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
+from support.cli import ctracer
 from support.synthetic_trace import write_synthetic_trace
 
 #: flamegraph.pl's line: the stack, whitespace, a count (stackcollapse output)
 LINE = re.compile(r"^(.*\S)\s+(\d+)$")
-
-
-def ctracer(*args, cwd):
-    r = subprocess.run([sys.executable, "-m", "ctracer", *map(str, args)], capture_output=True,
-                       text=True, cwd=cwd, timeout=300)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")
