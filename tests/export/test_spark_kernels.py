@@ -20,6 +20,7 @@ from sparkrun import spark, spark_answers  # noqa: F401 (a fixture)
 from test_fleet import doc_spark_statements, doc_sql_commands
 
 pytestmark = pytest.mark.after_guests
+SHARED_BY = "test_export_shared_for_the_fleet"  # the guests whose shares this reads
 
 
 @pytest.fixture(scope="module")

@@ -119,7 +119,7 @@ def test_trace_equals_ground_truth(tmp_path):
     # objects come back at the same address: lifetimes of one address
     allocs = [c.object for c in calls if c.function == "sk_alloc" and c.phase == "exit"]
     assert len(set(allocs)) < len(allocs)
-    assert "0 lost" in r.stderr and f"callgraph {out}" in r.stderr
+    assert "0 lost" in r.stderr and f"ctracer report {out}" in r.stderr
 
 
 def test_fixed_address_executable(tmp_path):

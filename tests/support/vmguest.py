@@ -127,10 +127,12 @@ def vm_share(vm_kernel) -> Path:
     return Path(path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def guest_shares(request) -> dict[str, Path]:
     """On the host, in an ``after_guests`` test: {kernel: the guest's share directory},
-    each guest finished first."""
+    each guest finished first.  Only the guests that ran the test named by the
+    requesting module's ``SHARED_BY`` (a test function's name), when it has one: a
+    guest that never ran the test that writes the share has nothing in it."""
     config = request.config
     why = qemu_unavailable()
     if why:
@@ -139,8 +141,12 @@ def guest_shares(request) -> dict[str, Path]:
     if not runs:
         pytest.skip("no guest ran in this session (the vm tests that share files were not "
                     "selected)")
+    shared_by = getattr(request.module, "SHARED_BY", None)
     shares = {}
     for kernel, run in sorted(runs.items()):
+        if shared_by and not any(n.split("::")[-1].split("[")[0] == shared_by
+                                 for n in run.nodeids):
+            continue
         run.finish()
         shares[kernel] = run.share
     return shares
@@ -215,6 +221,7 @@ class GuestRun:
     def __init__(self, config, kernel: str, nodeids: list[str]):
         self.config = config
         self.kernel = kernel
+        self.nodeids = nodeids
         self.out = Path(config._tmp_path_factory.getbasetemp()) / f"vm-{kernel}"
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = self.out / "pytest.log"

@@ -292,7 +292,11 @@ class Trace:
                     break
                 cols = list(zip(*rows))
                 for k, (name, kind) in enumerate(zip(names, types)):
-                    put(name, np.array(cols[k], dtype=kind))
+                    try:
+                        put(name, np.array(cols[k], dtype=kind))
+                    except (OverflowError, ValueError, TypeError) as e:
+                        raise self._damaged(f"events.{name} holds a value no recorder "
+                                            f"writes ({e})") from None
                 put("comm", [comms.setdefault(c or "", len(comms)) for c in cols[13]])
                 put("args", [texts.setdefault(a, len(texts) - 1) for a in cols[14]])
                 put("snapshots", np.frombuffer(b"".join(cols[15]), np.uint8)
