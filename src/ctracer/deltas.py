@@ -35,13 +35,72 @@ def record_end(length_word: int) -> int:
     return ((length_word & _LENGTH) + RING_HEADER_BYTES + 7) & ~7
 
 
-def offsets(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Where each ring record of ``raw`` starts (its event: after the ring header) and
-    whether it was submitted (not discarded).  A walk from record to record: each one's
-    length says where the next begins."""
-    words = memoryview(raw).cast("I") if len(raw) % 4 == 0 else None
-    if words is None:
-        raise ValueError("a batch of ring records is not a whole number of words")
+class RecordShape:
+    """What every compact event's ring record looks like, for finding records without a
+    walk: its length word equals the bytes its delta head says it carries
+    (`compact_size`), the head's word count is at most the event's words, its kind one
+    of the three and its pad zero.  Kernel data rarely looks like that at an 8-byte
+    boundary, and where it does `record_chain` notices and the walk decides."""
+
+    def __init__(self, mini: Layout, nargs: int = 0):
+        self.words_at = delta_words_offset(mini, nargs)
+        self.max_words = delta_words(mini, nargs)
+        #: where the delta head is, in 8-byte words from the record's ring header
+        self.head_slot = (RING_HEADER_BYTES + DELTA_FIXED) // 8
+
+    def plausible(self, lengths: np.ndarray) -> np.ndarray:
+        """Whether each ring header's length word (``<u4``, flag bits clear) is one a
+        compact record may have."""
+        room = (lengths - np.uint32(self.words_at)).astype(np.uint32)
+        return (room <= np.uint32(8 * self.max_words)) & ((lengths & np.uint32(7)) == 0)
+
+    def matches(self, lengths: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        """Whether each record whose length word is ``lengths`` has ``heads`` (``<u8``)
+        as the delta head a compact record with that length has."""
+        words = ((heads >> np.uint64(32)) & np.uint64(0xffff)).astype(np.int64)
+        return ((lengths.astype(np.int64) == self.words_at + 8 * words)
+                & (words <= self.max_words)
+                & (((heads >> np.uint64(48)) & np.uint64(0xff)) <= np.uint64(DELTA_ALONE))
+                & ((heads >> np.uint64(56)) == 0))
+
+
+def record_steps(length_words: np.ndarray) -> np.ndarray:
+    """`record_end` of each length word."""
+    length = length_words.astype(np.int64) & _LENGTH
+    return (length + RING_HEADER_BYTES + 7) & ~7
+
+
+def record_chain(starts: np.ndarray, steps: np.ndarray, first: int,
+                 rounds: int = 8) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """The records from ``first`` on, given ``starts`` (sorted positions that include
+    those of every record up to where the chain leaves them) and each one's step to the
+    next: the chain of steps from ``first``, as its positions and where each one ends;
+    None when a candidate that is no record could not be ruled out in ``rounds`` rounds
+    (the caller then walks).
+
+    A position no other candidate steps to cannot be a record unless it is ``first``;
+    dropping those, round after round, leaves exactly the chain (a false candidate
+    survives a round only if another false one, earlier, steps to it)."""
+    pos, nxt = starts, starts + steps
+    if len(pos) and pos[0] == first and np.array_equal(nxt[:-1], pos[1:]):
+        return pos, nxt   # no false candidate: the usual case
+    for _ in range(rounds):
+        at = np.searchsorted(pos, nxt)
+        inside = at < len(pos)
+        reached = np.zeros(len(pos), bool)
+        hit = at[inside]
+        reached[hit[pos[hit] == nxt[inside]]] = True
+        reached |= pos == first
+        if reached.all():
+            if len(pos) and pos[0] == first and np.array_equal(nxt[:-1], pos[1:]):
+                return pos, nxt
+            return None
+        pos, nxt = pos[reached], nxt[reached]
+    return None
+
+
+def _walk(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    words = memoryview(raw).cast("I")
     starts, kept = [], []
     at, end = 0, len(raw)
     while at < end:
@@ -55,6 +114,25 @@ def offsets(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
     return np.array(starts, np.int64), np.array(kept, bool)
 
 
+def offsets(raw: bytes, shape: Optional[RecordShape] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ring record of ``raw`` starts (its event: after the ring header) and
+    whether it was submitted (not discarded).  With the records' ``shape``, numpy over
+    the 8-byte words finds them (`record_chain`); otherwise, or where that cannot
+    decide, a walk from record to record (each one's length says where the next
+    begins)."""
+    if len(raw) % 8 if shape is not None else len(raw) % 4:
+        raise ValueError("a batch of ring records is not a whole number of words")
+    if shape is not None and raw:
+        lengths = np.frombuffer(raw, "<u4")[0::2]
+        at = np.flatnonzero(shape.plausible(lengths))
+        at = at[at + shape.head_slot < len(lengths)]
+        at = at[shape.matches(lengths[at], np.frombuffer(raw, "<u8")[at + shape.head_slot])]
+        found = record_chain(at * 8, record_steps(lengths[at]), 0)
+        if found is not None and found[1][-1] == len(raw):
+            return found[0] + RING_HEADER_BYTES, np.ones(len(found[0]), bool)
+    return _walk(raw)
+
+
 class DeltaDecoder:
     """Rebuilds the whole events of a compact trace's batches, given in the order they
     were recorded (each object's chain on each CPU carries from one batch to the
@@ -66,17 +144,18 @@ class DeltaDecoder:
         self.bitmap = bitmap_words(mini, nargs)
         self.full_size = event_size(mini, nargs)
         self.words_at = delta_words_offset(mini, nargs)
+        self.shape = RecordShape(mini, nargs)
         #: per (object, cpu): (version of its last chained event, its words or None:
         #: not rebuildable)
         self.carry: dict[tuple[int, int], tuple[int, Optional[np.ndarray]]] = {}
 
     def count(self, raw: bytes) -> int:
-        return int(offsets(raw)[1].sum())
+        return int(offsets(raw, self.shape)[1].sum())
 
     def heads(self, raw: bytes) -> np.ndarray:
         """The fixed bytes (`DELTA_FIXED`: the header up to the command name) of every
         submitted event, no state used: an ``(n, DELTA_FIXED)`` uint8 array."""
-        starts, kept = offsets(raw)
+        starts, kept = offsets(raw, self.shape)
         data = np.frombuffer(raw, np.uint8)
         return data[starts[kept, None] + np.arange(DELTA_FIXED)]
 
@@ -84,7 +163,7 @@ class DeltaDecoder:
         """The batch's events as whole events (`ctracer.event.event_dtype`); an event
         whose delta cannot be applied gets `FLAG_SNAPSHOT_LOST` and zeros after its
         fixed bytes (no snapshot, no arguments, the command name cut)."""
-        starts, kept = offsets(raw)
+        starts, kept = offsets(raw, self.shape)
         starts = starts[kept]
         n = len(starts)
         data = np.frombuffer(raw, np.uint8)

@@ -2,7 +2,9 @@
 (consumer page, producer page, data), in a memory file: records taken up to the first
 one a producer has not submitted, discarded ones skipped, and `drained` saying whether
 every record reserved before the take was taken (what lets ``--tail`` print events in
-time order, `ctracer.record.tail`)."""
+time order, `ctracer.record.tail`); compact records of any length found with numpy
+exactly where the walk from record to record finds them, across the ring's end and up to
+a busy one."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import struct
 
 import pytest
 
+from ctracer.deltas import RecordShape
+from ctracer.event import DELTA_CHANGED, DELTA_FIXED, Field, Layout, compact_size, delta_words
 from ctracer.record import ringbuf
 
 RING = 1 << 16
@@ -67,3 +71,94 @@ def test_a_limit_leaves_records_and_a_discarded_record_is_skipped(ring):
     fill((b"a" * EVENT, {}), (b"x" * EVENT, {"discard": True}), (b"c" * EVENT, {}))
     assert taken.take(limit=2) == (b"a" * EVENT, 2) and not taken.drained
     assert taken.take(limit=2) == (b"c" * EVENT, 1) and taken.drained
+
+
+# -- whole records of any length (compact events), found with numpy ------------------
+
+MINI = Layout.packed_in_order("ctracer__mini_r", [Field(f"f{i}", "u64", 0) for i in range(30)])
+WORDS = delta_words(MINI)
+FIRST_PAGE = 3   # the kernel's page of the ring's data in its own allocation (any will do)
+
+
+def compact(ts: int, words: list[int]) -> bytes:
+    """A compact event carrying ``words`` (as the probes send one, without ring header)."""
+    fixed = struct.pack("<QQ", ts, 0xa) + bytes(DELTA_FIXED - 16)
+    return (fixed + struct.pack("<IHBBQ", 0, len(words), DELTA_CHANGED, 0,
+                                (1 << len(words)) - 1)
+            + b"".join(struct.pack("<Q", w) for w in words))
+
+
+@pytest.fixture
+def whole_ring(monkeypatch):
+    """A ring of compact records: ``put(pos, event, busy)`` writes a record at producer
+    position ``pos`` (twice, as the kernel's double mapping shows it) with the kernel's
+    ``pg_off``; ``produce(pos)`` moves the producer."""
+    monkeypatch.setattr(ringbuf.select, "epoll", _NoPoll)
+    page = mmap.PAGESIZE
+    fd = os.memfd_create("ring")
+    os.ftruncate(fd, 2 * page + 2 * RING)
+    rings = {shaped: ringbuf.MappedRing(fd, RING, 0, whole=True,
+                                        shape=RecordShape(MINI) if shaped else None)
+             for shaped in (True, False)}
+
+    def put(pos: int, event: bytes, busy: bool = False) -> int:
+        at = pos & (RING - 1)
+        record = struct.pack("<II", len(event) | (ringbuf.BUSY_BIT if busy else 0),
+                             FIRST_PAGE + at // page) + event + bytes(-len(event) % 8)
+        for k, byte in enumerate(record):   # both halves: the kernel's double mapping
+            at_k = (at + k) & (RING - 1)
+            for half in (0, RING):
+                os.pwrite(fd, bytes([byte]), 2 * page + half + at_k)
+        return pos + len(record)
+
+    def produce(pos: int) -> None:
+        os.pwrite(fd, struct.pack("<Q", pos), page)
+
+    def consume(pos: int) -> None:
+        os.pwrite(fd, struct.pack("<Q", pos), 0)
+
+    yield rings, put, produce, consume
+    for r in rings.values():
+        r.close()
+    os.close(fd)
+
+
+def test_numpy_takes_what_the_walk_takes_up_to_a_busy_record_and_across_the_end(whole_ring):
+    rings, put, produce, consume = whole_ring
+    start = RING - 1000   # records run past the ring's end
+    lookalike = [compact_size(MINI, 0, 2), 2 << 32] * 8   # words that look like records
+    events = [compact(i, lookalike[: i % WORDS] if i % 3 else [i] * (i % WORDS))
+              for i in range(40)]
+    pos, ends = start, []
+    for i, e in enumerate(events):
+        pos = put(pos, e, busy=(i == 25))
+        ends.append(pos)
+    produce(pos)
+    taken = {}
+    for shaped, ring in rings.items():
+        consume(start)
+        if shaped:
+            ring._walk_whole = None   # numpy must find them alone
+        taken[shaped] = ring.take()
+        assert not ring.drained
+    assert taken[True] == taken[False]
+    span, count = taken[True]
+    assert count == 25 and len(span) == ends[24] - start
+    assert span[8:16] == struct.pack("<Q", 0)   # the first event's time
+
+
+def test_a_limit_takes_the_same_records_with_numpy_as_with_the_walk(whole_ring):
+    rings, put, produce, consume = whole_ring
+    pos = start = 4096 - 24
+    for i in range(60):
+        pos = put(pos, compact(i, [i] * (i % WORDS)))
+    produce(pos)
+    takes = {}
+    for shaped, ring in rings.items():
+        consume(start)
+        if shaped:
+            ring._walk_whole = None
+        takes[shaped] = [ring.take(limit=7) for _ in range(10)] + [ring.take()]
+        assert ring.drained
+    assert takes[True] == takes[False]
+    assert [count for _span, count in takes[True]] == [7] * 8 + [4, 0, 0]

@@ -43,6 +43,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
+from ctracer.deltas import RecordShape
 from ctracer.event import event_size
 from ctracer.probes import ProbeProgram
 from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
@@ -228,8 +229,9 @@ class ProbeSession:
     """One compiled program and its attachments; use as a context manager."""
 
     def __init__(self, program: ProbeProgram, binary: Optional[str],
-                 on_event: Callable[[bytes], None]):
-        """``on_event`` receives one or more whole events, back to back."""
+                 on_event: Callable[..., None]):
+        """``on_event`` receives one or more whole events, back to back, and with
+        ``starts=`` where each ring record starts in them when that is known."""
         self.program = program
         self.binary = os.path.realpath(binary) if binary else None
         self.on_event = on_event
@@ -292,7 +294,9 @@ class ProbeSession:
         if ringbuf.supported():
             self._ring = ringbuf.MappedRing(events.map_fd, self.program.ring_bytes,
                                             event_size(self.program.mini, self.program.nargs),
-                                            whole=getattr(self.program, "compact", False))
+                                            whole=getattr(self.program, "compact", False),
+                                            shape=RecordShape(self.program.mini,
+                                                              self.program.nargs))
         elif getattr(self.program, "compact", False):
             events.open_ring_buffer(_as_ring_record(deliver))
         else:
@@ -549,7 +553,10 @@ class ProbeSession:
         if self._ring.drained:
             self.delivered_before_ns = began
         if events:
-            self.on_event(events)
+            if self._ring.starts is not None:
+                self.on_event(events, starts=self._ring.starts)
+            else:
+                self.on_event(events)
         return taken
 
     def _stop_emitting(self) -> None:

@@ -26,8 +26,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
+import numpy as np
+
+from ctracer.deltas import RecordShape, offsets
 from ctracer.errors import CommandNotFound, InputFileError
-from ctracer.event import FLAG_READ_FAILED, HEADER, FunctionRow, event_size
+from ctracer.event import (FLAG_READ_FAILED, HEADER, RING_HEADER_BYTES, FunctionRow,
+                           event_size)
 from ctracer.probes import ProbeProgram
 from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
@@ -112,19 +116,29 @@ class EventSink:
         self.tail = tail
         self.pending: list[bytes] = []
         self.pending_bytes = 0
+        #: where each record of ``pending`` starts (compact events), while known
+        self.pending_starts: list[np.ndarray] = []
+        self.starts_known = True
         self.held: list[bytes] = []   # counted, not yet committed
+        self.held_events = 0          # the compact records in ``held``
         self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
         #: compact events come as the ring's records (any length, 8-byte aligned)
         self.compact = bool(getattr(program, "compact", False))
+        self.shape = RecordShape(program.mini, program.nargs) if self.compact else None
         obj, flags = HEADER.field("object"), HEADER.field("flags")
         # object address and flags of each event of a batch, unpacked in one C loop
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
                                     f"{self.size - flags.offset - 1}x")
 
-    def __call__(self, raw: bytes) -> None:
+    def __call__(self, raw: bytes, starts=None) -> None:
         """Take one or more whole events, back to back (a batch from the mapped ring
-        buffer, or one event from libbpf's per-event callback)."""
+        buffer, or one event from libbpf's per-event callback); ``starts``: where each
+        ring record of a compact batch starts, when the ring already found them."""
+        if starts is None:
+            self.starts_known = False
+        elif self.starts_known:
+            self.pending_starts.append(starts + self.pending_bytes)
         self.pending.append(raw)
         self.pending_bytes += len(raw)
         if self.tail is not None:
@@ -133,14 +147,14 @@ class EventSink:
         if self.pending_bytes >= self.BATCH * self.size:
             self._take()
 
-    def _take_records(self, batch: bytes) -> None:
+    def _take_records(self, batch: bytes, starts: Optional[np.ndarray]) -> None:
         """Count a batch of ring records (compact events) and their objects, with numpy
-        over the headers the walk from record to record finds."""
-        import numpy as np
-        from ctracer.deltas import offsets
-
-        starts, kept = offsets(batch)
-        starts = starts[kept]
+        over their headers (``starts``: where the ring found them, else found here)."""
+        if starts is None:
+            starts, kept = offsets(batch, self.shape)
+            starts = starts[kept]
+        else:
+            starts = starts + RING_HEADER_BYTES
         data = np.frombuffer(batch, np.uint8)
         obj, flags = HEADER.field("object").offset, HEADER.field("flags").offset
         read = (data[starts + flags] & FLAG_READ_FAILED) == 0
@@ -148,12 +162,16 @@ class EventSink:
         objects = data[at[:, None] + np.arange(8)].view("<u8").ravel()
         self.counts.objects.update(np.unique(objects).tolist())
         self.counts.events += len(starts)
+        self.held_events += len(starts)
 
     def _take(self) -> None:
         if self.pending and self.compact:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
+            starts = np.concatenate(self.pending_starts) \
+                if self.starts_known and self.pending_starts else None
+            self.pending_starts, self.starts_known = [], True
             self.held.append(batch)
-            self._take_records(batch)
+            self._take_records(batch, starts)
         elif self.pending:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
             if len(batch) % self.size:
@@ -179,9 +197,10 @@ class EventSink:
         if commit or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
             batch, self.held = b"".join(self.held), []
+            events, self.held_events = self.held_events, 0
             if self.watcher is not None:
                 self.watcher.flush(self.writer.db)
-            self.writer.add_raw(batch)
+            self.writer.add_raw(batch, events if self.compact else None)
 
 
 class Progress:

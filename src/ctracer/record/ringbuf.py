@@ -27,7 +27,11 @@ import os
 import platform
 import select
 
+from typing import Optional
+
 import numpy as np
+
+from ctracer.deltas import RecordShape, record_chain, record_steps
 
 #: include/uapi/linux/bpf.h
 BUSY_BIT = 1 << 31
@@ -65,16 +69,24 @@ class MappedRing:
     """One ring buffer map (``fd``, ``ring_bytes`` of data) whose records all carry
     ``event_bytes`` of event."""
 
-    def __init__(self, fd: int, ring_bytes: int, event_bytes: int, whole: bool = False):
+    def __init__(self, fd: int, ring_bytes: int, event_bytes: int, whole: bool = False,
+                 shape: Optional[RecordShape] = None):
         if ring_bytes & (ring_bytes - 1):
             raise ValueError("a ring buffer's size is a power of two")
         page = mmap.PAGESIZE
         self.event_bytes = event_bytes
         #: records of any length (compact events), taken whole with their ring headers
         self.whole = whole
+        #: what a whole record looks like (compact events), for finding them with numpy
+        self.shape = shape
         #: whether the last `take` left no record reserved before it behind
         self.drained = False
+        #: where each record the last `take` returned starts in it (its ring header),
+        #: when numpy found them; None after a walk
+        self.starts = None
         self.stride = record_bytes(event_bytes)
+        self._record_guess = float(self.stride)   # bytes a record takes, on average
+        self._ring_pages = max(1, ring_bytes // page)
         self._mask = ring_bytes - 1
         self._consumer_len = page
         self._producer_len = page + 2 * ring_bytes
@@ -103,6 +115,7 @@ class MappedRing:
         included); the space they took is given back to the producers.  `drained` then
         says whether every record reserved before the call was taken (none was still
         busy, nor left for the next call by ``limit``)."""
+        self.starts = None
         if self.whole:
             return self._take_whole(limit)
         consumer = self._consumer_pos.value
@@ -128,10 +141,81 @@ class MappedRing:
 
     def _take_whole(self, limit: int) -> tuple[bytes, int]:
         """The records submitted since the last call, as the ring holds them (each its
-        8-byte header, then its event, padded to 8 bytes), in one copy; the walk from
-        one length to the next only finds where the first record not yet submitted is."""
+        8-byte header, then its event, padded to 8 bytes), in one copy.  With the
+        records' `shape`, numpy finds them (`_find_records`); else a walk from one
+        length to the next finds where the first record not yet submitted is."""
         consumer = self._consumer_pos.value
         producer = self._producer_pos.value
+        if producer == consumer:
+            self.drained = True
+            return b"", 0
+        span = producer - consumer
+        window = span
+        if limit:  # look only as far as ``limit`` records are likely to reach
+            window = min(span, int(limit * self._record_guess * 1.25) + 4096 & ~7)
+        found = self._find_records(consumer, window, window == span) \
+            if self.shape is not None else None
+        if found is None:
+            return self._walk_whole(consumer, producer, limit)
+        starts, ends, busy = found
+        cut = int(np.argmax(busy)) if busy.any() else len(starts)
+        self.drained = cut == len(starts) and window == span
+        if limit and cut > limit:
+            cut, self.drained = limit, False
+        if not cut:
+            return b"", 0
+        end = int(ends[cut - 1])
+        self._record_guess = max(8.0, end / cut)
+        # copied now, after every header before ``end`` was seen submitted: a payload
+        # must be read after its header says it is there
+        start = consumer & self._mask
+        taken = self._data[start:start + end].tobytes()
+        self._consumer_pos.value = consumer + end
+        self.starts = starts[:cut]
+        return taken, cut
+
+    def _find_records(self, consumer: int, window: int, whole: bool):
+        """The records in the ``window`` bytes from the consumer's position, each one's
+        start and end and whether it is still busy, with numpy over the ring's words in
+        place (only the headers found are read into arrays); None when numpy cannot
+        tell (the walk then does).  ``whole``: the window reaches the producer's
+        position, so the records must end there exactly.
+
+        A record's header also holds the page of the kernel's ring it lies in
+        (``pg_off``, after the length): a word of event data is seldom taken for a
+        header, where one is, the shape of a submitted compact record (or the busy bit
+        of one not yet submitted) must match, and `record_chain` rules out the rest."""
+        start = consumer & self._mask
+        halves = self._data[start:start + window].view("<u4")
+        lengths, pages = halves[0::2], halves[1::2]
+        first_page = int(pages[0]) - (start >> 12)
+        # pg_off of a header: first_page + its page in the ring (pages in the ring: one
+        # cheap test over every word, then the exact page on the few that pass)
+        at = np.flatnonzero((pages - np.uint32(first_page)).astype(np.uint32)
+                            < np.uint32(self._ring_pages))
+        at = at[pages[at] == first_page + (((at * 8 + start) & self._mask) >> 12)]
+        length = lengths[at]            # read once: a busy record may be submitted now
+        busy = (length & np.uint32(BUSY_BIT)) != 0
+        head = at + self.shape.head_slot
+        inside = head < len(lengths)
+        shaped = np.zeros(len(at), bool)
+        submitted = inside & ~busy
+        words = self._data[start:start + window].view("<u8")
+        shaped[submitted] = self.shape.plausible(length[submitted]) & self.shape.matches(
+            length[submitted], words[head[submitted]])
+        keep = busy | shaped
+        at, length, busy = at[keep], length[keep], busy[keep]
+        found = record_chain(at * 8, record_steps(length), 0)
+        if found is None:
+            return None
+        chain, ends = found
+        if whole and ends[-1] != window:
+            return None
+        complete = ends <= window
+        index = np.searchsorted(at * 8, chain[complete])
+        return chain[complete], ends[complete], busy[index]
+
+    def _walk_whole(self, consumer: int, producer: int, limit: int) -> tuple[bytes, int]:
         words, mask = self._words, self._mask
         at, count = consumer, 0
         self.drained = True

@@ -134,8 +134,10 @@ class TraceWriter:
         if self._decoder is None:
             self._decoder = RawDecoder.from_meta(self._meta)
 
-    def add_raw(self, raw: bytes) -> None:
-        """Commit raw events (the ring buffer's bytes, back to back) to the spool."""
+    def add_raw(self, raw: bytes, events: Optional[int] = None) -> None:
+        """Commit raw events (the ring buffer's bytes, back to back) to the spool;
+        ``events``: how many records ``raw`` holds when the caller knows (a compact
+        batch is committed in one row, not counted again)."""
         if not raw:
             return
         self.expect_raw()
@@ -149,7 +151,8 @@ class TraceWriter:
             # each row committed on its own: a full disk keeps every row before it
             self.db.execute("INSERT INTO spool(raw) VALUES (?)", (raw[at:at + step],))
             self.db.commit()
-            self.events_spooled += self._decoder.count(raw[at:at + step])
+            self.events_spooled += events if events is not None and step >= len(raw) \
+                else self._decoder.count(raw[at:at + step])
 
     def checkpoint_in_background(self, every_s: float = 0.25) -> None:
         """From now until `close`, a thread with a connection of its own copies the
