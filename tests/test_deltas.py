@@ -155,3 +155,43 @@ def test_words_that_look_like_records_are_ruled_out():
         starts, kept = offsets(batch, shape)
         assert starts.tolist() == walked.tolist() and kept.all()
     assert false_starts > len(cases) // 2   # the cases did offer false starts
+
+
+def test_argument_values_of_a_compact_batch_are_those_its_rebuilt_events_hold():
+    """`RawDecoder.argument_values` reads only the carried words: every value the
+    rebuilt events' arguments (`RawDecoder.columns`) hold, and only values carried in
+    a slot where some function has the argument."""
+    from ctracer.event import args_offset
+    from ctracer.event import ENCODING_COMPACT
+    from ctracer.tracefile.format import RawDecoder
+    import json
+    import random
+
+    nargs = 2
+    words = delta_words(MINI, nargs)
+    slot_word = [(args_offset() + 8 * k - DELTA_FIXED) // 8 for k in range(nargs)]
+    specs = {3: [{"name": "location", "ctype": "u64"}, {"name": "reason", "ctype": "u64"}],
+             5: [{"name": "other", "ctype": "u64"}, {"name": "location", "ctype": "u64"}]}
+    fid_at = HEADER.field("function_id").offset
+    rnd = random.Random(7)
+    batch, version = b"", {}   # per (object, CPU): the version of its last event
+    for i in range(300):
+        obj, cpu, fid = 0xa + i % 4, i % 2, rnd.choice([3, 5, 7])
+        base = version.get((obj, cpu))
+        carry = {j: rnd.randrange(1, 50) for j in range(words)} if base is None \
+            else {j: rnd.randrange(1, 50) for j in rnd.sample(slot_word, rnd.randint(0, 2))}
+        kind = DELTA_FIRST if base is None else DELTA_CHANGED
+        version[obj, cpu] = 0 if base is None else base + 1
+        rec = bytearray(record(i, obj, cpu, kind, base or 0, carry))
+        struct.pack_into("<I", rec, 8 + fid_at, fid)
+        batch += bytes(rec)
+    decoder = RawDecoder(MINI, (), specs, nargs, ENCODING_COMPACT)
+    wanted = {"location"}
+    fast = decoder.argument_values(batch, wanted)
+    columns = decoder.fresh().columns(batch, 0)
+    assert not (columns["flags"] & FLAG_SNAPSHOT_LOST).any()   # every chain rebuilt
+    slow = {v for t in columns["args_texts"] for k, v in json.loads(t).items()
+            if k in wanted and v}
+    assert slow <= fast and len(slow) > 20
+    events = np.frombuffer(decoder.fresh()._whole(batch), decoder.dtype)
+    assert fast <= set(events["args"].ravel().tolist()) - {0}

@@ -159,6 +159,28 @@ class DeltaDecoder:
         data = np.frombuffer(raw, np.uint8)
         return data[starts[kept, None] + np.arange(DELTA_FIXED)]
 
+    def carried(self, raw: bytes, word: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Delta word ``word`` where the batch's events carry it, no chain followed:
+        each submitted event's fixed bytes (as `heads`), whether it carries the word,
+        and the word's value there (0 where not carried).  Every value a chain ever
+        holds is carried by some event of it, so this gives the distinct values of a
+        word without rebuilding a snapshot."""
+        starts, kept = offsets(raw, self.shape)
+        starts = starts[kept]
+        data = np.frombuffer(raw, np.uint8)
+        fixed = data[starts[:, None] + np.arange(DELTA_FIXED)]
+        head = data[starts[:, None] + np.arange(DELTA_FIXED, self.words_at)]
+        bits = head[:, DELTA.size:].copy().view("<u8")
+        below = bits[:, :word // 64 + 1].copy()
+        below[:, -1] &= np.uint64((1 << (word % 64)) - 1)
+        has = ((bits[:, word // 64] >> np.uint64(word % 64)) & np.uint64(1)).astype(bool)
+        # the word's place among those carried: the bits set below it
+        place = np.unpackbits(below.view(np.uint8), axis=1).sum(axis=1).astype(np.int64)
+        values = np.zeros(len(starts), np.uint64)
+        at = (starts[has] + self.words_at) // 8 + place[has]
+        values[has] = np.frombuffer(raw, "<u8", len(raw) // 8)[at]
+        return fixed, has, values
+
     def to_full(self, raw: bytes) -> bytes:
         """The batch's events as whole events (`ctracer.event.event_dtype`); an event
         whose delta cannot be applied gets `FLAG_SNAPSHOT_LOST` and zeros after its

@@ -16,9 +16,9 @@ import numpy as np
 
 from ctracer.errors import TraceFileError
 from ctracer.deltas import DeltaDecoder
-from ctracer.event import (ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
-                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, Layout, event_dtype,
-                           event_size)
+from ctracer.event import (DELTA_FIXED, ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
+                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, Layout, args_offset,
+                           event_dtype, event_size)
 
 
 SCHEMA_VERSION = 5
@@ -219,6 +219,40 @@ class RawDecoder:
             index[at] = len(texts) + inverse.reshape(-1)
             texts.extend(template % row for row in zip(*(c.tolist() for c in columns)))
         return texts, index
+
+    def argument_values(self, raw: bytes, names: set[str]) -> set[int]:
+        """The distinct non-zero integers the batch's events hold in the tracepoint
+        arguments called ``names``.  A compact batch's are read without rebuilding its
+        events (`DeltaDecoder.carried`): every value any event carries in an argument
+        slot that holds one of ``names`` for some function, a superset (an event may
+        hold a word carried by its object's previous event of another function, where
+        the slot is another argument)."""
+        np = self._np
+        found: set[int] = set()
+        fid_at = HEADER.field("function_id").offset
+        carried: dict[int, tuple] = {}   # per delta word: what `DeltaDecoder.carried` says
+        events = np.frombuffer(raw, dtype=self.dtype) if self.deltas is None else None
+        for k, spec in self.arg_specs.items():
+            for slot, (name, signed) in enumerate(spec):
+                if name not in names:
+                    continue
+                if events is not None:
+                    values = events["args"][events["function_id"] == k, slot]
+                else:
+                    word = (args_offset() + 8 * slot - DELTA_FIXED) // 8
+                    if word not in carried:
+                        try:
+                            fixed, has, value = self.deltas.carried(raw, word)
+                        except ValueError as e:
+                            raise TraceFileError(f"damaged compact events: {e}") from None
+                        fid = fixed[:, fid_at:fid_at + 4].copy().view("<u4").ravel()
+                        carried[word] = (fid, has, value)
+                    fid, has, value = carried[word]
+                    values = value[has]
+                if signed:
+                    values = values.view(np.int64)
+                found.update(v for v in np.unique(values).tolist() if v)
+        return found
 
     def _comms_of(self, comm) -> tuple[list[str], Any]:
         """The distinct command names of a batch, and per event the index of its own."""

@@ -112,9 +112,8 @@ class TraceWriter:
         texts = {t for (t,) in self.db.execute("SELECT DISTINCT args FROM events "
                                                "WHERE args IS NOT NULL")}
         if self._decoder is not None and self._decoder.nargs:
-            decoder = self._decoder.fresh()
             for (raw,) in self.db.execute("SELECT raw FROM spool ORDER BY seq"):
-                texts.update(decoder.columns(raw, 0)["args_texts"])
+                found |= self._decoder.argument_values(raw, wanted)
         for text in texts:
             if text is None:
                 continue
