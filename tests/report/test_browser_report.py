@@ -263,6 +263,11 @@ def test_index_filter_and_sort_reach_every_object(many, browser):
     assert page.is_visible("nav.pager[data-objects=pager]")
     page.fill("input[data-objects=filter]", target["label"])
     assert page.evaluate(drawn) == [target["label"]]
+    # the summary texts the data file shares between objects are drawn as texts
+    cells = page.evaluate("Array.from(document.querySelector('#objects tbody tr').cells)"
+                          ".map(c => c.innerText)")
+    summary = [c.replace("\u00a0", " ") for c in cells[1:1 + len(target["summary"])]]
+    assert target["summary"] and summary == target["summary"]
     # sorting by events sorts every object, not the page shown
     page.fill("input[data-objects=filter]", "")
     # (the struct's summary columns come before it)

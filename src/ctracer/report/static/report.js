@@ -71,6 +71,14 @@
   var body = table.tBodies[0];
   var col = {};
   D.columns.forEach(function (name, k) { col[name] = k; });
+  // the data's shorthands (index_data.py): a directory named as the label, repeated texts
+  D.rows.forEach(function (r) {
+    if (r[col.dir] === 1) { r[col.dir] = r[col.label]; }
+    var s = r[col.summary] || [];
+    for (var k = 0; k < s.length; k++) {
+      if (typeof s[k] === "number") { s[k] = D.texts[s[k]]; }
+    }
+  });
   // the table's columns, each with the data field it shows and how it sorts
   var summaries = D.summary_columns || [];
   var counts = D.counts || ["calls"];  // calls, tracepoint hits: what the probes counted
