@@ -3,11 +3,16 @@
 of the same workload in the same run (needs root: uprobes and cgroups):
 
     .venv/bin/python bench/bench_memlimit.py [--work DIR] [--limit 1G] [--keep]
+        [--workload objflood|tcploop]
 
-1. Records the user-space flood `objflood` (bench/objflood.c: 2,700 objects made and
-   freed one after another, five methods, entry and exit, addresses reused) with
-   ``ctracer trace --buffer-mb 64``: 37 rounds an object (1,009,800 events) and 375
-   (10,135,800 events), unless DIR already holds them (flood1m/flood10m.ctrace).
+1. Records the workload, unless DIR already holds its two traces:
+   - ``objflood`` (many objects, few calls each): the user-space flood bench/objflood.c
+     (2,700 objects made and freed one after another, five methods, entry and exit,
+     addresses reused) with ``ctracer trace --buffer-mb 64``: 37 rounds an object
+     (1,009,800 events) and 375 (10,135,800 events): flood1m/flood10m.ctrace;
+   - ``tcploop`` (few objects, millions of calls each): this host's tracepoints of
+     struct sock around samples/tcp's loopback workload, 4 connections of 12,500 and of
+     125,000 messages (about 1M and 10M events): tcp1m/tcp10m.ctrace.
 2. Renders the 1M trace with no limit (the anchor), then the 10M trace inside a fresh
    memory cgroup of ``--limit`` (`tests/support/memcgroup.py`), then exports it there as
    parquet and jsonl.
@@ -33,10 +38,24 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from support.memcgroup import cgroup_unavailable, run_limited  # noqa: E402
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
 
 
 def ctracer(*args: str) -> list[str]:
     return [sys.executable, "-m", "ctracer", *args]
+
+
+def record_tcploop(work: str, messages: int, name: str) -> str:
+    path = os.path.join(work, name)
+    if os.path.exists(path):
+        return path
+    done = subprocess.run(ctracer("trace", "struct", "sock", "--buffer-mb", "64", "-o", path,
+                                  "-q", "--", TCPLOOP, "--connections", "4", "--messages",
+                                  str(messages)), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench_memlimit: recording failed: {done.stderr.strip()}")
+    print(next((ln for ln in done.stderr.splitlines() if " events, " in ln), "").strip())
+    return path
 
 
 def record(work: str, rounds: int, name: str) -> str:
@@ -62,6 +81,8 @@ def main() -> int:
     ap.add_argument("--work", help="where the traces are (made when missing) and outputs go")
     ap.add_argument("--limit", default="1G", help="the 10M runs' memory limit (default 1G)")
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    ap.add_argument("--workload", choices=("objflood", "tcploop"), default="objflood",
+                    help="many objects with few calls (default), or few with many")
     args = ap.parse_args()
     why = cgroup_unavailable()
     if why:
@@ -71,8 +92,12 @@ def main() -> int:
         if args.limit[-1:].upper() in UNITS else int(args.limit)
     work = args.work or tempfile.mkdtemp(prefix="ctracer-memlimit-")
     os.makedirs(work, exist_ok=True)
-    small = record(work, 37, "flood1m.ctrace")
-    big = record(work, 375, "flood10m.ctrace")
+    if args.workload == "tcploop":
+        small = record_tcploop(work, 12500, "tcp1m.ctrace")
+        big = record_tcploop(work, 125000, "tcp10m.ctrace")
+    else:
+        small = record(work, 37, "flood1m.ctrace")
+        big = record(work, 375, "flood10m.ctrace")
     outputs = [os.path.join(work, n) for n in ("r1", "r10", "e10.parquet", "e10.jsonl")]
     for o in outputs:
         shutil.rmtree(o, ignore_errors=True) if os.path.isdir(o) else \
