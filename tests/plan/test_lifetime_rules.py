@@ -39,9 +39,20 @@ def test_parse_rule_and_its_text():
 def test_the_sock_defaults_end_a_lifetime_at_tcp_destroy_sock():
     rules = {r.text: r for r in lifetime_rules.rules_for("sock")}
     assert set(rules) == {"starts:inet_sock_set_state:oldstate=TCP_CLOSE",
+                          "starts:inet_sock_set_state:newstate=TCP_SYN_RECV",
                           "ends:tcp_destroy_sock", "ends:sk_destruct"}
     assert rules["ends:sk_destruct"].probe == "function"
     assert rules["ends:tcp_destroy_sock"].probe == "tracepoint"
+    starts = [r for r in rules.values() if r.effect == "starts"]
+
+    def starting(old, new):
+        return [r.text for r in starts if r.applies({"oldstate": old, "newstate": new})]
+    # client or listener out of TCP_CLOSE; an accepted socket, a copy of its listener,
+    # at its first transition TCP_LISTEN -> TCP_SYN_RECV; never a listener's close nor
+    # a connected socket's transitions
+    assert starting(7, 2) == starting(7, 10) == ["starts:inet_sock_set_state:oldstate=TCP_CLOSE"]
+    assert starting(10, 3) == ["starts:inet_sock_set_state:newstate=TCP_SYN_RECV"]
+    assert starting(10, 7) == starting(2, 1) == starting(3, 1) == starting(1, 4) == []
 
 
 def test_only_named_functions_end_a_life_never_a_word_in_a_name():
@@ -106,6 +117,17 @@ def test_rules_given_replace_the_defaults_in_the_c():
     both = _print_bpf("--comm", "x", "--lifetime-rule", "none", "--lifetime-rule",
                       "ends:tcp_destroy_sock")
     assert both.returncode != 0 and "goes alone" in both.stderr
+    # a tracepoint's probe evaluates two rules starting a life and one ending it: more is
+    # refused in one line, not silently dropped
+    two = _print_bpf("--comm", "x", "--lifetime-rule", "starts:inet_sock_set_state:newstate=1",
+                     "--lifetime-rule", "starts:inet_sock_set_state:oldstate=2")
+    assert two.returncode == 0 and "starts a lifetime when args[2] (newstate) == 1" in two.stdout \
+        and "starts a lifetime when args[1] (oldstate) == 2" in two.stdout
+    three = _print_bpf("--comm", "x", *(f"--lifetime-rule=starts:inet_sock_set_state:newstate={n}"
+                                        for n in (1, 2, 3)))
+    assert three.returncode != 0 and "Traceback" not in three.stderr
+    assert three.stderr.strip().count("\n") == 0 and \
+        "inet_sock_set_state takes at most 2 starts rules" in three.stderr, three.stderr
     user = _print_bpf("--binary", sys.executable, "--lifetime-rule", "ends:x")
     assert user.returncode != 0 and "--lifetime-rule select kernel objects" in user.stderr
 

@@ -110,10 +110,13 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     assert args["tcp_send_reset"][:2] == ["sk", "skb"]  # BTF: skb__nullable
     # a transition out of TCP_CLOSE starts a lifetime: in the tracepoint's descriptor
     assert "starts a lifetime when args[1] (oldstate) == 7" in tp.describe(state)
+    # and an accepted socket's, at its clone into TCP_SYN_RECV: the second starts rule
+    assert "starts a lifetime when args[2] (newstate) == 3" in tp.describe(state)
     row = tp.descriptor_bytes(state)
     assert len(row) == tp.tp_size() and row[:2] == bytes([len(state.slots), 3])
     slot = tp._TPSLOT.unpack_from(row, 8)
-    assert (slot[0], slot[1], slot[3], slot[5], slot[-2]) == (state.slots[0].id, 0, 2, 1, 7)
+    assert (slot[0], slot[1], slot[3], slot[5], slot[-3]) == (state.slots[0].id, 0, 2, 1, 7)
+    assert (slot[7], slot[8], slot[-1]) == (2, 2, 3)
     # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule
     free = next(t for t in program.tracepoints if t.name == "kfree_skb")
     holder = next(s for s in free.slots if s.method.path)

@@ -63,6 +63,7 @@ def test_a_reused_address_that_never_leaves_tcp_close_is_a_new_object(tmp_path, 
                 assert v["__sk_common.skc_state"] == 7 and v["__sk_common.skc_num"] == 0
     if rules == "default":
         assert "lifetime rules: starts:inet_sock_set_state:oldstate=TCP_CLOSE, " \
+               "starts:inet_sock_set_state:newstate=TCP_SYN_RECV, " \
                "ends:tcp_destroy_sock" in stderr
         # most rounds reuse a freed address for a socket that never connects
         assert len(alone) >= ROUNDS // 2, [(o.label, o.started_by) for o in data.objects]

@@ -24,6 +24,7 @@ from collections import defaultdict
 import pytest
 
 from support import kernelrun as kr
+from support.analysis_view import view_of
 from ctracer.tracefile import Trace
 
 WORKLOADS = os.path.join(os.path.dirname(__file__), "workloads")
@@ -274,11 +275,45 @@ def test_where_takes_values_as_the_report_shows_them(tmp_path):
             str(chosen.port)
         assert _shown(fmt, "__sk_common.skc_rcv_saddr",
                       values["__sk_common.skc_rcv_saddr"]) == "127.0.0.1"
-    # the local port is bound after the SYN_SENT transition that admits a client (an
-    # accepted socket may follow at a client's address: the freed client's last buffer,
-    # kfree_skb through skb->sk, still matches and re-admits the address)
+    # the local port is bound after the SYN_SENT transition that admits a client
     local = {num for pairs in _ports(trace).values() for num, _ in pairs if num}
-    assert clients <= local <= clients | {chosen.port}
+    assert local == clients
     assert not any(_involves(p, other.port) for p in _ports(trace).values())
     assert trace.meta_json("admission")["where"] == \
         f"(__sk_common.skc_dport == {chosen.port} && __sk_common.skc_rcv_saddr == 127.0.0.1)"
+
+
+@pytest.mark.bpf
+@pytest.mark.parametrize("events", [(), ("--full-snapshots",)], ids=["compact", "full"])
+def test_where_admits_no_dead_socket_nor_the_next_life_at_its_address(tmp_path, events):
+    """One server, connections one after another, ``--where`` on the server's port as the
+    remote port: only the client sockets match.  A destroyed client's memory still
+    matches (a ``kfree_skb`` of its last buffer reaches it through ``skb->sk``, after
+    ``tcp_destroy_sock``): that hit is the client's, recorded, but must not admit the
+    address again, or the accepted socket of the next connection, which often takes the
+    address, would be followed unchecked.  Each client is one lifetime, nothing else."""
+    kr.bpf_or_skip()
+    chosen, other = Workload(), Workload()
+    try:
+        recorder = _recorder(tmp_path, "--where", f"skc_dport == {chosen.port}", *events)
+        clients = _run_both(chosen, other, recorder, stop=True)
+    finally:
+        for w in (chosen, other):
+            w.proc.kill()
+    trace = Trace(str(tmp_path / "select.ctrace"))
+    ports = _ports(trace)
+    assert ports, "nothing recorded"
+    remote = {port for pairs in ports.values() for _, port in pairs}
+    assert remote == {chosen.port}, ports  # no accepted socket (remote: a client's port)
+    assert {num for pairs in ports.values() for num, _ in pairs if num} == clients, ports
+    data = view_of(trace)
+    assert len(data.objects) == len(clients), [o.label for o in data.objects]
+    # the client's last buffer, freed after its end, is still the client's (as the
+    # report splits lifetimes: a hit through a holder is not a new life's)
+    after_end = [o.label for o in data.objects
+                 if _names(data, o)[-2:] == ["tp:tcp_destroy_sock", "tp:kfree_skb"]]
+    assert after_end, [_names(data, o)[-3:] for o in data.objects]
+
+
+def _names(data, obj) -> list[str]:
+    return [data.function_names.get(r.function_id) for r in obj.rows]

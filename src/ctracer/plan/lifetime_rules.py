@@ -12,8 +12,9 @@ returned, the address is another object's.  Function names are never guessed fro
 words such as *free* (``tcp_stream_memory_free`` frees nothing): only the functions
 listed here, or given with ``--lifetime-rule``, end a life.
 
-The probes use them to keep the set of followed objects right (an object whose life
-ended is forgotten, so the address is admitted afresh); the trace file's meta carries
+The probes use them to keep the set of followed objects right (a new life at an address
+must be admitted afresh; the ended life's last hits through a holder are not a new
+life: `ctracer.probes.tracepoint`); the trace file's meta carries
 them (``lifetime_rules``, the JSON of `LifetimeRule.to_json`), so the report splits
 lifetimes by the same rules and can say which one split an address.
 
@@ -76,9 +77,11 @@ def row_roles(rows: Iterable) -> RowRoles:
         alloc_like=frozenset(r.id for r in rows if ALLOC_LIKE.search(r.name)),
         returns_any=any(r.reach == "returns" for r in rows))
 
-#: the value TCP_CLOSE has where the debug info cannot say (include/net/tcp_states.h);
-#: a rule's condition names the enumerator, looked up in the kernel's BTF when traced
+#: the values TCP_CLOSE and TCP_SYN_RECV have where the debug info cannot say
+#: (include/net/tcp_states.h); a rule's condition names the enumerator, looked up in the
+#: kernel's BTF when traced
 TCP_CLOSE = 7
+TCP_SYN_RECV = 3
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,14 @@ RULES = (
     LifetimeRule("sock", "inet_sock_set_state", 0, "starts", "oldstate", TCP_CLOSE,
                  "sock: a transition out of TCP_CLOSE starts a new lifetime",
                  equals_text="TCP_CLOSE"),
+    # an accepted socket is a copy of its listener (inet_csk_clone_lock), whose first
+    # transition is TCP_LISTEN -> TCP_SYN_RECV: never out of TCP_CLOSE.  One condition a
+    # rule: newstate, as oldstate=TCP_LISTEN would split a listener at its close too (a
+    # simultaneous open, TCP_SYN_SENT -> TCP_SYN_RECV, is split: rare, and admitted
+    # again by the same condition)
+    LifetimeRule("sock", "inet_sock_set_state", 0, "starts", "newstate", TCP_SYN_RECV,
+                 "sock: an accepted socket's life starts at its clone, into TCP_SYN_RECV",
+                 equals_text="TCP_SYN_RECV"),
     LifetimeRule("sock", "tcp_destroy_sock", 0, "ends",
                  why="sock: tcp_destroy_sock ends its lifetime (the socket is freed once "
                      "its last reference goes; an address seen again is a new socket)",
@@ -240,3 +251,22 @@ def check_arguments(rules: Sequence[LifetimeRule], arguments: dict[str, Sequence
             raise LifetimeRuleError(rule.text, f"{rule.function} has no argument {rule.arg} "
                                                f"(it has {', '.join(names) or 'none'})",
                                     option="lifetime rule")
+
+
+#: the rules one tracepoint's probe evaluates (`ctracer.probes.tracepoint`'s descriptor)
+MAX_STARTS, MAX_ENDS = 2, 1
+
+
+def check_counts(rules: Sequence[LifetimeRule]) -> None:
+    """UsageError for more rules on one tracepoint than its probe evaluates (`MAX_STARTS`
+    starting a life, `MAX_ENDS` ending one), rather than some silently not applied."""
+    for effect, most in (("starts", MAX_STARTS), ("ends", MAX_ENDS)):
+        seen: dict[str, list[LifetimeRule]] = {}
+        for rule in rules:
+            if rule.probe == "tracepoint" and rule.effect == effect:
+                seen.setdefault(rule.function, []).append(rule)
+        for function, these in seen.items():
+            if len(these) > most:
+                raise LifetimeRuleError(
+                    these[most].text, f"{function} takes at most {most} {effect} "
+                                      f"rule{'s' if most > 1 else ''}", option="lifetime rule")

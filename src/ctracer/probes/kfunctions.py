@@ -501,7 +501,7 @@ int {program_name(kind, slots, task_storage)}({ctx})
 			obj = ctracer_follow({reg}, s);
 		call.object[i & (CTRACER_MAX_SLOTS - 1)] = obj;
 		if (obj || s->reg == 255)
-			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0);
+			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0, 0);
 	}}
 {save}
 	return 0;
@@ -596,7 +596,7 @@ int {program_name(kind, slots, task_storage)}({ctx})
 		obj = s->reg == 255 ? raw : call.object[i & (CTRACER_MAX_SLOTS - 1)];
 		if (obj)
 			ctracer_hit(s->row, {PHASE_EXIT}, obj, ret, depth, flags, args, pid_tgid,
-				    s->reg == 255 && (s->flags & {_FLAG_STARTS}), s->flags & {_FLAG_ENDS});
+				    s->reg == 255 && (s->flags & {_FLAG_STARTS}), s->flags & {_FLAG_ENDS}, 0);
 	}}
 	return 0;
 }}

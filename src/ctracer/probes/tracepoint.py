@@ -38,7 +38,12 @@ What a probe does on each hit, per method of its tracepoint:
   ``bpf_probe_read_kernel`` at the offsets of the kernel's BTF (only its head, flagged
   `FLAG_HEAD_ONLY`, where `ctracer.plan.heads` says the object is no more than that:
   a time-wait or request socket handed over as a ``struct sock *``);
-* a rule that *ends* a lifetime forgets the address after recording.
+* a rule that *ends* a lifetime marks the address ended after recording (`OBJECT_ENDED`),
+  as the report splits lifetimes (`ctracer.record.live_objects`): a later hit reaching
+  it through a holder (``kfree_skb`` of the dead socket's last buffer, ``skb->sk``) or a
+  call's exit is still the ended life's, recorded without admitting the address again
+  (the dead object's memory may still match ``--where``); any other hit, or a rule
+  *starting* a life, is a new life's, which must be admitted afresh.
 
 Lost events (ring buffer full) are counted in ``ctracer_lost`` as in the uprobe program.
 """
@@ -52,8 +57,8 @@ from typing import Callable, Optional, Sequence
 
 from ctracer.collectors.base import KERNEL
 from ctracer.debuginfo.catalog import Catalog, Parameter, ShapeKind, TracepointInfo
-from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_TRACEPOINT, Layout,
-                           c_compact_definition, c_event_definition, event_size)
+from ctracer.event import (FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_EXIT, PHASE_TRACEPOINT,
+                           Layout, c_compact_definition, c_event_definition, event_size)
 from ctracer.plan import where as where_clause
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
@@ -64,6 +69,12 @@ from ctracer.event import FunctionRow
 
 #: followed objects when no --max-followed bounds them
 OBJECT_CAPACITY = 65536
+#: the value ``ctracer_objects`` holds for an address whose life a rule ended (1: followed):
+#: kept rather than deleted, so the dead object's memory, still matching, is not admitted
+#: again by the ended life's last hits (a ``kfree_skb`` of a destroyed socket's buffer,
+#: through ``skb->sk``), which would follow the next object at the address unchecked; a
+#: new life's hit deletes it and passes the admission again
+OBJECT_ENDED = 2
 #: the number of raw tracepoint arguments a probe reads
 MAX_ARGS = 12
 #: the slot counts the tracepoint programs come in (methods of one tracepoint)
@@ -86,6 +97,9 @@ class TracepointSlot:
     method: Method
     starts: Optional[LifetimeRule] = None
     ends: Optional[LifetimeRule] = None
+    #: a second rule starting a lifetime at this tracepoint (a socket's life starts
+    #: out of TCP_CLOSE, an accepted one's at its clone, into TCP_SYN_RECV)
+    starts_too: Optional[LifetimeRule] = None
 
 
 @dataclass(frozen=True)
@@ -248,9 +262,11 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
         direct = not m.path and not m.holder  # the argument is the object itself
         mine = [r for r in rules if direct and r.probe == "tracepoint"
                 and r.function == m.name and r.param_index == m.param_index]
-        starts = next((r for r in mine if r.effect == "starts"), None)
+        starting = [r for r in mine if r.effect == "starts"]
         ends = next((r for r in mine if r.effect == "ends"), None)
-        by_tp.setdefault(m.name, []).append(TracepointSlot(row_id, m, starts, ends))
+        by_tp.setdefault(m.name, []).append(TracepointSlot(
+            row_id, m, starting[0] if starting else None, ends,
+            starting[1] if len(starting) > 1 else None))
         infos[m.name] = m.function  # type: ignore[assignment]
     tracepoints = []
     for index, name in enumerate(sorted(by_tp)):
@@ -433,14 +449,15 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout,
     t = ctext.Text()
     t("static __always_inline void ctracer_hit(u32 function_id, u8 phase, u64 object,",
       "\t\t\t\t\ts64 retval, u32 depth, u8 flags, const u64 *args,",
-      "\t\t\t\t\tu64 pid_tgid, int starts, int ends)",
+      "\t\t\t\t\tu64 pid_tgid, int starts, int ends, int held)",
       "{",
       "\tu32 zero = 0;",
       "\tint read;",
       "\tstruct ctracer_event *e;",
       "")
     if admission.selective:
-        t("\tint followed = 0;",
+        t(f"\tu8 ended = {OBJECT_ENDED};",
+          "\tint followed = 0;",
           "",
           "\tif (!object) {")
         if admission.processes and not (admission.comm or admission.objects
@@ -452,9 +469,19 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout,
         else:
             t("\t\treturn;")
         t("\t} else {",
+          "\t\tu8 *state;",
+          "",
           "\t\tif (starts)",
           "\t\t\tctracer_objects.delete(&object);",
-          "\t\tfollowed = ctracer_objects.lookup(&object) != 0;",
+          "\t\tstate = ctracer_objects.lookup(&object);",
+          "\t\t/* its life ended: a hit through a holder (the dead socket's last buffer) or",
+          "\t\t * a call's exit is still that life's, recorded, the address not admitted;",
+          "\t\t * any other hit is a new life's, admitted afresh */",
+          f"\t\tif (state && *state == {OBJECT_ENDED} && !held && phase != {PHASE_EXIT}) {{",
+          "\t\t\tctracer_objects.delete(&object);",
+          "\t\t\tstate = 0;",
+          "\t\t}",
+          "\t\tfollowed = state != 0;",
           "\t}")
         if admission.processes:
             t("\tif (!followed) {",
@@ -484,8 +511,8 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout,
           "\t\tctracer_event_done();",
           "\t\treturn;",
           "\t}",
-          "\tif (ends)",
-          "\t\tctracer_objects.delete(&object);")
+          f"\tif (ends && !(flags & {FLAG_HEAD_ONLY}))",
+          "\t\tctracer_objects.update(&object, &ended);")
     t("\te->h.ts_ns = bpf_ktime_get_ns();",
       "\te->h.object = object;",
       "\te->h.retval = retval;",
@@ -526,11 +553,13 @@ struct ctracer_tpslot {{
 	u8 ends;	/* the same, for ends */
 	u8 starts_arg;
 	u8 ends_arg;
-	u8 pad[2];
+	u8 starts_too;	/* a second rule starting a lifetime, as starts */
+	u8 starts_too_arg;
 	u8 op[CTRACER_MAX_STEPS];
 	s32 off[CTRACER_MAX_STEPS];
 	s64 starts_eq;
 	s64 ends_eq;
+	s64 starts_too_eq;
 }};
 _Static_assert(sizeof(struct ctracer_tpslot) == {_TPSLOT.size}, "tpslot size");
 
@@ -587,17 +616,21 @@ int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
 		if (!obj)
 			continue;
 		starts = s->starts == {_RULE_ALWAYS} || (s->starts == {_RULE_WHEN} &&
-			(s64)args[s->starts_arg & {_ARG_ARRAY - 1}] == s->starts_eq);
+			(s64)args[s->starts_arg & {_ARG_ARRAY - 1}] == s->starts_eq) ||
+			s->starts_too == {_RULE_ALWAYS} || (s->starts_too == {_RULE_WHEN} &&
+			(s64)args[s->starts_too_arg & {_ARG_ARRAY - 1}] == s->starts_too_eq);
 		ends = s->ends == {_RULE_ALWAYS} || (s->ends == {_RULE_WHEN} &&
 			(s64)args[s->ends_arg & {_ARG_ARRAY - 1}] == s->ends_eq);
-		ctracer_hit(s->row, {PHASE_TRACEPOINT}, obj, 0, 0, 0, args, pid_tgid, starts, ends);
+		/* reached through a holder (skb->sk): after an end, the ended life's own */
+		ctracer_hit(s->row, {PHASE_TRACEPOINT}, obj, 0, 0, 0, args, pid_tgid, starts, ends,
+			    s->nsteps != 0);
 	}}
 	return 0;
 }}
 """
 
 
-_TPSLOT = _struct.Struct(f"<IBBBBBB2x{ctext.MAX_STEPS}B{ctext.MAX_STEPS}iqq")
+_TPSLOT = _struct.Struct(f"<IBBBBBBBB{ctext.MAX_STEPS}B{ctext.MAX_STEPS}iqqq")
 _TP_HEAD = _struct.Struct("<BB6x")
 
 
@@ -627,7 +660,7 @@ def describe(tp: ProbedTracepoint) -> str:
         text = f"row {s.id} from args[{i}] ({ctext.comment_name(arg)})"
         for st in s.method.path:
             text += f" {st.op} {int(st.offset):+d}"
-        for word, rule in (("starts", s.starts), ("ends", s.ends)):
+        for word, rule in (("starts", s.starts), ("starts", s.starts_too), ("ends", s.ends)):
             kind, at, value = _rule(rule, tp)
             if kind == _RULE_ALWAYS:
                 text += f"; {word} a lifetime"
@@ -645,11 +678,11 @@ def descriptor_bytes(tp: ProbedTracepoint) -> bytes:
     for s in tp.slots:
         steps = [(ctext.PATH_OPS[st.op], int(st.offset)) for st in s.method.path]
         steps += [(0, 0)] * (ctext.MAX_STEPS - len(steps))
-        starts, ends = _rule(s.starts, tp), _rule(s.ends, tp)
+        starts, ends, too = _rule(s.starts, tp), _rule(s.ends, tp), _rule(s.starts_too, tp)
         out.append(_TPSLOT.pack(s.id, int(s.method.param_index), len(s.method.path),
-                                starts[0], ends[0], starts[1], ends[1],
+                                starts[0], ends[0], starts[1], ends[1], too[0], too[1],
                                 *(op for op, _ in steps), *(off for _, off in steps),
-                                starts[2], ends[2]))
+                                starts[2], ends[2], too[2]))
     out.append(b"\0" * (_TPSLOT.size * (SLOT_COUNTS[-1] - len(tp.slots))))
     return b"".join(out)
 
@@ -752,8 +785,8 @@ def _compact_hit_tail(t: ctext.Text, admission: Admission, nargs: int) -> None:
     if admission.selective:
         t("\t\tif (object && !followed && !ctracer_admit(object, &e->m, pid_tgid, flags))",
           "\t\t\tgoto out;",
-          "\t\tif (ends)",
-          "\t\t\tctracer_objects.delete(&object);")
+          f"\t\tif (ends && !(flags & {FLAG_HEAD_ONLY}))",
+          "\t\t\tctracer_objects.update(&object, &ended);")
     t("\t\te->h.ts_ns = bpf_ktime_get_ns();",
       "\t\te->h.object = object;",
       "\t\te->h.retval = retval;",

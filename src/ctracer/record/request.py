@@ -194,8 +194,10 @@ def _lifetime_rules(request: TraceRequest, name: str, model, methods: Sequence) 
     texts = [t for t in request.lifetime_rules if t != "none"]
     if len(texts) != len(request.lifetime_rules) and texts:
         raise UsageError("--lifetime-rule none goes alone (it drops every rule)")
-    return lifetime_rules.place([lifetime_rules.parse_rule(t, name, enumerator_value) for t in texts],
-                           methods)
+    placed = lifetime_rules.place([lifetime_rules.parse_rule(t, name, enumerator_value)
+                                   for t in texts], methods)
+    lifetime_rules.check_counts(placed)
+    return placed
 
 
 @contextlib.contextmanager
