@@ -63,6 +63,7 @@ def _recorder(tmp_path, *options) -> subprocess.Popen:
     for line in proc.stderr:
         seen.append(line)
         if line.startswith("ctracer: recording"):
+            proc.recording_line = line  # type: ignore[attr-defined]
             return proc
     proc.wait()
     raise AssertionError("ctracer did not start recording:\n" + "".join(seen))
@@ -296,6 +297,9 @@ def test_where_admits_no_dead_socket_nor_the_next_life_at_its_address(tmp_path, 
     chosen, other = Workload(), Workload()
     try:
         recorder = _recorder(tmp_path, "--where", f"skc_dport == {chosen.port}", *events)
+        # the recording says what it follows (it said "every object")
+        assert f"in the kernel: the objects where __sk_common.skc_dport == {chosen.port};" \
+            in recorder.recording_line, recorder.recording_line
         clients = _run_both(chosen, other, recorder, stop=True)
     finally:
         for w in (chosen, other):

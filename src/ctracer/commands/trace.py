@@ -281,6 +281,24 @@ def snapshot_summary(meta: dict) -> str:
             f"{len(names)} fields: {shown}")
 
 
+def _chosen(who: str, admission: dict) -> str:
+    """``who`` (the objects a kernel recording follows) narrowed by the choices in the
+    meta's ``admission`` (--comm, --object, --where, --max-followed)."""
+    parts = []
+    if admission.get("comm"):
+        parts.append(f"first seen in a process named {admission['comm']}")
+    if admission.get("objects"):
+        parts.append(f"at {', '.join(admission['objects'])}")
+    if admission.get("where"):
+        parts.append(f"where {admission['where']}")
+    if not parts and not admission.get("max_objects"):
+        return who
+    text = "the objects" if who == "every object" else who
+    text = " ".join([text, " and ".join(parts)]) if parts else text
+    return text + (f" (at most {admission['max_objects']})" if admission.get("max_objects")
+                   else "")
+
+
 def _check_process_maps(pid: int, binary: str) -> Optional[str]:
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -362,6 +380,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         if built.is_kernel:
             who = (f"the objects process {args.pid} touches" if args.pid else
                    "the objects the command touches" if args.command else "every object")
+            who = _chosen(who, built.meta.get("admission") or {})
             rules = getattr(built.program, "rules", ())
             plan = built.meta.get("probe_plan") or {}
             if plan.get("kinds"):
