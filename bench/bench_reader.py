@@ -5,37 +5,42 @@ root, gcc and libbpf's headers (Debian's libbpf-dev, `scripts/setup.sh`); run wi
 project's venv, under the bench lock:
 
     flock LOCK .venv/bin/python bench/bench_reader.py [--rate 2000000] [--seconds 3]
+        [--also-rates 1000000,500000] [--rounds 2] [--profile]
 
 1. A template: ``ctracer trace struct sock`` of the bundled loopback workload
    (samples/tcp), whose spool holds compact ring records as the ring held them; a run of
    ``--templates`` consecutive records from its middle goes into a BPF array.
 2. The producer: a BPF program on the ``syscalls:sys_enter_getppid`` tracepoint, hit by a
    small C program (built here with gcc) calling getppid() in a loop, pinned to one CPU,
-   at a given rate or as fast as it can.  Each hit copies the next ``--per-hit``
-   template records into the ring with ``bpf_ringbuf_output``, waking the reader as
-   ctracer's probes do (once every `ctracer.probes.ctext.wake_every` records), and
-   counts in the kernel what it produced and what the full ring refused (lost).  Its
-   own rate is measured first into a ring big enough that nothing is lost and nobody
-   reads: it must reach ``--rate`` records a second.
-3. On a ring of ctracer's default size (16 MB), the producer paced at ``--rate`` for
-   ``--seconds`` and then let loose, read by
+   paced (the calls due each millisecond, then a sleep) or as fast as it can.  Each hit
+   copies the next ``--per-hit`` template records into the ring with
+   ``bpf_ringbuf_output``, waking the reader as ctracer's probes do (once every
+   `ctracer.probes.ctext.wake_every` records), and counts in the kernel what it produced
+   and what the full ring refused (lost).  Its own rate is measured first, into a ring
+   big enough that nothing is lost and nobody reads: it must reach ``--rate`` records a
+   second.
+3. On a ring of ctracer's default size (16 MB), the producer paced at ``--rate`` (and at
+   each of ``--also-rates``) for ``--seconds``, then let loose, read by
    * the C consumer (the anchor, built here with gcc against libbpf): ``ring_buffer__new``
      and ``ring_buffer__poll``, every record copied with its ring header into a buffer
-     written to a file, the same bytes ctracer's trace file keeps;
+     written to a file in 1 MB writes: the bytes ctracer's trace file keeps;
    * ctracer's reader: the recorder's own loop (`ctracer.record.recorder._poll_until_done`
      over a `ctracer.record.bpf_runtime.ProbeSession` whose ring is a
      `ctracer.record.ringbuf.MappedRing` of whole records found with the template's
      `ctracer.deltas.RecordShape`), the recorder's `EventSink` counting events and
      objects, `TraceWriter.add_raw` committing them to a trace file with the template's
      meta.
-   For each: records written, lost, events/s, and the CPU time (user + system, the
-   whole process: ctracer's includes the writer's checkpoint thread) per record; then
-   ctracer's CPU per event against the C consumer's (goal: at most 5x).
+   For each: records written, lost, events/s, the CPU time (user + system, the whole
+   process: ctracer's includes the writer's checkpoint thread) per record, and how long
+   its threads waited for a CPU (other work on the machine); then ctracer's CPU per
+   record against the C consumer's at the same rate (goal: at most 5x).  ``--profile``
+   adds a paced run of ctracer's reader under cProfile, timed by the reading thread's
+   CPU time.
 
 Exits non-zero when the producer cannot reach ``--rate``, when a consumer's count differs
-from what the kernel says it produced minus what it lost, when the paced runs lose
-anything (the goal: 0 lost at ``--rate``), or when the two consumers wrote different
-bytes for the same records.
+from what the kernel says it produced minus what it lost, when the C consumer loses
+anything paced or ctracer's reader loses anything at ``--rate`` (the goal: 0 lost), or
+when the two consumers wrote different bytes for the same records.
 """
 
 from __future__ import annotations
@@ -77,7 +82,9 @@ OWN_META = {"schema_version", "state", "recorder_pid", "trace_id", "events", "lo
 
 TRIGGER_C = r"""
 /* Calls getppid() HITS times, at RATE calls a second (0: as fast as it can), and
-   writes the seconds that took to the file OUT. */
+   writes the seconds that took to the file OUT.  Paced, it makes the calls due every
+   millisecond at once, then sleeps until the next one (no CPU spent waiting: the
+   machine's other CPU is the reader's). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,34 +92,46 @@ TRIGGER_C = r"""
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-	struct timespec t;
+#define TICK_NS 1000000L
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
+static double seconds(const struct timespec *t)
+{
+	return t->tv_sec + t->tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
 {
+	struct timespec start, tick, end;
+
 	if (argc != 4) {
 		fprintf(stderr, "usage: trigger HITS RATE OUT\n");
 		return 2;
 	}
 	long hits = atol(argv[1]);
 	double rate = atof(argv[2]);
-	double start = now();
 
-	for (long i = 0; i < hits; i++) {
-		if (rate > 0 && (i & 15) == 0)
-			while (now() - start < i / rate)
-				;
-		syscall(SYS_getppid);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	tick = start;
+	for (long done = 0, tick_no = 1; done < hits; tick_no++) {
+		long due = rate > 0 ? (long)(rate * tick_no * (TICK_NS * 1e-9)) : hits;
+
+		if (due > hits)
+			due = hits;
+		for (; done < due; done++)
+			syscall(SYS_getppid);
+		if (rate > 0) {
+			tick.tv_nsec += TICK_NS;
+			if (tick.tv_nsec >= 1000000000L) {
+				tick.tv_nsec -= 1000000000L;
+				tick.tv_sec++;
+			}
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &tick, NULL);
+		}
 	}
-	double took = now() - start;
+	clock_gettime(CLOCK_MONOTONIC, &end);
 	FILE *out = fopen(argv[3], "w");
 
-	if (!out || fprintf(out, "%.9f\n", took) < 0 || fclose(out))
+	if (!out || fprintf(out, "%.9f\n", seconds(&end) - seconds(&start)) < 0 || fclose(out))
 		return 1;
 	return 0;
 }
@@ -122,7 +141,8 @@ CONSUMER_C = r"""
 /* The anchor: libbpf's consumer of the ring buffer map FD, writing every record as
    the ring holds it (its 8-byte header, the event, the padding) to the file OUT, in
    1 MB writes.  Prints "ready" once it reads; on SIGUSR1 it takes what is left and
-   prints: records, bytes, user and system CPU seconds. */
+   prints: records, bytes, user and system CPU seconds, seconds spent runnable but
+   waiting for a CPU. */
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -180,6 +200,8 @@ int main(int argc, char **argv)
 	struct sigaction stop = { .sa_handler = on_stop };
 	struct ring_buffer *rb;
 	struct rusage ru;
+	unsigned long long on_cpu = 0, waited = 0;
+	FILE *sched;
 	int err;
 
 	if (argc != 3) {
@@ -214,9 +236,14 @@ int main(int argc, char **argv)
 	}
 	flush_buf();
 	getrusage(RUSAGE_SELF, &ru);
-	printf("%llu %llu %.6f %.6f\n", records, bytes,
+	sched = fopen("/proc/self/schedstat", "r");
+	if (!sched || fscanf(sched, "%llu %llu", &on_cpu, &waited) != 2)
+		waited = 0;
+	if (sched)
+		fclose(sched);
+	printf("%llu %llu %.6f %.6f %.6f\n", records, bytes,
 	       ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
-	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6);
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, waited * 1e-9);
 	ring_buffer__free(rb);
 	return close(out) ? 1 : 0;
 }
@@ -433,8 +460,15 @@ class Run:
     written_bytes: int
     trigger_s: float
     wall_s: float
-    cpu_s: float
+    user_s: float
+    sys_s: float
+    #: seconds its threads were runnable but waited for a CPU (other work on the machine)
+    waited_s: float
     thread_cpu_s: Optional[float] = None
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
 
     @property
     def produced_rate(self) -> float:
@@ -455,11 +489,25 @@ class Run:
                 f"{self.produced:,} ({self.produced_rate:,.0f}/s), written {self.written:,} "
                 f"({self.written_rate:,.0f}/s), lost {self.lost:,} "
                 f"({100 * self.lost / max(self.produced, 1):.1f}%); CPU "
-                f"{self.cpu_s:.2f} s = {self.cpu_ns:.0f} ns a record{thread}")
+                f"{self.cpu_s:.2f} s (user {self.user_s:.2f}, system {self.sys_s:.2f}) = "
+                f"{self.cpu_ns:.0f} ns a record{thread}; waited for a CPU "
+                f"{self.waited_s:.2f} s in {self.wall_s:.2f} s")
 
 
 def _cpu(usage) -> float:
     return usage.ru_utime + usage.ru_stime
+
+
+def _waited() -> float:
+    """Seconds this process's threads have been runnable but waiting for a CPU."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total * 1e-9
 
 
 def producer_alone(producer: Producer, trigger_exe: str, work: str, cpu: int,
@@ -478,7 +526,7 @@ def producer_alone(producer: Producer, trigger_exe: str, work: str, cpu: int,
 
 
 def c_consumer_run(producer: Producer, consumer_exe: str, trigger_exe: str, work: str,
-                   cpu: int, hits: int, rate: float) -> tuple[Run, str]:
+                   cpu: int, hits: int, hit_rate: float) -> tuple[Run, str]:
     out = os.path.join(work, "c-consumer.bin")
     proc = subprocess.Popen([consumer_exe, str(producer.map_fd), out],
                             pass_fds=[producer.map_fd], stdout=subprocess.PIPE, text=True)
@@ -486,7 +534,7 @@ def c_consumer_run(producer: Producer, consumer_exe: str, trigger_exe: str, work
         if proc.stdout.readline().strip() != "ready":
             raise BenchFailure("the C consumer did not start")
         producer.reset()
-        trigger = Trigger(trigger_exe, hits, rate / producer.per_hit, work, cpu)
+        trigger = Trigger(trigger_exe, hits, hit_rate, work, cpu)
         producer.target(trigger.pid)
         start = time.perf_counter()
         trigger.gated.release()
@@ -500,15 +548,15 @@ def c_consumer_run(producer: Producer, consumer_exe: str, trigger_exe: str, work
             proc.wait()
     if proc.returncode:
         raise BenchFailure(f"the C consumer failed ({proc.returncode})")
-    records, nbytes, user, system = text.split()
+    records, nbytes, user, system, waited = text.split()
     produced, lost = producer.counts()
-    run = Run("C consumer (libbpf)", rate > 0, produced, lost, int(records), int(nbytes),
-              trigger.seconds(), wall, float(user) + float(system))
+    run = Run("C consumer (libbpf)", hit_rate > 0, produced, lost, int(records), int(nbytes),
+              trigger.seconds(), wall, float(user), float(system), float(waited))
     return run, out
 
 
 def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits: int,
-                rate: float, profile: bool = False) -> tuple[Run, str]:
+                hit_rate: float, profile: bool = False) -> tuple[Run, str]:
     """ctracer's reader as `ctracer.record.recorder.record` runs it, on the producer's
     ring."""
     template = producer.template
@@ -535,13 +583,14 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
     profiler = None
     if profile:
         import cProfile
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.thread_time)   # CPU time, not waits
     try:
         producer.reset()
-        trigger = Trigger(trigger_exe, hits, rate / producer.per_hit, work, cpu)
+        trigger = Trigger(trigger_exe, hits, hit_rate, work, cpu)
         producer.target(trigger.pid)
         watch = recorder.MappingWatch(session, None, followed=False)
         before = resource.getrusage(resource.RUSAGE_SELF)
+        waited_before = _waited()
         thread_before = resource.getrusage(resource.RUSAGE_THREAD)
         start = time.perf_counter()
         if profiler:
@@ -557,7 +606,8 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
             profiler.disable()
         wall = time.perf_counter() - start
         thread_cpu = _cpu(resource.getrusage(resource.RUSAGE_THREAD)) - _cpu(thread_before)
-        cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(before)
+        waited = _waited() - waited_before   # the checkpoint thread's waits in it
+        after = resource.getrusage(resource.RUSAGE_SELF)
         produced, lost = producer.counts()
         writer.set_meta(end_time=recorder._now_iso(), end_monotonic_ns=time.monotonic_ns(),
                         lost_events=lost, stopped_by=stopped_by,
@@ -569,24 +619,30 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
         session._ring = None
     if profiler:
         import pstats
-        print("cProfile of ctracer's reader (cumulative, top 25):")
-        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(25)
+        print("cProfile of ctracer's reader, the reading thread's CPU time (cumulative, then "
+              "own time; top 30):")
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.sort_stats("cumulative").print_stats(30)
+        stats.sort_stats("tottime").print_stats(30)
     db = sqlite3.connect(out)
     nbytes = db.execute("SELECT coalesce(sum(length(raw)), 0) FROM spool").fetchone()[0]
     db.close()
     if counts.events != written:
         raise BenchFailure(f"ctracer's sink counted {counts.events:,} events, the trace file "
                            f"holds {written:,}")
-    return Run("ctracer reader", rate > 0, produced, lost, written, nbytes, trigger.seconds(),
-               wall, cpu, thread_cpu), out
+    return Run("ctracer reader", hit_rate > 0, produced, lost, written, nbytes, trigger.seconds(),
+               wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
+               waited, thread_cpu), out
 
 
-def check_counts(run: Run) -> list[str]:
+def check_counts(run: Run, fatal_loss: bool) -> list[str]:
+    """What is wrong with a run: a count that differs from the kernel's, and with
+    ``fatal_loss`` any record lost."""
     problems = []
     if run.written != run.produced - run.lost:
         problems.append(f"{run.who}: wrote {run.written:,} records, the kernel produced "
                         f"{run.produced:,} and lost {run.lost:,}")
-    if run.paced and run.lost:
+    if fatal_loss and run.lost:
         problems.append(f"{run.who}: lost {run.lost:,} of {run.produced:,} records at "
                         f"{run.produced_rate:,.0f} records/s")
     return problems
@@ -639,6 +695,9 @@ def main() -> int:
     parser.add_argument("--template-messages", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=2,
                         help="paced runs of each consumer, alternating (default 2)")
+    parser.add_argument("--also-rates", default="1000000,500000",
+                        help="more paced rates to run both consumers at, comma-separated "
+                        "records/s (default 1000000,500000; '' for none)")
     parser.add_argument("--no-flat-out", action="store_true",
                         help="skip the runs with the producer let loose")
     parser.add_argument("--profile", action="store_true",
@@ -646,6 +705,11 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where the files are written "
                         "(default: the system's temporary directory)")
     args = parser.parse_args()
+    try:
+        args.also_rates = [float(r) for r in args.also_rates.split(",") if r.strip()]
+    except ValueError:
+        print("bench_reader: --also-rates takes numbers separated by commas", file=sys.stderr)
+        return 1
     if os.geteuid() != 0:
         print("bench_reader: needs root", file=sys.stderr)
         return 1
@@ -665,6 +729,8 @@ def run(args) -> int:
     trigger_cpu = cpus[-1]
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
     problems: list[str] = []
+    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+          + f" ({len(cpus)} CPUs; the trigger on CPU {trigger_cpu})")
     with tempfile.TemporaryDirectory(prefix="bench_reader.", dir=args.dir) as work:
         trigger_exe = os.path.join(work, "trigger")
         consumer_exe = os.path.join(work, "consumer")
@@ -703,39 +769,23 @@ def run(args) -> int:
             raise BenchFailure(f"the producer reaches only {max(rates):,.0f} records/s, "
                                f"below the {args.rate:,.0f} the bench needs (raise --per-hit)")
 
-        # 2. both consumers on a ring of ctracer's default size
-        ring = DEFAULT_RING_MB << 20
-        producer = Producer(template, ring, args.per_hit)
-        hits = int(args.rate * args.seconds) // args.per_hit
-        runs: list[tuple[Run, Run]] = []
+        # 2. both consumers on a ring of ctracer's default size, at each rate
+        producer = Producer(template, DEFAULT_RING_MB << 20, args.per_hit)
+        runs: dict[float, list[tuple[Run, Run]]] = {}
         try:
-            for _ in range(args.rounds):
-                c_run, c_out = c_consumer_run(producer, consumer_exe, trigger_exe, work,
-                                              trigger_cpu, hits, args.rate)
-                print(c_run.line())
-                py_run, py_out = ctracer_run(producer, trigger_exe, work, trigger_cpu, hits,
-                                             args.rate)
-                print(py_run.line())
-                problems += check_counts(c_run) + check_counts(py_run)
-                for r in (c_run, py_run):
-                    if r.produced_rate < 0.95 * args.rate:
-                        problems.append(f"{r.who}'s run: the producer reached only "
-                                        f"{r.produced_rate:,.0f} of {args.rate:,.0f} records/s")
-                if not c_run.lost and not py_run.lost:
-                    if c_run.written_bytes != py_run.written_bytes:
-                        problems.append(f"the C consumer wrote {c_run.written_bytes:,} bytes, "
-                                        f"ctracer {py_run.written_bytes:,}, for the same "
-                                        "records")
-                    elif not same_bytes(c_out, py_out):
-                        problems.append("the C consumer's and ctracer's first records differ")
-                for path in (c_out, py_out):
-                    os.unlink(path)
-                runs.append((c_run, py_run))
+            for rate in [args.rate] + args.also_rates:
+                runs[rate] = []
+                for _ in range(args.rounds):
+                    pair = consumer_pair(producer, consumer_exe, trigger_exe, work,
+                                         trigger_cpu, rate, args.seconds, problems,
+                                         goal=rate == args.rate)
+                    runs[rate].append(pair)
             if args.profile:
-                ctracer_run(producer, trigger_exe, work, trigger_cpu, hits, args.rate,
-                            profile=True)
-            flat = []
+                ctracer_run(producer, trigger_exe, work, trigger_cpu,
+                            int(args.rate * args.seconds) // args.per_hit,
+                            args.rate / args.per_hit, profile=True)
             if not args.no_flat_out:
+                hits = int(args.rate * args.seconds) // args.per_hit
                 for fn in (lambda: c_consumer_run(producer, consumer_exe, trigger_exe, work,
                                                   trigger_cpu, hits, 0),
                            lambda: ctracer_run(producer, trigger_exe, work, trigger_cpu,
@@ -743,25 +793,55 @@ def run(args) -> int:
                     r, path = fn()
                     os.unlink(path)
                     print(r.line())
-                    problems += check_counts(r)
-                    flat.append(r)
+                    problems += check_counts(r, fatal_loss=False)
         finally:
             producer.close()
 
-    ratios = [py.cpu_ns / c.cpu_ns for c, py in runs]
-    print(f"ctracer reader / C consumer, CPU per record at {args.rate:,.0f} records/s: "
-          + ", ".join(f"{py.cpu_ns:.0f} / {c.cpu_ns:.0f} ns = {r:.2f}x"
-                      for (c, py), r in zip(runs, ratios))
-          + f" (goal <= 5x: {'met' if max(ratios) <= 5 else 'not met'})")
-    kept = all(not py.lost for _, py in runs)
-    print(f"ctracer reader kept up at {args.rate:,.0f} records/s: "
-          f"{'yes, 0 lost' if kept else 'no'}; C consumer: "
-          f"{'yes, 0 lost' if all(not c.lost for c, _ in runs) else 'no'}")
+    for rate, pairs in runs.items():
+        ratios = [py.cpu_ns / c.cpu_ns for c, py in pairs]
+        goal = f" (goal <= 5x: {'met' if max(ratios) <= 5 else 'not met'})" \
+            if rate == args.rate else ""
+        print(f"at {rate:,.0f} records/s: ctracer reader / C consumer, CPU per record "
+              + ", ".join(f"{py.cpu_ns:.0f} / {c.cpu_ns:.0f} ns = {r:.2f}x"
+                          for (c, py), r in zip(pairs, ratios)) + goal
+              + "; kept up (0 lost): ctracer "
+              + ", ".join("yes" if not py.lost else f"no ({py.lost:,} lost)" for _, py in pairs)
+              + "; C consumer "
+              + ", ".join("yes" if not c.lost else f"no ({c.lost:,} lost)" for c, _ in pairs))
     if problems:
         for p in problems:
             print(f"bench_reader: {p}", file=sys.stderr)
         return 1
     return 0
+
+
+def consumer_pair(producer: Producer, consumer_exe: str, trigger_exe: str, work: str,
+                  cpu: int, rate: float, seconds: float, problems: list[str],
+                  goal: bool) -> tuple[Run, Run]:
+    """The C consumer, then ctracer's reader, each on the producer paced at ``rate``
+    records a second for ``seconds``; what went wrong added to ``problems`` (ctracer's
+    losses only at the ``goal`` rate)."""
+    hits = int(rate * seconds) // producer.per_hit
+    c_run, c_out = c_consumer_run(producer, consumer_exe, trigger_exe, work, cpu, hits,
+                                  rate / producer.per_hit)
+    print(c_run.line())
+    py_run, py_out = ctracer_run(producer, trigger_exe, work, cpu, hits,
+                                 rate / producer.per_hit)
+    print(py_run.line())
+    problems += check_counts(c_run, fatal_loss=True) + check_counts(py_run, fatal_loss=goal)
+    for r in (c_run, py_run):
+        if r.produced_rate < 0.95 * rate:
+            problems.append(f"{r.who}'s run: the producer reached only "
+                            f"{r.produced_rate:,.0f} of {rate:,.0f} records/s")
+    if not c_run.lost and not py_run.lost:
+        if c_run.written_bytes != py_run.written_bytes:
+            problems.append(f"the C consumer wrote {c_run.written_bytes:,} bytes, ctracer "
+                            f"{py_run.written_bytes:,}, for the same records")
+        elif not same_bytes(c_out, py_out):
+            problems.append("the C consumer's and ctracer's first records differ")
+    for path in (c_out, py_out):
+        os.unlink(path)
+    return c_run, py_run
 
 
 if __name__ == "__main__":
