@@ -781,9 +781,12 @@ def run(args) -> int:
                                          goal=rate == args.rate)
                     runs[rate].append(pair)
             if args.profile:
-                ctracer_run(producer, trigger_exe, work, trigger_cpu,
-                            int(args.rate * args.seconds) // args.per_hit,
-                            args.rate / args.per_hit, profile=True)
+                r, path = ctracer_run(producer, trigger_exe, work, trigger_cpu,
+                                      int(args.rate * args.seconds) // args.per_hit,
+                                      args.rate / args.per_hit, profile=True)
+                os.unlink(path)
+                print(f"(profiled) {r.line()}")
+                problems += check_counts(r, fatal_loss=False)
             if not args.no_flat_out:
                 hits = int(args.rate * args.seconds) // args.per_hit
                 for fn in (lambda: c_consumer_run(producer, consumer_exe, trigger_exe, work,
