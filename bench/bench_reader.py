@@ -142,7 +142,7 @@ CONSUMER_C = r"""
    the ring holds it (its 8-byte header, the event, the padding) to the file OUT, in
    1 MB writes.  Prints "ready" once it reads; on SIGUSR1 it takes what is left and
    prints: records, bytes, user and system CPU seconds, seconds spent runnable but
-   waiting for a CPU. */
+   waiting for a CPU, minor page faults. */
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -241,9 +241,10 @@ int main(int argc, char **argv)
 		waited = 0;
 	if (sched)
 		fclose(sched);
-	printf("%llu %llu %.6f %.6f %.6f\n", records, bytes,
+	printf("%llu %llu %.6f %.6f %.6f %ld\n", records, bytes,
 	       ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
-	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, waited * 1e-9);
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, waited * 1e-9,
+	       ru.ru_minflt);
 	ring_buffer__free(rb);
 	return close(out) ? 1 : 0;
 }
@@ -464,6 +465,8 @@ class Run:
     sys_s: float
     #: seconds its threads were runnable but waited for a CPU (other work on the machine)
     waited_s: float
+    #: minor page faults (memory the process touched for the first time)
+    faults: int
     thread_cpu_s: Optional[float] = None
 
     @property
@@ -490,8 +493,8 @@ class Run:
                 f"({self.written_rate:,.0f}/s), lost {self.lost:,} "
                 f"({100 * self.lost / max(self.produced, 1):.1f}%); CPU "
                 f"{self.cpu_s:.2f} s (user {self.user_s:.2f}, system {self.sys_s:.2f}) = "
-                f"{self.cpu_ns:.0f} ns a record{thread}; waited for a CPU "
-                f"{self.waited_s:.2f} s in {self.wall_s:.2f} s")
+                f"{self.cpu_ns:.0f} ns a record{thread}; {self.faults:,} page faults; "
+                f"waited for a CPU {self.waited_s:.2f} s in {self.wall_s:.2f} s")
 
 
 def _cpu(usage) -> float:
@@ -548,10 +551,11 @@ def c_consumer_run(producer: Producer, consumer_exe: str, trigger_exe: str, work
             proc.wait()
     if proc.returncode:
         raise BenchFailure(f"the C consumer failed ({proc.returncode})")
-    records, nbytes, user, system, waited = text.split()
+    records, nbytes, user, system, waited, faults = text.split()
     produced, lost = producer.counts()
     run = Run("C consumer (libbpf)", hit_rate > 0, produced, lost, int(records), int(nbytes),
-              trigger.seconds(), wall, float(user), float(system), float(waited))
+              trigger.seconds(), wall, float(user), float(system), float(waited),
+              int(faults))
     return run, out
 
 
@@ -632,7 +636,7 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
                            f"holds {written:,}")
     return Run("ctracer reader", hit_rate > 0, produced, lost, written, nbytes, trigger.seconds(),
                wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
-               waited, thread_cpu), out
+               waited, after.ru_minflt - before.ru_minflt, thread_cpu), out
 
 
 def check_counts(run: Run, fatal_loss: bool) -> list[str]:
