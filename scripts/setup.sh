@@ -1,18 +1,19 @@
 #!/bin/sh
 # Everything ctracer and its tests need on a fresh Debian 12 machine, as root:
-# Debian packages (bcc's Python module, compilers, libbpf's headers, pahole, graphviz, Chromium, kernel
-# headers for bcc; QEMU, udev, kmod, busybox and the NFS server and client for the tests
-# that run in a guest; a Java runtime for the Spark test of exports), a virtual
-# environment in .venv that sees Debian's bcc module (virtme-ng and pyspark in it), and
-# Debian 12's 6.1 and 6.12 kernels and Debian unstable's 7.2 for those guests, in the
-# cache (unstable's package lists kept in the cache too, not in this machine's apt).
+# Debian packages (bcc's Python module, compilers, libbpf's headers for the reader
+# bench's C consumer, pahole, graphviz, Chromium, kernel headers for bcc; QEMU, udev,
+# kmod, busybox and the NFS server and client for the tests that run in a guest; a Java
+# runtime for the Spark test of exports), a virtual environment in .venv that sees
+# Debian's bcc module (virtme-ng and pyspark in it), and Debian 12's 6.1 and 6.12
+# kernels and Debian unstable's 7.2 for those guests, in the cache (unstable's package
+# lists kept in the cache too, not in this machine's apt).
 # Safe to run again: it installs only what is missing.
 set -eu
 cd "$(dirname "$0")/.."
 
 arch=$(dpkg --print-architecture)
-packages="python3 python3-venv python3-pip python3-bpfcc gcc clang make libc6-dev
-  libbpf-dev pahole bpftool bpftrace llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates
+packages="python3 python3-venv python3-pip python3-bpfcc gcc clang make libc6-dev libbpf-dev
+  pahole bpftool bpftrace llvm dwz graphviz chromium fonts-dejavu-core linux-headers-$arch ca-certificates
   qemu-system-x86 udev kmod busybox-static nfs-kernel-server nfs-common rpcbind
   openjdk-17-jre-headless"
 
