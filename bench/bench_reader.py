@@ -74,6 +74,8 @@ from ctracer.tracefile import TraceWriter  # noqa: E402
 TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
 CTRACER = [sys.executable, "-m", "ctracer"]
 DEFAULT_RING_MB = 16
+#: records the producer writes when measured alone (about 300 MB of ring)
+ALONE_RECORDS = 3_000_000
 #: meta entries a recording writes for itself, not copied from the template
 OWN_META = {"schema_version", "state", "recorder_pid", "trace_id", "events", "lost_events",
             "end_time", "end_monotonic_ns", "stopped_by", "detach_seconds", "start_time",
@@ -750,7 +752,7 @@ def run(args) -> int:
               f"{template.ring_bytes_mean:.1f} bytes a record in the ring")
 
         # 1. the producer alone, into a ring big enough for all it writes
-        alone_records = int(args.rate * 1.5) // args.per_hit * args.per_hit
+        alone_records = ALONE_RECORDS // args.per_hit * args.per_hit
         big = 1 << max(20, int(np.ceil(np.log2(alone_records * template.ring_bytes_mean
                                                 * 1.25))))
         producer = Producer(template, big, args.per_hit)
