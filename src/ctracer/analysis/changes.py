@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ctracer.analysis.mapped import ArraySpace
+from ctracer.analysis.mapped import ArraySpace, is_mapped
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE,
                                     CAUSES, Changes, Events, FieldValues, Objects,
                                     unique_pairs)
@@ -59,25 +59,42 @@ def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
                           head_partial, head_fields or frozenset(), space)
     firsts = np.flatnonzero(table.first)
     objects.first_snapshot[owners[firsts]] = positions[firsts]
-    at_parts, field_parts, olds, news = [], [], [], []
+    # the changes of every field, each array made once where the space keeps big ones
+    # (a 9M-event kernel trace has some 22M changes: lists of parts concatenated and
+    # then reordered held three copies of them on the heap at once)
+    counts = [len(at) for at in table.changed_at]
+    total = sum(counts)
+    at_all = space.zeros(total, np.int64)
+    field_all = space.zeros(total, np.int32)
+    old_all = space.zeros(total, np.int64)
+    new_all = space.zeros(total, np.int64)
+    lo = 0
     for j in range(nf):
         objects.initial[owners[firsts], j] = values.encode(j, table.column(j, firsts))
         objects.initial_known[owners[firsts], j] = table.value_known(j, firsts)
         at = table.changed_at[j]
         if len(at):
-            at_parts.append(at)
-            field_parts.append(np.full(len(at), j, np.int32))
-            olds.append(values.encode(j, table.column(j, table.prev[at])))
-            news.append(values.encode(j, table.column(j, at)))
+            hi = lo + len(at)
+            at_all[lo:hi] = at
+            field_all[lo:hi] = j
+            old_all[lo:hi] = values.encode(j, table.column(j, table.prev[at]))
+            new_all[lo:hi] = values.encode(j, table.column(j, at))
+            lo = hi
     table.release()
-    if not at_parts:
+    if not total:
         return Changes.empty()
-    at_all, field_all = np.concatenate(at_parts), np.concatenate(field_parts)
-    order = np.lexsort((field_all, at_all))  # event, then field
-    event = positions[at_all[order]]
+    # event, then field: fields were laid down in order, so a stable sort by event
+    order = np.argsort(at_all, kind="stable")
+    event = space.take(positions, space.take(at_all, order))
+    del at_all
     function, cause = attribute(events, event)
-    return Changes(event=event, field=field_all[order], old=np.concatenate(olds)[order],
-                   new=np.concatenate(news)[order], function=function, cause=cause)
+    columns = [event, space.take(field_all, order), space.take(old_all, order),
+               space.take(new_all, order)]
+    for column in columns:
+        if is_mapped(column):  # finished: a forked helper must not write into ours
+            column.setflags(write=False)
+    return Changes(event=columns[0], field=columns[1], old=columns[2], new=columns[3],
+                   function=function, cause=cause)
 
 
 def attribute(events: Events, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
