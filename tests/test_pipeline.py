@@ -84,24 +84,29 @@ def test_a_function_this_kernel_cannot_probe_is_said_so():
         assert [f.name for f in built.program.kfunctions] == ["tcp_sendmsg"]
 
 
-@pytest.mark.parametrize("multi, functions, probes, expected", [
-    (True, (), "auto", "kprobe"),            # thousands: kprobe.multi's two links
-    (True, ("tcp_send*",), "auto", "fentry"),  # a few: fentry's cheaper calls
-    (False, (), "auto", "fentry"),           # no kprobe.multi: fentry still
-    (True, (), "fentry", "fentry"),          # asked for
+@pytest.mark.parametrize("multi, functions, probes, expected, tracing", [
+    (True, (), "auto", "kprobe", False),            # thousands: kprobe.multi's two links
+    (True, ("tcp_send*",), "auto", "fentry", False),  # a few: fentry's cheaper calls
+    (False, (), "auto", "fentry", False),           # no kprobe.multi: fentry still
+    (True, (), "fentry", "fentry", False),          # asked for
+    # tracing_multi links: fentry's programs on two links, whatever the count
+    (True, (), "auto", "fentry.multi", True),
+    (True, ("tcp_send*",), "auto", "fentry.multi", True),
+    (True, (), "kprobe", "kprobe", True),           # asked for
 ])
 @pytest.mark.kernel
 def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, functions,
-                                                            probes, expected):
+                                                            probes, expected, tracing):
     """The kind ``auto`` gives, on a kernel said (by a stand-in for the trial) to take
-    fentry, kprobes and, or not, kprobe.multi links."""
+    fentry, kprobes and, or not, kprobe.multi links, and, or not, tracing_multi links."""
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("this kernel has no BTF")
     from ctracer.host.facts import KernelFacts, Mechanism
     from ctracer.host import features
     works = Mechanism(True, "tried here (a stand-in)")
     facts = KernelFacts(fentry=works, kprobes=works, raw_tracepoints=works,
-                        kprobe_multi=works if multi else Mechanism(False, "no fprobe"))
+                        kprobe_multi=works if multi else Mechanism(False, "no fprobe"),
+                        tracing_multi=works if tracing else Mechanism(False, "EINVAL"))
     monkeypatch.setattr(features, "kernel_facts", lambda *a, **k: facts)
     built = trace_request.build(trace_request.TraceRequest(
         ShapeKind.STRUCT, "sock", functions=functions, function_probes=probes))
@@ -110,4 +115,8 @@ def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, 
     assert (count > selection.FENTRY_AUTO_MAX) == (not functions)
     kinds = built.meta["probe_plan"]["kinds"]
     assert ("kprobe.multi links attach and detach them all at once" in kinds) == \
-        (expected == "kprobe"), kinds
+        (expected == "kprobe" and probes == "auto"), kinds
+    assert kinds.startswith(f"{expected}/")
+    if expected == "fentry.multi":
+        assert "fentry.multi/fexit.multi on" in kinds and "tracing_multi links" in kinds
+        assert "ctracer_fentry_s1" in built.program.text   # fentry's own programs

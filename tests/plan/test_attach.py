@@ -64,6 +64,27 @@ def test_fentry_is_preferred_where_it_loads():
     assert all(p.attachable for p in plan.by_function()["sk_free"])
 
 
+def test_fentry_multi_is_preferred_where_tracing_multi_links_work():
+    plan = plan_probes(METHODS, facts(fentry=YES, kprobes=YES, kprobe_multi=YES,
+                                      tracing_multi=YES))
+    assert kinds(plan)["sk_free"] == ["fentry.multi", "fexit.multi"]
+    assert all(p.attachable for p in plan.by_function()["sk_free"])
+    assert "tracing_multi links work here" in plan.by_function()["sk_free"][0].reason
+    # asked for fentry or kprobes: that kind still
+    fentry = plan_probes(METHODS, facts(fentry=YES, kprobes=YES, tracing_multi=YES),
+                         prefer="fentry")
+    assert kinds(fentry)["sk_free"] == ["fentry", "fexit"]
+    # asked for where the kernel refuses it: not attachable, with the trial's reason
+    refused = plan_probes(METHODS, facts(fentry=YES, kprobes=YES,
+                                         tracing_multi=Mechanism(False, "EINVAL here")),
+                          prefer="fentry.multi").by_function()["sk_free"]
+    assert [p.kind for p in refused] == ["fentry.multi", "fexit.multi"]
+    assert refused[0].attachable is False and "EINVAL here" in refused[0].reason
+    # not asked for and refused: fentry, as before
+    assert kinds(plan_probes(METHODS, facts(fentry=YES, kprobes=YES,
+                                            tracing_multi=NO)))["sk_free"] == ["fentry", "fexit"]
+
+
 def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     batch = TypeShape(ShapeKind.STRUCT, "desc_batch", 0, text="struct desc_batch")
     f = FunctionInfo("xsk_peek_batch", (Parameter("sk", SOCK),), batch)

@@ -17,6 +17,7 @@ def attached_fully(attached: str) -> bool:
     program of a tracepoint (which has no exit)."""
     parts = {p.strip() for p in attached.split(",")}
     return any(pair <= parts for pair in ({"entry", "exit"}, {"fentry", "fexit"},
+                                          {"fentry.multi", "fexit.multi"},
                                           {"kprobe", "kretprobe"})) or parts == {"raw_tracepoint"}
 
 

@@ -86,11 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="leave out the methods whose name matches")
     run.add_argument("--function-probes", default="auto",
-                     choices=("auto", "fentry", "kprobe", "none"),
+                     choices=("auto", "fentry.multi", "fentry", "kprobe", "none"),
                      help="how kernel functions are probed: auto (default) takes fentry/fexit "
-                          "where the kernel accepts them, kprobes otherwise, and kprobes on "
-                          "kprobe.multi links above 256 functions where the kernel has them; "
-                          "fentry or kprobe forces one; none: tracepoints only")
+                          "on tracing_multi links (fentry.multi) where the kernel has them, "
+                          "else fentry/fexit where the kernel accepts them, kprobes otherwise, "
+                          "and kprobes on kprobe.multi links above 256 functions where the "
+                          "kernel has them; fentry.multi, fentry or kprobe forces one; none: "
+                          "tracepoints only")
     run.add_argument("--max-functions", type=int, metavar="N",
                      help="refuse to probe more than N kernel functions (a guard: every "
                           "function taking the struct is probed by default)")

@@ -41,6 +41,9 @@ class KernelFacts:
     #: whether kprobe-type programs load (the verifier can then check kprobe, kretprobe,
     #: uprobe and uretprobe programs even where none can be attached)
     kprobe_programs: Mechanism = UNKNOWN
+    #: whether tracing_multi links work: one fentry (or fexit) program attached to many
+    #: functions in one system call (the probe kind ``fentry.multi``)
+    tracing_multi: Mechanism = UNKNOWN
     symbols: Optional[frozenset[str]] = None
     symbols_source: str = ""
     notrace: frozenset[str] = frozenset()
@@ -53,7 +56,8 @@ class KernelFacts:
     def mechanisms(self) -> dict[str, Mechanism]:
         return {"fentry": self.fentry, "kprobes": self.kprobes,
                 "kprobe_multi": self.kprobe_multi, "raw_tracepoints": self.raw_tracepoints,
-                "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs}
+                "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs,
+                "tracing_multi": self.tracing_multi}
 
     def to_json(self) -> dict:
         out: dict = {name: m.to_json() for name, m in self.mechanisms().items()}

@@ -1,5 +1,6 @@
 """What the running kernel accepts, found by trying rather than by version: which probe
-mechanisms work (kprobes, kprobe.multi links, fentry, uprobes, tracepoints, raw
+mechanisms work (kprobes, kprobe.multi links, fentry, tracing_multi links, uprobes,
+tracepoints, raw
 tracepoints, kprobe-type program loads, task storage), the release, and the bare
 ``bpf(2)`` system call the recorder's attach code shares.  `kernel_facts` gathers them
 with the kernel's symbols (`ctracer.host.kallsyms`) as the `ctracer.host.facts.KernelFacts`
@@ -48,13 +49,15 @@ class ProbeSupport:
     #: whether BPF_PROG_TYPE_KPROBE programs load (the verifier can check kprobe and
     #: uprobe programs even where kprobes cannot be attached)
     kprobe_programs: Mechanism = Mechanism(None, "not tried")
+    #: a tracing_multi link (one fentry or fexit program on many functions in one call)
+    tracing_multi: Mechanism = Mechanism(None, "not tried")
 
     def summary(self) -> str:
         def word(s: Mechanism) -> str:
             return {True: "yes", False: "no", None: "unknown"}[s.works]
         return ", ".join(f"{name}: {word(getattr(self, name))}" for name in
-                         ("kprobes", "kprobe_multi", "fentry", "uprobes", "tracepoints",
-                          "raw_tracepoints", "kprobe_programs"))
+                         ("kprobes", "kprobe_multi", "fentry", "tracing_multi", "uprobes",
+                          "tracepoints", "raw_tracepoints", "kprobe_programs"))
 
 
 # bpf(2) numbers, from include/uapi/linux/bpf.h (BPF_LINK_CREATE for the runtime too)
@@ -80,6 +83,10 @@ _PROG_TYPE_TRACING = 26
 
 
 _TRACE_FENTRY = 24
+
+
+#: BPF_TRACE_FENTRY_MULTI and BPF_TRACE_FEXIT_MULTI (kernels with tracing_multi links)
+TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI = 59, 60
 
 
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
@@ -174,6 +181,49 @@ def _try_kprobe_multi(symbol: str) -> Mechanism:
         os.close(fd)
 
 
+def tracing_multi_link(prog_fd: int, attach_type: int, btf_ids: list[int],
+                       cookies: list[int]) -> tuple[int, int]:
+    """One tracing_multi link of an fentry.multi or fexit.multi program on the functions
+    of the BTF FUNC ids ``btf_ids`` (of the BTF object the program was loaded against),
+    each with its cookie; (fd, 0) or (-1, errno)."""
+    ids = (ctypes.c_uint32 * len(btf_ids))(*btf_ids)
+    marks = (ctypes.c_uint64 * len(cookies))(*cookies)
+    attr = ctypes.create_string_buffer(64)
+    # link_create: prog_fd @0, target_fd @4, attach_type @8, flags @12;
+    # tracing_multi: ids @16 (u32 BTF ids), cookies @24 (u64), cnt @32
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
+    ctypes.c_uint32.from_buffer(attr, 8).value = attach_type
+    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(ids)
+    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(marks)
+    ctypes.c_uint32.from_buffer(attr, 32).value = len(btf_ids)
+    return bpf_syscall(BPF_LINK_CREATE, attr)
+
+
+def _try_tracing_multi(target: tuple[str, int]) -> Mechanism:
+    """Load an fentry.multi program and link it to the function ``target`` names (its
+    name, its vmlinux BTF id) through a tracing_multi link (then close both)."""
+    name, btf_id = target
+    fd, err = _load_program(_PROG_TYPE_TRACING, TRACE_FENTRY_MULTI, MULTI_ATTACH_BTF_ID)
+    if fd < 0:
+        return Mechanism(False, f"the kernel refused to load an fentry.multi program "
+                                f"({errno_text(err)})")
+    try:
+        link, err = tracing_multi_link(fd, TRACE_FENTRY_MULTI, [btf_id], [0])
+        if link < 0:
+            return Mechanism(False, f"an fentry.multi program loaded but a tracing_multi "
+                                    f"link to {name} was refused ({errno_text(err)})")
+        os.close(link)
+        return Mechanism(True, f"an fentry.multi program loaded and linked to {name} "
+                               "through a tracing_multi link")
+    finally:
+        os.close(fd)
+
+
+#: the attach_btf_id an fentry.multi or fexit.multi program is loaded with: none (its
+#: functions are named by the link)
+MULTI_ATTACH_BTF_ID = 0
+
+
 def _try_load(prog_type: int, what: str) -> Mechanism:
     fd, err = _load_program(prog_type)
     if fd < 0:
@@ -257,10 +307,11 @@ _TASK_STORAGE_TRIED: dict[str, Mechanism] = {}
 
 
 def task_storage_works(kind: str) -> Mechanism:
-    """Whether ``kind``'s programs ("kprobe" or "fentry") may keep a thread's state in
-    task storage (`ctracer.probes.kfunctions`): a task storage map created and a program
-    of that kind calling ``bpf_task_storage_get`` on the current task loaded (fentry on
-    a vmlinux function), nothing attached.  Tried once per process."""
+    """Whether ``kind``'s programs ("kprobe", "fentry" or "fentry.multi") may keep a
+    thread's state in task storage (`ctracer.probes.kfunctions`): a task storage map
+    created and a program of that kind calling ``bpf_task_storage_get`` on the current
+    task loaded (fentry on a vmlinux function; fentry.multi on none), nothing attached.
+    Tried once per process."""
     if kind in _TASK_STORAGE_TRIED:
         return _TASK_STORAGE_TRIED[kind]
     if os.geteuid() != 0:
@@ -274,8 +325,11 @@ def task_storage_works(kind: str) -> Mechanism:
             if kind == "fentry":
                 target = _fentry_target()
                 btf_id, attach = (target[1] if target else 0), _TRACE_FENTRY
+            elif kind == "fentry.multi":
+                btf_id, attach = MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI
+            tracing = kind in ("fentry", "fentry.multi")
             found = _load_insns(_task_storage_program(map_fd),
-                                _PROG_TYPE_TRACING if kind == "fentry" else _PROG_TYPE_KPROBE,
+                                _PROG_TYPE_TRACING if tracing else _PROG_TYPE_KPROBE,
                                 attach, btf_id, f"{kind} program using task storage")
         finally:
             os.close(map_fd)
@@ -356,7 +410,7 @@ def probe_support() -> ProbeSupport:
         False, "no tracepoint events in tracefs and no tracepoint PMU")
 
     if os.geteuid() != 0:
-        raw = fentry = multi = programs = Mechanism(
+        raw = fentry = multi = programs = tracing = Mechanism(
             None, "loading BPF programs to find out needs root")
     else:
         raw = _try_attach(_PROG_TYPE_RAW_TRACEPOINT, "raw tracepoint", b"sys_enter")
@@ -366,7 +420,9 @@ def probe_support() -> ProbeSupport:
         programs = _try_load(_PROG_TYPE_KPROBE, "kprobe-type")
         multi = Mechanism(None, "no kernel BTF to name a function to link") if target is None \
             else _try_kprobe_multi(target[0])
-    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs)
+        tracing = Mechanism(None, "no kernel BTF to name a function to link") \
+            if target is None else _try_tracing_multi(target)
+    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs, tracing)
 
 
 def tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
@@ -408,7 +464,7 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
     return KernelFacts(
         fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
         raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
-        kprobe_programs=support.kprobe_programs,
+        kprobe_programs=support.kprobe_programs, tracing_multi=support.tracing_multi,
         symbols=frozenset(names) if names is not None else None,
         symbols_source=symbols.source if symbols is not None else "",
         notrace=notrace_names(symbols, functions) if symbols is not None else frozenset(),

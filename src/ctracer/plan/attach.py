@@ -9,6 +9,9 @@ the whole plan.
 
 Kinds, in the order they are preferred for kernel functions:
 
+``fentry.multi``/``fexit.multi``  the fentry/fexit programs on tracing_multi links (one
+                            link per program carries every function), where the kernel
+                            has them;
 ``fentry``/``fexit``        BPF trampolines, where the kernel loads them;
 ``kprobe``/``kretprobe``    else (one program attached to many functions through a
                             kprobe.multi link where the kernel has one);
@@ -36,9 +39,13 @@ from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.host.facts import KernelFacts, Mechanism
 from ctracer.plan.discovery import Method
 
-PROBE_KINDS = ("fentry", "fexit", "kprobe", "kretprobe", "raw_tracepoint", "uprobe", "uretprobe")
+PROBE_KINDS = ("fentry.multi", "fexit.multi", "fentry", "fexit", "kprobe", "kretprobe",
+               "raw_tracepoint", "uprobe", "uretprobe")
 #: the exit probe that goes with each entry kind
-EXIT_KIND = {"fentry": "fexit", "kprobe": "kretprobe", "uprobe": "uretprobe"}
+EXIT_KIND = {"fentry.multi": "fexit.multi", "fentry": "fexit", "kprobe": "kretprobe",
+             "uprobe": "uretprobe"}
+#: the entry kinds of kernel functions
+KERNEL_ENTRY_KINDS = ("fentry.multi", "fentry", "kprobe")
 
 #: name prefixes of kernel functions that are never probed, and why
 _LEFT_OUT_PREFIXES = (
@@ -124,7 +131,7 @@ def _word(m: Mechanism) -> str:
 def _kernel_function_kind(facts: KernelFacts,
                           prefer: Optional[str] = None) -> tuple[str, Optional[bool], str]:
     """(entry kind, attachable, reason) for kernel functions on this kernel; ``prefer``
-    ("fentry" or "kprobe") asks for that kind where the kernel takes it."""
+    ("fentry.multi", "fentry" or "kprobe") asks for that kind where the kernel takes it."""
     here = True if facts.running_kernel else None
     elsewhere = "" if facts.running_kernel else (
         "; not the running kernel's types: whether its functions attach is not known here")
@@ -135,6 +142,14 @@ def _kernel_function_kind(facts: KernelFacts,
     if prefer == "fentry" and not facts.fentry.works:
         return "fentry", False if facts.fentry.works is False else None, \
             f"fentry asked for, but {facts.fentry.why}"
+    if prefer == "fentry.multi" and not facts.tracing_multi.works:
+        return "fentry.multi", False if facts.tracing_multi.works is False else None, \
+            f"fentry.multi asked for, but {facts.tracing_multi.why}"
+    if prefer in (None, "fentry.multi") and facts.tracing_multi.works:
+        why = ("fentry.multi asked for" if prefer else
+               "tracing_multi links work here: fentry/fexit programs attached to every "
+               "function at once")
+        return "fentry.multi", here, why + elsewhere
     if facts.fentry.works:
         return "fentry", here, "fentry programs load and attach here" + elsewhere
     if facts.kprobes.works:
@@ -228,7 +243,7 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
                 space: str = "kernel", prefer: Optional[str] = None) -> ProbePlan:
     """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
     the running kernel, a vmlinux or a module, ``user`` for a program or library;
-    ``prefer``: the kernel functions' kind asked for ("fentry", "kprobe")."""
+    ``prefer``: the kernel functions' kind asked for ("fentry.multi", "fentry", "kprobe")."""
     if space not in ("kernel", "user"):
         raise ValueError(f"unknown address space {space!r}")
     grouped: dict[str, list[Method]] = {}
@@ -257,7 +272,7 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
             probes.append(PlannedProbe(key, name, None, why_not, False, ms))
             continue
         kind, ok, why = function_kind
-        if kind == "fentry" and ok is not False:
+        if kind in ("fentry", "fentry.multi") and ok is not False:
             refused = _fentry_refuses(ms[0].function)
             if refused:
                 probes.append(PlannedProbe(key, name, None, refused, False, ms))

@@ -55,7 +55,7 @@ class KernelChoice:
     note: dict
 
 
-FUNCTION_PROBES = ("auto", "fentry", "kprobe", "none")
+FUNCTION_PROBES = ("auto", "fentry.multi", "fentry", "kprobe", "none")
 
 
 #: above this many functions, ``auto`` takes kprobe.multi links over fentry where the
@@ -73,11 +73,12 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     with what the running kernel was seen to accept): the tracepoints the plan gives a
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
-    "none": no function; "auto": fentry, unless more than `FENTRY_AUTO_MAX` functions
-    — ``selected`` counts those the trace keeps of the methods placed — would be probed
-    and kprobe.multi links work).  Probes that could not be tried (without root, for
+    "none": no function; "auto": fentry.multi where tracing_multi links work, whatever
+    the count, else fentry, unless more than `FENTRY_AUTO_MAX` functions — ``selected``
+    counts those the trace keeps of the methods placed — would be probed and kprobe.multi
+    links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""
-    from ctracer.plan.attach import plan_probes
+    from ctracer.plan.attach import KERNEL_ENTRY_KINDS, plan_probes
     from ctracer.host.features import kernel_facts
     if function_probes not in FUNCTION_PROBES:
         raise UsageError(f"--function-probes {function_probes!r}: one of "
@@ -94,7 +95,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
             refused.append(f"{p.target}: {p.reason}")
         else:
             chosen.extend(p.methods)
-    entries = plan.of_kind("fentry", "kprobe")
+    entries = plan.of_kind(*KERNEL_ENTRY_KINDS)
     usable = [p for p in entries if p.attachable is not False]
     kind = usable[0].kind if usable else None
     picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
@@ -105,7 +106,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
             p, reason=f"{many} functions: kprobe.multi links attach and detach them all at "
                       f"once, where fentry loads a program per function and detaches them "
                       f"one by one (--function-probes fentry for fentry)")
-            for p in plan.of_kind("fentry", "kprobe")]
+            for p in plan.of_kind(*KERNEL_ENTRY_KINDS)]
         usable = [p for p in entries if p.attachable is not False]
         kind = usable[0].kind if usable else None
         picked = [m for p in usable for m in p.methods]

@@ -42,8 +42,8 @@ class KernelProgram:
     rules: tuple[LifetimeRule, ...] = ()
     #: objects that may be only their head (`ctracer.plan.heads`), None: always whole
     head: Optional[HeadRead] = None
-    #: kernel functions probed on entry and exit, and the entry kind ("fentry" or
-    #: "kprobe"; its exit kind is `kfunctions.KINDS`'s)
+    #: kernel functions probed on entry and exit, and the entry kind ("fentry.multi",
+    #: "fentry" or "kprobe"; its exit kind is `kfunctions.KINDS`'s)
     kfunctions: tuple[KernelFunction, ...] = ()
     entry_kind: Optional[str] = None
     #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
@@ -109,7 +109,7 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          compact: bool = False
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
-    (fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
+    (fentry.multi/fexit.multi, fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
     ``task_storage``: the functions' per-thread state in task storage (what the
     running kernel takes for the kind: `ctracer.host.features.task_storage_works`),
     else in LRU hashes."""
@@ -124,7 +124,8 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         arch = arch or host_arch()
         frows, functions = kfunctions.plan_kernel_functions(
             function_methods, arch, first_row=len(rows) + 1,
-            max_regs=12 if entry_kind == "fentry" else arch.register_args,
+            max_regs=12 if kfunctions.program_kind(entry_kind) == "fentry"
+            else arch.register_args,
             ending={r.function for r in rules if r.probe == "function" and r.effect == "ends"})
         rows = rows + frows
     nargs = max((len(tp.args) for tp in tracepoints), default=0)

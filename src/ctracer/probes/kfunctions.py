@@ -73,7 +73,17 @@ MAX_STEPS = ctext.MAX_STEPS
 #: register arguments each event records
 NARGS = 6
 #: entry kinds and the exit kind each goes with
-KINDS = {"fentry": "fexit", "kprobe": "kretprobe"}
+KINDS = {"fentry.multi": "fexit.multi", "fentry": "fexit", "kprobe": "kretprobe"}
+#: the kinds whose programs are another kind's: fentry.multi and fexit.multi run the
+#: fentry and fexit programs (arguments and return value through bpf_get_func_arg and
+#: bpf_get_func_ret, the function by the link's cookie), only loaded and linked
+#: differently (`ctracer.record.kattach`)
+_SAME_PROGRAMS = {"fentry.multi": "fentry", "fexit.multi": "fexit"}
+
+
+def program_kind(kind: str) -> str:
+    """The kind whose C program probes as ``kind`` (``fentry.multi``: ``fentry``)."""
+    return _SAME_PROGRAMS.get(kind, kind)
 
 _FLAG_STARTS, _FLAG_ENDS = 1, 2
 #: calls deep a thread's task storage keeps entries for (a power of two; 32 saved calls
@@ -131,8 +141,9 @@ HASHED_SUFFIX = "_lru"
 
 
 def program_name(kind: str, slots: int, task_storage: bool = True) -> str:
-    """``ctracer_kprobe_s4``; the LRU-hash variant ``ctracer_kprobe_s4_lru``."""
-    return f"ctracer_{kind}_s{slots}{'' if task_storage else HASHED_SUFFIX}"
+    """``ctracer_kprobe_s4``; the LRU-hash variant ``ctracer_kprobe_s4_lru`` (the
+    fentry.multi kind's are the fentry ones: `program_kind`)."""
+    return f"ctracer_{program_kind(kind)}_s{slots}{'' if task_storage else HASHED_SUFFIX}"
 
 
 def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
@@ -618,7 +629,7 @@ def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
     the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
     t.block(_HELPERS)
-    for kind in kinds:
+    for kind in dict.fromkeys(map(program_kind, kinds)):
         for storage in variants(task_storage):
             for n in slot_counts:
                 t("")

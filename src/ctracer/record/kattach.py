@@ -7,6 +7,13 @@ loads the instructions bcc produced and links them.
   and linked with ``BPF_LINK_CREATE``, the function's index as the link's cookie (what
   the program reads with ``bpf_get_attach_cookie``); functions of modules name their
   module's BTF object.  Loads and links run from a few threads at once.
+* fentry.multi/fexit.multi: the same fentry and fexit programs, each loaded once per BTF
+  object its functions are in (no function named at load: the link names them) and
+  linked to all of them with one tracing_multi link, the BTF ids of the functions and
+  their indexes as cookies.  The kernel takes such a link whole or not at all: where it
+  refuses one, the functions are split in halves and each half linked apart, down to
+  the single functions it refuses (named with its reason); each function's entry and
+  exit are both attached or neither.
 * kprobe/kretprobe: each program is loaded once; with kprobe.multi one link per
   program carries every function's symbol and cookie; without it, one perf kprobe per
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
@@ -35,7 +42,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.probes.kfunctions import KINDS, KernelFunction
-from ctracer.host.features import BPF_LINK_CREATE, bpf_syscall, errno_text
+from ctracer.host.features import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI,
+                                   TRACE_FEXIT_MULTI, bpf_syscall, errno_text,
+                                   tracing_multi_link)
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -49,7 +58,9 @@ _TRACE_FENTRY, _TRACE_FEXIT = 24, 25
 _PERF_EVENT = 41
 _TRACE_KPROBE_MULTI = 42
 _KPROBE_MULTI_RETURN = 1
-_ATTACH_TYPE = {"fentry": _TRACE_FENTRY, "fexit": _TRACE_FEXIT}
+_ATTACH_TYPE = {"fentry": _TRACE_FENTRY, "fexit": _TRACE_FEXIT,
+                "fentry.multi": TRACE_FENTRY_MULTI, "fexit.multi": TRACE_FEXIT_MULTI}
+_MULTI_KINDS = ("fentry.multi", "fexit.multi")
 _NR_PERF_EVENT_OPEN = 298  # x86_64
 _PMU_DIR = "/sys/bus/event_source/devices/kprobe"
 #: threads loading and linking fentry clones at once
@@ -66,7 +77,7 @@ class AttachResult:
     entry: str = ""
     exit: str = ""
     #: what an attached function got: "entry,exit" (uprobes), "raw_tracepoint",
-    #: "fentry,fexit", "kprobe,kretprobe"
+    #: "fentry.multi,fexit.multi", "fentry,fexit", "kprobe,kretprobe"
     kind: str = "entry,exit"
 
     @property
@@ -352,6 +363,8 @@ class KernelLinks:
     thread_state: str = ""
     #: the attached programs are the task-storage ones (`_choose_thread_state`)
     _storage: bool = False
+    #: the tracing_multi links of entry programs: (link fd, its functions, program fd)
+    _multi_entry_links: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
@@ -366,7 +379,9 @@ class KernelLinks:
             self.results = [AttachResult(f, "not tried", "not tried", kind)
                             for f in self.functions]
             self._storage = self._choose_thread_state()
-            if self.entry_kind == "fentry":
+            if self.entry_kind == "fentry.multi":
+                self._attach_tracing_multi()
+            elif self.entry_kind == "fentry":
                 self._attach_fentry()
             else:
                 self._attach_kprobes(use_multi)
@@ -419,7 +434,7 @@ class KernelLinks:
     def _trial_targets(self, kind: str, functions: Sequence[KernelFunction]) -> list:
         """What a trial load of ``kind`` names: nothing for kprobes; a few of the
         functions' BTF targets for fentry/fexit."""
-        if kind in ("kprobe", "kretprobe"):
+        if kind in ("kprobe", "kretprobe") or kind in _MULTI_KINDS:
             return [None]
         targets = [t for t in map(self.btf_target, functions[:TRIAL_TARGETS * 4]) if t]
         return targets[:TRIAL_TARGETS]
@@ -427,7 +442,10 @@ class KernelLinks:
     def _trial_load(self, kind: str, name: str, target: Optional[tuple[int, int]]) -> str:
         """Why the kernel refuses to load program ``name`` as ``kind`` ("" when it
         loads: closed again at once)."""
-        if target is None:
+        if kind in _MULTI_KINDS:
+            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
+                                   _ATTACH_TYPE[kind], MULTI_ATTACH_BTF_ID, 0, name.encode())
+        elif target is None:
             fd, why = load_program(self.instructions(name), _PROG_TYPE_KPROBE,
                                    name=name.encode())
         else:
@@ -529,6 +547,93 @@ class KernelLinks:
 
         with ThreadPoolExecutor(LOADERS) as pool:
             list(pool.map(one, self.results))
+
+    # -- tracing_multi ----------------------------------------------------------
+
+    def _attach_tracing_multi(self) -> None:
+        """Every function's fentry and fexit program on tracing_multi links: entries
+        first, exits on the functions whose entry linked, then the entry links holding a
+        function whose exit the kernel refused linked again without it."""
+        self.how = ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
+                    "object (split where the kernel refused a function)")
+        ready = []
+        for r in self.results:
+            if self.btf_target(r.function) is None:
+                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
+            else:
+                ready.append(r)
+        entries = self._link_tracing_multi("fentry.multi", ready)
+        linked = {id(r) for _, members in entries for r in members}
+        exits = self._link_tracing_multi("fexit.multi", [r for r in ready if id(r) in linked])
+        with_exit = {id(r) for _, members in exits for r in members}
+        for r in ready:
+            if id(r) not in linked:
+                r.exit = "entry failed"
+            elif id(r) in with_exit:
+                r.entry = r.exit = ""
+            else:
+                r.entry = f"its fexit failed: {r.exit}"
+        # an entry without its exit would skew every depth on the thread: the entry
+        # links holding such a function are made again without it
+        for link_fd, members, prog_fd in list(self._multi_entry_links):
+            if all(id(r) in with_exit for r in members):
+                continue
+            os.close(link_fd)
+            self.link_fds.remove(link_fd)
+            again = [r for r in members if id(r) in with_exit]
+            if again:
+                self._bisect_link(prog_fd, "fentry.multi", again)
+        self._multi_entry_links = []
+
+    def _link_tracing_multi(self, kind: str, results: list[AttachResult]
+                            ) -> list[tuple[int, list[AttachResult]]]:
+        """``kind``'s programs loaded once per (program, BTF object) and linked to their
+        functions; the links made, each with its functions (the others get the
+        kernel's reason in their ``entry`` or ``exit``)."""
+        groups: dict[tuple[str, int], list[AttachResult]] = {}
+        for r in results:
+            obj_fd = self.btf_target(r.function)[0]  # type: ignore[index]
+            groups.setdefault((self._program(r.function, kind), obj_fd), []).append(r)
+        made: list[tuple[int, list[AttachResult]]] = []
+        for (name, obj_fd), members in sorted(groups.items(), key=lambda g: g[0]):
+            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
+                                   _ATTACH_TYPE[kind], MULTI_ATTACH_BTF_ID, obj_fd,
+                                   name.encode())
+            if fd < 0:
+                for r in members:
+                    self._set_multi(r, kind, why)
+                continue
+            self.prog_fds.append(fd)
+            links = self._bisect_link(fd, kind, members)
+            made += [(link, linked) for link, linked in links]
+        return made
+
+    def _bisect_link(self, prog_fd: int, kind: str, members: list[AttachResult]
+                     ) -> list[tuple[int, list[AttachResult]]]:
+        """One tracing_multi link of ``prog_fd`` on ``members``, or, where the kernel
+        refuses it, links on each half, down to the functions it refuses alone (their
+        reason set)."""
+        ids = [self.btf_target(r.function)[1] for r in members]  # type: ignore[index]
+        link, err = tracing_multi_link(prog_fd, _ATTACH_TYPE[kind], ids,
+                                       [r.function.index for r in members])
+        if link >= 0:
+            self.link_fds.append(link)
+            if kind == "fentry.multi":
+                self._multi_entry_links.append((link, members, prog_fd))
+            return [(link, members)]
+        if len(members) == 1:
+            self._set_multi(members[0], kind,
+                            f"the kernel refused it on a tracing_multi link ({errno_text(err)})")
+            return []
+        half = len(members) // 2
+        return (self._bisect_link(prog_fd, kind, members[:half]) +
+                self._bisect_link(prog_fd, kind, members[half:]))
+
+    def _set_multi(self, r: AttachResult, kind: str, why: str) -> None:
+        if kind == "fentry.multi":
+            r.entry = why
+        else:
+            r.exit = why
 
     # -- kprobes ----------------------------------------------------------------
 

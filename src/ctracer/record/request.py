@@ -106,7 +106,8 @@ def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
     reason = choice.note["reason"]
     if program.kfunctions:
         kind = program.entry_kind
-        line = (f"{kind}/{'fexit' if kind == 'fentry' else 'kretprobe'} on "
+        from ctracer.probes.kfunctions import KINDS
+        line = (f"{kind}/{KINDS[kind]} on "
                 f"{len(program.kfunctions)} functions ({reason})")
     elif choice.note["function_probes"] == "none":
         line = "no function probes (--function-probes none)"

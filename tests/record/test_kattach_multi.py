@@ -1,0 +1,112 @@
+"""fentry.multi/fexit.multi attaching (`ctracer.record.kattach.KernelLinks` with the
+tracing_multi links), without a kernel: loads and links replaced by fakes.  The fake
+kernel takes a link whole or not at all, as 7.2's does (one function it cannot attach,
+EINVAL for the whole link), and links a program only to the functions of the BTF
+object it was loaded against (ENOENT otherwise)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from ctracer.probes.kfunctions import KernelFunction
+from ctracer.record import kattach
+
+#: BTF object fds: vmlinux is 0, a module's object its own fd
+MODULE_FD = 7
+
+
+def _function(index: int) -> KernelFunction:
+    return KernelFunction(index, f"f{index}", f"f{index}", (None,), None, (), ())
+
+
+FUNCTIONS = tuple(_function(i) for i in range(40))
+#: function index -> (BTF object fd, BTF id): the last 8 in a module
+TARGETS = {f.index: ((MODULE_FD if f.index >= 32 else 0), 1000 + f.index) for f in FUNCTIONS}
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """``refuse``: (attach type, BTF id) the kernel will not link; ``links``: each link
+    made, as (attach type, BTF object fd, sorted BTF ids), closed ones removed."""
+    state = {"refuse": set(), "links": {}, "tries": 0}
+    programs: dict[int, tuple[int, int]] = {}
+
+    def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
+        assert btf_id == 0, "a multi program names no function when loaded"
+        fd = os.open(os.devnull, os.O_RDONLY)
+        programs[fd] = (attach_type, btf_obj_fd)
+        return fd, ""
+
+    def tracing_multi_link(prog_fd, attach_type, btf_ids, cookies):
+        state["tries"] += 1
+        loaded_type, obj = programs[prog_fd]
+        assert loaded_type == attach_type
+        assert cookies == [i - 1000 for i in btf_ids], "each function's index is its cookie"
+        if any(TARGETS[i - 1000][0] != obj for i in btf_ids):
+            return -1, errno.ENOENT
+        if any((attach_type, i) in state["refuse"] for i in btf_ids):
+            return -1, errno.EINVAL
+        fd = os.open(os.devnull, os.O_RDONLY)
+        state["links"][fd] = (attach_type, obj, sorted(btf_ids))
+        return fd, 0
+
+    real_close = os.close
+
+    def close(fd):
+        state["links"].pop(fd, None)
+        real_close(fd)
+
+    monkeypatch.setattr(kattach, "load_program", load_program)
+    monkeypatch.setattr(kattach, "tracing_multi_link", tracing_multi_link)
+    monkeypatch.setattr(kattach.os, "close", close)
+    monkeypatch.setattr(kattach, "raise_open_files", lambda wanted: wanted)
+    return state
+
+
+def _attach() -> kattach.KernelLinks:
+    links = kattach.KernelLinks("fentry.multi", FUNCTIONS, lambda name: name.encode(),
+                                lambda f: TARGETS[f.index], task_storage=False)
+    links.attach()
+    return links
+
+
+def _linked(kernel, attach_type: int) -> set[int]:
+    return {i - 1000 for t, _, ids in kernel["links"].values() if t == attach_type for i in ids}
+
+
+ENTRY, EXIT = kattach.TRACE_FENTRY_MULTI, kattach.TRACE_FEXIT_MULTI
+
+
+def test_one_link_per_program_and_btf_object(kernel):
+    links = _attach()
+    try:
+        assert all(r.complete for r in links.results)
+        assert {r.kind for r in links.results} == {"fentry.multi,fexit.multi"}
+        assert sorted((t, obj, len(ids)) for t, obj, ids in kernel["links"].values()) == \
+            [(ENTRY, 0, 32), (ENTRY, MODULE_FD, 8), (EXIT, 0, 32), (EXIT, MODULE_FD, 8)]
+        assert "tracing_multi" in links.how
+    finally:
+        links.close()
+
+
+def test_functions_the_kernel_refuses_are_found_and_named_the_others_attached(kernel):
+    kernel["refuse"] |= {(ENTRY, 1003), (ENTRY, 1017), (EXIT, 1035)}
+    links = _attach()
+    try:
+        failed = {r.function.index: r for r in links.results if not r.complete}
+        assert set(failed) == {3, 17, 35}
+        assert "refused it on a tracing_multi link (EINVAL" in failed[3].entry
+        assert failed[3].exit == "entry failed"
+        assert failed[35].entry.startswith("its fexit failed: the kernel refused")
+        # both or neither: no function keeps an entry without its exit, or the reverse
+        good = {f.index for f in FUNCTIONS} - {3, 17, 35}
+        assert _linked(kernel, ENTRY) == good
+        assert _linked(kernel, EXIT) == good
+        # split in halves, not one link per function
+        assert len(kernel["links"]) < 20
+    finally:
+        links.close()
+    assert not kernel["links"], "closing leaves nothing linked"
