@@ -1,8 +1,9 @@
 """`ctracer plan struct sock --json` on Debian's kernels, in the guest: what the plan
 tried (a bpf(2) load and attach of each mechanism, never a version check) says fentry
-and fexit work on both kernels and kprobe.multi only where the kernel was built with
+and fexit work on every kernel, kprobe.multi only where the kernel was built with
 CONFIG_FPROBE — read from the booted kernel's own config file, beside its image — which
-Debian sets on 6.12 and 7.2 and not on 6.1; and fentry/fexit are placed on thousands of
+Debian sets on 6.12 and 7.2 and not on 6.1, and tracing_multi links only on 7.2; and
+fentry/fexit (on 7.2 fentry.multi/fexit.multi) are placed on thousands of
 struct sock methods (3,339 on 6.1, 3,620 on 6.12, 3,663 on 7.2 when this was written).
 On every kernel: a plan takes seconds, and what each kernel accepts is what the rest of
 the vm tests build on."""
@@ -45,18 +46,25 @@ def test_fentry_and_kprobe_multi_as_tried(vm_kernel, plan):
     fprobe = _config("CONFIG_FPROBE") == "y"
     assert fprobe == (vm_kernel != "6.1")  # Debian's configs, as DESIGN.md §4 says
     assert kernel["kprobe_multi"]["works"] is fprobe, kernel["kprobe_multi"]
+    # tracing_multi links (merged in 2026): 7.2 has them, Debian 12's kernels do not
+    assert kernel["tracing_multi"]["works"] is (vm_kernel == "7.2"), kernel["tracing_multi"]
     print(f"{vm_kernel}: fentry: {kernel['fentry']['why']}; "
-          f"kprobe.multi: {kernel['kprobe_multi']['why']}")
+          f"kprobe.multi: {kernel['kprobe_multi']['why']}; "
+          f"tracing_multi: {kernel['tracing_multi']['why']}")
 
 
 def test_fentry_and_fexit_are_placed_on_thousands_of_methods(vm_kernel, plan):
+    """fentry/fexit, on tracing_multi links (fentry.multi) where the kernel has them."""
     counts = plan["kernel"]["counts"]
-    fentry, fexit = counts["fentry"], counts["fexit"]
+    kind, exit_kind = ("fentry.multi", "fexit.multi") if vm_kernel == "7.2" else \
+        ("fentry", "fexit")
+    assert not ({"fentry", "fentry.multi"} - {kind}) & set(counts), counts   # one kind
+    fentry, fexit = counts[kind], counts[exit_kind]
     print(f"{vm_kernel}: {json.dumps(counts)}")
     assert fentry["attachable"] > 2000, counts
     assert fexit["attachable"] == fentry["attachable"], counts
     assert fentry["not attachable"] == fentry["unknown"] == 0, counts
-    probes = [p for p in plan["probes"] if p["kind"] == "fentry"]
+    probes = [p for p in plan["probes"] if p["kind"] == kind]
     assert len(probes) == fentry["attachable"]
     # what fentry could not take falls back to kprobes, which this kernel attaches
     assert counts.get("kprobe", {}).get("not attachable", 0) == 0, counts
