@@ -116,6 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--vmlinux", metavar="FILE",
                      help="a vmlinux with DWARF (e.g. from Debian's -dbg package): the "
                           "kernel writers' source lines for --watch")
+    _add_object_arguments(parser)
+    _add_output_arguments(parser)
+
+
+def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
     objects = parser.add_argument_group("which kernel objects (checked in the kernel)")
     objects.add_argument("--comm", metavar="NAME",
                          help="objects first seen in a process of this name")
@@ -137,6 +142,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "starts|ends:TRACEPOINT[:ARGUMENT=VALUE], e.g. "
                               "'starts:inet_sock_set_state:oldstate=TCP_CLOSE', "
                               "'ends:tcp_destroy_sock'; repeat for several; 'none' for no rule")
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", metavar="FILE",
                      help="trace file to write (default: NAME.ctrace in the current directory)")
