@@ -28,6 +28,8 @@ from ctracer.event import (DELTA, DELTA_ALONE, DELTA_CHANGED, DELTA_FIRST, DELTA
                            delta_words_offset, event_size)
 
 _LENGTH = ~(RING_BUSY_BIT | RING_DISCARD_BIT) & 0xffffffff
+#: records rebuilt at once (`DeltaDecoder.to_full`): bounds the work arrays
+PIECE = 32768
 
 
 def record_end(length_word: int) -> int:
@@ -187,11 +189,24 @@ class DeltaDecoder:
         fixed bytes (no snapshot, no arguments, the command name cut)."""
         starts, kept = offsets(raw, self.shape)
         starts = starts[kept]
+        if len(starts) <= PIECE:
+            return self._rebuilt(raw, starts).tobytes()
+        # a batch of a fast recording holds a quarter of a second of events (250,000 at
+        # 1M events/s): rebuilt a piece at a time, in order (the chains carry from one
+        # to the next), each piece's work arrays are a few of its own size, not the batch's
+        out = np.empty((len(starts), self.full_size), np.uint8)
+        for lo in range(0, len(starts), PIECE):
+            out[lo:lo + PIECE] = self._rebuilt(raw, starts[lo:lo + PIECE])
+        return out.tobytes()
+
+    def _rebuilt(self, raw: bytes, starts: np.ndarray) -> np.ndarray:
+        """The whole events of the submitted records at ``starts`` of ``raw`` (in
+        recording order, after those of every earlier call), as rows of bytes."""
         n = len(starts)
         data = np.frombuffer(raw, np.uint8)
         out = np.zeros((n, self.full_size), np.uint8)
         if not n:
-            return out.tobytes()
+            return out
         out[:, :DELTA_FIXED] = data[starts[:, None] + np.arange(DELTA_FIXED)]
         head = data[starts[:, None] + np.arange(DELTA_FIXED, self.words_at)]
         base = head[:, 0:4].copy().view("<u4").ravel().astype(np.int64)
@@ -218,7 +233,7 @@ class DeltaDecoder:
         values[~known] = 0
         out[~known, _FLAGS] |= FLAG_SNAPSHOT_LOST
         out[:, DELTA_FIXED:] = values.view(np.uint8).reshape(n, 8 * self.words)
-        return out.tobytes()
+        return out
 
     def _chain(self, objects, cpus, kind, base, mask, values):
         """The words of chained events (each object's on each CPU, in ring order, each

@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from ctracer.errors import TraceFileError
-from ctracer.deltas import DeltaDecoder
+from ctracer.deltas import PIECE, DeltaDecoder, offsets
 from ctracer.event import (DELTA_FIXED, ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
-                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, Layout, args_offset,
-                           event_dtype, event_size)
+                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, RING_HEADER_BYTES,
+                           Layout, args_offset, event_dtype, event_size)
 
 
 SCHEMA_VERSION = 5
@@ -182,6 +182,23 @@ class RawDecoder:
             return self.deltas.to_full(raw)
         except ValueError as e:
             raise TraceFileError(f"damaged compact events: {e}") from None
+
+    def pieces(self, raw: bytes):
+        """``raw`` in consecutive pieces of at most `ctracer.deltas.PIECE` compact records
+        (whole events: ``raw`` itself), cut at record boundaries: a quarter of a second
+        of a fast recording is one batch of hundreds of thousands of events, and what a
+        reader builds from one batch at once is several times its size."""
+        if self.deltas is None or len(raw) <= 64 * PIECE:
+            yield raw
+            return
+        try:
+            starts, _ = offsets(raw, self.deltas.shape)
+        except ValueError:
+            yield raw  # its decoding says what is wrong with it
+            return
+        cuts = [int(c) - RING_HEADER_BYTES for c in starts[PIECE::PIECE]]
+        for lo, hi in zip([0] + cuts, cuts + [len(raw)]):
+            yield raw[lo:hi]
 
     def timestamps(self, raw: bytes):
         """The ``ts_ns`` of every event of a batch (no snapshot decoded)."""

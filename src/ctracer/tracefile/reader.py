@@ -304,8 +304,9 @@ class Trace:
                 at += len(rows)
             seq = self.db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
             decoder = self._raw_decoder.fresh()  # a compact trace rebuilds from its start
-            for (raw,) in (self.db.execute("SELECT raw FROM spool ORDER BY seq")
-                           if spooled(self.db) else ()):
+            rows = self.db.execute("SELECT raw FROM spool ORDER BY seq") \
+                if spooled(self.db) else ()
+            for raw in (piece for (row,) in rows for piece in decoder.pieces(row)):
                 batch = decoder.columns(raw, seq + 1)
                 if at + len(batch["seq"]) > n:
                     break
