@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Iterable, Optional
 
 from ctracer.errors import OutputError
-from ctracer.event import FunctionRow
+from ctracer.event import RING_HEADER_BYTES, FunctionRow
 from ctracer.files import create_private_file, keep_old, same_file
 from ctracer.tracefile.format import (SCHEMA_VERSION, STATE_RECORDING, STATE_FINISHED, SCHEMA_SQL,
                                       to_sql_u64, RawDecoder, INSERT_EVENTS)
@@ -31,6 +31,8 @@ class TraceWriter:
     recording is alive."""
 
     SPOOL_ROW_EVENTS = 2048
+    #: about how many bytes of compact ring records a spool row holds
+    SPOOL_ROW_BYTES = 1 << 20
     #: room held back on the trace's file system (`release_reserve`): enough for the
     #: meta saying why a recording stopped and for folding the log in (a few 64 KB pages)
     RESERVE_BYTES = 1 << 20
@@ -143,15 +145,44 @@ class TraceWriter:
         size = self._decoder.size
         if len(raw) % self._decoder.unit:
             raise ValueError("raw events of an unexpected size")
-        # small rows: decoding stops within a budget (a compact trace's ring records
-        # are committed as taken: a row must not split one)
-        step = self.SPOOL_ROW_EVENTS * size if self._decoder.deltas is None else len(raw)
-        for at in range(0, len(raw), step):
-            # each row committed on its own: a full disk keeps every row before it
-            self.db.execute("INSERT INTO spool(raw) VALUES (?)", (raw[at:at + step],))
+        # small rows: decoding stops within a budget, and a full disk keeps every row
+        # before the one that did not fit (a compact trace's rows are cut between its
+        # ring records: a row must not split one)
+        if self._decoder.deltas is None:
+            step = self.SPOOL_ROW_EVENTS * size
+            rows = [(raw[at:at + step], None) for at in range(0, len(raw), step)]
+        else:
+            rows = self._compact_rows(raw, events)
+        for row, count in rows:
+            # each row committed on its own
+            self.db.execute("INSERT INTO spool(raw) VALUES (?)", (row,))
             self.db.commit()
-            self.events_spooled += events if events is not None and step >= len(raw) \
-                else self._decoder.count(raw[at:at + step])
+            self.events_spooled += count if count is not None else self._decoder.count(row)
+
+    def _compact_rows(self, raw: bytes, events: Optional[int]) -> list[tuple[bytes, Any]]:
+        """``raw`` (compact ring records) cut between records into rows of about
+        `SPOOL_ROW_BYTES`, each with the events it holds (None: to be counted)."""
+        if len(raw) <= self.SPOOL_ROW_BYTES:
+            return [(raw, events)]
+        import numpy as np
+
+        from ctracer.deltas import offsets
+
+        try:
+            starts, kept = offsets(raw, self._decoder.deltas.shape)
+        except ValueError:
+            return [(raw, None)]  # counting it says what is wrong with it
+        heads = starts - RING_HEADER_BYTES
+        cuts = np.unique(np.searchsorted(heads, np.arange(self.SPOOL_ROW_BYTES, len(raw),
+                                                          self.SPOOL_ROW_BYTES)))
+        cuts = cuts[(cuts > 0) & (cuts < len(heads))]
+        first = np.r_[0, cuts]
+        last = np.r_[cuts, len(heads)]
+        ends = np.r_[heads[cuts], len(raw)]
+        begins = np.r_[0, heads[cuts]]
+        counted = np.r_[0, np.cumsum(kept)]
+        return [(raw[int(b):int(e)], int(counted[hi] - counted[lo]))
+                for b, e, lo, hi in zip(begins, ends, first, last)]
 
     def checkpoint_in_background(self, every_s: float = 0.25) -> None:
         """From now until `close`, a thread with a connection of its own copies the
