@@ -135,6 +135,23 @@ def offsets(raw: bytes, shape: Optional[RecordShape] = None) -> tuple[np.ndarray
     return _walk(raw)
 
 
+def cut_records(raw: bytes, shape: RecordShape, max_bytes: int) -> list[tuple[bytes, int]]:
+    """``raw`` (ring records) cut between records into consecutive pieces of about
+    ``max_bytes`` (a record longer than that is a piece of its own), each with the
+    submitted events it holds.  Raises ValueError where ``raw`` is no run of records."""
+    starts, kept = offsets(raw, shape)
+    if len(raw) <= max_bytes:
+        return [(raw, int(kept.sum()))]
+    heads = starts - RING_HEADER_BYTES
+    cuts = np.unique(np.searchsorted(heads, np.arange(max_bytes, len(raw), max_bytes)))
+    cuts = cuts[(cuts > 0) & (cuts < len(heads))]
+    counted = np.r_[0, np.cumsum(kept)]
+    first, last = np.r_[0, cuts], np.r_[cuts, len(heads)]
+    begins, ends = np.r_[0, heads[cuts]], np.r_[heads[cuts], len(raw)]
+    return [(raw[int(b):int(e)], int(counted[hi] - counted[lo]))
+            for b, e, lo, hi in zip(begins, ends, first, last)]
+
+
 class DeltaDecoder:
     """Rebuilds the whole events of a compact trace's batches, given in the order they
     were recorded (each object's chain on each CPU carries from one batch to the

@@ -15,13 +15,16 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 
 from ctracer.errors import TraceFileError
-from ctracer.deltas import PIECE, DeltaDecoder, offsets
+from ctracer.deltas import PIECE, DeltaDecoder, cut_records
 from ctracer.event import (DELTA_FIXED, ENCODING_COMPACT, ENCODING_FULL, FLAG_READ_FAILED,
-                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, RING_HEADER_BYTES,
-                           Layout, args_offset, event_dtype, event_size)
+                           FLAG_SNAPSHOT_LOST, HEADER, PHASE_EXIT, Layout, args_offset,
+                           event_dtype, event_size)
 
 
 SCHEMA_VERSION = 5
+#: bytes of compact records a reader decodes at once (`RawDecoder.pieces`): at most
+#: `ctracer.deltas.PIECE` records of the smallest size
+PIECE_BYTES = 64 * PIECE
 
 
 #: schemas this version reads (1: no spool table, never written incrementally;
@@ -184,21 +187,16 @@ class RawDecoder:
             raise TraceFileError(f"damaged compact events: {e}") from None
 
     def pieces(self, raw: bytes):
-        """``raw`` in consecutive pieces of at most `ctracer.deltas.PIECE` compact records
+        """``raw`` in consecutive pieces of about `PIECE_BYTES` of compact records
         (whole events: ``raw`` itself), cut at record boundaries: a quarter of a second
-        of a fast recording is one batch of hundreds of thousands of events, and what a
-        reader builds from one batch at once is several times its size."""
-        if self.deltas is None or len(raw) <= 64 * PIECE:
-            yield raw
-            return
+        of a fast recording may be one batch of hundreds of thousands of events, and
+        what a reader builds from one batch at once is several times its size."""
+        if self.deltas is None or len(raw) <= PIECE_BYTES:
+            return [raw]
         try:
-            starts, _ = offsets(raw, self.deltas.shape)
+            return [piece for piece, _ in cut_records(raw, self.deltas.shape, PIECE_BYTES)]
         except ValueError:
-            yield raw  # its decoding says what is wrong with it
-            return
-        cuts = [int(c) - RING_HEADER_BYTES for c in starts[PIECE::PIECE]]
-        for lo, hi in zip([0] + cuts, cuts + [len(raw)]):
-            yield raw[lo:hi]
+            return [raw]  # its decoding says what is wrong with it
 
     def timestamps(self, raw: bytes):
         """The ``ts_ns`` of every event of a batch (no snapshot decoded)."""

@@ -15,7 +15,7 @@ import uuid
 from typing import Any, Iterable, Optional
 
 from ctracer.errors import OutputError
-from ctracer.event import RING_HEADER_BYTES, FunctionRow
+from ctracer.event import FunctionRow
 from ctracer.files import create_private_file, keep_old, same_file
 from ctracer.tracefile.format import (SCHEMA_VERSION, STATE_RECORDING, STATE_FINISHED, SCHEMA_SQL,
                                       to_sql_u64, RawDecoder, INSERT_EVENTS)
@@ -164,25 +164,12 @@ class TraceWriter:
         `SPOOL_ROW_BYTES`, each with the events it holds (None: to be counted)."""
         if len(raw) <= self.SPOOL_ROW_BYTES:
             return [(raw, events)]
-        import numpy as np
-
-        from ctracer.deltas import offsets
+        from ctracer.deltas import cut_records
 
         try:
-            starts, kept = offsets(raw, self._decoder.deltas.shape)
+            return list(cut_records(raw, self._decoder.deltas.shape, self.SPOOL_ROW_BYTES))
         except ValueError:
             return [(raw, None)]  # counting it says what is wrong with it
-        heads = starts - RING_HEADER_BYTES
-        cuts = np.unique(np.searchsorted(heads, np.arange(self.SPOOL_ROW_BYTES, len(raw),
-                                                          self.SPOOL_ROW_BYTES)))
-        cuts = cuts[(cuts > 0) & (cuts < len(heads))]
-        first = np.r_[0, cuts]
-        last = np.r_[cuts, len(heads)]
-        ends = np.r_[heads[cuts], len(raw)]
-        begins = np.r_[0, heads[cuts]]
-        counted = np.r_[0, np.cumsum(kept)]
-        return [(raw[int(b):int(e)], int(counted[hi] - counted[lo]))
-                for b, e, lo, hi in zip(begins, ends, first, last)]
 
     def checkpoint_in_background(self, every_s: float = 0.25) -> None:
         """From now until `close`, a thread with a connection of its own copies the
