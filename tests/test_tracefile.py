@@ -20,8 +20,8 @@ def write_trace(path, events):
     w = TraceWriter(str(path), batch=2)
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                argv=["ctracer", "trace", "struct", "sock"])
-    w.add_functions([FunctionRow(1, "sock_alloc", reach="returns", address=0x1130),
-                     FunctionRow(2, "sock_bind", reach="direct", via="param 1 sk")])
+    w.add_functions([FunctionRow(1, "sock_alloc", route_kind="returns", address=0x1130),
+                     FunctionRow(2, "sock_bind", route_kind="direct", route_text="param 1 sk")])
     for e in events:
         w.add_event(**e)
     return w
@@ -41,7 +41,7 @@ def test_round_trip(tmp_path):
     t = Trace(str(path))
     assert t.struct_name == "sock" and t.mini == MINI
     assert t.meta_json("argv")[0] == "ctracer"
-    assert t.functions[1].reach == "returns" and t.functions[1].address == 0x1130
+    assert t.functions[1].route_kind == "returns" and t.functions[1].address == 0x1130
     evs = list(t.events(object=KERNEL_ADDRESS))
     assert [e.object for e in evs] == [KERNEL_ADDRESS, KERNEL_ADDRESS]
     assert [t.values(e)["state"] for e in evs] == [1, 7]

@@ -244,14 +244,15 @@ class Layout:
 
 @dataclass(frozen=True)
 class FunctionRow:
-    """A row of the trace's functions table: one way a probed function reaches the
-    object (an event's ``function_id`` is its ``id``)."""
+    """A row of the trace's functions table: one route of a probed function to the
+    object (an event's ``function_id`` is its ``id``).  The table stores ``route_kind``
+    and ``route_text`` in its columns ``reach`` and ``via``."""
 
     id: int
     name: str
     unit: str = ""
-    reach: str = "direct"  # direct | alias | holder | double_pointer | returns | tracepoint
-    via: str = ""          # e.g. "struct inet_sock", "socket->sk", "param 2"
+    route_kind: str = "direct"  # direct | alias | holder | double_pointer | returns | tracepoint
+    route_text: str = ""        # e.g. "struct inet_sock", "socket->sk", "param 2"
     address: Optional[int] = None
     attached: str = ""     # "entry,exit", or why not
 
@@ -263,7 +264,8 @@ def canonical_ids(rows: Iterable[FunctionRow]) -> dict[int, int]:
     first: dict[tuple, int] = {}
     out = {}
     for f in sorted(rows, key=lambda r: r.id):
-        out[f.id] = first.setdefault((f.reach == "tracepoint", f.name, f.unit, f.address), f.id)
+        key = (f.route_kind == "tracepoint", f.name, f.unit, f.address)
+        out[f.id] = first.setdefault(key, f.id)
     return out
 
 

@@ -25,7 +25,7 @@ def write_trace(path, functions, events, mini=MINI):
     values or None, retval, flags) — seq follows the list order."""
     w = TraceWriter(str(path))
     w.set_meta(struct_name="t", struct_kind="struct", mini_layout=mini.to_json())
-    w.add_functions([FunctionRow(fid, name, reach=reach, attached="entry,exit")
+    w.add_functions([FunctionRow(fid, name, route_kind=reach, attached="entry,exit")
                      for fid, name, reach in functions])
     for ts, tid, fid, phase, obj, values, *rest in events:
         retval = rest[0] if rest else None

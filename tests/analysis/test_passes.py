@@ -25,7 +25,7 @@ def trace_of(path, functions, events, lifetime_rules=None):
     w.set_meta(struct_name="t", struct_kind="struct", mini_layout=MINI.to_json())
     if lifetime_rules is not None:
         w.set_meta(lifetime_rules=lifetime_rules)
-    w.add_functions([FunctionRow(fid, name, reach=reach, attached="entry,exit")
+    w.add_functions([FunctionRow(fid, name, route_kind=reach, attached="entry,exit")
                      for fid, name, reach in functions])
     for ts, tid, fid, phase, obj, count, *rest in events:
         w.add_event(ts_ns=ts, cpu=0, pid=1, tid=tid, comm="t", function_id=fid,

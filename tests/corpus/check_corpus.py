@@ -268,7 +268,7 @@ class CorpusRun:
             f.fail(f"exit status {status}")
         else:
             got = sorted((m["key"], m["reach"], m["via"]) for m in json.loads(text)["methods"])
-            want = sorted((m.key, m.reach, m.via) for m in found[("btf", MODULE_STRUCT)].methods)
+            want = sorted((m.key, m.route_kind, m.route_text) for m in found[("btf", MODULE_STRUCT)].methods)
             f.say(f"{len(got)} methods, " + ("the same as in-process discovery"
                                              if got == want else "DIFFERENT"))
             if got != want:

@@ -23,7 +23,7 @@ from typing import Optional
 from corpus_oracles import Symbols, UnitFacts
 from corpus_report import Findings, plural
 
-from ctracer.plan.discovery import REACHES, Discovery, Method
+from ctracer.plan.discovery import ROUTE_KINDS, Discovery, Method
 
 #: static-call trampolines (DEFINE_STATIC_CALL): declarations with no body, which pfunct
 #: may list but nothing can probe
@@ -42,8 +42,8 @@ def pfunct_miss(m: Method, struct: str) -> tuple[int, Optional[str]]:
     three criteria hold and only the compile-unit test remains."""
     if getattr(m.function, "inlined_only", False):
         return _INLINE, "inline only (pfunct skips abstract inline instances)"
-    if m.reach != "direct":
-        return _KIND, f"reached as {m.reach}"
+    if m.route_kind != "direct":
+        return _KIND, f"reached as {m.route_kind}"
     if m.param_type != f"struct {struct} *":
         return _SPELLING, "qualified or typedef'd parameter"
     return _UNIT, None
@@ -159,7 +159,7 @@ def _probeability_note(f: Findings, cmp: PfunctComparison, listed: list[str],
 def _pairs(found: Discovery) -> dict[tuple[str, str], list[Method]]:
     pairs: dict[tuple[str, str], list[Method]] = defaultdict(list)
     for m in found.methods:
-        pairs[(m.name, m.reach)].append(m)
+        pairs[(m.name, m.route_kind)].append(m)
     return pairs
 
 
@@ -192,7 +192,7 @@ def compare_dwarf_btf(dwarf_found: Discovery, btf_found: Discovery, symbols: Sym
     kc = Counter(k for _n, k in common)
     f.say(f"(function, kind) pairs: DWARF {len(d)}, BTF {len(b)}, both {len(common)}")
     f.say("  kind              DWARF    BTF   both")
-    for k in REACHES:
+    for k in ROUTE_KINDS:
         if kd[k] or kb[k]:
             f.say(f"  {k:<15} {kd[k]:7} {kb[k]:6} {kc[k]:6}")
     reasons: Counter = Counter()
@@ -201,7 +201,7 @@ def compare_dwarf_btf(dwarf_found: Discovery, btf_found: Discovery, symbols: Sym
         whys = [btf_miss(m, symbols) for m in d[pair]]
         if any(w is None for w in whys):
             m = d[pair][whys.index(None)]
-            f.fail(f"DWARF only: {pair[0]} as {pair[1]} ({m.key}, {m.via}): probeable, "
+            f.fail(f"DWARF only: {pair[0]} as {pair[1]} ({m.key}, {m.route_text}): probeable, "
                    "with a symbol of its own, yet not in BTF")
         else:
             reasons[CLONE_ONLY if CLONE_ONLY in whys else whys[0]] += 1
@@ -215,7 +215,7 @@ def compare_dwarf_btf(dwarf_found: Discovery, btf_found: Discovery, symbols: Sym
             shown = sorted(set(clones))
             f.say(f"          clones: {', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''}")
     for pair in sorted(set(b) - common):
-        f.fail(f"BTF only: {pair[0]} as {pair[1]} ({b[pair][0].via})")
+        f.fail(f"BTF only: {pair[0]} as {pair[1]} ({b[pair][0].route_text})")
     keys: dict[str, set[str]] = defaultdict(set)
     for ms in d.values():
         for m in ms:

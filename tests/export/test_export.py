@@ -400,7 +400,7 @@ def test_tracepoint_hits_are_named_tp_with_their_arguments(tmp_path):
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=mini.to_json(),
                tracepoint_args={"1": [{"name": "oldstate", "ctype": "s64"},
                                       {"name": "newstate", "ctype": "s64"}]})
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint")])
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint")])
     for i, (old, new) in enumerate([(7, 2), (2, 1), (1, 4)]):
         w.add_event(ts_ns=100 + i, cpu=0, pid=0, tid=0, comm="swapper/0", function_id=1,
                     phase=PHASE_TRACEPOINT, object=0xFFFF888001234000, retval=None, depth=0,

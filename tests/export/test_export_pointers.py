@@ -27,7 +27,7 @@ def test_pointer_arguments_are_hex_strings_in_jsonl(tmp_path):
                    {"name": "location", "ctype": "u64", "kind": "pointer", "type": "void *"},
                    {"name": "reason", "ctype": "u64", "kind": "enum",
                     "type": "enum skb_drop_reason", "enum": "skb_drop_reason"}]})
-    w.add_functions([FunctionRow(1, "kfree_skb", reach="tracepoint", attached="tracepoint")])
+    w.add_functions([FunctionRow(1, "kfree_skb", route_kind="tracepoint", attached="tracepoint")])
     w.add_event(ts_ns=1000, cpu=0, pid=1, tid=1, comm="tcploop", function_id=1,
                 phase=PHASE_TRACEPOINT, object=SK, retval=None, depth=0, flags=0,
                 snapshot=encode(MINI, {"__sk_common.skc_state": 7}),
@@ -56,7 +56,7 @@ def test_pointer_fields_are_hex_strings_in_jsonl_and_csv(tmp_path):
     w = TraceWriter(str(path))
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=mini.to_json(),
                traced="kernel")
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint",
                                  attached="tracepoint")])
     for ts, socket in ((1000, SKB), (2000, 0)):
         w.add_event(ts_ns=ts, cpu=0, pid=1, tid=1, comm="tcploop", function_id=1,

@@ -38,7 +38,7 @@ def _trace(tmp_path):
     w = TraceWriter(str(path))
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                traced="kernel")
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint",
                                  attached="tracepoint")])
     for (ts, _, _), values in zip(CONNECTIONS, _snapshots()):
         w.add_event(ts_ns=ts, cpu=0, pid=1, tid=1, comm="tcploop", function_id=1,

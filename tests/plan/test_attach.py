@@ -14,14 +14,14 @@ VOID = TypeShape(ShapeKind.VOID, None, 0, text="void")
 
 def method(name, kind="direct", **kw):
     f = FunctionInfo(name, (Parameter("sk", SOCK),), VOID, **kw)
-    return Method(f, kind, "struct sock", 0, "sk", "struct sock *", route="struct sock",
+    return Method(f, kind, "struct sock", 0, "sk", "struct sock *", route_form="struct sock",
                   probeable=not kw.get("inlined_only"),
                   not_probeable="inline only: no out-of-line copy" if kw.get("inlined_only") else "")
 
 
 def tracepoint(name):
     return Method(TracepointInfo(name, (Parameter("sk", SOCK),)), "tracepoint", "struct sock",
-                  0, "sk", "struct sock *", route="struct sock")
+                  0, "sk", "struct sock *", route_form="struct sock")
 
 
 METHODS = [method("tcp_close"), method("tcp_close", kind="holder"), method("sk_free"),
@@ -88,7 +88,7 @@ def test_fentry_multi_is_preferred_where_tracing_multi_links_work():
 def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     batch = TypeShape(ShapeKind.STRUCT, "desc_batch", 0, text="struct desc_batch")
     f = FunctionInfo("xsk_peek_batch", (Parameter("sk", SOCK),), batch)
-    m = Method(f, "direct", "struct sock", 0, "sk", "struct sock *", route="struct sock")
+    m = Method(f, "direct", "struct sock", 0, "sk", "struct sock *", route_form="struct sock")
     symbols = SYMBOLS | {"xsk_peek_batch"}
     fentry = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols))
     (left,) = fentry.by_function()["xsk_peek_batch"]
@@ -96,7 +96,7 @@ def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     kprobe = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
     assert kinds(kprobe)["xsk_peek_batch"] == ["kprobe", "kretprobe"]
     logf = FunctionInfo("nf_log_packet", (Parameter("sk", SOCK),), VOID, variadic=True)
-    m = Method(logf, "direct", "struct sock", 0, "sk", "struct sock *", route="struct sock")
+    m = Method(logf, "direct", "struct sock", 0, "sk", "struct sock *", route_form="struct sock")
     plan = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=SYMBOLS | {"nf_log_packet"}))
     (left,) = plan.by_function()["nf_log_packet"]
     assert left.kind is None and "variable arguments" in left.reason

@@ -3,7 +3,7 @@ probeability and ordering, without any debug info reader involved."""
 
 import pytest
 
-from ctracer.plan.discovery import REACHES, Step, discover
+from ctracer.plan.discovery import ROUTE_KINDS, Step, discover
 from ctracer.debuginfo.catalog import (FunctionInfo, Inline, MemberInfo, MemoryCatalog, Parameter,
                            ShapeKind, StructInfo, TracepointInfo, TypeShape)
 
@@ -80,7 +80,7 @@ def found():
 
 
 def rows(found, kind):
-    return sorted((m.key, m.param_index, m.route) for m in found.methods if m.reach == kind)
+    return sorted((m.key, m.param_index, m.route_form) for m in found.methods if m.route_kind == kind)
 
 
 def test_direct_parameters_at_any_position_with_qualifiers_and_typedefs(found):
@@ -93,24 +93,24 @@ def test_direct_parameters_at_any_position_with_qualifiers_and_typedefs(found):
 
 
 def test_double_pointer_is_its_own_kind_with_a_deref(found):
-    [m] = [m for m in found.methods if m.reach == "double_pointer"]
+    [m] = [m for m in found.methods if m.route_kind == "double_pointer"]
     assert (m.name, m.param_index, m.path) == ("sk_pop", 0, (Step("deref", 0, "*"),))
 
 
 def test_aliases_are_recursive_and_record_the_chain(found):
-    alias = {m.name: m for m in found.methods if m.reach == "alias"}
+    alias = {m.name: m for m in found.methods if m.route_kind == "alias"}
     assert sorted(alias) == ["inet_bind", "tcp_connect"]
     assert [(link.name, link.member) for link in alias["tcp_connect"].alias_chain] == [
         ("tcp_sock", "inet_conn"), ("inet_connection_sock", "icsk_inet"), ("inet_sock", "sk")]
     assert alias["tcp_connect"].path == ()
-    assert alias["tcp_connect"].route == ("struct sock ← struct inet_sock ← "
+    assert alias["tcp_connect"].route_form == ("struct sock ← struct inet_sock ← "
                                           "struct inet_connection_sock ← struct tcp_sock")
     # a struct holding sock at a non-zero offset is not an alias
     assert not any(m.name == "wrapper_tag" for m in found.methods)
 
 
 def test_holders_carry_member_path_and_offsets(found):
-    holders = {(m.name, m.holder): m for m in found.methods if m.reach == "holder"}
+    holders = {(m.name, m.holder): m for m in found.methods if m.route_kind == "holder"}
     assert sorted(holders) == [("skb_owner_len", "sk_buff->sk"),
                                ("slot_rto", "conn_slot->tp"),
                                ("sock_alloc_inode", "socket_alloc->socket.sk"),
@@ -169,20 +169,20 @@ def test_order_is_deterministic_and_by_kind(found):
     again = discover(MemoryCatalog(list(reversed(FUNCTIONS)), list(reversed(STRUCTS)),
                                    list(reversed(TRACEPOINTS))), "sock")
     assert [m.to_json() for m in again.methods] == [m.to_json() for m in found.methods]
-    order = [REACHES.index(m.reach) for m in found.methods]
+    order = [ROUTE_KINDS.index(m.route_kind) for m in found.methods]
     assert order == sorted(order)
 
 
 def test_kinds_filter_and_counts(found):
     only = discover(MemoryCatalog(FUNCTIONS, STRUCTS, TRACEPOINTS), "sock",
-                    reaches=["holder", "tracepoint"])
-    assert {m.reach for m in only.methods} == {"holder", "tracepoint"}
-    counts = found.counts_by_reach()
+                    route_kinds=["holder", "tracepoint"])
+    assert {m.route_kind for m in only.methods} == {"holder", "tracepoint"}
+    counts = found.counts_by_route_kind()
     assert sum(counts.values()) == len(found.methods)
     assert counts["direct"] == 9
     assert sum(n for _, _, n in found.counts_by_route()) == len(found.methods)
     with pytest.raises(ValueError):
-        discover(MemoryCatalog([], []), "sock", reaches=["nope"])
+        discover(MemoryCatalog([], []), "sock", route_kinds=["nope"])
 
 
 def test_union_target_and_aliases_of_other_structs():
@@ -190,7 +190,7 @@ def test_union_target_and_aliases_of_other_structs():
     catalog = MemoryCatalog([fn("f", ("a", ptr("addr", kind=ShapeKind.UNION))),
                              fn("g", ("a", ptr("addr")))], [u])
     found = discover(catalog, "addr", ShapeKind.UNION)
-    assert [(m.name, m.reach, m.target) for m in found.methods] == [("f", "direct", "union addr")]
+    assert [(m.name, m.route_kind, m.target) for m in found.methods] == [("f", "direct", "union addr")]
 
 
 def test_json_rows_are_plain_data(found):

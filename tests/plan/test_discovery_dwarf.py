@@ -66,7 +66,7 @@ def short_key(m):
 
 def test_methods_match_the_source(built):
     _, found = built
-    got = {(short_key(m), m.reach, m.param_index, m.route) for m in found.methods}
+    got = {(short_key(m), m.route_kind, m.param_index, m.route_form) for m in found.methods}
     assert got == EXPECTED
 
 
@@ -77,7 +77,7 @@ def test_pfunct_direct_set_is_included(built):
         oracle = set(subprocess.run(["pfunct", f"--class={cls}", str(binary)], check=True,
                                     capture_output=True, text=True).stdout.split())
         assert oracle, f"pfunct found no methods of {cls}"
-        ours = {m.name for m in found.methods if m.reach in kinds}
+        ours = {m.name for m in found.methods if m.route_kind in kinds}
         assert oracle <= ours, (cls, oracle - ours)
 
 
@@ -91,7 +91,7 @@ def _pahole_offset(binary, struct, member):
 
 def test_holder_paths_use_the_member_offsets(built):
     binary, found = built
-    by_route = {m.route.split(" ")[0]: m for m in found.methods if m.reach == "holder"}
+    by_route = {m.route_form.split(" ")[0]: m for m in found.methods if m.route_kind == "holder"}
     for route, struct, member in (("socket->sk", "socket", "sk"),
                                   ("sk_buff->sk", "sk_buff", "sk"),
                                   ("conn_slot->tp", "conn_slot", "tp")):
@@ -113,7 +113,7 @@ def test_not_aliases_and_not_methods(built):
 
 def test_inline_only_and_static_copies(built):
     binary, found = built
-    by_key = {short_key(m): m for m in found.methods if m.reach == "direct"}
+    by_key = {short_key(m): m for m in found.methods if m.route_kind == "direct"}
     assert not by_key["sk_is_ready@net.c"].probeable
     probeable = {k for k, m in by_key.items() if m.probeable}
     assert probeable == {k for k, *_ in EXPECTED if k in by_key} - {"sk_is_ready@net.c"}

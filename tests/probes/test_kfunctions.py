@@ -135,7 +135,7 @@ def test_holders_and_returns_and_lifetime_names(sample):
     assert returns and all(s.reg == -1 for s in returns)
     lookup = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
     for s in slots:
-        assert s.starts == (s.method.reach == "returns" and not lookup.search(s.method.name))
+        assert s.starts == (s.method.route_kind == "returns" and not lookup.search(s.method.name))
         assert s.ends == (not s.method.path and s.method.param_index is not None
                           and s.method.name == "sk_free")
     assert any(s.starts for s in slots) and any(s.ends for s in slots)

@@ -96,7 +96,7 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     names = {t.name for t in program.tracepoints}
     assert {"inet_sock_set_state", "tcp_destroy_sock", "kfree_skb"} <= names
     assert len(program.rows) == sum(1 for m in methods if m.is_tracepoint)
-    assert all(r.reach == "tracepoint" for r in program.rows)
+    assert all(r.route_kind == "tracepoint" for r in program.rows)
     state = next(t for t in program.tracepoints if t.name == "inet_sock_set_state")
     assert [(a.name, a.ctype, a.kind) for a in state.args] == [
         ("sk", "u64", "pointer"), ("oldstate", "s64", "int"), ("newstate", "s64", "int")]

@@ -21,10 +21,10 @@ from ctracer.tracefile import Trace, TraceWriter
 MINI = Layout.packed_in_order("ctracer__mini_t", [Field("len", "u32", 0, "uint")])
 A = 0xFFFF_8880_0A35_EE00
 RET_A = A - (1 << 64)   # the address as the header's signed return value carries it
-ROWS = [FunctionRow(1, "rcv", reach="direct", via="param 1 skb"),
-        FunctionRow(2, "consume", reach="direct", via="param 1 skb"),
-        FunctionRow(3, "kfree_mem", reach="direct", via="param 1 skb"),
-        FunctionRow(4, "alloc", reach="returns", via="return value")]
+ROWS = [FunctionRow(1, "rcv", route_kind="direct", route_text="param 1 skb"),
+        FunctionRow(2, "consume", route_kind="direct", route_text="param 1 skb"),
+        FunctionRow(3, "kfree_mem", route_kind="direct", route_text="param 1 skb"),
+        FunctionRow(4, "alloc", route_kind="returns", route_text="return value")]
 RULES = [LifetimeRule("t", "kfree_mem", 0, "ends", probe="function", why="kfree_mem frees it")]
 
 

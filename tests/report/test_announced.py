@@ -23,9 +23,9 @@ def _trace(path, announced=True):
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                lifetime_rules=[RULE], traced="kernel",
                **({"announced_stores": ANNOUNCED} if announced else {}))
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint",
                                  attached="tracepoint"),
-                     FunctionRow(2, "tcp_probe", reach="tracepoint", attached="tracepoint")])
+                     FunctionRow(2, "tcp_probe", route_kind="tracepoint", attached="tracepoint")])
 
     def snap(state, err=0):
         return encode(MINI, {"__sk_common.skc_state": state, "__sk_common.skc_daddr": LOOPBACK,
@@ -110,9 +110,9 @@ class _Program:
     """What `Tail` reads of a kernel probe program: the rows, arguments and rules."""
 
     mini, nargs = MINI, 3
-    rows = [FunctionRow(1, "inet_sock_set_state", reach="tracepoint"),
-            FunctionRow(2, "tcp_probe", reach="tracepoint"),
-            FunctionRow(3, "tcp_destroy_sock", reach="tracepoint")]
+    rows = [FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint"),
+            FunctionRow(2, "tcp_probe", route_kind="tracepoint"),
+            FunctionRow(3, "tcp_destroy_sock", route_kind="tracepoint")]
 
     def __init__(self):
         from ctracer.plan.lifetime_rules import rules_for
@@ -158,11 +158,11 @@ def test_lifetimes_split_where_the_kernel_says_and_stale_hits_stay_behind(tmp_pa
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                lifetime_rules=[RULE, ends], traced="kernel", announced_stores=ANNOUNCED)
     w.add_functions([
-        FunctionRow(1, "inet_sock_set_state", reach="tracepoint", via="struct sock (param 1)",
+        FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint", route_text="struct sock (param 1)",
                     attached="tracepoint"),
-        FunctionRow(2, "tcp_destroy_sock", reach="tracepoint", via="struct sock (param 1)",
+        FunctionRow(2, "tcp_destroy_sock", route_kind="tracepoint", route_text="struct sock (param 1)",
                     attached="tracepoint"),
-        FunctionRow(3, "kfree_skb", reach="tracepoint", via="sk_buff->sk (param 1)",
+        FunctionRow(3, "kfree_skb", route_kind="tracepoint", route_text="sk_buff->sk (param 1)",
                     attached="tracepoint")])
     hits = [(1, 7, {"oldstate": 7, "newstate": 2}), (1, 2, {"oldstate": 2, "newstate": 7}),
             (2, 7, {}), (3, 7, {}),                             # ended; a stale buffer

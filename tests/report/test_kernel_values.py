@@ -34,9 +34,9 @@ def kernel_trace(path):
     w = TraceWriter(str(path))
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                lifetime_rules=[RULE], traced="kernel")
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint",
                                  attached="tracepoint"),
-                     FunctionRow(2, "tcp_close", reach="direct", attached="entry,exit")])
+                     FunctionRow(2, "tcp_close", route_kind="direct", attached="entry,exit")])
 
     def snap(state, err=0, flags=0):
         return encode(MINI, {"__sk_common.skc_state": state,

@@ -142,9 +142,9 @@ def hostile_trace(path):
     w = TraceWriter(str(path))
     w.set_meta(struct_name="../../x<y>", struct_kind="struct", mini_layout=mini.to_json(),
                host="<i>host</i>", argv=["ctracer", "<script>alert(1)</script>"])
-    w.add_functions([FunctionRow(1, "<img src=x onerror=alert(1)>", reach="direct",
+    w.add_functions([FunctionRow(1, "<img src=x onerror=alert(1)>", route_kind="direct",
                                  attached="entry,exit"),
-                     FunctionRow(2, "../../../etc/passwd", reach="direct",
+                     FunctionRow(2, "../../../etc/passwd", route_kind="direct",
                                  attached="entry,exit")])
     # function 9 is not in the functions table (a damaged or hand-made trace)
     for ts, fid, phase, state in ((1, 1, PHASE_ENTRY, 1), (2, 1, PHASE_EXIT, 2),
@@ -325,8 +325,8 @@ def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     w = TraceWriter(str(trace))
     w.set_meta(struct_name="c", struct_kind="struct", mini_layout=mini.to_json(),
                lost_events=4)
-    w.add_functions([FunctionRow(1, "f", reach="direct", attached="entry,exit"),
-                     FunctionRow(2, "f", reach="holder", attached="entry,exit")])
+    w.add_functions([FunctionRow(1, "f", route_kind="direct", attached="entry,exit"),
+                     FunctionRow(2, "f", route_kind="holder", attached="entry,exit")])
     events = [(1, 1, PHASE_ENTRY, 0), (2, 2, PHASE_ENTRY, 0),   # one call, two ways
               (3, 1, PHASE_EXIT, 0), (4, 2, PHASE_EXIT, 0),
               (5, 1, PHASE_ENTRY, FLAG_READ_FAILED), (6, 1, PHASE_EXIT, 0)]
@@ -382,7 +382,7 @@ def test_png_plots_go_to_the_fields_that_changed_most(tmp_path):
     mini = Layout.packed_in_order("ctracer__mini_w", [Field(n, "s32", 0, "int") for n in names])
     w = TraceWriter(str(tmp_path / "w.ctrace"))
     w.set_meta(struct_name="wide", struct_kind="struct", mini_layout=mini.to_json())
-    w.add_functions([FunctionRow(1, "poke", reach="direct", attached="entry,exit")])
+    w.add_functions([FunctionRow(1, "poke", route_kind="direct", attached="entry,exit")])
     for step in range(24):  # field i changes on every event up to step 10 + i
         values = {n: min(step, 10 + i) for i, n in enumerate(names)}
         w.add_event(ts_ns=1000 * (step + 1), cpu=0, pid=1, tid=1, comm="t", function_id=1,

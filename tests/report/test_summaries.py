@@ -36,7 +36,7 @@ def write(path):
     w = TraceWriter(str(path))
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                traced="kernel")
-    w.add_functions([FunctionRow(1, "inet_sock_set_state", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint",
                                  attached="tracepoint")])
     hits = [  # (object, state, family, local port, remote port, comm)
         (LISTENER, 7, 2, 8080, 0, "server"), (LISTENER, 10, 2, 8080, 0, "server"),
@@ -120,7 +120,7 @@ def write_skbs(path, summary_fields=None):
     w.set_meta(struct_name="sk_buff", struct_kind="struct", mini_layout=SKB_MINI.to_json(),
                traced="kernel", net_devices={"1": "lo", "2": "veth0", "3": "br0"},
                **({"summary_fields": summary_fields} if summary_fields else {}))
-    w.add_functions([FunctionRow(1, "net_dev_queue", reach="tracepoint",
+    w.add_functions([FunctionRow(1, "net_dev_queue", route_kind="tracepoint",
                                  attached="tracepoint")])
     ip = _be16(0x0800)
     hits = [(SKB1, 74, 0, 0), (SKB1, 74, 1, 0),            # looped back: came in on lo

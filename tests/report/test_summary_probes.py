@@ -15,7 +15,7 @@ def test_attached_tracepoints_are_complete_and_a_null_binary_is_not_shown(tmp_pa
     w.set_meta(struct_name="sock", struct_kind="struct", mini_layout=MINI.to_json(),
                binary=None, argv=["ctracer", "trace", "struct", "sock"])
     w.add_functions([
-        FunctionRow(1, "inet_sock_set_state", reach="tracepoint", attached="raw_tracepoint"),
+        FunctionRow(1, "inet_sock_set_state", route_kind="tracepoint", attached="raw_tracepoint"),
         FunctionRow(2, "tcp_close", attached="entry,exit"),
         FunctionRow(3, "tcp_v4_connect", attached="entry only; exit failed: EINVAL"),
         FunctionRow(4, "tcp_done", attached="failed: ENOENT")])
@@ -36,11 +36,11 @@ def test_the_index_names_each_function_not_fully_probed_once_with_its_ways(tmp_p
                argv=["ctracer", "trace", "struct", "sock"])
     skipped = "skipped: the argument is not in the first 6 registers"
     w.add_functions([
-        FunctionRow(1, "genl_family_rcv_msg_doit", via="net->rtnl (param 7 net)", attached=skipped),
-        FunctionRow(2, "genl_family_rcv_msg_doit", via="net->genl_sock (param 7 net)", attached=skipped),
-        FunctionRow(3, "genl_family_rcv_msg_doit", via="net->diag_nlsk (param 7 net)", attached=skipped),
-        FunctionRow(4, "tcp_v4_connect", via="param 1 sk", attached="entry only; exit failed: EINVAL"),
-        FunctionRow(5, "tcp_v4_connect", via="sk_buff->sk (param 2 skb)", attached="failed: ENOENT"),
+        FunctionRow(1, "genl_family_rcv_msg_doit", route_text="net->rtnl (param 7 net)", attached=skipped),
+        FunctionRow(2, "genl_family_rcv_msg_doit", route_text="net->genl_sock (param 7 net)", attached=skipped),
+        FunctionRow(3, "genl_family_rcv_msg_doit", route_text="net->diag_nlsk (param 7 net)", attached=skipped),
+        FunctionRow(4, "tcp_v4_connect", route_text="param 1 sk", attached="entry only; exit failed: EINVAL"),
+        FunctionRow(5, "tcp_v4_connect", route_text="sk_buff->sk (param 2 skb)", attached="failed: ENOENT"),
         FunctionRow(6, "tcp_close", attached="entry,exit")])
     w.close()
     out = tmp_path / "report"

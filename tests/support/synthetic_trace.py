@@ -42,7 +42,7 @@ MINI = Layout.packed_in_order("ctracer__mini_sock", [
     Field("sk_name", "char[12]", 0, "text"),
 ])
 
-#: (id, name, reach, via)
+#: (id, name, route kind, route text)
 FUNCTIONS = (
     (1, "sk_alloc", "returns", "return value"),
     (2, "sock_init_data", "direct", "param 2 sk"),
@@ -292,12 +292,12 @@ def write_synthetic_trace(path: str, *, threads: int = 2, lifecycles: int = 6,
                ended_at=1_700_000_003.5, lost_events=lost_events, events=len(merged),
                return_value_functions=[fid for fid, _, _, _ in FUNCTIONS])
     rows = []
-    for fid, name, reach, via in FUNCTIONS:
+    for fid, name, route_kind, route_text in FUNCTIONS:
         attached = "entry,exit"
         if attach_failures and name == "tcp_poll":
             attached = "entry: symbol not found"
         name = (renamed or {}).get(name, name)
-        rows.append(FunctionRow(fid, name, "sock.c", reach, via, 0x1000 + fid * 0x40, attached))
+        rows.append(FunctionRow(fid, name, "sock.c", route_kind, route_text, 0x1000 + fid * 0x40, attached))
     w.add_functions(rows)
     if raw:
         records = [_record(e) for e in merged]

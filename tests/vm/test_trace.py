@@ -82,7 +82,7 @@ def test_every_tracepoint_carrying_sock_attached(vm_kernel, sock_run):
     trace, _, _, _ = sock_run
     functions = list(trace.functions.values())
     assert len(functions) > 20
-    assert {(f.reach, f.attached) for f in functions} == {("tracepoint", "raw_tracepoint")}, \
+    assert {(f.route_kind, f.attached) for f in functions} == {("tracepoint", "raw_tracepoint")}, \
         sorted((f.name, f.attached) for f in functions if f.attached != "raw_tracepoint")
     print(f"{vm_kernel}: {len(functions)} tracepoints attached")
 
@@ -103,7 +103,7 @@ def test_export_shared_for_the_fleet(vm_kernel, sock_run, vm_share, tmp_path):
                         "--format", "parquet", "--host", host, "-o", str(out)],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    names = {fid: f"tp:{f.name}" if f.reach == "tracepoint" else f.name
+    names = {fid: f"tp:{f.name}" if f.route_kind == "tracepoint" else f.name
              for fid, f in trace.functions.items()}
     calls: dict[str, int] = {}
     for e in trace.events():

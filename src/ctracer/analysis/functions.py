@@ -26,12 +26,12 @@ def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> 
     several compile units): ``sk_check (tcp.c)``."""
     by_name: dict[str, set[int]] = {}
     for fid, c in canon.items():
-        if functions[fid].reach != "tracepoint":   # tp:NAME is told apart by its prefix
+        if functions[fid].route_kind != "tracepoint":   # tp:NAME is told apart by its prefix
             by_name.setdefault(functions[fid].name, set()).add(c)
     out = {}
     for fid, c in canon.items():
         f = functions[c]
-        if f.reach == "tracepoint":
+        if f.route_kind == "tracepoint":
             out[fid] = f"tp:{f.name}"
         elif len(by_name[f.name]) == 1:
             out[fid] = f.name
@@ -49,7 +49,7 @@ class FunctionTable:
 
     canon: dict[int, int]        # slot -> the id standing for its function
     names: dict[int, str]        # slot or function id -> display name
-    creators: set[int]           # slots returning a new object (reach = returns, not lookups)
+    creators: set[int]           # rows returning a new object (route kind returns, not lookups)
     use_names: bool              # no creation function traced: lifetimes found by names
     free_like: set[int]
     alloc_like: set[int]
@@ -85,9 +85,9 @@ def function_table(functions: dict[int, FunctionRow],
         for fid, f in functions.items():
             if f.name != rule.get("function"):
                 continue
-            if not on_function and f.reach == "tracepoint":
+            if not on_function and f.route_kind == "tracepoint":
                 rules.setdefault(fid, []).append(rule)
-            elif on_function and f.reach == "direct" and rule.get("effect") == "ends":
+            elif on_function and f.route_kind == "direct" and rule.get("effect") == "ends":
                 ending[fid] = rule.get("rule") or f"{f.name} ends a lifetime"
     roles = row_roles(functions.values())
     return FunctionTable(
@@ -96,7 +96,8 @@ def function_table(functions: dict[int, FunctionRow],
         ending=ending, free_like=set(roles.free_like), alloc_like=set(roles.alloc_like),
         rules=rules, held=set(roles.held),
         announced={fid: by_tp[f.name] for fid, f in functions.items()
-                   if f.reach == "tracepoint" and f.name in by_tp and not "->" in (f.via or "")})
+                   if f.route_kind == "tracepoint" and f.name in by_tp
+                   and not "->" in (f.route_text or "")})
 
 
 def lifetime_rule(fns: FunctionTable) -> str:

@@ -114,7 +114,7 @@ def match_renames(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
                   found: Presence) -> list[Match]:
     """Pairs of a before-only and an after-only function with clear evidence of being
     one function (see the module docstring), best first, each function in one pair."""
-    reach_b, reach_a = _union(before, "reaches"), _union(after, "reaches")
+    route_b, route_a = _union(before, "route_texts"), _union(after, "route_texts")
     candidates: list[tuple[float, Match]] = []
     for old in found.before_only:
         for new in found.after_only:
@@ -124,10 +124,10 @@ def match_renames(before: Sequence[TraceProfile], after: Sequence[TraceProfile],
                     f"({base_name(old)})"])))
                 continue
             similarity = difflib.SequenceMatcher(None, old, new).ratio()
-            if similarity < NAME_SIMILARITY or reach_b.get(old) != reach_a.get(new):
+            if similarity < NAME_SIMILARITY or route_b.get(old) != route_a.get(new):
                 continue
             evidence = [f"names {similarity:.0%} alike",
-                        f"the object reaches both the same way ({reach_b.get(old) or 'direct'})"]
+                        f"the object reaches both the same way ({route_b.get(old) or 'direct'})"]
             callers_b, callees_b = _neighbours(before, old)
             callers_a, callees_a = _neighbours(after, new)
             shared = sorted((callers_b & callers_a) | (callees_b & callees_a))

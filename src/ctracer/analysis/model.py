@@ -393,7 +393,7 @@ class Analysis:
     methods: dict[int, MethodStats]  # over all objects
     function_names: dict[int, str]   # display names, by functions-table id
     canonical: dict[int, int]        # functions-table id -> the id standing for its function
-    reach: dict[int, str]            # functions-table id -> how it reaches the object
+    route_kind: dict[int, str]       # functions-table id -> its route kind
     start_ns: int                    # timestamp of the first event
     lifetime_rule: str               # how address reuse was detected
     null_object_events: int = 0      # events with no object address

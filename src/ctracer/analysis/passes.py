@@ -6,7 +6,7 @@
    the frames above it), giving depths, durations and callers; the events of one call that
    reaches objects several ways (one functions-table row, or "slot", per way) are one call.
    Objects known only at exit (what a creation function returns, a holder filled in during
-   the call) are resolved there.  A creation function (``reach = returns``) returning an
+   the call) are resolved there.  A creation function (route kind ``returns``) returning an
    address, a lifetime rule of the trace, and failing both an allocator-looking call
    after a free-looking one, mark where a new lifetime of a reused address starts.
 3. `count_calls` — one call per frame, however many slots; events repeating an object

@@ -79,8 +79,8 @@ class TraceProfile:
     #: the trace's function table: every function (tracepoint) the plan found in the
     #: traced kernel or program -> how it was probed ("" unknown) or why not
     known_functions: dict[str, str] = field(default_factory=dict)
-    #: function -> how it reaches the object ("param 1", "socket->sk", ...)
-    reaches: dict[str, str] = field(default_factory=dict)
+    #: function -> its route text ("param 1", "socket->sk", ...)
+    route_texts: dict[str, str] = field(default_factory=dict)
     #: the struct's members in the traced kernel's layout: dotted path -> (byte offset,
     #: C type); recorded fields and the struct's top-level members
     members: dict[str, tuple[int, str]] = field(default_factory=dict)

@@ -19,7 +19,7 @@ from ctracer.commands import options
 from ctracer.debuginfo import sources
 from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.debuginfo.catalog import TracepointInfo
-from ctracer.plan.discovery import REACHES
+from ctracer.plan.discovery import ROUTE_KINDS
 
 EPILOG = """\
 examples:
@@ -35,22 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.add_argument("--reach", action="append", metavar="REACH", default=None,
+                        dest="route_kinds",
                         help=f"only methods reaching the struct these ways (repeat or "
-                             f"comma-separate): {', '.join(REACHES)}")
+                             f"comma-separate): {', '.join(ROUTE_KINDS)}")
     parser.add_argument("--holder-depth", type=int, default=0, metavar="N",
                         help="also follow holders embedded at a non-zero offset in other "
                              "structs, this many levels (default 0)")
 
 
-def _reaches(args: argparse.Namespace):
-    if not args.reach:
+def _route_kinds(args: argparse.Namespace):
+    if not args.route_kinds:
         return None
     from ctracer.errors import UsageError
-    reaches = [k.strip() for item in args.reach for k in item.split(",") if k.strip()]
-    bad = [k for k in reaches if k not in REACHES]
+    kinds = [k.strip() for item in args.route_kinds for k in item.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in ROUTE_KINDS]
     if bad:
-        raise UsageError(f"unknown reach {bad[0]!r}; choose from {', '.join(REACHES)}")
-    return reaches
+        raise UsageError(f"unknown reach {bad[0]!r}; choose from {', '.join(ROUTE_KINDS)}")
+    return kinds
 
 
 def _is_live_kernel(args: argparse.Namespace) -> bool:
@@ -102,19 +103,19 @@ def run(args: argparse.Namespace) -> int:
     from ctracer.errors import UnknownType, UsageError
 
     kind, name = options.struct_name_from_args(args)
-    reaches = _reaches(args)
+    route_kinds = _route_kinds(args)
     if args.holder_depth < 0:
         raise UsageError("--holder-depth must be 0 or more")
     loader = _kernel_symbols_loader(args)
     source = options.type_source_from_args(args)
     if source.is_kernel and not (source.btf or source.module):
         from ctracer.plan.selection import open_struct   # vmlinux and every loaded module
-        model, _, found = open_struct(source, name, kind, reaches=reaches,
+        model, _, found = open_struct(source, name, kind, route_kinds=route_kinds,
                                       holder_depth=args.holder_depth)
     else:
         model = sources.open_type_source(source)
         catalog = model.catalog()
-        found = discovery.discover(catalog, name, kind, reaches=reaches,
+        found = discovery.discover(catalog, name, kind, route_kinds=route_kinds,
                                    holder_depth=args.holder_depth)
         if found.struct is None and not found.methods:
             raise UnknownType(kind.value, name, catalog.struct_names(kind), model.description)
@@ -141,7 +142,7 @@ def _as_json(found, description: str, attachable) -> dict:
                    "defined": found.struct is not None},
         "source": description,
         "methods": methods,
-        "counts": {"reach": found.counts_by_reach(),
+        "counts": {"reach": found.counts_by_route_kind(),
                    "route": [{"reach": k, "route": r, "methods": n}
                              for k, r, n in found.counts_by_route()],
                    "functions": found.function_count(),
@@ -193,24 +194,24 @@ def _as_text(found, description: str, attachable) -> str:
     header += ("REACHED THROUGH",)
     rows = []
     status = Counter()
-    vias: dict = {}  # Method.via by what it depends on (sock: 414 texts, 11,746 methods)
+    texts: dict = {}  # Method.route_text by what it depends on (sock: 414 texts, 11,746 methods)
     for m in found.methods:  # (m.function.key: Method.key without a property call)
         probe = "yes" if m.probeable else f"no: {m.not_probeable}"
-        via = vias.get((m.route, m.param_index, m.param_name))
-        if via is None:
-            via = vias[(m.route, m.param_index, m.param_name)] = m.via
+        text = texts.get((m.route_form, m.param_index, m.param_name))
+        if text is None:
+            text = texts[(m.route_form, m.param_index, m.param_name)] = m.route_text
         if attachable is None:
-            rows.append((m.function.key, m.reach, probe, via))
+            rows.append((m.function.key, m.route_kind, probe, text))
         else:
             state = attachable(m)
             status[state.split(":")[0]] += 1
-            rows.append((m.function.key, m.reach, probe, state, via))
+            rows.append((m.function.key, m.route_kind, probe, state, text))
     if rows:
         lines.append("")
         lines.extend(_table(rows, header))
     lines.append("")
     lines.append("methods per reach:")
-    for k, n in found.counts_by_reach().items():
+    for k, n in found.counts_by_route_kind().items():
         lines.append(f"  {k:<15} {n:>6}")
     if attachable is not None:
         lines.append("attachable on the running kernel: " + ", ".join(

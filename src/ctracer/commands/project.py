@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
               and (m.is_tracepoint != bool(args.binary))]
     methods: dict[str, str] = {}
     for m in wanted:
-        methods.setdefault(m.key, f"{m.reach}: {m.via}")
+        methods.setdefault(m.key, f"{m.route_kind}: {m.route_text}")
     fields, _ = mini.candidate_fields(graph, kinds=registry.claim)
     described = [(f.name, f"{f.source.get('ctype', f.ctype)}, byte {f.source['byte_offset']}, "
                           f"cacheline {f.source['cacheline']}") for f in fields]

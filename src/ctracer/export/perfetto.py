@@ -131,7 +131,7 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
         args: dict[str, Any] = {"comm": comm, "tid": tid, "depth": depth}
         lo, hi = int(change_start[i]), int(change_end[i])
         changes = _changes(a, lo, hi)
-        if a.reach.get(slot) == "tracepoint":
+        if a.route_kind.get(slot) == "tracepoint":
             instant(ts, where, name, {**args, "changes": changes})
         elif phase == PHASE_ENTRY:
             if changes:

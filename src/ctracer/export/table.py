@@ -94,7 +94,7 @@ def function_names(a: Analysis) -> dict[int, str]:
     out = {}
     for f in a.summary.functions:
         canon = a.canonical.get(f.id, f.id)
-        out[canon] = f"tp:{f.name}" if f.reach == "tracepoint" else a.function_name(canon)
+        out[canon] = f"tp:{f.name}" if f.route_kind == "tracepoint" else a.function_name(canon)
     return out
 
 
@@ -206,7 +206,7 @@ class _Rows:
         self.function_index = np.array(
             [index_of.get(f, 0) for f in range(int(ev.function.max(initial=0)) + 1)], np.int32)
         self.function_names = [names[f] for f in fid_list]
-        self.tracepoint = np.array([a.reach.get(s) == "tracepoint" for s in range(
+        self.tracepoint = np.array([a.route_kind.get(s) == "tracepoint" for s in range(
             int(ev.slot.max(initial=0)) + 1)], bool)
         self.lifetimes = np.array([k.lifetime for k in a.objects.keys], np.int32)
         self.comm_values = sorted(set(ev.comms[c] for c in np.unique(ev.comm).tolist()))

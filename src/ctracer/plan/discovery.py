@@ -3,8 +3,8 @@
 Works only on a `ctracer.debuginfo.catalog.Catalog` and its indexed lookups, so a cached catalog can
 answer from disk.  For a target struct X, a *method* is one way a function reaches an
 object of type X; a function reaching X in several ways (two parameters, a parameter and
-its return value...) gives one `Method` per way.  How it reaches the object (its
-``reach``), in display order:
+its return value...) gives one `Method` per way, its *route*.  The route's kind
+(`Method.route_kind`), in display order:
 
 ``direct``          a parameter of type ``struct X *`` (any position; const, volatile and
                     typedefs do not matter)
@@ -36,9 +36,9 @@ from ctracer.debuginfo.gcpause import collector_paused
 from ctracer.debuginfo.catalog import (Catalog, FunctionInfo, Inline, Parameter, ShapeKind,
                                      StructInfo, TracepointInfo, TypeShape)
 
-#: the ways a method reaches its object (`Method.reach`), in display order
-REACHES = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
-_REACH_ORDER = {k: i for i, k in enumerate(REACHES)}
+#: the ways a method reaches its object (`Method.route_kind`), in display order
+ROUTE_KINDS = ("direct", "double_pointer", "alias", "holder", "returns", "tracepoint")
+_ROUTE_KIND_ORDER = {k: i for i, k in enumerate(ROUTE_KINDS)}
 #: how a probeable function can also be inlined into its callers (a note counts them)
 _ALSO_INLINED = (Inline.INLINED, Inline.DECLARED_INLINED)
 
@@ -79,16 +79,18 @@ class Link:
 class Method(NamedTuple):
     """One way a function (or tracepoint) reaches an object of the target struct.
 
-    ``reach`` is one of `REACHES`; ``param_index`` counts from 0 (None for ``returns``);
+    ``route_kind`` is one of `ROUTE_KINDS`; ``param_index`` counts from 0 (None for
+    ``returns``); ``path``, ``alias_chain`` and ``holder`` are parts of the route:
     ``alias_chain`` lists, from the parameter's (or member's) type inward, the alias
     structs crossed to reach the target; ``holder`` is the member path for holders
-    (``socket->sk``); ``via`` is the whole way in words.  Immutable; a named tuple
+    (``socket->sk``); ``route_form`` is the route without its parameter and
+    ``route_text`` the whole route in words.  Immutable; a named tuple
     because a kernel struct has ten thousand methods and a frozen dataclass costs four
     times as much to make.
     """
 
     function: Union[FunctionInfo, TracepointInfo]
-    reach: str
+    route_kind: str
     target: str
     param_index: Optional[int]
     param_name: Optional[str]
@@ -98,8 +100,8 @@ class Method(NamedTuple):
     holder: str = ""
     probeable: bool = True
     not_probeable: str = ""
-    #: how the object is reached, without the parameter (what counts group by)
-    route: str = ""
+    #: the route without its parameter (what counts group by): ``socket->sk``
+    route_form: str = ""
 
     @property
     def is_tracepoint(self) -> bool:
@@ -115,22 +117,22 @@ class Method(NamedTuple):
         return self.function.key
 
     @property
-    def via(self) -> str:
-        """The way to the object in words, e.g. ``socket->sk (param 1 sock)``."""
+    def route_text(self) -> str:
+        """The route in words, e.g. ``socket->sk (param 1 sock)``."""
         index = self.param_index
         if index is None:
-            return f"{self.route} (return value)"
+            return f"{self.route_form} (return value)"
         if self.param_name:
-            return f"{self.route} (param {index + 1} {self.param_name})"
-        return f"{self.route} (param {index + 1})"
+            return f"{self.route_form} (param {index + 1} {self.param_name})"
+        return f"{self.route_form} (param {index + 1})"
 
     def to_json(self) -> dict:
         f = self.function
         out = {
-            "function": f.name, "key": self.key, "reach": self.reach,
+            "function": f.name, "key": self.key, "reach": self.route_kind,
             "tracepoint": self.is_tracepoint, "target": self.target,
             "param_index": self.param_index, "param_name": self.param_name,
-            "param_type": self.param_type, "route": self.route, "via": self.via,
+            "param_type": self.param_type, "route": self.route_form, "via": self.route_text,
             "path": [s.to_json() for s in self.path],
             "alias_chain": [link.to_json() for link in self.alias_chain],
             "holder": self.holder or None,
@@ -159,15 +161,15 @@ class Discovery:
     def target(self) -> str:
         return f"{self.kind.value} {self.name}"
 
-    def counts_by_reach(self) -> dict[str, int]:
-        c = Counter(m.reach for m in self.methods)
-        return {k: c[k] for k in REACHES if c[k]}
+    def counts_by_route_kind(self) -> dict[str, int]:
+        c = Counter(m.route_kind for m in self.methods)
+        return {k: c[k] for k in ROUTE_KINDS if c[k]}
 
     def counts_by_route(self) -> list[tuple[str, str, int]]:
-        """(reach, route, number of methods), in display order."""
-        c = Counter((m.reach, m.route) for m in self.methods)
+        """(route kind, route form, number of methods), in display order."""
+        c = Counter((m.route_kind, m.route_form) for m in self.methods)
         return [(k, r, n) for (k, r), n in sorted(
-            c.items(), key=lambda i: (_REACH_ORDER[i[0][0]], -i[1], i[0][1]))]
+            c.items(), key=lambda i: (_ROUTE_KIND_ORDER[i[0][0]], -i[1], i[0][1]))]
 
     def functions(self) -> list[str]:
         """Distinct function keys (not tracepoints), sorted."""
@@ -207,11 +209,11 @@ class _Holder(NamedTuple):
 
 class _Way(NamedTuple):
     """One way found from a function's parameter (or return value) to a target object,
-    before the reaches wanted are filtered and routes spelled (a named tuple: a kernel
+    before the route kinds wanted are filtered and routes spelled (a named tuple: a kernel
     struct has tens of thousands, and a frozen dataclass costs 4x as much to make)."""
 
     function: Union[FunctionInfo, TracepointInfo]
-    reach: str
+    route_kind: str
     param_index: Optional[int]
     param: Optional[Parameter]
     path: tuple[Step, ...] = ()
@@ -219,14 +221,14 @@ class _Way(NamedTuple):
     holder: str = ""
 
 
-def route_text(reach: str, target: str, alias_chain: Sequence[Link], holder: str) -> str:
+def route_form(route_kind: str, target: str, alias_chain: Sequence[Link], holder: str) -> str:
     """``struct sock ← struct inet_sock``, ``socket->sk``, ``*(struct sock **)``..."""
     alias = " ← ".join([target] + [link.type_text for link in reversed(alias_chain)])
     if holder:
         return f"{holder} ({alias})" if alias_chain else holder
-    if reach == "double_pointer":
+    if route_kind == "double_pointer":
         return f"*({alias} **)"
-    if reach == "returns":
+    if route_kind == "returns":
         return f"returns {alias} *"
     return alias
 
@@ -323,18 +325,18 @@ def _probeable(f: Union[FunctionInfo, TracepointInfo], addresses_known: bool) ->
 
 
 def discover(catalog: Catalog, name: str, kind: ShapeKind = ShapeKind.STRUCT, *,
-             reaches: Optional[Iterable[str]] = None, holder_depth: int = 0,
+             route_kinds: Optional[Iterable[str]] = None, holder_depth: int = 0,
              addresses_known: Optional[bool] = None) -> Discovery:
     """All methods of ``kind name`` in the catalog (see the module docstring).
 
-    ``reaches`` limits the search to some of `REACHES`; ``addresses_known`` says whether
+    ``route_kinds`` limits the search to some of `ROUTE_KINDS`; ``addresses_known`` says whether
     a function without an address is a declaration (DWARF) or just unaddressed (BTF); by
     default it is true when any function examined has an address.
     """
-    wanted = set(reaches) if reaches is not None else set(REACHES)
-    unknown = wanted - set(REACHES)
+    wanted = set(route_kinds) if route_kinds is not None else set(ROUTE_KINDS)
+    unknown = wanted - set(ROUTE_KINDS)
     if unknown:
-        raise ValueError(f"unknown method reaches {sorted(unknown)}")
+        raise ValueError(f"unknown route kinds {sorted(unknown)}")
     # tens of thousands of objects, all kept: collections would find nothing to free
     with collector_paused():
         return _discover(catalog, name, kind, wanted, holder_depth, addresses_known)
@@ -368,14 +370,14 @@ def _direct_ways(catalog: Catalog, targets: Sequence[_Target], wanted: set[str],
     deref = (Step("deref", 0, "*"),)
     for t in targets:
         kind, name, chain = t.kind, t.name, t.alias_chain
-        pointer_reach = "alias" if chain else "direct"
+        pointer_kind = "alias" if chain else "direct"
         for f in catalog.functions_referencing(kind, name):
             for i, p in enumerate(f.params):
                 shape = p.shape
                 if shape.name != name or shape.kind != kind:  # (_is, spelled out: hot)
                     continue
                 if shape.pointers == 1:
-                    found.append(_Way(f, pointer_reach, i, p, (), chain))
+                    found.append(_Way(f, pointer_kind, i, p, (), chain))
                 elif shape.pointers == 2:
                     found.append(_Way(f, "double_pointer", i, p, deref, chain))
                 elif shape.pointers == 0 and not chain:
@@ -402,45 +404,45 @@ def _holder_ways(catalog: Catalog, holders: Sequence[_Holder], wanted: set[str])
             users += [(f, "holder") for f in catalog.functions_referencing(hkind, hname)]
         if "tracepoint" in wanted:
             users += [(tp, "tracepoint") for tp in catalog.tracepoints_referencing(hkind, hname)]
-        for f, reach in users:
+        for f, route_kind in users:
             for i, p in enumerate(f.params):
                 shape = p.shape
                 if shape.pointers == 1 and shape.name == hname and shape.kind == hkind:
                     for h in paths:
-                        found.append(_Way(f, reach, i, p, h.path, h.alias_chain, h.text))
+                        found.append(_Way(f, route_kind, i, p, h.path, h.alias_chain, h.text))
     return found
 
 
 def _methods(found: Sequence[_Way], wanted: set[str], target_text: str,
              addresses_known: bool) -> list[Method]:
-    """The wanted ways as methods, one per (function, parameter, route), display-ordered."""
+    """The wanted ways as methods, one per (function, parameter, route form), display-ordered."""
     keyed = {}
-    # route texts by (reach, alias chain, holder); the chain by identity: the ways share
+    # route forms by (route kind, alias chain, holder); the chain by identity: the ways share
     # their targets' chains, and hashing a tuple of dataclasses costs a call per link
-    routes: dict = {}
+    forms: dict = {}
     probe_states: dict = {}  # id(function) → (probeable, why not)
     for w in found:
-        reach = w.reach
-        if reach not in wanted:
+        route_kind = w.route_kind
+        if route_kind not in wanted:
             continue
         f = w.function
         key = f.key
         chain = w.alias_chain
-        route = routes.get((reach, id(chain), w.holder))
-        if route is None:
-            route = routes[(reach, id(chain), w.holder)] = route_text(
-                reach, target_text, chain, w.holder)
+        form = forms.get((route_kind, id(chain), w.holder))
+        if form is None:
+            form = forms[(route_kind, id(chain), w.holder)] = route_form(
+                route_kind, target_text, chain, w.holder)
         index = w.param_index
-        order = (_REACH_ORDER[reach], f.name, key, -1 if index is None else index, route)
+        order = (_ROUTE_KIND_ORDER[route_kind], f.name, key, -1 if index is None else index, form)
         if order in keyed:
             continue
         state = probe_states.get(id(f))
         if state is None:
             state = probe_states[id(f)] = _probeable(f, addresses_known)
         p = w.param
-        keyed[order] = Method(f, reach, target_text, index, p.name if p else None,
+        keyed[order] = Method(f, route_kind, target_text, index, p.name if p else None,
                               (p.shape.text if p else f.returns.text) or "", w.path,
-                              chain, w.holder, state[0], state[1], route)
+                              chain, w.holder, state[0], state[1], form)
     return [keyed[o] for o in sorted(keyed)]
 
 

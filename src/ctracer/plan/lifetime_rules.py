@@ -40,10 +40,10 @@ ALLOC_LIKE = re.compile(r"(^|_)(alloc|new|create|clone)(_|$)")
 LOOKUP_LIKE = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
 
 
-def creates_objects(reach: str, name: str) -> bool:
+def creates_objects(route_kind: str, name: str) -> bool:
     """A function whose return starts an object's life: it returns the object and is not
     named like a lookup (those return existing objects)."""
-    return reach == "returns" and not LOOKUP_LIKE.search(name)
+    return route_kind == "returns" and not LOOKUP_LIKE.search(name)
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,17 @@ class RowRoles:
 
 
 def row_roles(rows: Iterable) -> RowRoles:
-    """The `RowRoles` of function rows (anything with ``id``, ``name``, ``reach`` and
-    ``via``: `ctracer.event.FunctionRow`)."""
+    """The `RowRoles` of function rows (anything with ``id``, ``name``, ``route_kind`` and
+    ``route_text``: `ctracer.event.FunctionRow`)."""
     rows = list(rows)
     return RowRoles(
-        creators=frozenset(r.id for r in rows if creates_objects(r.reach, r.name)),
+        creators=frozenset(r.id for r in rows if creates_objects(r.route_kind, r.name)),
         held=frozenset(r.id for r in rows
-                       if r.reach == "tracepoint" and "->" in (getattr(r, "via", "") or "")),
+                       if r.route_kind == "tracepoint"
+                       and "->" in (getattr(r, "route_text", "") or "")),
         free_like=frozenset(r.id for r in rows if FREE_LIKE.search(r.name)),
         alloc_like=frozenset(r.id for r in rows if ALLOC_LIKE.search(r.name)),
-        returns_any=any(r.reach == "returns" for r in rows))
+        returns_any=any(r.route_kind == "returns" for r in rows))
 
 #: the values TCP_CLOSE and TCP_SYN_RECV have where the debug info cannot say
 #: (include/net/tcp_states.h); a rule's condition names the enumerator, looked up in the

@@ -159,10 +159,10 @@ def _module_methods(name: str, kind: ShapeKind, use_cache: bool, found=None,
         base = discovery.discover(defining[0].catalog(), name, kind, **options)
     methods: dict[tuple, object] = {}
     for m in base.methods:
-        methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
+        methods.setdefault((m.key, m.route_kind, m.param_index, m.route_form), m)
     for model in models:
         for m in discovery.discover(model.catalog(), name, kind, **options).methods:
-            methods.setdefault((m.key, m.reach, m.param_index, m.route), m)
+            methods.setdefault((m.key, m.route_kind, m.param_index, m.route_form), m)
     merged = dc.replace(base, methods=tuple(methods.values()))
     return (defining[0] if found is None else None), merged
 

@@ -188,7 +188,7 @@ def _lifetime_flags(m: Method, ending: Collection[str]) -> tuple[bool, bool]:
     ``kfree_skbmem``) ends it.  The report splits lifetimes by the same rules
     (`ctracer.analysis.passes`)."""
     direct = not m.path and not m.holder
-    starts = creates_objects(m.reach, m.name)
+    starts = creates_objects(m.route_kind, m.name)
     ends = direct and m.param_index is not None and m.name in ending
     return starts, ends
 
@@ -224,8 +224,8 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
                 reg = found
         if not why and len(grouped.get(m.key, ())) >= MAX_SLOTS:
             why = f"skipped: the function reaches the object more than {MAX_SLOTS} ways"
-        rows.append(FunctionRow(row_id, m.name, getattr(f, "unit", "") or "", m.reach, m.via,
-                                None, why))
+        rows.append(FunctionRow(row_id, m.name, getattr(f, "unit", "") or "", m.route_kind,
+                                m.route_text, None, why))
         if why:
             continue
         starts, ends = _lifetime_flags(m, ending)

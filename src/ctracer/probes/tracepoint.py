@@ -247,7 +247,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
     ``format_fields`` (the running kernel's tracefs) names the arguments BTF leaves
     unnamed (`names_from_format`)."""
     ordered = sorted((m for m in methods if m.is_tracepoint),
-                     key=lambda m: (m.name, m.param_index or 0, m.route))
+                     key=lambda m: (m.name, m.param_index or 0, m.route_form))
     rows: list[FunctionRow] = []
     by_tp: dict[str, list[TracepointSlot]] = {}
     infos: dict[str, TracepointInfo] = {}
@@ -256,7 +256,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
         why = "" if m.probeable else f"skipped: {m.not_probeable}"
         if not why and (m.param_index is None or m.param_index >= MAX_ARGS):
             why = "skipped: the object is not among the first 12 arguments"
-        rows.append(FunctionRow(row_id, m.name, "", m.reach, m.via, None, why))
+        rows.append(FunctionRow(row_id, m.name, "", m.route_kind, m.route_text, None, why))
         if why:
             continue
         direct = not m.path and not m.holder  # the argument is the object itself

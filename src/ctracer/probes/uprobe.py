@@ -410,7 +410,7 @@ def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
             arg, why = argument_expr(f, m.param_index, arch)
             if arg is None:
                 why = f"skipped: {why}"
-        rows.append(FunctionRow(row_id, m.name, unit, m.reach, m.via, address, why))
+        rows.append(FunctionRow(row_id, m.name, unit, m.route_kind, m.route_text, address, why))
         if not why:
             by_function.setdefault(m.key, []).append((m, row_id, arg))
 

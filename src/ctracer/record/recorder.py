@@ -513,7 +513,7 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
     if links is not None and links.thread_state:
         writer.set_meta(thread_state=links.thread_state)
     attached_text = bpf_runtime.row_attachments(program, results)
-    writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.reach, r.via, r.address,
+    writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.route_kind, r.route_text, r.address,
                                      attached_text[r.id]) for r in program.rows)
 
 

@@ -69,10 +69,10 @@ class Tail:
         self.mini = program.mini
         self.nargs = program.nargs
         self.start = mini_offset(self.mini, self.nargs)
-        self.names = {r.id: (f"tp:{r.name}" if r.reach == "tracepoint" else r.name)
+        self.names = {r.id: (f"tp:{r.name}" if r.route_kind == "tracepoint" else r.name)
                       for r in program.rows}
         self.args = program.args_by_row()
-        self.tracepoint_names = {r.id: r.name for r in program.rows if r.reach == "tracepoint"}
+        self.tracepoint_names = {r.id: r.name for r in program.rows if r.route_kind == "tracepoint"}
         #: tracepoint name -> the lifetime rules naming it, the store it announces
         self.rules: dict[str, list] = {}
         ending = set()
@@ -83,7 +83,7 @@ class Tail:
                 self.rules.setdefault(rule.function, []).append(rule)
         #: rows of functions whose exit ends the object's life (a function's rule)
         self.ending_rows = {r.id for r in program.rows
-                            if r.name in ending and r.reach == "direct"}
+                            if r.name in ending and r.route_kind == "direct"}
         #: which lifetime of its address each event's object is, named as the report names it
         self.objects = LiveObjects(program.rows, self.ending_rows,
                                    has_rules=bool(getattr(program, "rules", ())))

@@ -75,14 +75,14 @@ class Watcher:
         self.signed = {f.name: f.ctype.startswith("s") for f in program.mini.fields}
         rows = list(program.rows)
         ending = {r.function for r in getattr(program, "rules", ()) if r.probe == "function"}
-        self.ending_rows = {r.id for r in rows if r.name in ending and r.reach == "direct"}
+        self.ending_rows = {r.id for r in rows if r.name in ending and r.route_kind == "direct"}
         self.tracepoint_rules: dict[int, list] = {}
-        by_name = {r.name: r.id for r in rows if r.reach == "tracepoint"}
+        by_name = {r.name: r.id for r in rows if r.route_kind == "tracepoint"}
         for rule in getattr(program, "rules", ()):
             if rule.probe != "function" and rule.effect == "ends" and rule.function in by_name:
                 self.tracepoint_rules.setdefault(by_name[rule.function], []).append(rule)
         self.args = program.args_by_row() if self.tracepoint_rules else {}
-        has_creators = any(r.reach == "returns" for r in rows)
+        has_creators = any(r.route_kind == "returns" for r in rows)
         self.free_rows = set() if (has_creators or getattr(program, "rules", ())
                                    or self.ending_rows) else \
             {r.id for r in rows if FREE_LIKE.search(r.name)}

@@ -17,8 +17,8 @@ def failed_functions(rows: Iterable[FunctionRow]) -> list[dict]:
     for f in rows:
         reasons = out.setdefault((f.name, f.unit or ""), {})
         ways = reasons.setdefault(f.attached, [])
-        if f.via and f.via not in ways:
-            ways.append(f.via)
+        if f.route_text and f.route_text not in ways:
+            ways.append(f.route_text)
     units: dict[str, int] = {}
     for name, _ in out:
         units[name] = units.get(name, 0) + 1

@@ -144,7 +144,7 @@ def _profile(trace: Trace, a) -> TraceProfile:
     out.field_stems = field_stems(out.fields)
     for f in summary.functions:
         out.known_functions.setdefault(f.name, f.attached)
-        out.reaches.setdefault(f.name, f.via)
+        out.route_texts.setdefault(f.name, f.route_text)
     out.members = dict(top_level_members(trace.meta.get("full_layout", "")))
     for f in layout.fields:
         if "byte_offset" in f.source:

@@ -5,8 +5,8 @@ Tables:
 * ``meta(key, value)``: schema version, the trace's id (``trace_id``, random), the
   traced struct, its mini layout (JSON of `ctracer.event.Layout`), the full struct
   layout as text, host, kernel release, argv, start/end times, event and lost counts;
-* ``functions``: the probed functions, how each reaches the object (``reach``/``via``),
-  and whether its probes attached;
+* ``functions``: the probed functions, one row per route to the object (its route kind
+  and route text in the columns ``reach`` and ``via``), and whether its probes attached;
 * ``events``: one row per probe hit, the header decoded into columns and the mini
   snapshot kept as raw bytes (decoded with the layout in ``meta``); ``phase`` is 0 for
   an entry, 1 for an exit, 2 for a tracepoint (`ctracer.event.PHASE_NAMES`: an event's phase), and

@@ -91,7 +91,7 @@ class TraceWriter:
     def add_functions(self, rows: Iterable[FunctionRow]) -> None:
         self.db.executemany(
             "INSERT OR REPLACE INTO functions VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(r.id, r.name, r.unit, r.reach, r.via, to_sql_u64(r.address), r.attached)
+            [(r.id, r.name, r.unit, r.route_kind, r.route_text, to_sql_u64(r.address), r.attached)
              for r in rows])
         self.db.commit()
 

@@ -43,9 +43,9 @@ def write_index(site: ReportSite, objects_total: int, incomplete: str = "") -> N
     with open(os.path.join(site.out_dir, OBJECTS_FILE), "w", encoding="utf-8") as f:
         f.write(objects_file_text(objects_data(objects, [c.name for c in columns],
                                                site.count_words)))
-    reach_counts: dict[str, int] = {}
+    route_kind_counts: dict[str, int] = {}
     for f in data.summary.functions:
-        reach_counts[f.reach] = reach_counts.get(f.reach, 0) + 1
+        route_kind_counts[f.route_kind] = route_kind_counts.get(f.route_kind, 0) + 1
     distinct = len({(f.name, f.unit, f.address) for f in data.summary.functions})
     duration = (int(ev.ts_ns[-1]) - start) if len(ev) else 0
     unreadable = []
@@ -65,7 +65,7 @@ def write_index(site: ReportSite, objects_total: int, incomplete: str = "") -> N
                unreadable=unreadable, max_listed=MAX_LISTED,
                heading=site.struct_title, objects_file=OBJECTS_FILE,
                rendered=len(site.rendered), objects_total=objects_total,
-               reach_counts=sorted(reach_counts.items()), data=data,
+               route_kind_counts=sorted(route_kind_counts.items()), data=data,
                function_count=distinct,
                trace_span=format_duration(duration) or "0 ns",
                mini_fields=site.layout.fields, notes=site.notes,

@@ -26,7 +26,8 @@ def write_methods(site: ReportSite) -> None:
             " / ".join(site.count_words)))
     called = {s.function_id for s in site.data.methods.values() if s.calls}
     canonical = site.data.canonical
-    functions = [{"name": site.names.get(f.id, f.name), "reach": f.reach, "via": f.via,
+    functions = [{"name": site.names.get(f.id, f.name), "route_kind": f.route_kind,
+                  "route_text": f.route_text,
                   "unit": f.unit, "attached": f.attached,
                   "called": canonical.get(f.id, f.id) in called}
                  for f in site.data.summary.functions]

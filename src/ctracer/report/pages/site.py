@@ -175,7 +175,7 @@ class ReportSite:
                                   _mapping(data.meta.net_devices))
         self.layout = data.layout
         self.names = data.function_names
-        self.reach = data.reach
+        self.route_kind = data.route_kind
         kinds = data.meta.return_kinds
         #: function row -> how its return value reads (kernel functions: from BTF)
         self.return_kinds = {int(k): str(v) for k, v in kinds.items() if str(k).isdigit()} \
@@ -250,7 +250,7 @@ class ReportSite:
         many tracepoint hits."""
         out = dict.fromkeys(self.count_words, 0)
         for fid, stats in methods.items():
-            word = "hits" if self.reach.get(fid) == "tracepoint" else "calls"
+            word = "hits" if self.route_kind.get(fid) == "tracepoint" else "calls"
             out[word] = out.get(word, 0) + stats.calls
         return out
 
@@ -261,7 +261,7 @@ class ReportSite:
             return ""
         v, fid = int(ev.retval[at]), int(ev.function[at])
         kind = self.return_kinds.get(int(ev.slot[at])) or self.return_kinds.get(fid)
-        if kind == "pointer" or (kind is None and (self.reach.get(fid) == "returns"
+        if kind == "pointer" or (kind is None and (self.route_kind.get(fid) == "returns"
                                                    or abs(v) >= 1 << 32)):
             return self.fmt.show_pointer(v)
         if kind in ("uint", "enum"):
