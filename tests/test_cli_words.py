@@ -1,7 +1,8 @@
 """One option name, one meaning across subcommands (docs/architecture.md, "Command-line
 words"), and the old spellings a released version used still accepted as hidden aliases:
 ``ctracer callgraph`` for ``ctracer report``, ``trace --max-objects`` for
-``trace --max-followed``, ``sql --csv``/``--json`` for ``sql --format csv|json``."""
+``trace --max-followed``, ``sql --csv``/``--json`` for ``sql --format csv|json``,
+``functions --reach`` for ``functions --route-kind``."""
 
 from __future__ import annotations
 
@@ -119,3 +120,22 @@ def test_sql_bad_format_is_one_line(tmp_path, trace, words):
     r = ctracer(tmp_path, "sql", *words, QUERY, str(trace))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# -- functions --route-kind, and --reach its old spelling -----------------------------------
+
+def test_functions_route_kind_and_its_old_spelling_choose_the_same_kinds():
+    def kinds(*words):
+        from ctracer.commands.functions import _route_kinds
+        return _route_kinds(cli.build_parser("functions").parse_args(
+            ["functions", "sock", *words]))
+    assert kinds("--route-kind", "holder", "--route-kind", "returns,alias") == [
+        "holder", "returns", "alias"]
+    assert kinds("--reach", "holder", "--reach", "returns,alias") == ["holder", "returns", "alias"]
+    assert kinds() is None
+
+
+def test_functions_help_names_route_kind_not_the_old_spelling(tmp_path):
+    r = ctracer(tmp_path, "functions", "--help")
+    assert r.returncode == 0
+    assert "--route-kind KIND" in r.stdout and "--reach" not in r.stdout

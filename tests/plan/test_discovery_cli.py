@@ -1,4 +1,4 @@
-"""`ctracer functions` end to end: the table, the counts, --json, --reach, and bad input,
+"""`ctracer functions` end to end: the table, the counts, --json, --route-kind, and bad input,
 on the kernel-shaped fixture's DWARF; and on the running kernel's BTF when it has one."""
 
 import json
@@ -38,7 +38,7 @@ def test_table_rows_counts_and_notes(binary):
                for row in rows)
     inline = next(line for line in lines if line.startswith("sk_is_ready@"))
     assert "no: inline only" in inline
-    kinds = lines[lines.index("methods per reach:") + 1:lines.index("methods per route:")]
+    kinds = lines[lines.index("methods per route kind:") + 1:lines.index("methods per route:")]
     assert {k.split()[0]: int(k.split()[1]) for k in kinds} == {
         "direct": 11, "double_pointer": 1, "alias": 2, "holder": 5, "returns": 2}
     assert any(line.split()[:3] == ["holder", "2", "socket->sk"] for line in lines)
@@ -46,8 +46,8 @@ def test_table_rows_counts_and_notes(binary):
 
 
 def test_json_is_stable_and_filtered(binary):
-    r = ctracer("functions", "sock", "--binary", binary, "--json", "--reach", "holder",
-                "--reach", "returns,alias")
+    r = ctracer("functions", "sock", "--binary", binary, "--json", "--route-kind", "holder",
+                "--route-kind", "returns,alias")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert set(doc) == {"target", "source", "methods", "counts", "aliases", "holders",
@@ -66,8 +66,8 @@ def test_bad_input_is_one_line(binary):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         f"ctracer: error: no struct sok in DWARF of {binary}; did you mean sock, socket?"]
-    r = ctracer("functions", "sock", "--binary", binary, "--reach", "bogus")
-    assert r.returncode == 2 and "unknown reach 'bogus'" in r.stderr
+    r = ctracer("functions", "sock", "--binary", binary, "--route-kind", "bogus")
+    assert r.returncode == 2 and "unknown route kind 'bogus'" in r.stderr
     r = ctracer("functions", "sock", "--binary", "/nonexistent/prog")
     assert r.returncode != 0 and "Traceback" not in r.stderr
 
@@ -76,7 +76,7 @@ def test_bad_input_is_one_line(binary):
 def test_running_kernel_has_tracepoints_and_attachable_column():
     if not os.path.exists(KERNEL_BTF):
         pytest.skip(f"this kernel has no BTF at {KERNEL_BTF}")
-    r = ctracer("functions", "struct", "sock", "--json", "--reach", "direct,tracepoint")
+    r = ctracer("functions", "struct", "sock", "--json", "--route-kind", "direct,tracepoint")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     counts = doc["counts"]["reach"]

@@ -85,7 +85,7 @@ def test_text_counts_and_reasons():
 
 @pytest.mark.kernel
 def test_functions_attachable_column_agrees_with_the_plan(sock_plan):
-    r = ctracer("functions", "struct", "sock", "--json", "--reach", "direct,tracepoint")
+    r = ctracer("functions", "struct", "sock", "--json", "--route-kind", "direct,tracepoint")
     assert r.returncode == 0, r.stderr
     methods = json.loads(r.stdout)["methods"]
     planned = {}

@@ -1,10 +1,11 @@
 """List the functions (methods) through which a struct can be traced, and how each reaches it.
 
-One row per way a function reaches the object: a parameter `struct X *` (direct), a
-`struct X **` (double_pointer), a pointer to a struct embedding X at offset 0 (alias), a
-pointer to a struct holding a `struct X *` member (holder, with the member path), a
-returned `struct X *` (returns), or a tracepoint argument (tracepoint): its reach.  Counts
-per reach and per route follow, then remarks (functions that exist only inlined, ...).
+One row per route, a way a function reaches the object, by its route kind: a parameter
+`struct X *` (direct), a `struct X **` (double_pointer), a pointer to a struct embedding
+X at offset 0 (alias), a pointer to a struct holding a `struct X *` member (holder, with
+the member path), a returned `struct X *` (returns), or a tracepoint argument
+(tracepoint).  Counts per route kind and per route follow, then remarks (functions that
+exist only inlined, ...).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ EPILOG = """\
 examples:
   ctracer functions struct sock                        # the running kernel, from its BTF
   ctracer functions sock --binary ./sockdemo           # a program's DWARF
-  ctracer functions sk_buff --reach direct --reach tracepoint
+  ctracer functions sk_buff --route-kind direct --route-kind tracepoint
   ctracer functions nfs_fh --binary nfs.ko --json | jq '.methods[].function'
 """
 
@@ -34,10 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.add_struct_name_argument(parser)
     options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-    parser.add_argument("--reach", action="append", metavar="REACH", default=None,
+    parser.add_argument("--route-kind", action="append", metavar="KIND", default=None,
                         dest="route_kinds",
-                        help=f"only methods reaching the struct these ways (repeat or "
-                             f"comma-separate): {', '.join(ROUTE_KINDS)}")
+                        help=f"only the routes of these kinds (repeat or comma-separate): "
+                             f"{', '.join(ROUTE_KINDS)}")
+    # the spelling of releases before 2026-12
+    parser.add_argument("--reach", action="append", dest="route_kinds", help=argparse.SUPPRESS)
     parser.add_argument("--holder-depth", type=int, default=0, metavar="N",
                         help="also follow holders embedded at a non-zero offset in other "
                              "structs, this many levels (default 0)")
@@ -50,7 +53,7 @@ def _route_kinds(args: argparse.Namespace):
     kinds = [k.strip() for item in args.route_kinds for k in item.split(",") if k.strip()]
     bad = [k for k in kinds if k not in ROUTE_KINDS]
     if bad:
-        raise UsageError(f"unknown reach {bad[0]!r}; choose from {', '.join(ROUTE_KINDS)}")
+        raise UsageError(f"unknown route kind {bad[0]!r}; choose from {', '.join(ROUTE_KINDS)}")
     return kinds
 
 
@@ -188,10 +191,10 @@ def _as_text(found, description: str, attachable) -> str:
              f"{found.function_count()} functions and {len(tracepoints)} tracepoints"]
     if found.struct is None:
         lines.append(f"  ({target} is only declared: no layout to record)")
-    header = ("FUNCTION", "REACH", "PROBE")
+    header = ("FUNCTION", "ROUTE KIND", "PROBE")
     if attachable is not None:
         header += ("ATTACHABLE",)
-    header += ("REACHED THROUGH",)
+    header += ("ROUTE",)
     rows = []
     status = Counter()
     texts: dict = {}  # Method.route_text by what it depends on (sock: 414 texts, 11,746 methods)
@@ -210,7 +213,7 @@ def _as_text(found, description: str, attachable) -> str:
         lines.append("")
         lines.extend(_table(rows, header))
     lines.append("")
-    lines.append("methods per reach:")
+    lines.append("methods per route kind:")
     for k, n in found.counts_by_route_kind().items():
         lines.append(f"  {k:<15} {n:>6}")
     if attachable is not None:
