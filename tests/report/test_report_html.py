@@ -118,6 +118,19 @@ def test_timeline_marks_changes_with_old_and_new(report):
     assert alloc == [{"entry"}, {"exit"}]
 
 
+def test_methods_page_lists_each_function_row_by_its_route(report):
+    """The probed functions' table names a row's route kind and route text in the
+    glossary's words (docs/architecture.md), one row per functions-table row."""
+    _, _, out = report
+    page = read(out / "methods" / "index.html")
+    table = page[page.index('id="functions"'):]
+    table = table[:table.index("</table>")]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == [
+        "function", "route kind", "route", "unit", "probes", "called"]
+    assert re.search(r'<td class="fn">inet_bind</td><td>holder</td>'
+                     r'<td class="mono">socket-&gt;sk</td>', table)
+
+
 def test_call_graph_svg_names_the_methods_and_links_them(report):
     _, _, out = report
     page = read(next(out.glob("0x*/index.html")))
