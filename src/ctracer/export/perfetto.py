@@ -154,7 +154,7 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
     out = meta + _in_order(timed)
     return {"traceEvents": out, "displayTimeUnit": "ns",
             "metadata": {"ctracer": {"struct": a.summary.struct_name,
-                                     "host": a.meta.get("host", ""),
+                                     "host": a.summary.host,
                                      "trace_id": trace_id(a),
                                      "incomplete": a.incomplete}}}
 

@@ -145,7 +145,7 @@ def _profile(trace: Trace, a) -> TraceProfile:
     for f in summary.functions:
         out.known_functions.setdefault(f.name, f.attached)
         out.route_texts.setdefault(f.name, f.route_text)
-    out.members = dict(top_level_members(trace.meta.get("full_layout", "")))
+    out.members = dict(top_level_members(summary.full_layout))
     for f in layout.fields:
         if "byte_offset" in f.source:
             out.members[f.name] = (int(f.source["byte_offset"]),
