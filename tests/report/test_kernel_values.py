@@ -8,7 +8,8 @@ import re
 from ctracer.event import PHASE_ENTRY, PHASE_EXIT, PHASE_TRACEPOINT, Field, Layout
 from ctracer.report import render_report
 from support.analysis_view import view_of
-from ctracer.report.values import ValueFormatter, errno_name, ipv4, port
+from ctracer.decode import errno_name, ipv4, port
+from ctracer.report.values import ValueFormatter
 from ctracer.tracefile import Trace, TraceWriter
 from ctracer.event import FunctionRow
 from support.timeline_rows import page_rows

@@ -238,7 +238,7 @@ def test_a_long_lived_object_keeps_its_changes_page_small(tmp_path, monkeypatch)
         counts = {name: int(n) for name, n in
                   re.findall(r'<h2><code>([\w.]+)</code> <span class="meta">[^<]*· (\d+) '
                              r'change', page)}
-        per_field = max(report_html.MIN_CHANGE_ROWS_PER_FIELD, 100 // len(counts))
+        per_field = max(report_pages.site.MIN_CHANGE_ROWS_PER_FIELD, 100 // len(counts))
         capped = 0
         for name, body in sections:
             if name not in counts:

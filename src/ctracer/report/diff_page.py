@@ -21,8 +21,8 @@ from ctracer.analysis.diff import (CALLS, CHANGES, EDGE, ENDED, EVENTS, FINAL, F
                                    LIFETIMES, STARTED, TIMING, Difference, TraceDiff)
 from ctracer.analysis.profile import TraceProfile
 from ctracer.files import check_marked_dir, private_files, write_marker
-from ctracer.report.html import (ALL_DIR, METHODS_DIR, copy_static, report_trace_id,
-                                  template_environment)
+from ctracer.report.html import copy_static, report_trace_id
+from ctracer.report.pages.site import ALL_DIR, METHODS_DIR, template_environment
 from ctracer.report.names import safe_component
 from ctracer.report.values import format_duration
 

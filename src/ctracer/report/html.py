@@ -39,10 +39,9 @@ from ctracer.report import plots as plotting
 from ctracer.report.helpers import HelpersStopped, run_in_helpers
 from ctracer.report.names import safe_component
 from ctracer.report.pages import graphs, index, methods, objects, timeline
-from ctracer.report.pages.site import (  # noqa: F401 (the report's constants, read here by others)
-    ALL_DIR, CHANGE_ROWS_PER_PAGE, DEFAULT_PLOT_OBJECTS, INLINE_ROWS_CHARS, LIVE_POINTS,
-    MARKER, MAX_LISTED, MAX_PLOTS_PER_PAGE, METHODS_DIR, MIN_CHANGE_ROWS_PER_FIELD,
-    MIN_CHANGES_TO_PLOT, PAGE_ROWS, STATIC_DIR, ReportSite, template_environment)
+from ctracer.report.pages.site import (
+    DEFAULT_PLOT_OBJECTS, MARKER, MAX_PLOTS_PER_PAGE, MIN_CHANGES_TO_PLOT, STATIC_DIR,
+    ReportSite, template_environment)
 
 
 class OutputDirError(OutputError):

@@ -4,9 +4,9 @@ The mini layout stored in the trace says what each value is: `ctracer.event.Fiel
 (enum names, hex pointers, chars, text) and, in ``Field.source``, the member's C type
 as written (``ctype``: ``__be32`` addresses and ``__be16`` ports are network order) and
 optionally ``bits`` (``[[bit, "SOCK_DEAD"], ...]``: a flag word whose bits an enum
-names) or ``display`` (one of `DISPLAYS`, to say it outright).  So a trace renders the
-same on a machine that never saw the traced program or kernel.  Addresses show as dotted
-quads, ports in host order, errno values by name (``-EAGAIN``, ``ECONNRESET``), flag words
+names) or ``display`` (one of `ctracer.decode.DISPLAYS`, to say it outright).  So a
+trace renders the same on a machine that never saw the traced program or kernel.
+Addresses show as dotted quads, ports in host order, errno values by name (``-EAGAIN``, ``ECONNRESET``), flag words
 as ``SOCK_DEAD|SOCK_DONE``, device indexes by the recording host's device names
 (``lo (1)``); each with its raw value after it (what each display means,
 both ways, is `ctracer.decode`'s: ``--where`` reads values the same way).  `ValueFormatter` also
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-# what a value means is `ctracer.decode`'s, shared with the filters; re-exported here
-from ctracer.decode import (DISPLAYS, FAMILIES, PROTOCOLS, addrpair, display_of,  # noqa: F401
-                            errno_name, flag_names, ipv4, port, portpair)
+# what a value means is `ctracer.decode`'s, shared with the filters
+from ctracer.decode import (FAMILIES, PROTOCOLS, addrpair, display_of, errno_name,
+                            flag_names, ipv4, port, portpair)
 from ctracer.event import Layout
 
 #: how a value the probe did not read is shown (a field outside the head of a time-wait
