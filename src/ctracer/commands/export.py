@@ -1,6 +1,6 @@
 """Export a trace file for other tools: JSON Lines (one event per line, for scripts), CSV,
 Perfetto (Chrome trace JSON: a track per object, a slice per call, field changes as
-args) Parquet (one row per event, fields as columns; a directory gets
+args), Parquet (one row per event, fields as columns; a directory gets
 Hive-partitioned files host=…/struct=…/ that DuckDB, Spark and Trino read as one table),
 or folded stacks (``a;b;c N``) for flamegraph.pl, inferno and speedscope."""
 
