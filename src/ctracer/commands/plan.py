@@ -1,11 +1,12 @@
 """Show how a struct would be traced: the probe kind chosen for each of its methods, or why none.
 
-The kernel's probe mechanisms are tried, not looked up by version (fentry/fexit, kprobes
-and kprobe.multi links, raw tracepoints, uprobes), and every function that takes the
-struct (see `ctracer functions`) gets the best kind this kernel accepts, or the reason it
-is left out: inline only, not in the kernel's list of traceable functions, a static-call
-trampoline (``__SCT__*``), a tracepoint's BPF glue (``__bpf_trace_*``), notrace...
-Tracepoints whose BTF prototype carries the struct get raw tracepoint programs.
+The kernel's probe mechanisms are tried, not looked up by version (fentry/fexit on
+tracing_multi links, fentry/fexit, kprobes and kprobe.multi links, raw tracepoints,
+uprobes), and every function that takes the struct (see `ctracer functions`) gets the
+best kind this kernel accepts, or the reason it is left out: inline only, not in the
+kernel's list of traceable functions, a static-call trampoline (``__SCT__*``), a
+tracepoint's BPF glue (``__bpf_trace_*``), notrace...  Tracepoints whose BTF prototype
+carries the struct get raw tracepoint programs.
 
 With --verify, every program the plan could use (the kprobe and kretprobe programs of
 every function even where this kernel cannot attach kprobes, the raw tracepoint programs

@@ -8,12 +8,13 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
   the time, CPU, process, thread, function, entry or exit, the object's address, its
   call depth, the return value on exit and the mini snapshot of the object.
 * The kernel: every function taking the struct, on entry and exit, wherever the kernel
-  allows it (`ctracer plan` shows what it allows): fentry/fexit, or kprobes and
+  allows it (`ctracer plan` shows what it allows): fentry/fexit on tracing_multi links
+  (fentry.multi) where the kernel has them, else fentry/fexit, or kprobes and
   kretprobes (kprobe.multi links where the kernel has them, else one perf kprobe a
-  function; by default kprobe.multi over fentry above 256 functions, whose links attach
-  and detach all at once); plus the raw tracepoints whose arguments carry the struct
-  (on a kernel that attaches neither fentry nor kprobes, the only way in).  A
-  function's hit records a snapshot of the object at entry and at exit, read at the
+  function; without tracing_multi, kprobe.multi over fentry above 256 functions, whose
+  links attach and detach all at once); plus the raw tracepoints whose arguments carry
+  the struct (on a kernel that attaches neither fentry nor kprobes, the only way in).
+  A function's hit records a snapshot of the object at entry and at exit, read at the
   offsets of the kernel's BTF, and its return value; a tracepoint's hit one snapshot
   and the tracepoint's arguments by name (inet_sock_set_state: oldstate, newstate).
   With -p PID or -- COMMAND a kernel object first seen in that process tree's own
