@@ -65,6 +65,38 @@ class RecordShape:
                 & (((heads >> np.uint64(48)) & np.uint64(0xff)) <= np.uint64(DELTA_ALONE))
                 & ((heads >> np.uint64(56)) == 0))
 
+    def fits(self, lengths: np.ndarray, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which ring headers (length words ``lengths``, ``<u4`` with their flag bits,
+        and the word ``heads`` where each one's delta head would be) a compact record
+        may have, and which of those are busy: a submitted one is `plausible` and
+        `matches`; a busy one (its event not written yet) has a plausible length.  The
+        two tests in fewer passes: with ``room``, the bytes of words its length says it
+        carries, the head's word count (bits 32-47) minus ``room / 8`` leaves only the
+        kind and the pad (bits 48-63), and those are at most `DELTA_ALONE` and 0."""
+        busy = lengths >= np.uint32(RING_BUSY_BIT)
+        room = (lengths & np.uint32(~RING_BUSY_BIT & 0xffffffff)) - np.uint32(self.words_at)
+        fit = (room <= np.uint32(8 * self.max_words)) & ((room & np.uint32(7)) == 0)
+        rest = (heads >> np.uint64(32)) - (room >> np.uint32(3))
+        fit &= busy | (((rest & np.uint64(0xffff)) == 0)
+                       & (rest <= np.uint64(DELTA_ALONE << 16)))
+        return fit, busy
+
+    def chain(self, at: np.ndarray, lengths: np.ndarray,
+              heads: np.ndarray) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The records among candidate ring headers at the 8-byte words ``at`` (sorted,
+        the first record at word 0; every record's header among them), given each
+        one's length word and delta head word (`fits`): each record's word, the word
+        where it ends and whether it is busy; None when numpy cannot tell."""
+        fit, busy = self.fits(lengths, heads)
+        if not fit.all():
+            at, lengths, busy = at[fit], lengths[fit], busy[fit]
+        steps = ((lengths & np.uint32(_LENGTH)) + np.uint32(RING_HEADER_BYTES + 7)) >> np.uint32(3)
+        found = record_chain(at, steps, 0)
+        if found is None:
+            return None
+        words, ends, kept = found
+        return words, ends, busy if kept is None else busy[kept]
+
 
 def record_steps(length_words: np.ndarray) -> np.ndarray:
     """`record_end` of each length word."""
@@ -72,20 +104,22 @@ def record_steps(length_words: np.ndarray) -> np.ndarray:
     return (length + RING_HEADER_BYTES + 7) & ~7
 
 
-def record_chain(starts: np.ndarray, steps: np.ndarray, first: int,
-                 rounds: int = 8) -> Optional[tuple[np.ndarray, np.ndarray]]:
+def record_chain(starts: np.ndarray, steps: np.ndarray, first: int, rounds: int = 8
+                 ) -> Optional[tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]]:
     """The records from ``first`` on, given ``starts`` (sorted positions that include
     those of every record up to where the chain leaves them) and each one's step to the
-    next: the chain of steps from ``first``, as its positions and where each one ends;
-    None when a candidate that is no record could not be ruled out in ``rounds`` rounds
-    (the caller then walks).
+    next: the chain of steps from ``first``, as its positions, where each one ends and
+    which of ``starts`` they are (None: all of them); None when a candidate that is no
+    record could not be ruled out in ``rounds`` rounds (the caller then walks).
 
     A position no other candidate steps to cannot be a record unless it is ``first``;
     dropping those, round after round, leaves exactly the chain (a false candidate
     survives a round only if another false one, earlier, steps to it)."""
-    pos, nxt = starts, starts + steps
+    pos = starts.astype(np.int64, copy=False)
+    nxt = pos + steps
     if len(pos) and pos[0] == first and np.array_equal(nxt[:-1], pos[1:]):
-        return pos, nxt   # no false candidate: the usual case
+        return pos, nxt, None   # no false candidate: the usual case
+    kept = np.arange(len(pos))
     for _ in range(rounds):
         at = np.searchsorted(pos, nxt)
         inside = at < len(pos)
@@ -95,9 +129,9 @@ def record_chain(starts: np.ndarray, steps: np.ndarray, first: int,
         reached |= pos == first
         if reached.all():
             if len(pos) and pos[0] == first and np.array_equal(nxt[:-1], pos[1:]):
-                return pos, nxt
+                return pos, nxt, kept
             return None
-        pos, nxt = pos[reached], nxt[reached]
+        pos, nxt, kept = pos[reached], nxt[reached], kept[reached]
     return None
 
 
@@ -127,19 +161,24 @@ def offsets(raw: bytes, shape: Optional[RecordShape] = None) -> tuple[np.ndarray
     if shape is not None and raw:
         lengths = np.frombuffer(raw, "<u4")[0::2]
         at = np.flatnonzero(shape.plausible(lengths))
-        at = at[at + shape.head_slot < len(lengths)]
-        at = at[shape.matches(lengths[at], np.frombuffer(raw, "<u8")[at + shape.head_slot])]
-        found = record_chain(at * 8, record_steps(lengths[at]), 0)
-        if found is not None and found[1][-1] == len(raw):
-            return found[0] + RING_HEADER_BYTES, np.ones(len(found[0]), bool)
+        at = at[:np.searchsorted(at, len(lengths) - shape.head_slot)]
+        found = shape.chain(at, lengths[at], np.frombuffer(raw, "<u8")[at + shape.head_slot])
+        if found is not None and found[1][-1] * 8 == len(raw) and not found[2].any():
+            return found[0] * 8 + RING_HEADER_BYTES, np.ones(len(found[0]), bool)
     return _walk(raw)
 
 
-def cut_records(raw: bytes, shape: RecordShape, max_bytes: int) -> list[tuple[bytes, int]]:
+def cut_records(raw, shape: RecordShape, max_bytes: int,
+                starts: Optional[np.ndarray] = None) -> list[tuple[bytes, int]]:
     """``raw`` (ring records) cut between records into consecutive pieces of about
     ``max_bytes`` (a record longer than that is a piece of its own), each with the
-    submitted events it holds.  Raises ValueError where ``raw`` is no run of records."""
-    starts, kept = offsets(raw, shape)
+    submitted events it holds; ``starts``: where each of its records starts (its ring
+    header; all submitted), when the caller found them.  Raises ValueError where
+    ``raw`` is no run of records."""
+    if starts is None:
+        starts, kept = offsets(raw, shape)
+    else:
+        starts, kept = starts + RING_HEADER_BYTES, np.ones(len(starts), bool)
     if len(raw) <= max_bytes:
         return [(raw, int(kept.sum()))]
     heads = starts - RING_HEADER_BYTES

@@ -31,7 +31,7 @@ import numpy as np
 from ctracer.deltas import RecordShape, offsets
 from ctracer.errors import CommandNotFound, InputFileError
 from ctracer.event import (FLAG_READ_FAILED, HEADER, RING_HEADER_BYTES, FunctionRow,
-                           event_size)
+                           compact_size, delta_words, event_size)
 from ctracer.probes import ProbeProgram
 from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
@@ -98,10 +98,18 @@ POLL_MS = 50
 
 
 class EventSink:
-    """Takes the raw events from the ring buffer callback and hands them to the trace
-    file: while recording, the callback's work is only to keep the bytes (so the
-    consumer keeps up with busy programs and loses less); every `COMMIT_S` seconds they
-    are committed as they are (the trace file keeps them raw: its readers decode them)."""
+    """Takes the raw events from the ring buffer and hands them to the trace file: while
+    recording, its work is only to keep the bytes and count them (so the consumer keeps
+    up with busy programs and loses less); they are committed as they are (the trace
+    file keeps them raw: its readers decode them) every `COMMIT_S` seconds, and compact
+    events also whenever a spool row's worth has come.
+
+    Compact events from the mapped ring are copied straight into the row being filled
+    (`space`, then `taken`), a buffer made once: a take touches no fresh memory, the
+    records are copied once from the ring, and the row goes to SQLite as it is, cut
+    between records (the trace file's rows are `TraceWriter.SPOOL_ROW_BYTES` at most)
+    without finding the records again.  Events given as bytes (`__call__`: libbpf's
+    per-event callback, whole events) are gathered and counted a batch at a time."""
 
     BATCH = 4096
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
@@ -119,8 +127,9 @@ class EventSink:
         #: where each record of ``pending`` starts (compact events), while known
         self.pending_starts: list[np.ndarray] = []
         self.starts_known = True
-        self.held: list[bytes] = []   # counted, not yet committed
-        self.held_events = 0          # the compact records in ``held``
+        #: counted, not yet committed: batches (whole events), or compact rows with
+        #: their events and where their records start (None: not known)
+        self.held: list[tuple[bytes, Optional[int], Optional[np.ndarray]]] = []
         self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
         #: compact events come as the ring's records (any length, 8-byte aligned)
@@ -130,11 +139,23 @@ class EventSink:
         # object address and flags of each event of a batch, unpacked in one C loop
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
                                     f"{self.size - flags.offset - 1}x")
+        self._object_at = RING_HEADER_BYTES + obj.offset
+        self._flags_at = RING_HEADER_BYTES + flags.offset
+        if self.compact:
+            #: the spool row being filled with compact ring records, its bytes used
+            #: and the events in them
+            self.row = np.empty(writer.SPOOL_ROW_BYTES, np.uint8)
+            self.row_used = 0
+            self.row_events = 0
+            #: the most bytes one ring record takes (a compact event carrying every word)
+            self.max_record = (RING_HEADER_BYTES + compact_size(
+                program.mini, program.nargs, delta_words(program.mini, program.nargs))
+                + 7) & ~7
 
     def __call__(self, raw: bytes, starts=None) -> None:
-        """Take one or more whole events, back to back (a batch from the mapped ring
-        buffer, or one event from libbpf's per-event callback); ``starts``: where each
-        ring record of a compact batch starts, when the ring already found them."""
+        """Take one or more whole events, back to back (a batch of the ring buffer, or
+        one event from libbpf's per-event callback); ``starts``: where each ring record
+        of a compact batch starts, when the ring already found them."""
         if starts is None:
             self.starts_known = False
         elif self.starts_known:
@@ -147,27 +168,53 @@ class EventSink:
         if self.pending_bytes >= self.BATCH * self.size:
             self._take()
 
-    def _take_records(self, batch: bytes, starts: Optional[np.ndarray]) -> None:
-        """Count a batch of ring records (compact events) and their objects, with numpy
-        over their headers (``starts``: where the ring found them, else found here)."""
+    def space(self) -> np.ndarray:
+        """Where the mapped ring copies the next compact records (then `taken`): the
+        free part of the row being filled, empty once a record might not fit (`flush`
+        then commits the row) or while events given as bytes wait."""
+        if self.pending or len(self.row) - self.row_used < self.max_record:
+            return self.row[:0]
+        return self.row[self.row_used:]
+
+    def taken(self, nbytes: int, starts: np.ndarray) -> None:
+        """``nbytes`` of whole ring records were copied to the start of `space`, each
+        starting (its ring header) at ``starts`` from there."""
+        events = self._count(self.row[self.row_used:self.row_used + nbytes], starts)
+        self.row_used += nbytes
+        self.row_events += events
+
+    def _count(self, records: np.ndarray, starts: Optional[np.ndarray]) -> int:
+        """Count compact ring records (uint8, whole records; ``starts``: where each
+        one's ring header is, None: found here) and their objects; how many."""
         if starts is None:
-            starts, kept = offsets(batch, self.shape)
-            starts = starts[kept]
-        else:
-            starts = starts + RING_HEADER_BYTES
-        data = np.frombuffer(batch, np.uint8)
-        obj, flags = HEADER.field("object").offset, HEADER.field("flags").offset
-        read = (data[starts + flags] & FLAG_READ_FAILED) == 0
-        at = starts[read] + obj
-        if len(batch) % 8 == 0 and not np.any(at & 7):
+            starts, kept = offsets(records, self.shape)
+            starts = starts[kept] - RING_HEADER_BYTES
+        if not len(starts):
+            return 0
+        read = (records[starts + self._flags_at] & FLAG_READ_FAILED) == 0
+        if self._object_at % 8 == 0:
             # ring records are 8-byte aligned, and so is the object's address in them:
             # one gather of words, not of eight bytes each
-            objects = np.frombuffer(batch, "<u8")[at >> 3]
+            objects = records.view("<u8")[(starts + self._object_at) >> 3]
         else:
-            objects = data[at[:, None] + np.arange(8)].view("<u8").ravel()
-        self.counts.objects.update(np.unique(objects).tolist())
+            objects = records[(starts + self._object_at)[:, None] + np.arange(8)] \
+                .view("<u8").ravel()
+        if not read.all():
+            objects = objects[read]
+        if len(objects):
+            # the few objects of a batch come in runs: unique over the runs' first ones
+            first = np.empty(len(objects), bool)
+            first[0] = True
+            np.not_equal(objects[1:], objects[:-1], out=first[1:])
+            self.counts.objects.update(np.unique(objects[first]).tolist())
         self.counts.events += len(starts)
-        self.held_events += len(starts)
+        return len(starts)
+
+    def _hold_row(self) -> None:
+        """Set the row being filled aside (as bytes) to be committed, and start anew."""
+        if self.row_used:
+            self.held.append((self.row[:self.row_used].tobytes(), self.row_events, None))
+        self.row_used = self.row_events = 0
 
     def _take(self) -> None:
         if self.pending and self.compact:
@@ -175,13 +222,20 @@ class EventSink:
             starts = np.concatenate(self.pending_starts) \
                 if self.starts_known and self.pending_starts else None
             self.pending_starts, self.starts_known = [], True
-            self.held.append(batch)
-            self._take_records(batch, starts)
+            if len(batch) > len(self.row) - self.row_used:
+                self._hold_row()
+            if len(batch) > len(self.row):   # more than a row: kept as it came
+                records = np.frombuffer(batch, np.uint8)
+                self.held.append((batch, self._count(records, starts), starts))
+            else:
+                self.row[self.row_used:self.row_used + len(batch)] = \
+                    np.frombuffer(batch, np.uint8)
+                self.taken(len(batch), starts)
         elif self.pending:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
             if len(batch) % self.size:
                 raise RuntimeError("an event of unexpected size came out of the ring buffer")
-            self.held.append(batch)
+            self.held.append((batch, None, None))
             if self.watcher is not None:
                 self.watcher.events(batch, self.size)
             objects = self.counts.objects
@@ -191,21 +245,30 @@ class EventSink:
             self.counts.events += len(batch) // self.size
 
     def flush(self, commit: bool = False, delivered_before_ns: Optional[int] = None) -> None:
-        """Count what arrived; commit it when `COMMIT_S` has passed (or ``commit``),
-        outside the ring buffer's callback.  ``delivered_before_ns``: every event
-        stamped until then has arrived (`ProbeSession.delivered_before_ns`), so the tail
-        may print those."""
+        """Count what arrived; commit it when `COMMIT_S` has passed, a compact row is
+        full, or ``commit``, outside the ring buffer's callback.
+        ``delivered_before_ns``: every event stamped until then has arrived
+        (`ProbeSession.delivered_before_ns`), so the tail may print those."""
         self._take()
         if self.tail is not None:
             self.tail.release(final=commit, delivered_before_ns=delivered_before_ns)
         now = time.monotonic()
-        if commit or now - self.last_commit >= self.COMMIT_S:
+        full = self.compact and len(self.row) - self.row_used < self.max_record
+        if commit or full or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
-            batch, self.held = b"".join(self.held), []
-            events, self.held_events = self.held_events, 0
             if self.watcher is not None:
                 self.watcher.flush(self.writer.db)
-            self.writer.add_raw(batch, events if self.compact else None)
+            if not self.compact:
+                batch, self.held = b"".join(raw for raw, _, _ in self.held), []
+                self.writer.add_raw(batch)
+                return
+            held, self.held = self.held, []
+            for raw, events, starts in held:
+                self.writer.add_raw(raw, events, starts)
+            if self.row_used:
+                used, events = self.row_used, self.row_events
+                self.row_used = self.row_events = 0
+                self.writer.add_raw(memoryview(self.row)[:used], events)
 
 
 class Progress:

@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from ctracer.deltas import RecordShape, record_chain, record_steps
+from ctracer.deltas import RecordShape
 
 #: include/uapi/linux/bpf.h
 BUSY_BIT = 1 << 31
@@ -102,6 +102,13 @@ class MappedRing:
         data = (ctypes.c_uint8 * (2 * ring_bytes)).from_address(self._producer + page)
         self._data = np.frombuffer(data, dtype=np.uint8)
         self._words = (ctypes.c_uint32 * (ring_bytes // 4)).from_address(self._producer + page)
+        # for `_find_records`: the upper half of every 8-byte word, a row per page of
+        # the data (mapped twice), each row's page in the ring, and room for a mark per
+        # word of a take, made once (a take touches no fresh memory)
+        self._page_words = self._data.view("<u4").reshape(-1, page // 4)[:, 1::2]
+        self._row_pages = (np.arange(2 * self._ring_pages) % self._ring_pages).astype(np.uint32)
+        self._hits = np.empty((self._ring_pages + 1) * (page // 8), bool) \
+            if whole and shape is not None else None
         self._poller = select.epoll()
         self._poller.register(fd, select.EPOLLIN)
 
@@ -139,40 +146,66 @@ class MappedRing:
         self._consumer_pos.value = consumer + count * self.stride
         return payload, count
 
+    def take_into(self, out: np.ndarray, limit: int = 0) -> tuple[int, int]:
+        """Like `take` for whole records (compact events), but copied into the start of
+        ``out`` (uint8; as many records as fit, so a caller's buffer is reused and no
+        memory is freshly touched per take): the bytes copied and the records taken."""
+        self.starts = None
+        claimed = self._claim_whole(limit, len(out))
+        if claimed is None:
+            return 0, 0
+        consumer, end, count = claimed
+        start = consumer & self._mask
+        out[:end] = self._data[start:start + end]
+        self._consumer_pos.value = consumer + end
+        return end, count
+
     def _take_whole(self, limit: int) -> tuple[bytes, int]:
         """The records submitted since the last call, as the ring holds them (each its
-        8-byte header, then its event, padded to 8 bytes), in one copy.  With the
-        records' `shape`, numpy finds them (`_find_records`); else a walk from one
-        length to the next finds where the first record not yet submitted is."""
+        8-byte header, then its event, padded to 8 bytes), in one copy."""
+        claimed = self._claim_whole(limit, None)
+        if claimed is None:
+            return b"", 0
+        consumer, end, count = claimed
+        start = consumer & self._mask
+        taken = self._data[start:start + end].tobytes()
+        self._consumer_pos.value = consumer + end
+        return taken, count
+
+    def _claim_whole(self, limit: int, room: Optional[int]) -> Optional[tuple[int, int, int]]:
+        """Where the records to take begin (the consumer's position), how many bytes
+        and how many records they are (at most ``limit`` records and ``room`` bytes
+        when given), every one's header seen submitted; None when there is none.  With
+        the records' `shape`, numpy finds them (`_find_records`); else a walk from one
+        length to the next finds where the first record not yet submitted is.  The
+        caller copies them, then moves the consumer's position past them: a payload
+        must be read after its header says it is there."""
         consumer = self._consumer_pos.value
         producer = self._producer_pos.value
         if producer == consumer:
             self.drained = True
-            return b"", 0
+            return None
         span = producer - consumer
         window = span
         if limit:  # look only as far as ``limit`` records are likely to reach
             window = min(span, int(limit * self._record_guess * 1.25) + 4096 & ~7)
+        if room is not None:
+            window = min(window, room & ~7)
         found = self._find_records(consumer, window, window == span) \
-            if self.shape is not None else None
+            if self.shape is not None and window else None
         if found is None:
-            return self._walk_whole(consumer, producer, limit)
+            return self._walk_whole(consumer, producer, limit, room)
         starts, ends, busy = found
         cut = int(np.argmax(busy)) if busy.any() else len(starts)
         self.drained = cut == len(starts) and window == span
         if limit and cut > limit:
             cut, self.drained = limit, False
         if not cut:
-            return b"", 0
+            return None
         end = int(ends[cut - 1])
         self._record_guess = max(8.0, end / cut)
-        # copied now, after every header before ``end`` was seen submitted: a payload
-        # must be read after its header says it is there
-        start = consumer & self._mask
-        taken = self._data[start:start + end].tobytes()
-        self._consumer_pos.value = consumer + end
         self.starts = starts[:cut]
-        return taken, cut
+        return consumer, end, cut
 
     def _find_records(self, consumer: int, window: int, whole: bool):
         """The records in the ``window`` bytes from the consumer's position, each one's
@@ -182,40 +215,46 @@ class MappedRing:
         position, so the records must end there exactly.
 
         A record's header also holds the page of the kernel's ring it lies in
-        (``pg_off``, after the length): a word of event data is seldom taken for a
-        header, where one is, the shape of a submitted compact record (or the busy bit
-        of one not yet submitted) must match, and `record_chain` rules out the rest."""
+        (``pg_off``, after the length): one comparison of every word's upper half with
+        its page's (a row of words per page) finds the few words of event data that
+        could be a header; where one is, the shape of a compact record (or the busy bit
+        of one not yet submitted) must match (`RecordShape.chain`), and
+        `ctracer.deltas.record_chain` rules out the rest."""
         start = consumer & self._mask
+        page = mmap.PAGESIZE
         halves = self._data[start:start + window].view("<u4")
-        lengths, pages = halves[0::2], halves[1::2]
-        first_page = int(pages[0]) - (start >> 12)
-        # pg_off of a header: first_page + its page in the ring (pages in the ring: one
-        # cheap test over every word, then the exact page on the few that pass)
-        at = np.flatnonzero((pages - np.uint32(first_page)).astype(np.uint32)
-                            < np.uint32(self._ring_pages))
-        at = at[pages[at] == first_page + (((at * 8 + start) & self._mask) >> 12)]
-        length = lengths[at]            # read once: a busy record may be submitted now
-        busy = (length & np.uint32(BUSY_BIT)) != 0
-        head = at + self.shape.head_slot
-        inside = head < len(lengths)
-        shaped = np.zeros(len(at), bool)
-        submitted = inside & ~busy
-        words = self._data[start:start + window].view("<u8")
-        shaped[submitted] = self.shape.plausible(length[submitted]) & self.shape.matches(
-            length[submitted], words[head[submitted]])
-        keep = busy | shaped
-        at, length, busy = at[keep], length[keep], busy[keep]
-        found = record_chain(at * 8, record_steps(length), 0)
+        ring_page = int(halves[1]) - start // page   # pg_off of the ring's first page
+        if ring_page < 0:
+            return None
+        top, bottom = start // page, -(-(start + window) // page)
+        per_row = page // 8
+        hits = self._hits[:(bottom - top) * per_row]
+        np.equal(self._page_words[top:bottom],
+                 (self._row_pages[top:bottom] + np.uint32(ring_page))[:, None],
+                 out=hits.reshape(bottom - top, per_row))
+        at = np.flatnonzero(hits) - (start - top * page) // 8
+        at = at[np.searchsorted(at, 0):np.searchsorted(at, window // 8)]
+        # a record's delta head, read where it would be: a few words past the window
+        # (still inside the doubled mapping; none needed there: such a record is not
+        # whole in the window)
+        head_slot = self.shape.head_slot
+        words = self._data[start:start + min(window + 8 * head_slot,
+                                             2 * (self._mask + 1) - start)].view("<u8")
+        heads = at + head_slot
+        if len(words) < window // 8 + head_slot:
+            np.minimum(heads, len(words) - 1, out=heads)
+        lengths = halves[0::2][at]   # read once: a busy record may be submitted now
+        found = self.shape.chain(at, lengths, words[heads])
         if found is None:
             return None
-        chain, ends = found
-        if whole and ends[-1] != window:
+        starts, ends, busy = found
+        if whole and ends[-1] * 8 != window:
             return None
-        complete = ends <= window
-        index = np.searchsorted(at * 8, chain[complete])
-        return chain[complete], ends[complete], busy[index]
+        complete = np.searchsorted(ends, window // 8, side="right")
+        return starts[:complete] * 8, ends[:complete] * 8, busy[:complete]
 
-    def _walk_whole(self, consumer: int, producer: int, limit: int) -> tuple[bytes, int]:
+    def _walk_whole(self, consumer: int, producer: int, limit: int,
+                    room: Optional[int]) -> Optional[tuple[int, int, int]]:
         words, mask = self._words, self._mask
         at, count = consumer, 0
         self.drained = True
@@ -227,14 +266,15 @@ class MappedRing:
             if length & BUSY_BIT:
                 self.drained = False
                 break
-            at += ((length & _LENGTH) + HEADER_BYTES + 7) & ~7
+            step = ((length & _LENGTH) + HEADER_BYTES + 7) & ~7
+            if room is not None and at + step - consumer > room:
+                self.drained = False
+                break
+            at += step
             count += 1
         if not count:
-            return b"", 0
-        start = consumer & self._mask
-        span = self._data[start:start + (at - consumer)].tobytes()
-        self._consumer_pos.value = at
-        return span, count
+            return None
+        return consumer, at - consumer, count
 
     def close(self) -> None:
         if self._poller is None:

@@ -135,11 +135,15 @@ class TraceWriter:
         if self._decoder is None:
             self._decoder = RawDecoder.from_meta(self._meta)
 
-    def add_raw(self, raw: bytes, events: Optional[int] = None) -> None:
-        """Commit raw events (the ring buffer's bytes, back to back) to the spool;
-        ``events``: how many records ``raw`` holds when the caller knows (a compact
-        batch is committed in one row, not counted again)."""
-        if not raw:
+    def add_raw(self, raw, events: Optional[int] = None,
+                starts: Optional[Any] = None) -> None:
+        """Commit raw events (the ring buffer's bytes, back to back: bytes or any
+        bytes-like object, copied before this returns) to the spool; ``events``: how
+        many records ``raw`` holds when the caller knows (a compact batch of at most
+        `SPOOL_ROW_BYTES` is then committed in one row, not counted again); ``starts``:
+        where each of its ring records starts, when known (a longer compact batch is
+        then cut into rows without finding its records again)."""
+        if not len(raw):
             return
         self.expect_raw()
         size = self._decoder.size
@@ -152,14 +156,19 @@ class TraceWriter:
             step = self.SPOOL_ROW_EVENTS * size
             rows = [(raw[at:at + step], None) for at in range(0, len(raw), step)]
         else:
-            rows = self._compact_rows(raw, events)
+            rows = self._compact_rows(raw, events, starts)
         for row, count in rows:
-            # each row committed on its own
-            self.db.execute("INSERT INTO spool(raw) VALUES (?)", (row,))
+            # each row committed on its own, written into its blob in place (SQLite
+            # would otherwise copy a bound blob twice before writing it)
+            cursor = self.db.execute("INSERT INTO spool(raw) VALUES (zeroblob(?))",
+                                     (len(row),))
+            with self.db.blobopen("spool", "raw", cursor.lastrowid) as blob:
+                blob.write(row)
             self.db.commit()
             self.events_spooled += count if count is not None else self._decoder.count(row)
 
-    def _compact_rows(self, raw: bytes, events: Optional[int]) -> list[tuple[bytes, Any]]:
+    def _compact_rows(self, raw, events: Optional[int],
+                      starts: Optional[Any]) -> list[tuple[Any, Any]]:
         """``raw`` (compact ring records) cut between records into rows of about
         `SPOOL_ROW_BYTES`, each with the events it holds (None: to be counted)."""
         if len(raw) <= self.SPOOL_ROW_BYTES:
@@ -167,7 +176,8 @@ class TraceWriter:
         from ctracer.deltas import cut_records
 
         try:
-            return list(cut_records(raw, self._decoder.deltas.shape, self.SPOOL_ROW_BYTES))
+            return list(cut_records(raw, self._decoder.deltas.shape, self.SPOOL_ROW_BYTES,
+                                    starts))
         except ValueError:
             return [(raw, None)]  # counting it says what is wrong with it
 
