@@ -72,13 +72,22 @@ class RecordShape:
         `matches`; a busy one (its event not written yet) has a plausible length.  The
         two tests in fewer passes: with ``room``, the bytes of words its length says it
         carries, the head's word count (bits 32-47) minus ``room / 8`` leaves only the
-        kind and the pad (bits 48-63), and those are at most `DELTA_ALONE` and 0."""
-        busy = lengths >= np.uint32(RING_BUSY_BIT)
-        room = (lengths & np.uint32(~RING_BUSY_BIT & 0xffffffff)) - np.uint32(self.words_at)
-        fit = (room <= np.uint32(8 * self.max_words)) & ((room & np.uint32(7)) == 0)
+        kind and the pad (bits 48-63), and those are at most `DELTA_ALONE` and 0; a
+        length with the busy bit fails, and the few that failed are looked at again."""
+        room = lengths - np.uint32(self.words_at)
         rest = (heads >> np.uint64(32)) - (room >> np.uint32(3))
-        fit &= busy | (((rest & np.uint64(0xffff)) == 0)
-                       & (rest <= np.uint64(DELTA_ALONE << 16)))
+        fit = (room <= np.uint32(8 * self.max_words)) & ((room & np.uint32(7)) == 0)
+        fit &= (rest & np.uint64(0xffff)) == 0
+        fit &= rest <= np.uint64(DELTA_ALONE << 16)
+        busy = np.zeros(len(fit), bool)
+        failed = np.flatnonzero(~fit)
+        if len(failed):
+            length = lengths[failed]
+            room = (length & np.uint32(~RING_BUSY_BIT & 0xffffffff)) - np.uint32(self.words_at)
+            held = failed[(length >= np.uint32(RING_BUSY_BIT))
+                          & (room <= np.uint32(8 * self.max_words))
+                          & ((room & np.uint32(7)) == 0)]
+            fit[held] = busy[held] = True
         return fit, busy
 
     def chain(self, at: np.ndarray, lengths: np.ndarray,

@@ -12,6 +12,7 @@ import mmap
 import os
 import struct
 
+import numpy as np
 import pytest
 
 from ctracer.deltas import RecordShape
@@ -162,3 +163,33 @@ def test_a_limit_takes_the_same_records_with_numpy_as_with_the_walk(whole_ring):
         assert ring.drained
     assert takes[True] == takes[False]
     assert [count for _span, count in takes[True]] == [7] * 8 + [4, 0, 0]
+
+
+def test_take_into_copies_what_take_gives_a_room_at_a_time(whole_ring):
+    rings, put, produce, consume = whole_ring
+    pos = start = RING - 1496   # across the ring's end
+    heads = []
+    for i in range(50):
+        heads.append(pos - start)
+        pos = put(pos, compact(i, [i] * (i % WORDS)))
+    produce(pos)
+    for shaped, ring in rings.items():
+        consume(start)
+        whole, count = ring.take()
+        assert count == 50
+        consume(start)
+        if shaped:
+            ring._walk_whole = None   # numpy must find them alone
+        out = np.zeros(700, np.uint8)
+        got, taken = b"", 0
+        assert ring.take_into(out[:40]) == (0, 0)   # the first record does not fit
+        while True:
+            copied, records = ring.take_into(out)
+            if not records:
+                break
+            assert 0 < copied <= len(out)
+            if shaped:   # where each record starts, in what was copied
+                assert (ring.starts + len(got)).tolist() == heads[taken:taken + records]
+            got += out[:copied].tobytes()
+            taken += records
+        assert got == whole and taken == 50 and ring.drained

@@ -547,26 +547,11 @@ class ProbeSession:
 
     def _take(self, limit: int) -> int:
         """Hand what the mapped ring holds (at most ``limit`` records) to `on_event`
-        in one piece; the number of records taken.  Compact records go straight into
-        the sink's row (`ctracer.record.recorder.EventSink.space`) while it has room."""
+        (`ctracer.record.ringbuf.MappedRing.deliver`); the number of records taken."""
         began = time.monotonic_ns()
-        space = getattr(self.on_event, "space", None) if self._ring.whole else None
-        room = space() if space is not None else None
-        if room is not None and len(room):
-            copied, taken = self._ring.take_into(room, limit)
-            if self._ring.drained:
-                self.delivered_before_ns = began
-            if copied:
-                self.on_event.taken(copied, self._ring.starts)
-            return taken
-        events, taken = self._ring.take(limit)
+        taken = self._ring.deliver(self.on_event, limit)
         if self._ring.drained:
             self.delivered_before_ns = began
-        if events:
-            if self._ring.starts is not None:
-                self.on_event(events, starts=self._ring.starts)
-            else:
-                self.on_event(events)
         return taken
 
     def _stop_emitting(self) -> None:

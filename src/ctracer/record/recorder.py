@@ -140,6 +140,8 @@ class EventSink:
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
                                     f"{self.size - flags.offset - 1}x")
         self._object_at = RING_HEADER_BYTES + obj.offset
+        #: the objects counted so far, sorted (compact events: `_count`)
+        self._known_objects = np.zeros(0, np.uint64)
         self._flags_at = RING_HEADER_BYTES + flags.offset
         if self.compact:
             #: the spool row being filled with compact ring records, its bytes used
@@ -202,11 +204,21 @@ class EventSink:
         if not read.all():
             objects = objects[read]
         if len(objects):
-            # the few objects of a batch come in runs: unique over the runs' first ones
+            # the few objects of a batch come in runs, and most were seen before: the
+            # runs' first ones looked up among those (sorted), the new ones added
             first = np.empty(len(objects), bool)
             first[0] = True
             np.not_equal(objects[1:], objects[:-1], out=first[1:])
-            self.counts.objects.update(np.unique(objects[first]).tolist())
+            objects = objects[first]
+            known = self._known_objects
+            if len(known):
+                at = np.searchsorted(known, objects)
+                np.minimum(at, len(known) - 1, out=at)
+                objects = objects[known[at] != objects]
+            if len(objects):
+                objects = np.unique(objects)
+                self.counts.objects.update(objects.tolist())
+                self._known_objects = np.union1d(known, objects)
         self.counts.events += len(starts)
         return len(starts)
 

@@ -146,6 +146,28 @@ class MappedRing:
         self._consumer_pos.value = consumer + count * self.stride
         return payload, count
 
+    def deliver(self, on_event, limit: int = 0) -> int:
+        """Hand the records submitted since the last call (at most ``limit``) to
+        ``on_event`` in one piece; the number taken.  Whole records go straight into
+        the consumer's buffer where it offers one (``on_event.space()``: the free part
+        of its buffer, then ``on_event.taken(bytes, starts)``; see
+        `ctracer.record.recorder.EventSink`), else ``on_event(bytes, starts=...)``
+        gets a copy (also when that buffer is full)."""
+        space = getattr(on_event, "space", None) if self.whole else None
+        room = space() if space is not None else None
+        if room is not None and len(room):
+            copied, taken = self.take_into(room, limit)
+            if copied:
+                on_event.taken(copied, self.starts)
+            return taken
+        events, taken = self.take(limit)
+        if events:
+            if self.starts is not None:
+                on_event(events, starts=self.starts)
+            else:
+                on_event(events)
+        return taken
+
     def take_into(self, out: np.ndarray, limit: int = 0) -> tuple[int, int]:
         """Like `take` for whole records (compact events), but copied into the start of
         ``out`` (uint8; as many records as fit, so a caller's buffer is reused and no
@@ -222,6 +244,8 @@ class MappedRing:
         `ctracer.deltas.record_chain` rules out the rest."""
         start = consumer & self._mask
         page = mmap.PAGESIZE
+        if start & 7:   # the kernel's records are 8-byte aligned: this is no ring of them
+            return None
         halves = self._data[start:start + window].view("<u4")
         ring_page = int(halves[1]) - start // page   # pg_off of the ring's first page
         if ring_page < 0:

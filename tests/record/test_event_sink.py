@@ -1,0 +1,145 @@
+"""The recorder's reading path for compact events, without BPF: a ring laid out as the
+kernel lays one out (in a memory file), delivered by `ctracer.record.ringbuf.MappedRing`
+into `ctracer.record.recorder.EventSink`'s reused row, committed by `ctracer.tracefile.TraceWriter`: the spool rows, joined, are
+every record in the ring's order, none much longer than a row, and the events and objects
+counted are those of the records — whether the records went straight into the row or,
+when it was full (a drain at the end takes everything at once), as bytes."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sqlite3
+import struct
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ctracer.deltas import RecordShape, offsets
+from ctracer.event import (DELTA_CHANGED, DELTA_FIXED, FLAG_READ_FAILED, HEADER, Field,
+                           Layout, delta_words)
+from ctracer.record import ringbuf
+from ctracer.record.recorder import EventSink, ProgressCounts
+from ctracer.tracefile import TraceWriter
+
+RING = 1 << 16
+MINI = Layout.packed_in_order("ctracer__mini_s", [Field(f"f{i}", "u64", 0) for i in range(20)])
+WORDS = delta_words(MINI)
+ROW = 4096   # a small spool row, so that a few dozen records fill one
+FIRST_PAGE = 7
+
+
+class _NoPoll:
+    """A memory file cannot be polled; the takes do not need it."""
+
+    def register(self, fd, events):
+        pass
+
+    def close(self):
+        pass
+
+
+def event(ts: int, obj: int, words: int, failed: bool = False) -> bytes:
+    """A compact event of object ``obj`` carrying ``words`` words (without ring header)."""
+    fixed = bytearray(DELTA_FIXED)
+    struct.pack_into("<QQ", fixed, 0, ts, obj)
+    if failed:
+        fixed[HEADER.field("flags").offset] = FLAG_READ_FAILED
+    return bytes(fixed) + struct.pack("<IHBBQ", 0, words, DELTA_CHANGED, 0,
+                                      (1 << words) - 1) + \
+        b"".join(struct.pack("<Q", 0x80000000 | ts << 8 | w) for w in range(words))
+
+
+@pytest.fixture
+def reading(monkeypatch, tmp_path):
+    """A ring, a sink and a writer: ``put(event)`` writes a record where the producer
+    is (moving it), ``take(limit)`` delivers what the ring holds to the sink as the
+    recorder's polls do, ``drain()`` all of it at once, ``trace`` is the file's path."""
+    monkeypatch.setattr(ringbuf.select, "epoll", _NoPoll)
+    page = mmap.PAGESIZE
+    fd = os.memfd_create("ring")
+    os.ftruncate(fd, 2 * page + 2 * RING)
+    program = SimpleNamespace(mini=MINI, nargs=0, compact=True, ring_bytes=RING,
+                              filtered=False)
+    trace = tmp_path / "t.ctrace"
+    writer = TraceWriter(str(trace))
+    writer.SPOOL_ROW_BYTES = ROW
+    writer.set_meta(mini_layout=MINI.to_json(), event_encoding="compact", event_nargs=0)
+    writer.expect_raw()
+    counts = ProgressCounts()
+    sink = EventSink(program, writer, counts)
+    ring = ringbuf.MappedRing(fd, RING, 0, whole=True, shape=RecordShape(MINI))
+    producer = [0]
+
+    def put(ev: bytes) -> bytes:
+        pos = producer[0]
+        at = pos & (RING - 1)
+        record = struct.pack("<II", len(ev), FIRST_PAGE + at // page) + ev \
+            + bytes(-len(ev) % 8)
+        for half in (0, RING):   # the kernel's double mapping
+            first = min(len(record), RING - at)
+            os.pwrite(fd, record[:first], 2 * page + half + at)
+            os.pwrite(fd, record[first:], 2 * page + half)
+        producer[0] = pos + len(record)
+        os.pwrite(fd, struct.pack("<Q", producer[0]), page)
+        return record
+
+    def drain():
+        while ring.deliver(sink):
+            pass
+
+    yield SimpleNamespace(put=put, take=lambda limit: ring.deliver(sink, limit),
+                          drain=drain, sink=sink, writer=writer, counts=counts, trace=trace)
+    writer.close()
+    ring.close()
+    os.close(fd)
+
+
+def spool(trace) -> list[bytes]:
+    db = sqlite3.connect(str(trace))
+    rows = [raw for (raw,) in db.execute("SELECT raw FROM spool ORDER BY seq")]
+    db.close()
+    return rows
+
+
+def test_rows_hold_every_record_in_order_through_the_row_and_as_bytes(reading):
+    rng = np.random.default_rng(5)
+    sent, objects, events = [], set(), 0
+    for round_ in range(12):
+        for i in range(int(rng.integers(1, 60))):
+            failed = rng.random() < 0.1   # its object is not counted
+            obj = 0xdead0000 + events if failed else 0xffff0000 + int(rng.integers(0, 9)) * 64
+            sent.append(reading.put(event(events, obj, int(rng.integers(0, WORDS + 1)),
+                                          failed)))
+            events += 1
+            if not failed:
+                objects.add(obj)
+        if round_ % 4 == 3:
+            reading.drain()   # all at once: past a full row, as bytes
+        else:
+            reading.take(int(rng.integers(5, 40)))
+        reading.sink.flush(commit=round_ % 3 == 0)
+    reading.drain()
+    reading.sink.flush(commit=True)
+    rows = spool(reading.trace)
+    assert b"".join(rows) == b"".join(sent)
+    # a row is cut after the record that reaches its size, at the latest
+    assert max(len(r) for r in rows) <= ROW + reading.sink.max_record
+    assert len(rows) > 3
+    for row in rows:   # each a run of whole records
+        offsets(row, RecordShape(MINI))
+    assert reading.counts.events == events == reading.writer.events_spooled
+    assert reading.counts.objects == objects
+
+
+def test_the_ring_copies_into_the_row_until_a_record_might_not_fit(reading):
+    sink = reading.sink
+    sent = [reading.put(event(i, 0xa0, WORDS)) for i in range(60)]
+    reading.take(1000)
+    used = sink.row_used
+    assert 0 < used <= ROW and len(sink.row) - used < sink.max_record
+    assert not len(sink.space())   # full: the next take goes to bytes, or waits
+    assert bytes(sink.row[:used]) == b"".join(sent)[:used]
+    sink.flush()   # a full row is committed at once
+    assert sink.row_used == 0 and spool(reading.trace) == [b"".join(sent)[:used]]
