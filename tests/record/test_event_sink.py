@@ -1,9 +1,9 @@
 """The recorder's reading path for compact events, without BPF: a ring laid out as the
 kernel lays one out (in a memory file), delivered by `ctracer.record.ringbuf.MappedRing`
 into `ctracer.record.recorder.EventSink`'s reused row, committed by `ctracer.tracefile.TraceWriter`: the spool rows, joined, are
-every record in the ring's order, none much longer than a row, and the events and objects
-counted are those of the records — whether the records went straight into the row or,
-when it was full (a drain at the end takes everything at once), as bytes."""
+every record in the ring's order, none much longer than a row, the rows reused, and the events and objects
+counted are those of the records — whether the records went straight into the rows or,
+when too many waited, as bytes."""
 
 from __future__ import annotations
 
@@ -103,7 +103,12 @@ def spool(trace) -> list[bytes]:
     return rows
 
 
-def test_rows_hold_every_record_in_order_through_the_row_and_as_bytes(reading):
+def test_rows_hold_every_record_in_order_through_the_row_and_as_bytes(reading, monkeypatch):
+    reading.sink.MAX_WAITING_ROWS = 3   # soon reached: the rest of a drain comes as bytes
+    as_bytes = []
+    take = ringbuf.MappedRing.take
+    monkeypatch.setattr(ringbuf.MappedRing, "take",
+                        lambda ring, limit=0: as_bytes.append(take(ring, limit)) or as_bytes[-1])
     rng = np.random.default_rng(5)
     sent, objects, events = [], set(), 0
     for round_ in range(12):
@@ -131,15 +136,27 @@ def test_rows_hold_every_record_in_order_through_the_row_and_as_bytes(reading):
         offsets(row, RecordShape(MINI))
     assert reading.counts.events == events == reading.writer.events_spooled
     assert reading.counts.objects == objects
+    assert sum(count for _, count in as_bytes) > 20   # both ways were taken
 
 
-def test_the_ring_copies_into_the_row_until_a_record_might_not_fit(reading):
+def test_full_rows_wait_for_the_commit_and_are_filled_again(reading):
     sink = reading.sink
-    sent = [reading.put(event(i, 0xa0, WORDS)) for i in range(60)]
-    reading.take(1000)
-    used = sink.row_used
-    assert 0 < used <= ROW and len(sink.row) - used < sink.max_record
-    assert not len(sink.space())   # full: the next take goes to bytes, or waits
-    assert bytes(sink.row[:used]) == b"".join(sent)[:used]
-    sink.flush()   # a full row is committed at once
-    assert sink.row_used == 0 and spool(reading.trace) == [b"".join(sent)[:used]]
+    sent = b"".join(reading.put(event(i, 0xa0, WORDS)) for i in range(60))
+    reading.drain()
+    assert len(sink.waiting) > 1
+    record = len(sent) // 60   # every record the same size here
+    for row, used, events, _, _ in sink.waiting:   # full: the rest went on to another
+        assert 0 < ROW - used < sink.max_record and events * record == used
+    assert b"".join(bytes(row[:used]) for row, used, *_ in sink.waiting) \
+        + bytes(sink.row[:sink.row_used]) == sent
+    sink.flush()   # before COMMIT_S: nothing committed yet
+    assert not spool(reading.trace)
+    sink.flush(commit=True)
+    assert b"".join(spool(reading.trace)) == sent and not sink.waiting
+    rows = {id(sink.row)} | {id(r) for r in sink.spare_rows}
+    for i in range(200):   # the same rows are filled again: no new memory
+        reading.put(event(i, 0xa0, WORDS))
+        if i % 50 == 49:
+            reading.drain()
+            sink.flush(commit=True)
+    assert {id(sink.row)} | {id(r) for r in sink.spare_rows} == rows

@@ -100,19 +100,24 @@ POLL_MS = 50
 class EventSink:
     """Takes the raw events from the ring buffer and hands them to the trace file: while
     recording, its work is only to keep the bytes and count them (so the consumer keeps
-    up with busy programs and loses less); they are committed as they are (the trace
-    file keeps them raw: its readers decode them) every `COMMIT_S` seconds, and compact
-    events also whenever a spool row's worth has come.
+    up with busy programs and loses less); every `COMMIT_S` seconds they are committed
+    as they are (the trace file keeps them raw: its readers decode them).
 
-    Compact events from the mapped ring are copied straight into the row being filled
-    (`space`, then `taken`), a buffer made once: a take touches no fresh memory, the
-    records are copied once from the ring, and the row goes to SQLite as it is, cut
-    between records (the trace file's rows are `TraceWriter.SPOOL_ROW_BYTES` at most)
-    without finding the records again.  Events given as bytes (`__call__`: libbpf's
-    per-event callback, whole events) are gathered and counted a batch at a time."""
+    Compact events from the mapped ring are copied straight into the spool row being
+    filled (`space`, then `taken`): the records are copied once from the ring, and a
+    full row waits for the commit beside the next one, each a buffer of
+    `TraceWriter.SPOOL_ROW_BYTES` made once and reused (no memory freshly touched per
+    take once the recording's pace is reached); each row goes to SQLite as it is,
+    without finding its records again.  Committing every `COMMIT_S`, not each row as
+    it fills, leaves SQLite's log time to be folded into the file between commits, so
+    it starts over instead of growing as long as the recording.  Events given as bytes
+    (`__call__`: libbpf's per-event callback, whole events) are gathered and counted a
+    batch at a time."""
 
     BATCH = 4096
     COMMIT_S = 0.25          # at most this much of what was delivered is lost on SIGKILL
+    #: compact rows waiting beyond which they are committed at once (bounds the memory)
+    MAX_WAITING_ROWS = 64
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: ProgressCounts,
                  tail: Optional["Tail"] = None, watcher=None):
@@ -127,9 +132,11 @@ class EventSink:
         #: where each record of ``pending`` starts (compact events), while known
         self.pending_starts: list[np.ndarray] = []
         self.starts_known = True
-        #: counted, not yet committed: batches (whole events), or compact rows with
-        #: their events and where their records start (None: not known)
-        self.held: list[tuple[bytes, Optional[int], Optional[np.ndarray]]] = []
+        #: counted, not yet committed, in order: batches of whole events (bytes, None,
+        #: None, False), or compact records with the events they hold, where each
+        #: starts when known, and whether they fill one of the sink's rows (row, bytes
+        #: used, events, None, True)
+        self.waiting: list[tuple] = []
         self.last_commit = time.monotonic()
         self.size = event_size(program.mini, program.nargs)
         #: compact events come as the ring's records (any length, 8-byte aligned)
@@ -140,15 +147,16 @@ class EventSink:
         self._brief = struct.Struct(f"<{obj.offset}xQ{flags.offset - obj.offset - 8}xB"
                                     f"{self.size - flags.offset - 1}x")
         self._object_at = RING_HEADER_BYTES + obj.offset
+        self._flags_at = RING_HEADER_BYTES + flags.offset
         #: the objects counted so far, sorted (compact events: `_count`)
         self._known_objects = np.zeros(0, np.uint64)
-        self._flags_at = RING_HEADER_BYTES + flags.offset
         if self.compact:
             #: the spool row being filled with compact ring records, its bytes used
-            #: and the events in them
+            #: and the events in them; rows committed, to be filled again
             self.row = np.empty(writer.SPOOL_ROW_BYTES, np.uint8)
             self.row_used = 0
             self.row_events = 0
+            self.spare_rows: list[np.ndarray] = []
             #: the most bytes one ring record takes (a compact event carrying every word)
             self.max_record = (RING_HEADER_BYTES + compact_size(
                 program.mini, program.nargs, delta_words(program.mini, program.nargs))
@@ -172,11 +180,14 @@ class EventSink:
 
     def space(self) -> np.ndarray:
         """Where the mapped ring copies the next compact records (then `taken`): the
-        free part of the row being filled, empty once a record might not fit (`flush`
-        then commits the row) or while events given as bytes wait."""
-        if self.pending or len(self.row) - self.row_used < self.max_record:
-            return self.row[:0]
-        return self.row[self.row_used:]
+        free part of the row being filled (a fresh row once a record might not fit);
+        empty while events given as bytes wait, or while `MAX_WAITING_ROWS` wait
+        (`flush` then commits them)."""
+        if len(self.row) - self.row_used < self.max_record:
+            if self.pending or len(self.waiting) >= self.MAX_WAITING_ROWS:
+                return self.row[:0]
+            self._next_row()
+        return self.row[:0] if self.pending else self.row[self.row_used:]
 
     def taken(self, nbytes: int, starts: np.ndarray) -> None:
         """``nbytes`` of whole ring records were copied to the start of `space`, each
@@ -184,6 +195,14 @@ class EventSink:
         events = self._count(self.row[self.row_used:self.row_used + nbytes], starts)
         self.row_used += nbytes
         self.row_events += events
+
+    def _next_row(self) -> None:
+        """The row being filled waits for the commit; an empty one is filled next."""
+        if self.row_used:
+            self.waiting.append((self.row, self.row_used, self.row_events, None, True))
+            self.row = self.spare_rows.pop() if self.spare_rows \
+                else np.empty(len(self.row), np.uint8)
+        self.row_used = self.row_events = 0
 
     def _count(self, records: np.ndarray, starts: Optional[np.ndarray]) -> int:
         """Count compact ring records (uint8, whole records; ``starts``: where each
@@ -222,12 +241,6 @@ class EventSink:
         self.counts.events += len(starts)
         return len(starts)
 
-    def _hold_row(self) -> None:
-        """Set the row being filled aside (as bytes) to be committed, and start anew."""
-        if self.row_used:
-            self.held.append((self.row[:self.row_used].tobytes(), self.row_events, None))
-        self.row_used = self.row_events = 0
-
     def _take(self) -> None:
         if self.pending and self.compact:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
@@ -235,10 +248,11 @@ class EventSink:
                 if self.starts_known and self.pending_starts else None
             self.pending_starts, self.starts_known = [], True
             if len(batch) > len(self.row) - self.row_used:
-                self._hold_row()
+                self._next_row()
             if len(batch) > len(self.row):   # more than a row: kept as it came
                 records = np.frombuffer(batch, np.uint8)
-                self.held.append((batch, self._count(records, starts), starts))
+                self.waiting.append((batch, len(batch), self._count(records, starts),
+                                     starts, False))
             else:
                 self.row[self.row_used:self.row_used + len(batch)] = \
                     np.frombuffer(batch, np.uint8)
@@ -247,7 +261,7 @@ class EventSink:
             batch, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
             if len(batch) % self.size:
                 raise RuntimeError("an event of unexpected size came out of the ring buffer")
-            self.held.append((batch, None, None))
+            self.waiting.append((batch, len(batch), None, None, False))
             if self.watcher is not None:
                 self.watcher.events(batch, self.size)
             objects = self.counts.objects
@@ -257,30 +271,33 @@ class EventSink:
             self.counts.events += len(batch) // self.size
 
     def flush(self, commit: bool = False, delivered_before_ns: Optional[int] = None) -> None:
-        """Count what arrived; commit it when `COMMIT_S` has passed, a compact row is
-        full, or ``commit``, outside the ring buffer's callback.
+        """Count what arrived; commit it when `COMMIT_S` has passed, `MAX_WAITING_ROWS`
+        wait, or ``commit``, outside the ring buffer's callback.
         ``delivered_before_ns``: every event stamped until then has arrived
         (`ProbeSession.delivered_before_ns`), so the tail may print those."""
         self._take()
         if self.tail is not None:
             self.tail.release(final=commit, delivered_before_ns=delivered_before_ns)
         now = time.monotonic()
-        full = self.compact and len(self.row) - self.row_used < self.max_record
-        if commit or full or now - self.last_commit >= self.COMMIT_S:
+        if commit or len(self.waiting) >= self.MAX_WAITING_ROWS \
+                or now - self.last_commit >= self.COMMIT_S:
             self.last_commit = now
             if self.watcher is not None:
                 self.watcher.flush(self.writer.db)
+            if self.compact:
+                self._next_row()
+            waiting, self.waiting = self.waiting, []
             if not self.compact:
-                batch, self.held = b"".join(raw for raw, _, _ in self.held), []
-                self.writer.add_raw(batch)
-                return
-            held, self.held = self.held, []
-            for raw, events, starts in held:
-                self.writer.add_raw(raw, events, starts)
-            if self.row_used:
-                used, events = self.row_used, self.row_events
-                self.row_used = self.row_events = 0
-                self.writer.add_raw(memoryview(self.row)[:used], events)
+                self.writer.add_raw(b"".join(w[0] for w in waiting))
+            for records, used, events, starts, reused in waiting if self.compact else ():
+                if reused:
+                    self.writer.add_raw(memoryview(records)[:used], events)
+                    self.spare_rows.append(records)
+                else:
+                    self.writer.add_raw(records, events, starts)
+            # SQLite's log folded into the file now, before the next commit (it then
+            # starts over from its beginning)
+            self.writer.checkpoint_soon()
 
 
 class Progress:

@@ -191,6 +191,14 @@ class TraceWriter:
         if self._checkpointer is None:
             self._checkpointer = _Checkpointer(self.path, every_s)
 
+    def checkpoint_soon(self) -> None:
+        """Ask the background checkpoint (`checkpoint_in_background`) to run now: a
+        recorder calls this after committing what it held, so the log is folded in
+        before its next commit and SQLite then writes it again from its beginning
+        (the log grows only while commits come faster than it is folded in)."""
+        if self._checkpointer is not None:
+            self._checkpointer.kick()
+
     def flush(self) -> None:
         if self._pending:
             self.db.executemany(INSERT_EVENTS, self._pending)
@@ -243,20 +251,30 @@ class _Checkpointer:
     def __init__(self, path: str, every_s: float):
         self.db = sqlite3.connect(path, check_same_thread=False)
         self._stop = threading.Event()
+        self._kicked = threading.Event()
         self._every_s = every_s
         self._thread = threading.Thread(target=self._run, name="ctracer-checkpoint",
                                         daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
+        while not self._stop.is_set():
+            self._kicked.wait(self._every_s)
+            self._kicked.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error:
                 pass  # a full disk or a busy file: the writer meets it and decides
 
+    def kick(self) -> None:
+        """Checkpoint now (or once the one in progress is done)."""
+        self._kicked.set()
+
     def stop(self) -> None:
         """Stop (after the checkpoint in progress) and close the connection."""
         self._stop.set()
+        self._kicked.set()
         self._thread.join()
         self.db.close()
