@@ -27,9 +27,9 @@ project's venv, under the bench lock:
    * ctracer's reader: the recorder's own loop (`ctracer.record.recorder._poll_until_done`
      over a `ctracer.record.bpf_runtime.ProbeSession` whose ring is a
      `ctracer.record.ringbuf.MappedRing` of whole records found with the template's
-     `ctracer.deltas.RecordShape`), the recorder's `EventSink` counting events and
-     objects, `TraceWriter.add_raw` committing them to a trace file with the template's
-     meta.
+     `ctracer.deltas.RecordShape`, copied straight into the rows of the recorder's
+     `EventSink`, which counts events and objects), `TraceWriter.add_raw` committing
+     them to a trace file with the template's meta.
    For each: records written, lost, events/s, the CPU time (user + system, the whole
    process: ctracer's includes the writer's checkpoint thread) per record, and how long
    its threads waited for a CPU (other work on the machine); then ctracer's CPU per
