@@ -99,18 +99,13 @@ class RecordShape:
         fit, busy = self.fits(lengths, heads)
         if not fit.all():
             at, lengths, busy = at[fit], lengths[fit], busy[fit]
-        steps = ((lengths & np.uint32(_LENGTH)) + np.uint32(RING_HEADER_BYTES + 7)) >> np.uint32(3)
+        steps = ((lengths & np.uint32(_LENGTH))
+                 + np.uint32(RING_HEADER_BYTES + 7)) >> np.uint32(3)   # in words
         found = record_chain(at, steps, 0)
         if found is None:
             return None
         words, ends, kept = found
         return words, ends, busy if kept is None else busy[kept]
-
-
-def record_steps(length_words: np.ndarray) -> np.ndarray:
-    """`record_end` of each length word."""
-    length = length_words.astype(np.int64) & _LENGTH
-    return (length + RING_HEADER_BYTES + 7) & ~7
 
 
 def record_chain(starts: np.ndarray, steps: np.ndarray, first: int, rounds: int = 8

@@ -1,9 +1,10 @@
 """The recorder's reading path for compact events, without BPF: a ring laid out as the
 kernel lays one out (in a memory file), delivered by `ctracer.record.ringbuf.MappedRing`
-into `ctracer.record.recorder.EventSink`'s reused row, committed by `ctracer.tracefile.TraceWriter`: the spool rows, joined, are
-every record in the ring's order, none much longer than a row, the rows reused, and the events and objects
-counted are those of the records — whether the records went straight into the rows or,
-when too many waited, as bytes."""
+into `ctracer.record.recorder.EventSink`'s reused rows, committed by
+`ctracer.tracefile.TraceWriter`: the spool rows, joined, are every record in the ring's
+order, none much longer than a row, the rows reused, and the events and objects counted
+are those of the records, whether the records went straight into the rows or, when too
+many waited, as bytes."""
 
 from __future__ import annotations
 
@@ -107,8 +108,12 @@ def test_rows_hold_every_record_in_order_through_the_row_and_as_bytes(reading, m
     reading.sink.MAX_WAITING_ROWS = 3   # soon reached: the rest of a drain comes as bytes
     as_bytes = []
     take = ringbuf.MappedRing.take
-    monkeypatch.setattr(ringbuf.MappedRing, "take",
-                        lambda ring, limit=0: as_bytes.append(take(ring, limit)) or as_bytes[-1])
+
+    def counted_take(ring, limit=0):
+        as_bytes.append(take(ring, limit))
+        return as_bytes[-1]
+
+    monkeypatch.setattr(ringbuf.MappedRing, "take", counted_take)
     rng = np.random.default_rng(5)
     sent, objects, events = [], set(), 0
     for round_ in range(12):

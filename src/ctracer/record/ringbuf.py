@@ -106,7 +106,8 @@ class MappedRing:
         # the data (mapped twice), each row's page in the ring, and room for a mark per
         # word of a take, made once (a take touches no fresh memory)
         self._page_words = self._data.view("<u4").reshape(-1, page // 4)[:, 1::2]
-        self._row_pages = (np.arange(2 * self._ring_pages) % self._ring_pages).astype(np.uint32)
+        self._row_pages = (np.arange(2 * self._ring_pages)
+                           % self._ring_pages).astype(np.uint32)
         self._hits = np.empty((self._ring_pages + 1) * (page // 8), bool) \
             if whole and shape is not None else None
         self._poller = select.epoll()
