@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""fentry.multi (tracing_multi links) against kprobe.multi on the same functions, in one
+boot (needs root and a kernel with both: Debian's 7.2 guest):
+
+    scripts/vm-run --kernel 7.2 -- .venv/bin/python bench/bench_tracing_multi.py
+        [--struct sock] [--functions GLOB...] [--rounds N] [--messages N]
+
+* attach and detach: ``ctracer trace struct S -d 1`` over every method the plan places,
+  ``--function-probes fentry.multi`` and ``--function-probes kprobe`` (kprobe.multi links)
+  taking turns, ``--rounds`` times; the attach and detach seconds from each summary line,
+  the best of each kind, and fentry.multi's over kprobe.multi's (goal: <= 1);
+* per call: the loopback workload (tcploop, small messages) untraced, then under each kind
+  tracing the functions it runs through (`bench_kmethods.HOT`), every field and two
+  fields: the BPF programs' own run time per run (``kernel.bpf_stats_enabled``: entry or
+  exit, the program only, not the trampoline or the kprobe around it) and the whole
+  workload's added time per traced call (the probe machinery, the program and ctracer's
+  reader), fentry.multi's over kprobe.multi's.
+
+Ratios are between the two kinds measured in the same boot; nothing is asserted.  In a
+TCG guest a figure counts emulated steps, not a real CPU's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_kmethods as km  # noqa: E402
+
+KINDS = ("fentry.multi", "kprobe")
+LABEL = {"fentry.multi": "fentry.multi", "kprobe": "kprobe.multi"}
+
+
+def attach_detach(args, tmp: str) -> dict[str, dict]:
+    """The best attach and detach seconds of each kind over the rounds (kinds taking
+    turns, the first kind alternating)."""
+    best: dict[str, dict] = {}
+    for round_ in range(args.rounds):
+        for kind in (KINDS if round_ % 2 == 0 else KINDS[::-1]):
+            got = km._ctracer_attach(args.struct, args.functions,
+                                     os.path.join(tmp, f"a-{kind}-{round_}.ctrace"), kind)
+            for leftover in os.listdir(tmp):
+                if leftover.startswith(f"a-{kind}-{round_}"):
+                    os.remove(os.path.join(tmp, leftover))
+            print(f"round {round_ + 1}, {LABEL[kind]}: {got['functions']} functions "
+                  f"({got['failed']} failed): attach {got['attach']:.1f} s, detach "
+                  f"{got['detach']:.1f} s (bcc compile {got['compile']:.1f} s more)", flush=True)
+            old = best.get(kind)
+            if old is None or got["attach"] + got["detach"] < old["attach"] + old["detach"]:
+                best[kind] = got
+    f, k = best["fentry.multi"], best["kprobe"]
+    print(f"attach + detach, best of {args.rounds}: fentry.multi {f['attach']:.1f} + "
+          f"{f['detach']:.1f} = {f['attach'] + f['detach']:.1f} s on {f['functions']} functions; "
+          f"kprobe.multi {k['attach']:.1f} + {k['detach']:.1f} = {k['attach'] + k['detach']:.1f} s "
+          f"on {k['functions']}; fentry.multi/kprobe.multi: attach "
+          f"{f['attach'] / max(k['attach'], 1e-3):.2f}x, detach "
+          f"{f['detach'] / max(k['detach'], 1e-3):.2f}x, both "
+          f"{(f['attach'] + f['detach']) / max(k['attach'] + k['detach'], 1e-3):.2f}x "
+          f"(goal <= 1)", flush=True)
+    return best
+
+
+def traced(args, kind: str, hot: list[str], fields: list[str], tmp: str) -> dict:
+    """The workload's best time under ctracer tracing ``hot`` with ``kind``, and its
+    programs' run time and runs."""
+    name = f"percall-{kind}-{len(fields) or 'all'}"
+    log = os.path.join(tmp, f"{name}.log")
+    cmd = km.CTRACER + ["trace", "struct", args.struct, "--functions", *hot, "-o",
+                        os.path.join(tmp, f"{name}.ctrace"), "-d", "3600",
+                        "--buffer-mb", str(args.buffer_mb), "--function-probes", kind]
+    if fields:
+        cmd += ["--fields", *fields]
+    before = km._program_ids()
+    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    km._started(ct, log)
+    ours = km._program_ids() - before
+    rounds = [km._workload(args.messages) for _ in range(args.rounds)]
+    ns, runs = km._program_stats(ours)
+    km._stop(ct, "ctracer")
+    written, lost = km._written_and_lost(open(log).read())
+    for leftover in os.listdir(tmp):
+        if leftover.startswith(name) and not leftover.endswith(".log"):
+            os.remove(os.path.join(tmp, leftover))
+    return {"seconds": min(rounds), "rounds": rounds, "ns": ns, "runs": runs,
+            "written": written, "lost": lost}
+
+
+def per_call(args, tmp: str) -> None:
+    hot = km._unique_in_kallsyms(list(km.HOT))
+    base = min(km._workload(args.messages) for _ in range(args.rounds))
+    print(f"per call: tcploop {args.messages} messages x 2 connections untraced {base:.2f} s "
+          f"(best of {args.rounds}); {len(hot)} functions on entry and exit", flush=True)
+    subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
+    for fields in ([], ["skc_state", "sk_sndbuf"]):
+        got = {}
+        for kind in KINDS:
+            r = got[kind] = traced(args, kind, hot, fields, tmp)
+            calls = max(r["runs"] // 2 // args.rounds, 1)
+            r["program_ns"] = r["ns"] / max(r["runs"], 1)
+            r["call_ns"] = (r["seconds"] - base) * 1e9 / calls
+            print(f"  {LABEL[kind]}, {', '.join(fields) or 'every field'}: program "
+                  f"{r['program_ns']:.0f} ns a run ({r['runs']} runs); workload "
+                  f"{r['seconds']:.2f} s (rounds {', '.join(f'{s:.2f}' for s in r['rounds'])}), "
+                  f"~{r['call_ns']:.0f} ns added per traced call ({calls} calls a run); "
+                  f"{r['written']} events, {r['lost']} lost", flush=True)
+        f, k = got["fentry.multi"], got["kprobe"]
+        print(f"per call, {', '.join(fields) or 'every field'}: fentry.multi/kprobe.multi: "
+              f"program run time {f['program_ns'] / max(k['program_ns'], 1e-9):.2f}x, "
+              f"whole added cost per call {f['call_ns'] / max(k['call_ns'], 1e-9):.2f}x",
+              flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--struct", default="sock")
+    p.add_argument("--functions", nargs="*", default=[],
+                   help="globs of the functions for attach + detach (default: every method)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--messages", type=int, default=2000)
+    p.add_argument("--buffer-mb", type=int, default=256)
+    p.add_argument("--skip-attach", action="store_true")
+    p.add_argument("--skip-per-call", action="store_true")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        print("bench_tracing_multi: needs root", file=sys.stderr)
+        return 2
+    subprocess.run(["make", "-s", "-C", os.path.join(km.ROOT, "samples")], check=True)
+    tmp = tempfile.mkdtemp(prefix="bench-tmulti-", dir="/var/tmp")
+    print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}", flush=True)
+    if not args.skip_attach:
+        attach_detach(args, tmp)
+    if not args.skip_per_call:
+        per_call(args, tmp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
