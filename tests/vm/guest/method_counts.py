@@ -168,6 +168,8 @@ def main() -> int:
     names = {m["function"] for m in methods} & _kallsyms_once()
     names -= _blacklisted()
     names &= traceable()
+    print(f"{len(names)} functions for bpftrace after {time.monotonic() - clock:.0f} s",
+          flush=True)
     bt_out = os.path.join(LOCAL, "bpftrace.txt")
     dropped: list[str] = []
     for attempt in range(8):
@@ -186,6 +188,7 @@ def main() -> int:
             return 2
         dropped += sorted(bad)
         names -= bad
+        print(f"bpftrace refused {sorted(bad)}: started again", flush=True)
     result["bpftrace_probed"] = len(probed)
     result["bpftrace_refused"] = dropped
     result["bpftrace_attach_s"] = round(time.monotonic() - clock, 1)
