@@ -1,6 +1,4 @@
-"""``struct nfs_fh`` traced through the NFS client's own functions, in the guests (the
-calls against bpftrace on 6.1, 6.12 and 7.2, where they are module functions on
-tracing_multi links; the command's own handles on 6.1 and 6.12), over a
+"""``struct nfs_fh`` traced through the NFS client's own functions, in the guests, over a
 loopback NFSv3 and NFSv4.2 mount (`nfs_mount`, tests/vm/conftest.py), both in one
 recording.
 
@@ -71,11 +69,8 @@ def _workload(point, tag: str) -> None:
         assert len((point / f"{tag}-{i}").read_bytes()) == 10_000 + i
 
 
-@pytest.mark.vm(kernels=("6.1", "6.12", "7.2"))
 def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path):
-    """One recording over both mounts (one bcc compile: the guest's TCG is slow).  On
-    7.2 the functions are in modules (nfs, nfsv3, nfsv4) and ``auto`` takes tracing_multi
-    links: one per program and module BTF object."""
+    """One recording over both mounts (one bcc compile: the guest's TCG is slow)."""
     points = {version: nfs_mount(version)[0] for version in ("3", "4.2")}
     direct = _direct_methods()
     assert direct, "no function takes struct nfs_fh directly"
@@ -109,8 +104,7 @@ def test_nfs_fh_calls_per_function_equal_bpftrace(vm_kernel, nfs_mount, tmp_path
                 theirs[name] += 1
     text = log.read_text()
     print(f"NFSv3 and v4.2: {text.splitlines()[-3:]}; bpftrace: {dict(theirs)}")
-    kind = "fentry.multi/fexit.multi" if vm_kernel == "7.2" else "fentry/fexit"
-    assert f"probes: {kind} on" in text, text
+    assert "probes: fentry/fexit on" in text, text
     jsonl = tmp_path / "fh.jsonl"
     r = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o", str(jsonl)],
                        capture_output=True, text=True, timeout=600)

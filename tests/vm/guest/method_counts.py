@@ -124,6 +124,10 @@ def traceable() -> set[str]:
 
 
 def start_bpftrace(script: str, out: str, probed: int) -> subprocess.Popen:
+    import resource
+    # bpftrace holds files per probe (3,771 probes: "Too many open files" at the default)
+    want = max(65536, 8 * probed)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
     with open(os.path.join(LOCAL, "counts.bt"), "w") as f:
         f.write(script)
     env = dict(os.environ, BPFTRACE_MAX_PROBES=str(probed + 100), BPFTRACE_PERF_RB_PAGES="4096")
