@@ -259,3 +259,14 @@ def test_7_2_calls_returns_and_states_equal_bpftrace(vm_kernel, multi_run):
     for e in exits:
         assert e["fields"]["__sk_common.skc_state"] == e["args"]["state"], e
     assert _attached_ctracer_programs() == []
+
+
+@pytest.mark.vm(kernels=("7.2",))
+def test_7_2_runs_an_fsession_program_on_a_tracing_multi_link(vm_kernel):
+    """7.2 loads an fsession.multi program, links it with a tracing_multi link, and the
+    returns find what their entries left in the session cookie, at least as many as the
+    calls made (`ctracer.host.fsession`; seconds, no bcc)."""
+    from ctracer.host.fsession import try_fsession_multi
+    got = try_fsession_multi()
+    print(f"\nfsession.multi on 7.2: {got.why}")
+    assert got.works, got.why
