@@ -57,3 +57,22 @@ def test_the_script_prints_entries_and_the_return_values_of_returning_functions(
     assert any(line.startswith("kretprobe:c,kretprobe:d {") and "retval != 0" in line
                for line in lines), script
     assert "kprobe:d" not in script.replace("kretprobe:d", "")
+
+
+def test_ctracer_calls_count_entries_with_objects_and_returning_functions_exits():
+    """A null object (the entry of a way through the return value) is none; the 7.2 run
+    of 2026-12-05 ended on one before comparing."""
+    import json
+    mc = _module()
+    rows = [("tcp_sendmsg", "entry", "0xff01", 10), ("tcp_sendmsg", "exit", "0xff01", 11),
+            ("sk_alloc", "entry", None, 12), ("sk_alloc", "exit", "0xff02", 13),
+            ("inet_csk_clone", "entry", None, 14), ("inet_csk_clone", "entry", "0xff03", 14),
+            ("inet_csk_clone", "exit", "0xff04", 15), ("tcp_sendmsg", "entry", "0xff01", 99),
+            ("not_compared", "entry", "0xff05", 12)]
+    lines = [json.dumps({"function": f, "phase": p, "object": o, "time_ns": t})
+             for f, p, o, t in rows]
+    ours, events = mc.ctracer_calls(lines, {"tcp_sendmsg", "sk_alloc", "inet_csk_clone"},
+                                    {"sk_alloc"}, (0, 50))
+    assert events == len(rows)
+    assert ours == {("tcp_sendmsg", 0xFF01): 1, ("sk_alloc", 0xFF02): 1,
+                    ("inet_csk_clone", 0xFF03): 1}

@@ -146,6 +146,26 @@ def wait_for(path: str, text: str, proc: subprocess.Popen, timeout: float) -> bo
         time.sleep(0.5)
 
 
+def ctracer_calls(lines, compared: set[str], returns_only: set[str],
+                  window: tuple[int, int]) -> tuple[collections.Counter, int]:
+    """Calls per (function, object) in ctracer's JSON Lines export: entries with an
+    object, or for a function whose object is its return value, exits; only the
+    ``compared`` functions, in the ``window``; and the events read."""
+    ours: collections.Counter = collections.Counter()
+    events = 0
+    for line in lines:
+        e = json.loads(line)
+        events += 1
+        func = e["function"]
+        if func not in compared or not window[0] <= e["time_ns"] <= window[1]:
+            continue
+        obj = e["object"]   # hex text; null where the way gave none (a return's entry)
+        obj = int(obj, 16) if isinstance(obj, str) else int(obj or 0)
+        if obj and (e["phase"] == "exit") == (func in returns_only):
+            ours[(func, obj)] += 1
+    return ours, events
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -277,18 +297,8 @@ def main() -> int:
     jsonl = os.path.join(LOCAL, "t.jsonl")
     subprocess.run(CTRACER + ["export", trace, "--format", "jsonl", "-o", jsonl], check=True,
                    capture_output=True)
-    ours: collections.Counter = collections.Counter()
-    events = 0
     with open(jsonl) as f:
-        for line in f:
-            e = json.loads(line)
-            events += 1
-            func = e["function"]
-            if func not in compared or not begin <= e["time_ns"] <= end:
-                continue
-            obj = int(e["object"], 16)
-            if obj and (e["phase"] == "exit") == (func in returns_only):
-                ours[(func, obj)] += 1
+        ours, events = ctracer_calls(f, compared, returns_only, (begin, end))
     result["events"] = events
     result["calls_ctracer"] = sum(ours.values())
     result["calls_bpftrace"] = sum(theirs.values())
