@@ -134,8 +134,8 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
                               lambda f: MethodStats(f, fns.name(f)))
     arguments.events = events
     found = changing.announce_changes(found, events, objects, values, dict(fns.names),
-                                      announced, arguments.of_event)
-    objects.regroup_changes(events.object[found.event])
+                                      announced, arguments.of_event, space)
+    objects.regroup_changes(events.object, found.event, space)
     summary = trace_summary(trace, len(read))
     recorded, shown = len(read), len(events)
     incomplete = getattr(trace, "incomplete", None)

@@ -20,7 +20,8 @@ from ctracer.analysis.mapped import ArraySpace, is_mapped
 from ctracer.analysis.model import (CAUSE_ANNOUNCED, CAUSE_CALLER, CAUSE_DURING, CAUSE_OUTSIDE,
                                     CAUSES, Changes, Events, FieldValues, Objects,
                                     unique_pairs)
-from ctracer.analysis.snapshots import SnapshotTable
+from ctracer.analysis.memory import at_once
+from ctracer.analysis.snapshots import COMPARED_AT_ONCE, SnapshotStream
 from ctracer.event import FLAG_HEAD_ONLY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_TRACEPOINT, Layout
 from ctracer.plan import stores
 
@@ -33,7 +34,10 @@ def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
     """The changes of every object (``recorded``: each event's address as the probe
     recorded it, 0 where it had none; ``snapshots``: rows of bytes, event ``i``'s at
     ``snapshot_row[i]``); fills the objects' unreadable and head-only counts and first
-    values."""
+    values.  The events are compared a slice at a time (`SnapshotStream`) and their
+    changes written out as they are found, in event order: nothing the size of every
+    snapshot or every change is held on the heap (a 9M-event kernel trace of 7 objects
+    has some 22M changes)."""
     obj, flags = events.object, events.flags
     placed = obj >= 0
     failed = (flags & FLAG_READ_FAILED) != 0
@@ -42,59 +46,78 @@ def find_changes(events: Events, recorded: np.ndarray, snapshots: np.ndarray,
     n_obj = len(objects)
     objects.unreadable = np.bincount(obj[events.unreadable], minlength=n_obj)[:n_obj]
     readable = placed & ~failed & has_snapshot
+    del placed, failed
     partial = (flags & FLAG_HEAD_ONLY) != 0
     objects.head_only = np.bincount(obj[readable & partial], minlength=n_obj)[:n_obj]
     space = space or ArraySpace(None)
-    positions = space.copy(np.flatnonzero(readable))
-    del readable
-    owners = space.take(obj, positions)
     nf = len(layout.fields)
     objects.initial = np.zeros((n_obj, nf), np.int64)
     objects.initial_known = np.zeros((n_obj, nf), bool)
-    if not len(positions):
+    careful = head_fields is not None and bool((readable & partial).any())
+    stream = SnapshotStream(layout, snapshots, n_obj, values,
+                            (head_fields or frozenset()) if careful else None)
+    out = {name: space.growing(dtype) for name, dtype in _CHANGE_TYPES}
+    n = len(obj)
+    step = at_once(COMPARED_AT_ONCE)
+    for lo in range(0, n, step):
+        positions = lo + np.flatnonzero(readable[lo:lo + step])
+        if not len(positions):
+            continue
+        owners = obj[positions]
+        firsts, found, initial = stream.compare(snapshot_row[positions], owners,
+                                                partial[positions] if careful else None)
+        if len(firsts):
+            first_owner = owners[firsts]
+            objects.first_snapshot[first_owner] = positions[firsts]
+            for j, (codes, read) in initial.items():
+                objects.initial[first_owner, j] = codes
+                objects.initial_known[first_owner, j] = read
+        if not len(found.at):
+            continue
+        event = positions[found.at]
+        function, cause = attribute(events, event)
+        for name, column in (("event", event), ("field", found.field), ("old", found.old),
+                             ("new", found.new), ("function", function), ("cause", cause)):
+            out[name].append(column)
+    del readable, partial
+    columns = {name: growing.finish() for name, growing in out.items()}
+    if not len(columns["event"]):
         return Changes.empty()
-    head_partial = partial[positions] if head_fields is not None and partial[positions].any() \
-        else None
-    table = SnapshotTable(layout, snapshots, owners, space.take(snapshot_row, positions),
-                          head_partial, head_fields or frozenset(), space)
-    firsts = np.flatnonzero(table.first)
-    objects.first_snapshot[owners[firsts]] = positions[firsts]
-    # the changes of every field, each array made once where the space keeps big ones
-    # (a 9M-event kernel trace has some 22M changes: lists of parts concatenated and
-    # then reordered held three copies of them on the heap at once)
-    counts = [len(at) for at in table.changed_at]
-    total = sum(counts)
-    at_all = space.zeros(total, np.int64)
-    field_all = space.zeros(total, np.int32)
-    old_all = space.zeros(total, np.int64)
-    new_all = space.zeros(total, np.int64)
-    lo = 0
-    for j in range(nf):
-        objects.initial[owners[firsts], j] = values.encode(j, table.column(j, firsts))
-        objects.initial_known[owners[firsts], j] = table.value_known(j, firsts)
-        at = table.changed_at[j]
-        if len(at):
-            hi = lo + len(at)
-            at_all[lo:hi] = at
-            field_all[lo:hi] = j
-            old_all[lo:hi] = values.encode(j, table.column(j, table.prev[at]))
-            new_all[lo:hi] = values.encode(j, table.column(j, at))
-            lo = hi
-    table.release()
-    if not total:
-        return Changes.empty()
-    # event, then field: fields were laid down in order, so a stable sort by event
-    order = np.argsort(at_all, kind="stable")
-    event = space.take(positions, space.take(at_all, order))
-    del at_all
-    function, cause = attribute(events, event)
-    columns = [event, space.take(field_all, order), space.take(old_all, order),
-               space.take(new_all, order)]
-    for column in columns:
-        if is_mapped(column):  # finished: a forked helper must not write into ours
-            column.setflags(write=False)
-    return Changes(event=columns[0], field=columns[1], old=columns[2], new=columns[3],
-                   function=function, cause=cause)
+    _final_text_codes(stream.text_codes(), columns, objects, space)
+    return Changes(**columns)
+
+
+#: the columns of `Changes`, as `find_changes` writes them
+_CHANGE_TYPES = (("event", np.int64), ("field", np.int32), ("old", np.int64),
+                 ("new", np.int64), ("function", np.int32), ("cause", np.int8))
+
+
+def _final_text_codes(final: dict[int, np.ndarray], columns: dict[str, np.ndarray],
+                      objects: Objects, space: ArraySpace) -> None:
+    """Char array fields' provisional codes (`SnapshotStream`) replaced by their final
+    ones, in the first values and in the changes' old and new values."""
+    for j, codes in final.items():
+        if len(codes):
+            objects.initial[:, j] = np.where(objects.first_snapshot >= 0,
+                                             codes[np.minimum(objects.initial[:, j],
+                                                              len(codes) - 1)], 0)
+    if not final or not any(len(c) for c in final.values()):
+        return
+    for name in ("old", "new"):
+        column = columns[name]
+        remapped = space.zeros(len(column), np.int64) if is_mapped(column) else column
+        step = at_once(1 << 20)
+        for lo in range(0, len(column), step):
+            part = column[lo:lo + step].copy()
+            fields = columns["field"][lo:lo + step]
+            for j, codes in final.items():
+                mine = fields == j
+                if mine.any():
+                    part[mine] = codes[part[mine]]
+            remapped[lo:lo + step] = part
+        if remapped is not column:
+            remapped.setflags(write=False)
+            columns[name] = remapped
 
 
 def attribute(events: Events, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +154,8 @@ def count_attributed(changes: Changes, events: Events, objects: Objects,
 
 def announce_changes(changes: Changes, events: Events, objects: Objects,
                      values: FieldValues, names: dict[int, str],
-                     meta_rules: Optional[Sequence[dict]], args: Any) -> Changes:
+                     meta_rules: Optional[Sequence[dict]], args: Any,
+                     space: Optional[ArraySpace] = None) -> Changes:
     """A change a tracepoint announces before its store (`ctracer.plan.stores`,
     ``inet_sock_set_state``: ``skc_state`` ← ``newstate``) shown on the tracepoint's own
     event: per object and in time order, the change ``old → argument`` is added to the
@@ -196,29 +220,54 @@ def announce_changes(changes: Changes, events: Events, objects: Objects,
         current[j] = new
         added.append((r, j, values.encode_value(j, old), values.encode_value(j, new)))
         pending[j] = new
-    return _rebuilt(changes, removed, new_old, added)
+    return _rebuilt(changes, removed, new_old, added, space)
 
 
 def _rebuilt(changes: Changes, removed: list[int], new_old: dict[int, int],
-             added: list[tuple[int, int, int, int]]) -> Changes:
+             added: list[tuple[int, int, int, int]],
+             space: Optional[ArraySpace] = None) -> Changes:
+    """``changes`` without the rows ``removed``, with the old values ``new_old`` and the
+    changes ``added`` (each after the changes its event showed), still in event order:
+    written a slice at a time where ``space`` keeps big arrays, never a copy of every
+    change on the heap."""
     if not removed and not new_old and not added:
         return changes
-    old = changes.old.copy()
-    for k, v in new_old.items():
-        old[k] = v
-    keep = np.ones(len(changes.event), bool)
-    keep[removed] = False
+    space = space or ArraySpace(None)
+    n = len(changes.event)
+    gone = np.unique(np.array(removed, np.int64))
+    moved = np.array(sorted(new_old), np.int64)
+    moved_to = np.array([new_old[k] for k in moved.tolist()], np.int64)
     announced = np.array(added, np.int64).reshape(-1, 4)
-    n = len(announced)
-    event = np.r_[changes.event[keep], announced[:, 0]]
-    field = np.r_[changes.field[keep], announced[:, 1].astype(np.int32)]
-    rank = np.r_[changes.field[keep].astype(np.int64), np.full(n, 1 << 30)]
-    order = np.lexsort((rank, event))
-    return Changes(event=event[order], field=field[order].astype(np.int32),
-                   old=np.r_[old[keep], announced[:, 2]][order],
-                   new=np.r_[changes.new[keep], announced[:, 3]][order],
-                   function=np.r_[changes.function[keep], np.full(n, -1, np.int32)][order]
-                   .astype(np.int32),
-                   cause=np.r_[changes.cause[keep],
-                               np.full(n, CAUSES.index(CAUSE_ANNOUNCED), np.int8)][order]
-                   .astype(np.int8))
+    announced = announced[np.argsort(announced[:, 0], kind="stable")]
+    total = n - len(gone) + len(announced)
+    out = {name: space.zeros(total, dtype) for name, dtype in _CHANGE_TYPES}
+    step = at_once(1 << 20)
+    for lo in range(0, n, step):
+        rows = np.arange(lo, min(n, lo + step))
+        kept = np.ones(len(rows), bool)
+        kept[np.searchsorted(rows, gone[(gone >= lo) & (gone < lo + step)])] = False
+        event = changes.event[lo:lo + step]
+        # each kept change moves back by the removed before it and on by the announced
+        # ones of earlier events
+        at = (rows - np.searchsorted(gone, rows) + np.searchsorted(announced[:, 0], event))[kept]
+        old = changes.old[lo:lo + step].copy()
+        here = (moved >= lo) & (moved < lo + step)
+        old[moved[here] - lo] = moved_to[here]
+        for name, part in (("event", event), ("field", changes.field[lo:lo + step]),
+                           ("old", old), ("new", changes.new[lo:lo + step]),
+                           ("function", changes.function[lo:lo + step]),
+                           ("cause", changes.cause[lo:lo + step])):
+            out[name][at] = part[kept]
+    if len(announced):
+        after = np.searchsorted(changes.event, announced[:, 0], "right")
+        at = after - np.searchsorted(gone, after) + np.arange(len(announced))
+        out["event"][at] = announced[:, 0]
+        out["field"][at] = announced[:, 1]
+        out["old"][at] = announced[:, 2]
+        out["new"][at] = announced[:, 3]
+        out["function"][at] = -1
+        out["cause"][at] = CAUSES.index(CAUSE_ANNOUNCED)
+    for column in out.values():
+        if is_mapped(column):  # finished: a forked helper must not write into ours
+            column.setflags(write=False)
+    return Changes(**out)

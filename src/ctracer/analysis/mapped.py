@@ -165,11 +165,77 @@ class ArraySpace:
         out[...] = array
         return out
 
+    def growing(self, dtype: Any) -> "GrowingArray":
+        """A one-dimensional array of ``dtype`` made by appending parts whose total is
+        not known beforehand (`GrowingArray`), in this space."""
+        return GrowingArray(self, np.dtype(dtype))
+
+    def _adopt(self, array: np.ndarray) -> None:
+        """Count a mapped array made elsewhere as this space's (written back, dropped)."""
+        self.mapped_bytes += array.nbytes
+        self._arrays = [r for r in self._arrays if r() is not None] + [weakref.ref(array)]
+
     def take(self, array: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """``array[rows]`` (rows: positions), in this space."""
         out = self.zeros((len(rows),) + array.shape[1:], array.dtype)
         for lo in range(0, len(rows), 1 << 20):  # no heap copy of the whole result
             out[lo:lo + (1 << 20)] = array[rows[lo:lo + (1 << 20)]]
+        return out
+
+
+class GrowingArray:
+    """Parts appended one after the other, then one array (`finish`): on the heap space
+    the parts joined; in a mapped space written to an unnamed file as they come (every
+    `WRITTEN_BACK_BYTES` written back and dropped from the page cache, so under a
+    memory limit they never pile up as dirty pages) and mapped read-only at the end.
+    Nothing is copied twice, and nothing of it stays on the heap."""
+
+    WRITTEN_BACK_BYTES = 32 << 20
+
+    def __init__(self, space: ArraySpace, dtype: np.dtype):
+        self.space, self.dtype = space, dtype
+        self.parts: list[np.ndarray] = []
+        self.length = 0
+        self.file: Any = None
+        self.unsynced = 0
+
+    def append(self, part: np.ndarray) -> None:
+        part = np.ascontiguousarray(part, dtype=self.dtype)
+        if not len(part):
+            return
+        self.length += len(part)
+        if self.space.directory is None:
+            self.parts.append(part)
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.space.directory)
+        self.file.write(memoryview(part).cast("B"))
+        self.unsynced += part.nbytes
+        if self.unsynced >= self.WRITTEN_BACK_BYTES:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        self.file.flush()
+        os.fdatasync(self.file.fileno())
+        try:
+            os.posix_fadvise(self.file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        except (AttributeError, OSError):
+            pass
+        self.unsynced = 0
+
+    def finish(self) -> np.ndarray:
+        """The whole array (read-only when mapped); the parts are let go."""
+        if self.file is None:
+            out = np.concatenate(self.parts) if self.parts else np.zeros(0, self.dtype)
+            self.parts = []
+            return out
+        with self.file:
+            self._let_go()
+            buffer = mmap.mmap(self.file.fileno(), self.length * self.dtype.itemsize,
+                               mmap.MAP_SHARED, mmap.PROT_READ)
+        self.file = None
+        out = np.frombuffer(buffer, self.dtype, count=self.length)
+        self.space._adopt(out)
         return out
 
 

@@ -337,8 +337,11 @@ class Objects:
         """The changes of the objects ``chosen`` together, as `event_groups`."""
         return self._changes.of_many(chosen)
 
-    def regroup_changes(self, change_object: np.ndarray) -> None:
-        self._changes = _Groups(change_object, len(self.keys))
+    def regroup_changes(self, event_object: np.ndarray, change_event: np.ndarray,
+                        space: Any = None) -> None:
+        """The changes grouped by object anew (``event_object[change_event]``: each
+        change's), their positions where ``space`` keeps big arrays."""
+        self._changes = _Groups(event_object, len(self.keys), space, change_event)
 
     def settle(self, space: Any) -> None:
         """The groups' positions where ``space`` keeps finished arrays."""
@@ -347,15 +350,40 @@ class Objects:
 
 
 class _Groups:
-    """Positions grouped by a group index (-1: none), each group's in ascending order."""
+    """Positions grouped by a group index (-1: none), each group's in ascending order:
+    ``group_of[p]``, or with ``rows`` ``group_of[rows[p]]``.  Sorted by counting a
+    slice at a time, the positions written where ``space`` keeps big arrays: no
+    temporaries the size of every position."""
 
-    def __init__(self, group_of: np.ndarray, n: int):
-        has = group_of >= 0
-        positions = np.flatnonzero(has)
-        order = np.argsort(group_of[has], kind="stable")
-        self.positions = positions[order]
+    def __init__(self, group_of: np.ndarray, n: int, space: Any = None,
+                 rows: Optional[np.ndarray] = None):
+        length = len(group_of) if rows is None else len(rows)
+        step = at_once(_SLICE)
+
+        def groups(lo: int) -> np.ndarray:
+            return group_of[lo:lo + step] if rows is None else group_of[rows[lo:lo + step]]
+
+        counts = np.zeros(n, np.int64)
+        for lo in range(0, length, step):
+            g = groups(lo)
+            counts += np.bincount(g[g >= 0], minlength=n)[:n]
         self.offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(group_of[has], minlength=n)[:n], out=self.offsets[1:])
+        np.cumsum(counts, out=self.offsets[1:])
+        total = int(self.offsets[-1])
+        self.positions = space.zeros(total, np.int64) if space is not None else \
+            np.zeros(total, np.int64)
+        filled = self.offsets[:-1].copy()
+        for lo in range(0, length, step):
+            g = groups(lo)
+            has = np.flatnonzero(g >= 0)
+            g = g[has]
+            order = np.argsort(g, kind="stable")
+            g_sorted = g[order]
+            here = np.bincount(g, minlength=n)[:n]
+            first_here = np.cumsum(here) - here
+            self.positions[filled[g_sorted] + np.arange(len(g)) - first_here[g_sorted]] = \
+                lo + has[order]
+            filled += here
 
     def of(self, i: int) -> np.ndarray:
         return self.positions[self.offsets[i]:self.offsets[i + 1]]

@@ -1,115 +1,203 @@
-"""The table that compares each object's snapshots with its previous one.
+"""Each object's snapshots compared with its previous one, a slice of events at a time.
 
-The snapshots are one array of bytes (a row per event, `Trace.event_columns`);
-`SnapshotTable` reads the fields straight out of it with the layout's numpy dtype,
-never copying the whole table, and finds per field where each object's value differs
-from its previous snapshot.
+The snapshots are one array of bytes (a row per event, `Trace.event_columns`), in a
+mapped file for a big trace.  `SnapshotStream` takes the readable snapshots in time
+order, a slice at a time: it finds each one's predecessor of the same object (carried
+over from earlier slices per object, never an array over every snapshot), copies the
+slice's rows and their predecessors' once (whole rows, read in one pass over the
+mapped pages), and compares them field by field.  A trace of few objects with millions
+of snapshots each (a kernel trace) so never holds more than a slice's rows, however
+many snapshots and changes it has: comparing one field at a time over every snapshot
+read every page of the snapshots once per field, which under a memory limit smaller
+than the snapshots read them from disk a hundred times.
+
+Values become codes (`FieldValues`).  Char array fields get their codes in the order
+the whole trace would give them (each object's first values, then every old value,
+then every new one, each set in sorted order): `SnapshotStream.finish` maps the codes
+given slice by slice to those (`text_codes`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from ctracer.analysis.mapped import ArraySpace
-from ctracer.analysis.memory import at_once
-from ctracer.event import Layout
+import numpy as np
 
-#: snapshots compared with their predecessors at a time
-_COMPARED_AT_ONCE = 1 << 20
+from ctracer.event import Layout, array_value
+
+#: snapshots compared at a time (their rows and their predecessors' copied: ~100 MB of
+#: 408-byte kernel snapshots, read-only partial ones counted twice)
+COMPARED_AT_ONCE = 1 << 16
 
 
-class SnapshotTable:
-    """The readable snapshots of objects (the events at ``positions``, in time order),
-    each knowing the one of its object's previous snapshot (`prev`, -1 for an object's
-    first), and per field the ones where it differs from that previous snapshot
-    (`changed_at`).  Indices 0..n-1 here are positions in ``positions``."""
+@dataclass
+class SliceChanges:
+    """The changes one slice showed, in order of snapshot then field: ``at`` indexes
+    the slice's snapshots, ``old``/``new`` are value codes (char arrays: provisional,
+    see `SnapshotStream.finish`)."""
 
-    def __init__(self, layout: Layout, snapshots: Any, owners: Any, positions: Any,
-                 partial: Optional[Any] = None, head_fields: frozenset[str] = frozenset(),
-                 space: Optional[ArraySpace] = None):
-        import numpy
+    at: np.ndarray
+    field: np.ndarray
+    old: np.ndarray
+    new: np.ndarray
 
-        space = space or ArraySpace(None)
+
+class SnapshotStream:
+    """Compares snapshots slice by slice (`compare`), in time order; per object the
+    state the next slice needs: its last snapshot's row, and for snapshots that read
+    only the object's head (``partial``), the row whose values the fields outside the
+    head carry over (its last full read) and whether there was one."""
+
+    def __init__(self, layout: Layout, snapshots: Any, n_objects: int, values: Any,
+                 head_fields: Optional[frozenset[str]] = None):
+        """``head_fields``: the fields a head-only snapshot holds, when the trace has
+        head-only snapshots (None: it has none, or they need no care)."""
+        self.layout, self.values = layout, values
         self.full = (snapshots.reshape(-1).view(layout.numpy_dtype()) if layout.size
-                     else numpy.zeros(len(snapshots), dtype=layout.numpy_dtype()))
-        self.owner = owners
-        self.position = positions
-        n = len(self.owner)
-        # an object's snapshots one after the other (stable: in time order), to find
-        # each one's predecessor
-        order = numpy.argsort(self.owner, kind="stable")
-        starts = numpy.ones(n, dtype=bool)
-        starts[1:] = self.owner[order][1:] != self.owner[order][:-1]
-        self.prev = space.zeros(n, numpy.int64)
-        self.prev[order[1:]] = order[:-1]
-        self.prev[order[starts]] = -1
-        self.first = self.prev < 0
+                     else np.zeros(len(snapshots), dtype=layout.numpy_dtype()))
         self.names = [f.name for f in layout.fields]
-        self.array_kinds = {f.name: f.kind for f in layout.fields if f.ctype.startswith("char[")}
-        #: per field outside the head: where it holds a value read (None: everywhere),
-        #: and the snapshot whose value a head-only one carries over
-        self.known: dict[int, Any] = {}
-        self.source: Any = None
-        if partial is not None:
-            self._carry_over_unread(partial, order, starts, head_fields)
-        del order, starts
-        found: list[list[Any]] = [[] for _ in self.names]
-        step = at_once(_COMPARED_AT_ONCE)
-        for lo in range(0, n, step):  # a slice at a time: no n-sized temporaries
-            self._compare(lo, min(n, lo + step), found)
-        self.changed_at = [numpy.concatenate(parts) if parts else numpy.zeros(0, numpy.int64)
-                           for parts in found]
+        #: fields outside the head (they carry over in head-only snapshots); None: no
+        #: head-only snapshots to care about (`compare` then takes no ``partial``)
+        self.carried = None if head_fields is None else \
+            [j for j, n in enumerate(self.names) if n not in head_fields]
+        self.last = np.full(n_objects, -1, np.int64)       # its last snapshot's row
+        self.last_source = np.full(n_objects, -1, np.int64)  # that one's carried row
+        self.last_known = np.zeros(n_objects, bool)          # ... and whether it had one
+        self.last_full = np.full(n_objects, -1, np.int64)    # its last full read's row
+        self.texts = {j: _TextCodes() for j, f in enumerate(layout.fields)
+                      if self.full.dtype[f.name].kind == "S"}
 
-    def _compare(self, lo: int, hi: int, found: list[list[Any]]) -> None:
-        """Each field's changes among the snapshots ``lo..hi``."""
-        import numpy
-
-        later = lo + numpy.flatnonzero(~self.first[lo:hi])
-        before = self.prev[later]
-        at_later, at_before = self.position[later], self.position[before]
-        if self.source is not None:
-            carried = self.position[self.source[later]], self.position[self.source[before]]
+    def compare(self, rows: np.ndarray, owners: np.ndarray,
+                partial: Optional[np.ndarray]) -> tuple[np.ndarray, "SliceChanges", dict]:
+        """The snapshots at ``rows`` (ascending) of objects ``owners``; ``partial``: which
+        read only the head (None: none did).  Returns which are their object's first
+        snapshot (positions in the slice), the slice's changes, and per field the codes
+        of the first snapshots' values and whether they were read."""
+        m = len(rows)
+        order = np.argsort(owners, kind="stable")
+        so, rs = owners[order], rows[order]
+        starts = np.ones(m, bool)
+        starts[1:] = so[1:] != so[:-1]
+        ends = np.r_[starts[1:], True] if m else starts
+        prev = np.empty(m, np.int64)
+        prev_sorted = np.empty(m, np.int64)
+        prev_sorted[1:] = rs[:-1]
+        prev_sorted[starts] = self.last[so[starts]]
+        prev[order] = prev_sorted
+        carry = self.carried is not None
+        if carry:
+            source, known, prev_source, prev_known = self._sources(order, so, rs, starts, ends,
+                                                                    partial)
+        self.last[so[ends]] = rs[ends]
+        if carry:
+            self.last_source[so[ends]] = source[order][ends]
+            self.last_known[so[ends]] = known[order][ends]
+        firsts = np.flatnonzero(prev < 0)
+        later = np.flatnonzero(prev >= 0)
+        now, before = self.full[rows[later]], self.full[prev[later]]
+        if carry:
+            now_carried, before_carried = self.full[source[later]], self.full[prev_source[later]]
+            was_known = prev_known[later]
+            carried = set(self.carried)
+        ats, fields, olds, news = [], [], [], []
+        initial: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        first_rows = self.full[rows[firsts]] if len(firsts) else None
+        first_carried = self.full[source[firsts]] if carry and len(firsts) else first_rows
         for j, name in enumerate(self.names):
-            col = self.full[name]
-            known = self.known.get(j)
-            if known is None:
-                differs = col[at_later] != col[at_before]
-            else:  # a first value read after snapshots that read none is no change
-                differs = (col[carried[0]] != col[carried[1]]) & known[before]
-            found[j].append(later[differs])
+            if carry and j in carried:
+                a, b = now_carried[name], before_carried[name]
+                differs = (a != b) & was_known
+            else:
+                a, b = now[name], before[name]
+                differs = a != b
+            if len(firsts):
+                values = (first_carried if carry and j in carried else first_rows)[name]
+                read = known[firsts] if carry and j in carried else np.ones(len(firsts), bool)
+                initial[j] = (self._encode(j, values, "initial"), read)
+            picked = np.flatnonzero(differs)
+            if not len(picked):
+                continue
+            ats.append(later[picked])
+            fields.append(np.full(len(picked), j, np.int32))
+            olds.append(self._encode(j, b[picked], "old"))
+            news.append(self._encode(j, a[picked], "new"))
+        if not ats:
+            return firsts, SliceChanges(np.zeros(0, np.int64), np.zeros(0, np.int32),
+                                        np.zeros(0, np.int64), np.zeros(0, np.int64)), initial
+        at = np.concatenate(ats)
+        by_snapshot = np.argsort(at, kind="stable")  # fields were laid down in order
+        return firsts, SliceChanges(at[by_snapshot], np.concatenate(fields)[by_snapshot],
+                                    np.concatenate(olds)[by_snapshot],
+                                    np.concatenate(news)[by_snapshot]), initial
 
-    def _carry_over_unread(self, partial, order, starts, head_fields: frozenset[str]) -> None:
-        """In snapshots that read only the head, each field outside it takes the value its
-        object's last full read had (so nothing changes there, and the next read is
-        compared with the last value read); `known` says where there was one."""
-        import numpy
+    def _sources(self, order, so, rs, starts, ends, partial):
+        """Per snapshot of the slice (slice order): the row whose values its fields
+        outside the head carry (its object's last full read, itself when there was none)
+        and whether there was one; the same for its predecessor."""
+        m = len(rs)
+        at = np.arange(m)
+        group = np.maximum.accumulate(np.where(starts, at, 0)) if m else at
+        full_read = ~partial[order]
+        last = np.maximum.accumulate(np.where(full_read, at, -1)) if m else at
+        inside = last >= group
+        carried_in = self.last_full[so]
+        known_sorted = inside | (carried_in >= 0)
+        source_sorted = np.where(inside, rs[np.maximum(last, 0)],
+                                 np.where(carried_in >= 0, carried_in, rs))
+        # the predecessor's: the one before in the group, or the object's last one
+        prev_source_sorted = np.empty(m, np.int64)
+        prev_known_sorted = np.empty(m, bool)
+        prev_source_sorted[1:], prev_known_sorted[1:] = source_sorted[:-1], known_sorted[:-1]
+        prev_source_sorted[starts] = self.last_source[so[starts]]
+        prev_known_sorted[starts] = self.last_known[so[starts]]
+        # the objects' last full reads, for the slices after this one
+        reads = ends & inside
+        self.last_full[so[reads]] = rs[last[reads]]
+        source, known = np.empty(m, np.int64), np.empty(m, bool)
+        prev_source, prev_known = np.empty(m, np.int64), np.empty(m, bool)
+        source[order], known[order] = source_sorted, known_sorted
+        prev_source[order], prev_known[order] = prev_source_sorted, prev_known_sorted
+        return source, known, prev_source, prev_known
 
-        n = len(partial)
-        at = numpy.arange(n)
-        group = numpy.maximum.accumulate(numpy.where(starts, at, 0))
-        last = numpy.maximum.accumulate(numpy.where(~partial[order], at, -1))
-        known_sorted = last >= group
-        known = numpy.empty(n, dtype=bool)
-        known[order] = known_sorted
-        self.source = numpy.empty(n, dtype=numpy.int64)
-        self.source[order] = order[numpy.where(known_sorted, last, at)]
-        for j, name in enumerate(self.names):
-            if name not in head_fields:
-                self.known[j] = known
+    def _encode(self, j: int, column: np.ndarray, kind: str) -> np.ndarray:
+        texts = self.texts.get(j)
+        if texts is None:
+            return self.values.encode(j, column)
+        return texts.provisional(column, kind)
 
-    def release(self) -> None:
-        """Let the snapshots go (their buffer is freed unless someone else holds it);
-        what was found (`prev`, `changed_at`, `owner`, `position`) stays."""
-        self.full = None
+    def text_codes(self) -> dict[int, np.ndarray]:
+        """Per char array field, the final code (`FieldValues`) of each provisional one,
+        given in the order the whole trace's values would have been: the first values,
+        then every old value, then every new one, each set sorted."""
+        out = {}
+        for j, texts in self.texts.items():
+            kind = self.layout.fields[j].kind
+            final = np.zeros(len(texts.raw), np.int64)
+            for which in ("initial", "old", "new"):
+                seen = texts.seen[which]
+                if not seen:
+                    continue
+                uniques = np.unique(np.concatenate(seen))
+                for u in uniques.tolist():
+                    final[texts.raw[u]] = self.values.text_code(j, array_value(kind, u))
+            out[j] = final
+        return out
 
-    def value_known(self, j: int, rows: Any) -> Any:
-        import numpy
 
-        known = self.known.get(j)
-        return numpy.ones(len(rows), bool) if known is None else known[rows]
+class _TextCodes:
+    """A char array field's values given provisional codes as they come (by their
+    bytes), and the distinct values seen as first, old and new values."""
 
-    def column(self, j: int, rows: Any) -> Any:
-        """Field ``j``'s raw values (the layout's numpy type) in the given snapshots."""
-        if j in self.known:
-            rows = self.source[rows]
-        return self.full[self.names[j]][self.position[rows]]
+    def __init__(self) -> None:
+        self.raw: dict[bytes, int] = {}
+        self.seen: dict[str, list[np.ndarray]] = {"initial": [], "old": [], "new": []}
+
+    def provisional(self, column: np.ndarray, kind: str) -> np.ndarray:
+        uniques, inverse = np.unique(column, return_inverse=True)
+        if not len(uniques):
+            return np.zeros(0, np.int64)
+        self.seen[kind].append(uniques)
+        raw = self.raw
+        codes = np.array([raw.setdefault(u, len(raw)) for u in uniques.tolist()], np.int64)
+        return codes[inverse.reshape(-1)]
