@@ -122,6 +122,9 @@ def test_all_objects_strips_keep_only_the_objects_drawn(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "MAX_STRIPS", 4)
     sampled, values_sampled = objects.strips(site)
     assert values == values_sampled and list(whole) == list(sampled)
+    for strips in (*whole.values(), *sampled.values()):  # made when drawn, not before
+        assert not len(strips)
+        strips.fill(strips)
     lengths = data.series_lengths()
     names = [f.name for f in data.layout.fields]
     for name, strips in sampled.items():

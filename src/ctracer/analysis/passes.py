@@ -457,32 +457,54 @@ def assign_objects(pairing: Pairing, duplicate: np.ndarray,
         own = at < 0
         at[own] = keep[own]
         del own
-        order = np.argsort(address, kind="stable")
-        sorted_addresses = address[order]
-        for a, starts in reused.items():
-            lo = np.searchsorted(sorted_addresses, np.uint64(a), "left")
-            hi = np.searchsorted(sorted_addresses, np.uint64(a), "right")
-            rows = order[lo:hi]
-            positions = np.array([s for s, _ in starts], np.int64)
-            lifetime[rows] = 1 + np.searchsorted(positions, at[rows], "right")
-        del at, order, sorted_addresses
+        starts_of = {a: np.array([s for s, _ in starts], np.int64)
+                     for a, starts in reused.items()}
+        step = at_once(1 << 20)
+        for base in range(0, len(address), step):  # no sort of every event's address
+            part = address[base:base + step]
+            order = np.argsort(part, kind="stable")
+            sorted_addresses = part[order]
+            for a, positions in starts_of.items():
+                lo = np.searchsorted(sorted_addresses, np.uint64(a), "left")
+                hi = np.searchsorted(sorted_addresses, np.uint64(a), "right")
+                rows = base + order[lo:hi]
+                lifetime[rows] = 1 + np.searchsorted(positions, at[rows], "right")
+        del at
     has = address != 0
     obj = space.full(len(keep), -1, np.int64)
     keys: list[ObjectKey] = []
     labels, dirnames, started_by = [], [], []
     if has.any():
         # (address, lifetime) as one int64 key: an address's index, times the most
-        # lifetimes any address has, plus the lifetime
-        addresses, address_index = np.unique(address[has], return_inverse=True)
+        # lifetimes any address has, plus the lifetime; found a slice at a time (a
+        # kernel trace's few objects have millions of events: sorting every event's
+        # key at once took hundreds of megabytes)
+        n = len(address)
+        step = at_once(1 << 20)
+        addresses = np.unique(np.concatenate(
+            [np.unique(address[lo:lo + step][has[lo:lo + step]]) for lo in range(0, n, step)]
+            or [np.zeros(0, address.dtype)]))
         width = int(lifetime.max())
-        key = address_index.reshape(-1).astype(np.int64) * width + (lifetime[has] - 1)
-        del address_index
-        uniques, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        del key
+
+        def keys_of(lo: int) -> tuple[np.ndarray, np.ndarray]:
+            at = np.flatnonzero(has[lo:lo + step])
+            index = np.searchsorted(addresses, address[lo:lo + step][at]).astype(np.int64)
+            return at, index * width + (lifetime[lo:lo + step][at] - 1)
+
+        uniques, first = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        for lo in range(0, n, step):
+            at, key = keys_of(lo)
+            found, where = np.unique(key, return_index=True)
+            # an object's first event: the earliest slice's (slices come in order)
+            merged, pick = np.unique(np.r_[uniques, found], return_index=True)
+            first = np.r_[first, lo + at[where]][pick]
+            uniques = merged
         order = np.argsort(first, kind="stable")
         rank = np.empty(len(uniques), np.int64)
         rank[order] = np.arange(len(uniques))
-        obj[has] = rank[inverse.reshape(-1)]
+        for lo in range(0, n, step):
+            at, key = keys_of(lo)
+            obj[lo + at] = rank[np.searchsorted(uniques, key)]
         in_order = [(addresses[u // width], u % width + 1) for u in uniques[order].tolist()]
         for a, life in in_order:
             key = ObjectKey(int(a), int(life))

@@ -9,8 +9,9 @@ is most of matplotlib's cost.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -77,14 +78,34 @@ class Series:
         return list(zip(times, self.values))
 
 
-class Strips(list):
+class DrawnLater(list):
+    """A plot's series made when the plot is drawn (`filled`), not when its page is
+    written, and let go after: every field's series of a kernel trace's few objects
+    with millions of changes each were gigabytes of Python values held together until
+    the plots were drawn.  ``of``: how many objects they stand for."""
+
+    def __init__(self, of: int, fill: Optional[Callable[[list], None]] = None):
+        super().__init__()
+        self.of = of
+        self.fill = fill
+
+    @contextmanager
+    def filled(self) -> Iterator["DrawnLater"]:
+        """The series made (by ``fill``) while the block draws them, then let go."""
+        if self.fill is None:
+            yield self
+            return
+        self.fill(self)
+        try:
+            yield self
+        finally:
+            self.clear()
+
+
+class Strips(DrawnLater):
     """The series of a strip plot: one per object, of the ``of`` objects whose field
     changed; beyond `MAX_STRIPS` of them only every `sampling`-th object's series is
     kept (every object's values of a 10M-event trace were 150 MB in a helper)."""
-
-    def __init__(self, of: int):
-        super().__init__()
-        self.of = of
 
     @staticmethod
     def sampling(objects: int) -> int:
@@ -100,7 +121,7 @@ def ordinal(n: int) -> str:
 
 def objects_in(series: list) -> int:
     """How many objects a plot's series stand for (`Strips` may hold some of them)."""
-    return series.of if isinstance(series, Strips) else len(series)
+    return series.of if isinstance(series, DrawnLater) else len(series)
 
 
 @dataclass
@@ -380,10 +401,13 @@ def _init_worker(layout_json: str) -> None:
 def _draw_chunk(jobs: Sequence[Any]) -> int:
     assert _painter is not None
     for job in jobs:
-        if isinstance(job, FieldPlot):
-            _painter.field_plot(job)
-        elif isinstance(job, StripPlot):
-            _painter.strip_plot(job)
+        if isinstance(job, (FieldPlot, StripPlot)):
+            draw = _painter.field_plot if isinstance(job, FieldPlot) else _painter.strip_plot
+            if isinstance(job.series, DrawnLater):
+                with job.series.filled():
+                    draw(job)
+            else:
+                draw(job)
         elif isinstance(job, DurationPlot):
             _painter.duration_plot(job)
         else:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ctracer.report import plots as plotting
@@ -18,8 +20,8 @@ def write_object(site: ReportSite, o: int) -> None:
     start = a.start_ns
     rows = a.objects.events(o)
     first_ns, last_ns = int(a.events.ts_ns[rows[0]]), int(a.events.ts_ns[rows[-1]])
-    series = a.series(o)
-    changed = [name for name, (times, _) in series.items() if len(times) > 1]
+    series = _ObjectSeries(a, o)
+    changed = [name for name, n in series.lengths.items() if n > 1]
     methods = a.object_methods(o)
     changes = a.objects.changes(o)
     facts = [
@@ -44,15 +46,45 @@ def write_object(site: ReportSite, o: int) -> None:
         facts=facts, methods=site.method_rows(methods))
     plots = {}
     if o in site.plotted:
-        plots = {name: [plotting.Series(label, points[0], points[1], last_ns - start)]
-                 for name, points in series.items() if len(points[0]) > MIN_CHANGES_TO_PLOT}
-    values = {name: site.timeline.value(name, points[1][0])
-              for name, points in series.items() if points[0]}
+        plots = {name: plotting.DrawnLater(1, series.plotted(name, label, last_ns - start))
+                 for name, n in series.lengths.items() if n > MIN_CHANGES_TO_PLOT}
+    values = {name: site.timeline.value(name, value)
+              for name, value in a.first_values(o).items()}
     changes_page(site, d, label, f"{site.struct_title} {label}", changes,
                       page_of, plots, show_object=False, values=values,
                       live=o, live_series=series,
                       writes_of=site.writes.of_object(o) if site.writes is not None
                       else None)
+
+
+class _ObjectSeries:
+    """Object ``o``'s field series (`Analysis.series`) by field name, each made when
+    read and not kept: an object of a kernel trace has millions of changes, and every
+    field's series at once as Python values was gigabytes.  ``lengths``: each field's
+    number of points, known without making them."""
+
+    def __init__(self, a, o: int):
+        self.a, self.o = a, o
+        nf = len(a.layout.fields)
+        self.lengths: dict[str, int] = {}
+        if a.objects.first_snapshot[o] < 0:
+            return
+        counts = np.bincount(a.changes.field[a.objects.changes(o)], minlength=nf)[:nf]
+        known = a.objects.initial_known[o]
+        for j, f in enumerate(a.layout.fields):
+            n = int(counts[j])
+            self.lengths[f.name] = 1 + n if known[j] else max(n, 1)
+
+    def items(self):
+        for name in self.lengths:
+            yield name, self.a.series(self.o, [name])[name]
+
+    def plotted(self, name: str, label: str, end_ns: int) -> Callable[[list], None]:
+        """What makes the field's plot series when it is drawn."""
+        def made(series: list) -> None:
+            times, values = self.a.series(self.o, [name])[name]
+            series.append(plotting.Series(label, times, values, end_ns))
+        return made
 
 
 def write_all_objects(site: ReportSite) -> None:
@@ -86,20 +118,26 @@ def strips(site: ReportSite) -> tuple[dict[str, plotting.Strips], dict[str, str]
         if len(changed):
             found.append((int(changed[0]), j, changed))
     series: dict[str, plotting.Strips] = {}  # fields in order of first appearance
-    wanted: dict[int, list[str]] = {}
-    for _, j, changed in sorted(found, key=lambda f: f[:2]):
-        series[fields[j]] = plotting.Strips(len(changed))
-        for o in changed[::plotting.Strips.sampling(len(changed))].tolist():
-            wanted.setdefault(o, []).append(fields[j])
     ts = a.events.ts_ns
-    for o in sorted(wanted):
-        rows = a.objects.events(o)
-        first_ns, last_ns = int(ts[rows[0]]), int(ts[rows[-1]])
-        first = first_ns - a.start_ns
-        for name, (times, vals) in a.series(o, wanted[o]).items():
-            series[name].append(plotting.Series(
-                a.objects.labels[o], np.asarray(times, np.int64) - first, vals,
-                last_ns - first_ns))
+
+    def fill(name: str, drawn: list[int]) -> Callable[[plotting.Strips], None]:
+        def made(strips: plotting.Strips) -> None:  # when drawn: one field at a time
+            for o in drawn:
+                rows = a.objects.events(o)
+                first_ns, last_ns = int(ts[rows[0]]), int(ts[rows[-1]])
+                first = first_ns - a.start_ns
+                found = a.series(o, [name]).get(name)
+                if found is None:
+                    continue
+                times, vals = found
+                strips.append(plotting.Series(
+                    a.objects.labels[o], np.asarray(times, np.int64) - first, vals,
+                    last_ns - first_ns))
+        return made
+
+    for _, j, changed in sorted(found, key=lambda f: f[:2]):
+        drawn = changed[::plotting.Strips.sampling(len(changed))].tolist()
+        series[fields[j]] = plotting.Strips(len(changed), fill(fields[j], drawn))
     firsts: dict[str, set[str]] = {name: set() for name in fields}
     for o in range(len(a.objects)):
         for name, value in a.first_values(o).items():
