@@ -194,12 +194,20 @@ def at_once(default: int) -> int:
     return max(1 << 14, int(default * limit / FULL_SLICES_FROM))
 
 
-def helpers_within_limit(wanted: int) -> int:
+#: what writing one object's pages takes beside the analysis, per event of the object
+#: (a 500k-event socket of a kernel trace: ~120 MB)
+HELPER_BYTES_PER_OBJECT_EVENT = 256
+
+
+def helpers_within_limit(wanted: int, busiest_object_events: int = 0) -> int:
     """How many of ``wanted`` forked helpers the memory limit leaves room for, 0 meaning
     "do the work in this process": without a limit ``wanted``; under one, a helper is
-    counted at this process's anonymous memory, at least 64 MB (what it may copy of it
-    as it touches the pages it inherited, and its own temporaries: the all-objects
-    pages' go over every event; 2M events: ~110 MB a helper) and all of them
+    counted at this process's anonymous memory, at least 64 MB and at least
+    `HELPER_BYTES_PER_OBJECT_EVENT` per event of the busiest object whose pages it may
+    write (what it may copy of the parent's memory as it touches the pages it
+    inherited, and its own temporaries: the all-objects pages' go over every event; 2M
+    events: ~110 MB a helper; a kernel trace's few objects have hundreds of thousands
+    of events each, and their pages need as much) and all of them
     together with this process must stay within three quarters of the limit (the rest
     is the page cache of the trace, the mapped arrays and the pages written).  One
     helper is no faster than this process alone, so 1 becomes 0."""
@@ -209,7 +217,8 @@ def helpers_within_limit(wanted: int) -> int:
     anonymous = _own_anonymous_bytes()
     if anonymous is None:
         return wanted
-    room = int((limit * 3 // 4 - anonymous) // max(anonymous, 64 << 20))
+    each = max(anonymous, 64 << 20, busiest_object_events * HELPER_BYTES_PER_OBJECT_EVENT)
+    room = int((limit * 3 // 4 - anonymous) // each)
     helpers = max(0, min(wanted, room))
     return 0 if helpers < 2 else helpers
 

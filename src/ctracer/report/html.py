@@ -290,7 +290,8 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             mark, cpu = time.perf_counter(), _cpu_seconds()
             timeline.note_unreadable_pages(site, chosen)
             # under a memory limit, only as many helpers as it has room for
-            workers = helpers_within_limit(min(os.cpu_count() or 1, 2))
+            most = int(counts[chosen].max()) if chosen else 0  # the busiest object's events
+            workers = helpers_within_limit(min(os.cpu_count() or 1, 2), most)
             seconds["plots"] = _write_pages(site, chosen, workers, say)
         except KeyboardInterrupt:
             raise _incomplete(out_dir, site, HelpersStopped("interrupted", 0, 0, 2)) from None
