@@ -197,27 +197,33 @@ def at_once(default: int) -> int:
 #: what writing one object's pages takes beside the analysis, per event of the object
 #: (a 500k-event socket of a kernel trace: ~120 MB)
 HELPER_BYTES_PER_OBJECT_EVENT = 256
+#: what writing the all-objects pages takes, per event of the trace (a helper writes
+#: them too)
+HELPER_BYTES_PER_EVENT = 64
 
 
-def helpers_within_limit(wanted: int, busiest_object_events: int = 0) -> int:
+def helpers_within_limit(wanted: int, busiest_object_events: int = 0,
+                         events: int = 0) -> int:
     """How many of ``wanted`` forked helpers the memory limit leaves room for, 0 meaning
     "do the work in this process": without a limit ``wanted``; under one, a helper is
-    counted at this process's anonymous memory, at least 64 MB and at least
+    counted at this process's anonymous memory, at least 64 MB, at least
     `HELPER_BYTES_PER_OBJECT_EVENT` per event of the busiest object whose pages it may
-    write (what it may copy of the parent's memory as it touches the pages it
-    inherited, and its own temporaries: the all-objects pages' go over every event; 2M
-    events: ~110 MB a helper; a kernel trace's few objects have hundreds of thousands
-    of events each, and their pages need as much) and all of them
-    together with this process must stay within three quarters of the limit (the rest
-    is the page cache of the trace, the mapped arrays and the pages written).  One
-    helper is no faster than this process alone, so 1 becomes 0."""
+    write and `HELPER_BYTES_PER_EVENT` per event of the trace (what it may copy of the
+    parent's memory as it touches the pages it inherited, and its own temporaries: the
+    all-objects pages' go over every event; 2M events: ~110 MB a helper; a kernel
+    trace's few objects have hundreds of thousands of events each, and their pages need
+    as much), and all of them together with this process must stay within three
+    quarters of the limit (the rest is the page cache of the trace, the mapped arrays
+    and the pages written).  One helper is no faster than this process alone, so 1
+    becomes 0."""
     limit = memory_limit()
     if not limit or wanted < 1:
         return wanted
     anonymous = _own_anonymous_bytes()
     if anonymous is None:
         return wanted
-    each = max(anonymous, 64 << 20, busiest_object_events * HELPER_BYTES_PER_OBJECT_EVENT)
+    each = max(anonymous, 64 << 20, busiest_object_events * HELPER_BYTES_PER_OBJECT_EVENT,
+               events * HELPER_BYTES_PER_EVENT)
     room = int((limit * 3 // 4 - anonymous) // each)
     helpers = max(0, min(wanted, room))
     return 0 if helpers < 2 else helpers

@@ -291,7 +291,7 @@ def render(trace_path: str, out_dir: Optional[str] = None, *,
             timeline.note_unreadable_pages(site, chosen)
             # under a memory limit, only as many helpers as it has room for
             most = int(counts[chosen].max()) if chosen else 0  # the busiest object's events
-            workers = helpers_within_limit(min(os.cpu_count() or 1, 2), most)
+            workers = helpers_within_limit(min(os.cpu_count() or 1, 2), most, len(data.events))
             seconds["plots"] = _write_pages(site, chosen, workers, say)
         except KeyboardInterrupt:
             raise _incomplete(out_dir, site, HelpersStopped("interrupted", 0, 0, 2)) from None
