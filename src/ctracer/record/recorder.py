@@ -35,6 +35,7 @@ from ctracer.event import (FLAG_READ_FAILED, HEADER, RING_HEADER_BYTES, Function
 from ctracer.probes import ProbeProgram
 from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
+from ctracer.record.folds import FoldDrain
 
 if TYPE_CHECKING:
     from ctracer.record.tail import Tail
@@ -120,8 +121,11 @@ class EventSink:
     MAX_WAITING_ROWS = 64
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: ProgressCounts,
-                 tail: Optional["Tail"] = None, watcher=None):
+                 tail: Optional["Tail"] = None, watcher=None, folds=None):
         self.writer = writer
+        #: ``--calls changes``' `ctracer.record.folds.FoldDrain`: its rows are
+        #: committed at each commit of the events
+        self.folds = folds
         #: ``--watch``'s `ctracer.record.watcher.Watcher`: sees each batch, and its
         #: writes are committed with the events
         self.watcher = watcher
@@ -298,6 +302,8 @@ class EventSink:
             # SQLite's log folded into the file now, before the next commit (it then
             # starts over from its beginning)
             self.writer.checkpoint_soon()
+            if self.folds is not None:
+                self.folds.flush(self.writer.db, final=commit)
 
 
 class Progress:
@@ -475,7 +481,8 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     kernel = meta.get("traced") == "kernel"
     watcher = _compile(session, program, watch_plan, kernel)
     writer = TraceWriter(output)
-    sink = EventSink(program, writer, counts, tail, watcher)
+    drain = FoldDrain(session) if getattr(program, "calls", "all") == "changes" else None
+    sink = EventSink(program, writer, counts, tail, watcher, drain)
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     watch = MappingWatch(session, binary, followed=bool(command) or pid is not None)
@@ -541,6 +548,9 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                                 probe_misses=misses, detach_seconds=round(detach_seconds, 3))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
+                if drain is not None:
+                    writer.set_meta(folded_calls=drain.calls,
+                                    folds_refused=drain.refused)
                 _name_kernel_text(writer, meta)
                 if kernel:
                     writer.set_meta(net_devices=netdevs.merged(devices, netdevs.read()))
