@@ -301,7 +301,7 @@ class EventCounts:
         text = (f"{self.recorded} events recorded, {self.lost} lost, "
                 f"{self.unreadable} unreadable, {self.shown} shown")
         if self.repeated:
-            text += f" ({self.repeated} repeats of one call folded)"
+            text += f" ({self.repeated} repeats of one call shown once)"
         return text
 
 

@@ -79,6 +79,7 @@ def fold_maps() -> list[str]:
             "};",
             "struct ctracer_frame {",
             "\tu64 object;",
+            "\tu64 object2;  /* a second method's object (sk_clone: the new and the old) */",
             "\tu32 function_id;",
             "\tu32 pad;",
             "};",
@@ -95,12 +96,15 @@ def fold_maps() -> list[str]:
             f"ctracer_frames, {FRAME_CAPACITY});"]
 
 
-def frame_statements(tid: str, depth: str, function_id: str, obj: str) -> list[str]:
-    """C statements remembering the traced call at ``depth`` of thread ``tid`` (its row
-    and object), for the calls folded inside it."""
+def frame_statements(tid: str, depth: str, function_id: str, obj: str,
+                     obj2: str = "0") -> list[str]:
+    """C statements remembering the traced call at ``depth`` of thread ``tid`` (its
+    first row and the objects of its first two methods), for the calls folded inside
+    it."""
     return ["{",
             f"\tstruct ctracer_frame_key fk = {{ .tid = {tid}, .depth = {depth} }};",
-            f"\tstruct ctracer_frame fr = {{ .object = {obj}, .function_id = {function_id} }};",
+            f"\tstruct ctracer_frame fr = {{ .object = {obj}, .object2 = {obj2}, "
+            f".function_id = {function_id} }};",
             "\tctracer_frames.update(&fk, &fr);",
             "}"]
 
@@ -182,7 +186,8 @@ static __always_inline int ctracer_fold(struct ctracer_event *entry, struct ctra
 
 		if (caller) {
 			k.caller_id = caller->function_id;
-			k.caller_object = caller->object;
+			k.caller_object = caller->object2 == k.object ? caller->object2
+								       : caller->object;
 		}
 	}
 	if (gen && (*gen & 1))

@@ -337,10 +337,10 @@ def _entry_probe(f: ProbedFunction, fold: bool = False) -> str:
           f"\t\tctracer_emit({s.id}, {PHASE_ENTRY}, obj, 0, depth, 0, pid_tgid);",
           "\t}")
     if fold:
-        first = f.slots[0]
+        objects = [f"call.object[{i}]" if s.arg is not None else "0"
+                   for i, s in enumerate(f.slots[:2])]
         t(*("\t" + line for line in folding.frame_statements(
-            "(u32)pid_tgid", "depth", str(first.id),
-            "call.object[0]" if first.arg is not None else "0")))
+            "(u32)pid_tgid", "depth", str(f.slots[0].id), *objects)))
     t("\t{",
       "\t\tstruct ctracer_call_key key = {",
       "\t\t\t.tid = (u32)pid_tgid, .depth = depth, .sp = PT_REGS_SP(ctx) };",

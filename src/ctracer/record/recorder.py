@@ -78,6 +78,11 @@ class RecordResult:
     thread_state_fallback: str = ""
     #: what ``--watch`` did (`ctracer.record.watcher.Watcher.summary`), None without it
     watch: Optional[dict] = None
+    #: ``--calls`` ("all" or "changes"), the calls folded into counts (never events)
+    #: and those that found the fold map full (written)
+    calls: str = "all"
+    folded: int = 0
+    folds_refused: int = 0
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -563,9 +568,13 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                   writer.kept_old, watch.warnings(counts.events, command, pid),
-                   detach_seconds, misses, watched)
+    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                     writer.kept_old, watch.warnings(counts.events, command, pid),
+                     detach_seconds, misses, watched)
+    if drain is not None:
+        result.calls, result.folded, result.folds_refused = "changes", drain.calls, \
+            drain.refused
+    return result
 
 
 def _compile(session, program: ProbeProgram, plan, kernel: bool):
@@ -834,6 +843,13 @@ def summary_lines(result: RecordResult) -> list[str]:
     took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
     lines = [f"{result.events} events, {result.objects} object addresses, "
              f"{result.lost} lost in {took} (stopped: {how}{status})"]
+    if result.calls == "changes":
+        refused = (f"; {result.folds_refused} more found the fold map full and were written"
+                   if result.folds_refused else "")
+        lines.append(f"calls: changes: {result.folded} calls changed nothing and were "
+                     f"counted, not written{refused}")
+    else:
+        lines.append("calls: all: every call's entry and exit written")
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
     lines.append(f"probes on {result.attached} functions, {result.failed} failed{skipped} "
                  f"(bcc compile {result.compile_seconds:.1f} s, attach "
