@@ -362,7 +362,8 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        ring_bytes=ring, head=head,
                                        format_fields=_format_fields(source),
                                        task_storage=storage.works is not False,
-                                       compact=not request.full_snapshots)
+                                       compact=not request.full_snapshots,
+                                       calls=request.calls)
         with _project_rule_lines(request):
             lifetime_rules.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
