@@ -81,6 +81,17 @@ def test_folded_counts_equal_every_call_written(bpf, tmp_path):
     cover = f"{total:,} calls, {b.folded.total_calls:,} of them folded: changed nothing"
     assert "--calls changes" in (tmp_path / "report" / "index.html").read_text()
     assert cover in (tmp_path / "report" / "methods" / "index.html").read_text()
+    # the export carries them beside the events
+    r = subprocess.run([sys.executable, "-m", "ctracer", "export", str(changes), "-o",
+                        str(tmp_path / "changes.jsonl")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    import json
+    rows = [json.loads(line) for line in
+            (tmp_path / "changes.folded-calls.jsonl").read_text().splitlines()]
+    assert sum(row["calls"] for row in rows) == b.folded.total_calls
+    assert {(row["object"], row["function"]) for row in rows} <= \
+        {(b.objects.labels[i], f) for i, f in calls_changes}
 
 
 def _folded_rows(path) -> int:

@@ -91,6 +91,27 @@ def place(table: dict[str, np.ndarray], address: np.ndarray, ts_ns: np.ndarray,
     caller_id = table["caller_id"]
     caller = np.where(caller_id > 0, _canonical(caller_id, canon), ROOT)
     same = (caller_id > 0) & (table["caller_object"] == table["object"])
-    return Folded(placed[ok], fn[ok], caller[ok], same[ok], table["calls"][ok],
-                  table["total_ns"][ok], table["max_ns"][ok],
-                  int(table["calls"][~ok].sum()))
+    return _merged(Folded(placed[ok], fn[ok], caller[ok], same[ok], table["calls"][ok],
+                          table["total_ns"][ok], table["max_ns"][ok],
+                          int(table["calls"][~ok].sum())))
+
+
+def _merged(f: Folded) -> Folded:
+    """One row per (object, function, caller, same object), in order of first row."""
+    if not len(f):
+        return f
+    keys = np.stack([f.object, f.function, f.caller, f.same_object.astype(np.int64)], 1)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(first, kind="stable")        # groups in order of first row
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = rank[inverse]
+    n = len(order)
+    at = first[order]
+    maxes = np.zeros(n, np.int64)
+    np.maximum.at(maxes, group, f.max_ns)
+    return Folded(f.object[at], f.function[at], f.caller[at], f.same_object[at],
+                  np.bincount(group, weights=f.calls, minlength=n).astype(np.int64),
+                  np.bincount(group, weights=f.total_ns, minlength=n).astype(np.int64),
+                  maxes, f.unplaced)
