@@ -256,8 +256,9 @@ class ReportSite:
                     if self.reach.get(fid) != "tracepoint")
         folded = sum(s.folded for s in methods.values())
         return (f"{calls:,} calls, {folded:,} of them folded: changed nothing (recorded "
-                f"with --calls changes: counted with their summed and longest duration, "
-                f"never events; median, p95 and min are of the written calls)")
+                f"with --calls changes: counted in the kernel with their summed and "
+                f"longest duration, never events, so not on timelines; median, p95 and "
+                f"min are of the written calls)")
 
     def calls_and_hits(self, methods: dict[int, MethodStats]) -> dict[str, int]:
         """Per word of `count_words`, how many of ``methods``' counts are calls and how
