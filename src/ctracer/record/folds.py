@@ -11,10 +11,17 @@ keeps the events.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ctracer.tracefile import folds
 
 
 class FoldDrain:
+    @classmethod
+    def of(cls, program, session) -> Optional["FoldDrain"]:
+        """A drain for ``program`` when it folds calls (``--calls changes``), else None."""
+        return cls(session) if getattr(program, "calls", "all") == "changes" else None
+
     def __init__(self, session) -> None:
         self.session = session
         self.tables = False

@@ -486,8 +486,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     kernel = meta.get("traced") == "kernel"
     watcher = _compile(session, program, watch_plan, kernel)
     writer = TraceWriter(output)
-    drain = FoldDrain(session) if getattr(program, "calls", "all") == "changes" else None
-    sink = EventSink(program, writer, counts, tail, watcher, drain)
+    sink = EventSink(program, writer, counts, tail, watcher, FoldDrain.of(program, session))
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     watch = MappingWatch(session, binary, followed=bool(command) or pid is not None)
@@ -553,9 +552,6 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                                 probe_misses=misses, detach_seconds=round(detach_seconds, 3))
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
-                if drain is not None:
-                    writer.set_meta(folded_calls=drain.calls,
-                                    folds_refused=drain.refused)
                 _name_kernel_text(writer, meta)
                 if kernel:
                     writer.set_meta(net_devices=netdevs.merged(devices, netdevs.read()))
@@ -568,13 +564,9 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                     writer.kept_old, watch.warnings(counts.events, command, pid),
-                     detach_seconds, misses, watched)
-    if drain is not None:
-        result.calls, result.folded, result.folds_refused = "changes", drain.calls, \
-            drain.refused
-    return result
+    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                   writer.kept_old, watch.warnings(counts.events, command, pid),
+                   detach_seconds, misses, watched, sink.folds)
 
 
 def _compile(session, program: ProbeProgram, plan, kernel: bool):
@@ -630,8 +622,8 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
 
 def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts, kept: int,
             seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
-            detach_seconds: float, misses: dict, watched: Optional[dict] = None
-            ) -> RecordResult:
+            detach_seconds: float, misses: dict, watched: Optional[dict] = None,
+            folds: Optional[FoldDrain] = None) -> RecordResult:
     from ctracer.record import bpf_runtime
 
     results = session.results
@@ -642,7 +634,8 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         session.compile_seconds, session.attach_seconds, seconds, stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
-        _thread_state_fallback(session), watched)
+        _thread_state_fallback(session), watched,
+        *(("changes", folds.calls, folds.refused) if folds is not None else ()))
 
 
 def _thread_state_fallback(session) -> str:
@@ -671,6 +664,8 @@ def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "
     session.take_writes()
     stopped_by = _commit(sink, stopped_by)
     counts.lost = session.lost()
+    if sink.folds is not None and stopped_by != DISK_FULL:
+        sink.writer.set_meta(folded_calls=sink.folds.calls, folds_refused=sink.folds.refused)
     watch.check()
     return stopped_by
 
