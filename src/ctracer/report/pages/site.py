@@ -253,7 +253,7 @@ class ReportSite:
         if self.data.calls_mode != "changes":
             return ""
         calls = sum(s.calls for fid, s in methods.items()
-                    if self.reach.get(fid) != "tracepoint")
+                    if self.route_kind.get(fid) != "tracepoint")
         folded = sum(s.folded for s in methods.values())
         return (f"{calls:,} calls, {folded:,} of them folded: changed nothing (recorded "
                 f"with --calls changes: counted in the kernel with their summed and "
