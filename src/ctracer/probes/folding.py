@@ -87,6 +87,13 @@ def fold_maps() -> list[str]:
             f"{FOLD_CAPACITY});",
             f"BPF_HASH(ctracer_folds_1, struct ctracer_fold_key, struct ctracer_fold, "
             f"{FOLD_CAPACITY});",
+            "/* the fold's key and a new row, built here: the kernel functions' programs",
+            "   have no stack left for them (512 bytes) */",
+            "struct ctracer_fold_work {",
+            "\tstruct ctracer_fold_key k;",
+            "\tstruct ctracer_fold fresh;",
+            "};",
+            "BPF_PERCPU_ARRAY(ctracer_fold_work, struct ctracer_fold_work, 1);",
             "BPF_ARRAY(ctracer_fold_gen, u32, 1);",
             "BPF_PERCPU_ARRAY(ctracer_fold_refused, u64, 1);",
             f'BPF_TABLE("lru_hash", u64, u64, ctracer_written, {BASELINE_CAPACITY});',
@@ -110,17 +117,17 @@ def frame_statements(tid: str, depth: str, function_id: str, obj: str,
 
 
 _FOLD_INTO = """\
-static __always_inline int ctracer_fold_into_%(g)d(struct ctracer_fold_key *k, u64 began,
+static __always_inline int ctracer_fold_into_%(g)d(struct ctracer_fold_work *fw, u64 began,
 						 u64 ended)
 {
-	struct ctracer_fold *v = ctracer_folds_%(g)d.lookup(k);
+	struct ctracer_fold *v = ctracer_folds_%(g)d.lookup(&fw->k);
 	u64 took = ended - began;
 
 	if (!v) {
-		struct ctracer_fold fresh = { .first_ns = began };
-
-		ctracer_folds_%(g)d.insert(k, &fresh);
-		v = ctracer_folds_%(g)d.lookup(k);
+		__builtin_memset(&fw->fresh, 0, sizeof(fw->fresh));
+		fw->fresh.first_ns = began;
+		ctracer_folds_%(g)d.insert(&fw->k, &fw->fresh);
+		v = ctracer_folds_%(g)d.lookup(&fw->k);
 		if (!v)
 			return 0;  /* full */
 	}
@@ -170,30 +177,34 @@ static __always_inline int ctracer_as_baseline(const u64 *ev, u64 object)
    the recorder is not reading; 0 when that map is full (the call is then written). */
 static __always_inline int ctracer_fold(struct ctracer_event *entry, struct ctracer_event *exit)
 {
-	struct ctracer_fold_key k = { .object = exit->h.object,
-				      .function_id = exit->h.function_id };
 	u32 zero = 0;
+	struct ctracer_fold_work *fw = ctracer_fold_work.lookup(&zero);
 	u32 *gen = ctracer_fold_gen.lookup(&zero);
-	u64 *since = ctracer_written.lookup(&k.object);
+	u64 *since;
 	int folded;
 
+	if (!fw)
+		return 0;
+	__builtin_memset(&fw->k, 0, sizeof(fw->k));
+	fw->k.object = exit->h.object;
+	fw->k.function_id = exit->h.function_id;
+	since = ctracer_written.lookup(&fw->k.object);
 	if (since)
-		k.since_ns = *since;
-
+		fw->k.since_ns = *since;
 	if (exit->h.depth) {
 		struct ctracer_frame_key fk = { .tid = exit->h.tid, .depth = exit->h.depth - 1 };
 		struct ctracer_frame *caller = ctracer_frames.lookup(&fk);
 
 		if (caller) {
-			k.caller_id = caller->function_id;
-			k.caller_object = caller->object2 == k.object ? caller->object2
-								       : caller->object;
+			fw->k.caller_id = caller->function_id;
+			fw->k.caller_object = caller->object2 == fw->k.object ? caller->object2
+									       : caller->object;
 		}
 	}
 	if (gen && (*gen & 1))
-		folded = ctracer_fold_into_1(&k, entry->h.ts_ns, exit->h.ts_ns);
+		folded = ctracer_fold_into_1(fw, entry->h.ts_ns, exit->h.ts_ns);
 	else
-		folded = ctracer_fold_into_0(&k, entry->h.ts_ns, exit->h.ts_ns);
+		folded = ctracer_fold_into_0(fw, entry->h.ts_ns, exit->h.ts_ns);
 	if (!folded) {
 		u64 *refused = ctracer_fold_refused.lookup(&zero);
 		if (refused)
