@@ -261,7 +261,7 @@ def test_events_are_submitted_without_waking_the_reader_but_once_per_batch(sampl
     compact = uprobe.build_program(methods, built.layout, arch=X86, ring_bytes=1 << 20,
                                    compact=True).text
     assert "ringbuf_output(" in compact and "ctracer_wake_flags())" in \
-        compact.split("void ctracer_send(")[1]
+        compact.split("void ctracer_send_from(")[1]
     assert compact.index("BPF_PERCPU_ARRAY(ctracer_work,") < compact.index("\n{\n")
 
 

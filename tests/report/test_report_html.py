@@ -352,7 +352,7 @@ def test_counts_agree_on_every_page_and_in_the_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ctracer", "callgraph", str(trace), "-o",
                         str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    line = "6 events recorded, 4 lost, 1 unreadable, 4 shown (2 repeats of one call folded)"
+    line = "6 events recorded, 4 lost, 1 unreadable, 4 shown (2 repeats of one call shown once)"
     assert line in r.stdout
     pages = list(out.rglob("*.html"))
     assert len(pages) >= 5

@@ -136,6 +136,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
     found = changing.announce_changes(found, events, objects, values, dict(fns.names),
                                       announced, arguments.of_event, space)
     objects.regroup_changes(events.object, found.event, space)
+    folded = _folded(trace, events, fns, calls.methods)
     summary = trace_summary(trace, len(read))
     recorded, shown = len(read), len(events)
     incomplete = getattr(trace, "incomplete", None)
@@ -167,7 +168,29 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
         null_object_events=null_events, unmatched_exits=unmatched,
         unfinished_calls=calls.unfinished, incomplete=incomplete,
         head_fields=trace.head_fields, trace_path=trace.path,
-        snapshots=held[0], has_snapshot=held[1], space=space)
+        snapshots=held[0], has_snapshot=held[1], space=space,
+        calls_mode=trace.meta.text("calls") or "all", folded=folded)
+
+
+def _folded(trace: Any, events: Any, fns: "FunctionTable", methods: dict) -> Any:
+    """The trace's folded calls (`ctracer.analysis.folds`) on their objects, added to
+    the per-function counts ``methods``."""
+    import numpy as np
+
+    from ctracer.analysis import folds
+    from ctracer.analysis.model import MethodStats
+    from ctracer.tracefile import folds as folds_table
+
+    db = getattr(trace, "db", None)
+    if db is None:
+        return folds.Folded()
+    found = folds.place(folds_table.read(db), events.address, events.ts_ns, events.object,
+                        fns.canon)
+    for fid, (n, total, longest) in found.per_function(np.arange(len(found))).items():
+        if fid not in methods:
+            methods[fid] = MethodStats(fid, fns.name(fid))
+        methods[fid].add_folded(n, total, longest)
+    return found
 
 
 class _Arguments:

@@ -79,6 +79,25 @@ def call_counts(events: Events, rows: np.ndarray, callers: np.ndarray) -> CallGr
                       list(edges), list(edges.values()), frozenset(hits))
 
 
+def add_folded(counts: CallGraphCounts, functions: np.ndarray, callers: np.ndarray,
+               calls: np.ndarray, total_ns: np.ndarray) -> CallGraphCounts:
+    """``counts`` with folded calls added (`ctracer.analysis.folds`): ``calls[k]`` calls
+    of ``functions[k]`` made from ``callers[k]`` (ROOT: none), ``total_ns[k]`` long in
+    all; new nodes and edges come after the others."""
+    by_fn = dict(zip(counts.functions, zip(counts.calls, counts.total_ns)))
+    edges = dict(zip(counts.edges, counts.edge_calls))
+    for f, c, n, t in zip(functions.tolist(), callers.tolist(), calls.tolist(),
+                          total_ns.tolist()):
+        had, took = by_fn.get(f, (0, 0))
+        by_fn[f] = (had + n, took + t)
+        if c != ROOT and c not in by_fn:
+            by_fn[c] = (0, 0)  # a caller none of the given events shows
+        edges[(c, f)] = edges.get((c, f), 0) + n
+    fns = list(by_fn)
+    return CallGraphCounts(fns, [by_fn[f][0] for f in fns], [by_fn[f][1] for f in fns],
+                           list(edges), list(edges.values()), counts.hits)
+
+
 def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     uniques, inverse = np.unique(keys, return_inverse=True)
     return uniques, np.bincount(inverse.reshape(-1), weights=values,

@@ -213,10 +213,26 @@ class MethodStats:
     #: ns, of calls whose exit was seen, and when each started (ns from trace start)
     durations: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     call_times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: of ``calls``, those folded by ``--calls changes`` (they changed nothing and were
+    #: never events: no time of their own, only their summed and longest duration)
+    folded: int = 0
+    folded_ns: int = 0
+    folded_max_ns: int = 0
+
+    def add_folded(self, calls: int, total_ns: int, max_ns: int) -> None:
+        self.calls += calls
+        self.folded += calls
+        self.folded_ns += total_ns
+        self.folded_max_ns = max(self.folded_max_ns, max_ns)
+
+    @property
+    def timed_calls(self) -> int:
+        """Calls with a duration: written ones whose exit was seen, and folded ones."""
+        return len(self.durations) + self.folded
 
     @property
     def total_ns(self) -> int:
-        return int(self.durations.sum())
+        return int(self.durations.sum()) + self.folded_ns
 
     def percentile(self, p: float) -> Optional[int]:
         return self.percentiles(p)[0]
@@ -232,7 +248,7 @@ class MethodStats:
 
     @property
     def mean_ns(self) -> Optional[float]:
-        return self.total_ns / len(self.durations) if len(self.durations) else None
+        return self.total_ns / self.timed_calls if self.timed_calls else None
 
 
 @dataclass
@@ -285,7 +301,7 @@ class EventCounts:
         text = (f"{self.recorded} events recorded, {self.lost} lost, "
                 f"{self.unreadable} unreadable, {self.shown} shown")
         if self.repeated:
-            text += f" ({self.repeated} repeats of one call folded)"
+            text += f" ({self.repeated} repeats of one call shown once)"
         return text
 
 
@@ -438,6 +454,30 @@ class Analysis:
     #: where the analysis keeps its big arrays (`ctracer.analysis.mapped.ArraySpace`;
     #: None: the heap), for the per-event arrays its readers ask for (`change_rows`)
     space: Any = None
+    #: ``--calls`` of the recording ("all": every call written; "changes": calls that
+    #: changed nothing counted in `folded`)
+    calls_mode: str = "all"
+    folded: Any = None              # `ctracer.analysis.folds.Folded`
+
+    def folded_rows(self, i: Optional[int] = None) -> np.ndarray:
+        """Rows of `folded` on object ``i`` (every row when None)."""
+        if self.folded is None or not len(self.folded):
+            return np.zeros(0, np.int64)
+        return np.arange(len(self.folded)) if i is None else self.folded.of_object(i)
+
+    def add_folded_to(self, counts: Any, i: Optional[int] = None) -> Any:
+        """Call-graph counts (`ctracer.analysis.callgraph.CallGraphCounts`) of object
+        ``i`` (of all objects when None) with the folded calls added: counts on the
+        edge from the traced call they were made in (for one object: from its call on
+        that object, else from the root)."""
+        rows = self.folded_rows(i)
+        if not len(rows):
+            return counts
+        from ctracer.analysis.callgraph import add_folded
+        f = self.folded
+        callers = f.caller[rows] if i is None else np.where(f.same_object[rows],
+                                                            f.caller[rows], -1)
+        return add_folded(counts, f.function[rows], callers, f.calls[rows], f.total_ns[rows])
 
     def function_name(self, fid: int) -> str:
         return function_label(self.function_names, fid)
@@ -538,8 +578,15 @@ class Analysis:
         return lengths
 
     def object_methods(self, i: int) -> dict[int, MethodStats]:
-        """Calls of each function on object ``i``."""
-        return self.method_table(self.objects.events(i), self.objects.changed_by[i])
+        """Calls of each function on object ``i`` (folded ones too)."""
+        out = self.method_table(self.objects.events(i), self.objects.changed_by[i])
+        rows = self.folded_rows(i)
+        if len(rows):
+            for fid, (n, total, longest) in self.folded.per_function(rows).items():
+                if fid not in out:
+                    out[fid] = MethodStats(fid, self.function_name(fid))
+                out[fid].add_folded(n, total, longest)
+        return out
 
     def method_table(self, rows: np.ndarray, changed_by: dict[int, int]) -> dict[int, MethodStats]:
         ev = self.events
@@ -579,7 +626,12 @@ class Analysis:
         from ctracer.event import PHASE_ENTRY, PHASE_TRACEPOINT
         counted = (ev.object >= 0) & ((ev.phase == PHASE_ENTRY) | (ev.phase == PHASE_TRACEPOINT)
                                       | ~ev.matched)
-        return np.bincount(ev.object[counted], minlength=len(self.objects))[:len(self.objects)]
+        out = np.bincount(ev.object[counted], minlength=len(self.objects))[:len(self.objects)]
+        rows = self.folded_rows()
+        if len(rows):
+            out = out + np.bincount(self.folded.object, weights=self.folded.calls,
+                                    minlength=len(self.objects)).astype(np.int64)
+        return out
 
     def threads(self, i: int) -> list[int]:
         return np.unique(self.events.tid[self.objects.events(i)]).tolist()

@@ -150,4 +150,9 @@ def _export(args: argparse.Namespace) -> int:
         if beside_events:
             print(f"ctracer: wrote {os.path.abspath(beside_events)} (the --watch writes)",
                   file=sys.stderr)
+        from ctracer.export.folded_calls import write_folded_calls
+        beside_events = write_folded_calls(analysed, output, args.format)
+        if beside_events:
+            print(f"ctracer: wrote {os.path.abspath(beside_events)} (the calls "
+                  "--calls changes folded)", file=sys.stderr)
     return 0

@@ -161,6 +161,12 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                           "an event carries only the 8-byte words of the snapshot that "
                           "changed since the object's last event; the reader rebuilds the "
                           "rest)")
+    out.add_argument("--calls", choices=("all", "changes"), default="all",
+                     help="all (default): every call's entry and exit is an event; "
+                          "changes: a call that changed no field of its object is counted "
+                          "in the kernel (calls, total and longest duration per object, "
+                          "function and caller) instead of written as two events "
+                          "(not with --full-snapshots or --tail)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     guest = parser.add_argument_group("another kernel (a throwaway QEMU guest)")
     guest.add_argument("--kernel", metavar="6.1|6.12|7.2|PATH",
@@ -270,7 +276,7 @@ def request_from_args(args: argparse.Namespace, kind, name: str,
                         if getattr(args, "lifetime_rules", None) else None),
         function_probes=getattr(args, "function_probes", "auto"),
         max_functions=getattr(args, "max_functions", None),
-        buffer_mb=args.buffer_mb,
+        buffer_mb=args.buffer_mb, calls=getattr(args, "calls", "all"),
         # --tail prints events as they come: they carry whole snapshots
         full_snapshots=bool(getattr(args, "full_snapshots", False) or getattr(args, "tail", False)
                             or getattr(args, "watch", None)),  # the watcher reads whole events

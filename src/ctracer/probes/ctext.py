@@ -481,9 +481,9 @@ static __always_inline int ctracer_baseline_ours(struct ctracer_baseline *b,
    in each lets the reader check every link.  When the ring is full the baseline is
    marked invalid: the next event carries every word.  Branch-free per word (a mask, not
    an if), so the verifier walks one path. */
-static __always_inline void ctracer_send(struct ctracer_work *w, u64 object, int chain)
+static __always_inline void ctracer_send_from(struct ctracer_work *w, const u64 *ev,
+					     u64 object, int chain)
 {
-	const u64 *ev = (const u64 *)&w->e;
 	struct ctracer_baseline_key key = {.object = object,
 					   .cpu = bpf_get_smp_processor_id()};
 	struct ctracer_baseline *b = 0;
@@ -577,12 +577,18 @@ static __always_inline void ctracer_send(struct ctracer_work *w, u64 object, int
 			b->valid = 0;
 	}
 }
+
+static __always_inline void ctracer_send(struct ctracer_work *w, u64 object, int chain)
+{
+	ctracer_send_from(w, (const u64 *)&w->e, object, chain);
+}
 """
 
 
 def send_function() -> str:
     """``ctracer_send(w, object, chain)``: a compact event from the work buffer
-    into the ring (after `compact_maps`, `submit_function` and the ring buffer maps)."""
+    into the ring (``ctracer_send_from(w, ev, object, chain)``: from the whole event at
+    ``ev`` instead, built through the work buffer's compact part) (after `compact_maps`, `submit_function` and the ring buffer maps)."""
     return _SEND
 
 
@@ -605,10 +611,12 @@ def nesting_enter() -> list[str]:
             "w = ctracer_work.lookup(&level);"]
 
 
-def compact_emit_function(stop_check: bool) -> str:
+def compact_emit_function(stop_check: bool, fold: bool = False) -> str:
     """``ctracer_emit`` for compact events: the event built in this CPU's work buffer of
     its nesting level (as `emit_function` builds it in the ring), then sent as a delta
-    by `send_function` (chained on the object's last event at the outermost level)."""
+    by `send_function` (chained on the object's last event at the outermost level).
+    With ``fold`` (``--calls changes``), an outermost event goes through
+    ``ctracer_defer_or_fold`` first (`ctracer.probes.folding`)."""
     t = Text()
     t.block(_EMIT_HEAD.replace("\tu32 zero = 0;\n", ""))
     for line in nesting_enter():
@@ -622,8 +630,13 @@ def compact_emit_function(stop_check: bool) -> str:
       "\te = &w->e;")
     body = _EMIT_BODY[_EMIT_BODY.index("\te->h.ts_ns"):_EMIT_BODY.index("\tctracer_submit(e);")]
     t.block(body)
-    t("\tctracer_send(w, object, level == 0);",
-      "out:",
+    if fold:
+        t("\tif (level == 0 && ctracer_defer_or_fold(w, (u32)pid_tgid))",
+          "\t\tgoto out;")
+    t("\tctracer_send(w, object, level == 0);")
+    if fold:
+        t("\tctracer_written_at(object, e->h.ts_ns);")
+    t("out:",
       "\t*nest = level;",
       "}")
     return str(t)

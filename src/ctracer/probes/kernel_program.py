@@ -17,7 +17,7 @@ from ctracer.event import Layout
 from ctracer.plan.discovery import Method
 from ctracer.plan.heads import HeadRead
 from ctracer.plan.lifetime_rules import LifetimeRule
-from ctracer.probes import ctext, kfunctions, tracepoint
+from ctracer.probes import ctext, folding, kfunctions, tracepoint
 from ctracer.probes.arguments import Argument
 from ctracer.probes.kfunctions import KernelFunction
 from ctracer.probes.uprobe import Arch, host_arch
@@ -55,6 +55,9 @@ class KernelProgram:
     #: events carry only the snapshot words that changed (`ctracer.event`'s compact
     #: events); False: every event carries the whole snapshot
     compact: bool = False
+    #: ``--calls``: "all" writes every call; "changes" folds calls that changed nothing
+    #: into counts (`ctracer.probes.folding`; compact events only)
+    calls: str = "all"
     #: no uprobes (the recorder and runtime handle both kinds of program)
     functions: tuple = field(default=(), init=False)
 
@@ -106,7 +109,8 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          arch: Optional[Arch] = None,
                          format_fields: Optional[tracepoint.FormatFields] = None,
                          task_storage: bool = True,
-                         compact: bool = False
+                         compact: bool = False,
+                         calls: str = "all"
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry.multi/fexit.multi, fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
@@ -114,6 +118,10 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     running kernel takes for the kind: `ctracer.host.features.task_storage_works`),
     else in LRU hashes."""
     ctext.check_ring_bytes(ring_bytes)
+    folding.check_calls(calls)
+    fold = calls == "changes"
+    if fold and not (compact and mini.size > 0):
+        raise ValueError("--calls changes needs compact events (not --full-snapshots)")
     if admission.comm is not None:
         tracepoint.validate_comm(admission.comm)
     rows, tracepoints = tracepoint.plan_tracepoints(methods, catalog, rules, format_fields)
@@ -134,12 +142,12 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         nargs = max(nargs, kfunctions.NARGS)
         counts = sorted({f.slot_count for f in functions})
         functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
-                       kfunctions.programs_c([entry_kind], counts, nargs, task_storage))
+                       kfunctions.programs_c([entry_kind], counts, nargs, task_storage, fold))
     compact = compact and mini.size > 0
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
-                                        functions_c, compact)
+                                        functions_c, compact, fold)
     return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
                          tuple(rules), head, functions, entry_kind if functions else None,
                          tracepoint.CONTEXT_PROBES if tracepoint.needs_context(admission)
                          else (), task_storage=bool(functions and task_storage),
-                         compact=compact)
+                         compact=compact, calls=calls)

@@ -60,7 +60,7 @@ from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
 from ctracer.plan.discovery import Method
 from ctracer.plan.lifetime_rules import creates_objects
-from ctracer.probes import ctext
+from ctracer.probes import ctext, folding
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
 from ctracer.event import FunctionRow
@@ -443,7 +443,8 @@ _GET_THREAD = """\
 	t = ctracer_kthreads.task_storage_get(bpf_get_current_task_btf(), 0, %s);"""
 
 
-def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True) -> str:
+def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
+                   fold: bool = False) -> str:
     fentry = int(kind == "fentry")
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
     reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else "regs[s->reg & 7]"
@@ -479,6 +480,10 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True)
 	key.tid = tid;
 	key.depth = depth;
 	ctracer_kcalls.update(&key, &call);"""
+    # the call's first row and first two objects, for the calls folded inside it
+    frame = "\n".join("\t" + line for line in folding.frame_statements(
+        "(u32)pid_tgid", "depth", "fn->slot[0].row", "call.object[0]",
+        "call.object[1 & (CTRACER_MAX_SLOTS - 1)]")) if fold else ""
     return f"""\
 int {program_name(kind, slots, task_storage)}({ctx})
 {{
@@ -514,6 +519,7 @@ int {program_name(kind, slots, task_storage)}({ctx})
 		if (obj || s->reg == 255)
 			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0, 0);
 	}}
+{frame}
 {save}
 	return 0;
 }}
@@ -622,7 +628,7 @@ def variants(task_storage: bool) -> tuple[bool, ...]:
 
 
 def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
-               task_storage: bool = True) -> str:
+               task_storage: bool = True, fold: bool = False) -> str:
     """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
     for each slot count, in each of the `variants`: with ``task_storage`` each thread's
     depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
@@ -633,7 +639,7 @@ def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
         for storage in variants(task_storage):
             for n in slot_counts:
                 t("")
-                t.block(_entry_program(kind, n, nargs, storage))
+                t.block(_entry_program(kind, n, nargs, storage, fold))
                 t("")
                 t.block(_exit_program(KINDS[kind], n, nargs, storage))
     return str(t)

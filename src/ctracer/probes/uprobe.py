@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ctracer.collectors.base import USER, ObjectReader
-from ctracer.probes import ctext
+from ctracer.probes import ctext, folding
 from ctracer.plan.discovery import Method
 from ctracer.event import (FLAG_NO_ENTRY, FLAG_READ_FAILED, PHASE_ENTRY, PHASE_EXIT,
                            Layout, c_compact_definition, c_event_definition, event_size)
@@ -143,6 +143,9 @@ class UprobeProgram:
     #: events carry only the snapshot words that changed (`ctracer.event`'s compact
     #: events); False: every event carries the whole snapshot
     compact: bool = False
+    #: ``--calls``: "all" writes every call; "changes" folds calls that changed nothing
+    #: into counts (`ctracer.probes.folding`; compact events only)
+    calls: str = "all"
     #: u64 argument slots in each event (tracepoint arguments; none for uprobes)
     nargs = 0
 
@@ -310,7 +313,7 @@ def _leave_function(max_skipped: int) -> str:
     return str(t)
 
 
-def _entry_probe(f: ProbedFunction) -> str:
+def _entry_probe(f: ProbedFunction, fold: bool = False) -> str:
     t = ctext.Text()
     t(f"/* {ctext.comment_name(f.name)}: entry */",
       f"int {f.entry_probe}(struct pt_regs *ctx)",
@@ -333,6 +336,11 @@ def _entry_probe(f: ProbedFunction) -> str:
         t(f"\t\tcall.object[{i}] = obj;",
           f"\t\tctracer_emit({s.id}, {PHASE_ENTRY}, obj, 0, depth, 0, pid_tgid);",
           "\t}")
+    if fold:
+        objects = [f"call.object[{i}]" if s.arg is not None else "0"
+                   for i, s in enumerate(f.slots[:2])]
+        t(*("\t" + line for line in folding.frame_statements(
+            "(u32)pid_tgid", "depth", str(f.slots[0].id), *objects)))
     t("\t{",
       "\t\tstruct ctracer_call_key key = {",
       "\t\t\t.tid = (u32)pid_tgid, .depth = depth, .sp = PT_REGS_SP(ctx) };",
@@ -426,8 +434,10 @@ def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
 
 
 def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: ObjectReader,
-                  arch: Arch, ring_bytes: int, compact: bool = False) -> str:
-    """The BPF C text of a planned uprobe program."""
+                  arch: Arch, ring_bytes: int, compact: bool = False,
+                  fold: bool = False) -> str:
+    """The BPF C text of a planned uprobe program (``fold``: ``--calls changes``, with
+    ``compact``)."""
     functions = plan.functions
     max_slots = max((len(f.slots) for f in functions), default=1)
     t = ctext.Text()
@@ -461,6 +471,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       "BPF_ARRAY(ctracer_stopped, u8, 1);",
       *ctext.ring_buffer_maps(ring_bytes),
       *(ctext.compact_maps() if compact else ()),
+      *(folding.fold_maps() if fold else ()),
       "")
     t.block(ctext.snapshot_function(mini, reader))
     t("")
@@ -471,14 +482,17 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
     if compact:
         t.block(ctext.send_function())
         t("")
-        t.block(ctext.compact_emit_function(stop_check=True))
+        if fold:
+            t.block(folding.fold_functions(mini))
+            t("")
+        t.block(ctext.compact_emit_function(stop_check=True, fold=fold))
     else:
         t.block(ctext.emit_function(stop_check=True))
     t("")
     t.block(_leave_function(MAX_SKIPPED_EXITS))
     for f in functions:
         t("")
-        t.block(_entry_probe(f))
+        t.block(_entry_probe(f, fold))
         t("")
         t.block(_exit_probe(f, arch))
     if filtered:
@@ -489,7 +503,8 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
 
 def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = False,
                   reader: ObjectReader = USER, arch: Optional[Arch] = None,
-                  ring_bytes: int = ctext.RING_BYTES, compact: bool = False) -> UprobeProgram:
+                  ring_bytes: int = ctext.RING_BYTES, compact: bool = False,
+                  calls: str = "all") -> UprobeProgram:
     """The probes for ``methods`` recording ``mini``: `plan_uprobes`, then
     `emit_uprobe_c`.
 
@@ -500,6 +515,11 @@ def build_program(methods: Sequence[Method], mini: Layout, *, filtered: bool = F
     ctext.check_ring_bytes(ring_bytes)
     plan = plan_uprobes(methods, arch)
     compact = compact and mini.size > 0
+    folding.check_calls(calls)
+    if calls == "changes" and not compact:
+        raise ValueError("--calls changes needs compact events (not --full-snapshots "
+                         "or --tail)")
     text = emit_uprobe_c(plan, mini, filtered=filtered, reader=reader, arch=arch,
-                         ring_bytes=ring_bytes, compact=compact)
-    return UprobeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes, compact)
+                         ring_bytes=ring_bytes, compact=compact, fold=calls == "changes")
+    return UprobeProgram(text, mini, plan.functions, plan.rows, filtered, ring_bytes, compact,
+                         calls)

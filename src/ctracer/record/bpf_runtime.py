@@ -587,6 +587,35 @@ class ProbeSession:
         table = self.bpf[b"ctracer_lost"]
         return int(sum(table[ctypes.c_int(0)]))
 
+    # -- ``--calls changes`` (`ctracer.probes.folding`, `ctracer.record.folds`)
+
+    def fold_generation(self, generation: Optional[int] = None) -> int:
+        """The fold map the programs add to (0 or 1); set it first when given."""
+        table = self.bpf[b"ctracer_fold_gen"]
+        if generation is not None:
+            table[ctypes.c_int(0)] = ctypes.c_uint32(generation)
+        return int(table[ctypes.c_int(0)].value)
+
+    def take_folds(self, generation: int) -> list[tuple[int, ...]]:
+        """Every row of fold map ``generation``, emptied (no program may be adding to
+        it): (object, function_id, caller_id, caller_object, calls, total_ns, max_ns,
+        first_ns, last_ns, since_ns)."""
+        table = self.bpf[f"ctracer_folds_{int(generation)}".encode()]
+        rows = []
+        for key, value in table.items():
+            rows.append((key.object, key.function_id, key.caller_id, key.caller_object,
+                         value.calls, value.total_ns, value.max_ns, value.first_ns,
+                         value.last_ns, key.since_ns))
+            try:
+                del table[key]
+            except KeyError:
+                pass
+        return rows
+
+    def folds_refused(self) -> int:
+        """Calls that would have been folded but found their fold map full (written)."""
+        return int(sum(self.bpf[b"ctracer_fold_refused"][ctypes.c_int(0)]))
+
     def close(self) -> None:
         """Detach everything and unload the programs, before returning (see the module
         docstring for why this is quick)."""

@@ -35,6 +35,7 @@ from ctracer.event import (FLAG_READ_FAILED, HEADER, RING_HEADER_BYTES, Function
 from ctracer.probes import ProbeProgram
 from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
+from ctracer.record.folds import FoldDrain
 
 if TYPE_CHECKING:
     from ctracer.record.tail import Tail
@@ -77,6 +78,11 @@ class RecordResult:
     thread_state_fallback: str = ""
     #: what ``--watch`` did (`ctracer.record.watcher.Watcher.summary`), None without it
     watch: Optional[dict] = None
+    #: ``--calls`` ("all" or "changes"), the calls folded into counts (never events)
+    #: and those that found the fold map full (written)
+    calls: str = "all"
+    folded: int = 0
+    folds_refused: int = 0
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -120,8 +126,11 @@ class EventSink:
     MAX_WAITING_ROWS = 64
 
     def __init__(self, program: ProbeProgram, writer: TraceWriter, counts: ProgressCounts,
-                 tail: Optional["Tail"] = None, watcher=None):
+                 tail: Optional["Tail"] = None, watcher=None, folds=None):
         self.writer = writer
+        #: ``--calls changes``' `ctracer.record.folds.FoldDrain`: its rows are
+        #: committed at each commit of the events
+        self.folds = folds
         #: ``--watch``'s `ctracer.record.watcher.Watcher`: sees each batch, and its
         #: writes are committed with the events
         self.watcher = watcher
@@ -298,6 +307,8 @@ class EventSink:
             # SQLite's log folded into the file now, before the next commit (it then
             # starts over from its beginning)
             self.writer.checkpoint_soon()
+            if self.folds is not None:
+                self.folds.flush(self.writer.db, final=commit)
 
 
 class Progress:
@@ -475,7 +486,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     kernel = meta.get("traced") == "kernel"
     watcher = _compile(session, program, watch_plan, kernel)
     writer = TraceWriter(output)
-    sink = EventSink(program, writer, counts, tail, watcher)
+    sink = EventSink(program, writer, counts, tail, watcher, FoldDrain.of(program, session))
     session.on_event = sink
     gated: Optional[GatedCommand] = None
     watch = MappingWatch(session, binary, followed=bool(command) or pid is not None)
@@ -555,7 +566,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     kept = writer.events_written + writer.events_spooled
     return _result(output, program, session, counts, kept, seconds, stopped_by, status,
                    writer.kept_old, watch.warnings(counts.events, command, pid),
-                   detach_seconds, misses, watched)
+                   detach_seconds, misses, watched, sink.folds)
 
 
 def _compile(session, program: ProbeProgram, plan, kernel: bool):
@@ -611,8 +622,8 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
 
 def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts, kept: int,
             seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
-            detach_seconds: float, misses: dict, watched: Optional[dict] = None
-            ) -> RecordResult:
+            detach_seconds: float, misses: dict, watched: Optional[dict] = None,
+            folds: Optional[FoldDrain] = None) -> RecordResult:
     from ctracer.record import bpf_runtime
 
     results = session.results
@@ -623,7 +634,8 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         session.compile_seconds, session.attach_seconds, seconds, stopped_by, status,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
-        _thread_state_fallback(session), watched)
+        _thread_state_fallback(session), watched,
+        *(("changes", folds.calls, folds.refused) if folds is not None else ()))
 
 
 def _thread_state_fallback(session) -> str:
@@ -652,6 +664,8 @@ def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "
     session.take_writes()
     stopped_by = _commit(sink, stopped_by)
     counts.lost = session.lost()
+    if sink.folds is not None and stopped_by != DISK_FULL:
+        sink.writer.set_meta(folded_calls=sink.folds.calls, folds_refused=sink.folds.refused)
     watch.check()
     return stopped_by
 
@@ -824,6 +838,13 @@ def summary_lines(result: RecordResult) -> list[str]:
     took = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1000:.0f} ms"
     lines = [f"{result.events} events, {result.objects} object addresses, "
              f"{result.lost} lost in {took} (stopped: {how}{status})"]
+    if result.calls == "changes":
+        refused = (f"; {result.folds_refused} more found the fold map full and were written"
+                   if result.folds_refused else "")
+        lines.append(f"calls: changes: {result.folded} calls changed nothing and were "
+                     f"counted, not written{refused}")
+    else:
+        lines.append("calls: all: every call's entry and exit written")
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
     lines.append(f"probes on {result.attached} functions, {result.failed} failed{skipped} "
                  f"(bcc compile {result.compile_seconds:.1f} s, attach "

@@ -67,6 +67,9 @@ class TraceRequest:
     #: every event carries the whole snapshot (else only the words that changed since
     #: the object's last event: `ctracer.event`'s compact events)
     full_snapshots: bool = False
+    #: ``--calls``: "all" writes every call; "changes" counts the calls that changed
+    #: nothing in the kernel (`ctracer.probes.folding`)
+    calls: str = "all"
     #: the command line, stored in the trace
     argv: tuple[str, ...] = ()
     #: fields to arm write breakpoints on (``--watch``) and the writes an object gets
@@ -124,6 +127,18 @@ def _ring_bytes(buffer_mb: int) -> int:
         return ctext.check_ring_bytes(buffer_mb << 20 if buffer_mb > 0 else 0)
     except ValueError:
         raise UsageError("--buffer-mb must be a power of two (1, 2, 4, ... MB)") from None
+
+
+def _check_calls(request: TraceRequest) -> None:
+    """``--calls``: a word it takes, and compact events when it folds."""
+    from ctracer.probes.folding import check_calls
+    try:
+        check_calls(request.calls)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if request.calls == "changes" and request.full_snapshots:
+        raise UsageError("--calls changes folds calls against the object's last event: "
+                         "it needs compact events (not --full-snapshots, --tail or --watch)")
 
 
 def _check_kernel_only(request: TraceRequest) -> None:
@@ -258,7 +273,8 @@ def _user_program(request: TraceRequest, found: list, layout, ring: int):
         raise CtracerError(f"no function in {source.binary} takes {kind.value} {name} "
                            "(directly, through an alias or a holder): nothing to probe")
     return uprobe.build_program(methods, layout, filtered=request.follow_processes,
-                                ring_bytes=ring, compact=not request.full_snapshots)
+                                ring_bytes=ring, compact=not request.full_snapshots,
+                                calls=request.calls)
 
 
 def _check_project(request: TraceRequest, graph, found) -> None:
@@ -287,6 +303,7 @@ def build(request: TraceRequest) -> BuiltTrace:
 
     kind, name, source = request.kind, request.name, request.source
     ring = _ring_bytes(request.buffer_mb)
+    _check_calls(request)
     if not source.is_kernel:
         _check_kernel_only(request)
     model, graph, found = open_struct(source, name, kind)
@@ -345,7 +362,8 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        ring_bytes=ring, head=head,
                                        format_fields=_format_fields(source),
                                        task_storage=storage.works is not False,
-                                       compact=not request.full_snapshots)
+                                       compact=not request.full_snapshots,
+                                       calls=request.calls)
         with _project_rule_lines(request):
             lifetime_rules.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
@@ -371,5 +389,6 @@ def build(request: TraceRequest) -> BuiltTrace:
         full_layout=full, binary=source.binary, argv=request.argv, fields=request.fields,
         functions=request.functions, bpf_text=program.text,
         **({"summary_fields": list(summary)} if summary else {}),
-        event_encoding=ENCODING_COMPACT if program.compact else ENCODING_FULL, **extra)
+        event_encoding=ENCODING_COMPACT if program.compact else ENCODING_FULL,
+        calls=getattr(program, "calls", "all"), **extra)
     return BuiltTrace(program, meta, source.binary, watch)

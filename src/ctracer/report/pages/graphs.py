@@ -29,10 +29,13 @@ def prepare_graphs(site: ReportSite, chosen: list[int]) -> None:
     positions, offsets = rows.change_groups(chosen)
     made = counts_per_group(data.changes.function[positions], offsets)
     for o, counts, changed_by in zip(chosen, counted, made):
-        _prepare_graph(site, rows.dirnames[o], counts, rows.labels[o], changed_by)
+        # calls folded by --calls changes: counts on the edge from their caller
+        _prepare_graph(site, rows.dirnames[o], data.add_folded_to(counts, o), rows.labels[o],
+                       changed_by)
     if len(ev):
         made_all = counts_per_group(data.changes.function, np.array([0, len(data.changes)]))
-        _prepare_graph(site, ALL_DIR, call_counts(ev, np.arange(len(ev)), ev.thread_caller),
+        _prepare_graph(site, ALL_DIR,
+                       data.add_folded_to(call_counts(ev, np.arange(len(ev)), ev.thread_caller)),
                        f"{len(rows)} objects", made_all[0])
 
 

@@ -71,7 +71,8 @@ def write_index(site: ReportSite, objects_total: int, incomplete: str = "") -> N
                mini_fields=site.layout.fields, notes=site.notes,
                incomplete=incomplete, summary_columns=[c.name for c in columns],
                failed_functions=failed_functions(data.summary.failed_probes),
-               trace_name=os.path.basename(data.summary.trace_path))
+               trace_name=os.path.basename(data.summary.trace_path),
+               calls_cover=site.calls_cover(data.methods))
 
 
 def _watch_summary(watch: dict) -> str:

@@ -33,4 +33,5 @@ def write_methods(site: ReportSite) -> None:
                  for f in site.data.summary.functions]
     site.write(f"{METHODS_DIR}/index.html", "methods.html", title="methods",
                heading=f"{site.struct_title}: methods", methods=rows,
-               functions=functions, has_bars=bool(bars))
+               functions=functions, has_bars=bool(bars),
+               calls_cover=site.calls_cover(site.data.methods))

@@ -43,7 +43,7 @@ def write_object(site: ReportSite, o: int) -> None:
     page_of = write_timeline(site, 
         d, rows, title=label, heading=f"{site.struct_title} {label}",
         use_object_depth=True, show_object=False,
-        facts=facts, methods=site.method_rows(methods))
+        facts=facts, methods=site.method_rows(methods), calls_cover=site.calls_cover(methods))
     plots = {}
     if o in site.plotted:
         plots = {name: plotting.DrawnLater(1, series.plotted(name, label, last_ns - start))
@@ -96,7 +96,8 @@ def write_all_objects(site: ReportSite) -> None:
     page_of = write_timeline(site, 
         ALL_DIR, np.arange(len(a.events)), title="all objects",
         heading=f"{site.struct_title}: all objects", use_object_depth=False,
-        show_object=True, facts=facts, methods=site.method_rows(a.methods))
+        show_object=True, facts=facts, methods=site.method_rows(a.methods),
+        calls_cover=site.calls_cover(a.methods))
     series, values = strips(site)
     plotted = f"{n_objects} objects, one strip each"
     changes_page(site, ALL_DIR, "all objects", f"{site.struct_title}: all objects",

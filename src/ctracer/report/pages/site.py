@@ -228,6 +228,7 @@ class ReportSite:
         context.setdefault("has_tracepoints", self.has_tracepoints)
         context.setdefault("announced", self.announced)
         context.setdefault("count_words", self.count_words)
+        context.setdefault("calls_mode", self.data.calls_mode)
         context.update(summary=self.data.summary, version=__version__, counts=self.data.counts,
                        generated=self.generated, static=context["root"] + STATIC_DIR + "/")
         path = os.path.join(self.out_dir, relpath)
@@ -244,6 +245,20 @@ class ReportSite:
         words = (["calls"] if self.has_calls else []) + (["hits"] if self.has_tracepoints
                                                          else [])
         return words or ["calls"]
+
+    def calls_cover(self, methods: dict[int, MethodStats]) -> str:
+        """What ``methods``' call counts and durations cover, in one line: with
+        ``--calls changes``, how many of the calls were folded (changed nothing, never
+        events); "" for a trace recorded with every call."""
+        if self.data.calls_mode != "changes":
+            return ""
+        calls = sum(s.calls for fid, s in methods.items()
+                    if self.route_kind.get(fid) != "tracepoint")
+        folded = sum(s.folded for s in methods.values())
+        return (f"{calls:,} calls, {folded:,} of them folded: changed nothing (recorded "
+                f"with --calls changes: counted in the kernel with their summed and "
+                f"longest duration, never events, so not on timelines; median, p95 and "
+                f"min are of the written calls)")
 
     def calls_and_hits(self, methods: dict[int, MethodStats]) -> dict[str, int]:
         """Per word of `count_words`, how many of ``methods``' counts are calls and how
@@ -338,18 +353,20 @@ class ReportSite:
     def method_rows(self, table: dict[int, MethodStats]) -> list[dict]:
         out = []
         for stats in sorted(table.values(), key=lambda s: (-s.calls, s.name)):
-            timed = len(stats.durations)
+            timed = stats.timed_calls
             lowest, median, p95, highest = stats.percentiles(0, 50, 95, 100)
+            if stats.folded:
+                highest = max(highest or 0, stats.folded_max_ns)
             out.append({
                 "name": stats.name, "stem": self.function_stem.get(stats.function_id, ""),
-                "calls": stats.calls, "timed": timed,
+                "calls": stats.calls, "timed": timed, "folded": stats.folded,
                 "total": format_duration(stats.total_ns) if timed else "",
                 "mean": format_duration(int(stats.mean_ns)) if timed else "",
                 "median": format_duration(median), "p95": format_duration(p95),
                 "min": format_duration(lowest) if timed else "",
                 "max": format_duration(highest) if timed else "",
                 "changes": stats.changed_fields,
-                "has_plot": self.plots and timed > 0,
+                "has_plot": self.plots and len(stats.durations) > 0,
             })
         return out
 

@@ -62,7 +62,8 @@ class RunningState:
 
 def write_timeline(site: ReportSite, directory: str, rows: np.ndarray, *, title: str, heading: str,
                    use_object_depth: bool, show_object: bool,
-                   facts: list[tuple[str, str]], methods: list[dict]) -> PageOf:
+                   facts: list[tuple[str, str]], methods: list[dict],
+                   calls_cover: str = "") -> PageOf:
     """Write the timeline of the events at ``rows`` (positions, in time order),
     PAGE_ROWS rows a page: a small HTML page each, the call graph on the first, and
     the page's rows as a data file beside it (`ctracer.report.timeline`); return
@@ -96,7 +97,8 @@ def write_timeline(site: ReportSite, directory: str, rows: np.ndarray, *, title:
                    page_number=number + 1,
                    page_files=files, first_page=number == 0, show_object=show_object,
                    graph_svg=graph_svg, graph_note=graph_note, views=views,
-                   facts=facts, methods=methods, total_rows=len(rows),
+                   facts=facts, methods=methods, calls_cover=calls_cover,
+                   total_rows=len(rows),
                    page_rows=PAGE_ROWS, page_count=len(chunk), index_file=index_file)
     return page_of
 
