@@ -333,6 +333,9 @@ def _check_run_options(args: argparse.Namespace) -> None:
         raise UsageError("give either -p PID or a COMMAND, not both")
     if args.pid is not None and args.pid <= 0:
         raise UsageError("-p needs a process id")
+    if getattr(args, "vmlinux", None) and not getattr(args, "watch", None):
+        raise UsageError("--vmlinux names the lines of --watch's kernel writers: "
+                         "give --watch FIELD too")
 
 
 def trace(args: argparse.Namespace, kind, name: str, *, out=None):
@@ -345,8 +348,23 @@ def trace(args: argparse.Namespace, kind, name: str, *, out=None):
     check_output(args.output or f"{name}.ctrace")
     built = trace_request.build(request_from_args(args, kind, name))
     if built.watch is not None:
+        args.vmlinux = watch_vmlinux(built, getattr(args, "vmlinux", None))
         check_watch(built)
     return record_built(built, args, kind, name, out=out)
+
+
+def watch_vmlinux(built, given):
+    """The vmlinux with DWARF whose lines name the kernel writers: ``given`` once
+    checked to be the running kernel's build (else one line, before anything is
+    compiled), else the one Debian's -dbg package installed, else None."""
+    from ctracer.errors import UsageError
+    from ctracer.host.vmlinux import kernel_vmlinux
+    if not built.is_kernel:
+        if given:
+            raise UsageError("--vmlinux is for kernel objects: a program's writers are "
+                             "named by its own DWARF")
+        return None
+    return kernel_vmlinux(given)
 
 
 def check_watch(built) -> None:
@@ -391,6 +409,12 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
         print(snapshot_summary(built.meta), file=out)
         if built.watch is not None:
             print(f"ctracer: {built.watch.describe()}", file=out)
+            if built.is_kernel:
+                vmlinux = getattr(args, "vmlinux", None)
+                print("ctracer: watch: writers' lines from " + vmlinux if vmlinux else
+                      "ctracer: watch: writers as function+offset (no vmlinux with DWARF "
+                      "found: --vmlinux FILE, e.g. from Debian's linux-image-…-dbg)",
+                      file=out)
         until = " until it exits" if (args.pid or args.command) else ""
         if args.duration:
             until += f"{' or' if until else ''} for {args.duration:g} s"

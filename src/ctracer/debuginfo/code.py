@@ -2,14 +2,20 @@
 inlined function it is in, and which instruction ends there.
 
 `CodeMap` answers for one ELF file (a program or shared library with DWARF, or a
-vmlinux with DWARF): the function symbol holding an address (from ``.symtab``), the
-line table row covering it (DWARF line programs, read with pyelftools through
+vmlinux with DWARF): the function symbol holding an address (from ``.symtab``, read on
+first use: 200,000 symbols of a vmlinux take 15 s), the line table row covering it
+(DWARF line programs, read with pyelftools through
 `ctracer.debuginfo.dwarf.dies.open_elffile`: the row of the
 greatest address not past it within its sequence), the innermost inlined subroutine
-whose ranges hold it (``DW_TAG_inlined_subroutine``, read only for the compile units
-holding the asked addresses), and, for an address just after an instruction, that
-instruction's start (`instruction_before`: a linear sweep of the function with
-capstone, the well-kept disassembler, since x86 instructions have no fixed length).
+whose ranges hold it (``DW_TAG_inlined_subroutine``, read only inside the functions of
+the compile units holding the asked addresses), and, for an address just after an
+instruction, that instruction's start (`instruction_before`: a linear sweep of the
+function with capstone, the well-kept disassembler, since x86 instructions have no
+fixed length).
+
+Where the file has ``.debug_aranges`` (a vmlinux: ~3,000 compile units, a 20 MB line
+table) only the compile units holding the asked addresses are decoded, found through
+it; else (a small program) the whole line table once.
 
 Used for the writes of ``--watch``: a data breakpoint traps after the writing
 instruction, so the writer is the instruction ending at the trap's ip.
@@ -53,26 +59,41 @@ class CodeMap:
         self.path = path
         self._file = open(path, "rb")
         self.elf = open_elffile(self._file)
-        self._symbols: list[tuple[int, int, str]] = []
-        # .symtab, else (a stripped library) the exported functions of .dynsym
-        symtab = self.elf.get_section_by_name(".symtab") or \
-            self.elf.get_section_by_name(".dynsym")
-        if symtab is not None:
-            for sym in symtab.iter_symbols():
-                if sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and sym["st_value"]:
-                    self._symbols.append((sym["st_value"], sym["st_size"], sym.name))
-        self._symbols.sort()
-        self._starts = [s[0] for s in self._symbols]
+        self._symbols: Optional[list[tuple[int, int, str]]] = None
         self._dwarf = self.elf.get_dwarf_info() if self.elf.has_dwarf_info() else None
+        self._aranges = self._dwarf.get_aranges() if self._dwarf is not None else None
         self._rows: Optional[list[tuple[int, int, str, int, bool]]] = None
-        self._inlined: Optional[list[tuple[int, int, int, str]]] = None
+        self._unit_rows: dict[int, tuple[list, list[int]]] = {}   # CU offset -> rows
+        self._inlined: list[tuple[int, int, int, str]] = []
+        self._inlined_read: set[tuple[int, int]] = set()   # (CU, DIE) offsets read
 
     def close(self) -> None:
         self._file.close()
 
     # -- symbols ----------------------------------------------------------------
 
+    def _load_symbols(self) -> list[tuple[int, int, str]]:
+        if self._symbols is None:
+            symbols = []
+            # .symtab, else (a stripped library) the exported functions of .dynsym
+            symtab = self.elf.get_section_by_name(".symtab") or \
+                self.elf.get_section_by_name(".dynsym")
+            if symtab is not None:
+                for sym in symtab.iter_symbols():
+                    if sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") \
+                            and sym["st_value"]:
+                        symbols.append((sym["st_value"], sym["st_size"], sym.name))
+            self._symbols = sorted(symbols)
+            self._starts = [s[0] for s in self._symbols]
+        return self._symbols
+
+    def section_address(self, name: str) -> Optional[int]:
+        """Where section ``name`` (e.g. ``.text``) is linked, None when absent."""
+        section = self.elf.get_section_by_name(name)
+        return section["sh_addr"] if section is not None else None
+
     def symbol(self, address: int) -> Optional[tuple[int, int, str]]:
+        self._load_symbols()
         at = bisect.bisect_right(self._starts, address) - 1
         if at < 0:
             return None
@@ -83,14 +104,22 @@ class CodeMap:
 
     # -- line table ---------------------------------------------------------------
 
-    def _line_rows(self) -> list[tuple[int, int, str, int, bool]]:
-        """(address, sequence number, file, line, end of sequence), by address."""
-        if self._rows is not None:
-            return self._rows
+    def _unit_at(self, address: int) -> Optional[int]:
+        """The offset of the compile unit holding ``address`` by ``.debug_aranges``."""
+        if self._aranges is None:
+            return None
+        return self._aranges.cu_offset_at_addr(address)
+
+    def _line_rows(self, units=None) -> tuple[list[tuple[int, int, str, int, bool]],
+                                              list[int]]:
+        """(address, sequence number, file, line, end of sequence) by address, and their
+        addresses: of the compile units ``units`` (the offsets of some), else of all."""
         rows: list[tuple[int, int, str, int, bool]] = []
         seq = 0
         if self._dwarf is not None:
-            for cu in self._dwarf.iter_CUs():
+            cus = self._dwarf.iter_CUs() if units is None else \
+                (self._dwarf.get_CU_at(offset) for offset in units)
+            for cu in cus:
                 program = self._dwarf.line_program_for_CU(cu)
                 if program is None:
                     continue
@@ -104,13 +133,19 @@ class CodeMap:
                     if state.end_sequence:
                         seq += 1
         rows.sort(key=lambda r: (r[0], r[4] is False))   # an end before a start at one address
-        self._rows = rows
-        self._row_addresses = [r[0] for r in rows]
-        return rows
+        return rows, [r[0] for r in rows]
 
     def line(self, address: int) -> tuple[Optional[str], Optional[int]]:
-        rows = self._line_rows()
-        at = bisect.bisect_right(self._row_addresses, address) - 1
+        unit = self._unit_at(address)
+        if unit is not None:
+            if unit not in self._unit_rows:
+                self._unit_rows[unit] = self._line_rows([unit])
+            rows, addresses = self._unit_rows[unit]
+        else:
+            if self._rows is None:
+                self._rows, self._row_addresses = self._line_rows()
+            rows, addresses = self._rows, self._row_addresses
+        at = bisect.bisect_right(addresses, address) - 1
         if at < 0 or rows[at][4]:   # before every row, or past a sequence's end
             return None, None
         return rows[at][2], rows[at][3]
@@ -118,33 +153,46 @@ class CodeMap:
     # -- inlined functions ------------------------------------------------------------
 
     def _inlined_ranges(self, addresses: Iterable[int]) -> list[tuple[int, int, int, str]]:
-        """(low, high, depth, name) of the inlined subroutines of the compile units that
-        hold any of ``addresses``."""
-        if self._inlined is not None or self._dwarf is None:
-            return self._inlined or []
+        """(low, high, depth, name) of the inlined subroutines of the functions (of the
+        compile units) that hold any of ``addresses``, added to those read before."""
+        if self._dwarf is None:
+            return self._inlined
         wanted = sorted(set(addresses))
-        out: list[tuple[int, int, int, str]] = []
-        for cu in self._dwarf.iter_CUs():
+        out = self._inlined
+        units = {self._unit_at(a) for a in wanted}
+        if None in units:   # no .debug_aranges entry: ask every unit's own ranges
+            cus = self._dwarf.iter_CUs()
+        else:
+            cus = (self._dwarf.get_CU_at(offset) for offset in sorted(units))
+        for cu in cus:
             top = cu.get_top_DIE()
             spans = _ranges(self._dwarf, cu, top)
             if spans and not any(lo <= a < hi for lo, hi in spans for a in wanted):
                 continue
-            depth_of = {top.offset: 0}
-            for die in cu.iter_DIEs():
-                parent = die.get_parent()
-                depth = depth_of.get(parent.offset, 0) + 1 if parent is not None else 0
-                depth_of[die.offset] = depth
-                if die.tag != "DW_TAG_inlined_subroutine":
+            for child in top.iter_children():
+                if (cu.cu_offset, child.offset) in self._inlined_read:
                     continue
-                name = _origin_name(die)
-                for lo, hi in _ranges(self._dwarf, cu, die):
-                    out.append((lo, hi, depth, name))
-        self._inlined = out
+                if child.tag == "DW_TAG_subprogram":
+                    spans = _ranges(self._dwarf, cu, child)
+                    if not any(lo <= a < hi for lo, hi in spans for a in wanted):
+                        continue   # a function holding none (or an abstract one)
+                self._inlined_read.add((cu.cu_offset, child.offset))
+                self._inlined_below(cu, child, 1, out)
         return out
+
+    def _inlined_below(self, cu, die, depth: int, out: list) -> None:
+        """The inlined subroutines at and under ``die`` (at ``depth``) into ``out``."""
+        if die.tag == "DW_TAG_inlined_subroutine":
+            name = _origin_name(die)
+            for lo, hi in _ranges(self._dwarf, cu, die):
+                out.append((lo, hi, depth, name))
+        if die.has_children:
+            for child in die.iter_children():
+                self._inlined_below(cu, child, depth + 1, out)
 
     def inlined_at(self, address: int) -> str:
         best = None
-        for lo, hi, depth, name in self._inlined or []:
+        for lo, hi, depth, name in self._inlined:
             if lo <= address < hi and (best is None or depth > best[0]):
                 best = (depth, name)
         return best[1] if best else ""
@@ -179,8 +227,10 @@ class CodeMap:
                 last = insn_address
         return last
 
-    def locate(self, address: int) -> Location:
-        sym = self.symbol(address)
+    def locate(self, address: int, *, named: bool = True) -> Location:
+        """Where ``address`` is; ``named=False``: no function (its symbol not looked up,
+        e.g. for a kernel, whose running symbols name it)."""
+        sym = self.symbol(address) if named else None
         file, line = self.line(address)
         return Location(address, sym[2] if sym else None, address - sym[0] if sym else 0,
                         file, line, self.inlined_at(address))
@@ -193,6 +243,14 @@ class CodeMap:
         starts = {a: self.instruction_before(a) or a - 1 for a in after}
         self._inlined_ranges(starts.values())
         return {a: self.locate(s) for a, s in starts.items()}
+
+    def lines(self, addresses: Iterable[int]) -> dict[int, Location]:
+        """Each address's file:line and inlined function (no function name, no
+        instruction sweep): the byte before a trap or return address lies in its
+        instruction, so its line is that instruction's."""
+        addresses = set(addresses)
+        self._inlined_ranges(addresses)
+        return {a: self.locate(a, named=False) for a in addresses}
 
     def callers(self, returns: Iterable[int]) -> dict[int, Location]:
         """For each return address of a stack, the call's location (the byte before a

@@ -121,6 +121,12 @@ def build_id(path: str) -> Optional[str]:
     return None
 
 
+def notes_build_id(notes: bytes, e: str = "<") -> Optional[str]:
+    """The GNU build-id (hex) in a blob of ELF notes (a note section, or the running
+    kernel's /sys/kernel/notes), None when none is there."""
+    return _find_build_id(notes, e)
+
+
 def _find_build_id(notes: bytes, e: str) -> Optional[str]:
     at = 0
     while at + 12 <= len(notes):

@@ -305,6 +305,16 @@ class Kallsyms:
         self._starts = [starts[i] for i in order]
         self._names = [names[i] for i in order]
 
+    def address(self, symbol: str) -> Optional[int]:
+        """Where vmlinux's text symbol ``symbol`` is in the running kernel (None when
+        unknown or hidden)."""
+        if self._starts is None:
+            self._load()
+        for start, (name, module) in zip(self._starts or [], self._names):
+            if name == symbol and not module:
+                return start
+        return None
+
     def name(self, address: int) -> Optional[str]:
         """``symbol+0xoff`` for a code address, None when it is in no known symbol (or
         past the last by more than a page: not text)."""

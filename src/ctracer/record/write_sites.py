@@ -5,8 +5,9 @@ process's mappings (read while the process lives, `ProcessMaps`), resolved in th
 mapped file's ELF (`ctracer.debuginfo.code.CodeMap`: symbol + offset, DWARF line,
 inlined function; the writer is the instruction ending at the trap's ip); a kernel's
 through /proc/kallsyms, as function + offset (no line without a vmlinux with DWARF: then
-``vmlinux`` gives the lines through the same `CodeMap`, the addresses taken as the
-running kernel's, which holds without KASLR, e.g. ``nokaslr`` in a guest).
+``vmlinux``, the running kernel's build (`ctracer.host.vmlinux`), gives the lines and
+inlined functions through the same `CodeMap`, each address moved back by the kernel's
+KASLR offset: the running ``_text`` less the vmlinux's ``.text``).
 """
 
 from __future__ import annotations
@@ -118,10 +119,9 @@ def _kernel_sites(wanted, vmlinux: Optional[str]) -> list[Site]:
     from ctracer.host.kallsyms import Kallsyms
 
     names = Kallsyms()
-    code = None
+    located = {}
     if vmlinux:
-        from ctracer.debuginfo.code import CodeMap
-        code = CodeMap(vmlinux)
+        located = _kernel_lines(vmlinux, names, {a - 1 for _p, a, _k in wanted})
     out = []
     for pid, address, kind in wanted:
         text = names.name(address if kind == "writer" else address - 1) or ""
@@ -129,13 +129,26 @@ def _kernel_sites(wanted, vmlinux: Optional[str]) -> list[Site]:
         off = int(offset.split()[0], 16) if offset else 0
         if kind == "caller" and function:
             off += 1
-        file = line = None
-        inlined = ""
-        if code is not None:
-            loc = code.locate(address - 1)
-            file, line, inlined = loc.file, loc.line, loc.inlined
+        # the byte before a trap's ip (or a return address) is inside its instruction
+        loc = located.get(address - 1)
+        file, line, inlined = (loc.file, loc.line, loc.inlined) if loc else (None, None, "")
         out.append(Site(pid, address, kind, function or None, off, file, line, inlined,
                         "vmlinux"))
-    if code is not None:
-        code.close()
     return out
+
+
+def _kernel_lines(vmlinux: str, names, addresses: set[int]) -> dict:
+    """The `Location` (file:line, inlined function) of running-kernel ``addresses`` in
+    ``vmlinux``, moved by the KASLR offset; none when the offset is unknown."""
+    from ctracer.debuginfo.code import CodeMap
+
+    code = CodeMap(vmlinux)
+    try:
+        running, linked = names.address("_text"), code.section_address(".text")
+        if running is None or linked is None:
+            return {}
+        slide = running - linked
+        found = code.lines(a - slide for a in addresses)
+        return {a: found[a - slide] for a in addresses}
+    finally:
+        code.close()
