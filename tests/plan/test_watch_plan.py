@@ -83,3 +83,39 @@ def test_refused_breakpoints_are_one_line_and_no_trace(account, tmp_path, capsys
     assert status != 0 and len(err) == 1
     assert "refuses user-space write breakpoints here (EPERM" in err[0]
     assert not out.exists()
+
+
+def _kernel_trace(tmp_path, capsys, *args):
+    out = tmp_path / "k.ctrace"
+    status = main(["trace", "struct", "sock", "-o", str(out), "-d", "1", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    return status, err, out
+
+
+@pytest.mark.parametrize("args,status,says", [
+    (["--vmlinux", WATCHDEMO], 2, "--vmlinux names the lines of --watch's kernel writers"),
+    (["--watch", "skc_state", "--vmlinux", "/nonexistent/vmlinux"], 1,
+     "--vmlinux: cannot read /nonexistent/vmlinux"),
+    (["--watch", "skc_state", "--vmlinux", "/etc/hostname"], 1, "is not an ELF file"),
+    (["--watch", "skc_state", "--vmlinux", WATCHDEMO], 1, "is another kernel build"),
+])
+def test_a_bad_vmlinux_is_one_line_and_no_trace(account, tmp_path, capsys, args, status,
+                                                says):
+    got, err, out = _kernel_trace(tmp_path, capsys, *args)
+    assert got == status and len(err) == 1 and says in err[0], err
+    assert not out.exists()
+
+
+def test_vmlinux_is_for_kernel_objects(account, tmp_path, capsys):
+    status, err, out = _trace(tmp_path, capsys, "balance", "--vmlinux", WATCHDEMO)
+    assert status == 2 and len(err) == 1 and "--vmlinux is for kernel objects" in err[0]
+    assert not out.exists()
+
+
+def test_a_vmlinux_without_dwarf_lines_is_refused(tmp_path):
+    from ctracer.host.vmlinux import problem
+    stripped = tmp_path / "stripped"
+    subprocess.run(["objcopy", "--strip-debug", WATCHDEMO, str(stripped)], check=True)
+    assert "has no DWARF line table" in problem(str(stripped), None)
+    from ctracer.debuginfo.elf import build_id
+    assert problem(WATCHDEMO, build_id(WATCHDEMO)) is None

@@ -52,11 +52,11 @@ class WatchPlan:
 
     def describe(self) -> str:
         """One line for ``plan`` and the recording's start."""
-        words = ", ".join(f"{w.field} (+{w.offset}, {w.length} bytes)" for w in self.words)
+        words = ", ".join(f"{w.field} (+{w.offset}, {w.length} byte{'s' if w.length != 1 else ''})" for w in self.words)
         return (f"watch: {len(self.words)} word{'s' if len(self.words) != 1 else ''} "
                 f"[{words}] of {DEBUG_REGISTERS} debug registers: {self.objects_at_once} "
-                f"object{'s' if self.objects_at_once != 1 else ''} armed at a time, moved "
-                f"on at the end of its life or after {self.budget} writes")
+                f"object{'s' if self.objects_at_once != 1 else ''} armed at a time, each "
+                f"left at the end of its life or after {self.budget} writes")
 
     def to_json(self) -> str:
         return json.dumps({"budget": self.budget, "words": [w.__dict__ for w in self.words]})

@@ -63,8 +63,10 @@ def callers(w: Write) -> tuple[int, ...]:
 
 
 def resolve(rows: Iterable[Write], *, kernel: bool, maps: Optional[ProcessMaps] = None,
-            vmlinux: Optional[str] = None) -> list[Site]:
-    """A site for every writer ip and every stack return address of ``rows``."""
+            vmlinux: Optional[str] = None, kallsyms=None) -> list[Site]:
+    """A site for every writer ip and every stack return address of ``rows``; a
+    kernel's named by ``kallsyms`` (a `ctracer.host.kallsyms.Kallsyms`, by default the
+    running kernel's)."""
     rows = list(rows)
     wanted: set[tuple[int, int, str]] = set()
     for w in rows:
@@ -72,7 +74,8 @@ def resolve(rows: Iterable[Write], *, kernel: bool, maps: Optional[ProcessMaps] 
         wanted.add((pid, w.ip, "writer"))
         for a in callers(w):
             wanted.add((pid, a, "caller"))
-    return _kernel_sites(wanted, vmlinux) if kernel else _user_sites(wanted, maps)
+    return _kernel_sites(wanted, vmlinux, kallsyms) if kernel else \
+        _user_sites(wanted, maps)
 
 
 def _user_sites(wanted, maps: Optional[ProcessMaps]) -> list[Site]:
@@ -115,10 +118,10 @@ def _user_sites(wanted, maps: Optional[ProcessMaps]) -> list[Site]:
     return out
 
 
-def _kernel_sites(wanted, vmlinux: Optional[str]) -> list[Site]:
+def _kernel_sites(wanted, vmlinux: Optional[str], names=None) -> list[Site]:
     from ctracer.host.kallsyms import Kallsyms
 
-    names = Kallsyms()
+    names = names or Kallsyms()
     located = {}
     if vmlinux:
         located = _kernel_lines(vmlinux, names, {a - 1 for _p, a, _k in wanted})

@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """Run in a guest (scripts/vm-run): `ctracer trace --watch` and bpftrace's `watchpoint:`
-on the same socket's fields in the same run, and their writing functions side by side.
+on the same socket's fields in the same run, and their writing sites side by side.
 
-    PYTHONPATH=SRC python -m ... watch_kernel.py OUT_DIR [SECONDS]
+    python tests/vm/guest/watch_kernel.py OUT_DIR [SECONDS [VMLINUX]]
 
 A loopback TCP connection (this script's own threads) is opened and left idle; the
 client socket's kernel address comes from /proc/net/tcp (kptr_restrict=1 shows it to
-root).  ctracer follows only that object (--object) with write breakpoints on
-sk_forward_alloc and skc_state; once it records, bpftrace arms its own watchpoints on
-the same two addresses, and once bpftrace runs, the connection sends a small message
-every 20 ms for SECONDS and closes (both tools armed all along).  OUT_DIR gets
-the trace (watch.ctrace), bpftrace's counts (bpftrace.txt) and result.json: each tool's
-set of writing functions per field.
+root).  ctracer follows only that object (--object, tracepoints only) with write
+breakpoints on sk_forward_alloc and skc_state (lines through VMLINUX, a vmlinux with
+DWARF, when given); bpftrace arms its own watchpoints on the same two addresses.
+
+Both are armed at once, but the emulated CPU (QEMU TCG) gives a trap to only one
+breakpoint when two watch one address (the first it finds matching: in these runs,
+the one armed first).  So the run has two windows of the same exchange, SECONDS each:
+in the first the connection sends a small message every 20 ms with bpftrace armed
+before ctracer (bpftrace takes the traps); then bpftrace exits, and in the second the
+same exchange goes on with ctracer alone, then the connection closes.  OUT_DIR gets
+the trace (watch.ctrace), bpftrace's output (bpftrace.txt), ctracer's (ctracer.log)
+and result.json: bpftrace's writing sites (function+offset: writes) of the first
+window, ctracer's of each window (``before``: while bpftrace was armed, ``messages``:
+the second window's exchange, ``close``: from the close on), their lines, and the
+monotonic times of the windows.
 """
 
 from __future__ import annotations
@@ -20,15 +29,27 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 
 CTRACER = [sys.executable, "-m", "ctracer"]
+FIELDS = ("sk_forward_alloc", "skc_state")
 
 
-def workload(seconds: float, ready: threading.Event, go: threading.Event,
+def exchange(client, peer, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        client.sendall(b"x" * 200)
+        peer.recv(4096)
+        peer.sendall(b"y" * 100)
+        client.recv(4096)
+        time.sleep(0.02)
+
+
+def workload(seconds: float, ready, first, second, first_done, times: dict,
              info: dict) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -37,14 +58,12 @@ def workload(seconds: float, ready: threading.Event, go: threading.Event,
     peer, _ = server.accept()
     info["client_port"] = client.getsockname()[1]
     ready.set()
-    go.wait()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        client.sendall(b"x" * 200)
-        peer.recv(4096)
-        peer.sendall(b"y" * 100)
-        client.recv(4096)
-        time.sleep(0.02)
+    first.wait()
+    exchange(client, peer, seconds)
+    first_done.set()
+    second.wait()
+    exchange(client, peer, seconds)
+    times["close_ns"] = time.monotonic_ns()
     client.close()
     time.sleep(0.5)
     peer.close()
@@ -62,73 +81,103 @@ def socket_address(port: int) -> int:
     raise SystemExit(f"no established socket on port {port} in /proc/net/tcp")
 
 
+def wait_for(path: str, text: str, process, what: str) -> None:
+    while text not in open(path).read():
+        if process.poll() is not None:
+            raise SystemExit(f"{what} ended early: see {path}")
+        time.sleep(0.5)
+
+
+def bpftrace_sites(text: str) -> dict[str, dict[str, int]]:
+    """@field[\\n    function+offset\\n]: count (kstack(1): the trap's own ip)."""
+    seen: dict[str, dict[str, int]] = {}
+    for m in re.finditer(r"@(\w+)\[\s*([^\s\]]+)\s*\]: (\d+)", text):
+        seen.setdefault(m[1], {})[m[2]] = int(m[3])
+    return seen
+
+
+def ctracer_sites(trace: str, times: dict) -> tuple[dict, dict]:
+    """ctracer's writing sites per window and field, and each site's line."""
+    db = sqlite3.connect(trace)
+    windows: dict[str, dict[str, dict[str, int]]] = {"before": {}, "messages": {},
+                                                     "close": {}}
+    lines: dict[str, str] = {}
+    for ts, field, function, offset, file, line, inlined in db.execute(
+            "SELECT w.ts_ns, w.field, s.function, s.offset, s.file, s.line, s.inlined "
+            "FROM watch_writes w JOIN watch_sites s ON s.address = w.ip "
+            "AND s.kind = 'writer'"):
+        window = ("before" if ts < times["second_ns"] else
+                  "messages" if ts < times["close_ns"] else "close")
+        site = f"{function}+{offset:#x}"
+        by_site = windows[window].setdefault(field.split(".")[-1], {})
+        by_site[site] = by_site.get(site, 0) + 1
+        if file:
+            lines[site] = f"{file}:{line}" + (f" in {inlined}" if inlined else "")
+    return windows, lines
+
+
 def main() -> int:
     out = sys.argv[1]
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 240
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 30
+    vmlinux = sys.argv[3] if len(sys.argv) > 3 else None
     os.makedirs(out, exist_ok=True)
     from ctracer.debuginfo.catalog import ShapeKind
     from ctracer.debuginfo.sources import TypeSource
     from ctracer.plan.selection import open_struct
     from ctracer.plan.watch import plan_watch
     from ctracer.record.breakpoints import refusal
+    result: dict = {"kernel": os.uname().release}
     refused = refusal(kernel=True)
     if refused:
-        json.dump({"refused": refused}, open(os.path.join(out, "result.json"), "w"))
+        result["refused"] = refused
+        json.dump(result, open(os.path.join(out, "result.json"), "w"))
         print(f"refused: {refused}")
         return 0
     _, graph, _ = open_struct(TypeSource(btf="/sys/kernel/btf/vmlinux"), "sock",
                               ShapeKind.STRUCT)
-    words = {w.field: w.__dict__ for w in plan_watch(graph, ["sk_forward_alloc",
-                                                             "skc_state"]).words}
-    ready, go, info = threading.Event(), threading.Event(), {}
-    worker = threading.Thread(target=workload, args=(seconds, ready, go, info), daemon=True)
+    words = plan_watch(graph, list(FIELDS)).words
+    ready, first, second, first_done = (threading.Event() for _ in range(4))
+    times: dict = {}
+    info: dict = {}
+    worker = threading.Thread(target=workload, daemon=True,
+                              args=(seconds, ready, first, second, first_done, times, info))
     worker.start()
     ready.wait()
     address = socket_address(info["client_port"])
-    trace = "/var/tmp/watch.ctrace"
-    log = open(os.path.join(out, "ctracer.log"), "w")
+    result["address"] = hex(address)
+    trace = "/var/tmp/watch.ctrace"   # the guest's tmpfs: SQLite on the 9p root locks
+    ct_log_path = os.path.join(out, "ctracer.log")
+    ct_log = open(ct_log_path, "w")
     ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--function-probes", "none",
-                                     "--watch", "sk_forward_alloc", "skc_state",
-                                     "--object", hex(address), "-o", trace],
-                          stderr=log, stdout=log)
-    while "recording struct sock" not in open(os.path.join(out, "ctracer.log")).read():
-        if ct.poll() is not None:
-            raise SystemExit("ctracer ended before recording: see ctracer.log")
-        time.sleep(0.5)
-    left = int(seconds) + 5   # bpftrace until after the close
+                                     "--watch", *FIELDS, "--object", hex(address),
+                                     "-o", trace] + (["--vmlinux", vmlinux] if vmlinux else []),
+                          stderr=ct_log, stdout=ct_log)
+    wait_for(ct_log_path, "recording struct sock", ct, "ctracer")
     probes = " ".join(
-        f"watchpoint:{address + w['offset']:#x}:{w['length']}:w "
-        f"{{ @{name.split('.')[-1]}[kstack(1)] = count(); }}" for name, w in words.items())
-    bt_out = open(os.path.join(out, "bpftrace.txt"), "w")
-    bt = subprocess.Popen(["bpftrace", "-e", probes + " BEGIN { printf(\"arm%s\\n\", \"ed\"); } "
-                           f"interval:s:{left} {{ exit(); }}"], stdout=bt_out, stderr=bt_out)
-    while "armed" not in open(os.path.join(out, "bpftrace.txt")).read():
-        if bt.poll() is not None:
-            raise SystemExit("bpftrace ended before arming: see bpftrace.txt")
-        time.sleep(0.5)
-    go.set()
-    bt.wait(timeout=seconds + 900)
+        f"watchpoint:{address + w.offset:#x}:{w.length}:w "
+        f"{{ @{w.field.split('.')[-1]}[kstack(1)] = count(); }}" for w in words)
+    bt_path = os.path.join(out, "bpftrace.txt")
+    bt_out = open(bt_path, "w")
+    bt = subprocess.Popen(["bpftrace", "-e", probes + ' BEGIN { printf("arm%s\\n", "ed"); }'],
+                          stdout=bt_out, stderr=bt_out)
+    wait_for(bt_path, "armed", bt, "bpftrace")
+    times["first_ns"] = time.monotonic_ns()
+    first.set()
+    first_done.wait()
+    bt.send_signal(2)   # bpftrace prints its maps and disarms
+    bt.wait(timeout=600)
     bt_out.close()
+    times["second_ns"] = time.monotonic_ns()
+    second.set()
     worker.join()
     time.sleep(2)
     ct.send_signal(2)   # Ctrl-C: ctracer keeps the trace
-    ct.wait(timeout=600)
-    log.close()
+    ct.wait(timeout=900)
+    ct_log.close()
     subprocess.run(["cp", trace, os.path.join(out, "watch.ctrace")], check=True)
-    seen_bt: dict[str, dict[str, int]] = {}
-    # @field[\n    function+offset\n]: count (kstack(1): the trap's own ip)
-    for m in re.finditer(r"@(\w+)\[\s*([^\s\]]+)\s*\]: (\d+)",
-                         open(os.path.join(out, "bpftrace.txt")).read()):
-        seen_bt.setdefault(m[1], {})[m[2]] = int(m[3])
-    import sqlite3
-    db = sqlite3.connect(os.path.join(out, "watch.ctrace"))
-    seen_ct: dict[str, dict[str, int]] = {}
-    for field, function, offset, n in db.execute(
-            "SELECT w.field, s.function, s.offset, count(*) FROM watch_writes w JOIN "
-            "watch_sites s ON s.address = w.ip AND s.kind = 'writer' GROUP BY 1, 2, 3"):
-        seen_ct.setdefault(field.split(".")[-1], {})[f"{function}+{offset}"] = n
-    result = {"address": hex(address), "ctracer": seen_ct, "bpftrace": seen_bt,
-              "kernel": os.uname().release}
+    windows, lines = ctracer_sites(os.path.join(out, "watch.ctrace"), times)
+    result.update(bpftrace=bpftrace_sites(open(bt_path).read()), ctracer=windows,
+                  lines=lines, times=times, ctracer_exit=ct.returncode)
     json.dump(result, open(os.path.join(out, "result.json"), "w"), indent=1)
     print(json.dumps(result, indent=1))
     return 0
