@@ -173,7 +173,7 @@ def test_report_and_exports_name_the_writers(recorded, tmp_path):
     # the field's writers, ranked: the inlined deposit line wrote most
     ranked = re.findall(r'<table class="data writers-table">.*?<td class="mono">([^<]+)</td>',
                         text, re.S)
-    assert ranked and "in deposit (inlined in account_work)" in ranked[0]
+    assert ranked and "in deposit (inlined in account_work+0x" in ranked[0]
     export = tmp_path / "events.jsonl"
     run = subprocess.run([sys.executable, "-m", "ctracer", "export", recorded["path"],
                           "-f", "jsonl", "-o", str(export)], capture_output=True, text=True,

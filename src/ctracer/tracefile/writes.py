@@ -107,10 +107,12 @@ class Site:
     @property
     def label(self) -> str:
         """How the report names it: ``file:line in fn`` where a line table said,
-        else ``function+offset``."""
+        else ``function+offset``; a line of an inlined function says where in the
+        function it was inlined (``inlined in fn+0x31``): one helper inlined at several
+        places of a function is one line, but several writers."""
         fn = self.inlined or self.function or f"{self.address:#x}"
         if self.source:
-            inside = f" (inlined in {self.function})" if self.inlined and self.function \
+            inside = f" (inlined in {self.where})" if self.inlined and self.function \
                 and self.inlined != self.function else ""
             return f"{self.source} in {fn}{inside}"
         return self.where
