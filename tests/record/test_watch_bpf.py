@@ -124,6 +124,27 @@ def test_inlined_helpers_are_named(recorded):
     assert {"deposit", "charge_fee"} <= named
 
 
+def test_where_helpers_were_inlined_is_binutils_chain(recorded):
+    """``inlined_from``: the call lines of the inlined chain, as ``addr2line -i`` says."""
+    symbols = _symbol_addresses()
+    checked = 0
+    for site in recorded["sites"].values():
+        if site.kind != "writer" or site.module != "watchdemo" or not site.inlined:
+            continue
+        start = symbols[site.function] + site.offset
+        out = subprocess.run(["addr2line", "-i", "-f", "-e", WATCHDEMO, f"{start:#x}"],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        # function, file:line pairs, innermost first; each outer pair is where the
+        # inner function was inlined
+        pairs = [(out[i], os.path.basename(out[i + 1].split()[0]))
+                 for i in range(0, len(out) - 1, 2)]
+        assert pairs[0] == (site.inlined, f"{site.file}:{site.line}")
+        chain = ", ".join(f"{line} in {fn}" for fn, line in pairs[1:])
+        assert site.inlined_from == chain, (site, pairs)
+        checked += 1
+    assert checked >= 2   # deposit's and charge_fee's stores
+
+
 def test_unchanged_writes_are_counted_not_dropped(recorded):
     sites = recorded["sites"]
     same = [w for w in _program_writes(recorded) if w.unchanged]

@@ -33,8 +33,10 @@ from ctracer.debuginfo.dwarf.dies import open_elffile
 @dataclass(frozen=True)
 class Location:
     """Where an address is: ``function`` + ``offset`` (None when no symbol holds it),
-    the source ``file``:``line`` (None without a line table row), and ``inlined``: the
-    innermost inlined function around it, "" when none."""
+    the source ``file``:``line`` (None without a line table row), ``inlined``: the
+    innermost inlined function around it, "" when none, and ``inlined_from``: where
+    that one was inlined, and each outer one, innermost first (``tcp_input.c:3531 in
+    tcp_clean_rtx_queue, tcp_input.c:4081 in tcp_ack``: DWARF's call lines)."""
 
     address: int
     function: Optional[str]
@@ -42,6 +44,7 @@ class Location:
     file: Optional[str]
     line: Optional[int]
     inlined: str = ""
+    inlined_from: str = ""
 
     @property
     def where(self) -> str:
@@ -64,7 +67,7 @@ class CodeMap:
         self._aranges = self._dwarf.get_aranges() if self._dwarf is not None else None
         self._rows: Optional[list[tuple[int, int, str, int, bool]]] = None
         self._unit_rows: dict[int, tuple[list, list[int]]] = {}   # CU offset -> rows
-        self._inlined: list[tuple[int, int, int, str]] = []
+        self._inlined: list[tuple[int, int, int, str, str]] = []
         self._inlined_read: set[tuple[int, int]] = set()   # (CU, DIE) offsets read
 
     def close(self) -> None:
@@ -152,7 +155,7 @@ class CodeMap:
 
     # -- inlined functions ------------------------------------------------------------
 
-    def _inlined_ranges(self, addresses: Iterable[int]) -> list[tuple[int, int, int, str]]:
+    def _inlined_ranges(self, addresses: Iterable[int]) -> list[tuple[int, int, int, str, str]]:
         """(low, high, depth, name) of the inlined subroutines of the functions (of the
         compile units) that hold any of ``addresses``, added to those read before."""
         if self._dwarf is None:
@@ -177,25 +180,44 @@ class CodeMap:
                     if not any(lo <= a < hi for lo, hi in spans for a in wanted):
                         continue   # a function holding none (or an abstract one)
                 self._inlined_read.add((cu.cu_offset, child.offset))
-                self._inlined_below(cu, child, 1, out)
+                files = None
+                if child.tag == "DW_TAG_subprogram":
+                    program = self._dwarf.line_program_for_CU(cu)
+                    files = _file_names(program) if program is not None else {}
+                self._inlined_below(cu, child, 1, out, _origin_name(child), files or {})
         return out
 
-    def _inlined_below(self, cu, die, depth: int, out: list) -> None:
-        """The inlined subroutines at and under ``die`` (at ``depth``) into ``out``."""
+    def _inlined_below(self, cu, die, depth: int, out: list, caller: str,
+                       files: dict[int, str]) -> None:
+        """The inlined subroutines at and under ``die`` (at ``depth``, inside the
+        function named ``caller``) into ``out``: (low, high, depth, name, where it was
+        inlined: ``file:line in caller``)."""
         if die.tag == "DW_TAG_inlined_subroutine":
             name = _origin_name(die)
+            attrs = die.attributes
+            call_file = files.get(attrs["DW_AT_call_file"].value) \
+                if "DW_AT_call_file" in attrs else None
+            call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else None
+            site = f"{call_file}:{call_line} in {caller}" if call_file and call_line \
+                else f"in {caller}"
             for lo, hi in _ranges(self._dwarf, cu, die):
-                out.append((lo, hi, depth, name))
+                out.append((lo, hi, depth, name, site))
+            caller = name
         if die.has_children:
             for child in die.iter_children():
-                self._inlined_below(cu, child, depth + 1, out)
+                self._inlined_below(cu, child, depth + 1, out, caller, files)
+
+    def _inlined_around(self, address: int) -> list[tuple[int, int, int, str, str]]:
+        """The inlined subroutines holding ``address``, innermost first."""
+        return sorted((r for r in self._inlined if r[0] <= address < r[1]),
+                      key=lambda r: -r[2])
 
     def inlined_at(self, address: int) -> str:
-        best = None
-        for lo, hi, depth, name in self._inlined:
-            if lo <= address < hi and (best is None or depth > best[0]):
-                best = (depth, name)
-        return best[1] if best else ""
+        around = self._inlined_around(address)
+        return around[0][3] if around else ""
+
+    def inlined_from(self, address: int) -> str:
+        return ", ".join(r[4] for r in self._inlined_around(address))
 
     # -- instructions -------------------------------------------------------------------
 
@@ -233,7 +255,7 @@ class CodeMap:
         sym = self.symbol(address) if named else None
         file, line = self.line(address)
         return Location(address, sym[2] if sym else None, address - sym[0] if sym else 0,
-                        file, line, self.inlined_at(address))
+                        file, line, self.inlined_at(address), self.inlined_from(address))
 
     def writers(self, after: Iterable[int]) -> dict[int, Location]:
         """For each trap address (just after a writing instruction), the writing
@@ -260,7 +282,8 @@ class CodeMap:
         out = {}
         for r in returns:
             loc = self.locate(r - 1)
-            out[r] = Location(r, loc.function, loc.offset + 1, loc.file, loc.line, loc.inlined)
+            out[r] = Location(r, loc.function, loc.offset + 1, loc.file, loc.line, loc.inlined,
+                              loc.inlined_from)
         return out
 
 

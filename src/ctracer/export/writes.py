@@ -5,7 +5,8 @@ name in the report and the events' ``object`` column), ``address`` (hex), ``fiel
 ``old`` and ``new`` (as the report shows them; old empty when unknown),
 ``unchanged``, ``writer`` (``file:line in fn`` where a line table said, else
 ``function+offset``), ``function``, ``offset``, ``file``, ``line``, ``inlined``,
-``called_from`` (the callers, outermost first), ``cpu``, ``pid``, ``tid``.  Written as
+``inlined_from`` (where that inlined function was inlined, and each outer one,
+innermost first: ``file:line in fn, ...``), ``called_from`` (the callers, outermost first), ``cpu``, ``pid``, ``tid``.  Written as
 ``<output>.writes.jsonl``, ``.csv`` or ``.parquet`` beside the events' file.
 """
 
@@ -29,7 +30,7 @@ def writes_table(a, formatter=None):
     labels = a.objects.labels
     rows: dict[str, list] = {k: [] for k in (
         "trace_id", "time_ns", "object", "address", "field", "old", "new", "unchanged",
-        "writer", "function", "offset", "file", "line", "inlined", "called_from", "cpu",
+        "writer", "function", "offset", "file", "line", "inlined", "inlined_from", "called_from", "cpu",
         "pid", "tid")}
     tid = trace_id(a)
     for i, w in enumerate(view.writes):
@@ -49,6 +50,7 @@ def writes_table(a, formatter=None):
         rows["file"].append(site.file if site else None)
         rows["line"].append(site.line if site else None)
         rows["inlined"].append(site.inlined or None if site else None)
+        rows["inlined_from"].append(site.inlined_from or None if site else None)
         rows["called_from"].append(list(reversed(view.callers(i))))
         rows["cpu"].append(w.cpu)
         rows["pid"].append(w.pid)

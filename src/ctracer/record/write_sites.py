@@ -112,7 +112,7 @@ def _user_sites(wanted, maps: Optional[ProcessMaps]) -> list[Site]:
                                     loc.line if loc else None, "", os.path.basename(path)))
                 else:
                     out.append(Site(p, a, k, loc.function, loc.offset, loc.file, loc.line,
-                                    loc.inlined, os.path.basename(path)))
+                                    loc.inlined, os.path.basename(path), loc.inlined_from))
         finally:
             code.close()
     return out
@@ -134,9 +134,9 @@ def _kernel_sites(wanted, vmlinux: Optional[str], names=None) -> list[Site]:
             off += 1
         # the byte before a trap's ip (or a return address) is inside its instruction
         loc = located.get(address - 1)
-        file, line, inlined = (loc.file, loc.line, loc.inlined) if loc else (None, None, "")
-        out.append(Site(pid, address, kind, function or None, off, file, line, inlined,
-                        "vmlinux"))
+        out.append(Site(pid, address, kind, function or None, off, loc and loc.file,
+                        loc and loc.line, loc.inlined if loc else "", "vmlinux",
+                        loc.inlined_from if loc else ""))
     return out
 
 

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS watch_arms(
     disarmed_ns INTEGER, writes INTEGER, ended TEXT);
 CREATE TABLE IF NOT EXISTS watch_sites(
     pid INTEGER NOT NULL, address INTEGER NOT NULL, kind TEXT NOT NULL, function TEXT,
-    offset INTEGER, file TEXT, line INTEGER, inlined TEXT, module TEXT,
+    offset INTEGER, file TEXT, line INTEGER, inlined TEXT, module TEXT, inlined_from TEXT,
     PRIMARY KEY(pid, address, kind));
 """
 
@@ -93,6 +93,9 @@ class Site:
     line: Optional[int]
     inlined: str
     module: str
+    #: where ``inlined`` was inlined, and each outer inlined function, innermost first
+    #: (``file:line in fn, ...``); "" when not inlined or not known (a trace before it)
+    inlined_from: str = ""
 
     @property
     def where(self) -> str:
@@ -108,12 +111,14 @@ class Site:
     def label(self) -> str:
         """How the report names it: ``file:line in fn`` where a line table said,
         else ``function+offset``; a line of an inlined function says where in the
-        function it was inlined (``inlined in fn+0x31``): one helper inlined at several
-        places of a function is one line, but several writers."""
+        function it was inlined (``inlined in fn+0x31``: one helper inlined at several
+        places of a function is one line, but several writers) and, where DWARF says,
+        at which lines (``at tcp_input.c:3531 in tcp_clean_rtx_queue, ...``)."""
         fn = self.inlined or self.function or f"{self.address:#x}"
         if self.source:
-            inside = f" (inlined in {self.where})" if self.inlined and self.function \
-                and self.inlined != self.function else ""
+            inside = f" (inlined in {self.where}" + (
+                f" at {self.inlined_from})" if self.inlined_from else ")") \
+                if self.inlined and self.function and self.inlined != self.function else ""
             return f"{self.source} in {fn}{inside}"
         return self.where
 
@@ -134,9 +139,9 @@ def add_arms(db: sqlite3.Connection, rows: Iterable[Arm]) -> None:
 
 
 def add_sites(db: sqlite3.Connection, rows: Iterable[Site]) -> None:
-    db.executemany("INSERT OR REPLACE INTO watch_sites VALUES (?,?,?,?,?,?,?,?,?)",
+    db.executemany("INSERT OR REPLACE INTO watch_sites VALUES (?,?,?,?,?,?,?,?,?,?)",
                    [(s.pid, _sql(s.address), s.kind, s.function, s.offset, s.file, s.line,
-                     s.inlined, s.module) for s in rows])
+                     s.inlined, s.module, s.inlined_from) for s in rows])
 
 
 def _has(db: sqlite3.Connection, table: str) -> bool:
@@ -166,6 +171,6 @@ def read_sites(db: sqlite3.Connection) -> dict[tuple[int, int, str], Site]:
         return {}
     out = {}
     for r in db.execute("SELECT * FROM watch_sites"):
-        s = Site(r[0], _u64(r[1]), *r[2:])
+        s = Site(r[0], _u64(r[1]), *r[2:9], r[9] or "" if len(r) > 9 else "")
         out[(s.pid, s.address, s.kind)] = s
     return out
