@@ -4,9 +4,10 @@ bpftrace's ``watchpoint:`` probe on the same addresses in the same run
 (tests/vm/guest/watch_kernel.py: two windows of one exchange, bpftrace's first, since
 the emulated CPU gives a trap to only one of two breakpoints on one address).
 
-Every site either tool saw at least `FREQUENT` times in its window (the per-message
-writers) the other saw too, as function + offset; the close's ``skc_state`` store is
-recorded.  Where the kernel's -dbg vmlinux is under CTRACER_KERNEL_DEBUG_ROOT (extracted
+Every per-message site of either tool (seen at least `SHARE` of its window's busiest
+site's count, and at least `LEAST` times) the other saw too, as function + offset; rarer
+ones (a memory reclaim every few KB: 30 of 8,000 writes in 60 s on 7.2) may fall in one
+window only.  The close's ``skc_state`` store is recorded.  Where the kernel's -dbg vmlinux is under CTRACER_KERNEL_DEBUG_ROOT (extracted
 from Debian's ``linux-image-<release>-dbg``, 1 GB: not in CI), every writer has its
 source line too.  Runs on 7.2 only: the kernel-breakpoint path is the same code on 6.1
 and 6.12 (both checked by hand, docs/watch.md), and one guest's two windows cost a
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.vm(kernels=("7.2",))
 
 SCRIPT = Path(__file__).parent / "guest" / "watch_kernel.py"
 WINDOW_S = 8
-FREQUENT = 3
+SHARE = 0.1
+LEAST = 3
 
 
 def _vmlinux():
@@ -49,18 +51,24 @@ def watched(tmp_path_factory):
     return result, vmlinux, (out / "ctracer.log").read_text()
 
 
-def _sites(by_field: dict, field: str, least: int = 1) -> set[str]:
-    return {site for site, n in by_field.get(field, {}).items() if n >= least}
+def _sites(by_field: dict, field: str) -> set[str]:
+    return set(by_field.get(field, {}))
+
+
+def _per_message(by_field: dict, field: str) -> set[str]:
+    counts = by_field.get(field, {})
+    least = max(LEAST, SHARE * max(counts.values(), default=0))
+    return {site for site, n in counts.items() if n >= least}
 
 
 def test_writers_equal_bpftraces_on_the_same_address(watched):
     result, _, log = watched
     bt, ct = result["bpftrace"], result["ctracer"]["messages"]
-    assert _sites(bt, "sk_forward_alloc", FREQUENT), f"bpftrace saw no write: {result}"
-    assert _sites(ct, "sk_forward_alloc", FREQUENT), f"ctracer saw no write: {result}\n{log}"
+    assert _per_message(bt, "sk_forward_alloc"), f"bpftrace saw no write: {result}"
+    assert _per_message(ct, "sk_forward_alloc"), f"ctracer saw no write: {result}\n{log}"
     for field in ("sk_forward_alloc", "skc_state"):
-        assert _sites(bt, field, FREQUENT) <= _sites(ct, field), (field, result)
-        assert _sites(ct, field, FREQUENT) <= _sites(bt, field), (field, result)
+        assert _per_message(bt, field) <= _sites(ct, field), (field, result)
+        assert _per_message(ct, field) <= _sites(bt, field), (field, result)
 
 
 def test_the_close_is_seen_writing_skc_state(watched):
