@@ -110,11 +110,13 @@ def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
     return int(ret), (ctypes.get_errno() if ret < 0 else 0)
 
 
-def load_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0,
-                  code: bytes = _RETURN_ZERO) -> tuple[int, int]:
-    """Load ``code`` (``r0 = 0; exit``); (fd, 0) or (-1, errno).  The checks here and
+def load_trial_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0,
+                       code: bytes = _RETURN_ZERO) -> tuple[int, int]:
+    """Load a trial program, ``code`` (``r0 = 0; exit``), to see what the kernel
+    accepts; (fd, 0) or (-1, errno).  The checks here and
     `ctracer.record.breakpoints.refusal` (a perf_event program on a test breakpoint)
-    load with it."""
+    load with it; the recorder's own programs load through
+    `ctracer.record.kattach.load_program`, which also reads the verifier's log."""
     insns = ctypes.create_string_buffer(code, len(code))
     license_ = ctypes.create_string_buffer(b"GPL")
     attr = ctypes.create_string_buffer(128)
@@ -141,7 +143,7 @@ def _raw_tracepoint_open(prog_fd: int, name: Optional[bytes]) -> tuple[int, int]
 
 def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: int = 0,
                 attach_btf_id: int = 0) -> Mechanism:
-    fd, err = load_program(prog_type, attach_type, attach_btf_id)
+    fd, err = load_trial_program(prog_type, attach_type, attach_btf_id)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} program "
                               f"({errno_text(err)})")
@@ -158,7 +160,7 @@ def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: i
 
 def _try_kprobe_multi(symbol: str) -> Mechanism:
     """Load a kprobe.multi program and link it to ``symbol`` (then close both)."""
-    fd, err = load_program(_PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI)
+    fd, err = load_trial_program(_PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a kprobe.multi program "
                                 f"({errno_text(err)})")
@@ -205,7 +207,7 @@ def _try_tracing_multi(target: tuple[str, int]) -> Mechanism:
     """Load an fentry.multi program and link it to the function ``target`` names (its
     name, its vmlinux BTF id) through a tracing_multi link (then close both)."""
     name, btf_id = target
-    fd, err = load_program(_PROG_TYPE_TRACING, TRACE_FENTRY_MULTI, MULTI_ATTACH_BTF_ID)
+    fd, err = load_trial_program(_PROG_TYPE_TRACING, TRACE_FENTRY_MULTI, MULTI_ATTACH_BTF_ID)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load an fentry.multi program "
                                 f"({errno_text(err)})")
@@ -227,7 +229,7 @@ MULTI_ATTACH_BTF_ID = 0
 
 
 def _try_load(prog_type: int, what: str) -> Mechanism:
-    fd, err = load_program(prog_type)
+    fd, err = load_trial_program(prog_type)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} program "
                                 f"({errno_text(err)})")
@@ -341,7 +343,7 @@ def task_storage_works(kind: str) -> Mechanism:
 
 def _load_insns(code: bytes, prog_type: int, attach_type: int, attach_btf_id: int,
                 what: str) -> Mechanism:
-    fd, err = load_program(prog_type, attach_type, attach_btf_id, code)
+    fd, err = load_trial_program(prog_type, attach_type, attach_btf_id, code)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a {what} "
                                 f"({errno_text(err)})")
@@ -355,7 +357,7 @@ def raw_tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]
     programs cannot be loaded here (not root, or BPF refused)."""
     if os.geteuid() != 0:
         return None
-    fd, _ = load_program(_PROG_TYPE_RAW_TRACEPOINT)
+    fd, _ = load_trial_program(_PROG_TYPE_RAW_TRACEPOINT)
     if fd < 0:
         return None
     out = {}

@@ -155,13 +155,13 @@ def refusal(*, kernel: bool) -> Optional[str]:
     """Why the kernel refuses a write breakpoint like the ones ``--watch`` arms, with a
     BPF program attached, or None: one is armed on a kernel variable (``kernel``) or on
     a word of this process, and closed at once."""
-    from ctracer.host.features import load_program
+    from ctracer.host.features import load_trial_program
 
     word = ctypes.c_uint64(0)
     address = _kernel_data_address() if kernel else ctypes.addressof(word)
     if address is None:
         return "no kernel variable's address could be read from /proc/kallsyms"
-    prog_fd, err = load_program(_BPF_PROG_TYPE_PERF_EVENT)
+    prog_fd, err = load_trial_program(_BPF_PROG_TYPE_PERF_EVENT)
     if prog_fd < 0:
         return f"a perf_event BPF program is refused ({refusal_text(err)})"
     try:
