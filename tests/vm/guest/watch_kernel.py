@@ -108,7 +108,7 @@ def ctracer_sites(trace: str, times: dict) -> tuple[dict, dict]:
             "AND s.kind = 'writer'"):
         window = ("before" if ts < times["second_ns"] else
                   "messages" if ts < times["close_ns"] else "close")
-        site = f"{function}+{offset:#x}"
+        site = f"{function}+{offset}"   # decimal, as bpftrace names it
         by_site = windows[window].setdefault(field.split(".")[-1], {})
         by_site[site] = by_site.get(site, 0) + 1
         if file:
