@@ -40,7 +40,7 @@ def _counts(path):
     """Per (object index, function): calls; per (object index or "all", caller, callee):
     call-graph edge counts; and the analysis."""
     from ctracer import analysis
-    from ctracer.analysis.callgraph import call_counts
+    from ctracer.analysis.callgraph import call_counts, with_folded
 
     a = analysis.load(str(path))
     calls, edges = {}, {}
@@ -48,10 +48,10 @@ def _counts(path):
     for i in range(len(a.objects)):
         for fid, stats in a.object_methods(i).items():
             calls[(i, a.function_name(fid))] = stats.calls
-        graph = a.add_folded_to(call_counts(ev, a.objects.events(i), ev.object_caller), i)
+        graph = with_folded(a, call_counts(ev, a.objects.events(i), ev.object_caller), i)
         for (caller, callee), n in zip(graph.edges, graph.edge_calls):
             edges[(i, caller, callee)] = n
-    graph = a.add_folded_to(call_counts(ev, np.arange(len(ev)), ev.thread_caller))
+    graph = with_folded(a, call_counts(ev, np.arange(len(ev)), ev.thread_caller))
     for (caller, callee), n in zip(graph.edges, graph.edge_calls):
         edges[("all", caller, callee)] = n
     return a, calls, edges

@@ -12,6 +12,7 @@ they were first counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
@@ -96,6 +97,20 @@ def add_folded(counts: CallGraphCounts, functions: np.ndarray, callers: np.ndarr
     fns = list(by_fn)
     return CallGraphCounts(fns, [by_fn[f][0] for f in fns], [by_fn[f][1] for f in fns],
                            list(edges), list(edges.values()), counts.hits)
+
+
+def with_folded(data: Any, counts: CallGraphCounts, i: Optional[int] = None) -> CallGraphCounts:
+    """Call-graph counts of object ``i`` of the analysis ``data`` (of all objects when
+    None) with its folded calls (``--calls changes``) added: counts on the edge from the
+    traced call they were made in (for one object: from its call on that object, else
+    from the root)."""
+    rows = data.folded_rows(i)
+    if not len(rows):
+        return counts
+    f = data.folded
+    callers = f.caller[rows] if i is None else np.where(f.same_object[rows],
+                                                        f.caller[rows], -1)
+    return add_folded(counts, f.function[rows], callers, f.calls[rows], f.total_ns[rows])
 
 
 def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

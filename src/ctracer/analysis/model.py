@@ -465,20 +465,6 @@ class Analysis:
             return np.zeros(0, np.int64)
         return np.arange(len(self.folded)) if i is None else self.folded.of_object(i)
 
-    def add_folded_to(self, counts: Any, i: Optional[int] = None) -> Any:
-        """Call-graph counts (`ctracer.analysis.callgraph.CallGraphCounts`) of object
-        ``i`` (of all objects when None) with the folded calls added: counts on the
-        edge from the traced call they were made in (for one object: from its call on
-        that object, else from the root)."""
-        rows = self.folded_rows(i)
-        if not len(rows):
-            return counts
-        from ctracer.analysis.callgraph import add_folded
-        f = self.folded
-        callers = f.caller[rows] if i is None else np.where(f.same_object[rows],
-                                                            f.caller[rows], -1)
-        return add_folded(counts, f.function[rows], callers, f.calls[rows], f.total_ns[rows])
-
     def function_name(self, fid: int) -> str:
         return function_label(self.function_names, fid)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 import numpy as np
 
-from ctracer.analysis.callgraph import CallGraphCounts, call_counts, grouped_call_counts
+from ctracer.analysis.callgraph import (CallGraphCounts, call_counts, grouped_call_counts,
+                                        with_folded)
 from ctracer.analysis.model import counts_per_group
 from ctracer.report import callgraph_svg as graphs
 from ctracer.report import views as interactive_views
@@ -30,12 +31,12 @@ def prepare_graphs(site: ReportSite, chosen: list[int]) -> None:
     made = counts_per_group(data.changes.function[positions], offsets)
     for o, counts, changed_by in zip(chosen, counted, made):
         # calls folded by --calls changes: counts on the edge from their caller
-        _prepare_graph(site, rows.dirnames[o], data.add_folded_to(counts, o), rows.labels[o],
+        _prepare_graph(site, rows.dirnames[o], with_folded(data, counts, o), rows.labels[o],
                        changed_by)
     if len(ev):
         made_all = counts_per_group(data.changes.function, np.array([0, len(data.changes)]))
         _prepare_graph(site, ALL_DIR,
-                       data.add_folded_to(call_counts(ev, np.arange(len(ev)), ev.thread_caller)),
+                       with_folded(data, call_counts(ev, np.arange(len(ev)), ev.thread_caller)),
                        f"{len(rows)} objects", made_all[0])
 
 
