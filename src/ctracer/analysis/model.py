@@ -22,7 +22,7 @@ per change: per-object and per-event questions are answered from the arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 from ctracer.analysis.memory import at_once
