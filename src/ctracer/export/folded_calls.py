@@ -13,8 +13,9 @@ file; a trace recorded with ``--calls all`` has none.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
+
+from ctracer.export.beside import write_beside
 
 
 def folded_calls_table(a):
@@ -51,17 +52,4 @@ def write_folded_calls(a, output: Optional[str], fmt: str) -> Optional[str]:
     if table is None or not output or fmt not in ("jsonl", "csv", "parquet"):
         return None
     path = folded_calls_path(output, fmt)
-    if fmt == "jsonl":
-        import orjson
-        with open(path, "wb") as out:
-            for row in table.to_pylist():
-                out.write(orjson.dumps(row) + b"\n")
-    elif fmt == "csv":
-        import pyarrow.csv as csv
-        csv.write_csv(table, path)
-    else:
-        import pyarrow.parquet as pq
-        if os.path.isdir(output):
-            path = os.path.join(output, "folded-calls.parquet")
-        pq.write_table(table, path)
-    return path
+    return write_beside(table, path, output, fmt, "folded-calls.parquet")

@@ -12,10 +12,10 @@ innermost first: ``file:line in fn, ...``), ``called_from`` (the callers, outerm
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 from ctracer.analysis import writes as watched
+from ctracer.export.beside import write_beside
 
 
 def writes_table(a, formatter=None):
@@ -70,23 +70,9 @@ def write_writes(a, output: Optional[str], fmt: str, formatter=None) -> Optional
     if table is None or not output:
         return None
     path = writes_path(output, fmt)
-    if fmt == "jsonl":
-        import orjson
-        with open(path, "wb") as f:
-            for row in table.to_pylist():
-                f.write(orjson.dumps(row) + b"\n")
-    elif fmt == "csv":
+    if fmt == "csv":
         import pyarrow as pa
-        import pyarrow.csv as csv
-        flat = table.set_column(table.schema.get_field_index("called_from"), "called_from",
-                                pa.array([" → ".join(c) for c in
-                                          table.column("called_from").to_pylist()]))
-        csv.write_csv(flat, path)
-    elif fmt == "parquet":
-        import pyarrow.parquet as pq
-        if os.path.isdir(output):
-            path = os.path.join(output, "writes.parquet")
-        pq.write_table(table, path)
-    else:
-        return None
-    return path
+        table = table.set_column(table.schema.get_field_index("called_from"), "called_from",
+                                 pa.array([" → ".join(c) for c in
+                                           table.column("called_from").to_pylist()]))
+    return write_beside(table, path, output, fmt, "writes.parquet")
