@@ -191,3 +191,18 @@ def test_the_probes_fold_only_when_asked():
                         "--binary", gt.SOCKDEMO, "--print-bpf"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "ctracer_defer_or_fold" not in r.stdout
+
+
+def test_calls_changes_with_kprobe_programs_is_refused_in_one_line():
+    """Their programs with the fold go past BPF's 512-byte stack, where clang ends the
+    process without a word: the request is refused before anything is compiled."""
+    from types import SimpleNamespace
+
+    from ctracer.errors import UsageError
+    from ctracer.record.request import check_calls_kind
+    for kind in ("fentry", "fentry.multi", None):
+        check_calls_kind(SimpleNamespace(calls="changes"), kind)
+    check_calls_kind(SimpleNamespace(calls="all"), "kprobe")
+    with pytest.raises(UsageError, match="512-byte stack") as e:
+        check_calls_kind(SimpleNamespace(calls="changes"), "kprobe")
+    assert "\n" not in str(e.value)
