@@ -8,7 +8,6 @@ many waited, as bytes."""
 
 from __future__ import annotations
 
-import mmap
 import os
 import sqlite3
 import struct
@@ -21,6 +20,7 @@ from ctracer.deltas import RecordShape, offsets
 from ctracer.event import (DELTA_CHANGED, DELTA_FIXED, FLAG_READ_FAILED, HEADER, Field,
                            Layout, delta_words)
 from ctracer.record import ringbuf
+from support import memring
 from ctracer.record.recorder import EventSink, ProgressCounts
 from ctracer.tracefile import TraceWriter
 
@@ -29,16 +29,6 @@ MINI = Layout.packed_in_order("ctracer__mini_s", [Field(f"f{i}", "u64", 0) for i
 WORDS = delta_words(MINI)
 ROW = 4096   # a small spool row, so that a few dozen records fill one
 FIRST_PAGE = 7
-
-
-class _NoPoll:
-    """A memory file cannot be polled; the takes do not need it."""
-
-    def register(self, fd, events):
-        pass
-
-    def close(self):
-        pass
 
 
 def event(ts: int, obj: int, words: int, failed: bool = False) -> bytes:
@@ -57,10 +47,7 @@ def reading(monkeypatch, tmp_path):
     """A ring, a sink and a writer: ``put(event)`` writes a record where the producer
     is (moving it), ``take(limit)`` delivers what the ring holds to the sink as the
     recorder's polls do, ``drain()`` all of it at once, ``trace`` is the file's path."""
-    monkeypatch.setattr(ringbuf.select, "epoll", _NoPoll)
-    page = mmap.PAGESIZE
-    fd = os.memfd_create("ring")
-    os.ftruncate(fd, 2 * page + 2 * RING)
+    fd = memring.memory_ring(monkeypatch, RING)
     program = SimpleNamespace(mini=MINI, nargs=0, compact=True, ring_bytes=RING,
                               filtered=False)
     trace = tmp_path / "t.ctrace"
@@ -75,16 +62,10 @@ def reading(monkeypatch, tmp_path):
 
     def put(ev: bytes) -> bytes:
         pos = producer[0]
-        at = pos & (RING - 1)
-        record = struct.pack("<II", len(ev), FIRST_PAGE + at // page) + ev \
-            + bytes(-len(ev) % 8)
-        for half in (0, RING):   # the kernel's double mapping
-            first = min(len(record), RING - at)
-            os.pwrite(fd, record[:first], 2 * page + half + at)
-            os.pwrite(fd, record[first:], 2 * page + half)
-        producer[0] = pos + len(record)
-        os.pwrite(fd, struct.pack("<Q", producer[0]), page)
-        return record
+        producer[0] = memring.put_compact(fd, RING, pos, ev, FIRST_PAGE)
+        memring.set_producer(fd, producer[0])
+        # the record as written: the data's second copy continues the first past its end
+        return os.pread(fd, producer[0] - pos, 2 * memring.PAGE + (pos & (RING - 1)))
 
     def drain():
         while ring.deliver(sink):

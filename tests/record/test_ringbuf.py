@@ -18,27 +18,16 @@ import pytest
 from ctracer.deltas import RecordShape
 from ctracer.event import DELTA_CHANGED, DELTA_FIXED, Field, Layout, compact_size, delta_words
 from ctracer.record import ringbuf
+from support import memring
 
 RING = 1 << 16
 EVENT = 12
 
 
-class _NoPoll:
-    """A memory file cannot be polled; the take does not need it."""
-
-    def register(self, fd, events):
-        pass
-
-    def close(self):
-        pass
-
-
 @pytest.fixture
 def ring(monkeypatch):
-    monkeypatch.setattr(ringbuf.select, "epoll", _NoPoll)
     page = mmap.PAGESIZE
-    fd = os.memfd_create("ring")
-    os.ftruncate(fd, 2 * page + 2 * RING)
+    fd = memring.memory_ring(monkeypatch, RING)
     taken = ringbuf.MappedRing(fd, RING, EVENT)
     stride = ringbuf.record_bytes(EVENT)
 
@@ -94,31 +83,16 @@ def whole_ring(monkeypatch):
     """A ring of compact records: ``put(pos, event, busy)`` writes a record at producer
     position ``pos`` (twice, as the kernel's double mapping shows it) with the kernel's
     ``pg_off``; ``produce(pos)`` moves the producer."""
-    monkeypatch.setattr(ringbuf.select, "epoll", _NoPoll)
-    page = mmap.PAGESIZE
-    fd = os.memfd_create("ring")
-    os.ftruncate(fd, 2 * page + 2 * RING)
+    fd = memring.memory_ring(monkeypatch, RING)
     rings = {shaped: ringbuf.MappedRing(fd, RING, 0, whole=True,
                                         shape=RecordShape(MINI) if shaped else None)
              for shaped in (True, False)}
 
     def put(pos: int, event: bytes, busy: bool = False) -> int:
-        at = pos & (RING - 1)
-        record = struct.pack("<II", len(event) | (ringbuf.BUSY_BIT if busy else 0),
-                             FIRST_PAGE + at // page) + event + bytes(-len(event) % 8)
-        for k, byte in enumerate(record):   # both halves: the kernel's double mapping
-            at_k = (at + k) & (RING - 1)
-            for half in (0, RING):
-                os.pwrite(fd, bytes([byte]), 2 * page + half + at_k)
-        return pos + len(record)
+        return memring.put_compact(fd, RING, pos, event, FIRST_PAGE, busy)
 
-    def produce(pos: int) -> None:
-        os.pwrite(fd, struct.pack("<Q", pos), page)
-
-    def consume(pos: int) -> None:
-        os.pwrite(fd, struct.pack("<Q", pos), 0)
-
-    yield rings, put, produce, consume
+    yield rings, put, (lambda pos: memring.set_producer(fd, pos)), \
+        (lambda pos: memring.set_consumer(fd, pos))
     for r in rings.values():
         r.close()
     os.close(fd)
