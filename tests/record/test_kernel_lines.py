@@ -48,7 +48,8 @@ def _addr2line(address: int) -> tuple[str, int]:
     out = subprocess.run(["addr2line", "-e", WATCHDEMO, f"{address:#x}"], capture_output=True,
                          text=True, check=True).stdout.strip()
     file, _, line = out.rpartition(":")
-    return os.path.basename(file), int(line.split()[0])
+    return os.path.relpath(file, os.path.dirname(os.path.dirname(WATCHDEMO))), \
+        int(line.split()[0])
 
 
 def test_kernel_writers_lines_are_the_files_after_the_kaslr_offset(kallsyms):

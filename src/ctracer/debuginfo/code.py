@@ -24,6 +24,7 @@ instruction, so the writer is the instruction ending at the trap's ip.
 from __future__ import annotations
 
 import bisect
+import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -126,7 +127,7 @@ class CodeMap:
                 program = self._dwarf.line_program_for_CU(cu)
                 if program is None:
                     continue
-                names = _file_names(program)
+                names = _file_names(program, _comp_dir(cu))
                 for entry in program.get_entries():
                     state = entry.state
                     if state is None:
@@ -183,7 +184,7 @@ class CodeMap:
                 files = None
                 if child.tag == "DW_TAG_subprogram":
                     program = self._dwarf.line_program_for_CU(cu)
-                    files = _file_names(program) if program is not None else {}
+                    files = _file_names(program, _comp_dir(cu)) if program is not None else {}
                 self._inlined_below(cu, child, 1, out, _origin_name(child), files or {})
         return out
 
@@ -287,16 +288,35 @@ class CodeMap:
         return out
 
 
-def _file_names(program) -> dict[int, str]:
-    """File index -> base name, for DWARF 4 (1-based) and 5 (0-based) line programs."""
+def _file_names(program, comp_dir: str = "") -> dict[int, str]:
+    """File index -> the file's path as its compile unit names it, relative to the unit's
+    compile directory when it lies below it (``include/net/sock.h`` in a kernel,
+    ``watchdemo.c`` in a program; ``/usr/include/stdio.h`` stays whole), for DWARF 4
+    (files and directories 1-based, directory 0 the compile directory) and 5 (0-based)."""
     header = program.header
-    files = header.get("file_entry", [])
     version = header.get("version", 4)
+    dirs = [_text(d) for d in header.get("include_directory", [])]
+    if version < 5:
+        dirs = [comp_dir] + dirs
+    root = posixpath.normpath(comp_dir) if comp_dir else ""
     out = {}
-    for i, entry in enumerate(files):
-        name = entry.name.decode() if isinstance(entry.name, bytes) else str(entry.name)
-        out[i if version >= 5 else i + 1] = name
+    for i, entry in enumerate(header.get("file_entry", [])):
+        index = getattr(entry, "dir_index", 0) or 0
+        directory = dirs[index] if 0 <= index < len(dirs) else ""
+        path = posixpath.normpath(posixpath.join(comp_dir, directory, _text(entry.name)))
+        if root and path.startswith(root + "/"):
+            path = path[len(root) + 1:]
+        out[i if version >= 5 else i + 1] = path
     return out
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _comp_dir(cu) -> str:
+    attr = cu.get_top_DIE().attributes.get("DW_AT_comp_dir")
+    return _text(attr.value) if attr is not None else ""
 
 
 def _ranges(dwarf, cu, die) -> list[tuple[int, int]]:
