@@ -28,7 +28,8 @@ import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from ctracer.debuginfo.dwarf.dies import open_elffile
+from ctracer.debuginfo.dwarf.dies import open_dwarfinfo, open_elffile
+from ctracer.debuginfo.elf import read_elf_headers
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ class CodeMap:
         self._file = open(path, "rb")
         self.elf = open_elffile(self._file)
         self._symbols: Optional[list[tuple[int, int, str]]] = None
-        self._dwarf = self.elf.get_dwarf_info() if self.elf.has_dwarf_info() else None
+        # through the prepared sections: an executable's .rela.debug_* (6.1's vmlinux
+        # has 270 MB of them) are applied already, and pyelftools would apply them again
+        self._dwarf = open_dwarfinfo(read_elf_headers(path), self._file) \
+            if self.elf.has_dwarf_info() else None
         self._aranges = self._dwarf.get_aranges() if self._dwarf is not None else None
         self._rows: Optional[list[tuple[int, int, str, int, bool]]] = None
         self._unit_rows: dict[int, tuple[list, list[int]]] = {}   # CU offset -> rows
