@@ -105,7 +105,7 @@ def view(a: Analysis) -> ReportView:
             int(ev.flags[i]), int(ev.depth[i]), int(ev.caller[i]), int(ev.object_depth[i]),
             None if ev.duration_ns[i] == NO_DURATION else int(ev.duration_ns[i]),
             bool(ev.matched[i]), a.objects.keys[o] if o >= 0 else None,
-            bool(ev.unreadable[i]), int(ev.slot[i]), ev.args_text(i)))
+            bool(ev.unreadable[i]), int(ev.function_row[i]), ev.args_text(i)))
     changes = []
     for k in range(len(ch.event)):
         e = int(ch.event[k])

@@ -109,7 +109,7 @@ def _run_passes(trace: Any, say: Callable[[str], None], keep_snapshots: bool,
 
     events = Events(
         seq=kept(c["seq"]), ts_ns=kept(c["ts_ns"]), cpu=kept(c["cpu"]), pid=kept(c["pid"]),
-        tid=kept(c["tid"]), comm=kept(c["comm"]), slot=kept(read.slot),
+        tid=kept(c["tid"]), comm=kept(c["comm"]), function_row=kept(read.function_row),
         function=kept(read.function), phase=kept(c["phase"]), flags=kept(c["flags"]),
         address=kept(pairing.address), retval=kept(c["retval"]),
         has_retval=kept(c["has_retval"]), args=kept(c["args"]),

@@ -1,5 +1,5 @@
-"""The functions table as the analysis reads it: which rows ("slots") are one function,
-the names to show, and which slots create, free or allocate objects, start or end
+"""The functions table as the analysis reads it: which function rows are one function,
+the names to show, and which rows create, free or allocate objects, start or end
 lifetimes (the trace's lifetime rules) or announce stores."""
 
 from __future__ import annotations
@@ -44,22 +44,22 @@ def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> 
 
 @dataclass
 class FunctionTable:
-    """What the functions table tells the passes: which rows ("slots") are one function,
-    the names to show, and which slots create, free or allocate objects."""
+    """What the functions table tells the passes: which function rows are one
+    function, the names to show, and which rows create, free or allocate objects."""
 
-    canon: dict[int, int]        # slot -> the id standing for its function
-    names: dict[int, str]        # slot or function id -> display name
+    canon: dict[int, int]        # row -> the id standing for its function
+    names: dict[int, str]        # row or function id -> display name
     creators: set[int]           # rows returning a new object (route kind returns, not lookups)
     use_names: bool              # no creation function traced: lifetimes found by names
     free_like: set[int]
     alloc_like: set[int]
-    #: tracepoint slot -> the lifetime rules (meta ``lifetime_rules``) naming it
+    #: tracepoint row -> the lifetime rules (meta ``lifetime_rules``) naming it
     rules: dict[int, list[dict]] = field(default_factory=dict)
-    #: function slot -> the rule whose function's exit ends the object's life (its text)
+    #: function row -> the rule whose function's exit ends the object's life (its text)
     ending: dict[int, str] = field(default_factory=dict)
-    #: tracepoint slots reaching the object through a holder (``skb->sk``)
+    #: tracepoint rows reaching the object through a holder (``skb->sk``)
     held: set[int] = field(default_factory=set)
-    #: tracepoint slot -> the store it announces (meta ``announced_stores``)
+    #: tracepoint row -> the store it announces (meta ``announced_stores``)
     announced: dict[int, Any] = field(default_factory=dict)
 
     def name(self, fid: int) -> str:

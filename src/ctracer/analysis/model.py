@@ -5,7 +5,7 @@ Vocabulary (one name, one thing):
 * an **event** is one probe hit (entry or exit of a function, or a tracepoint hit);
   `Events` holds the events shown, in time order, one numpy array per column — the
   ``address`` an event is about, the ``function`` (the id standing for it, even when it
-  has several functions-table rows) and its ``slot`` (the functions-table row: the way
+  has several function rows) and its ``function_row`` (the functions-table row: the way
   it reached the object), nesting ``depth``, ``caller``, ``duration_ns`` of exits...;
 * an **object** is one lifetime of an address (`ObjectKey`): when a creation function
   hands out an address again, or a lifetime rule says so, the next lifetime starts;
@@ -103,7 +103,7 @@ class Columns:
 class Events(Columns):
     """The events shown, in time order (then recording order)."""
 
-    names = ("seq", "ts_ns", "cpu", "pid", "tid", "comm", "slot", "function", "phase",
+    names = ("seq", "ts_ns", "cpu", "pid", "tid", "comm", "function_row", "function", "phase",
              "flags", "address", "retval", "has_retval", "args", "depth", "caller",
              "duration_ns", "matched", "object", "object_depth", "unreadable",
              "object_caller", "thread_caller")

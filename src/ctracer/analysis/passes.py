@@ -4,13 +4,13 @@
    CPUs is not time order).
 2. `pair_calls` — per thread a stack pairs each exit with its entry (a lost event closes
    the frames above it), giving depths, durations and callers; the events of one call that
-   reaches objects several ways (one functions-table row, or "slot", per way) are one call.
+   reaches objects several ways (one function row per way) are one call.
    Objects known only at exit (what a creation function returns, a holder filled in during
    the call) are resolved there.  A creation function (route kind ``returns``) returning an
    address, a lifetime rule of the trace, and failing both an allocator-looking call
    after a free-looking one, mark where a new lifetime of a reused address starts.
-3. `count_calls` — one call per frame, however many slots; events repeating an object
-   another slot of the same call showed are dropped.
+3. `count_calls` — one call per frame, however many function rows; events repeating an object
+   another row of the same call showed are dropped.
 4. `assign_objects` — each event on its object (address + lifetime), and its nesting
    among the calls on that object.
 
@@ -52,11 +52,11 @@ class Read:
     """Every event in time order, as the trace holds it (pass 1)."""
 
     columns: dict[str, Any]   # `Trace.event_columns`
-    slot: np.ndarray          # functions-table row
+    function_row: np.ndarray  # functions-table row (an event's function_id)
     function: np.ndarray      # the id standing for its function
 
     def __len__(self) -> int:
-        return len(self.slot)
+        return len(self.function_row)
 
 
 #: bytes per event of `Trace.event_columns` besides its snapshot
@@ -66,21 +66,21 @@ ROW_BYTES = 64
 def read_events(trace: Trace, fns: FunctionTable, space: Optional[ArraySpace] = None) -> Read:
     space = space or ArraySpace(None)
     columns = trace.event_columns(space=space)
-    slot = columns["function_id"]
+    row = columns["function_id"]
     canon = fns.canon
     if canon:
-        table = np.arange(max(max(canon), int(slot.max(initial=0))) + 1, dtype=np.int32)
+        table = np.arange(max(max(canon), int(row.max(initial=0))) + 1, dtype=np.int32)
         for k, v in canon.items():
             table[k] = v
-        function = space.take(table, slot) if len(slot) else slot.copy()
+        function = space.take(table, row) if len(row) else row.copy()
     else:
-        function = space.copy(slot)
-    return Read(columns, slot, function)
+        function = space.copy(row)
+    return Read(columns, row, function)
 
 
 class _Frame:
     """One open call on a thread.  A function reaching the object in several ways has one
-    functions-table row per way, and each row ("slot") emits its own entry and exit
+    function row per way, and each row emits its own entry and exit
     event, one after the other: they all belong to this one call."""
 
     __slots__ = ("id", "function_id", "ts_ns", "index", "depth", "caller", "entries",
@@ -89,7 +89,7 @@ class _Frame:
     def __init__(self, fid: int, ts: int, index: int, depth: int, caller: int, number: int):
         self.id, self.function_id, self.ts_ns, self.index = number, fid, ts, index
         self.depth, self.caller = depth, caller
-        #: slot -> (entry event index, its time, its address)
+        #: row -> (entry event index, its time, its address)
         self.entries: dict[int, tuple[int, int, int]] = {}
         self.exits: dict[int, int] = {}
 
@@ -177,8 +177,8 @@ class _Pairer:
 
     def chunk(self, lo: int, hi: int) -> None:
         c, read = self.read.columns, self.read
-        tids, fns_, slots = (c["tid"][lo:hi].tolist(), read.function[lo:hi].tolist(),
-                             read.slot[lo:hi].tolist())
+        tids, fns_, fn_rows = (c["tid"][lo:hi].tolist(), read.function[lo:hi].tolist(),
+                               read.function_row[lo:hi].tolist())
         phases, flags_, ts_ = (c["phase"][lo:hi].tolist(), c["flags"][lo:hi].tolist(),
                                c["ts_ns"][lo:hi].tolist())
         address = self.address[lo:hi].tolist()
@@ -195,11 +195,11 @@ class _Pairer:
         rules, held, announced = fns.rules, fns.held, fns.announced
         alloc_like, use_names = fns.alloc_like, fns.use_names
         lifetime_at = self.lifetime_at
-        # slots whose exits `returned` must see: they create, end or free objects
+        # rows whose exits `returned` must see: they create, end or free objects
         special_exit = fns.creators | set(fns.ending) | (fns.free_like if use_names else set())
         for k in range(m):
             index = lo + k
-            tid, fid, slot, phase = tids[k], fns_[k], slots[k], phases[k]
+            tid, fid, row, phase = tids[k], fns_[k], fn_rows[k], phases[k]
             th = threads.get(tid)
             if th is None:
                 th = threads[tid] = Thread()
@@ -209,13 +209,13 @@ class _Pairer:
                 frame = th.last_entry
                 # `ctracer.calls.continues`, inline: this runs once per event
                 if not (frame is not None and stack and stack[-1] is frame
-                        and frame.function_id == fid and slot not in frame.entries):
+                        and frame.function_id == fid and row not in frame.entries):
                     frame = _Frame(fid, ts_[k], index, len(stack),
                                    stack[-1].function_id if stack else -1, len(frame_fn))
                     frame_fn.append(fid)
                     frame_ts.append(ts_[k])
                     stack.append(frame)
-                frame.entries[slot] = (index, ts_[k], a)
+                frame.entries[row] = (index, ts_[k], a)
                 frame_of[k] = frame.id
                 depth[k], caller[k] = frame.depth, frame.caller
                 th.last_entry, th.last_exit = frame, None
@@ -225,23 +225,23 @@ class _Pairer:
                         lifetimes.seen_again(a, index, tid, stack, len(stack) - 1)
                     if a not in first_seen:
                         lifetimes.seen(a, index, name(fid))
-                    if use_names and slot in alloc_like:
+                    if use_names and row in alloc_like:
                         lifetimes.maybe_reallocated(a, index, name(fid))
             elif phase == PHASE_TRACEPOINT:
                 depth[k] = len(stack)
                 caller[k] = stack[-1].function_id if stack else -1
                 if a:
-                    self.point(a, index, fid, slot, held, announced, rules, tid, stack)
+                    self.point(a, index, fid, row, held, announced, rules, tid, stack)
             else:
                 # `ctracer.calls.closes`, its usual case inline: the exit of the
-                # innermost call, one slot
+                # innermost call, one row
                 last = th.last_exit
                 if stack and stack[-1].function_id == fid and not flags_[k] & FLAG_NO_ENTRY \
                         and (last is None or last.function_id != fid):
                     frame = stack.pop()
                     th.last_entry, th.last_exit = None, frame
                 else:
-                    frame = closes(th, fid, slot, bool(flags_[k] & FLAG_NO_ENTRY))
+                    frame = closes(th, fid, row, bool(flags_[k] & FLAG_NO_ENTRY))
                     if frame is None:
                         self.unmatched += 1
                         matched[k] = False
@@ -250,9 +250,9 @@ class _Pairer:
                             lifetimes.seen(a, index, name(fid))
                         continue
                 frame_of[k], depth[k] = frame.id, frame.depth
-                frame.exits[slot] = index
-                entry = frame.entries.get(slot)
-                if entry is not None and a and entry[2] == a and slot not in special_exit:
+                frame.exits[row] = index
+                entry = frame.entries.get(row)
+                if entry is not None and a and entry[2] == a and row not in special_exit:
                     # an exit on the object its entry had: one lifetime's call
                     duration[k] = ts_[k] - entry[1]
                     lifetime_at[index] = entry[0]
@@ -260,7 +260,7 @@ class _Pairer:
                         lifetimes.seen(a, index, name(fid))
                 else:
                     duration[k], address[k] = self.returned(th, tid, frame, index, ts_[k],
-                                                            fid, slot, a, retvals[k])
+                                                            fid, row, a, retvals[k])
         self.address[lo:hi] = address
         self.depth[lo:hi] = depth
         self.caller[lo:hi] = caller
@@ -269,22 +269,22 @@ class _Pairer:
         self.frame[lo:hi] = frame_of
 
     def returned(self, th: Thread, tid: int, frame: _Frame, index: int, ts: int, fid: int,
-                 slot: int, a: int, retval: Optional[int]) -> tuple[int, int]:
-        """An exit of ``frame``'s ``slot`` (on thread ``tid``, whose open calls are now
+                 row: int, a: int, retval: Optional[int]) -> tuple[int, int]:
+        """An exit of ``frame``'s ``row`` (on thread ``tid``, whose open calls are now
         ``th.stack``): its duration, and its object (known at exit for a creation
         function, or a holder filled in during the call); a freeing function's exit ends
         the object's lifetime (a lifetime rule), once the calls around it return."""
         fns, lifetimes, name = self.fns, self.lifetimes, self.fns.name
-        entry = frame.entries.get(slot)
+        entry = frame.entries.get(row)
         duration = ts - (entry[1] if entry is not None else frame.ts_ns)
-        creates = slot in fns.creators and retval is not None and _is_pointer(retval)
+        creates = row in fns.creators and retval is not None and _is_pointer(retval)
         if not a and entry is not None:
             a = entry[2]
         if not a and creates:
             a = retval & _U64_MASK
         if entry is not None and not entry[2] and a:
             self.resolved[entry[0]] = a
-            frame.entries[slot] = (entry[0], entry[1], a)
+            frame.entries[row] = (entry[0], entry[1], a)
             self.lifetime_at[entry[0]] = index
         elif entry is not None and entry[2] == a and not creates:
             self.lifetime_at[index] = entry[0]  # a call is one lifetime's
@@ -294,26 +294,26 @@ class _Pairer:
             returned = retval & _U64_MASK
             lifetimes.seen(returned, frame.index, name(fid))
             lifetimes.returned(returned, frame.index, name(fid))
-        if a and slot in fns.ending:
-            lifetimes.rule_ends(a, fns.ending[slot], tid, th.stack[-1] if th.stack else None,
+        if a and row in fns.ending:
+            lifetimes.rule_ends(a, fns.ending[row], tid, th.stack[-1] if th.stack else None,
                                 frame.index)
-        if fns.use_names and a and slot in fns.free_like:
+        if fns.use_names and a and row in fns.free_like:
             lifetimes.freed(a, name(fid))
         return duration, a
 
-    def point(self, a: int, index: int, fid: int, slot: int, held: set, announced: dict,
+    def point(self, a: int, index: int, fid: int, row: int, held: set, announced: dict,
               rules: dict, tid: int, stack: list) -> None:
         """A tracepoint hit on address ``a``: no pair, inside whatever traced call runs on
         the thread; the trace's lifetime rules for this tracepoint start or end
         lifetimes here."""
         lifetimes, args = self.lifetimes, self.args
-        if slot not in held:
+        if row not in held:
             # a hit through a holder after the object's end (a buffer freed after its
             # socket, still pointing to it) is the ended object's: the next direct hit
             # starts the new one
             lifetimes.seen_again(a, index, tid, stack, len(stack))
         lifetimes.seen(a, index, self.fns.name(fid))
-        store = announced.get(slot)
+        store = announced.get(row)
         if store is not None and store.before:
             hit = args(index) or {}
             last, before = self.stored.get(a), hit.get(store.before)
@@ -328,7 +328,7 @@ class _Pairer:
             if last is not None and last != identity:
                 lifetimes.rule_starts(a, index, self.identity_rule)
                 self.identity_split = True
-        for rule in rules.get(slot, ()):
+        for rule in rules.get(row, ()):
             arg = rule.get("arg")
             if arg is not None and (args(index) or {}).get(arg) != rule.get("equals"):
                 continue
@@ -365,12 +365,12 @@ def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
 class CallCounts:
     methods: dict[int, MethodStats]  # over all objects
     unfinished: int                  # entries whose exit was never seen
-    duplicate: np.ndarray            # events repeating an object another slot of the call showed
+    duplicate: np.ndarray            # events repeating an object another row of the call showed
 
 
 def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
-    """One call per frame, however many slots it had; durations from the first exit;
-    entries whose slot never exited are unmatched; of the events of one call reaching
+    """One call per frame, however many function rows it had; durations from the first exit;
+    entries whose row never exited are unmatched; of the events of one call reaching
     the same object, one is kept (the first readable)."""
     c = read.columns
     ts, phase, frame = c["ts_ns"], c["phase"], pairing.frame
@@ -381,11 +381,11 @@ def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
     end = np.full(nframes, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(end, frame[exits], ts[exits])
     timed = end != np.iinfo(np.int64).max
-    # entries whose slot's exit never came
-    width = int(read.slot.max(initial=0)) + 1
-    exited = np.zeros(nframes * width, bool)  # by frame and slot (np.isin: 6 s at 10M)
-    exited[frame[exits] * width + read.slot[exits]] = True
-    unfinished = entries[~exited[frame[entries] * width + read.slot[entries]]]
+    # entries whose row's exit never came
+    width = int(read.function_row.max(initial=0)) + 1
+    exited = np.zeros(nframes * width, bool)  # by frame and row (np.isin: 6 s at 10M)
+    exited[frame[exits] * width + read.function_row[exits]] = True
+    unfinished = entries[~exited[frame[entries] * width + read.function_row[entries]]]
     del exited
     pairing.matched[unfinished] = False
     methods: dict[int, MethodStats] = {}
@@ -417,7 +417,7 @@ def count_calls(read: Read, pairing: Pairing, fns: FunctionTable) -> CallCounts:
 
 def _mark_duplicates(rows: np.ndarray, frame: np.ndarray, address: np.ndarray,
                      failed: np.ndarray, duplicate: np.ndarray) -> None:
-    """Slots of one call that reach the same object show it once, by the first readable
+    """Rows of one call that reach the same object show it once, by the first readable
     event (else the first): the others are marked in ``duplicate``."""
     rows = rows[address[rows] != 0]
     if not len(rows):

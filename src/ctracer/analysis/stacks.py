@@ -128,8 +128,8 @@ def stack_tree(events: Events, rows: np.ndarray, group: np.ndarray, depth: np.nd
     group = np.asarray(group, np.int64)
     _, thread = np.unique(group << 32 | events.tid[rows].astype(np.int64), return_inverse=True)
     levels = int(d.max()) + 2
-    slot = thread.reshape(-1).astype(np.int64) * levels + d  # (group, thread, depth)
-    calls = _Calls(fn, phase, slot)
+    stack_level = thread.reshape(-1).astype(np.int64) * levels + d  # (group, thread, depth)
+    calls = _Calls(fn, phase, stack_level)
     time_ns = _frame_times(events, rows, calls)
     parent = _frame_parents(calls, d)
     nodes = _Nodes(calls, parent, d, fn, group)
@@ -148,34 +148,35 @@ class _Calls:
     reaching objects several ways has one entry a way), the exit ending each call, and
     the frames: one row per call, tracepoint hit or exit whose entry was not seen."""
 
-    def __init__(self, fn: np.ndarray, phase: np.ndarray, slot: np.ndarray):
+    def __init__(self, fn: np.ndarray, phase: np.ndarray, stack_level: np.ndarray):
         m = len(fn)
-        self.slot = slot
+        self.stack_level = stack_level
         self.span = span = m + 1
         entry = np.flatnonzero(phase == PHASE_ENTRY)
-        entry = entry[np.argsort(slot[entry], kind="stable")]  # by slot, then time
+        entry = entry[np.argsort(stack_level[entry], kind="stable")]  # by level, then time
         self.entry = entry
-        self.entry_keys = entry_keys = slot[entry] * span + entry
+        self.entry_keys = entry_keys = stack_level[entry] * span + entry
         exits = np.flatnonzero((phase != PHASE_ENTRY) & (phase != PHASE_TRACEPOINT))
-        exit_keys = np.sort(slot[exits] * span + exits)
+        exit_keys = np.sort(stack_level[exits] * span + exits)
 
-        # entries of one call (one per way it reached objects): same slot and function as
-        # the entry before them there, with no exit at that slot in between
+        # entries of one call (one per way it reached objects): same stack level and
+        # function as the entry before them there, with no exit at that level in between
         same = np.zeros(len(entry), bool)
         if len(entry) > 1:
             prev, cur = entry[:-1], entry[1:]
             between = (np.searchsorted(exit_keys, entry_keys[1:])
                        - np.searchsorted(exit_keys, entry_keys[:-1]))
-            same[1:] = (slot[prev] == slot[cur]) & (fn[prev] == fn[cur]) & (between == 0)
+            same[1:] = ((stack_level[prev] == stack_level[cur]) & (fn[prev] == fn[cur])
+                        & (between == 0))
         starts = np.where(~same, np.arange(len(entry)), 0)
         self.head_of_sorted = entry[np.maximum.accumulate(starts)] if len(entry) else entry
         head = np.full(m, -1, np.int64)  # an entry row -> the row of its call's first entry
         head[entry] = self.head_of_sorted
 
         # each exit: the call it ends, if its function is the open call's at its depth
-        found = _last_before(entry_keys, slot[exits] * span + exits)
+        found = _last_before(entry_keys, stack_level[exits] * span + exits)
         ok = found >= 0
-        ok[ok] = slot[entry[found[ok]]] == slot[exits[ok]]
+        ok[ok] = stack_level[entry[found[ok]]] == stack_level[exits[ok]]
         ends = np.full(len(exits), -1, np.int64)
         ends[ok] = self.head_of_sorted[found[ok]]
         ok[ok] = fn[ends[ok]] == fn[exits[ok]]
@@ -210,12 +211,13 @@ def _frame_times(events: Events, rows: np.ndarray, calls: _Calls) -> np.ndarray:
 
 def _frame_parents(calls: _Calls, d: np.ndarray) -> np.ndarray:
     """Each frame's parent frame: the call open at one level up when it started (-1)."""
-    frames, slot, span = calls.frames, calls.slot, calls.span
+    frames, stack_level, span = calls.frames, calls.stack_level, calls.span
     parent = np.full(len(frames), -1, np.int64)
     up = np.flatnonzero(d[frames] > 0)
-    found = _last_before(calls.entry_keys, (slot[frames[up]] - 1) * span + frames[up])
+    found = _last_before(calls.entry_keys, (stack_level[frames[up]] - 1) * span + frames[up])
     good = found >= 0
-    good[good] = slot[calls.entry[found[good]]] == slot[frames[up[good]]] - 1
+    good[good] = (stack_level[calls.entry[found[good]]]
+                  == stack_level[frames[up[good]]] - 1)
     parent[up[good]] = calls.frame_of[calls.head_of_sorted[found[good]]]
     return parent
 

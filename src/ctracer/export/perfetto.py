@@ -121,9 +121,9 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
                                           "tid": pid_tid[1], "args": args}))
 
     placed = np.flatnonzero(ev.object >= 0)
-    for i, o, tid, comm_index, fid, slot, phase, ts, depth, matched, duration, has_ret, \
+    for i, o, tid, comm_index, fid, row, phase, ts, depth, matched, duration, has_ret, \
             retval in zip(placed.tolist(), *(c[placed].tolist() for c in (
-                ev.object, ev.tid, ev.comm, ev.function, ev.slot, ev.phase, ev.ts_ns,
+                ev.object, ev.tid, ev.comm, ev.function, ev.function_row, ev.phase, ev.ts_ns,
                 ev.depth, ev.matched, ev.duration_ns, ev.has_retval, ev.retval))):
         comm = ev.comms[comm_index]
         where = track(o, tid, comm)
@@ -131,7 +131,7 @@ def perfetto_events(a: Analysis) -> dict[str, Any]:
         args: dict[str, Any] = {"comm": comm, "tid": tid, "depth": depth}
         lo, hi = int(change_start[i]), int(change_end[i])
         changes = _changes(a, lo, hi)
-        if a.route_kind.get(slot) == "tracepoint":
+        if a.route_kind.get(row) == "tracepoint":
             instant(ts, where, name, {**args, "changes": changes})
         elif phase == PHASE_ENTRY:
             if changes:

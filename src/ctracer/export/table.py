@@ -207,7 +207,7 @@ class _Rows:
             [index_of.get(f, 0) for f in range(int(ev.function.max(initial=0)) + 1)], np.int32)
         self.function_names = [names[f] for f in fid_list]
         self.tracepoint = np.array([a.route_kind.get(s) == "tracepoint" for s in range(
-            int(ev.slot.max(initial=0)) + 1)], bool)
+            int(ev.function_row.max(initial=0)) + 1)], bool)
         self.lifetimes = np.array([k.lifetime for k in a.objects.keys], np.int32)
         self.comm_values = sorted(set(ev.comms[c] for c in np.unique(ev.comm).tolist()))
         comm_index = {c: i for i, c in enumerate(self.comm_values)}
@@ -217,18 +217,18 @@ class _Rows:
         self.constants = {"host": a.meta.host, "kernel": a.meta.kernel_release,
                           "struct": a.summary.struct_name, "trace_id": trace_id(a)}
 
-    def args(self, slots: np.ndarray, args: np.ndarray) -> list:
+    def args(self, function_rows: np.ndarray, args: np.ndarray) -> list:
         """Each row's arguments as JSON text with pointers in hex (None: none)."""
         a, texts, pointers = self.a, self.texts, self.pointers
         values = []
-        for slot, k in zip(slots.tolist(), args.tolist()):
+        for function_row, k in zip(function_rows.tolist(), args.tolist()):
             if k < 0:
                 values.append(None)
                 continue
-            text = texts.get((slot, k), False)
+            text = texts.get((function_row, k), False)
             if text is False:
-                text = texts[(slot, k)] = _hex_pointers(a.events.args_texts[k],
-                                                        pointers.get(slot))
+                text = texts[(function_row, k)] = _hex_pointers(
+                    a.events.args_texts[k], pointers.get(function_row))
             values.append(text)
         return values
 
@@ -237,7 +237,7 @@ class _Rows:
 
         a, ev = self.a, self.a.events
         n = len(ev.seq[rows])
-        slot, phase, flags = ev.slot[rows], ev.phase[rows], ev.flags[rows]
+        function_row, phase, flags = ev.function_row[rows], ev.phase[rows], ev.flags[rows]
         address, obj_of = ev.address[rows], ev.object[rows]
         lifetime = np.zeros(n, np.int32)
         placed = obj_of >= 0
@@ -245,7 +245,7 @@ class _Rows:
         changed, changed_by = changed_lists(a, rows)
         function = _dictionary(self.function_index[ev.function[rows]] if n else
                                np.zeros(0, np.int32), self.function_names)
-        tracepoint = self.tracepoint[slot] if n else np.zeros(0, bool)
+        tracepoint = self.tracepoint[function_row] if n else np.zeros(0, bool)
         phase_index = np.where(tracepoint, 2, np.where(phase == PHASE_EXIT, 1, 0)).astype(np.int32)
         phase_names = _dictionary(phase_index, ["entry", "exit", "tracepoint"])
         uniques, inverse = np.unique(address, return_inverse=True)
@@ -255,7 +255,7 @@ class _Rows:
                            self.comm_values)
         has_retval = ev.has_retval[rows]
         ret = pa.array(np.where(has_retval, ev.retval[rows], 0), mask=~has_retval)
-        args = pa.array(self.args(slot, ev.args[rows]), pa.string())
+        args = pa.array(self.args(function_row, ev.args[rows]), pa.string())
 
         read_failed = (flags & FLAG_READ_FAILED) != 0
         valid = ~read_failed & a.has_snapshot[rows]

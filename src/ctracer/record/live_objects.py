@@ -17,7 +17,7 @@ call's exit is never a new object (it is its entry's).
 
 "The call still running around an end" is a call of the thread's calls, which
 `LiveObjects` pairs as the report pairs them (one rule, `ctracer.calls`): an entry opens
-a call (or is the next slot of the call it just opened), an exit closes the innermost
+a call (or is the next row of the call it just opened), an exit closes the innermost
 open call of its function (the calls above it lost their exits), an exit the probe saw
 no entry for closes none.  The depth the probes record is not used: a probe that could
 not keep its thread's state (task storage busy on the CPU) records a wrong one.
@@ -35,14 +35,14 @@ from ctracer.plan.lifetime_rules import row_roles
 
 class _Call:
     """A call of a thread (`ctracer.calls`): its function, the event its first entry
-    was, how many calls are open below it, the slots entered and exited, and the object
+    was, how many calls are open below it, the function rows entered and exited, and the object
     each entry showed with its lifetime number then."""
 
     __slots__ = ("function_id", "seq", "depth", "entries", "exits")
 
     def __init__(self, function_id: int, seq: int, depth: int):
         self.function_id, self.seq, self.depth = function_id, seq, depth
-        #: slot -> the address its entry showed and that address's lifetime number then
+        #: function row -> the address its entry showed and that address's lifetime number then
         self.entries: dict[int, tuple[int, int]] = {}
         self.exits: set[int] = set()
 

@@ -169,18 +169,18 @@ class TimelineData:
             texts.append(text)
         return [texts[k] for k in inverse.reshape(-1).tolist()]
 
-    def _args_text(self, slot: int, args: str) -> str:
+    def _args_text(self, function_row: int, args: str) -> str:
         """``(name value, ...)`` of a tracepoint hit's arguments ("" when they do not
         read); the same arguments recur (a socket's address, its state, a message size),
         so each text is made once."""
-        key = (slot, args)
+        key = (function_row, args)
         text = self._args.get(key)
         if text is None:
             values = parse_arguments(args)
-            kinds = self.arg_kinds.get(slot, {})
+            kinds = self.arg_kinds.get(function_row, {})
             text = self._args.remember(key, "" if values is None else "(" + ", ".join(
-                f"{k} {self.fmt.show_arg(k, v, kinds.get(k), slot)}" for k, v in values.items())
-                + ")")
+                f"{k} {self.fmt.show_arg(k, v, kinds.get(k), function_row)}"
+                for k, v in values.items()) + ")")
         return text
 
     def _retvals_of(self, rows: np.ndarray) -> list[str]:
@@ -261,7 +261,7 @@ class TimelineData:
         phase = int(ev.phase[at])
         args = ev.args_text(at)
         if phase == PHASE_TRACEPOINT and args:
-            text = self._args_text(int(ev.slot[at]), args)
+            text = self._args_text(int(ev.function_row[at]), args)
             if text:
                 tags.append(["args", text])
         if not ev.matched[at]:

@@ -160,7 +160,7 @@ def declared_rows(dwarf, big_endian: bool, offsets: list) -> list:
     for tables in walk_units(dwarf, big_endian):
         for sp in tables.subprograms:
             if sp.offset in wanted:
-                rows.append(du.function_row(tables, du.ShapeResolver(tables.types), sp))
+                rows.append(du.unit_function(tables, du.ShapeResolver(tables.types), sp))
     return rows
 
 

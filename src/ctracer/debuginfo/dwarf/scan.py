@@ -25,7 +25,7 @@ from ctracer.debuginfo.dwarf.units import (COMPOSITE_TAGS, TAG_ARRAY, TAG_CLASS,
                                  TAG_UNSPECIFIED_PARAMETERS,
                                  TRACEPOINT_TYPEDEF_PREFIX, TYPE_TAGS, UNRESOLVED,
                                  ShapeResolver,
-                                 Subprogram, UnitTables, function_row, member_bit_offset,
+                                 Subprogram, UnitTables, unit_function, member_bit_offset,
                                  plus_uconst,
                                  summarize_unit)
 
@@ -1290,5 +1290,5 @@ def declared_function_rows(sec: Sections, units: list, offsets: list,
         shapes = ShapeResolver(scanner.tables.types)
         for offset in unit_offsets:
             sp = scanner.subprogram_at(offset)
-            rows.append(function_row(scanner.tables, shapes, sp))
+            rows.append(unit_function(scanner.tables, shapes, sp))
     return rows

@@ -350,14 +350,14 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver,
             if key in seen_inline:
                 continue
             seen_inline.add(key)
-        row = function_row(tables, shapes, sp, decl, copies)
+        row = unit_function(tables, shapes, sp, decl, copies)
         if row is not None:
             rows.append(row)
     return rows, orphans
 
 
-def function_row(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
-                 decl: Optional[Subprogram] = None, copies=()) -> Optional[UnitFunction]:
+def unit_function(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
+                  decl: Optional[Subprogram] = None, copies=()) -> Optional[UnitFunction]:
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None

@@ -275,7 +275,7 @@ class ReportSite:
         if ev.phase[at] == PHASE_ENTRY or not ev.has_retval[at]:
             return ""
         v, fid = int(ev.retval[at]), int(ev.function[at])
-        kind = self.return_kinds.get(int(ev.slot[at])) or self.return_kinds.get(fid)
+        kind = self.return_kinds.get(int(ev.function_row[at])) or self.return_kinds.get(fid)
         if kind == "pointer" or (kind is None and (self.route_kind.get(fid) == "returns"
                                                    or abs(v) >= 1 << 32)):
             return self.fmt.show_pointer(v)
