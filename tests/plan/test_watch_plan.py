@@ -119,3 +119,24 @@ def test_a_vmlinux_without_dwarf_lines_is_refused(tmp_path):
     assert "has no DWARF line table" in problem(str(stripped), None)
     from ctracer.debuginfo.elf import build_id
     assert problem(WATCHDEMO, build_id(WATCHDEMO)) is None
+
+
+def test_the_trace_meta_reads_the_watch_plan_typed(account):
+    """The meta ``watch_plan`` the recorder writes reads back as the `WatchPlan` armed;
+    absent, it is None."""
+    from ctracer.tracefile.meta import TraceMeta
+    plan = plan_watch(account, ["balance", "owner"], budget=7)
+    back = TraceMeta({"watch_plan": plan.to_json()}, "t.ctrace").watch_plan
+    assert back == plan and back.fields == ["balance", "owner"] and back.budget == 7
+    assert TraceMeta({}, "t.ctrace").watch_plan is None
+
+
+@pytest.mark.parametrize("stored", ['{"budget": 5}', '{"words": [{"field": "x"}]}',
+                                    '{"words": [{"field": "x", "offset": "8", "length": 4, '
+                                    '"field_offset": 8, "field_size": 4}]}', '[1, 2]', '{'])
+def test_a_damaged_watch_plan_is_one_trace_file_error(stored):
+    from ctracer.errors import TraceFileError
+    from ctracer.tracefile.meta import TraceMeta
+    with pytest.raises(TraceFileError, match=r"^t\.ctrace is damaged: its meta entry "
+                                             r"'watch_plan' is (not JSON|not a watch plan)"):
+        TraceMeta({"watch_plan": stored}, "t.ctrace").watch_plan

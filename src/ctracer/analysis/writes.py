@@ -90,16 +90,15 @@ class FieldWriters:
 def load(analysis) -> Optional[WriteView]:
     """The writes of the analysed trace (None when it was recorded without --watch)."""
     path = getattr(analysis, "trace_path", "")
-    if not path or not analysis.meta.get("watch_plan"):
+    plan = analysis.meta.watch_plan if path else None
+    if plan is None:
         return None
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows, sites = table.read_writes(db), table.read_sites(db)
     finally:
         db.close()
-    plan = analysis.meta.watch_plan
-    view = WriteView(rows, sites, analysis.meta.traced == "kernel",
-                     fields=list(dict.fromkeys(w["field"] for w in plan.get("words", []))))
+    view = WriteView(rows, sites, analysis.meta.traced == "kernel", fields=plan.fields)
     _place(view, analysis)
     _explain_changes(view, analysis)
     return view

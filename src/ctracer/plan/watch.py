@@ -63,8 +63,23 @@ class WatchPlan:
 
     @classmethod
     def from_json(cls, text: str) -> "WatchPlan":
-        data = json.loads(text)
-        return cls(tuple(WatchWord(**w) for w in data["words"]), data.get("budget", 1000))
+        """The plan from `to_json`'s text (a ValueError when it is not one)."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: object) -> "WatchPlan":
+        """The plan from `to_json`'s text once decoded (the trace file's meta
+        ``watch_plan``); a ValueError when it is not one."""
+        try:
+            words = tuple(WatchWord(**w) for w in data["words"])  # type: ignore[index]
+            budget = data.get("budget", 1000)  # type: ignore[union-attr]
+        except (TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"not a watch plan ({e})") from None
+        if not all(isinstance(getattr(w, k), int) for w in words
+                   for k in ("offset", "length", "field_offset", "field_size")) \
+                or not all(isinstance(w.field, str) for w in words) or not isinstance(budget, int):
+            raise ValueError("not a watch plan (a word or the budget of the wrong type)")
+        return cls(words, budget)
 
 
 def _members(graph: TypeGraph) -> dict[str, tuple[int, int, bool]]:

@@ -38,6 +38,7 @@ from ctracer.tracefile import TraceWriter
 from ctracer.record.folds import FoldDrain
 
 if TYPE_CHECKING:
+    from ctracer.plan.watch import WatchPlan
     from ctracer.record.tail import Tail
 
 
@@ -472,7 +473,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
            command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
            duration: Optional[float] = None, progress: Optional[Progress] = None,
            on_attached: Optional[Callable[[], None]] = None,
-           tail: Optional["Tail"] = None, watch_plan=None,
+           tail: Optional["Tail"] = None, watch_plan: Optional["WatchPlan"] = None,
            vmlinux: Optional[str] = None) -> RecordResult:
     """Record until the command exits / the process goes away / ``duration`` seconds /
     Ctrl-C, and write the trace file at ``output``."""

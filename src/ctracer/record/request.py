@@ -28,6 +28,7 @@ from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import CtracerError, UsageError
 from ctracer.plan.selection import (KernelChoice, check_placeable, choose_kernel_probes,
                                     open_struct, select_methods)
+from ctracer.plan.watch import WatchPlan
 from ctracer.probes import ProbeProgram
 
 
@@ -85,7 +86,7 @@ class BuiltTrace:
     #: the binary whose uprobes are attached; None for a kernel
     binary: Optional[str]
     #: the words ``--watch`` arms (`ctracer.plan.watch.WatchPlan`), None without it
-    watch: Optional[object] = None
+    watch: Optional[WatchPlan] = None
 
     @property
     def is_kernel(self) -> bool:

@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any, Iterator, Mapping, Optional
 
 from ctracer.errors import TraceFileError
+from ctracer.plan.watch import WatchPlan
 
 
 def add_meta(path: str, **items: Any) -> None:
@@ -183,9 +184,16 @@ class TraceMeta(Mapping[str, str]):
         return self.json("watch")
 
     @property
-    def watch_plan(self) -> dict:
-        """The write watchpoints the recording armed ({}: none)."""
-        return self.json("watch_plan", {}) or {}
+    def watch_plan(self) -> Optional[WatchPlan]:
+        """The write watchpoints the recording armed (None: none)."""
+        data = self.json("watch_plan")
+        if not data:
+            return None
+        try:
+            return WatchPlan.from_dict(data)
+        except ValueError as e:
+            raise TraceFileError(f"{self.path} is damaged: its meta entry 'watch_plan' is "
+                                 f"{e}") from None
 
     @property
     def summary_fields(self) -> Any:
