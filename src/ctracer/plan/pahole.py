@@ -13,7 +13,7 @@ rules rather than "fixing" them; `ctracer.debuginfo.cdecl` is where correct C de
 The rules were learnt by running pahole 1.24 on the fixtures under tests/fixtures/layout/
 and on kernel structs, and from reading how dwarves' printer works (reimplemented here,
 not copied).  What pahole computes per member (storage-unit offset of a bitfield, holes,
-inferred packing) is derived from the model in `_LayoutState`.
+inferred packing) is worked out in `ctracer.plan.pahole_layout`; this module prints it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ctracer.debuginfo.typegraph import (ArrayType, BaseType, CompositeType, EnumType, FunctionType,
-                                     Member, PointerType, QualifiedType, TypeGraph, TypeId,
-                                     Typedef)
+                                     PointerType, QualifiedType, TypeGraph, TypeId, Typedef)
+from ctracer.plan.pahole_layout import HoleSearch, MemberPlace, StructHoles, TypeFacts
 
 CACHELINE_SIZE = 64
 #: pahole's column widths: a member's type is padded to TYPE_SPACING, its name then ends
@@ -47,8 +47,9 @@ def render(graph: TypeGraph, tid: Optional[TypeId] = None, *, source_format: str
     if source_format not in ("dwarf", "btf"):
         raise ValueError(f"unknown type source format {source_format!r}")
     tid = graph.root if tid is None else tid
-    state = _LayoutState(graph, source_format, cacheline_size, pointer_size)
-    return state.print_top(tid) + ";\n"
+    facts = TypeFacts(graph, cacheline_size, pointer_size)
+    printer = _Printer(facts, HoleSearch(facts, btf=source_format == "btf"))
+    return printer.print_top(tid) + ";\n"
 
 
 
@@ -74,43 +75,6 @@ class _CommentRun:
         if self.open:
             self.out.append("\n")
             self.open = False
-
-
-# ------------------------------------------------------------------ per-member facts
-
-
-@dataclass
-class _Slot:
-    """One member as pahole sees it: a bitfield's offset is that of its storage unit."""
-
-    member: Member
-    byte_offset: int
-    byte_size: int
-    bitfield_offset: int
-    bitfield_size: int
-    alignment: int = 0  # explicit (DWARF) or inferred (BTF) __aligned__ of the member
-    hole: int = 0
-    bit_hole: int = 0
-
-    @property
-    def bit_size(self) -> int:
-        return self.byte_size * 8
-
-
-@dataclass
-class _Holes:
-    """Holes and padding of one struct, and whether pahole thinks it is packed."""
-
-    slots: list[_Slot]
-    pre_hole: int = 0
-    pre_bit_hole: int = 0
-    nr_holes: int = 0
-    nr_bit_holes: int = 0
-    padding: int = 0
-    bit_padding: int = 0
-    alignment: int = 0  # of the type itself, explicit (DWARF) or inferred (BTF)
-    is_packed: bool = False
-    packed_inferred: bool = False
 
 
 @dataclass
@@ -146,238 +110,15 @@ def _pad_field(width: int) -> str:
     return " " * max(abs(width), 1)
 
 
-class _LayoutState:
-    """Everything one `render` call learns about the types it prints."""
+class _TypeNames:
+    """pahole's names of types as written before a member's name or in a parameter list
+    (``const char *``, ``void (*)(int)``)."""
 
-    def __init__(self, graph: TypeGraph, source_format: str, cacheline_size: int,
-                 pointer_size: int):
+    def __init__(self, graph: TypeGraph):
         self.g = graph
-        self.btf = source_format == "btf"
-        self.alignment_info = not self.btf
-        self.cacheline_size = cacheline_size
-        self.pointer_size = pointer_size
-        self._holes: dict[TypeId, _Holes] = {}
-        self._natural: dict[TypeId, int] = {}
-        self._union_packed_done: set[TypeId] = set()
-
-    # ---------------------------------------------------------------- type facts
 
     def _type(self, tid: Optional[TypeId]):
         return None if tid is None else self.g[tid]
-
-    def _strip(self, tid: Optional[TypeId]) -> Optional[TypeId]:
-        return self.g.strip(tid)
-
-    def _size(self, tid: Optional[TypeId]) -> int:
-        tid = self._strip(tid)
-        if tid is None:
-            return 0
-        t = self.g[tid]
-        if isinstance(t, PointerType):
-            return t.size or self.pointer_size
-        if isinstance(t, ArrayType):
-            n = 1
-            for d in t.dims:
-                n *= d or 0
-            return n * self._size(t.element)
-        if isinstance(t, (BaseType, CompositeType, EnumType)):
-            return t.size
-        return 0
-
-    def _is_struct(self, tid: Optional[TypeId]) -> bool:
-        t = self._type(tid)
-        return isinstance(t, CompositeType) and t.kind == "struct"
-
-    def _natural_alignment(self, tid: Optional[TypeId]) -> int:
-        """pahole's guess at a type's alignment from its members (never below 1)."""
-        t = self._type(tid)
-        if isinstance(t, PointerType):
-            align = self.pointer_size
-        elif isinstance(t, (BaseType, EnumType)):
-            align = t.size
-        elif isinstance(t, CompositeType):
-            align = self._composite_natural_alignment(tid)
-        elif isinstance(t, ArrayType):
-            align = self._natural_alignment(self._strip(t.element))
-        else:
-            align = 1
-        return align or 1
-
-    def _composite_natural_alignment(self, tid: TypeId) -> int:
-        if tid in self._natural:
-            return self._natural[tid]
-        self._natural[tid] = 0  # a self-reference through members cannot happen in C
-        best = 0
-        for m in self.g[tid].members:
-            best = max(best, self._natural_alignment(self._strip(m.type)))
-        self._natural[tid] = best
-        return best
-
-    # ---------------------------------------------------------------- holes
-
-    def _slots(self, t: CompositeType) -> list[_Slot]:
-        slots = []
-        for m in t.members:
-            if m.bit_size:
-                byte_size = self._size(m.type)
-                bit_size = byte_size * 8
-                if bit_size:
-                    byte_offset = m.bit_offset // bit_size * bit_size // 8
-                else:
-                    byte_offset = m.bit_offset // 8
-                slots.append(_Slot(m, byte_offset, byte_size, m.bit_offset - byte_offset * 8,
-                                   m.bit_size, m.alignment))
-            else:
-                slots.append(_Slot(m, m.bit_offset // 8, self._size(m.type), 0, 0,
-                                   m.alignment))
-        return slots
-
-    def _infer_btf_alignments(self, tid: TypeId, info: _Holes) -> None:
-        """BTF records no alignment; pahole guesses ``__aligned__`` attributes from gaps
-        that natural alignment does not explain (its BTF loader does this for every
-        struct and union).  Explicit values in the model, if any, are ignored, as pahole
-        never sees them in BTF."""
-        smallest = 0
-        for pos in info.slots:
-            pos.alignment = 0
-            if pos.member.type is None or pos.byte_size == 0:
-                continue
-            natural = self._natural_alignment(self._strip(pos.member.type))
-            pos.alignment = self._guess_alignment(pos.byte_offset, natural, smallest)
-            smallest = pos.byte_offset + pos.byte_size
-        natural = self._natural_alignment(tid)
-        info.alignment = self._guess_alignment(self.g[tid].size, natural, smallest)
-
-    def _guess_alignment(self, byte_offset: int, natural: int, smallest: int) -> int:
-        delta = (byte_offset - smallest) & 0xFFFFFFFF
-        alignment = 0
-        if delta and byte_offset % 2 == 0:
-            # the power of two above delta; a shift by 32 wraps to 1 on x86
-            alignment = 1 << (delta.bit_length() & 31)
-        if alignment <= natural or alignment == 1:
-            return 0
-        line = self.cacheline_size
-        if alignment < line and line % alignment == 0 and byte_offset % line == 0:
-            return line
-        return alignment
-
-    def holes(self, tid: TypeId) -> _Holes:
-        """pahole's hole search: per-member byte and bit holes, padding, bit padding."""
-        found = self._holes.get(tid)
-        if found is not None:
-            return found
-        t = self.g[tid]
-        info = _Holes(self._slots(t), alignment=t.alignment)
-        self._holes[tid] = info
-        if self.btf:
-            self._infer_btf_alignments(tid, info)
-        if t.kind != "struct":
-            return info
-        cur_bitfield_end = t.size * 8
-        cur_bitfield_size = 0
-        last_seen_bit = 0
-        in_bitfield = False
-        last: Optional[_Slot] = None
-        for pos in info.slots:
-            bit_start = pos.member.bit_offset
-            if pos.bitfield_size:
-                bit_end = bit_start + pos.bitfield_size
-            else:
-                bit_end = bit_start + pos.byte_size * 8
-            bit_holes = 0
-            byte_holes = 0
-            if in_bitfield:
-                bitfield_end = min(bit_start, cur_bitfield_end)
-                bit_holes = bitfield_end - last_seen_bit
-                last_seen_bit = bitfield_end
-            if pos.bitfield_size:
-                aligned_start = pos.byte_offset * 8
-                if last_seen_bit < aligned_start <= bit_start:
-                    byte_holes = pos.byte_offset - last_seen_bit // 8
-                    last_seen_bit = aligned_start
-                bit_holes += bit_start - last_seen_bit
-            else:
-                byte_holes = bit_start // 8 - last_seen_bit // 8
-            last_seen_bit = bit_end
-            if pos.bitfield_size:
-                in_bitfield = True
-                if bit_end > cur_bitfield_end or pos.bit_size > cur_bitfield_size:
-                    cur_bitfield_size = pos.bit_size
-                    cur_bitfield_end = pos.byte_offset * 8 + cur_bitfield_size
-                    if bit_end > cur_bitfield_end:
-                        cur_bitfield_end += cur_bitfield_size
-            else:
-                in_bitfield = False
-                cur_bitfield_size = 0
-                cur_bitfield_end = bit_end
-            if last is not None:
-                last.hole = byte_holes
-                last.bit_hole = bit_holes
-            else:
-                info.pre_hole = byte_holes
-                info.pre_bit_hole = bit_holes
-            if bit_holes:
-                info.nr_bit_holes += 1
-            if byte_holes:
-                info.nr_holes += 1
-            last = pos
-        if in_bitfield:
-            bitfield_end = min(t.size * 8, cur_bitfield_end)
-            info.bit_padding = bitfield_end - last_seen_bit
-            last_seen_bit = bitfield_end
-        info.padding = t.size - last_seen_bit // 8
-        return info
-
-    def _mark_packed(self, tid: TypeId) -> None:
-        info = self.holes(tid)
-        info.is_packed = True
-        info.packed_inferred = True
-
-    def _check_structs_at_unnatural_alignments(self, info: _Holes) -> None:
-        for pos in info.slots:
-            mtid = self._strip(pos.member.type)
-            if not self._is_struct(mtid):
-                continue
-            if pos.byte_offset % self._natural_alignment(mtid) != 0:
-                self._mark_packed(mtid)
-
-    def infer_packed(self, tid: TypeId) -> bool:
-        """Whether pahole prints ``__attribute__((__packed__))`` after this struct."""
-        t = self.g[tid]
-        if t.kind != "struct":
-            return False
-        info = self.holes(tid)
-        if info.packed_inferred:
-            return info.is_packed
-        info.packed_inferred = True
-        if info.padding != 0 or info.nr_holes != 0:
-            self._check_structs_at_unnatural_alignments(info)
-            info.is_packed = False
-            return False
-        max_natural = 1
-        for pos in info.slots:
-            natural = self._natural_alignment(self._strip(pos.member.type))
-            if natural == 1:
-                continue
-            max_natural = max(max_natural, natural)
-            if pos.byte_offset % natural != 0:
-                info.is_packed = True
-                return True
-        if (max_natural != 1 and info.alignment == 1) or t.size % max_natural != 0:
-            info.is_packed = True
-        return info.is_packed
-
-    def _infer_union_packed(self, tid: TypeId) -> None:
-        if tid in self._union_packed_done:
-            return
-        self._union_packed_done.add(tid)
-        size = self.g[tid].size
-        for m in self.g[tid].members:
-            mtid = self._strip(m.type)
-            if self._is_struct(mtid) and size % self._natural_alignment(mtid) != 0:
-                self._mark_packed(mtid)
-
-    # ---------------------------------------------------------------- type names
 
     def tag_name(self, tid: Optional[TypeId]) -> str:
         """pahole's name of a type as used before a member name or in a parameter list."""
@@ -445,12 +186,24 @@ class _LayoutState:
             return "(void)"
         return "(" + ", ".join(parts) + (", ...)" if f.variadic else ")")
 
+
+class _Printer:
+    """pahole's printer: a member's type and name (anonymous types expanded inline), its
+    offset comment, a struct with its holes and summary, a union; the names of types come
+    from `_TypeNames`, the layout from `TypeFacts` and `HoleSearch`."""
+
+    def __init__(self, facts: TypeFacts, holes: HoleSearch):
+        self.facts = facts
+        self.g = facts.g
+        self.holes = holes
+        self.names = _TypeNames(facts.g)
+
     # ---------------------------------------------------------------- printing types
 
     def type_text(self, tid: Optional[TypeId], name: Optional[str], conf: _Conf) -> str:
         """A member's type and name (pahole's type__fprintf), anonymous types expanded."""
         tconf = replace(conf)
-        t = self._type(tid)
+        t = self.facts.type_of(tid)
         if isinstance(t, (CompositeType, EnumType)):
             self._inner_conf(tconf, name)
         prefix = ""  # modifiers already printed, each narrowing the type column
@@ -459,10 +212,10 @@ class _LayoutState:
                 return prefix + f"{_left('void', tconf.type_spacing)} {name or ''}"
             if isinstance(t, PointerType):
                 target = self._skip_type_tags(t.target)
-                pt = self._type(target)
+                pt = self.facts.type_of(target)
                 if isinstance(pt, FunctionType):
-                    return prefix + self.ftype(pt, name, inlined=False, is_pointer=True,
-                                               type_spacing=tconf.type_spacing)
+                    return prefix + self.names.ftype(pt, name, inlined=False, is_pointer=True,
+                                                     type_spacing=tconf.type_spacing)
                 if isinstance(pt, (CompositeType, EnumType)) and pt.name is None:
                     name = f"* {name}"
                     tconf.rel_offset = True
@@ -470,16 +223,16 @@ class _LayoutState:
                     self._inner_conf(tconf, name)
                     tid, t = target, pt
                     continue
-                return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
+                return prefix + self._named(tid, name, tconf)
             if isinstance(t, FunctionType):
-                return prefix + self.ftype(t, name, inlined=False, is_pointer=False,
-                                           type_spacing=tconf.type_spacing)
+                return prefix + self.names.ftype(t, name, inlined=False, is_pointer=False,
+                                                 type_spacing=tconf.type_spacing)
             if isinstance(t, QualifiedType) and t.qualifier in ("const", "atomic"):
                 modifier = "const " if t.qualifier == "const" else "_Atomic "
                 prefix += modifier
                 tconf.type_spacing -= len(modifier)
                 if t.target is None:
-                    return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
+                    return prefix + self._named(tid, name, tconf)
                 tid, t = t.target, self.g[t.target]
                 continue
             if isinstance(t, QualifiedType) and t.qualifier == "type_tag":
@@ -501,7 +254,11 @@ class _LayoutState:
                 if t.name is not None:
                     return prefix + f"enum {_left(t.name, tconf.type_spacing - 5)} {name or ''}"
                 return prefix + self.enum_text(t, tconf)
-            return prefix + f"{_left(self.tag_name(tid), tconf.type_spacing)} {name or ''}"
+            return prefix + self._named(tid, name, tconf)
+
+    def _named(self, tid: Optional[TypeId], name: Optional[str], conf: _Conf) -> str:
+        """A type's name padded to the type column, then ``name``."""
+        return f"{_left(self.names.tag_name(tid), conf.type_spacing)} {name or ''}"
 
     @staticmethod
     def _inner_conf(tconf: _Conf, name: Optional[str]) -> None:
@@ -520,7 +277,7 @@ class _LayoutState:
     def _array_text(self, t: ArrayType, name: Optional[str], conf: _Conf) -> str:
         element = t.element
         dims = [d or 0 for d in t.dims]
-        et = self._type(element)
+        et = self.facts.type_of(element)
         if dims and dims[0] == 0 and isinstance(et, QualifiedType) and et.qualifier == "const":
             element = et.target
         text = self.type_text(element, name, conf)
@@ -541,7 +298,7 @@ class _LayoutState:
         width = max(len(n) for n, _ in t.enumerators)
         for n, v in t.enumerators:
             value = v
-            if self.btf and v < 0:
+            if self.holes.btf and v < 0:
                 value = v & (0xFFFFFFFF if t.size <= 4 else 0xFFFFFFFFFFFFFFFF)
             text += f"{indent}\t{n:<{width}} = {value},\n"
         text += f"{indent}}}"
@@ -554,10 +311,10 @@ class _LayoutState:
     # ---------------------------------------------------------------- members
 
     def _cacheline_marker(self, conf: _Conf, offset: int) -> str:
-        line = offset // self.cacheline_size
+        line = offset // self.facts.cacheline_size
         if line <= conf.cacheline[0]:
             return ""
-        pos = offset % self.cacheline_size
+        pos = offset % self.facts.cacheline_size
         start = offset - pos
         if pos == 0:
             text = f"/* --- cacheline {line} boundary ({start} bytes) --- */\n"
@@ -567,18 +324,18 @@ class _LayoutState:
         conf.cacheline[0] = line
         return text + _TABS[:conf.indent]
 
-    def member_text(self, slot: _Slot, union_member: bool, conf: _Conf) -> str:
+    def member_text(self, place: MemberPlace, union_member: bool, conf: _Conf) -> str:
         """One member with its offset comment (pahole's class_member__fprintf)."""
-        m = slot.member
+        m = place.member
         sconf = replace(conf)
-        offset = slot.byte_offset
+        offset = place.byte_offset
         if not sconf.rel_offset:
             offset += sconf.base_offset
             if not union_member:
                 sconf.base_offset = offset
         marker = self._cacheline_marker(conf, offset)
         tid = m.type
-        t = self._type(tid)
+        t = self.facts.type_of(tid)
         is_tagged = isinstance(t, (CompositeType, EnumType))
         if is_tagged:
             text = self.type_text(tid, None, sconf)
@@ -588,32 +345,32 @@ class _LayoutState:
                 text += m.name
         else:
             text = self.type_text(tid, m.name, sconf)
-        if slot.bitfield_size:
-            text += f":{slot.bitfield_size}"
+        if place.bitfield_size:
+            text += f":{place.bitfield_size}"
         align_text = ""
-        if slot.alignment:
-            align_text = f" __attribute__((__aligned__({slot.alignment})))"
+        if place.alignment:
+            align_text = f" __attribute__((__aligned__({place.alignment})))"
             text += align_text
         text += ";"
         if is_tagged and t.name is None:
             if not sconf.suppress_offset_comment:
                 slen = len(align_text) + (len(m.name) if m.name else -1)
-                if self._is_struct(tid) and self.infer_packed(tid):
+                if self.facts.is_struct(tid) and self.holes.infer_packed(tid):
                     # pahole counts the attribute with its C string terminator
                     slen += len("__attribute__((__packed__))") + 1
                 width = sconf.type_spacing + sconf.name_spacing - slen - 3
-                text += _pad_field(width) + self._offset_comment(slot, offset)
+                text += _pad_field(width) + self._offset_comment(place, offset)
         else:
             if not sconf.suppress_offset_comment:
                 width = sconf.type_spacing + sconf.name_spacing - len(text)
-                text += _pad_field(max(width, 0)) + self._offset_comment(slot, offset)
+                text += _pad_field(max(width, 0)) + self._offset_comment(place, offset)
         return marker + text
 
     @staticmethod
-    def _offset_comment(slot: _Slot, offset: int) -> str:
-        if slot.bitfield_size:
-            return f"/* {offset:5d}:{slot.bitfield_offset:2d} {slot.byte_size:2d} */"
-        return f"/* {offset:5d} {slot.byte_size:5d} */"
+    def _offset_comment(place: MemberPlace, offset: int) -> str:
+        if place.bitfield_size:
+            return f"/* {offset:5d}:{place.bitfield_offset:2d} {place.byte_size:2d} */"
+        return f"/* {offset:5d} {place.byte_size:5d} */"
 
     # ---------------------------------------------------------------- structs
 
@@ -623,7 +380,7 @@ class _LayoutState:
             raise TypeError(f"type {tid} is not a struct or union")
         if t.kind == "union":
             return self.union_text(tid, _Conf(name_spacing=UNION_NAME_SPACING))
-        self.holes(tid)
+        self.holes.of(tid)
         return self.class_text(tid, _Conf())
 
     def class_text(self, tid: TypeId, conf: _Conf) -> str:
@@ -635,8 +392,8 @@ class _LayoutState:
         if cconf.cacheline is None:
             cconf.cacheline = [0]
         tabs = _TABS[:cconf.indent]
-        is_packed = self.infer_packed(tid)
-        info = self.holes(tid)
+        is_packed = self.holes.infer_packed(tid)
+        info = self.holes.of(tid)
         notes = _CommentRun(out)
         sum_bytes = sum_bits = sum_holes = sum_bit_holes = 0
         nr_paddings = sum_paddings = 0
@@ -647,9 +404,9 @@ class _LayoutState:
         if info.pre_hole > 0:
             notes.add(f"{tabs}{hole_comment(info.pre_hole, 'byte')}\n")
             sum_holes += info.pre_hole
-        last: Optional[_Slot] = None
+        last: Optional[MemberPlace] = None
         last_size = 0
-        for i, pos in enumerate(info.slots):
+        for i, pos in enumerate(info.places):
             m = pos.member
             if pos.alignment:
                 forced_hole = last.hole if last is not None else info.pre_hole
@@ -673,12 +430,12 @@ class _LayoutState:
                     if 0 < step < last_size:
                         notes.add(f"{tabs}/* Bitfield combined with next fields */\n")
             notes.close()
-            cconf.last_member = i == len(info.slots) - 1
+            cconf.last_member = i == len(info.places) - 1
             cconf.first_member = last is None
             out.append(tabs + self.member_text(pos, False, cconf))
-            if self._is_struct(m.type):
-                self.infer_packed(m.type)
-                padding = self.holes(m.type).padding
+            if self.facts.is_struct(m.type):
+                self.holes.infer_packed(m.type)
+                padding = self.holes.of(m.type).padding
                 if padding > 0:
                     nr_paddings += 1
                     sum_paddings += padding
@@ -701,9 +458,9 @@ class _LayoutState:
                 last_size = pos.byte_size
             last = pos
 
-        if info.padding != 0 and info.alignment == 0 and self.alignment_info and last is not None:
-            size = self._size(last.member.type)
-            if size and size & (size - 1) == 0 and info.padding > self.pointer_size:
+        if info.padding != 0 and info.alignment == 0 and not self.holes.btf and last is not None:
+            size = self.facts.size(last.member.type)
+            if size and size & (size - 1) == 0 and info.padding > self.facts.pointer_size:
                 out.append(f"\n{tabs}/* Force padding: */\n")
                 filler = tabs + self.type_text(last.member.type, "", cconf) + f":{size * 8};\n"
                 out.extend(filler for _ in range(0, info.padding, size))
@@ -721,12 +478,12 @@ class _LayoutState:
             out.append(f" __attribute__((__aligned__({info.alignment})))")
         return "".join(out)
 
-    def _stats(self, t: CompositeType, info: _Holes, cconf: _Conf, sum_bytes: int,
+    def _stats(self, t: CompositeType, info: StructHoles, cconf: _Conf, sum_bytes: int,
                sum_bits: int, sum_holes: int, sum_bit_holes: int, nr_paddings: int,
                sum_paddings: int, nr_forced: int, nr_forced_holes: int,
                sum_forced_holes: int) -> str:
         tabs = _TABS[:cconf.indent]
-        cachelines = (t.size + self.cacheline_size - 1) // self.cacheline_size
+        cachelines = (t.size + self.facts.cacheline_size - 1) // self.facts.cacheline_size
         out = [f"\n{tabs}/* size: {t.size}, cachelines: {cachelines}, "
                f"members: {len(t.members)} */\n"]
         if sum_holes > 0 or sum_bit_holes > 0:
@@ -755,7 +512,7 @@ class _LayoutState:
                 line += (f", forced holes: {nr_forced_holes}, "
                          f"sum forced holes: {sum_forced_holes}")
             out.append(line + " */\n")
-        last_line = (cconf.base_offset + t.size) % self.cacheline_size
+        last_line = (cconf.base_offset + t.size) % self.facts.cacheline_size
         if last_line:
             out.append(f"{tabs}/* last cacheline: {last_line} bytes */\n")
         diff = t.size * 8 - (sum_bytes * 8 + sum_bits + sum_holes * 8 + sum_bit_holes
@@ -772,13 +529,13 @@ class _LayoutState:
         indent = min(conf.indent, len(_TABS))
         out = ["union" + (f" {t.name}" if t.name else "") + " {\n"]
         uconf = replace(conf, indent=indent + 1)
-        self._infer_union_packed(tid)
+        self.holes.infer_union_packed(tid)
         if uconf.cacheline is None:
             uconf.cacheline = [0]
         initial = uconf.cacheline[0]
-        for slot in self.holes(tid).slots:
+        for place in self.holes.of(tid).places:
             uconf.union_member = True
-            out.append(_TABS[:uconf.indent] + self.member_text(slot, True, uconf) + "\n")
+            out.append(_TABS[:uconf.indent] + self.member_text(place, True, uconf) + "\n")
             uconf.cacheline[0] = initial
         out.append(_TABS[:indent] + "}" + (f" {conf.suffix}" if conf.suffix else ""))
         return "".join(out)
