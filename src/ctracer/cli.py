@@ -127,6 +127,9 @@ def describe_os_error(e: OSError) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``ctracer`` command: parse ``argv`` (default the process's), run the subcommand and
+    return its exit status; a `CtracerError` is one line on stderr (the traceback too with
+    ``--debug`` or CTRACER_DEBUG)."""
     if argv is None:
         argv = sys.argv[1:]
     # start-up makes only objects kept for the process's life (modules, classes, the

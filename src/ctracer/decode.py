@@ -112,6 +112,8 @@ def errno_value(name: str) -> Optional[int]:
 
 
 def flag_names(value: int, bits: Sequence[tuple[int, str]]) -> str:
+    """``value``'s set bits by name (``bits``: (bit, name) pairs), bits without a name in
+    hex, joined by ``|``; ``0`` when none is set."""
     names = [n for b, n in bits if value >> b & 1]
     rest = value & ~sum(1 << b for b, _ in bits)
     if rest:

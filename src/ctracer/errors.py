@@ -20,6 +20,8 @@ class CtracerError(Exception):
 
 
 class UsageError(CtracerError):
+    """The command line asks for something that cannot be done (exit status 2)."""
+
     exit_status = 2
 
 

@@ -69,10 +69,12 @@ class Field:
 
     @property
     def size(self) -> int:
+        """Bytes of the field."""
         return size_of_ctype(self.ctype)
 
     @property
     def c_name(self) -> str:
+        """The field's name as a C identifier."""
         return c_identifier(self.name)
 
 
@@ -87,6 +89,7 @@ def array_value(kind: str, raw: bytes) -> str:
 
 
 def size_of_ctype(ctype: str) -> int:
+    """Bytes of an event field of C type ``ctype`` (a scalar or ``char[N]``)."""
     if ctype in SCALARS:
         return SCALARS[ctype][1]
     m = _ARRAY.match(ctype)
@@ -96,6 +99,7 @@ def size_of_ctype(ctype: str) -> int:
 
 
 def align_of_ctype(ctype: str) -> int:
+    """Alignment of an event field of C type ``ctype`` (1 for ``char[N]``)."""
     return 1 if _ARRAY.match(ctype) else SCALARS[ctype][1]
 
 
@@ -135,9 +139,11 @@ class Layout:
 
     @property
     def alignment(self) -> int:
+        """The struct's alignment: its most aligned field's (1 when empty)."""
         return max((align_of_ctype(f.ctype) for f in self.fields), default=1)
 
     def field(self, name: str) -> Field:
+        """The field named ``name`` (a KeyError when there is none)."""
         for f in self.fields:
             if f.name == name:
                 return f
@@ -226,6 +232,7 @@ class Layout:
     # -- storage --------------------------------------------------------------
 
     def to_json(self) -> str:
+        """The layout as the trace file's meta ``mini_layout`` stores it."""
         return json.dumps({
             "name": self.name, "size": self.size,
             "fields": [{"name": f.name, "ctype": f.ctype, "offset": f.offset, "kind": f.kind,
@@ -234,6 +241,7 @@ class Layout:
 
     @classmethod
     def from_json(cls, text: str) -> "Layout":
+        """The layout back from `to_json`'s text."""
         d = json.loads(text)
         return cls(d["name"], tuple(
             Field(f["name"], f["ctype"], f["offset"], f.get("kind", "int"),
@@ -308,6 +316,8 @@ def args_offset() -> int:
 
 
 def mini_offset(mini: Layout, nargs: int = 0) -> int:
+    """Where the mini snapshot starts in an event with ``nargs`` argument words,
+    aligned for the mini struct (and to 8 after arguments)."""
     a = max(mini.alignment, 8 if nargs else 1)
     start = args_offset() + 8 * nargs if nargs else HEADER.size
     return (start + a - 1) // a * a

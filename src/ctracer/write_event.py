@@ -62,6 +62,7 @@ class WriteRecord:
 
 
 def decode(raw: bytes, offset: int = 0) -> WriteRecord:
+    """The write record at ``offset`` of ``raw``, its call stack cut to the frames recorded."""
     w = WRITE.decode(raw, offset)
     frames = min(int(w["frames"]), STACK_DEPTH)
     stack = _STACK.unpack_from(raw, offset + WRITE.size)[:frames]

@@ -26,6 +26,9 @@ ROOT = -1
 
 @dataclass
 class CallGraphCounts:
+    """A call graph's counts: functions and caller → callee edges in order of first call,
+    with calls and summed time."""
+
     functions: list[int]     # function ids, in order of first call
     calls: list[int]         # calls of each
     total_ns: list[int]      # summed durations of each

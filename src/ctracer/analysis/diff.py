@@ -124,6 +124,9 @@ class LayoutDifference:
 
 @dataclass
 class TraceDiff:
+    """Two sets of runs compared: their profiles, the layout's differences and the ranked
+    differences of counts and times (what ``ctracer diff`` shows)."""
+
     struct: str
     per: str                           # "" (per object lifetime) or the function named
     before: list[TraceProfile]
@@ -168,6 +171,7 @@ class TraceDiff:
 
     @property
     def unit(self) -> str:
+        """What one count of the differences is per: ``per lifetime`` or ``per call of F``."""
         return f"per call of {self.per}" if self.per else "per lifetime"
 
     def counts(self) -> dict[str, int]:

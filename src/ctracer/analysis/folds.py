@@ -26,6 +26,8 @@ ROOT = -1
 
 @dataclass
 class Folded:
+    """The folded calls placed on objects, one array per column (`place`)."""
+
     object: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     function: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     caller: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -41,9 +43,11 @@ class Folded:
 
     @property
     def total_calls(self) -> int:
+        """The folded calls placed, summed."""
         return int(self.calls.sum())
 
     def of_object(self, i: int) -> np.ndarray:
+        """The rows placed on object ``i``."""
         return np.flatnonzero(self.object == i)
 
     def per_function(self, rows: np.ndarray) -> dict[int, tuple[int, int, int]]:

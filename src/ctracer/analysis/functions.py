@@ -63,6 +63,7 @@ class FunctionTable:
     announced: dict[int, Any] = field(default_factory=dict)
 
     def name(self, fid: int) -> str:
+        """The name shown for function id ``fid`` (made once, then remembered)."""
         n = self.names.get(fid)
         if n is None:
             n = self.names[fid] = function_label(self.names, fid)
@@ -101,6 +102,8 @@ def function_table(functions: dict[int, FunctionRow],
 
 
 def lifetime_rule(fns: FunctionTable) -> str:
+    """One line saying what starts and ends an object's lifetime in this trace (its
+    lifetime rules, the creation functions, or reuse by name)."""
     if fns.rules or fns.ending:
         texts = sorted({r.get("rule") or f"{r.get('function')} {r.get('effect')} a lifetime"
                         for rules in fns.rules.values() for r in rules}

@@ -87,6 +87,8 @@ def _union(side: Sequence[TraceProfile], attr: str) -> dict:
 
 
 def presence(before: Sequence[TraceProfile], after: Sequence[TraceProfile]) -> Presence:
+    """The functions one side's traces know and the other side's do not (unknown when a
+    side records no function list)."""
     b, a = _union(before, "known_functions"), _union(after, "known_functions")
     if not b or not a:
         return Presence(known=False)

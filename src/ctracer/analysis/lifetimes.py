@@ -23,6 +23,8 @@ class Lifetimes:
         self._made: set[int] = set()
 
     def seen(self, address: int, at: int, function: str) -> None:
+        """The address is seen at row ``at`` in ``function``: its first sighting is
+        remembered as the first lifetime's start."""
         if address not in self.first_seen:
             self.first_seen[address] = at
             self.first_reason[address] = f"first seen in {function}"
@@ -92,9 +94,12 @@ class Lifetimes:
         self.starts.setdefault(address, []).append((at, f"after {ended[0]}"))
 
     def freed(self, address: int, function: str) -> None:
+        """A function named like a free (``function``) took the address."""
         self._freed_by[address] = function
 
     def maybe_reallocated(self, address: int, at: int, function: str) -> None:
+        """A function named like an allocation returned the address at row ``at``: after a
+        free, a new lifetime starts there (lifetimes by name)."""
         freed_by = self._freed_by.pop(address, None)
         if freed_by is not None:
             self._made.discard(address)
@@ -102,6 +107,7 @@ class Lifetimes:
                 (at, f"{function} after {freed_by} (by name)"))
 
     def reason(self, key: ObjectKey) -> str:
+        """Why lifetime ``key`` starts, in words."""
         if key.lifetime == 1:
             return self.first_reason.get(key.address, "first seen")
         return self.starts[key.address][key.lifetime - 2][1]

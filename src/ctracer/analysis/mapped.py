@@ -77,6 +77,7 @@ class ArraySpace:
         return cls(directory or tempfile.gettempdir(), smallest)
 
     def zeros(self, shape: Any, dtype: Any) -> np.ndarray:
+        """A zeroed array, mapped from the space's directory when it is big enough."""
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -155,12 +156,14 @@ class ArraySpace:
         return out
 
     def full(self, shape: Any, value: Any, dtype: Any) -> np.ndarray:
+        """An array of ``value``, placed as `zeros` places it."""
         out = self.zeros(shape, dtype)
         if value:
             out[...] = value
         return out
 
     def copy(self, array: np.ndarray) -> np.ndarray:
+        """A copy of ``array``, placed as `zeros` places it."""
         out = self.zeros(array.shape, array.dtype)
         out[...] = array
         return out

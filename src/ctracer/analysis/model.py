@@ -118,6 +118,7 @@ class Events(Columns):
         self.args_texts: list[str] = columns.get("args_texts", [])
 
     def args_text(self, i: int) -> Optional[str]:
+        """Event ``i``'s tracepoint arguments as recorded (None: it has none)."""
         k = int(self.args[i])
         return self.args_texts[k] if k >= 0 else None
 
@@ -179,6 +180,7 @@ class FieldValues:
         return codes.tolist()
 
     def decode_one(self, j: int, code: int) -> Any:
+        """The value of field ``j`` that ``code`` stands for."""
         return self.decode(j, np.array([code], np.int64))[0]
 
 
@@ -197,6 +199,7 @@ class Changes(Columns):
 
     @classmethod
     def empty(cls) -> "Changes":
+        """No changes."""
         return cls(event=np.zeros(0, np.int64), field=np.zeros(0, np.int32),
                    old=np.zeros(0, np.int64), new=np.zeros(0, np.int64),
                    function=np.zeros(0, np.int32), cause=np.zeros(0, np.int8))
@@ -232,9 +235,11 @@ class MethodStats:
 
     @property
     def total_ns(self) -> int:
+        """Time in the method's timed calls and its folded ones."""
         return int(self.durations.sum()) + self.folded_ns
 
     def percentile(self, p: float) -> Optional[int]:
+        """The ``p``-th percentile of the timed calls' durations (None: none timed)."""
         return self.percentiles(p)[0]
 
     def percentiles(self, *ps: float) -> list[Optional[int]]:
@@ -248,6 +253,7 @@ class MethodStats:
 
     @property
     def mean_ns(self) -> Optional[float]:
+        """The mean duration of a timed call (None: none timed)."""
         return self.total_ns / self.timed_calls if self.timed_calls else None
 
 
@@ -335,6 +341,7 @@ class Objects:
         return self._events.of(i)
 
     def event_counts(self) -> np.ndarray:
+        """Events per object."""
         return self._events.counts()
 
     def event_groups(self, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -347,6 +354,7 @@ class Objects:
         return self._changes.of(i)
 
     def change_counts(self) -> np.ndarray:
+        """Field changes per object."""
         return self._changes.counts()
 
     def change_groups(self, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -466,11 +474,13 @@ class Analysis:
         return np.arange(len(self.folded)) if i is None else self.folded.of_object(i)
 
     def function_name(self, fid: int) -> str:
+        """The name shown for function id ``fid``."""
         return function_label(self.function_names, fid)
 
     # ---------------------------------------------------------------- changes
 
     def cause(self, k: int) -> str:
+        """What caused change ``k``, in words (`CAUSES`)."""
         return CAUSES[int(self.changes.cause[k])]
 
     def credited(self, k: int) -> Optional[str]:
@@ -620,4 +630,5 @@ class Analysis:
         return out
 
     def threads(self, i: int) -> list[int]:
+        """The threads that touched object ``i``, sorted."""
         return np.unique(self.events.tid[self.objects.events(i)]).tolist()

@@ -64,6 +64,8 @@ ROW_BYTES = 64
 
 
 def read_events(trace: Trace, fns: FunctionTable, space: Optional[ArraySpace] = None) -> Read:
+    """The trace's event columns, with each event's function row mapped to the id standing
+    for its function (`FunctionTable.canon`)."""
     space = space or ArraySpace(None)
     columns = trace.event_columns(space=space)
     row = columns["function_id"]
@@ -363,6 +365,9 @@ def head_identities(trace: Trace, read: Read) -> tuple[dict[int, tuple], str]:
 
 @dataclass
 class CallCounts:
+    """What `count_calls` finds: per-method statistics, entries never exited, and the
+    events that only repeat an object another row of their call showed."""
+
     methods: dict[int, MethodStats]  # over all objects
     unfinished: int                  # entries whose exit was never seen
     duplicate: np.ndarray            # events repeating an object another row of the call showed
@@ -444,6 +449,8 @@ class ObjectPlacement:
 
 def assign_objects(pairing: Pairing, duplicate: np.ndarray,
                    space: Optional[ArraySpace] = None) -> ObjectPlacement:
+    """Each kept event's object: the lifetime of its address it falls in, numbered in order
+    of first appearance (events repeating an object in one call dropped)."""
     space = space or ArraySpace(None)
     lifetimes = pairing.lifetimes
     keep = space.copy(np.flatnonzero(~duplicate))

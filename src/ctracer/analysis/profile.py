@@ -89,4 +89,5 @@ class TraceProfile:
 
     @property
     def struct(self) -> str:
+        """``struct NAME`` (or ``union NAME``)."""
         return f"{self.struct_kind} {self.struct_name}"

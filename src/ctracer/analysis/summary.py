@@ -11,6 +11,8 @@ from ctracer.tracefile import Trace
 
 
 def trace_summary(trace: Trace, events: int) -> TraceSummary:
+    """The trace's meta table as the summary shows it: struct, host, kernel, command,
+    probes, limits, with ``events`` events."""
     def text(key: str) -> str:
         shown = trace.meta.text(key)
         return "" if shown.strip() == "null" and trace.meta[key] == shown else shown

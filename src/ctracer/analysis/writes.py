@@ -33,6 +33,9 @@ class Writer:
 
 @dataclass
 class WriteView:
+    """The writes ``--watch`` recorded, their call sites, each write's object and each
+    explained change's writer."""
+
     writes: list[Write]
     sites: dict[tuple[int, int, str], Site]
     kernel: bool
@@ -46,10 +49,12 @@ class WriteView:
         return 0 if self.kernel else w.pid
 
     def writer_site(self, i: int) -> Optional[Site]:
+        """Where write ``i``'s instruction is (None: not resolved)."""
         w = self.writes[i]
         return self.sites.get((self._pid(w), w.ip, "writer"))
 
     def writer_label(self, i: int) -> str:
+        """Write ``i``'s instruction as ``file:line in fn``, else its address."""
         site = self.writer_site(i)
         return site.label if site is not None else f"{self.writes[i].ip:#x}"
 
@@ -73,6 +78,7 @@ class WriteView:
         return f"{self.writer_label(i)}{called}"
 
     def of_object(self, o: int) -> list[int]:
+        """The writes placed on object ``o``."""
         return [i for i, x in enumerate(self.object_of) if x == o]
 
 

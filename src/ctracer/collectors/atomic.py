@@ -11,6 +11,7 @@ TYPES = ("atomic_t", "atomic64_t", "atomic_long_t")
 
 
 def counter(member, path: str) -> Union[tuple[Derived, ...], str]:
+    """The integer at ``path`` inside the member (an atomic's counter), or why there is none."""
     word = member.find(path)
     if word is None:
         return f"no '{path}' in its layout"
@@ -19,4 +20,5 @@ def counter(member, path: str) -> Union[tuple[Derived, ...], str]:
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The atomic's counter, under the member's own name."""
     return counter(member, "counter")

@@ -31,6 +31,7 @@ class ObjectReader:
 
     @property
     def helper(self) -> str:
+        """The BPF helper reading the object's memory (``bpf_probe_read_kernel``/``_user``)."""
         return f"bpf_probe_read_{self.space}"
 
 

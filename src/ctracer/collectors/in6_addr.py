@@ -13,6 +13,7 @@ TYPES = ("struct in6_addr",)
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The member's 16 bytes, shown as an IPv6 address."""
     if member.size != 16:
         return f"a struct in6_addr of {member.size} bytes"
     return (Derived("", "char[16]", "ipv6", 0, 16),)

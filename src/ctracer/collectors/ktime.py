@@ -11,6 +11,7 @@ TYPES = ("ktime_t",)
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The ktime_t as a signed 64-bit count of nanoseconds."""
     if member.size != 8:
         return f"a ktime_t of {member.size} bytes"
     return (Derived("", "s64", "int", 0, 8, signed=True),)

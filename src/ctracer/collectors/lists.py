@@ -14,6 +14,8 @@ TYPES = ("struct list_head", "struct hlist_head", "struct hlist_node", "struct h
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """Whether the list is empty (a list head pointing at itself, a NULL first) or an
+    hlist node unhashed (a NULL pprev), as a bool."""
     if "next" in member.fields and "prev" in member.fields:
         word, op, suffix = member.fields["next"], "is_own_address", ".empty"
     elif "pprev" in member.fields:

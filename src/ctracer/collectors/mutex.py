@@ -15,6 +15,7 @@ _FLAG_BITS = 0x7
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """Whether the mutex is held: its owner word, flag bits masked off, is not zero."""
     owner = member.find("owner.counter", "owner")
     if owner is None:
         return "no 'owner' word in its layout"

@@ -12,4 +12,5 @@ TYPES = ("refcount_t", "struct refcount_struct")
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The refcount_t's count."""
     return counter(member, "refs.counter")

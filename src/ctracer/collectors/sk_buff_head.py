@@ -12,6 +12,7 @@ TYPES = ("struct sk_buff_head",)
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The queue's length (``qlen``)."""
     qlen = member.find("qlen")
     if qlen is None:
         return "no 'qlen' in its layout"

@@ -13,6 +13,7 @@ TYPES = ("socket_lock_t",)
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """The socket lock's ``owned`` and whether its spinlock ``slock`` is held."""
     owned = member.find("owned")
     slock = held(member, "slock.", ".slock.held")
     if owned is None or slock is None:

@@ -28,5 +28,6 @@ def held(member, prefix: str = "", suffix: str = ".held") -> Optional[Derived]:
 
 
 def values(member) -> Union[tuple[Derived, ...], str]:
+    """Whether the spinlock is held."""
     found = held(member)
     return (found,) if found else "no 'locked' word in its layout"

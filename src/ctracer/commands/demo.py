@@ -28,6 +28,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer demo``."""
     parser.add_argument("--connections", type=int, default=6, metavar="N",
                         help="TCP connections the kernel workload makes (default 6)")
     parser.add_argument("--user-space", action="store_true",
@@ -59,6 +60,8 @@ def find_samples(start: Optional[str] = None) -> Optional[str]:
 
 
 def build_samples(samples: str) -> None:
+    """Build the bundled samples with make (one line naming what is missing, or make's
+    first error, when it cannot)."""
     from ctracer.errors import CtracerError
     cc = os.environ.get("CC", "cc")
     missing = [tool for tool in ("make", cc) if shutil.which(tool) is None]
@@ -107,6 +110,8 @@ def _trace_sample(samples: str, loops: int, threads: int, output: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer demo``: trace the kernel's struct sock while the TCP sample runs (the
+    user-space sample where the kernel cannot be traced) and render the report."""
     from ctracer.errors import CtracerError, UsageError
     from ctracer.record.recorder import summary_lines
 

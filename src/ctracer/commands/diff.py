@@ -28,6 +28,7 @@ DEFAULT_LIMIT = 25
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer diff``."""
     parser.add_argument("before", metavar="BEFORE",
                         help="the trace of the run before (or several, comma-separated: "
                              "repeated runs, whose spread is the noise)")
@@ -54,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer diff``: compare the traces before and after, print the ranked differences
+    and write the page."""
     from ctracer.analysis.diff import check_structs, compare
     from ctracer.errors import UsageError
 

@@ -24,6 +24,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer export``."""
     from ctracer.export import FORMATS
 
     parser.add_argument("trace", metavar="TRACE", help="a trace file written by `ctracer trace`")
@@ -51,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def default_output(trace: str, fmt: str):
+    """Where a format writes without ``-o``: beside the trace for perfetto and parquet;
+    None (stdout) for the others."""
     stem = trace[:-len(".ctrace")] if trace.endswith(".ctrace") else trace
     return {"perfetto": f"{stem}.perfetto.json", "parquet": f"{stem}.parquet"}.get(fmt)
 
@@ -71,6 +74,7 @@ def check_host(host, fmt: str) -> None:
 
 
 def check_folded_options(args: argparse.Namespace) -> None:
+    """Refuse ``--weight`` and ``--per-object`` outside ``--format folded``."""
     from ctracer.errors import UsageError
 
     if args.format != "folded" and (args.weight is not None or args.per_object):
@@ -78,6 +82,8 @@ def check_folded_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer export``: write the trace in the format asked, in a child process whose
+    OOM kill is reported in one line."""
     from ctracer.commands.supervised import run_supervised
 
     def on_killed(why: str) -> str:

@@ -32,6 +32,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer functions``."""
     options.add_struct_name_argument(parser)
     options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -102,6 +103,7 @@ def attach_state(probe) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer functions``: list the struct's methods and their routes (text or JSON)."""
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType, UsageError
 

@@ -12,6 +12,8 @@ from ctracer.debuginfo.sources import MODULE_BTF_DIR, TypeSource, parse_struct_n
 
 
 def add_type_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options saying where the types come from (a binary's DWARF, BTF, a module, the
+    running kernel), shared by the subcommands that open a struct."""
     g = parser.add_argument_group("type source (default: the running kernel's BTF)")
     g.add_argument("--binary", "-b", metavar="PATH",
                    help="ELF file whose DWARF (or .BTF section) describes the types")
@@ -25,11 +27,13 @@ def add_type_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_struct_name_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``[struct|union] NAME`` argument."""
     parser.add_argument("target", nargs="+", metavar="[struct|union] NAME",
                         help="the struct (or union) to work on, e.g. 'struct sock' or 'sock'")
 
 
 def struct_name_from_args(args: argparse.Namespace) -> tuple[ShapeKind, str]:
+    """The kind and name given as ``[struct|union] NAME``."""
     return parse_struct_name(args.target)
 
 

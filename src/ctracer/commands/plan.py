@@ -38,6 +38,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer plan``."""
     options.add_struct_name_argument(parser)
     options.add_type_source_arguments(parser)
     parser.add_argument("--json", action="store_true",
@@ -59,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer plan``: print which probe each method would get on this kernel and, with
+    ``--verify``, load the programs through the verifier."""
     from ctracer.plan import attach
     from ctracer.plan import discovery
     from ctracer.errors import UnknownType
@@ -155,6 +158,8 @@ def _verdict(probe, verdicts):
 
 
 def as_json(plan, verdicts) -> dict:
+    """The plan as ``--json`` prints it: the kernel's facts and one entry per probe with
+    its verdict."""
     probes = []
     for p in plan.probes:
         verified, error = _verdict(p, verdicts)
@@ -177,6 +182,7 @@ def _word(works) -> str:
 
 
 def as_text(found, description: str, plan, verdicts) -> str:
+    """The plan as text: the kernel's mechanisms, then each function's probe kind and verdict."""
     functions = found.functions()
     tracepoints = sorted({m.name for m in found.methods if m.is_tracepoint})
     lines = [f"{found.target} ({description}): probe plan for {len(functions)} functions "

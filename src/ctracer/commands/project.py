@@ -25,6 +25,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer project``."""
     parser.add_argument("action", choices=["init"], help="init: write a new project file")
     options.add_struct_name_argument(parser)
     options.add_type_source_arguments(parser)
@@ -33,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer project init``: write a project file naming the struct, its type source,
+    every probeable method and the mini struct's fields."""
     from ctracer.collectors import registry
     from ctracer.errors import CtracerError
     from ctracer.plan import mini, project

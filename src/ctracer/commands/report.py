@@ -25,6 +25,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer report``."""
     parser.add_argument("trace", metavar="TRACE", help="a trace file written by `ctracer trace`")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="where to write the report (default: callgraph/<struct>/ "
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer report``: render the trace's HTML report, in a child process whose OOM
+    kill is reported in one line."""
     from ctracer.errors import UsageError
 
     if args.no_plots and args.plot_objects is not None:

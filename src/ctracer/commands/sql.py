@@ -27,6 +27,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer sql``."""
     parser.add_argument("query", metavar="SQL", help="a query over the view `events`")
     parser.add_argument("inputs", metavar="TRACE_OR_DIR", nargs="+",
                         help="trace files, Parquet files, or directories of them (Hive "
@@ -43,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer sql``: run the query over the traces' or Parquet files' events and print
+    the rows as a table, CSV or JSON lines."""
     from ctracer.export.sql import format_table, run_sql
 
     result = run_sql(args.query, args.inputs)

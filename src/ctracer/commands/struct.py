@@ -34,6 +34,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer struct``."""
     options.add_struct_name_argument(parser)
     options.add_type_source_arguments(parser)
     mini = parser.add_argument_group("mini struct")
@@ -57,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer struct``: print the struct's layout as pahole does, or with ``--mini`` the
+    mini struct a trace records."""
     from ctracer.errors import UnknownType, UsageError
     from ctracer.debuginfo.catalog import ShapeKind
 

@@ -69,6 +69,7 @@ def _address(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctracer trace``."""
     parser.add_argument("target", nargs="*", metavar="[struct|union] NAME",
                         help="the struct (or union) to trace, e.g. 'struct sock' or 'sock' "
                              "(from the project file with --project)")
@@ -451,6 +452,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
 
 
 def print_summary(result, out=None) -> None:
+    """The recording's summary lines, each after ``ctracer:``, on stderr (or ``out``)."""
     from ctracer.record.recorder import summary_lines
     out = out or sys.stderr
     for line in summary_lines(result):
@@ -458,6 +460,8 @@ def print_summary(result, out=None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctracer trace``: record the struct's methods into a trace file (here, or in a
+    guest with ``--kernel``)."""
     kind, name = target_from_args(args)
     from ctracer.commands import guest_trace
     if guest_trace.wanted(args):
@@ -518,6 +522,8 @@ def apply_project(args: argparse.Namespace) -> None:
 
 
 def target_from_args(args: argparse.Namespace):
+    """The struct to trace, from the words given or the project file; a `UsageError`
+    when the words are not ``[struct|union] NAME``."""
     from ctracer.errors import UsageError
     apply_project(args)
     words = args.target

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 
 class ShapeKind(str, enum.Enum):
+    """What a type is at its core, once typedefs and qualifiers are looked through."""
+
     STRUCT = "struct"
     UNION = "union"
     ENUM = "enum"
@@ -57,6 +59,8 @@ class TypeShape:
 
 @dataclass(frozen=True, slots=True)
 class Parameter:
+    """One parameter of a function: its name (None when unnamed) and type."""
+
     name: Optional[str]
     shape: TypeShape
 
@@ -113,6 +117,8 @@ class MemberInfo:
 
 @dataclass(frozen=True, slots=True)
 class StructInfo:
+    """A struct or union as the catalog lists it: kind, name, size and members."""
+
     kind: ShapeKind  # STRUCT or UNION
     name: str
     size: int
@@ -145,7 +151,8 @@ class Catalog(abc.ABC):
         """All functions (may be slow on a kernel: prefer the lookups below)."""
 
     @abc.abstractmethod
-    def function_count(self) -> int: ...
+    def function_count(self) -> int:
+        """How many functions there are."""
 
     @abc.abstractmethod
     def functions_referencing(self, kind: ShapeKind, name: str) -> list[FunctionInfo]:
@@ -153,7 +160,8 @@ class Catalog(abc.ABC):
         pointer depth (0 = by value)."""
 
     @abc.abstractmethod
-    def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]: ...
+    def struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[StructInfo]:
+        """The summary of the struct (or union) ``name`` (None: no such type)."""
 
     @abc.abstractmethod
     def structs_with_member_of(self, kind: ShapeKind, name: str) -> list[StructInfo]:
@@ -161,13 +169,16 @@ class Catalog(abc.ABC):
         pointer depth."""
 
     @abc.abstractmethod
-    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]: ...
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> list[str]:
+        """The names of every struct (or union) of ``kind``."""
 
     @abc.abstractmethod
-    def tracepoints(self) -> Iterable[TracepointInfo]: ...
+    def tracepoints(self) -> Iterable[TracepointInfo]:
+        """Every tracepoint the type source describes (a kernel's ``btf_trace_*``)."""
 
     @abc.abstractmethod
-    def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]: ...
+    def tracepoints_referencing(self, kind: ShapeKind, name: str) -> list[TracepointInfo]:
+        """Tracepoints with an argument whose shape is (kind, name), at any pointer depth."""
 
 
 class MemoryCatalog(Catalog):
@@ -228,9 +239,11 @@ class TypeModel(Protocol):
     #: "dwarf" or "btf"
     format: str
 
-    def catalog(self) -> Catalog: ...
+    def catalog(self) -> Catalog:
+        """The catalog of the source's functions, structs and tracepoints."""
 
-    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> Sequence[str]: ...
+    def struct_names(self, kind: ShapeKind = ShapeKind.STRUCT) -> Sequence[str]:
+        """The names of every struct (or union) of ``kind`` the source defines."""
 
     def find_struct(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> TypeGraph:
         """The full definition of a named struct/union and every type it reaches.

@@ -40,6 +40,8 @@ class Named(NamedTuple):
 
 
 class Pointer(NamedTuple):
+    """A pointer declarator (or a C++ reference) to ``target``."""
+
     target: Optional[Hashable]
     star: str = "*"          # ``&`` or ``&&`` for C++ references
 
@@ -52,11 +54,15 @@ class Qualified(NamedTuple):
 
 
 class Array(NamedTuple):
+    """An array declarator of ``element`` with its dimensions."""
+
     element: Optional[Hashable]
     dims: tuple                # Optional[int] per dimension, None for ``[]``
 
 
 class Function(NamedTuple):
+    """A function declarator: return type, parameters, whether variadic."""
+
     returns: Optional[Hashable]
     params: tuple
     variadic: bool = False

@@ -50,10 +50,12 @@ class Location:
 
     @property
     def where(self) -> str:
+        """``function+offset``, else the address in hex."""
         return f"{self.function}+{self.offset:#x}" if self.function else f"{self.address:#x}"
 
     @property
     def source(self) -> str:
+        """``file:line`` ("" when unknown)."""
         return f"{self.file}:{self.line}" if self.file and self.line else ""
 
 
@@ -76,6 +78,7 @@ class CodeMap:
         self._inlined_read: set[tuple[int, int]] = set()   # (CU, DIE) offsets read
 
     def close(self) -> None:
+        """Close the ELF file."""
         self._file.close()
 
     # -- symbols ----------------------------------------------------------------
@@ -222,6 +225,7 @@ class CodeMap:
         return around[0][3] if around else ""
 
     def inlined_from(self, address: int) -> str:
+        """The functions inlined at ``address``, innermost first, comma-separated."""
         return ", ".join(r[4] for r in self._inlined_around(address))
 
     # -- instructions -------------------------------------------------------------------

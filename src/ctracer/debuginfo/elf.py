@@ -25,6 +25,8 @@ NT_GNU_BUILD_ID = 3
 
 @dataclass(frozen=True)
 class SectionHeader:
+    """The fields of an ELF section header that the readers use."""
+
     name: str
     type: int
     offset: int
@@ -46,6 +48,7 @@ class ElfHeaders:
     machine: int = 0   # e_machine: 62 x86-64, 183 AArch64, ...
 
     def section(self, name: str) -> Optional[SectionHeader]:
+        """The section named ``name`` (None: none)."""
         for s in self.sections:
             if s.name == name:
                 return s
@@ -102,6 +105,7 @@ def _section_fields(table: bytes, at: int, is64: bool, e: str) -> tuple:
 
 
 def cstring(blob: bytes, at: int) -> str:
+    """The NUL-terminated string at ``at`` in ``blob`` (undecodable bytes replaced)."""
     end = blob.find(b"\0", at)
     return blob[at:end if end >= 0 else len(blob)].decode("utf-8", "replace")
 

@@ -17,6 +17,8 @@ import gc
 
 @contextlib.contextmanager
 def collector_paused(freeze: bool = False):
+    """A context with the garbage collector off; with ``freeze``, what is alive at the end
+    is frozen out of later collections."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -32,6 +32,8 @@ class Encoding(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class BaseType:
+    """A C base type (int, char, _Bool, double...): name, size and encoding."""
+
     name: str
     size: int
     encoding: Encoding
@@ -39,6 +41,8 @@ class BaseType:
 
 @dataclass(frozen=True, slots=True)
 class PointerType:
+    """A pointer to ``target`` (None: void)."""
+
     target: Optional[TypeId]
     size: int
 
@@ -54,6 +58,8 @@ class QualifiedType:
 
 @dataclass(frozen=True, slots=True)
 class Typedef:
+    """A typedef: a name for ``target``."""
+
     name: str
     target: Optional[TypeId]
 
@@ -80,6 +86,7 @@ class Member:
 
     @property
     def is_bitfield(self) -> bool:
+        """Whether the member is a bitfield."""
         return self.bit_size != 0
 
 
@@ -97,6 +104,8 @@ class CompositeType:
 
 @dataclass(frozen=True, slots=True)
 class EnumType:
+    """An enum: its enumerators (name, value), size and signedness."""
+
     name: Optional[str]
     size: int
     enumerators: tuple[tuple[str, int], ...] = ()
@@ -114,6 +123,8 @@ class ArrayType:
 
 @dataclass(frozen=True, slots=True)
 class FunctionType:
+    """A function type (what a function pointer points at): return and parameter types."""
+
     returns: Optional[TypeId]
     params: tuple[Optional[TypeId], ...]
     variadic: bool = False

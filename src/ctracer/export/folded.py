@@ -20,6 +20,8 @@ WEIGHTS = ("time", "calls")
 
 
 def folded_text(a: Analysis, weight: str = "time", per_object: bool = False) -> list[str]:
+    """The folded-stack lines of the trace (``a;b;c N``, weighted by time or calls): of all
+    objects together, or with ``per_object`` each object's under its name."""
     names = a.function_names
 
     def label(fid: int) -> str:

@@ -41,6 +41,8 @@ def folded_calls_table(a):
 
 
 def folded_calls_path(output: str, fmt: str) -> str:
+    """Where the folded calls go beside an export written to ``output``
+    (``NAME.folded-calls.FMT``)."""
     base = output[:-len(f".{fmt}")] if output.endswith(f".{fmt}") else output.rstrip("/")
     return f"{base}.folded-calls.{fmt}"
 

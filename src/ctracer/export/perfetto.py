@@ -168,6 +168,7 @@ def perfetto_json(a: Analysis) -> str:
 
 
 def write_perfetto(a: Analysis, output: str) -> None:
+    """Write the Perfetto JSON of the analysis to ``output`` (renamed into place once whole)."""
     text = perfetto_json(a)
     with staged_output(output) as staged:
         with open(staged, "w", encoding="utf-8") as f:

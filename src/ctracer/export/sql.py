@@ -35,6 +35,8 @@ _TEXT_PARTITIONS = "{" + ", ".join(f"'{p}': 'VARCHAR'" for p in PARTITIONS) + "}
 
 @dataclass
 class Result:
+    """A query's result: the column names and the rows."""
+
     columns: list[str]
     rows: list[tuple]
 

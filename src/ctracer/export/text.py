@@ -35,6 +35,7 @@ def quote(name: str) -> str:
 
 
 def sql_string(text: str) -> str:
+    """``text`` as an SQL string literal (quotes doubled)."""
     return "'" + text.replace("'", "''") + "'"
 
 

@@ -59,6 +59,8 @@ def writes_table(a, formatter=None):
 
 
 def writes_path(output: str, fmt: str) -> str:
+    """Where the watched writes go beside an export written to ``output``
+    (``NAME.writes.FMT``)."""
     base = output[:-len(f".{fmt}")] if output.endswith(f".{fmt}") else output.rstrip("/")
     return f"{base}.writes.{fmt}"
 

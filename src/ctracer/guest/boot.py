@@ -124,6 +124,9 @@ def guest_script(argv: list[str], cwd: str, status_file: str, series: str, image
 
 def run(argv: list[str], image: str, series: str, out: str, accel: str, cpus: int,
         memory: str, timeout: float, vng: str) -> int:
+    """Boot ``image`` in a QEMU guest with virtme-ng, run ``argv`` in it as root with ``out``
+    shared read-write, pass its output through and return its exit status; a guest that
+    hangs past ``timeout`` or dies is stopped and said in one line."""
     control = os.path.join(out, ".vm-run")
     os.makedirs(control, exist_ok=True)
     status_file = os.path.join(control, "status")

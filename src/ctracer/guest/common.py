@@ -18,6 +18,7 @@ class Refused(CtracerError):
         self.exit_status = status
 
 def cache_root() -> str:
+    """Where the guests' kernels are cached (``$XDG_CACHE_HOME/ctracer/vm``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ctracer", "vm")
 

@@ -35,6 +35,7 @@ class KernelLine:
                           re.escape(self.suffix) + r"\Z")
 
     def holds(self, version: str) -> bool:
+        """Whether ``version`` belongs to this kernel line."""
         return re.fullmatch(self.version, version) is not None
 
     def packages(self, version: str, found: str) -> list[str]:

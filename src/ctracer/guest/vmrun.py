@@ -17,6 +17,8 @@ from ctracer.guest.kernels import SERIES, kernel_image
 
 
 def main(args: list[str]) -> int:
+    """``scripts/vm-run``: parse its options and run the command in a guest booting the
+    kernel asked (or only fetch the kernels)."""
     p = argparse.ArgumentParser(
         prog="vm-run", description="Run COMMAND as root in a QEMU guest booting Debian's "
         "own kernel, with this machine's file system as its root.",

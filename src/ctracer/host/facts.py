@@ -16,6 +16,7 @@ class Mechanism:
     why: str
 
     def to_json(self) -> dict:
+        """``{"works": ..., "why": ...}``."""
         return {"works": self.works, "why": self.why}
 
 
@@ -54,12 +55,14 @@ class KernelFacts:
     running_kernel: bool = True
 
     def mechanisms(self) -> dict[str, Mechanism]:
+        """The kernel's probe mechanisms by name."""
         return {"fentry": self.fentry, "kprobes": self.kprobes,
                 "kprobe_multi": self.kprobe_multi, "raw_tracepoints": self.raw_tracepoints,
                 "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs,
                 "tracing_multi": self.tracing_multi}
 
     def to_json(self) -> dict:
+        """The facts as ``ctracer plan --json`` prints them."""
         out: dict = {name: m.to_json() for name, m in self.mechanisms().items()}
         out["functions_listed_by"] = self.symbols_source or None
         out["running_kernel"] = self.running_kernel

@@ -34,11 +34,14 @@ def errno_text(err: int) -> str:
 
 
 def kernel_release() -> str:
+    """The running kernel's release (``uname -r``)."""
     return os.uname().release
 
 
 @dataclass(frozen=True)
 class ProbeSupport:
+    """Which probe mechanisms this machine offers, each found by trying it."""
+
     kprobes: Mechanism
     fentry: Mechanism
     uprobes: Mechanism
@@ -53,6 +56,7 @@ class ProbeSupport:
     tracing_multi: Mechanism = Mechanism(None, "not tried")
 
     def summary(self) -> str:
+        """One line: each mechanism with yes, no or unknown."""
         def word(s: Mechanism) -> str:
             return {True: "yes", False: "no", None: "unknown"}[s.works]
         return ", ".join(f"{name}: {word(getattr(self, name))}" for name in

@@ -96,6 +96,7 @@ def _merge(dst: str, sources: list[str]) -> None:
 
 
 def cache_root() -> str:
+    """ctracer's cache directory (``$XDG_CACHE_HOME/ctracer``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ctracer")
 

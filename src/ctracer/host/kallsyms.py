@@ -43,9 +43,11 @@ class KernelSymbols:
         return len(self.modules)
 
     def names(self) -> set[str]:
+        """Every function name kallsyms lists."""
         return set(self.modules)
 
     def module_of(self, name: str) -> Optional[str]:
+        """The module defining ``name`` (None: built in, or not listed)."""
         return self.modules.get(name)
 
     def clones(self, name: str) -> tuple[str, ...]:
@@ -238,6 +240,7 @@ class SymbolsLoader:
             self._error = e
 
     def result(self) -> Optional[KernelSymbols]:
+        """The symbols, once the loading thread is done (None: they could not be read)."""
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -20,6 +20,7 @@ DEBUG_PLACES = ("/usr/lib/debug/boot/vmlinux-{release}",
 
 
 def running_build_id(notes: str = KERNEL_NOTES) -> Optional[str]:
+    """The running kernel's build id from its notes (None when they cannot be read)."""
     try:
         with open(notes, "rb") as f:
             return notes_build_id(f.read())

@@ -73,6 +73,7 @@ class PlannedProbe:
 
     @property
     def placed(self) -> bool:
+        """Whether the method gets a probe that attaches."""
         return self.kind is not None and self.attachable is True
 
 
@@ -89,12 +90,15 @@ class ProbePlan:
         return [p for p in self.probes if p.placed]
 
     def left_out(self) -> list[PlannedProbe]:
+        """The probes that get no kind (not traced)."""
         return [p for p in self.probes if p.kind is None]
 
     def of_kind(self, *kinds: str) -> list[PlannedProbe]:
+        """The probes of the ``kinds`` given."""
         return [p for p in self.probes if p.kind in kinds]
 
     def by_function(self) -> dict[str, list[PlannedProbe]]:
+        """The probes grouped by function name."""
         out: dict[str, list[PlannedProbe]] = {}
         for p in self.probes:
             out.setdefault(p.function, []).append(p)

@@ -70,6 +70,7 @@ class Link:
 
     @property
     def type_text(self) -> str:
+        """``kind name`` of the struct crossed."""
         return f"{self.kind} {self.name}"
 
     def to_json(self) -> dict:
@@ -105,10 +106,12 @@ class Method(NamedTuple):
 
     @property
     def is_tracepoint(self) -> bool:
+        """Whether the method is a tracepoint."""
         return isinstance(self.function, TracepointInfo)
 
     @property
     def name(self) -> str:
+        """The function's (or tracepoint's) name."""
         return self.function.name
 
     @property
@@ -127,6 +130,7 @@ class Method(NamedTuple):
         return f"{self.route_form} (param {index + 1})"
 
     def to_json(self) -> dict:
+        """The method as ``ctracer functions --json`` prints it."""
         f = self.function
         out = {
             "function": f.name, "key": self.key, "reach": self.route_kind,
@@ -159,9 +163,11 @@ class Discovery:
 
     @property
     def target(self) -> str:
+        """``struct NAME`` (or ``union NAME``)."""
         return f"{self.kind.value} {self.name}"
 
     def counts_by_route_kind(self) -> dict[str, int]:
+        """Methods per route kind."""
         c = Counter(m.route_kind for m in self.methods)
         return {k: c[k] for k in ROUTE_KINDS if c[k]}
 

@@ -46,6 +46,9 @@ class EnumSource(Protocol):
 
 @dataclass(frozen=True)
 class DisplayHint:
+    """How to show a field's raw value: as the name of an enum's enumerator, or as the
+    names of its bits."""
+
     struct: str                       # "" with ``ctype``: a member of that type anywhere
     field: str                        # the mini field's dotted path ("" with ``ctype``)
     how: str                          # "enum" or "bits"
@@ -63,6 +66,7 @@ class DisplayHint:
 
     @property
     def enum_text(self) -> str:
+        """The enum in words: ``enum NAME``, or ``the enum of ENUMERATOR`` for an anonymous one."""
         return f"enum {self.enum}" if self.enum else f"the enum of {self.enumerator}"
 
 
@@ -121,6 +125,7 @@ def annotate_arguments(arguments: dict, types: EnumSource) -> dict:
 
 
 def hints_for(struct: str) -> tuple[DisplayHint, ...]:
+    """The display hints of ``struct``'s fields."""
     return tuple(h for h in HINTS if h.struct == struct)
 
 

@@ -33,6 +33,9 @@ from ctracer.plan.mini import member_fields
 
 @dataclass(frozen=True)
 class HeadRule:
+    """When an object of ``struct`` is only its head: the shared first member, the state
+    field that tells, the states that mean so."""
+
     struct: str
     member: str               # the first member, shared with the smaller objects
     state: str                # dotted path of the field saying which object it is
@@ -73,6 +76,7 @@ class HeadRead:
     identity: tuple[str, ...] = ()     # the rule's identity fields the mini records
 
     def to_json(self) -> dict:
+        """The head read as the trace's meta ``head_read`` stores it."""
         return {"member": self.member, "bytes": [self.start, self.end],
                 "state_offset": self.state_offset, "state_size": self.state_size,
                 "states": [list(s) for s in self.states], "fields": list(self.fields),
@@ -126,6 +130,8 @@ def resolve(rule: HeadRule, graph: TypeGraph, layout: Layout,
 
 def head_read_for(struct: str, graph: TypeGraph, layout: Layout,
                   types: EnumSource) -> Optional[HeadRead]:
+    """The head read of ``struct`` for this mini layout (None: no rule, or the debug info
+    lacks what the rule needs)."""
     for rule in RULES:
         if rule.struct == struct:
             found = resolve(rule, graph, layout, types)

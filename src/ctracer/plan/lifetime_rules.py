@@ -87,6 +87,9 @@ TCP_SYN_RECV = 3
 
 @dataclass(frozen=True)
 class LifetimeRule:
+    """A rule that starts or ends an object's lifetime: a tracepoint or function taking the
+    object, optionally only when an argument equals a value."""
+
     struct: str
     #: the tracepoint's or the function's name
     function: str
@@ -112,6 +115,7 @@ class LifetimeRule:
                 "equals": self.equals, "rule": self.why}
 
     def applies(self, args: dict) -> bool:
+        """Whether the rule holds for a hit with these arguments."""
         return self.arg is None or args.get(self.arg) == self.equals
 
     @property
@@ -164,6 +168,7 @@ class LifetimeRuleError(UsageError):
 
 
 def rules_for(struct: str) -> tuple[LifetimeRule, ...]:
+    """The lifetime rules written for ``struct``."""
     return tuple(r for r in RULES if r.struct == struct)
 
 

@@ -425,6 +425,7 @@ def _dedupe(fields: list[Field], skipped: list[Skipped]) -> list[Field]:
 
 
 def mini_name(struct_name: str) -> str:
+    """The C name of ``struct_name``'s mini struct (``ctracer__mini_NAME``)."""
     return c_identifier(f"ctracer__mini_{struct_name}")
 
 

@@ -63,16 +63,19 @@ class Placement:
 
     @property
     def padding(self) -> int:
+        """Bytes after the last item up to the size."""
         if not self.items:
             return self.size
         return self.size - self.offsets[-1] - self.items[-1].size
 
     @property
     def hole_bytes(self) -> int:
+        """Bytes of holes between items."""
         return sum(self.holes)
 
     @property
     def cost(self) -> tuple[int, int, int]:
+        """What a packing minimizes, in order: size, hole bytes, holes."""
         holes = self.holes
         return (self.size, sum(holes), sum(1 for h in holes if h))
 

@@ -22,6 +22,9 @@ from typing import Any, Optional, Sequence
 
 @dataclass(frozen=True)
 class Announced:
+    """A tracepoint that announces a store to a field: its argument holds the value the
+    field takes, so the hit stands for the store."""
+
     struct: str
     tracepoint: str
     field: str       # the mini field's dotted path the store writes
@@ -37,11 +40,14 @@ class Announced:
 
     @classmethod
     def from_json(cls, d: dict) -> "Announced":
+        """The store back from `to_json`'s dict."""
         return cls(str(d["struct"]), str(d["tracepoint"]), str(d["field"]),
                    str(d["argument"]), str(d.get("rule") or ""), str(d.get("before") or ""))
 
     @property
     def continuity_text(self) -> str:
+        """The rule in words, for the report: a hit whose old value is not the last one stored
+        is another object."""
         return (f"{self.struct}: an {self.tracepoint} hit whose {self.before} is not the "
                 f"state the address's last one stored is another {self.struct}")
 

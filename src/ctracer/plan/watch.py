@@ -38,16 +38,21 @@ class WatchWord:
 
 @dataclass(frozen=True)
 class WatchPlan:
+    """The words ``--watch`` arms on each object and how many writes one object may take
+    before its breakpoints move on; stored in the trace's meta as ``watch_plan``."""
+
     words: tuple[WatchWord, ...]
     #: writes recorded for one object before its breakpoints move to another one
     budget: int = 1000
 
     @property
     def fields(self) -> list[str]:
+        """The fields watched, in the order of their first word."""
         return list(dict.fromkeys(w.field for w in self.words))
 
     @property
     def objects_at_once(self) -> int:
+        """How many objects the debug registers hold at once."""
         return max(1, DEBUG_REGISTERS // len(self.words)) if self.words else 0
 
     def describe(self) -> str:
@@ -59,6 +64,7 @@ class WatchPlan:
                 f"left at the end of its life or after {self.budget} writes")
 
     def to_json(self) -> str:
+        """The plan as the trace file's meta ``watch_plan`` stores it."""
         return json.dumps({"budget": self.budget, "words": [w.__dict__ for w in self.words]})
 
     @classmethod

@@ -47,6 +47,8 @@ _TOKEN = re.compile(r"\s*(?:(?P<addr>\d+(?:\.\d+)+(?![\w.])|(?:[0-9A-Fa-f]{0,4}:
 
 @dataclass(frozen=True)
 class Compare:
+    """``field OP value`` in ``--where``, the value raw as the probe compares it."""
+
     field: Field
     op: str
     value: int        # the raw value the probe compares
@@ -54,17 +56,23 @@ class Compare:
 
 @dataclass(frozen=True)
 class Not:
+    """``!condition`` in ``--where``."""
+
     operand: "Condition"
 
 
 @dataclass(frozen=True)
 class And:
+    """``left && right`` in ``--where``."""
+
     left: "Condition"
     right: "Condition"
 
 
 @dataclass(frozen=True)
 class Or:
+    """``left || right`` in ``--where``."""
+
     left: "Condition"
     right: "Condition"
 

@@ -293,6 +293,7 @@ class Text:
         self.lines.extend(lines)
 
     def block(self, text: str) -> None:
+        """Append ``text``'s lines."""
         self.lines.extend(text.rstrip("\n").split("\n"))
 
     def __str__(self) -> str:

@@ -66,6 +66,7 @@ class KernelProgram:
         return self.admission.processes
 
     def rows_with_return_value(self) -> frozenset[int]:
+        """The function rows whose exits record a return value."""
         return frozenset(row for f in self.kfunctions if f.returns for row in f.row_ids)
 
     def return_kinds(self) -> dict[int, str]:
@@ -73,6 +74,7 @@ class KernelProgram:
         return {row: f.return_kind for f in self.kfunctions if f.return_kind for row in f.row_ids}
 
     def args_by_row(self) -> dict[int, tuple[Argument, ...]]:
+        """The tracepoint arguments recorded, per function row."""
         out = {row: tp.args for tp in self.tracepoints for row in tp.row_ids}
         out.update({row: f.args for f in self.kfunctions for row in f.row_ids if f.args})
         return out

@@ -124,6 +124,8 @@ class KernelFunction:
 
     @property
     def slot_count(self) -> int:
+        """The ways the program it runs holds (the smallest of `SLOT_COUNTS` holding its
+        rows)."""
         return next(n for n in SLOT_COUNTS if n >= len(self.slots))
 
     def program(self, kind: str, task_storage: bool = True) -> str:
@@ -133,6 +135,7 @@ class KernelFunction:
 
     @property
     def row_ids(self) -> tuple[int, ...]:
+        """The function rows of the function, one per way it reaches the object."""
         return tuple(s.row for s in self.slots)
 
 
@@ -292,6 +295,7 @@ def _kfn_slots_offset() -> int:
 
 
 def kfn_size() -> int:
+    """Bytes of one function's entry in the kernel programs' function table."""
     return _kfn_slots_offset() + MAX_SLOTS * _slot_size()
 
 

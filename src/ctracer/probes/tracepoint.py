@@ -104,6 +104,9 @@ class TracepointSlot:
 
 @dataclass(frozen=True)
 class ProbedTracepoint:
+    """A tracepoint the programs probe: its index, arguments and the methods it reaches
+    the object by."""
+
     index: int
     name: str
     args: tuple[Argument, ...]
@@ -123,6 +126,7 @@ class ProbedTracepoint:
 
     @property
     def row_ids(self) -> tuple[int, ...]:
+        """The function rows of the tracepoint, one per way it reaches the object."""
         return tuple(s.id for s in self.slots)
 
 
@@ -534,6 +538,7 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout,
 
 
 def program_name(slots: int) -> str:
+    """The name of the tracepoint program for ``slots`` methods."""
     return f"ctracer_tp_s{slots}"
 
 
@@ -635,6 +640,7 @@ _TP_HEAD = _struct.Struct("<BB6x")
 
 
 def tp_size() -> int:
+    """Bytes of one tracepoint's entry in the tracepoint programs' table."""
     return _TP_HEAD.size + SLOT_COUNTS[-1] * _TPSLOT.size
 
 

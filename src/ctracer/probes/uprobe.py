@@ -85,6 +85,8 @@ ARCHES = {
 
 
 def host_arch() -> Arch:
+    """This machine's architecture's calling convention; a `BPFUnavailable` on one not
+    supported."""
     machine = platform.machine()
     if machine not in ARCHES:
         from ctracer.errors import BPFUnavailable
@@ -118,14 +120,17 @@ class ProbedFunction:
 
     @property
     def entry_probe(self) -> str:
+        """The name of the function's entry program."""
         return f"ctracer_entry_{self.index}"
 
     @property
     def exit_probe(self) -> str:
+        """The name of the function's exit program."""
         return f"ctracer_exit_{self.index}"
 
     @property
     def row_ids(self) -> tuple[int, ...]:
+        """The function rows of the function, one per way it reaches the object."""
         return tuple(s.id for s in self.slots)
 
 

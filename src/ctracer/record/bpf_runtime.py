@@ -75,6 +75,8 @@ def _effective_caps() -> int:
 
 
 def check_privileges() -> None:
+    """Refuse in one line unless the process may load BPF (root, CAP_SYS_ADMIN, or
+    CAP_BPF with CAP_PERFMON)."""
     if os.geteuid() == 0:
         return
     caps = _effective_caps()
@@ -584,6 +586,8 @@ class ProbeSession:
         return self.kernel_links.missed() if self.kernel_links is not None else {}
 
     def lost(self) -> int:
+        """Events the programs could not write to the ring buffer (their ``ctracer_lost``
+        counter)."""
         table = self.bpf[b"ctracer_lost"]
         return int(sum(table[ctypes.c_int(0)]))
 

@@ -56,6 +56,7 @@ def _attr(address: int, length: int, user: bool, disabled: bool) -> ctypes.Array
 
 
 def refusal_text(err: int) -> str:
+    """Why the kernel refused a breakpoint with ``err``, in words."""
     why = {errno.EPERM: "not permitted here (kernel addresses need a kernel that allows "
                         "kernel breakpoints)",
            errno.EACCES: "not permitted here",
@@ -126,6 +127,7 @@ def _parse_cpus(text: str) -> list[int]:
 
 
 def threads_of(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` ([] when it has gone)."""
     try:
         return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
     except OSError:

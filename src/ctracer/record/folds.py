@@ -17,6 +17,9 @@ from ctracer.tracefile import folds
 
 
 class FoldDrain:
+    """Empties the kernel's fold maps into the trace file's ``folded_calls``, one map per
+    commit."""
+
     @classmethod
     def of(cls, program, session) -> Optional["FoldDrain"]:
         """A drain for ``program`` when it folds calls (``--calls changes``), else None."""

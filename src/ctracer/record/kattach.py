@@ -82,6 +82,7 @@ class AttachResult:
 
     @property
     def complete(self) -> bool:
+        """Whether every entry and exit program attached."""
         return not self.entry and not self.exit
 
     @property
@@ -94,6 +95,7 @@ class AttachResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the entry programs attached."""
         return not self.entry
 
 
@@ -718,6 +720,7 @@ class KernelLinks:
                 "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
     def close(self) -> None:
+        """Detach: close every link, then the programs."""
         links, self.link_fds, self.multi_fds, self.perf_fds = self.link_fds, [], [], []
         close_in_parallel(links)
         progs, self.prog_fds = self.prog_fds, []

@@ -82,6 +82,7 @@ class LiveObjects:
         self._call: Optional[_Call] = None
 
     def name(self, address: int) -> str:
+        """The object's name as the pages give it (``ADDRESS``, ``ADDRESS-2``...)."""
         return object_name(address, self.number.get(address, 1))
 
     def event_name(self, address: int, *, row: int, phase: str) -> str:

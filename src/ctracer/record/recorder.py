@@ -53,6 +53,9 @@ class ProgressCounts:
 
 @dataclass
 class RecordResult:
+    """What a recording did: the trace written, its counts, the probes attached and
+    failed, and the times it took."""
+
     path: str
     events: int
     objects: int
@@ -398,6 +401,7 @@ class GatedCommand:
             self._gate = -1
 
     def poll(self) -> Optional[int]:
+        """The command's exit status (None while it runs)."""
         if self.returncode is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:

@@ -34,6 +34,9 @@ from ctracer.probes import ProbeProgram
 
 @dataclass(frozen=True)
 class TraceRequest:
+    """What to trace, as ``ctracer trace``'s options say it: the struct, its type source,
+    the methods and fields to keep, the filters and limits."""
+
     kind: ShapeKind
     name: str
     source: TypeSource = field(default_factory=TypeSource)
@@ -81,6 +84,9 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class BuiltTrace:
+    """A trace request made ready: the probe program, the trace file's meta, the binary
+    probed (None: the kernel) and the watch plan."""
+
     program: ProbeProgram
     meta: dict
     #: the binary whose uprobes are attached; None for a kernel
@@ -90,6 +96,7 @@ class BuiltTrace:
 
     @property
     def is_kernel(self) -> bool:
+        """Whether the trace is of the kernel."""
         return self.binary is None
 
 

@@ -45,9 +45,13 @@ MAX_WAIT_NS = 1_000_000_000
 
 
 class Formatter(Protocol):
-    def show(self, field: str, value: Any) -> str: ...
+    """What ``--tail`` needs to show a field's or a tracepoint argument's value."""
 
-    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str: ...
+    def show(self, field: str, value: Any) -> str:
+        """A field's value as shown."""
+
+    def show_arg(self, name: str, value: Any, kind: Any = None, row: Any = None) -> str:
+        """A tracepoint argument's value as shown (``row``: its function row)."""
 
 
 class _Raw:

@@ -37,9 +37,11 @@ class Verdicts:
     load_seconds: float = 0.0
 
     def get(self, probe: PlannedProbe) -> tuple[Optional[bool], str]:
+        """The verifier's verdict on ``probe`` (True, False, None: not tried) and why."""
         return self.by_probe.get((probe.function, probe.kind or ""), (None, self.untried))
 
     def counts(self) -> dict[str, int]:
+        """How many probes the verifier accepted and rejected."""
         out = {"accepted": 0, "rejected": 0}
         for ok, _ in self.by_probe.values():
             if ok is True:

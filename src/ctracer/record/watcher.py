@@ -59,6 +59,9 @@ class _Armed:
 
 
 class Watcher:
+    """Arms the plan's write breakpoints on the objects a recording admits, and turns the
+    writes they trap into `Write` rows."""
+
     def __init__(self, plan: WatchPlan, program, prog_fd: int, *, kernel: bool):
         self.plan = plan
         self.kernel = kernel

@@ -264,4 +264,5 @@ def svg(counts: CallGraphCounts, names: dict[int, str], root_label: str,
 
 
 def dot_available() -> bool:
+    """Whether Graphviz's ``dot`` is on the PATH."""
     return shutil.which("dot") is not None

@@ -50,6 +50,9 @@ class OutputDirError(OutputError):
 
 @dataclass
 class RenderResult:
+    """What a render wrote: the report's directory and index page, the objects rendered
+    of all, the events, the time of each step and notes for the user."""
+
     out_dir: str
     index: str
     objects_total: int

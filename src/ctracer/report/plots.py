@@ -70,10 +70,12 @@ class Series:
 
     @classmethod
     def of_points(cls, label: str, points: Sequence[tuple[int, Any]], end_ns: int) -> "Series":
+        """A series from (time, value) points."""
         return cls(label, [t for t, _ in points], [v for _, v in points], end_ns)
 
     @property
     def points(self) -> list[tuple[int, Any]]:
+        """The series as (time, value) points."""
         times = self.times.tolist() if hasattr(self.times, "tolist") else self.times
         return list(zip(times, self.values))
 
@@ -126,6 +128,8 @@ def objects_in(series: list) -> int:
 
 @dataclass
 class FieldPlot:
+    """A PNG plot of one field over time, one series per object."""
+
     path: str
     field: str
     title: str
@@ -147,6 +151,8 @@ class StripPlot:
 
 @dataclass
 class DurationPlot:
+    """A PNG plot of one method's call durations over time."""
+
     path: str
     title: str
     call_times: Any  # ns since trace start (an array or a list)
@@ -155,6 +161,8 @@ class DurationPlot:
 
 @dataclass
 class CallCountPlot:
+    """A PNG bar chart of calls (or tracepoint hits) per function."""
+
     path: str
     title: str
     bars: list[tuple[str, int]] = field(default_factory=list)  # (function, calls)

@@ -67,6 +67,9 @@ class _Series(dict):
 
 @dataclass(frozen=True)
 class Column:
+    """A column of the index's object list: its name, the fields it needs and how its
+    text is made from an object."""
+
     name: str
     fields: tuple[str, ...]   # what it needs recorded (any one of them for `any_field`)
     text: Callable[[Seen, ValueFormatter], str]
@@ -229,4 +232,5 @@ def columns_for(struct: str, recorded: Sequence[str],
 
 
 def summary(obj: Seen, columns: Sequence[Column], fmt: ValueFormatter) -> list[str]:
+    """An object's texts, one per column."""
     return [c.text(obj, fmt) for c in columns]

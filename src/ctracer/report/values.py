@@ -41,6 +41,7 @@ class TextMemo(dict):
     CAP = 200_000
 
     def remember(self, key: Any, text: str) -> str:
+        """Keep ``text`` under ``key`` (everything forgotten once past `CAP`) and return it."""
         if len(self) > self.CAP:
             self.clear()
         self[key] = text

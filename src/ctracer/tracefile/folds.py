@@ -41,6 +41,7 @@ def _signed(v: int) -> int:
 
 
 def create(db: sqlite3.Connection) -> None:
+    """Create the ``folded_calls`` table in ``db``."""
     db.executescript(SCHEMA)
 
 

@@ -92,6 +92,7 @@ def to_sql_u64(v: Optional[int]) -> Optional[int]:
 
 
 def from_sql_u64(v: Optional[int]) -> Optional[int]:
+    """A u64 back from SQLite's signed 64-bit integer."""
     if v is None:
         return None
     return v + _U64 if v < 0 else v
@@ -99,6 +100,8 @@ def from_sql_u64(v: Optional[int]) -> Optional[int]:
 
 @dataclass(frozen=True)
 class Event:
+    """One event as the trace file's reader yields it (`Trace.events`)."""
+
     seq: int
     ts_ns: int
     cpu: int
@@ -209,6 +212,7 @@ class RawDecoder:
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> "RawDecoder":
+        """The decoder of the events of a trace with this meta."""
         return cls(Layout.from_json(meta["mini_layout"]),
                    json.loads(meta.get("return_value_functions") or "[]"),
                    json.loads(meta.get("tracepoint_args") or "{}"),
@@ -388,6 +392,7 @@ def decode_spool(db: sqlite3.Connection, decoder: RawDecoder,
 
 
 def now_iso() -> str:
+    """Now, in UTC, as ISO 8601 with milliseconds."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 

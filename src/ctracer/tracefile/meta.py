@@ -108,6 +108,7 @@ class TraceMeta(Mapping[str, str]):
 
     @property
     def struct_name(self) -> str:
+        """The name of the struct traced."""
         return self._entries["struct_name"]
 
     @property
@@ -117,6 +118,7 @@ class TraceMeta(Mapping[str, str]):
 
     @property
     def trace_id(self) -> str:
+        """The trace's id (`trace_id_of`)."""
         return trace_id_of(self._entries)
 
     @property
@@ -136,6 +138,7 @@ class TraceMeta(Mapping[str, str]):
 
     @property
     def stopped_by(self) -> Optional[str]:
+        """What ended the recording (None: not said)."""
         return self._entries.get("stopped_by")
 
     @property

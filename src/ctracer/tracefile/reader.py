@@ -212,6 +212,7 @@ class Trace:
 
     @property
     def struct_name(self) -> str:
+        """The name of the struct traced."""
         return self.meta.struct_name
 
     @functools.cached_property
@@ -221,9 +222,11 @@ class Trace:
 
     @property
     def struct_kind(self) -> str:
+        """``struct`` or ``union``."""
         return self.meta.struct_kind
 
     def meta_json(self, key: str, default: Any = None) -> Any:
+        """The meta entry ``key`` decoded from JSON (`TraceMeta.json`)."""
         return self.meta.json(key, default)
 
     def _span(self) -> tuple[int, Optional[int], Optional[int]]:
@@ -366,6 +369,7 @@ class Trace:
         return values
 
     def event_count(self) -> int:
+        """How many events the trace holds."""
         return self._span()[0]
 
     def objects(self) -> list[tuple[int, int]]:
@@ -375,4 +379,5 @@ class Trace:
         return list(zip(addresses[order].tolist(), counts[order].tolist()))
 
     def close(self) -> None:
+        """Close the trace file."""
         self.db.close()

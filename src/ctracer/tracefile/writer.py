@@ -83,12 +83,14 @@ class TraceWriter:
             self._reserve = None
 
     def set_meta(self, **items: Any) -> None:
+        """Write meta entries (JSON for anything not text)."""
         rows = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in items.items()]
         self._meta.update(rows)
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
         self.db.commit()
 
     def add_functions(self, rows: Iterable[FunctionRow]) -> None:
+        """Write the functions table's rows."""
         self.db.executemany(
             "INSERT OR REPLACE INTO functions VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(r.id, r.name, r.unit, r.route_kind, r.route_text, to_sql_u64(r.address), r.attached)
@@ -200,6 +202,7 @@ class TraceWriter:
             self._checkpointer.kick()
 
     def flush(self) -> None:
+        """Write the events added since the last flush."""
         if self._pending:
             self.db.executemany(INSERT_EVENTS, self._pending)
             self.events_written += len(self._pending)

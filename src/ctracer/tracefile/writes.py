@@ -51,11 +51,15 @@ def _u64(v: Optional[int]) -> Optional[int]:
 
 
 def create(db: sqlite3.Connection) -> None:
+    """Create the tables of ``--watch``'s writes, arms and sites in ``db``."""
     db.executescript(SCHEMA)
 
 
 @dataclass(frozen=True)
 class Write:
+    """One write a breakpoint trapped: when, where (object, field, word), the instruction,
+    the value written and the one before, and its call stack."""
+
     ts_ns: int
     cpu: int
     pid: int
@@ -73,6 +77,9 @@ class Write:
 
 @dataclass(frozen=True)
 class Arm:
+    """One object's time under watch: when admitted, armed and disarmed, its writes and
+    why it ended."""
+
     object: int
     pid: int
     admitted_ns: int
@@ -84,6 +91,8 @@ class Arm:
 
 @dataclass(frozen=True)
 class Site:
+    """An instruction address resolved to its function, source line and inlining."""
+
     pid: int
     address: int
     kind: str
@@ -105,6 +114,7 @@ class Site:
 
     @property
     def source(self) -> str:
+        """``file:line`` ("" when unknown)."""
         return f"{self.file}:{self.line}" if self.file and self.line else ""
 
     @property
@@ -124,6 +134,7 @@ class Site:
 
 
 def add_writes(db: sqlite3.Connection, rows: Iterable[Write]) -> None:
+    """Insert the write rows."""
     db.executemany(
         "INSERT INTO watch_writes(ts_ns, cpu, pid, tid, object, field, word_offset, length,"
         " ip, value, old, unchanged, stack) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -133,12 +144,14 @@ def add_writes(db: sqlite3.Connection, rows: Iterable[Write]) -> None:
 
 
 def add_arms(db: sqlite3.Connection, rows: Iterable[Arm]) -> None:
+    """Insert the arm rows."""
     db.executemany("INSERT INTO watch_arms VALUES (?,?,?,?,?,?,?)",
                    [(_sql(a.object), a.pid, a.admitted_ns, a.armed_ns, a.disarmed_ns,
                      a.writes, a.ended) for a in rows])
 
 
 def add_sites(db: sqlite3.Connection, rows: Iterable[Site]) -> None:
+    """Insert (or replace) the site rows."""
     db.executemany("INSERT OR REPLACE INTO watch_sites VALUES (?,?,?,?,?,?,?,?,?,?)",
                    [(s.pid, _sql(s.address), s.kind, s.function, s.offset, s.file, s.line,
                      s.inlined, s.module, s.inlined_from) for s in rows])
@@ -150,6 +163,7 @@ def _has(db: sqlite3.Connection, table: str) -> bool:
 
 
 def read_writes(db: sqlite3.Connection) -> list[Write]:
+    """The writes recorded, in time order ([] in a trace without them)."""
     if not _has(db, "watch_writes"):
         return []
     return [Write(_u64(r[0]), r[1], r[2], r[3], _u64(r[4]), r[5], r[6], r[7], _u64(r[8]),
@@ -160,6 +174,7 @@ def read_writes(db: sqlite3.Connection) -> list[Write]:
 
 
 def read_arms(db: sqlite3.Connection) -> list[Arm]:
+    """The arms recorded, in time order ([] in a trace without them)."""
     if not _has(db, "watch_arms"):
         return []
     return [Arm(_u64(r[0]), *r[1:]) for r in db.execute(
@@ -167,6 +182,7 @@ def read_arms(db: sqlite3.Connection) -> list[Arm]:
 
 
 def read_sites(db: sqlite3.Connection) -> dict[tuple[int, int, str], Site]:
+    """The sites, by (pid, address, kind) ({} in a trace without them)."""
     if not _has(db, "watch_sites"):
         return {}
     out = {}

@@ -27,6 +27,7 @@ INDEX_VERSION = 1
 
 
 def digest(data: bytes, base_digest: Optional[str] = None) -> str:
+    """The cache key of a BTF blob (with the digest of the base BTF a split one builds on)."""
     h = hashlib.sha256()
     if base_digest:
         h.update(base_digest.encode())
@@ -35,6 +36,7 @@ def digest(data: bytes, base_digest: Optional[str] = None) -> str:
 
 
 def index_path(key: str) -> str:
+    """The cache file of the BTF index under ``key``."""
     return os.path.join(cache_dir(), f"btf-index-{key[:40]}.marshal")
 
 

@@ -53,6 +53,7 @@ _VLEN_MASK = 0xFFFFFF
 
 
 def kind_name(kind: int) -> str:
+    """The name of a BTF kind number (``KIND_N`` for one this reader does not know)."""
     return KIND_NAMES[kind] if kind < len(KIND_NAMES) else f"KIND_{kind}"
 
 
@@ -79,6 +80,7 @@ class BtfRecord:
 
     @property
     def kind_name(self) -> str:
+        """The name of the record's BTF kind."""
         return kind_name(self.kind)
 
 
@@ -244,6 +246,7 @@ class BtfData:
         return self.words[self.offsets[tid] + 2]
 
     def info(self, tid: int) -> int:
+        """The info word of type ``tid``'s record."""
         return self.words[self.offsets[tid] + 1]
 
     def ids_of_kind(self, kind: int) -> list[int]:

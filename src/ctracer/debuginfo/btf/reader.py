@@ -133,6 +133,7 @@ class BtfModel:
         return self._composites
 
     def struct_id(self, name: str, kind: ShapeKind = ShapeKind.STRUCT) -> Optional[int]:
+        """The type id of the struct (or union) ``name`` (None: none)."""
         return self.composites().get((kind, name))
 
     def find_enum(self, name: Optional[str] = None,

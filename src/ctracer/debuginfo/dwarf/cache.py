@@ -80,11 +80,13 @@ def source_key(path: str, build_id: Optional[str] = None) -> str:
 
 
 def cache_path(key: str, kind: str) -> str:
+    """The cache file of ``kind`` for ``key``, its name reduced to safe characters."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{kind}-{key}")
     return os.path.join(cache_dir(), safe + ".sqlite")
 
 
 def source_identity(path: str, build_id: Optional[str] = None) -> dict:
+    """What identifies a debug-info file for the cache: real path, size, build id."""
     st = os.stat(path)
     return {"path": os.path.realpath(path), "size": st.st_size, "build_id": build_id or ""}
 
@@ -138,6 +140,7 @@ class SqliteCatalog(Catalog):
         self._structs: dict = {}
 
     def close(self) -> None:
+        """Close the cache database."""
         self.db.close()
 
     def _shape(self, index: int) -> TypeShape:
@@ -369,4 +372,5 @@ def _shape_ref(shape: ShapeTuple) -> tuple:
 
 
 def shape_tuple(s: TypeShape) -> ShapeTuple:
+    """A `TypeShape` as the tuple the cache stores (`shape_from_tuple` reads it back)."""
     return (s.kind.value, s.name, s.pointers, s.const, s.text)

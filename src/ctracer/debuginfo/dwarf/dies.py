@@ -122,12 +122,14 @@ class SectionFile:
         return getattr(self, name)
 
     def seek(self, position: int, whence: int = 0) -> int:
+        """Move within the section (``whence`` as for a file); the new position."""
         if whence == 1:
             return self.file.seek(position, 1) - self.offset
         base = self.offset + (self.size if whence == 2 else 0)
         return self.file.seek(base + position) - self.offset
 
     def tell(self) -> int:
+        """The position in the section."""
         return self.file.tell() - self.offset
 
     def close(self) -> None:
@@ -222,6 +224,7 @@ def attr_ref(die, name: str) -> Optional[int]:
 
 
 def attr_str(die, name: str) -> Optional[str]:
+    """A DIE's string attribute ``name``, decoded (None when absent or not a string)."""
     a = die.attributes.get(name)
     if a is None or a.value is None:
         return None
@@ -238,6 +241,8 @@ def attr_flag(die, name: str) -> bool:
 
 
 def attr_int(die, name: str) -> Optional[int]:
+    """A DIE's integer attribute ``name`` (a DWARF 2/3 ``DW_OP_plus_uconst`` location
+    read as its offset); None when absent."""
     a = die.attributes.get(name)
     if a is None:
         return None
@@ -265,6 +270,7 @@ def _sign_extend(value: int, form: str) -> int:
 
 
 def array_dims(die) -> tuple:
+    """An array DIE's dimensions from its subranges (None for one without a bound)."""
     dims = []
     for sub in children(die):
         if sub.tag not in ("DW_TAG_subrange_type", "DW_TAG_enumeration_type"):

@@ -241,6 +241,8 @@ def _struct_of(fmt: str) -> _struct.Struct:
 
 @dataclass(slots=True)
 class UnitFormat:
+    """Where a unit sits in .debug_info and how it is encoded."""
+
     offset: int          # .debug_info offset of the unit header
     version: int
     offset_size: int
@@ -271,6 +273,7 @@ class Sections:
 
 
 def read_uleb(buf, pos: int) -> tuple[int, int]:
+    """The unsigned LEB128 at ``pos`` of ``buf`` and the position after it."""
     value = buf[pos]
     pos += 1
     if value < 0x80:
@@ -287,6 +290,7 @@ def read_uleb(buf, pos: int) -> tuple[int, int]:
 
 
 def read_sleb(buf, pos: int) -> tuple[int, int]:
+    """The signed LEB128 at ``pos`` of ``buf`` and the position after it."""
     value, shift = 0, 0
     while True:
         byte = buf[pos]

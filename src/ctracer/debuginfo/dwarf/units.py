@@ -358,6 +358,8 @@ def _summarize_functions(tables: UnitTables, shapes: ShapeResolver,
 
 def unit_function(tables: UnitTables, shapes: ShapeResolver, sp: Subprogram,
                   decl: Optional[Subprogram] = None, copies=()) -> Optional[UnitFunction]:
+    """A subprogram as a `UnitFunction` of the catalog (its declaration filling in what the
+    definition leaves out); None for one without a name."""
     name = sp.name or (decl.name if decl else None)
     if not name:
         return None
@@ -538,6 +540,7 @@ def _fold_inline_copies(functions: list) -> list:
 
 
 def shape_from_tuple(t: tuple) -> TypeShape:
+    """A `TypeShape` back from the cache's tuple (`shape_tuple`)."""
     kind, name, pointers, const, text = t
     return TypeShape(ShapeKind(kind), name, pointers, const, text)
 

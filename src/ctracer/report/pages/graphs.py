@@ -54,6 +54,7 @@ def _prepare_graph(site: ReportSite, directory: str, counts: CallGraphCounts, ro
 
 
 def layout_graphs(site: ReportSite) -> None:
+    """Lay out every call-graph shape the pages asked for, at once."""
     site.placed, notes = graphs.layout_shapes(site.shape_graphs)
     site.shape_graphs = {}
     site.notes.extend(notes)

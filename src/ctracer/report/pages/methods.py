@@ -9,6 +9,8 @@ from ctracer.report.pages.site import METHODS_DIR, ReportSite
 
 
 def write_methods(site: ReportSite) -> None:
+    """The methods page: per method its calls and times, with duration plots and the calls
+    bar chart."""
     rows = site.method_rows(site.data.methods)
     for stats in site.data.methods.values() if site.plots else ():
         if len(stats.durations):

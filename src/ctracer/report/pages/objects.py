@@ -15,6 +15,7 @@ from ctracer.report.pages.changes import changes_page
 
 
 def write_object(site: ReportSite, o: int) -> None:
+    """The pages of object ``o``: its timeline, its changes and its plots."""
     a = site.data
     d, label = a.objects.dirnames[o], a.objects.labels[o]
     start = a.start_ns
@@ -88,6 +89,7 @@ class _ObjectSeries:
 
 
 def write_all_objects(site: ReportSite) -> None:
+    """The timeline of all objects together."""
     a = site.data
     changes = a.changes_by_seq()
     n_objects = len(a.objects)

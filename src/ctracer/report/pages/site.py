@@ -338,6 +338,7 @@ class ReportSite:
         return f"outside traced calls, seen on entry to {seen_at}"
 
     def object_href(self, o: int, from_root: str) -> str:
+        """The link to object ``o``'s page from a page ``from_root`` below the report's root."""
         return f"{from_root}{self.data.objects.dirnames[o]}/index.html" \
             if o in self.rendered else ""
 
@@ -372,5 +373,6 @@ class ReportSite:
 
     @property
     def struct_title(self) -> str:
+        """The struct as the pages' headings name it."""
         s = self.data.summary
         return f"{s.struct_kind} {s.struct_name}"
