@@ -30,6 +30,13 @@ from support.cbuild import Build, compile_c
 
 pytest_plugins = ["support.vmguest", "support.tiers"]
 
+# Debian installs bpftool (which reads BTF files, no privilege needed) in /usr/sbin, which
+# an ordinary user's PATH lacks: the oracle tests that run it would skip for that user.
+_SBIN = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin")
+         if d not in os.environ.get("PATH", "").split(os.pathsep)]
+if _SBIN:
+    os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
+
 
 @pytest.fixture(autouse=True)
 def _files_of_dropped_readers_closed():
