@@ -48,7 +48,7 @@ from ctracer.host.features import (MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI,  # n
                                    TRACE_FEXIT_MULTI, bpf_syscall, errno_text,
                                    tracing_multi_link)
 from ctracer.host.fsession import TRACE_FSESSION_MULTI, kernel_func_ids  # noqa: E402
-from ctracer.record.kattach import _object_info, load_program  # noqa: E402
+from ctracer.record.kattach import load_program, prog_run_stats  # noqa: E402
 
 #: on the read and write system calls' path; those BTF lacks or a link refuses are left out
 HOT = ("ksys_read", "vfs_read", "ksys_write", "vfs_write", "rw_verify_area",
@@ -195,15 +195,6 @@ def _array_values(fd: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _run_stats(prog_fd: int) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) of a loaded program (bpf_prog_info @192, @200)."""
-    info = _object_info(prog_fd, 216)
-    if info is None:
-        return 0, 0
-    return (int(ctypes.c_uint64.from_buffer(info, 192).value),
-            int(ctypes.c_uint64.from_buffer(info, 200).value))
-
-
 # ------------------------------------------------------------------ variants
 
 class Attached:
@@ -243,7 +234,7 @@ class Attached:
     def result(self) -> dict:
         run_ns = run_cnt = 0
         for fd in self.progs:
-            ns, cnt = _run_stats(fd)
+            ns, cnt = prog_run_stats(fd)
             run_ns, run_cnt = run_ns + ns, run_cnt + cnt
         calls = sum(c for c, _ in _array_values(self.stats, self.n))
         return {"calls": calls, "runs": run_cnt, "run_ns": run_ns}

@@ -192,6 +192,16 @@ def prog_recursion_misses(fd: int) -> int:
     return int(ctypes.c_uint64.from_buffer(info, 208).value) if info is not None else 0
 
 
+def prog_run_stats(fd: int) -> tuple[int, int]:
+    """``bpf_prog_info.run_time_ns`` and ``run_cnt`` of a loaded program (counted while
+    ``kernel.bpf_stats_enabled`` is set; (0, 0) when unknown)."""
+    info = _object_info(fd, 216)
+    if info is None:
+        return 0, 0
+    return (int(ctypes.c_uint64.from_buffer(info, 192).value),
+            int(ctypes.c_uint64.from_buffer(info, 200).value))
+
+
 def link_missed(fd: int) -> int:
     """``bpf_link_info.kprobe_multi.missed`` (kernels 6.7+; 0 when unknown)."""
     info = _object_info(fd, 64)
