@@ -15,7 +15,7 @@ into the function's slot of an array (the slot is the link's cookie of the funct
   separate programs pair a call);
 * ``pair+slot``: the same pair, the time kept in an array slot of (thread id & 0xffff,
   function): no hash, no delete: the least any pair can do to hand a value to its exit
-  (ctracer's programs use task storage, between the two).
+  (ctracer's programs use task storage, not measured here).
 
 The programs are written here instruction by instruction (bcc cannot emit the kfunc
 calls of the session program; the pairs are written the same way so that only the
