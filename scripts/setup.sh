@@ -44,6 +44,12 @@ fi
 
 make -s -C samples
 
+# the ring reader's walk in C (src/ctracer/record/ringwalk.c, loaded with ctypes; without
+# it, or after its source changed, ctracer finds the records with numpy, slower)
+walk=src/ctracer/record/ringwalk.c
+gcc -O2 -Wall -shared -fPIC -DSOURCE_SHA256="\"$(sha256sum "$walk" | cut -d' ' -f1)\"" \
+  -o src/ctracer/record/_ringwalk.so "$walk"
+
 # ctracer(1) from the parsers, where man finds it beside .venv/bin (scripts/man-page)
 ./scripts/man-page
 

@@ -202,10 +202,18 @@ class EventSink:
             self._next_row()
         return self.row[:0] if self.pending else self.row[self.row_used:]
 
-    def taken(self, nbytes: int, starts: np.ndarray) -> None:
+    def taken(self, nbytes: int, starts: np.ndarray,
+              objects: Optional[np.ndarray] = None) -> None:
         """``nbytes`` of whole ring records were copied to the start of `space`, each
-        starting (its ring header) at ``starts`` from there."""
-        events = self._count(self.row[self.row_used:self.row_used + nbytes], starts)
+        submitted one starting (its ring header) at ``starts`` from there; ``objects``:
+        their object addresses where the ring already read them (one a run of records
+        of the same object, those whose snapshot read failed left out)."""
+        if objects is not None:
+            self._add_objects(objects)
+            self.counts.events += len(starts)
+            events = len(starts)
+        else:
+            events = self._count(self.row[self.row_used:self.row_used + nbytes], starts)
         self.row_used += nbytes
         self.row_events += events
 
@@ -236,12 +244,18 @@ class EventSink:
         if not read.all():
             objects = objects[read]
         if len(objects):
-            # the few objects of a batch come in runs, and most were seen before: the
-            # runs' first ones looked up among those (sorted), the new ones added
+            # the few objects of a batch come in runs: the runs' first ones
             first = np.empty(len(objects), bool)
             first[0] = True
             np.not_equal(objects[1:], objects[:-1], out=first[1:])
-            objects = objects[first]
+            self._add_objects(objects[first])
+        self.counts.events += len(starts)
+        return len(starts)
+
+    def _add_objects(self, objects: np.ndarray) -> None:
+        """Count the object addresses among ``objects`` (u64) not seen before."""
+        if len(objects):
+            # most were seen before: looked up among those (sorted), the new ones added
             known = self._known_objects
             if len(known):
                 at = np.searchsorted(known, objects)
@@ -251,8 +265,6 @@ class EventSink:
                 objects = np.unique(objects)
                 self.counts.objects.update(objects.tolist())
                 self._known_objects = np.union1d(known, objects)
-        self.counts.events += len(starts)
-        return len(starts)
 
     def _take(self) -> None:
         if self.pending and self.compact:
