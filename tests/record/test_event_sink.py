@@ -42,11 +42,13 @@ def event(ts: int, obj: int, words: int, failed: bool = False) -> bytes:
         b"".join(struct.pack("<Q", 0x80000000 | ts << 8 | w) for w in range(words))
 
 
-@pytest.fixture
-def reading(monkeypatch, tmp_path):
+@pytest.fixture(params=["c walk", "numpy"])
+def reading(monkeypatch, tmp_path, request):
     """A ring, a sink and a writer: ``put(event)`` writes a record where the producer
     is (moving it), ``take(limit)`` delivers what the ring holds to the sink as the
-    recorder's polls do, ``drain()`` all of it at once, ``trace`` is the file's path."""
+    recorder's polls do, ``drain()`` all of it at once, ``trace`` is the file's path.
+    The ring finds its records with the C walk (built from ringwalk.c), then with
+    numpy."""
     fd = memring.memory_ring(monkeypatch, RING)
     program = SimpleNamespace(mini=MINI, nargs=0, compact=True, ring_bytes=RING,
                               filtered=False)
@@ -58,6 +60,13 @@ def reading(monkeypatch, tmp_path):
     counts = ProgressCounts()
     sink = EventSink(program, writer, counts)
     ring = ringbuf.MappedRing(fd, RING, 0, whole=True, shape=RecordShape(MINI))
+    if request.param == "numpy":
+        ring.native = None
+    else:
+        from record.test_ringbuf import build_walk
+        if not ringbuf.supported():
+            pytest.skip("the mapped ring reader runs on x86-64 only")
+        ring.native = ringbuf._load_native(build_walk(tmp_path))
     producer = [0]
 
     def put(ev: bytes) -> bytes:

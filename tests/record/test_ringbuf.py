@@ -167,3 +167,100 @@ def test_take_into_copies_what_take_gives_a_room_at_a_time(whole_ring):
             got += out[:copied].tobytes()
             taken += records
         assert got == whole and taken == 50 and ring.drained
+
+
+# -- the walk in C (ringwalk.c, built by scripts/setup.sh) ------------------------------
+
+def build_walk(directory, source_sha: str = "", name: str = "_ringwalk.so") -> str:
+    """``ringwalk.c`` built as scripts/setup.sh builds it, saying it was built from the
+    source whose sha256 is ``source_sha`` (the real one when empty); the library's path."""
+    import hashlib
+    import shutil
+    import subprocess
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the C walk")
+    with open(ringbuf.NATIVE_SOURCE, "rb") as f:
+        sha = source_sha or hashlib.sha256(f.read()).hexdigest()
+    library = os.path.join(str(directory), name)
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC",
+                    f'-DSOURCE_SHA256="{sha}"', "-o", library, ringbuf.NATIVE_SOURCE],
+                   check=True)
+    return library
+
+
+def test_only_a_build_of_the_source_beside_it_is_loaded(tmp_path):
+    if not ringbuf.supported():
+        pytest.skip("the mapped ring reader runs on x86-64 only")
+    assert ringbuf._load_native(build_walk(tmp_path)) is not None
+    stale = build_walk(tmp_path, "0" * 64, "stale.so")   # built before the source changed
+    assert ringbuf._load_native(stale) is None
+    assert ringbuf._load_native(str(tmp_path / "missing.so")) is None
+
+
+def _discard(fd: int, pos: int) -> None:
+    """Mark the record at producer position ``pos`` discarded (in both halves)."""
+    at = pos & (RING - 1)
+    length = struct.unpack("<I", os.pread(fd, 4, 2 * mmap.PAGESIZE + at))[0]
+    for half in (0, RING):
+        os.pwrite(fd, struct.pack("<I", length | ringbuf.DISCARD_BIT),
+                  2 * mmap.PAGESIZE + half + at)
+
+
+def test_the_c_walk_takes_what_numpy_takes_and_reads_the_objects(monkeypatch, tmp_path):
+    """Records of any length across the ring's end, one discarded, one whose snapshot read
+    failed, a busy one, taken a room and a limit at a time by the C walk and by numpy:
+    the same bytes, counts, starts and `drained`; the C walk's objects are the run
+    starts of the submitted records' objects, the failed one left out."""
+    from ctracer.event import FLAG_READ_FAILED, HEADER
+    if not ringbuf.supported():
+        pytest.skip("the mapped ring reader runs on x86-64 only")
+    walk = ringbuf._load_native(build_walk(tmp_path))
+    fd = memring.memory_ring(monkeypatch, RING)
+    rings = {how: ringbuf.MappedRing(fd, RING, 0, whole=True, shape=RecordShape(MINI))
+             for how in ("c", "numpy")}
+    rings["c"].native, rings["numpy"].native = walk, None
+    rng = np.random.default_rng(11)
+    pos = start = RING - 2000
+    objects, heads = [], []
+    for i in range(120):
+        event = bytearray(compact(i, [i] * int(rng.integers(0, WORDS + 1))))
+        obj = 0xdead0000 if i in (40, 70) else 0xffff0000 + int(rng.integers(0, 3)) * 64
+        struct.pack_into("<Q", event, HEADER.field("object").offset, obj)
+        if i == 40:
+            event[HEADER.field("flags").offset] |= FLAG_READ_FAILED
+        heads.append(pos)
+        pos = memring.put_compact(fd, RING, pos, bytes(event), FIRST_PAGE, busy=(i == 100))
+        if i not in (40, 70):
+            objects.append(obj)
+    _discard(fd, heads[70])
+    memring.set_producer(fd, pos)
+    runs = [o for k, o in enumerate(objects[:98]) if k == 0 or o != objects[k - 1]]
+    takes = {}
+    for how, ring in rings.items():
+        memring.set_consumer(fd, start)
+        out, got, seen = np.zeros(900, np.uint8), [], []
+        for k in range(200):
+            copied, count = ring.take_into(out, (7, 0, 3)[k % 3])
+            if not count:
+                break
+            got.append((out[:copied].tobytes(), count, ring.drained,
+                        None if ring.starts is None else ring.starts.tolist()))
+            if ring.objects is not None:
+                seen.extend(ring.objects.tolist())
+        takes[how] = got, seen
+    c_takes, c_objects = takes["c"]
+    numpy_takes, _ = takes["numpy"]
+    # numpy may stop before a discarded record and take the rest next time
+    assert b"".join(t[0] for t in c_takes) == b"".join(t[0] for t in numpy_takes)
+    assert sum(t[1] for t in c_takes) == sum(t[1] for t in numpy_takes) == 100
+    starts, before = [], 0   # where each submitted record starts in all that was taken
+    for span, _, _, at in c_takes:
+        starts += [before + a for a in at]
+        before += len(span)
+    assert starts == [h - start for i, h in enumerate(heads[:100]) if i != 70]
+    assert not rings["c"].drained   # the busy one is still there
+    taken_objects = [o for k, o in enumerate(c_objects) if k == 0 or o != c_objects[k - 1]]
+    assert taken_objects == runs
+    for ring in rings.values():
+        ring.close()
+    os.close(fd)

@@ -70,13 +70,15 @@ def native_walk():
     return _native or None
 
 
-def _load_native():
-    if not supported() or not os.path.exists(NATIVE_LIBRARY):
+def _load_native(library: str = NATIVE_LIBRARY, source_path: str = NATIVE_SOURCE):
+    """``ctracer_ring_take`` of ``library`` if it was built from ``source_path`` as it
+    is now (the sha256 setup.sh built it with), else None."""
+    if not supported() or not os.path.exists(library):
         return None
     try:
-        with open(NATIVE_SOURCE, "rb") as f:
+        with open(source_path, "rb") as f:
             source = hashlib.sha256(f.read()).hexdigest()
-        lib = ctypes.CDLL(NATIVE_LIBRARY)
+        lib = ctypes.CDLL(library)
         built_from = ctypes.c_char_p.in_dll(lib, "ctracer_ringwalk_source").value
     except (OSError, ValueError):
         return None
