@@ -5,7 +5,7 @@ root, gcc and libbpf's headers (Debian's libbpf-dev, `scripts/setup.sh`); run wi
 project's venv, under the bench lock:
 
     flock LOCK .venv/bin/python bench/bench_reader.py [--rate 2000000] [--seconds 3]
-        [--also-rates 1000000,500000] [--rounds 2] [--profile]
+        [--also-rates 1000000,500000] [--rounds 2] [--profile] [--numpy]
 
 1. A template: ``ctracer trace struct sock`` of the bundled loopback workload
    (samples/tcp), whose spool holds compact ring records as the ring held them; a run of
@@ -26,8 +26,9 @@ project's venv, under the bench lock:
      written to a file in 1 MB writes: the bytes ctracer's trace file keeps;
    * ctracer's reader: the recorder's own loop (`ctracer.record.recorder._poll_until_done`
      over a `ctracer.record.bpf_runtime.ProbeSession` whose ring is a
-     `ctracer.record.ringbuf.MappedRing` of whole records found with the template's
-     `ctracer.deltas.RecordShape`, copied straight into the rows of the recorder's
+     `ctracer.record.ringbuf.MappedRing` of whole records found by the C walk where
+     scripts/setup.sh built it (``--numpy``: with numpy and the template's
+     `ctracer.deltas.RecordShape`, the fallback), copied straight into the rows of the recorder's
      `EventSink`, which counts events and objects), `TraceWriter.add_raw` committing
      them to a trace file with the template's meta.
    For each: records written, lost, events/s, the CPU time (user + system, the whole
@@ -76,6 +77,8 @@ CTRACER = [sys.executable, "-m", "ctracer"]
 DEFAULT_RING_MB = 16
 #: records the producer writes when measured alone (about 300 MB of ring)
 ALONE_RECORDS = 3_000_000
+#: `--numpy`: ctracer's reader finds the records with numpy, not the C walk
+NUMPY_FINDER = False
 #: meta entries a recording writes for itself, not copied from the template
 OWN_META = {"schema_version", "state", "recorder_pid", "trace_id", "events", "lost_events",
             "end_time", "end_monotonic_ns", "stopped_by", "detach_seconds", "start_time",
@@ -586,6 +589,8 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
     session._ring = ringbuf.MappedRing(
         producer.map_fd, producer.ring_bytes, event_size(template.mini, template.nargs),
         whole=True, shape=RecordShape(template.mini, template.nargs))
+    if NUMPY_FINDER:
+        session._ring.native = None
     profiler = None
     if profile:
         import cProfile
@@ -708,6 +713,9 @@ def main() -> int:
                         help="skip the runs with the producer let loose")
     parser.add_argument("--profile", action="store_true",
                         help="profile ctracer's reader in one more paced run (cProfile)")
+    parser.add_argument("--numpy", action="store_true",
+                        help="ctracer's reader finds the records with numpy even where "
+                        "scripts/setup.sh built the C walk (ringwalk.c): the fallback's cost")
     parser.add_argument("--dir", default=None, help="where the files are written "
                         "(default: the system's temporary directory)")
     args = parser.parse_args()
@@ -723,6 +731,8 @@ def main() -> int:
         print("bench_reader: --templates must be a power of two, --per-hit at least 1",
               file=sys.stderr)
         return 1
+    global NUMPY_FINDER
+    NUMPY_FINDER = args.numpy
     try:
         return run(args)
     except BenchFailure as e:
@@ -746,6 +756,10 @@ def run(args) -> int:
         record_template(template_path, 4, args.template_messages)
         template = load_template(template_path, args.templates)
         lengths = np.array([len(e) for e in template.events])
+        print("ctracer's reader finds the records with "
+              + ("numpy (--numpy)" if NUMPY_FINDER else
+                 "the C walk (ringwalk.c)" if ringbuf.native_walk() else
+                 "numpy (the C walk is not built: scripts/setup.sh)"))
         print(f"template: {len(template.events):,} compact records of `ctracer trace struct "
               f"sock -- tcploop --connections 4 --messages {args.template_messages}`: "
               f"events {lengths.min()}-{lengths.max()} bytes, mean {lengths.mean():.1f}; "
