@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 
 V1_ROOT = "/sys/fs/cgroup/memory"
@@ -116,9 +116,12 @@ def _oom_kills(version: int, path: str) -> int:
 
 def run_limited(argv: Sequence[str], limit_bytes: int, *, env: Optional[dict] = None,
                 cwd: Optional[str] = None, timeout: Optional[float] = None,
-                stdin: Optional[int] = subprocess.DEVNULL) -> LimitedRun:
+                stdin: Optional[int] = subprocess.DEVNULL,
+                stdout: Any = subprocess.PIPE) -> LimitedRun:
     """Run ``argv`` in a new memory cgroup limited to ``limit_bytes`` (no swap), wait for
-    it and remove the cgroup; what the limit saw (`LimitedRun`)."""
+    it and remove the cgroup; what the limit saw (`LimitedRun`).  ``stdout``: where the
+    command's output goes (default: captured in `LimitedRun.stdout`; a file, or
+    ``subprocess.DEVNULL`` for an output too big to hold)."""
     version, parent = _hierarchy()
     path = os.path.join(parent, f"ctracer-limit-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.mkdir(path)
@@ -138,11 +141,11 @@ def run_limited(argv: Sequence[str], limit_bytes: int, *, env: Optional[dict] = 
         # is charged elsewhere
         start = time.perf_counter()
         proc = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=stdin,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdout=stdout, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: _write(procs, "0"))
         output: dict[str, str] = {}
         readers = [threading.Thread(target=lambda n=n, s=s: output.__setitem__(n, s.read()))
-                   for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+                   for n, s in (("out", proc.stdout), ("err", proc.stderr)) if s is not None]
         for reader in readers:
             reader.start()
         with _StatSampler(version, path) as stat:

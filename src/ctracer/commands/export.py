@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Callable, Iterator, Optional
 
 EPILOG = """\
 examples:
@@ -81,21 +82,55 @@ def check_folded_options(args: argparse.Namespace) -> None:
         raise UsageError("--weight and --per-object are options of --format folded")
 
 
+def export_progress(args: argparse.Namespace) -> Optional[Callable[[str], None]]:
+    """A line redrawn on stderr while a long export reads, analyses and writes, when
+    stderr is a terminal (and the export does not go to that terminal); None
+    otherwise: nothing is printed."""
+    if not sys.stderr.isatty() or (args.output is None and args.format in ("jsonl", "csv")
+                                   and sys.stdout.isatty()):
+        return None
+
+    def show(message: str) -> None:
+        print(f"\r\033[K{message}", end="", file=sys.stderr, flush=True)
+    return show
+
+
 def run(args: argparse.Namespace) -> int:
     """``ctracer export``: write the trace in the format asked, in a child process whose
     OOM kill is reported in one line."""
     from ctracer.commands.supervised import run_supervised
 
+    progress = export_progress(args)
+
     def on_killed(why: str) -> str:
+        if progress:
+            print("\r\033[K", end="", file=sys.stderr)
         return (f"{why}; the output was not written (an export is renamed into place "
                 "only when complete; its partial copy is in a .ctracer-* directory beside "
                 "it, to delete); try more memory")
 
+    def work() -> int:
+        try:
+            return _export(args, progress)
+        finally:
+            if progress:
+                print("\r\033[K", end="", file=sys.stderr, flush=True)
+
     # in a child: when a memory limit's OOM killer ends it, this process says so
-    return run_supervised(lambda: _export(args), "the export", on_killed)
+    return run_supervised(work, "the export", on_killed)
 
 
-def _export(args: argparse.Namespace) -> int:
+def _written(tables: Iterator, total: int, say: Callable[[str], None]) -> Iterator:
+    """``tables`` (batches of rows), saying how many rows were handed to the writer."""
+    done = 0
+    for t in tables:
+        done += t.table.num_rows
+        say(f"writing events: {done} of {total} ({100 * done // max(total, 1)}%)")
+        yield t
+
+
+def _export(args: argparse.Namespace,
+            progress: Optional[Callable[[str], None]] = None) -> int:
     from ctracer import analysis
     from ctracer.export import perfetto, parquet, text
     from ctracer.export.table import event_tables
@@ -110,7 +145,8 @@ def _export(args: argparse.Namespace) -> int:
     try:
         # a big trace's arrays go in unnamed files beside the output (`analysis.mapped`)
         beside = os.path.dirname(os.path.abspath(output)) if output else None  # None: stdout
-        analysed = analysis.load(trace, snapshots=args.format not in ("perfetto", "folded"),
+        analysed = analysis.load(trace, progress,
+                                 snapshots=args.format not in ("perfetto", "folded"),
                                  spill_dir=beside if beside and os.path.isdir(beside) else None)
     finally:
         trace.close()
@@ -131,11 +167,13 @@ def _export(args: argparse.Namespace) -> int:
         folded.write_lines(lines, output)
         written = output
     else:
-        # batch by batch, as they are written (`event_tables`)
-        from ctracer.analysis.memory import at_once
-        from ctracer.export.table import BATCH_ROWS
+        # batch by batch, as they are written (`event_tables`), fewer rows a batch
+        # under a memory limit
+        from ctracer.export.table import rows_at_once
 
-        table = event_tables(analysed, at_once(BATCH_ROWS))
+        table = event_tables(analysed, rows_at_once(analysed))
+        if progress:
+            table = _written(table, len(analysed.events), progress)
         if args.host is not None:
             table = (t.with_host(args.host) for t in table)
         if args.format == "jsonl":
@@ -146,6 +184,8 @@ def _export(args: argparse.Namespace) -> int:
             written = parquet.write_parquet(table, output)
         if args.format != "parquet":
             written = output
+    if progress:
+        progress("")  # the line cleared for what follows
     if written:
         print(f"ctracer: wrote {os.path.abspath(written)}", file=sys.stderr)
     if args.format != "perfetto":

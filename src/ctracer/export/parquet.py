@@ -30,17 +30,24 @@ def is_single_file(output: str) -> bool:
 
 def _write(tables: Iterator, et: EventTable, path: str, drop: tuple[str, ...] = ()) -> None:
     """Write the export tables of ``et`` and of the ones ``tables`` gives after it, a
-    row group or more each, as one file."""
+    row group or more each, as one file; a batch is let go of before the next is made
+    (under a memory limit two batches at once may not fit)."""
     import pyarrow.parquet as pq
+    metadata = file_metadata(et)
     with staged_output(path) as staged:
         table = export_table(et).drop_columns(list(drop))
+        et = None  # type: ignore[assignment]
         # no ARROW:schema: every engine, pyarrow too, sees the Parquet types themselves
         with pq.ParquetWriter(staged, table.schema, compression="zstd",
                               store_schema=False) as writer:
-            writer.write_table(table)
-            for more in tables:
-                writer.write_table(export_table(more).drop_columns(list(drop)))
-            writer.add_key_value_metadata(file_metadata(et))
+            while table is not None:
+                writer.write_table(table)
+                table = None
+                more = next(tables, None)
+                if more is not None:
+                    table = export_table(more).drop_columns(list(drop))
+                    more = None
+            writer.add_key_value_metadata(metadata)
 
 
 def write_parquet(tables: Union[EventTable, Iterable[EventTable]], output: str) -> str:
@@ -48,16 +55,16 @@ def write_parquet(tables: Union[EventTable, Iterable[EventTable]], output: str) 
     written as they come) to ``output`` (a file or a Hive-partitioned directory); the
     path of the file written."""
     batches = iter([tables] if isinstance(tables, EventTable) else tables)
-    et = next(batches)
+    first = [next(batches)]  # handed over, so that `_write` can let go of it
     if is_single_file(output):
-        _write(batches, et, output)
+        _write(batches, first.pop(), output)
         return output
-    check_output_directory(output, et.struct_name)
-    values = et.trace_columns
+    check_output_directory(output, first[0].struct_name)
+    values = first[0].trace_columns
     directory = make_private_dir(output)
     for column in PARTITIONS:
         directory = make_private_dir(os.path.join(
             directory, f"{column}={safe_name(values[column] or 'unknown', column)}"))
     path = os.path.join(directory, f"{safe_name(values['trace_id'], 'trace')}.parquet")
-    _write(batches, et, path, PARTITIONS)
+    _write(batches, first.pop(), path, PARTITIONS)
     return path

@@ -176,6 +176,33 @@ def changed_lists(a: Analysis, rows: slice = slice(None)) -> tuple[list, list]:
 #: rows an export writes at a time (`event_tables`): its memory beyond the analysis
 #: stays bounded whatever the trace's size
 BATCH_ROWS = 1 << 18
+#: what one row of a batch costs while it is written, in bytes per byte of the event's
+#: row in the trace (its snapshot and `ctracer.analysis.passes.ROW_BYTES`): the decoded
+#: fields, their int64 copies in the export schema, masks and dictionaries, and for JSON
+#: Lines the text DuckDB makes (struct sock's 408-byte snapshot: ~3.2 KB a line, written
+#: to a scratch file whose dirty pages count against a memory limit too)
+BATCH_BYTES_PER_ROW_BYTE = 8
+#: the share of a memory limit one batch may take (the analysis holds the rest)
+BATCH_SHARE_OF_LIMIT = 1 / 8
+#: the fewest rows of a batch under any limit
+MIN_BATCH_ROWS = 1 << 12
+
+
+def rows_at_once(a: Analysis) -> int:
+    """How many rows an export writes at a time: `BATCH_ROWS` without a memory limit (so
+    an export's files do not depend on the machine), under one as many as
+    `BATCH_SHARE_OF_LIMIT` of it holds at `BATCH_BYTES_PER_ROW_BYTE` (a kernel trace of
+    every field of sock in 1 GB: about 35,000 rows; a user-space struct of a few fields keeps
+    the analysis' slice, `ctracer.analysis.memory.at_once`)."""
+    from ctracer.analysis.memory import at_once, memory_limit
+    from ctracer.analysis.passes import ROW_BYTES
+
+    rows = at_once(BATCH_ROWS)
+    limit = memory_limit()
+    if not limit:
+        return rows
+    per_row = BATCH_BYTES_PER_ROW_BYTE * (a.layout.size + ROW_BYTES)
+    return max(MIN_BATCH_ROWS, min(rows, int(limit * BATCH_SHARE_OF_LIMIT) // per_row))
 
 
 def event_table(a: Analysis) -> EventTable:

@@ -18,12 +18,14 @@ JSON number loses digits in jq and JavaScript.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
 from typing import BinaryIO, Iterable, Optional, Union
 
 from ctracer.analysis.memory import memory_limit
+from ctracer.errors import CtracerError
 from ctracer.export.schema import ENUM_NAME, RAW, as_shown, enum_names, pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
 from ctracer.files import let_go, private_umask, staged_output
@@ -104,28 +106,81 @@ def _copy_batch(con, et: EventTable, fmt: str, path: str, header: bool) -> None:
     con.unregister("events")
 
 
+class DuckDBOutOfMemory(CtracerError):
+    """DuckDB, which writes JSON Lines and CSV, ran out of the memory it may use."""
+
+
+def _connect(scratch: str):
+    """A DuckDB connection for the COPYs.  Under a memory limit DuckDB may use a quarter
+    of it (`duckdb_limit`; its own default is most of the machine's memory) and one
+    thread (each thread holds its own buffers of the text it writes: at 256 MB, 100,000
+    rows of 150 fields failed asking 512 MB with the default two threads and were
+    written with one), and spills to ``scratch``."""
+    import duckdb
+
+    con = duckdb.connect()
+    limit = memory_limit()
+    if limit:
+        con.execute(f"SET memory_limit = '{duckdb_limit(limit) >> 20}MB'")
+        con.execute("SET threads = 1")
+        con.execute(f"SET temp_directory = {sql_string(os.path.join(scratch, 'spill'))}")
+    return con
+
+
+#: what DuckDB needs to write JSON of a wide struct whatever the batch: it makes the
+#: text 2,048 rows at a time, and the rows of every field of struct sock (~130 keys)
+#: took 51 MB of its memory and asked 16 MB more
+DUCKDB_LEAST = 128 << 20
+
+
+def duckdb_limit(limit: int) -> int:
+    """The memory DuckDB may use under a memory limit of ``limit`` bytes: a quarter of
+    it, `DUCKDB_LEAST` if that is more and no more than half of it, 32 MB at least."""
+    return max(limit // 4, min(limit // 2, DUCKDB_LEAST), 32 << 20)
+
+
+def _out_of_memory(fmt: str, e: Exception) -> DuckDBOutOfMemory:
+    limit = memory_limit()
+    held = (f"the {duckdb_limit(limit) >> 20} MB it may use (under the memory limit of "
+            f"{limit >> 20} MB)") if limit else "memory"
+    said = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    said = re.sub(r"^Out of Memory Error:\s*|\s*\([^)]*used\)$", "", said)
+    return DuckDBOutOfMemory(
+        f"out of memory: DuckDB, which writes the {fmt} export, ran out of {held}"
+        f"{': ' + said if said else ''}; the output was not written; try more memory, "
+        "or --format parquet (written without DuckDB)")
+
+
 def _copy_to(tables: Iterable[EventTable], fmt: str, out: BinaryIO) -> None:
     """Write every batch to ``out``, one after the other (a batch is written by DuckDB
     to a scratch file, then appended: lines never span batches, and the CSV header
-    comes once)."""
+    comes once).  A batch is let go of before the next is made."""
     import duckdb
 
     with private_umask():
         scratch = tempfile.mkdtemp(prefix="ctracer-export-")
-    con = duckdb.connect()
-    limit = memory_limit()
-    if limit:  # DuckDB's own default is most of the machine's memory
-        con.execute(f"SET memory_limit = '{max(limit // 4, 32 << 20) >> 20}MB'")
     try:
-        part = os.path.join(scratch, "part")
-        for number, et in enumerate(tables):
-            _copy_batch(con, et, fmt, part, header=number == 0)
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, out)
-            os.unlink(part)
-            let_go(out)  # under a memory limit, written pages count until on disk
+        con = _connect(scratch)
+        try:
+            part = os.path.join(scratch, "part")
+            batches = iter(tables)
+            et = next(batches, None)
+            number = 0
+            while et is not None:
+                try:
+                    _copy_batch(con, et, fmt, part, header=number == 0)
+                except duckdb.OutOfMemoryException as e:
+                    raise _out_of_memory(fmt, e) from None
+                et = None
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, out)
+                os.unlink(part)
+                let_go(out)  # under a memory limit, written pages count until on disk
+                number += 1
+                et = next(batches, None)
+        finally:
+            con.close()
     finally:
-        con.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
