@@ -3,7 +3,7 @@
 of the same workload in the same run (needs root: uprobes and cgroups):
 
     .venv/bin/python bench/bench_memlimit.py [--work DIR] [--limit 1G] [--keep]
-        [--workload objflood|tcploop]
+        [--workload objflood|tcploop] [--exports-only]
 
 1. Records the workload, unless DIR already holds its two traces:
    - ``objflood`` (many objects, few calls each): the user-space flood bench/objflood.c
@@ -14,11 +14,14 @@ of the same workload in the same run (needs root: uprobes and cgroups):
      struct sock around samples/tcp's loopback workload, 4 connections of 12,500 and of
      125,000 messages (about 1M and 10M events): tcp1m/tcp10m.ctrace.
 2. Renders the 1M trace with no limit (the anchor), then the 10M trace inside a fresh
-   memory cgroup of ``--limit`` (`tests/support/memcgroup.py`), then exports it there as
-   parquet and jsonl.
+   memory cgroup of ``--limit`` (`tests/support/memcgroup.py`); then, for parquet and
+   jsonl, exports the 1M trace with no limit (that export's anchor) and the 10M trace
+   inside a fresh cgroup of ``--limit`` (``--exports-only``: the exports alone).
+   Each export is deleted once measured unless ``--keep`` (the kernel trace's 10M JSON
+   Lines export is ~29 GB).
 3. Prints, for each, what the limit saw: exit status, seconds, the cgroup's peak and
-   OOM kills, peak RSS, peak anonymous memory and dirty pages; and the 10M render's
-   time as a ratio to the anchor (the goal: exit 0, oom_kill 0, <= 10x).
+   OOM kills, peak RSS, peak anonymous memory and dirty pages; and each 10M run's
+   time as a ratio to its anchor (the goal: exit 0, oom_kill 0, <= 10x).
 
 Run it under ``flock`` of the benchmarks' lock when others time things on the machine.
 """
@@ -76,6 +79,19 @@ def record(work: str, rounds: int, name: str) -> str:
     return path
 
 
+def _remove(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+def _size(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", help="where the traces are (made when missing) and outputs go")
@@ -83,6 +99,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
     ap.add_argument("--workload", choices=("objflood", "tcploop"), default="objflood",
                     help="many objects with few calls (default), or few with many")
+    ap.add_argument("--exports-only", action="store_true",
+                    help="only the exports and their anchors (the 1M exports, no limit)")
     args = ap.parse_args()
     why = cgroup_unavailable()
     if why:
@@ -98,33 +116,41 @@ def main() -> int:
     else:
         small = record(work, 37, "flood1m.ctrace")
         big = record(work, 375, "flood10m.ctrace")
-    outputs = [os.path.join(work, n) for n in ("r1", "r10", "e10.parquet", "e10.jsonl")]
-    for o in outputs:
-        shutil.rmtree(o, ignore_errors=True) if os.path.isdir(o) else \
-            (os.unlink(o) if os.path.exists(o) else None)
-    runs = [
-        ("1M render, no limit (anchor)", ctracer("callgraph", small, "-o", outputs[0], "-q"),
-         64 << 30),
-        ("10M render", ctracer("callgraph", big, "-o", outputs[1], "-q"), limit),
-        ("10M export parquet", ctracer("export", big, "--format", "parquet", "-o",
-                                       outputs[2]), limit),
-        ("10M export jsonl", ctracer("export", big, "--format", "jsonl", "-o", outputs[3]),
-         limit),
+    outputs = {n: os.path.join(work, n) for n in
+               ("r1", "r10", "e1.parquet", "e10.parquet", "e1.jsonl", "e10.jsonl")}
+    for o in outputs.values():
+        _remove(o)
+    renders = [
+        ("1M render, no limit (anchor)", ctracer("callgraph", small, "-o", outputs["r1"], "-q"),
+         64 << 30, "r1"),
+        ("10M render", ctracer("callgraph", big, "-o", outputs["r10"], "-q"), limit, "r10"),
     ]
+    exports = []
+    for fmt in ("parquet", "jsonl"):
+        exports += [
+            (f"1M export {fmt}, no limit (anchor)",
+             ctracer("export", small, "--format", fmt, "-o", outputs[f"e1.{fmt}"]), 64 << 30,
+             f"e1.{fmt}"),
+            (f"10M export {fmt}", ctracer("export", big, "--format", fmt, "-o",
+                                          outputs[f"e10.{fmt}"]), limit, f"e10.{fmt}"),
+        ]
+    runs = ([] if args.exports_only else renders) + exports
     seconds = {}
-    for name, argv, cap in runs:
+    for name, argv, cap, output in runs:
         run = run_limited(argv, cap)
         seconds[name] = run.seconds
-        print(f"{name}: {run.line()}")
+        size = _size(outputs[output])
+        print(f"{name}: {run.line()}" + (f"; {size / 1e6:.0f} MB written" if size else ""))
         if run.returncode != 0:
             print(f"  {run.stderr.strip()[-500:]}")
-    anchor = seconds[runs[0][0]]
-    for name, _, _ in runs[1:]:
-        print(f"{name}: {seconds[name] / anchor:.1f}x the 1M render's {anchor:.1f} s")
+        if not args.keep and output.startswith("e"):  # a 10M JSON Lines export: tens of GB
+            _remove(outputs[output])
+    for (anchor, _, _, _), (name, _, _, _) in zip(runs[::2], runs[1::2]):
+        print(f"{name}: {seconds[name] / seconds[anchor]:.1f}x the 1M run's "
+              f"{seconds[anchor]:.1f} s ({anchor})")
     if not args.keep:
-        for o in outputs:
-            shutil.rmtree(o, ignore_errors=True) if os.path.isdir(o) else \
-                (os.unlink(o) if os.path.exists(o) else None)
+        for o in outputs.values():
+            _remove(o)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,10 +1,15 @@
 """An export under a memory limit: its batches sized by the limit and the row's width,
-and DuckDB running out of the memory it may use said in one line, nothing written.
+and DuckDB running out of the memory it may use said in one line, nothing written;
+progress on a terminal, none otherwise.
 
 (Exports of a trace several times bigger than a real memory cgroup's limit:
 tests/export/test_export_memory_limit.py.)"""
 
 import os
+import pty
+import select
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +85,37 @@ def test_a_small_limit_writes_the_same_bytes_in_more_batches(trace, tmp_path, mo
     small = tmp_path / "small.jsonl"
     assert main(["export", trace, "--format", "jsonl", "-o", str(small)]) == 0
     assert small.read_bytes() == whole.read_bytes()
+
+
+def _on_a_terminal(argv: list[str], timeout: float = 120) -> tuple[int, str]:
+    """Run ``argv`` with its stdout and stderr on a pseudo-terminal; (status, output)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                            close_fds=True)
+    os.close(follower)
+    chunks = []
+    while select.select([leader], [], [], timeout)[0]:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal's other side closed: the command is done
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return proc.wait(timeout=timeout), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_on_a_terminal_and_quiet_otherwise(trace, tmp_path):
+    n = len(analysis.load(trace).events)
+    argv = [sys.executable, "-m", "ctracer", "export", trace, "--format", "parquet", "-o"]
+    status, shown = _on_a_terminal(argv + [str(tmp_path / "tty.parquet")])
+    assert status == 0, shown
+    for stage in ("reading events", f"read {n} events", "finding field changes",
+                  f"writing events: {n} of {n} (100%)"):
+        assert stage in shown, (stage, shown)
+    assert "\r\033[Kctracer: wrote" in shown  # the progress line cleared first
+    piped = subprocess.run(argv + [str(tmp_path / "pipe.parquet")], capture_output=True,
+                           text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr.startswith("ctracer: wrote") and "\r" not in piped.stderr, piped.stderr
