@@ -13,6 +13,7 @@ Needs root (BPF and cgroups); skipped, saying why, where either is missing.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -60,7 +61,9 @@ def kernel_trace(bpf, tmp_path_factory):
     return path
 
 
+@functools.lru_cache(maxsize=None)
 def _events(path: str) -> int:
+    """The rows an export of ``path`` has (the analysis' events), counted once."""
     from ctracer import analysis
 
     return len(analysis.load(path).events)
