@@ -167,7 +167,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                           "changes: a call that changed no field of its object is counted "
                           "in the kernel (calls, total and longest duration per object, "
                           "function and caller) instead of written as two events "
-                          "(not with --full-snapshots, --tail, --watch or kprobe probes)")
+                          "(not with --full-snapshots, --tail or --watch)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     guest = parser.add_argument_group("another kernel (a throwaway QEMU guest)")
     guest.add_argument("--kernel", metavar="6.1|6.12|7.2|PATH",

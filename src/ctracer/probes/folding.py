@@ -104,10 +104,19 @@ def fold_maps() -> list[str]:
 
 
 def frame_statements(tid: str, depth: str, function_id: str, obj: str,
-                     obj2: str = "0") -> list[str]:
+                     obj2: str = "0", in_buffer: str | None = None) -> list[str]:
     """C statements remembering the traced call at ``depth`` of thread ``tid`` (its
     first row and the objects of its first two methods), for the calls folded inside
-    it."""
+    it; the key and the value built on the stack, or in ``in_buffer``'s ``fk`` and
+    ``fr`` (a pointer to a per-CPU buffer: `ctracer.probes.kfunctions.uses_scratch`)."""
+    if in_buffer:
+        return [f"{in_buffer}->fk.tid = {tid};",
+                f"{in_buffer}->fk.depth = {depth};",
+                f"{in_buffer}->fr.object = {obj};",
+                f"{in_buffer}->fr.object2 = {obj2};",
+                f"{in_buffer}->fr.function_id = {function_id};",
+                f"{in_buffer}->fr.pad = 0;",
+                f"ctracer_frames.update(&{in_buffer}->fk, &{in_buffer}->fr);"]
     return ["{",
             f"\tstruct ctracer_frame_key fk = {{ .tid = {tid}, .depth = {depth} }};",
             f"\tstruct ctracer_frame fr = {{ .object = {obj}, .object2 = {obj2}, "

@@ -447,11 +447,53 @@ _GET_THREAD = """\
 	t = ctracer_kthreads.task_storage_get(bpf_get_current_task_btf(), 0, %s);"""
 
 
+def uses_scratch(kind: str, fold: bool) -> bool:
+    """Whether ``kind``'s programs keep their call state in this CPU's
+    ``ctracer_kprobe_work`` instead of on the stack: the kprobe ones with the fold,
+    whose inlined folding and sending take the rest of BPF's 512 bytes of stack (the
+    kernel runs no kprobe-type program inside another on the same CPU, so one buffer
+    per CPU is never shared; fentry programs can nest and keep theirs on the stack)."""
+    return fold and program_kind(kind) in ("kprobe", "kretprobe")
+
+
+def scratch_definition(nargs: int) -> str:
+    """The per-CPU buffer of the kprobe programs' call state (`uses_scratch`), after
+    `struct_definitions` and the fold's maps."""
+    return f"""\
+/* A kprobe or kretprobe program's call state, off the stack (see uses_scratch). */
+struct ctracer_kprobe_work {{
+	struct ctracer_kcall call;
+	u64 args[{max(nargs, 1)}];
+	u64 regs[8];
+	struct ctracer_frame_key fk;
+	struct ctracer_frame fr;
+}};
+
+BPF_PERCPU_ARRAY(ctracer_kprobe_work, struct ctracer_kprobe_work, 1);
+"""
+
+
+#: C taking this CPU's kprobe work buffer (`uses_scratch`), all zero
+_TAKE_SCRATCH = """\
+	kw = ctracer_kprobe_work.lookup(&zero);
+	if (!kw)
+		return 0;
+	__builtin_memset(kw, 0, sizeof(*kw));"""
+
+
 def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
                    fold: bool = False) -> str:
     fentry = int(kind == "fentry")
+    scratch = uses_scratch(kind, fold)
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
-    reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else "regs[s->reg & 7]"
+    # the call's state: on the stack, or in this CPU's work buffer
+    call = "kw->call" if scratch else "call"
+    args = "kw->args" if scratch else "args"
+    regs = "kw->regs" if scratch else "regs"
+    locals_ = ("\tstruct ctracer_kprobe_work *kw;" if scratch else
+               f"\tstruct ctracer_kcall call = {{}};")
+    arrays = "" if scratch else f"\tu64 args[{max(nargs, 1)}] = {{}};\n\tu64 regs[8] = {{}};\n"
+    reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else f"{regs}[s->reg & 7]"
     if task_storage:
         # NULL when the kernel cannot give it now (task storage busy on this CPU,
         # no memory): depth 0 and nothing saved, as when the maps were full
@@ -463,15 +505,15 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
 	}"""
         save = """\
 	if (t && depth < CTRACER_KSTACK) {
-		__builtin_memcpy(&t->call[depth & (CTRACER_KSTACK - 1)], &call, sizeof(call));
+		__builtin_memcpy(&t->call[depth & (CTRACER_KSTACK - 1)], &%(call)s, sizeof(%(call)s));
 	} else if (t) {
 		/* deeper than the task storage keeps */
 		struct ctracer_kcall_key key = {};
 
 		key.tid = (u32)pid_tgid;
 		key.depth = depth;
-		ctracer_kcalls.update(&key, &call);
-	}"""
+		ctracer_kcalls.update(&key, &%(call)s);
+	}""" % {"call": call}
     else:
         state = "\tstruct ctracer_kcall_key key = {};\n\tu32 *counter, tid;"
         count = """\
@@ -483,11 +525,12 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
         save = """\
 	key.tid = tid;
 	key.depth = depth;
-	ctracer_kcalls.update(&key, &call);"""
+	ctracer_kcalls.update(&key, &%s);""" % call
     # the call's first row and first two objects, for the calls folded inside it
     frame = "\n".join("\t" + line for line in folding.frame_statements(
-        "(u32)pid_tgid", "depth", "fn->slot[0].row", "call.object[0]",
-        "call.object[1 & (CTRACER_MAX_SLOTS - 1)]")) if fold else ""
+        "(u32)pid_tgid", "depth", "fn->slot[0].row", f"{call}.object[0]",
+        f"{call}.object[1 & (CTRACER_MAX_SLOTS - 1)]",
+        in_buffer="kw" if scratch else None)) if fold else ""
     return f"""\
 int {program_name(kind, slots, task_storage)}({ctx})
 {{
@@ -495,20 +538,18 @@ int {program_name(kind, slots, task_storage)}({ctx})
 	u8 *stopped = ctracer_stopped.lookup(&zero);
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct ctracer_kfn *fn;
-	struct ctracer_kcall call = {{}};
+{locals_}
 {state}
-	u64 args[{max(nargs, 1)}] = {{}};
-	u64 regs[8] = {{}};
-
-{_OPENING}
-	{"" if fentry else "ctracer_kprobe_regs(ctx, regs);"}
+{arrays}
+{_OPENING + chr(10) + _TAKE_SCRATCH if scratch else _OPENING}
+	{"" if fentry else f"ctracer_kprobe_regs(ctx, {regs});"}
 {count}
-	call.fn = fi;
-	call.depth = depth + 1;
-	ctracer_kargs(ctx, {"0" if fentry else "regs"}, fn, args);
+	{call}.fn = fi;
+	{call}.depth = depth + 1;
+	ctracer_kargs(ctx, {"0" if fentry else regs}, fn, {args});
 #pragma clang loop unroll(full)
 	for (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)
-		call.args[a] = args[a];
+		{call}.args[a] = {args}[a];
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < {slots}; i++) {{
 		struct ctracer_kslot *s;
@@ -519,9 +560,9 @@ int {program_name(kind, slots, task_storage)}({ctx})
 		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
 		if (s->reg != 255)
 			obj = ctracer_follow({reg}, s);
-		call.object[i & (CTRACER_MAX_SLOTS - 1)] = obj;
+		{call}.object[i & (CTRACER_MAX_SLOTS - 1)] = obj;
 		if (obj || s->reg == 255)
-			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, args, pid_tgid, 0, 0, 0);
+			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, {args}, pid_tgid, 0, 0, 0);
 	}}
 {frame}
 {save}
@@ -530,18 +571,22 @@ int {program_name(kind, slots, task_storage)}({ctx})
 """
 
 
-def _take_hashed(tid: str, indent: str) -> str:
+def _take_hashed(tid: str, indent: str, call: str = "call") -> str:
     """C taking the entry saved for this exit from the LRU hash of calls (thread
-    ``tid`` at ``depth``), indented by ``indent``."""
+    ``tid`` at ``depth``) into ``call``, indented by ``indent``."""
     lines = [f"key.tid = {tid};", "key.depth = depth;", "saved = ctracer_kcalls.lookup(&key);",
              "if (saved && saved->fn == fi) {",
-             "\t__builtin_memcpy(&call, saved, sizeof(call));",
+             f"\t__builtin_memcpy(&{call}, saved, sizeof({call}));",
              "\tctracer_kcalls.delete(&key);", "\thave = 1;", "}"]
     return "\n".join(indent + line for line in lines)
 
 
-def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) -> str:
+def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
+                  fold: bool = False) -> str:
     fexit = int(kind == "fexit")
+    scratch = uses_scratch(kind, fold)
+    call = "kw->call" if scratch else "call"
+    args = "kw->args" if scratch else "args"
     ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
     ret = "bpf_get_func_ret(ctx, &raw);" if fexit else "raw = PT_REGS_RC(ctx);"
     # an exit is written for what its entry wrote: the object the entry saw (a holder
@@ -554,7 +599,7 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
     # 39,094 without it)
     saved_args = ("#pragma clang loop unroll(full)\n"
                   f"\tfor (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)\n"
-                  "\t\targs[a] = call.args[a];")
+                  f"\t\t{args}[a] = {call}.args[a];")
     if task_storage:
         state = "\tstruct ctracer_kthread *t;"
         take = _GET_THREAD % "0" + """
@@ -564,14 +609,14 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 		if (depth < CTRACER_KSTACK) {
 			saved = &t->call[depth & (CTRACER_KSTACK - 1)];
 			if (saved->fn == fi && saved->depth == depth + 1) {
-				__builtin_memcpy(&call, saved, sizeof(call));
+				__builtin_memcpy(&%(call)s, saved, sizeof(%(call)s));
 				saved->depth = 0;
 				have = 1;
 			}
 		} else {
 			struct ctracer_kcall_key key = {};
 
-""" + _take_hashed("(u32)pid_tgid", "\t\t\t") + """
+""" % {"call": call} + _take_hashed("(u32)pid_tgid", "\t\t\t", call) + """
 		}
 	}"""
     else:
@@ -582,7 +627,10 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True) 
 	depth = counter && *counter ? *counter - 1 : 0;
 	if (counter)
 		*counter = depth;
-""" + _take_hashed("tid", "\t")
+""" + _take_hashed("tid", "\t", call)
+    locals_ = ("\tstruct ctracer_kprobe_work *kw;" if scratch else
+               "\tstruct ctracer_kcall call = {};")
+    arrays = "" if scratch else f"\tu64 args[{max(nargs, 1)}] = {{}};\n"
     return f"""\
 int {program_name(kind, slots, task_storage)}({ctx})
 {{
@@ -590,16 +638,15 @@ int {program_name(kind, slots, task_storage)}({ctx})
 	u8 *stopped = ctracer_stopped.lookup(&zero);
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct ctracer_kfn *fn;
-	struct ctracer_kcall call = {{}};
+{locals_}
 	struct ctracer_kcall *saved;
 {state}
-	u64 args[{max(nargs, 1)}] = {{}};
-	u64 raw = 0;
+{arrays}	u64 raw = 0;
 	s64 ret;
 	u8 flags = 0;
 	int have = 0;
 
-{_OPENING}
+{_OPENING + chr(10) + _TAKE_SCRATCH if scratch else _OPENING}
 {take}
 	if (!have)
 		flags = {FLAG_NO_ENTRY};
@@ -614,9 +661,9 @@ int {program_name(kind, slots, task_storage)}({ctx})
 		if (i >= fn->nslots)
 			break;
 		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
-		obj = s->reg == 255 ? raw : call.object[i & (CTRACER_MAX_SLOTS - 1)];
+		obj = s->reg == 255 ? raw : {call}.object[i & (CTRACER_MAX_SLOTS - 1)];
 		if (obj)
-			ctracer_hit(s->row, {PHASE_EXIT}, obj, ret, depth, flags, args, pid_tgid,
+			ctracer_hit(s->row, {PHASE_EXIT}, obj, ret, depth, flags, {args}, pid_tgid,
 				    s->reg == 255 && (s->flags & {_FLAG_STARTS}), s->flags & {_FLAG_ENDS}, 0);
 	}}
 	return 0;
@@ -639,11 +686,14 @@ def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
     the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
     t.block(_HELPERS)
+    if any(uses_scratch(kind, fold) for kind in kinds):
+        t("")
+        t.block(scratch_definition(nargs))
     for kind in dict.fromkeys(map(program_kind, kinds)):
         for storage in variants(task_storage):
             for n in slot_counts:
                 t("")
                 t.block(_entry_program(kind, n, nargs, storage, fold))
                 t("")
-                t.block(_exit_program(KINDS[kind], n, nargs, storage))
+                t.block(_exit_program(KINDS[kind], n, nargs, storage, fold))
     return str(t)

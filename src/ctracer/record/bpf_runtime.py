@@ -34,6 +34,8 @@ import errno
 import fcntl
 import io
 import os
+import re
+import signal
 import sys
 import tempfile
 import threading
@@ -185,14 +187,22 @@ def _load_one(b, kind: int, name: str, keep: bool) -> str:
 
 
 @contextmanager
-def _captured_output() -> Iterator[io.StringIO]:
+def _captured_output(fatal: Optional[str] = None) -> Iterator[io.StringIO]:
     """bcc and clang print diagnostics straight to file descriptors 1 and 2: keep them
-    so an error can quote them in one line instead of spilling a page on the terminal."""
+    so an error can quote them in one line instead of spilling a page on the terminal.
+
+    ``fatal``: what is being done, for a compile.  LLVM ends the process itself on some
+    errors (``exit(1)`` from its error handler: "BPF stack limit ... exceeded"), and the
+    words it printed would die with the file they were kept in; so a watcher process,
+    forked first (it holds the real stderr and the file), waits for the end of the work:
+    told it is over, it says nothing; finding the process gone instead, it prints one
+    line, ``fatal`` and the compiler's error, on the real stderr (`_report_if_fatal`)."""
     out = io.StringIO()
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with tempfile.TemporaryFile() as tmp:
+        watcher = _fork_watcher(tmp.fileno(), fatal) if fatal else None
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
         for fd in saved:
             os.dup2(tmp.fileno(), fd)
         try:
@@ -203,14 +213,75 @@ def _captured_output() -> Iterator[io.StringIO]:
             for fd, copy in saved.items():
                 os.dup2(copy, fd)
                 os.close(copy)
+            if watcher is not None:
+                _dismiss_watcher(*watcher)
             tmp.seek(0)
             out.write(tmp.read().decode("utf-8", "replace"))
+
+
+#: what the process tells its watcher when the work ended without LLVM ending it
+_WORK_DONE = b"done"
+
+
+def _fork_watcher(captured: int, fatal: str) -> Optional[tuple[int, int]]:
+    """(pid, the pipe's write end) of a process watching this one through a pipe (see
+    `_captured_output`); None where it cannot be forked (the work goes on unwatched)."""
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if pid == 0:   # the watcher: a few system calls, then _exit
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C is the process's
+            os.close(w)
+            _report_if_fatal(r, captured, fatal)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return pid, w
+
+
+def _report_if_fatal(pipe: int, captured: int, fatal: str) -> None:
+    """In the watcher: read the pipe to its end; without `_WORK_DONE` the process died
+    in the work: print the compiler's error (an error line of the captured output;
+    nothing when there is none: killed, say) as ctracer's one line."""
+    told = b""
+    while True:
+        chunk = os.read(pipe, 64)
+        if not chunk:
+            break
+        told += chunk
+    if _WORK_DONE in told:
+        return
+    size = os.fstat(captured).st_size
+    text = os.pread(captured, size, 0).decode("utf-8", "replace") if size else ""
+    if not any("error" in line.lower() for line in text.splitlines()):
+        return
+    os.write(2, f"ctracer: error: {fatal}: {_first_error(text)}\n".encode())
+
+
+def _dismiss_watcher(pid: int, pipe: int) -> None:
+    try:
+        os.write(pipe, _WORK_DONE)
+    except OSError:
+        pass   # it is gone already
+    os.close(pipe)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 def _compile(bcc, text: str, cflags: list[str], failing: str):
     """``bcc.BPF`` of the C ``text``; what it cannot compile is `BPFUnavailable`,
     ``failing`` followed by the compiler's first error."""
-    with _captured_output() as diagnostics:
+    with _captured_output(fatal=failing) as diagnostics:
         try:
             return bcc.BPF(text=text.encode(), cflags=cflags)
         except Exception as e:  # bcc raises plain Exception
@@ -219,10 +290,17 @@ def _compile(bcc, text: str, cflags: list[str], failing: str):
     raise BPFUnavailable(f"{failing}: {detail}")
 
 
+#: LLVM's words for a backend error in one program: "/virtual/main.c:0:0: in function
+#: NAME TYPE: MESSAGE" (the program's name, then clang's message)
+_IN_FUNCTION = re.compile(r"^(?:\S+:\d+:\d+: )?in function (\w+) [^:]*: (.*)$")
+
+
 def _first_error(text: str) -> str:
     for line in text.splitlines():
         if "error:" in line:
-            return line.split("error:", 1)[1].strip()
+            error = line.split("error:", 1)[1].strip()
+            named = _IN_FUNCTION.match(error)
+            return f"in program {named.group(1)}: {named.group(2)}" if named else error
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 

@@ -149,18 +149,6 @@ def _check_calls(request: TraceRequest) -> None:
                          "it needs compact events (not --full-snapshots, --tail or --watch)")
 
 
-def check_calls_kind(request: TraceRequest, entry_kind: Optional[str]) -> None:
-    """``--calls changes`` on kernel functions: their fentry programs fold; the kprobe
-    ones, with the fold's state, go past BPF's 512-byte stack (clang ends the process
-    without a word), so they are refused here in one line instead."""
-    from ctracer.probes.kfunctions import program_kind
-    if (request.calls == "changes" and entry_kind
-            and program_kind(entry_kind).startswith("kprobe")):
-        raise UsageError(f"--calls changes does not work with {entry_kind} probes yet (their "
-                         "programs would exceed BPF's 512-byte stack): use --function-probes "
-                         "fentry (or fentry.multi), or --calls all")
-
-
 def _check_kernel_only(request: TraceRequest) -> None:
     used = [opt for opt, value in (("--comm", request.comm), ("--object", request.objects),
                                    ("--where", request.where),
@@ -368,7 +356,6 @@ def build(request: TraceRequest) -> BuiltTrace:
             raise UsageError(f"{probed} functions would be probed, more than --max-functions "
                              f"{request.max_functions}: choose them with --functions or "
                              "--exclude, or raise the limit")
-        check_calls_kind(request, choice.entry_kind if function_methods else None)
         methods = [m for m in methods if m.is_tracepoint]
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
