@@ -6,7 +6,7 @@ an anchor measured in the same run (needs root; run with the project's venv):
 
 * the anchor: bcc compiling a one-line kprobe program (bcc's fixed cost);
 * the kprobe/kretprobe programs of the first N (default: every) kernel function of the
-  struct's plan (`ctracer.probes.kfunctions`: one entry and one exit program per slot
+  struct's plan (`ctracer.probes.kfunctions`: one entry and one exit program per route
   count, shared by all the functions), compiled once and each loaded through the
   verifier: seconds, the compile's ratio to the anchor, and per-function cost, which
   should not grow with N.

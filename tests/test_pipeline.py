@@ -119,4 +119,4 @@ def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, 
     assert kinds.startswith(f"{expected}/")
     if expected == "fentry.multi":
         assert "fentry.multi/fexit.multi on" in kinds and "tracing_multi links" in kinds
-        assert "ctracer_fentry_s1" in built.program.text   # fentry's own programs
+        assert "ctracer_fentry_r1" in built.program.text   # fentry's own programs

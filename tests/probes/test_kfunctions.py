@@ -49,9 +49,9 @@ def test_a_handful_of_programs_whatever_the_function_count(sample, kind):
     assert len(every.kfunctions) > 10
     names = every.program_names()
     exit_kind = kfunctions.KINDS[kind]
-    assert names and all(re.fullmatch(rf"ctracer_({kind}|{exit_kind})_s[1248]", n) for n in names)
+    assert names and all(re.fullmatch(rf"ctracer_({kind}|{exit_kind})_r[1248]", n) for n in names)
     defined = set(re.findall(r"^int (ctracer_\w+)\(", every.text, re.M))
-    assert set(names) <= defined and len(defined) <= 2 * len(kfunctions.SLOT_COUNTS)
+    assert set(names) <= defined and len(defined) <= 2 * len(kfunctions.ROUTE_COUNTS)
     # the text does not grow with the functions: only the descriptor map's size does
     assert abs(len(every.text) - len(few.text)) < 2000
     # no name from the debug info reaches the C
@@ -70,7 +70,7 @@ def _bodies(text: str) -> dict[str, str]:
 def test_task_storage_programs_come_with_their_lru_hash_variants(sample, kind):
     """A text keeping the thread state in task storage holds, for every program the
     functions use, its LRU-hash variant too (what the recorder loads where a verifier
-    refuses the first: 6.1's kretprobes of more slots, E2BIG), the maps of both beside
+    refuses the first: 6.1's kretprobes of more routes, E2BIG), the maps of both beside
     each other; without task storage only the LRU-hash programs."""
     methods, layout, catalog = sample
     exit_kind = kfunctions.KINDS[kind]
@@ -107,17 +107,17 @@ def test_descriptors_pack_as_the_c_struct_says(sample):
     for f in program.kfunctions:
         packed = kfunctions.descriptor_bytes(f)
         assert len(packed) == size
-        nslots, nargs, ret_bits, ret_signed = struct.unpack_from("<BBBB", packed)
-        assert nslots == len(f.slots) and nargs == len(f.args)
+        nroutes, nargs, ret_bits, ret_signed = struct.unpack_from("<BBBB", packed)
+        assert nroutes == len(f.routes) and nargs == len(f.args)
         assert (ret_bits, bool(ret_signed)) == (f.returns or (0, False))
-        at = kfunctions._kfn_slots_offset()
-        for s in f.slots:
+        at = kfunctions._kfn_routes_offset()
+        for s in f.routes:
             row, reg, nsteps, flags = struct.unpack_from("<IBBB", packed, at)
             assert rows[row].name == f.name and row == s.row
             assert reg == (255 if s.method.param_index is None else s.reg)
             assert nsteps == len(s.method.path)
-            at += kfunctions._slot_size()
-        order = [(s.method.param_index is None, s.method.param_index or 0) for s in f.slots]
+            at += kfunctions._route_size()
+        order = [(s.method.param_index is None, s.method.param_index or 0) for s in f.routes]
         assert order == sorted(order)
 
 
@@ -129,16 +129,16 @@ def test_holders_and_returns_and_lifetime_names(sample):
     rule = LifetimeRule("sock", "sk_free", 0, "ends", probe="function")
     program = build_kernel_program((), layout, catalog, function_methods=methods,
                                    entry_kind="fentry", arch=X86, rules=(rule,))
-    slots = [s for f in program.kfunctions for s in f.slots]
-    assert any(s.method.path for s in slots)               # socket->sk and the like
-    returns = [s for s in slots if s.method.param_index is None]
+    routes = [s for f in program.kfunctions for s in f.routes]
+    assert any(s.method.path for s in routes)               # socket->sk and the like
+    returns = [s for s in routes if s.method.param_index is None]
     assert returns and all(s.reg == -1 for s in returns)
     lookup = re.compile(r"(^|_)(lookup|find|get|peek|search|next|prev|first|last)(_|$)")
-    for s in slots:
+    for s in routes:
         assert s.starts == (s.method.route_kind == "returns" and not lookup.search(s.method.name))
         assert s.ends == (not s.method.path and s.method.param_index is not None
                           and s.method.name == "sk_free")
-    assert any(s.starts for s in slots) and any(s.ends for s in slots)
+    assert any(s.starts for s in routes) and any(s.ends for s in routes)
     kinds = program.return_kinds()
     assert kinds and set(kinds.values()) <= {"pointer", "int", "uint", "bool", "enum"}
     assert all(kinds[s.row] == "pointer" for s in returns)
@@ -154,16 +154,16 @@ def test_returned_pointers_read_as_null_err_ptr_or_address():
     assert fmt.show_retval(-11) == "-EAGAIN (-11)"
 
 
-@pytest.mark.parametrize("slots", kfunctions.SLOT_COUNTS)
-def test_fexit_reads_no_register_again_without_its_entry(slots):
+@pytest.mark.parametrize("routes", kfunctions.ROUTE_COUNTS)
+def test_fexit_reads_no_register_again_without_its_entry(routes):
     """An exit takes its entry's objects and arguments; without one it writes only what
     the return value gives, like a kretprobe: re-reading and normalising the arguments
     on that path took 6.1's verifier past its million instructions (E2BIG) on every
     fexit program of more ways than one (665k processed for 4 ways on a two-argument
     function, 39k without it)."""
-    text = kfunctions.programs_c(["fentry"], [slots], kfunctions.NARGS, True)
-    for name in (kfunctions.program_name("fexit", slots),
-                 kfunctions.program_name("fexit", slots, task_storage=False)):
+    text = kfunctions.programs_c(["fentry"], [routes], kfunctions.NARGS, True)
+    for name in (kfunctions.program_name("fexit", routes),
+                 kfunctions.program_name("fexit", routes, task_storage=False)):
         body = text.split(f"int {name}(void *ctx)\n{{")[1].split("\n}\n")[0]
         assert "bpf_get_func_ret(ctx, &raw)" in body
         for read in ("ctracer_kargs(", "ctracer_fentry_reg(", "bpf_get_func_arg("):

@@ -55,20 +55,20 @@ def test_one_entry_and_one_exit_probe_per_function(sample):
     assert len({f.address for f in checks}) == 2
 
 
-def test_rows_are_methods_in_slot_order(sample):
+def test_rows_are_methods_in_route_order(sample):
     methods, built = sample
     program = uprobe.build_program(methods, built.layout, arch=X86)
     assert len(program.rows) == len(methods)
     assert [r.id for r in program.rows] == list(range(1, len(methods) + 1))
     by_name = {f.name: f for f in program.functions}
     accept = by_name["tcp_accept"]
-    assert [s.method.route_kind for s in accept.slots] == ["direct", "returns"]
-    assert accept.slots[1].arg is None and accept.return_ctype == "u64"
+    assert [s.method.route_kind for s in accept.routes] == ["direct", "returns"]
+    assert accept.routes[1].arg is None and accept.return_ctype == "u64"
     clone = by_name["sk_clone_state"]
-    assert [s.method.param_index for s in clone.slots] == [0, 1]
-    assert [s.arg for s in clone.slots] == ["PT_REGS_PARM1(ctx)", "PT_REGS_PARM2(ctx)"]
+    assert [s.method.param_index for s in clone.routes] == [0, 1]
+    assert [s.arg for s in clone.routes] == ["PT_REGS_PARM1(ctx)", "PT_REGS_PARM2(ctx)"]
     init = by_name["sock_init_data"]
-    assert [s.method.route_kind for s in init.slots] == ["holder", "direct"]
+    assert [s.method.route_kind for s in init.routes] == ["holder", "direct"]
     # the holder's path reads sock->sk (offset 16) at entry and again at exit if NULL
     body = program.text.split(f"int {init.exit_probe}(")[1].split("\n}\n")[0]
     assert "obj = ctracer_deref(obj, 16);" in body

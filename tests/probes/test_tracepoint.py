@@ -100,7 +100,7 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     state = next(t for t in program.tracepoints if t.name == "inet_sock_set_state")
     assert [(a.name, a.ctype, a.kind) for a in state.args] == [
         ("sk", "u64", "pointer"), ("oldstate", "s64", "int"), ("newstate", "s64", "int")]
-    assert state.slots[0].starts is not None and state.slots[0].ends is None
+    assert state.routes[0].starts is not None and state.routes[0].ends is None
     # events of a class take the names of the class's __bpf_trace_ function when every
     # function with their types names them alike: net_dev_queue (class net_dev_template)
     # has skb; sock_send_length's types are also inet_sock_set_state's: no guess
@@ -113,19 +113,19 @@ def test_kernel_plan_probes_the_tracepoints_with_named_arguments(kernel):
     # and an accepted socket's, at its clone into TCP_SYN_RECV: the second starts rule
     assert "starts a lifetime when args[2] (newstate) == 3" in tp.describe(state)
     row = tp.descriptor_bytes(state)
-    assert len(row) == tp.tp_size() and row[:2] == bytes([len(state.slots), 3])
-    slot = tp._TPSLOT.unpack_from(row, 8)
-    assert (slot[0], slot[1], slot[3], slot[5], slot[-3]) == (state.slots[0].id, 0, 2, 1, 7)
-    assert (slot[7], slot[8], slot[-1]) == (2, 2, 3)
+    assert len(row) == tp.tp_size() and row[:2] == bytes([len(state.routes), 3])
+    route = tp._TPROUTE.unpack_from(row, 8)
+    assert (route[0], route[1], route[3], route[5], route[-3]) == (state.routes[0].id, 0, 2, 1, 7)
+    assert (route[7], route[8], route[-1]) == (2, 2, 3)
     # kfree_skb reaches sock through skb->sk: a read at the member's offset, no rule
     free = next(t for t in program.tracepoints if t.name == "kfree_skb")
-    holder = next(s for s in free.slots if s.method.path)
+    holder = next(s for s in free.routes if s.method.path)
     assert holder.starts is None and holder.ends is None
     assert " deref +" in tp.describe(free) and "lifetime" not in tp.describe(free)
     # a handful of programs, whatever the number of tracepoints, each loaded per
     # tracepoint with its index written in
-    programs = re.findall(r"^int (ctracer_tp_s\d+)\(", program.text, re.M)
-    assert len(programs) <= len(tp.SLOT_COUNTS) < len(program.tracepoints)
+    programs = re.findall(r"^int (ctracer_tp_r\d+)\(", program.text, re.M)
+    assert len(programs) <= len(tp.ROUTE_COUNTS) < len(program.tracepoints)
     assert {t.probe for t in program.tracepoints} == set(programs)
     code = struct.pack("<Q", 0xb7 | tp.SELF_INDEX << 32) + struct.pack("<Q", 0x95)
     assert tp.with_index(code, 5)[4:8] == (5).to_bytes(4, "little")

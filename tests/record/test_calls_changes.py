@@ -199,7 +199,7 @@ def test_the_probes_fold_only_when_asked():
 def test_kprobe_programs_fold_within_the_stack_and_pass_the_verifier(bpf, storage):
     """With the fold, the kprobe and kretprobe programs keep their call state in a
     per-CPU buffer, not on BPF's 512-byte stack (clang refused them before): every
-    program of every slot count of struct sock's methods compiles and passes this
+    program of every route count of struct sock's methods compiles and passes this
     kernel's verifier (kprobes cannot attach here, kprobe-type programs load).  The
     same programs run on kprobe.multi links and perf kprobes."""
     from ctracer.debuginfo.btf import reader as btf
@@ -227,6 +227,6 @@ def test_kprobe_programs_fold_within_the_stack_and_pass_the_verifier(bpf, storag
     assert "ctracer_defer_or_fold" in program.text
     assert "struct ctracer_kprobe_work *kw;" in program.text
     names = sorted(set(program.program_names() + program.program_names(task_storage=False)))
-    assert {n.split("_s")[-1].split("_")[0] for n in names} == {"1", "2", "4", "8"}
+    assert {n.split("_r")[-1].split("_")[0] for n in names} == {"1", "2", "4", "8"}
     results = bpf_runtime.verify_programs(program.text, names)
     assert results and all(v == "" for v in results.values()), results

@@ -1,7 +1,7 @@
 """The kernel-function programs' thread state chosen when attaching, without a kernel: the
 loads and links of `ctracer.record.kattach` replaced by fakes that refuse what a test
 says.  Where the kernel refuses a task-storage program whose LRU-hash variant it loads
-(6.1's verifier: the kretprobes of more slots, E2BIG), every function of the kind gets its
+(6.1's verifier: the kretprobes of more routes, E2BIG), every function of the kind gets its
 LRU-hash program, and the recording says why; a refusal of both variants keeps task
 storage (the functions fail, named, as before)."""
 
@@ -22,8 +22,8 @@ def _function(index: int, ways: int) -> KernelFunction:
     return KernelFunction(index, f"f{index}", f"f{index}", (None,) * ways, None, (), ())
 
 
-#: one function per slot count
-FUNCTIONS = tuple(_function(i, n) for i, n in enumerate(kfunctions.SLOT_COUNTS))
+#: one function per route count
+FUNCTIONS = tuple(_function(i, n) for i, n in enumerate(kfunctions.ROUTE_COUNTS))
 
 
 @pytest.fixture
@@ -67,18 +67,18 @@ def _attach(task_storage: bool = True) -> kattach.KernelLinks:
 
 def _attached_programs(kernel) -> set[str]:
     """The programs loaded after the trial loads: those the links were made with."""
-    return set(kernel["loaded"][-2 * len(kfunctions.SLOT_COUNTS):])
+    return set(kernel["loaded"][-2 * len(kfunctions.ROUTE_COUNTS):])
 
 
 def test_a_refused_task_storage_program_gives_every_function_its_lru_hash_variant(kernel):
-    kernel["refuse"]["ctracer_kretprobe_s8"] = E2BIG
+    kernel["refuse"]["ctracer_kretprobe_r8"] = E2BIG
     links = _attach()
     try:
         assert all(r.complete for r in links.results), [(r.function.name, r.attached) for r in links.results]
         attached = _attached_programs(kernel)
         assert attached == {kfunctions.program_name(k, n, False) for k in ("kprobe", "kretprobe")
-                            for n in kfunctions.SLOT_COUNTS}
-        assert "ctracer_kretprobe_s8" in links.thread_state and "E2BIG" in links.thread_state
+                            for n in kfunctions.ROUTE_COUNTS}
+        assert "ctracer_kretprobe_r8" in links.thread_state and "E2BIG" in links.thread_state
         assert links.thread_state.startswith("LRU hashes") and links.fell_back
         assert sorted(kernel["linked"]) == sorted((k, f.name) for f in FUNCTIONS
                                                   for k in ("kprobe", "kretprobe"))
@@ -92,7 +92,7 @@ def test_task_storage_kept_where_every_program_loads(kernel):
         assert all(r.complete for r in links.results)
         assert _attached_programs(kernel) == {kfunctions.program_name(k, n) for k in
                                               ("kprobe", "kretprobe")
-                                              for n in kfunctions.SLOT_COUNTS}
+                                              for n in kfunctions.ROUTE_COUNTS}
         assert links.thread_state == "task storage" and not links.fell_back
         # the trial loaded each task-storage program once, no LRU-hash one
         assert not any(n.endswith(kfunctions.HASHED_SUFFIX) for n in kernel["loaded"])
@@ -101,13 +101,13 @@ def test_task_storage_kept_where_every_program_loads(kernel):
 
 
 def test_a_refusal_of_both_variants_keeps_task_storage_and_names_the_functions(kernel):
-    kernel["refuse"]["ctracer_kretprobe_s8"] = E2BIG
-    kernel["refuse"]["ctracer_kretprobe_s8_lru"] = E2BIG
+    kernel["refuse"]["ctracer_kretprobe_r8"] = E2BIG
+    kernel["refuse"]["ctracer_kretprobe_r8_lru"] = E2BIG
     links = _attach()
     try:
         assert links.thread_state == "task storage"
         failed = {r.function.name: r.exit for r in links.results if not r.complete}
-        assert failed == {"f3": E2BIG}   # the function of 8 slots, with the kernel's reason
+        assert failed == {"f3": E2BIG}   # the function of 8 routes, with the kernel's reason
     finally:
         links.close()
 
@@ -126,7 +126,7 @@ def test_the_summary_says_where_the_thread_state_went_when_it_fell_back():
     from ctracer.record.recorder import RecordResult, summary_lines
     plain = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c")
     assert not any("thread" in line for line in summary_lines(plain))
-    why = f"LRU hashes, as the kernel refused ctracer_kretprobe_s8: {E2BIG}"
+    why = f"LRU hashes, as the kernel refused ctracer_kretprobe_r8: {E2BIG}"
     fell = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c",
                         thread_state_fallback=why)
     assert f"note: each thread's call depth and saved entries in {why}" in summary_lines(fell)

@@ -13,7 +13,7 @@ values add up to the bytes the workload sent; tcp_set_state's exit snapshot has
 skc_state equal to its state argument; a method called inside tcp_sendmsg is one level
 deeper; no program of ctracer stays attached once it has exited; the report renders;
 each thread's state in task storage, or where a verifier refuses those programs (6.1's
-refused its kprobe ones of more slots) their LRU-hash variants, with the kernel's reason.
+refused its kprobe ones of more routes) their LRU-hash variants, with the kernel's reason.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_the_plan_picks_the_kind_and_says_so(vm_kernel, run):
 
 def test_thread_state_in_task_storage_or_lru_hashes_where_6_1_refuses_it(vm_kernel, run):
     """Where the functions' programs kept each thread's depth: task storage, but where
-    6.1's verifier refuses a task-storage program (its kprobe programs of more slots
+    6.1's verifier refuses a task-storage program (its kprobe programs of more routes
     were refused as too complex, E2BIG, before the events were built outside the ring
     buffer and the arguments normalised without branches): the LRU-hash variants for
     every function, with the kernel's reason, said in the meta and the summary (the

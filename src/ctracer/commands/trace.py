@@ -428,7 +428,7 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
             if plan.get("kinds"):
                 print(f"ctracer: probes: {plan['kinds']}", file=out)
             creators = sorted({s.method.name for f in getattr(built.program, "kfunctions", ())
-                               for s in f.slots if s.starts})
+                               for s in f.routes if s.starts})
             made = (f"; a new lifetime also starts where {len(creators)} creation "
                     f"function{'s' if len(creators) != 1 else ''} return the object "
                     f"({', '.join(creators[:4])}{', ...' if len(creators) > 4 else ''})"

@@ -142,7 +142,7 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     functions_c = ("", "")
     if functions:
         nargs = max(nargs, kfunctions.NARGS)
-        counts = sorted({f.slot_count for f in functions})
+        counts = sorted({f.route_count for f in functions})
         functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
                        kfunctions.programs_c([entry_kind], counts, nargs, task_storage, fold))
     compact = compact and mini.size > 0

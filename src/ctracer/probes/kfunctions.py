@@ -8,7 +8,7 @@ BPF cookie) says which integer registers hold the arguments the objects are reac
 the steps from each argument to its object (``socket->sk``: a read at an offset), which
 function-table row each way is, how wide and signed the return value and the recorded
 arguments are, and whether the call starts or ends an object's life.  So the C text holds
-one entry and one exit program per probe kind and per slot count (1, 2, 4, 8 ways to the
+one entry and one exit program per probe kind and per route count (1, 2, 4, 8 ways to the
 object; a function reaching it three ways uses the program for four), compiled once by
 bcc whatever the number of functions, and the loaded instructions are attached to every
 function: fentry/fexit programs are loaded once per target (a tracing program is bound
@@ -40,7 +40,7 @@ LRU hashes keyed by thread id, as before (a lookup-or-insert and a write at entr
 lookup and a delete at exit; measured in the 6.12 guest: see bench/RESULTS.md's
 bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant
 too (named with `HASHED_SUFFIX`): a verifier may refuse the task-storage programs
-(6.1's refuses the kprobe ones of more slots as too complex, E2BIG) and the recorder
+(6.1's refuses the kprobe ones of more routes as too complex, E2BIG) and the recorder
 then loads the LRU-hash variants of every program of the kind instead
 (`ctracer.record.kattach.KernelLinks`: every function's depth in one place).
 
@@ -65,9 +65,9 @@ from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
 from ctracer.event import FunctionRow
 
-#: slot counts the programs come in (a function uses the smallest that holds its ways)
-SLOT_COUNTS = (1, 2, 4, 8)
-MAX_SLOTS = SLOT_COUNTS[-1]
+#: route counts the programs come in (a function uses the smallest that holds its ways)
+ROUTE_COUNTS = (1, 2, 4, 8)
+MAX_ROUTES = ROUTE_COUNTS[-1]
 #: steps from an argument to its object (``a->b.c->d`` is three)
 MAX_STEPS = ctext.MAX_STEPS
 #: register arguments each event records
@@ -93,7 +93,7 @@ _OP = ctext.PATH_OPS
 
 
 @dataclass(frozen=True)
-class KernelSlot:
+class KernelRoute:
     """One way a probed function reaches the object: one function-table row."""
 
     row: int
@@ -112,7 +112,7 @@ class KernelFunction:
     index: int
     key: str
     name: str
-    slots: tuple[KernelSlot, ...]
+    routes: tuple[KernelRoute, ...]
     #: (bits, signed) of the return value, None when it is not an integer register
     returns: Optional[tuple[int, bool]]
     #: the register arguments each event records, in register order
@@ -123,30 +123,30 @@ class KernelFunction:
     return_kind: str = ""
 
     @property
-    def slot_count(self) -> int:
-        """The ways the program it runs holds (the smallest of `SLOT_COUNTS` holding its
+    def route_count(self) -> int:
+        """The ways the program it runs holds (the smallest of `ROUTE_COUNTS` holding its
         rows)."""
-        return next(n for n in SLOT_COUNTS if n >= len(self.slots))
+        return next(n for n in ROUTE_COUNTS if n >= len(self.routes))
 
     def program(self, kind: str, task_storage: bool = True) -> str:
         """The name of the program that probes this function as ``kind``, keeping the
         thread's state in task storage or (``task_storage`` false) in the LRU hashes."""
-        return program_name(kind, self.slot_count, task_storage)
+        return program_name(kind, self.route_count, task_storage)
 
     @property
     def row_ids(self) -> tuple[int, ...]:
         """The function rows of the function, one per way it reaches the object."""
-        return tuple(s.row for s in self.slots)
+        return tuple(s.row for s in self.routes)
 
 
 #: the name ending of the programs keeping the thread state in the LRU hashes
 HASHED_SUFFIX = "_lru"
 
 
-def program_name(kind: str, slots: int, task_storage: bool = True) -> str:
-    """``ctracer_kprobe_s4``; the LRU-hash variant ``ctracer_kprobe_s4_lru`` (the
+def program_name(kind: str, routes: int, task_storage: bool = True) -> str:
+    """``ctracer_kprobe_r4``; the LRU-hash variant ``ctracer_kprobe_r4_lru`` (the
     fentry.multi kind's are the fentry ones: `program_kind`)."""
-    return f"ctracer_{program_kind(kind)}_s{slots}{'' if task_storage else HASHED_SUFFIX}"
+    return f"ctracer_{program_kind(kind)}_r{routes}{'' if task_storage else HASHED_SUFFIX}"
 
 
 def _width(shape: TypeShape) -> Optional[tuple[int, bool]]:
@@ -205,7 +205,7 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
     ``ending``: the functions whose exit ends the object's life (lifetime rules)."""
     ordered = sorted(methods, key=lambda m: (m.key, m.param_index is None, m.param_index or 0))
     rows: list[FunctionRow] = []
-    grouped: dict[str, list[KernelSlot]] = {}
+    grouped: dict[str, list[KernelRoute]] = {}
     infos: dict[str, FunctionInfo] = {}
     for m in ordered:
         row_id = first_row + len(rows)
@@ -225,14 +225,14 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
                 why = f"skipped: the argument is not in the first {max_regs} registers"
             else:
                 reg = found
-        if not why and len(grouped.get(m.key, ())) >= MAX_SLOTS:
-            why = f"skipped: the function reaches the object more than {MAX_SLOTS} ways"
+        if not why and len(grouped.get(m.key, ())) >= MAX_ROUTES:
+            why = f"skipped: the function reaches the object more than {MAX_ROUTES} ways"
         rows.append(FunctionRow(row_id, m.name, getattr(f, "unit", "") or "", m.route_kind,
                                 m.route_text, None, why))
         if why:
             continue
         starts, ends = _lifetime_flags(m, ending)
-        grouped.setdefault(m.key, []).append(KernelSlot(row_id, m, reg, starts, ends))
+        grouped.setdefault(m.key, []).append(KernelRoute(row_id, m, reg, starts, ends))
         infos[m.key] = f  # type: ignore[assignment]
     functions = []
     for index, key in enumerate(sorted(grouped)):
@@ -256,28 +256,28 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
 def descriptor(f: KernelFunction) -> dict:
     """The ``ctracer_kfns`` row of a function, as plain values (the runtime packs them
     with `descriptor_bytes`)."""
-    return {"nslots": len(f.slots), "nargs": len(f.args),
+    return {"nroutes": len(f.routes), "nargs": len(f.args),
             "ret_bits": f.returns[0] if f.returns else 0,
             "ret_signed": int(bool(f.returns and f.returns[1])),
             "arg_bits": [w[0] for w in f.arg_widths], "arg_signed": [int(w[1]) for w in f.arg_widths],
-            "slots": [{"row": s.row, "reg": s.reg,
+            "routes": [{"row": s.row, "reg": s.reg,
                        "flags": (_FLAG_STARTS if s.starts else 0) | (_FLAG_ENDS if s.ends else 0),
                        "steps": [(_OP[st.op], int(st.offset)) for st in s.method.path]}
-                      for s in f.slots]}
+                      for s in f.routes]}
 
 
 def descriptor_bytes(f: KernelFunction) -> bytes:
     """The packed ``struct ctracer_kfn`` of a function (see `struct_definitions`)."""
     import struct
     d = descriptor(f)
-    head = struct.pack("<BBBB", d["nslots"], d["nargs"], d["ret_bits"], d["ret_signed"])
+    head = struct.pack("<BBBB", d["nroutes"], d["nargs"], d["ret_bits"], d["ret_signed"])
     head += bytes(d["arg_bits"] + [0] * (NARGS - d["nargs"]))
     head += bytes(d["arg_signed"] + [0] * (NARGS - d["nargs"]))
-    head += b"\0" * (_kfn_slots_offset() - len(head))
+    head += b"\0" * (_kfn_routes_offset() - len(head))
     out = [head]
-    for s in d["slots"] + [None] * (MAX_SLOTS - len(d["slots"])):
+    for s in d["routes"] + [None] * (MAX_ROUTES - len(d["routes"])):
         if s is None:
-            out.append(b"\0" * _slot_size())
+            out.append(b"\0" * _route_size())
             continue
         ops = [op for op, _ in s["steps"]] + [0] * (MAX_STEPS - len(s["steps"]))
         offs = [off for _, off in s["steps"]] + [0] * (MAX_STEPS - len(s["steps"]))
@@ -286,17 +286,17 @@ def descriptor_bytes(f: KernelFunction) -> bytes:
     return b"".join(out)
 
 
-def _slot_size() -> int:
+def _route_size() -> int:
     return 4 + 4 + MAX_STEPS + 4 * MAX_STEPS
 
 
-def _kfn_slots_offset() -> int:
+def _kfn_routes_offset() -> int:
     return (4 + 2 * NARGS + 3) // 4 * 4
 
 
 def kfn_size() -> int:
     """Bytes of one function's entry in the kernel programs' function table."""
-    return _kfn_slots_offset() + MAX_SLOTS * _slot_size()
+    return _kfn_routes_offset() + MAX_ROUTES * _route_size()
 
 
 def struct_definitions(functions: int, task_storage: bool = True) -> str:
@@ -336,10 +336,10 @@ BPF_TASK_STORAGE(ctracer_kthreads, struct ctracer_kthread);
 BPF_TABLE("lru_hash", u32, u32, ctracer_depth, 65536);
 """
     return f"""\
-#define CTRACER_MAX_SLOTS {MAX_SLOTS}
+#define CTRACER_MAX_ROUTES {MAX_ROUTES}
 #define CTRACER_NARGS {NARGS}
 
-struct ctracer_kslot {{
+struct ctracer_kroute {{
 	u32 row;
 	u8 reg;		/* integer register of the argument; 255: the return value */
 	u8 nsteps;
@@ -348,25 +348,25 @@ struct ctracer_kslot {{
 	u8 op[CTRACER_MAX_STEPS];	/* 1: read the pointer at +off, 2: add off */
 	s32 off[CTRACER_MAX_STEPS];
 }};
-_Static_assert(sizeof(struct ctracer_kslot) == {_slot_size()}, "kslot size");
+_Static_assert(sizeof(struct ctracer_kroute) == {_route_size()}, "kroute size");
 
 struct ctracer_kfn {{
-	u8 nslots;
+	u8 nroutes;
 	u8 nargs;
 	u8 ret_bits;
 	u8 ret_signed;
 	u8 arg_bits[CTRACER_NARGS];
 	u8 arg_signed[CTRACER_NARGS];
-	struct ctracer_kslot slot[CTRACER_MAX_SLOTS];
+	struct ctracer_kroute route[CTRACER_MAX_ROUTES];
 }};
 _Static_assert(sizeof(struct ctracer_kfn) == {kfn_size()}, "kfn size");
-_Static_assert(__builtin_offsetof(struct ctracer_kfn, slot) == {_kfn_slots_offset()}, "kfn slots");
+_Static_assert(__builtin_offsetof(struct ctracer_kfn, route) == {_kfn_routes_offset()}, "kfn routes");
 
 /* What an entry leaves for its exit. */
 struct ctracer_kcall {{
 	u32 fn;
 	u32 depth;	/* the depth it was saved at, plus one (0: none, or taken by its exit) */
-	u64 object[CTRACER_MAX_SLOTS];
+	u64 object[CTRACER_MAX_ROUTES];
 	u64 args[CTRACER_NARGS];
 }};
 
@@ -390,7 +390,7 @@ static __always_inline u64 ctracer_normalise(u64 v, u8 bits, u8 is_signed)
 	return ((extended & sign) | (low & ~sign)) & keep;
 }
 
-static __always_inline u64 ctracer_follow(u64 obj, struct ctracer_kslot *s)
+static __always_inline u64 ctracer_follow(u64 obj, struct ctracer_kroute *s)
 {
 	return ctracer_follow_steps(obj, s->nsteps, s->op, s->off);
 }
@@ -420,7 +420,7 @@ static __always_inline u64 ctracer_fentry_reg(void *ctx, int reg)
 static __always_inline void ctracer_kargs(void *ctx, const u64 *regs, struct ctracer_kfn *fn,
 					  u64 *out)
 {
-	/* every slot read, none skipped by a branch: the ones past the function's
+	/* every route read, none skipped by a branch: the ones past the function's
 	 * arguments have no width (0) and read as 0 */
 #pragma clang loop unroll(full)
 	for (int i = 0; i < CTRACER_NARGS; i++) {
@@ -481,7 +481,7 @@ _TAKE_SCRATCH = """\
 	__builtin_memset(kw, 0, sizeof(*kw));"""
 
 
-def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
+def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
                    fold: bool = False) -> str:
     fentry = int(kind == "fentry")
     scratch = uses_scratch(kind, fold)
@@ -528,11 +528,11 @@ def _entry_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
 	ctracer_kcalls.update(&key, &%s);""" % call
     # the call's first row and first two objects, for the calls folded inside it
     frame = "\n".join("\t" + line for line in folding.frame_statements(
-        "(u32)pid_tgid", "depth", "fn->slot[0].row", f"{call}.object[0]",
-        f"{call}.object[1 & (CTRACER_MAX_SLOTS - 1)]",
+        "(u32)pid_tgid", "depth", "fn->route[0].row", f"{call}.object[0]",
+        f"{call}.object[1 & (CTRACER_MAX_ROUTES - 1)]",
         in_buffer="kw" if scratch else None)) if fold else ""
     return f"""\
-int {program_name(kind, slots, task_storage)}({ctx})
+int {program_name(kind, routes, task_storage)}({ctx})
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -551,16 +551,16 @@ int {program_name(kind, slots, task_storage)}({ctx})
 	for (int a = 0; a < CTRACER_NARGS && a < {max(nargs, 1)}; a++)
 		{call}.args[a] = {args}[a];
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < {slots}; i++) {{
-		struct ctracer_kslot *s;
+	for (int i = 0; i < {routes}; i++) {{
+		struct ctracer_kroute *s;
 		u64 obj = 0;
 
-		if (i >= fn->nslots)
+		if (i >= fn->nroutes)
 			break;
-		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
+		s = &fn->route[i & (CTRACER_MAX_ROUTES - 1)];
 		if (s->reg != 255)
 			obj = ctracer_follow({reg}, s);
-		{call}.object[i & (CTRACER_MAX_SLOTS - 1)] = obj;
+		{call}.object[i & (CTRACER_MAX_ROUTES - 1)] = obj;
 		if (obj || s->reg == 255)
 			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, {args}, pid_tgid, 0, 0, 0);
 	}}
@@ -581,7 +581,7 @@ def _take_hashed(tid: str, indent: str, call: str = "call") -> str:
     return "\n".join(indent + line for line in lines)
 
 
-def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
+def _exit_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
                   fold: bool = False) -> str:
     fexit = int(kind == "fexit")
     scratch = uses_scratch(kind, fold)
@@ -632,7 +632,7 @@ def _exit_program(kind: str, slots: int, nargs: int, task_storage: bool = True,
                "\tstruct ctracer_kcall call = {};")
     arrays = "" if scratch else f"\tu64 args[{max(nargs, 1)}] = {{}};\n"
     return f"""\
-int {program_name(kind, slots, task_storage)}({ctx})
+int {program_name(kind, routes, task_storage)}({ctx})
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -654,14 +654,14 @@ int {program_name(kind, slots, task_storage)}({ctx})
 	ret = fn->ret_bits ? (s64)ctracer_normalise(raw, fn->ret_bits, fn->ret_signed) : 0;
 	{saved_args}
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < {slots}; i++) {{
-		struct ctracer_kslot *s;
+	for (int i = 0; i < {routes}; i++) {{
+		struct ctracer_kroute *s;
 		u64 obj;
 
-		if (i >= fn->nslots)
+		if (i >= fn->nroutes)
 			break;
-		s = &fn->slot[i & (CTRACER_MAX_SLOTS - 1)];
-		obj = s->reg == 255 ? raw : {call}.object[i & (CTRACER_MAX_SLOTS - 1)];
+		s = &fn->route[i & (CTRACER_MAX_ROUTES - 1)];
+		obj = s->reg == 255 ? raw : {call}.object[i & (CTRACER_MAX_ROUTES - 1)];
 		if (obj)
 			ctracer_hit(s->row, {PHASE_EXIT}, obj, ret, depth, flags, {args}, pid_tgid,
 				    s->reg == 255 && (s->flags & {_FLAG_STARTS}), s->flags & {_FLAG_ENDS}, 0);
@@ -678,10 +678,10 @@ def variants(task_storage: bool) -> tuple[bool, ...]:
     return (True, False) if task_storage else (False,)
 
 
-def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
+def programs_c(kinds: Sequence[str], route_counts: Sequence[int], nargs: int,
                task_storage: bool = True, fold: bool = False) -> str:
     """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
-    for each slot count, in each of the `variants`: with ``task_storage`` each thread's
+    for each route count, in each of the `variants`: with ``task_storage`` each thread's
     depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
     the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
@@ -691,7 +691,7 @@ def programs_c(kinds: Sequence[str], slot_counts: Sequence[int], nargs: int,
         t.block(scratch_definition(nargs))
     for kind in dict.fromkeys(map(program_kind, kinds)):
         for storage in variants(task_storage):
-            for n in slot_counts:
+            for n in route_counts:
                 t("")
                 t.block(_entry_program(kind, n, nargs, storage, fold))
                 t("")

@@ -8,7 +8,7 @@ probe (one function-table row per method); `emit_tracepoint_c` writes the C, wit
 probes of kernel functions when there are any; `ctracer.probes.kernel_program.build_kernel_program`
 builds the whole program.
 
-Not a program per tracepoint: one per slot count (`SLOT_COUNTS`: the ways a tracepoint
+Not a program per tracepoint: one per route count (`ROUTE_COUNTS`: the ways a tracepoint
 hands the object), compiled once whatever the number of tracepoints, told of each
 tracepoint by its row of the array ``ctracer_tps`` (`descriptor_bytes`: the argument each
 way starts from, the steps from it, the lifetime rules and their conditions).  Each
@@ -77,8 +77,8 @@ OBJECT_CAPACITY = 65536
 OBJECT_ENDED = 2
 #: the number of raw tracepoint arguments a probe reads
 MAX_ARGS = 12
-#: the slot counts the tracepoint programs come in (methods of one tracepoint)
-SLOT_COUNTS = (1, 2, 4, 8)
+#: the route counts the tracepoint programs come in (methods of one tracepoint)
+ROUTE_COUNTS = (1, 2, 4, 8)
 #: the constant a tracepoint program is compiled with in place of its tracepoint's
 #: index (its ``ctracer_tps`` row): each tracepoint loads the program with the constant
 #: replaced (`with_index`); no other instruction holds it
@@ -90,7 +90,7 @@ _COMM_LEN = 16
 
 
 @dataclass(frozen=True)
-class TracepointSlot:
+class TracepointRoute:
     """One method of a probed tracepoint: one function-table row."""
 
     id: int
@@ -110,24 +110,24 @@ class ProbedTracepoint:
     index: int
     name: str
     args: tuple[Argument, ...]
-    slots: tuple[TracepointSlot, ...]
+    routes: tuple[TracepointRoute, ...]
 
     @property
-    def slot_count(self) -> int:
-        """The slots of the program it runs (the smallest of `SLOT_COUNTS` holding its
+    def route_count(self) -> int:
+        """The routes of the program it runs (the smallest of `ROUTE_COUNTS` holding its
         methods)."""
-        return next(n for n in SLOT_COUNTS if n >= len(self.slots))
+        return next(n for n in ROUTE_COUNTS if n >= len(self.routes))
 
     @property
     def probe(self) -> str:
-        """The program it runs: every tracepoint with as many slots runs the same one,
+        """The program it runs: every tracepoint with as many routes runs the same one,
         loaded once for it with its index written in (`SELF_INDEX`)."""
-        return program_name(self.slot_count)
+        return program_name(self.route_count)
 
     @property
     def row_ids(self) -> tuple[int, ...]:
         """The function rows of the tracepoint, one per way it reaches the object."""
-        return tuple(s.id for s in self.slots)
+        return tuple(s.id for s in self.routes)
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
     ordered = sorted((m for m in methods if m.is_tracepoint),
                      key=lambda m: (m.name, m.param_index or 0, m.route_form))
     rows: list[FunctionRow] = []
-    by_tp: dict[str, list[TracepointSlot]] = {}
+    by_tp: dict[str, list[TracepointRoute]] = {}
     infos: dict[str, TracepointInfo] = {}
     for m in ordered:
         row_id = len(rows) + 1
@@ -268,7 +268,7 @@ def plan_tracepoints(methods: Sequence[Method], catalog: Catalog,
                 and r.function == m.name and r.param_index == m.param_index]
         starting = [r for r in mine if r.effect == "starts"]
         ends = next((r for r in mine if r.effect == "ends"), None)
-        by_tp.setdefault(m.name, []).append(TracepointSlot(
+        by_tp.setdefault(m.name, []).append(TracepointRoute(
             row_id, m, starting[0] if starting else None, ends,
             starting[1] if len(starting) > 1 else None))
         infos[m.name] = m.function  # type: ignore[assignment]
@@ -537,20 +537,20 @@ def _hit_function(admission: Admission, nargs: int, mini: Layout,
 
 
 
-def program_name(slots: int) -> str:
-    """The name of the tracepoint program for ``slots`` methods."""
-    return f"ctracer_tp_s{slots}"
+def program_name(routes: int) -> str:
+    """The name of the tracepoint program for ``routes`` methods."""
+    return f"ctracer_tp_r{routes}"
 
 
 def struct_definitions(tracepoints: int) -> str:
     """The tracepoints' descriptor structs and their map (a row per tracepoint)."""
     return f"""\
-#define CTRACER_TP_SLOTS {SLOT_COUNTS[-1]}
+#define CTRACER_TP_SLOTS {ROUTE_COUNTS[-1]}
 #define CTRACER_TP_ARGS {MAX_ARGS}
 #define CTRACER_TP_SELF {SELF_INDEX:#x}
 
 /* One way a tracepoint hands the object: the argument, the steps from it, the row. */
-struct ctracer_tpslot {{
+struct ctracer_tproute {{
 	u32 row;
 	u8 arg;
 	u8 nsteps;
@@ -566,13 +566,13 @@ struct ctracer_tpslot {{
 	s64 ends_eq;
 	s64 starts_too_eq;
 }};
-_Static_assert(sizeof(struct ctracer_tpslot) == {_TPSLOT.size}, "tpslot size");
+_Static_assert(sizeof(struct ctracer_tproute) == {_TPROUTE.size}, "tproute size");
 
 struct ctracer_tp {{
-	u8 nslots;
+	u8 nroutes;
 	u8 nargs;
 	u8 pad[6];
-	struct ctracer_tpslot slot[CTRACER_TP_SLOTS];
+	struct ctracer_tproute route[CTRACER_TP_SLOTS];
 }};
 _Static_assert(sizeof(struct ctracer_tp) == {tp_size()}, "tp size");
 
@@ -586,9 +586,9 @@ BPF_ARRAY(ctracer_tps, struct ctracer_tp, {max(1, tracepoints)});
 _ARG_ARRAY = 16
 
 
-def _program(slots: int, nargs: int) -> str:
+def _program(routes: int, nargs: int) -> str:
     return f"""\
-int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
+int {program_name(routes)}(struct bpf_raw_tracepoint_args *ctx)
 {{
 	u32 ti = CTRACER_TP_SELF, zero = 0;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -609,14 +609,14 @@ int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
 	if (n && bpf_probe_read_kernel(args, n * sizeof(u64), (void *)ctx))
 		return 0;
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < {slots}; i++) {{
-		struct ctracer_tpslot *s;
+	for (int i = 0; i < {routes}; i++) {{
+		struct ctracer_tproute *s;
 		u64 obj;
 		int starts, ends;
 
-		if (i >= tp->nslots)
+		if (i >= tp->nroutes)
 			break;
-		s = &tp->slot[i & (CTRACER_TP_SLOTS - 1)];
+		s = &tp->route[i & (CTRACER_TP_SLOTS - 1)];
 		obj = ctracer_follow_steps(args[s->arg & {_ARG_ARRAY - 1}], s->nsteps, s->op, s->off);
 		if (!obj)
 			continue;
@@ -635,13 +635,13 @@ int {program_name(slots)}(struct bpf_raw_tracepoint_args *ctx)
 """
 
 
-_TPSLOT = _struct.Struct(f"<IBBBBBBBB{ctext.MAX_STEPS}B{ctext.MAX_STEPS}iqqq")
+_TPROUTE = _struct.Struct(f"<IBBBBBBBB{ctext.MAX_STEPS}B{ctext.MAX_STEPS}iqqq")
 _TP_HEAD = _struct.Struct("<BB6x")
 
 
 def tp_size() -> int:
     """Bytes of one tracepoint's entry in the tracepoint programs' table."""
-    return _TP_HEAD.size + SLOT_COUNTS[-1] * _TPSLOT.size
+    return _TP_HEAD.size + ROUTE_COUNTS[-1] * _TPROUTE.size
 
 
 def _rule(rule: Optional[LifetimeRule], tp: ProbedTracepoint) -> tuple[int, int, int]:
@@ -660,7 +660,7 @@ def describe(tp: ProbedTracepoint) -> str:
     """A tracepoint's ``ctracer_tps`` row in words (``--print-bpf`` prints them after
     the C): which argument each way starts from, its steps and its rules."""
     ways = []
-    for s in tp.slots:
+    for s in tp.routes:
         i = int(s.method.param_index)
         arg = tp.args[i].name if i < len(tp.args) else f"arg{i}"
         text = f"row {s.id} from args[{i}] ({ctext.comment_name(arg)})"
@@ -680,16 +680,16 @@ def describe(tp: ProbedTracepoint) -> str:
 
 def descriptor_bytes(tp: ProbedTracepoint) -> bytes:
     """The packed ``struct ctracer_tp`` of a tracepoint (see `struct_definitions`)."""
-    out = [_TP_HEAD.pack(len(tp.slots), len(tp.args))]
-    for s in tp.slots:
+    out = [_TP_HEAD.pack(len(tp.routes), len(tp.args))]
+    for s in tp.routes:
         steps = [(ctext.PATH_OPS[st.op], int(st.offset)) for st in s.method.path]
         steps += [(0, 0)] * (ctext.MAX_STEPS - len(steps))
         starts, ends, too = _rule(s.starts, tp), _rule(s.ends, tp), _rule(s.starts_too, tp)
-        out.append(_TPSLOT.pack(s.id, int(s.method.param_index), len(s.method.path),
+        out.append(_TPROUTE.pack(s.id, int(s.method.param_index), len(s.method.path),
                                 starts[0], ends[0], starts[1], ends[1], too[0], too[1],
                                 *(op for op, _ in steps), *(off for _, off in steps),
                                 starts[2], ends[2], too[2]))
-    out.append(b"\0" * (_TPSLOT.size * (SLOT_COUNTS[-1] - len(tp.slots))))
+    out.append(b"\0" * (_TPROUTE.size * (ROUTE_COUNTS[-1] - len(tp.routes))))
     return b"".join(out)
 
 
@@ -765,9 +765,9 @@ def emit_tracepoint_c(tracepoints: Sequence[ProbedTracepoint], mini: Layout,
         t.block(folding.fold_functions(mini, nargs))
         t("")
     t.block(_hit_function(admission, nargs, mini, compact, fold))
-    for slots in sorted({tp.slot_count for tp in tracepoints}):
+    for routes in sorted({tp.route_count for tp in tracepoints}):
         t("")
-        t.block(_program(slots, nargs))
+        t.block(_program(routes, nargs))
     if functions_c[1]:
         t("")
         t.block(functions_c[1])

@@ -96,7 +96,7 @@ def host_arch() -> Arch:
 
 
 @dataclass(frozen=True)
-class Slot:
+class UprobeRoute:
     """One method of a probed function: one function-table row, one event per hit."""
 
     id: int
@@ -114,7 +114,7 @@ class ProbedFunction:
     name: str
     unit: str
     address: int
-    slots: tuple[Slot, ...]
+    routes: tuple[UprobeRoute, ...]
     #: C type the return value is read as, None when it is not an integer register
     return_ctype: Optional[str]
 
@@ -131,7 +131,7 @@ class ProbedFunction:
     @property
     def row_ids(self) -> tuple[int, ...]:
         """The function rows of the function, one per way it reaches the object."""
-        return tuple(s.id for s in self.slots)
+        return tuple(s.id for s in self.routes)
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class UprobeProgram:
 
     def rows_with_return_value(self) -> frozenset[int]:
         """Function-table rows whose exit events carry a return value."""
-        return frozenset(s.id for f in self.functions if f.return_ctype for s in f.slots)
+        return frozenset(s.id for f in self.functions if f.return_ctype for s in f.routes)
 
     def args_by_row(self) -> dict:
         """Arguments recorded per row: none (entry/exit events carry no argument slots)."""
@@ -231,14 +231,14 @@ def argument_expr(function: FunctionInfo, index: int, arch: Arch) -> tuple[Optio
         return None, why
     if reg < arch.register_args:
         return f"PT_REGS_PARM{reg + 1}(ctx)", ""
-    slot = reg - arch.register_args
-    return f"ctracer_stack_arg(ctx, {arch.stack_args_at + 8 * slot})", ""
+    route = reg - arch.register_args
+    return f"ctracer_stack_arg(ctx, {arch.stack_args_at + 8 * route})", ""
 
 
 # ------------------------------------------------------------------ program text
 
 
-def _slot_order(m: Method) -> tuple:
+def _route_order(m: Method) -> tuple:
     return (m.param_index is None, m.param_index or 0)
 
 
@@ -330,7 +330,7 @@ def _entry_probe(f: ProbedFunction, fold: bool = False) -> str:
       "\tif (!ctracer_wanted(pid_tgid >> 32))",
       "\t\treturn 0;",
       "\tdepth = ctracer_enter((u32)pid_tgid);")
-    for i, s in enumerate(f.slots):
+    for i, s in enumerate(f.routes):
         if s.arg is None:
             t(f"\tctracer_emit({s.id}, {PHASE_ENTRY}, 0, 0, depth, 0, pid_tgid);")
             continue
@@ -343,9 +343,9 @@ def _entry_probe(f: ProbedFunction, fold: bool = False) -> str:
           "\t}")
     if fold:
         objects = [f"call.object[{i}]" if s.arg is not None else "0"
-                   for i, s in enumerate(f.slots[:2])]
+                   for i, s in enumerate(f.routes[:2])]
         t(*("\t" + line for line in folding.frame_statements(
-            "(u32)pid_tgid", "depth", str(f.slots[0].id), *objects)))
+            "(u32)pid_tgid", "depth", str(f.routes[0].id), *objects)))
     t("\t{",
       "\t\tstruct ctracer_call_key key = {",
       "\t\t\t.tid = (u32)pid_tgid, .depth = depth, .sp = PT_REGS_SP(ctx) };",
@@ -373,7 +373,7 @@ def _exit_probe(f: ProbedFunction, arch: Arch) -> str:
       f"\tif (!ctracer_leave((u32)pid_tgid, PT_REGS_SP(ctx) - {arch.return_sp_delta}, "
       "&call, &depth))",
       f"\t\tflags = {FLAG_NO_ENTRY};")
-    for i, s in enumerate(f.slots):
+    for i, s in enumerate(f.routes):
         if s.arg is None:
             t(f"\tctracer_emit({s.id}, {PHASE_EXIT}, PT_REGS_RC(ctx), ret, depth, flags, "
               "pid_tgid);")
@@ -402,8 +402,8 @@ class UprobePlan:
 
 
 def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
-    """Rows in (function key, slot) order and the probed functions with their slots."""
-    ordered = sorted(methods, key=lambda m: (m.key, _slot_order(m)))
+    """Rows in (function key, route) order and the probed functions with their routes."""
+    ordered = sorted(methods, key=lambda m: (m.key, _route_order(m)))
     rows: list[FunctionRow] = []
     by_function: dict[str, list[tuple[Method, int, Optional[str]]]] = {}
     for m in ordered:
@@ -428,12 +428,12 @@ def plan_uprobes(methods: Sequence[Method], arch: Arch) -> UprobePlan:
             by_function.setdefault(m.key, []).append((m, row_id, arg))
 
     functions = []
-    for index, (key, slots) in enumerate(sorted(by_function.items())):
-        f = slots[0][0].function
+    for index, (key, routes) in enumerate(sorted(by_function.items())):
+        f = routes[0][0].function
         assert isinstance(f, FunctionInfo) and f.address is not None
         functions.append(ProbedFunction(
             index, key, f.name, f.unit or "", f.address,
-            tuple(Slot(row_id, m, arg) for m, row_id, arg in slots),
+            tuple(UprobeRoute(row_id, m, arg) for m, row_id, arg in routes),
             return_ctype(f.returns)))
     return UprobePlan(tuple(rows), tuple(functions))
 
@@ -444,7 +444,7 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
     """The BPF C text of a planned uprobe program (``fold``: ``--calls changes``, with
     ``compact``)."""
     functions = plan.functions
-    max_slots = max((len(f.slots) for f in functions), default=1)
+    max_routes = max((len(f.routes) for f in functions), default=1)
     t = ctext.Text()
     t("/* Generated by ctracer: entry and exit probes snapshotting "
       f"struct {ctext.comment_name(mini.name)}. */",
@@ -464,10 +464,10 @@ def emit_uprobe_c(plan: UprobePlan, mini: Layout, *, filtered: bool, reader: Obj
       "\tu64 sp;",
       "};",
       "",
-      "/* What an entry probe leaves for the exit probe, per method slot. */",
+      "/* What an entry probe leaves for the exit probe, per method route. */",
       "struct ctracer_call {",
-      f"\tu64 arg[{max_slots}];",
-      f"\tu64 object[{max_slots}];",
+      f"\tu64 arg[{max_routes}];",
+      f"\tu64 object[{max_routes}];",
       "};",
       "",
       'BPF_TABLE("lru_hash", struct ctracer_call_key, struct ctracer_call, ctracer_calls, 65536);',

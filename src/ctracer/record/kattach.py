@@ -21,7 +21,7 @@ loads the instructions bcc produced and links them.
 Where the text keeps the thread state in task storage (`ctracer.probes.kfunctions`), each
 task-storage program the functions use is loaded once first, nothing attached: if the
 kernel refuses one whose LRU-hash variant it takes (6.1's verifier finds the kretprobe
-programs of more slots too complex, E2BIG), every function of the kind gets its LRU-hash
+programs of more routes too complex, E2BIG), every function of the kind gets its LRU-hash
 variant, so one place counts each thread's depth (`KernelLinks.thread_state` says which
 and why).
 
@@ -470,7 +470,7 @@ class KernelLinks:
     # -- raw tracepoints --------------------------------------------------------
 
     def _attach_tracepoint(self, tp) -> AttachResult:
-        """A raw tracepoint's program (shared by tracepoints with as many slots) loaded
+        """A raw tracepoint's program (shared by tracepoints with as many routes) loaded
         with its index written in (`ctracer.probes.tracepoint.with_index`), opened on
         the tracepoint."""
         from ctracer.probes.tracepoint import with_index

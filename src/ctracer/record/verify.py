@@ -1,7 +1,7 @@
 """Proof by the verifier: every program a probe plan could use, loaded and never attached.
 
 For kernel functions the plan's kprobe/kretprobe entries become the programs of
-`ctracer.probes.kfunctions` (an entry and an exit program per slot count, shared by
+`ctracer.probes.kfunctions` (an entry and an exit program per route count, shared by
 every function: what a recording attaches);
 for a user-space binary its uprobe/uretprobe entries become the programs of
 `ctracer.probes.uprobe`.  Both are kprobe-type programs, which a kernel loads (runs
@@ -94,7 +94,7 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
 
 def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Optional[Callable[[str], None]]) -> None:
     """The kprobe and kretprobe programs a recording would attach
-    (`ctracer.probes.kfunctions`: one per slot count, shared by every function), loaded
+    (`ctracer.probes.kfunctions`: one per route count, shared by every function), loaded
     through the verifier; a function's verdict is that of the programs it would use."""
     from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
@@ -139,7 +139,7 @@ def _storage_refused(program, results: dict[str, str]) -> bool:
 
 def _verify_tracepoints(plan: ProbePlan, layout, catalog, verdicts: Verdicts) -> None:
     """The raw tracepoint programs a recording loads (`ctracer.probes.tracepoint`, with no
-    filter): one per slot count, shared by the tracepoints (each loads it with its index
+    filter): one per route count, shared by the tracepoints (each loads it with its index
     written in: the verifier's verdict holds for all of them)."""
     from ctracer.probes.kernel_program import build_kernel_program
     from ctracer.record import bpf_runtime
