@@ -1,6 +1,7 @@
-"""The bpftrace side of tests/vm/guest/method_counts.py (run in the 7.2 guest against
-ctracer's fentry.multi): each way a function reaches the object becomes bpftrace's own
-expression of the object's address, from the register argument and each step."""
+"""The bpftrace side of tests/vm/guest/method_counts.py (run in the guests against
+ctracer's kprobe.multi and fentry.multi): each way a function reaches the object becomes
+bpftrace's own expression of the object's address, from the register argument and each
+step; functions sharing their ways are counted by one wildcard probe."""
 
 from __future__ import annotations
 
@@ -46,33 +47,60 @@ def test_each_way_is_bpftraces_own_address_expression():
     }
 
 
-def test_the_script_prints_entries_and_the_return_values_of_returning_functions():
+def test_functions_sharing_their_ways_are_one_wildcard_probe_and_the_rest_named():
+    """A big group is one bpftrace process whose ``kprobe:*`` the group's names match
+    (one kprobe.multi link); a function reached also through its return value is
+    counted at entry; one reached only so, at return; small groups share one script of
+    named probes.  Each call adds one map update a way, nothing printed per call."""
     mc = _module()
-    script = mc.bpftrace_script({"a": ["(uint64)arg0"], "b": ["(uint64)arg0"],
-                                 "c": ["(uint64)arg1", "ret"], "d": ["ret"]})
-    lines = script.splitlines()
-    assert lines[0] == 'BEGIN { printf("ready\\n"); }'
-    assert any(line.startswith("kprobe:a,kprobe:b {") for line in lines), script
-    assert any(line.startswith("kprobe:c {") and "arg1" in line for line in lines), script
-    assert any(line.startswith("kretprobe:c,kretprobe:d {") and "retval != 0" in line
-               for line in lines), script
-    assert "kprobe:d" not in script.replace("kretprobe:d", "")
+    ways = {f"big{i}": ["(uint64)arg0"] for i in range(5)}
+    ways.update({"c": ["(uint64)arg1", "ret"], "d": ["ret"], "e": ["ret"]})
+    groups = mc.groups_of(ways)
+    assert groups[("(uint64)arg0",)] == [f"big{i}" for i in range(5)]
+    assert groups[("(uint64)arg1",)] == ["c"] and groups[("ret",)] == ["d", "e"]
+    scripts = mc.bpftrace_scripts(groups, multi_group=5)
+    assert len(scripts) == 2
+    (big, names), (small, none) = scripts
+    assert names == [f"big{i}" for i in range(5)] and none == []
+    assert "kprobe:* { $o0 = (uint64)arg0; if ($o0 != 0) { @c[func, $o0] = count(); } }" in big
+    assert "kprobe:c {" in small and "arg1" in small
+    assert "kretprobe:d,kretprobe:e { if (retval != 0) { @c[func, (uint64)retval] = count(); } }" \
+        in small
+    assert "printf(\"e " not in big + small   # no line per call
+    for script in (big, small):
+        assert f"args->pid == {mc.CLEAR_PID}/ {{ clear(@c)" in script
+        assert f"args->pid == {mc.PRINT_PID}/ {{ printf(\"counts\\n\"); print(@c)" in script
+
+
+def test_bpftraces_printed_map_is_read_from_its_last_print():
+    mc = _module()
+    text = ("ready\ncleared\ncounts\n@c[tcp_close, 1]: 9\nprinted\ncounts\n"
+            "@c[tcp_sendmsg, 18446612682367027200]: 3\n@c[tcp_sendmsg+4, 18446612682367027200]: 1\n"
+            "@c[sk_alloc, 5]: 2\n\nprinted\n")
+    assert mc.parse_counts(text) == {("tcp_sendmsg", 18446612682367027200): 4,
+                                     ("sk_alloc", 5): 2}
+    assert mc.parse_counts("ready\n") == {}
 
 
 def test_ctracer_calls_count_entries_with_objects_and_returning_functions_exits():
     """A null object (the entry of a way through the return value) is none; the 7.2 run
     of 2026-12-05 ended on one before comparing."""
-    import json
+    import numpy as np
+    from ctracer.event import FunctionRow
     mc = _module()
-    rows = [("tcp_sendmsg", "entry", "0xff01", 10), ("tcp_sendmsg", "exit", "0xff01", 11),
-            ("sk_alloc", "entry", None, 12), ("sk_alloc", "exit", "0xff02", 13),
-            ("inet_csk_clone", "entry", None, 14), ("inet_csk_clone", "entry", "0xff03", 14),
-            ("inet_csk_clone", "exit", "0xff04", 15), ("tcp_sendmsg", "entry", "0xff01", 99),
-            ("not_compared", "entry", "0xff05", 12)]
-    lines = [json.dumps({"function": f, "phase": p, "object": o, "time_ns": t})
-             for f, p, o, t in rows]
-    ours, events = mc.ctracer_calls(lines, {"tcp_sendmsg", "sk_alloc", "inet_csk_clone"},
+    functions = {0: FunctionRow(0, "tcp_sendmsg"), 1: FunctionRow(1, "sk_alloc", route_kind="returns"),
+                 2: FunctionRow(2, "inet_csk_clone", route_kind="returns"),
+                 3: FunctionRow(3, "inet_csk_clone"), 4: FunctionRow(4, "not_compared")}
+    rows = [(0, 0, 0xFF01, 10), (0, 1, 0xFF01, 11), (1, 0, 0, 12), (1, 1, 0xFF02, 13),
+            (2, 0, 0, 14), (3, 0, 0xFF03, 14), (2, 1, 0xFF04, 15), (0, 0, 0xFF01, 99),
+            (4, 0, 0xFF05, 12), (0, 0, 0xFF01, 20)]
+    columns = {"function_id": np.array([r[0] for r in rows], np.int32),
+               "phase": np.array([r[1] for r in rows], np.uint8),
+               "object": np.array([r[2] for r in rows], np.uint64),
+               "ts_ns": np.array([r[3] for r in rows], np.int64)}
+    ours, events = mc.ctracer_calls(columns, functions,
+                                    {"tcp_sendmsg", "sk_alloc", "inet_csk_clone"},
                                     {"sk_alloc"}, (0, 50))
     assert events == len(rows)
-    assert ours == {("tcp_sendmsg", 0xFF01): 1, ("sk_alloc", 0xFF02): 1,
+    assert ours == {("tcp_sendmsg", 0xFF01): 2, ("sk_alloc", 0xFF02): 1,
                     ("inet_csk_clone", 0xFF03): 1}

@@ -1,41 +1,64 @@
 #!/usr/bin/env python3
 """Run in a guest (scripts/vm-run): ctracer tracing every method of a struct (or the ones
 ``--functions`` names) and bpftrace counting the same functions' calls per object, in the
-same run around the loopback workload; the calls per (function, object) side by side.
+same run around the loopback workload; the calls per (function, object) side by side,
+and with ``--timing`` the workload's slowdown under each tool alone.
 
-    scripts/vm-run --kernel 7.2 --out OUT -- .venv/bin/python tests/vm/guest/method_counts.py
-        OUT [--struct sock] [--functions GLOB...] [--probes fentry.multi]
+    scripts/vm-run --kernel 6.12 --out OUT -- .venv/bin/python tests/vm/guest/method_counts.py
+        OUT [--struct sock] [--functions GLOB...] [--probes auto] [--seconds 30] [--timing]
 
 The ways each function reaches the object come from ``ctracer functions --json`` (the
-parameter, then each step: a read of the pointer at an offset or an added offset); bpftrace
-gets one kprobe per function (kallsyms names held once) whose body computes the same
-address from ``argN`` and prints it with the time, and a kretprobe printing the return
-value of the functions whose object is their return value.  Nothing of ctracer's probe
-code is shared: bpftrace reads the registers and the memory itself.  ctracer records with
-``--function-probes PROBES`` to guest-local tmpfs (SQLite over the guest's 9p share
-fails); OUT gets result.json (the counts compared over the functions both attached, in
-the window between the workload's start and a second after its end), the differing
-pairs, and both tools' logs.  Exit status 0 when every count is equal, 1 when some differ.
+parameter, then each step: a read of the pointer at an offset or an added offset).
+bpftrace computes the same address from ``argN`` (or the return value, for a function
+whose object is what it returns) and counts calls in a map, ``@c[func, address] =
+count()``: one map update a call and way, nothing printed per call.  Functions sharing
+their ways are one group; a group of `MULTI_GROUP` functions or more is one bpftrace
+process whose ``kprobe:*`` attaches the group as one kprobe.multi link (bpftrace 0.17
+multi-attaches only a wildcard, matched against ftrace's ``available_filter_functions``:
+each such process sees, in a mount namespace of its own, that file bind-mounted over by
+the group's names); the smaller groups share one process with a kprobe each.  Nothing of
+ctracer's probe code is shared: bpftrace reads the registers and the memory itself.
+
+In one recording (``ctracer trace struct S`` to the guest's tmpfs, ``--function-probes
+PROBES``, default settings otherwise): with ``--timing`` the workload is first timed
+under ctracer alone; then bpftrace starts, its maps are cleared, the workload runs in a
+loop for ``--seconds``, and bpftrace prints its maps (a trigger: a ``getpgid`` of a
+pid no process has, which bpftrace's tracepoint probe watches).  ctracer's calls in that
+window are compared with bpftrace's over the functions both attached.  Then ctracer
+stops, the workload is timed under bpftrace alone, bpftrace stops, and the workload is
+timed untraced.  OUT gets result.json (counts, the differing pairs, ctracer's summary,
+events, lost, bytes written per event and per call, the timings), both tools' logs.
+Exit status 0 when every count is equal, 1 when some differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import fnmatch
 import json
 import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "src"))
 CTRACER = [sys.executable, "-m", "ctracer"]
 TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
 LOCAL = "/var/tmp/method-counts"   # the guest's tmpfs
+#: one unit of the workload (timed, and looped for the comparison)
+UNIT = ["--connections", "4", "--messages", "200", "--bytes", "100", "--settle-ms", "0"]
+#: a group of this many functions or more gets a bpftrace process of its own (one
+#: kprobe.multi link); fewer share one process, a kprobe each
+MULTI_GROUP = 40
+#: getpgid(pid) of pids no process has: bpftrace clears its maps, prints them
+CLEAR_PID, PRINT_PID = 1999999001, 1999999002
+#: distinct (function, object) keys a bpftrace map holds
+MAP_KEYS = 262144
 
 
 def _kallsyms_once() -> set[str]:
@@ -90,25 +113,53 @@ def ways_of(methods: list[dict], names: set[str]) -> dict[str, list[str]]:
     return {f: w for f, w in ways.items() if f not in out_of_reach}
 
 
-def bpftrace_script(ways: dict[str, list[str]]) -> str:
-    """The script printing each call's objects: ``e TIME FUNCTION OBJECT`` at entry (the
-    arguments' ways), ``x ...`` at return (the return value's)."""
-    bodies: dict[tuple[str, ...], list[str]] = collections.defaultdict(list)
-    returns = sorted(f for f, w in ways.items() if "ret" in w)
-    for f, exprs in ways.items():
-        exprs = tuple(e for e in exprs if e != "ret")
-        if exprs:
-            bodies[exprs].append(f)
-    lines = ["BEGIN { printf(\"ready\\n\"); }"]
-    for exprs, functions in sorted(bodies.items()):
-        body = " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ printf(\"e %llu %s %llu\\n\", "
-                        f"nsecs, func, $o{i}); }}" for i, e in enumerate(exprs))
-        lines.append(",".join(f"kprobe:{f}" for f in sorted(functions)) + " { " + body + " }")
-    if returns:
-        lines.append(",".join(f"kretprobe:{f}" for f in returns) +
-                     " { if (retval != 0) { printf(\"x %llu %s %llu\\n\", nsecs, func, "
-                     "(uint64)retval); } }")
-    return "\n".join(lines) + "\n"
+def counted_ways(ways: list[str]) -> tuple[str, ...]:
+    """The ways whose calls are counted: the arguments' at entry; the return value only
+    for a function reaching the object by nothing else (as ctracer's exits)."""
+    entry = tuple(sorted(w for w in ways if w != "ret"))
+    return entry or ("ret",)
+
+
+def groups_of(ways: dict[str, list[str]]) -> dict[tuple[str, ...], list[str]]:
+    """The functions by the ways counted, each group's names sorted."""
+    groups: dict[tuple[str, ...], list[str]] = collections.defaultdict(list)
+    for f, w in ways.items():
+        groups[counted_ways(w)].append(f)
+    return {k: sorted(v) for k, v in groups.items()}
+
+
+def _body(exprs: tuple[str, ...]) -> str:
+    if exprs == ("ret",):
+        return "if (retval != 0) { @c[func, (uint64)retval] = count(); }"
+    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ @c[func, $o{i}] = count(); }}"
+                    for i, e in enumerate(exprs))
+
+
+CONTROL = (f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {CLEAR_PID}/ "
+           "{ clear(@c); printf(\"cleared\\n\"); }\n"
+           f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {PRINT_PID}/ "
+           "{ printf(\"counts\\n\"); print(@c); printf(\"printed\\n\"); }\n")
+
+
+def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
+                     multi_group: int = MULTI_GROUP) -> list[tuple[str, list[str]]]:
+    """bpftrace programs counting the groups' calls: (script, the names its wildcard must
+    match, or [] where the script names each function).  A big group's script is one
+    wildcard probe, ``kprobe:*`` (``kretprobe:*`` for objects returned); the small
+    groups share one script of named probes."""
+    scripts = []
+    named = []
+    for exprs, functions in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        kind = "kretprobe" if exprs == ("ret",) else "kprobe"
+        if len(functions) >= multi_group:
+            scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL +
+                            f"{kind}:* {{ {_body(exprs)} }}\n", functions))
+        else:
+            named.append(",".join(f"{kind}:{f}" for f in functions) + f" {{ {_body(exprs)} }}")
+    if named:
+        scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL + "\n".join(named) + "\n",
+                        []))
+    return scripts
 
 
 def traceable() -> set[str]:
@@ -123,47 +174,113 @@ def traceable() -> set[str]:
     return set()
 
 
-def start_bpftrace(script: str, out: str, probed: int) -> subprocess.Popen:
-    import resource
-    # bpftrace holds files per probe (3,771 probes: "Too many open files" at the default)
-    want = max(65536, 8 * probed)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
-    with open(os.path.join(LOCAL, "counts.bt"), "w") as f:
-        f.write(script)
-    env = dict(os.environ, BPFTRACE_MAX_PROBES=str(probed + 100), BPFTRACE_PERF_RB_PAGES="4096")
-    return subprocess.Popen(["bpftrace", "-B", "line", os.path.join(LOCAL, "counts.bt")],
-                            stdout=open(out, "w"), stderr=subprocess.STDOUT, env=env)
+def parse_counts(text: str) -> collections.Counter:
+    """The calls per (function, object) bpftrace printed last ("counts" ... "printed")."""
+    start = text.rfind("counts\n")
+    counts: collections.Counter = collections.Counter()
+    if start < 0:
+        return counts
+    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (\d+)\]: (\d+)$", text[start:], re.M):
+        counts[(m.group(1), int(m.group(2)))] += int(m.group(3))
+    return counts
 
 
-def wait_for(path: str, text: str, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = open(path, errors="replace").read()
-        if text in got:
-            return True
-        if proc.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
+class Bpftrace:
+    """One bpftrace process counting calls; a wildcard script sees ``names`` as the
+    functions ftrace can hook (a mount namespace of its own)."""
+
+    def __init__(self, index: int, script: str, names: list[str], probes: int):
+        self.out = os.path.join(LOCAL, f"bpftrace-{index}.txt")
+        path = os.path.join(LOCAL, f"counts-{index}.bt")
+        with open(path, "w") as f:
+            f.write(script)
+        env = dict(os.environ, BPFTRACE_MAX_PROBES=str(probes + 100),
+                   BPFTRACE_MAP_KEYS_MAX=str(MAP_KEYS))
+        cmd = ["bpftrace", "-B", "line", path]
+        if names:
+            listed = os.path.join(LOCAL, f"functions-{index}.txt")
+            with open(listed, "w") as f:
+                f.write("\n".join(names) + "\n")
+            binds = " ".join(f"mount --bind {listed} {d}/available_filter_functions &&"
+                             for d in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+                             if os.path.exists(f"{d}/available_filter_functions"))
+            cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   f"{binds} exec bpftrace -B line {path}"]
+        self.names, self.script = names, script
+        self.proc = subprocess.Popen(cmd, stdout=open(self.out, "w"), stderr=subprocess.STDOUT,
+                                     env=env)
+
+    def text(self) -> str:
+        return open(self.out, errors="replace").read()
+
+    def wait_for(self, text: str, timeout: float, after: int = 0) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if text in self.text()[after:]:
+                return True
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 600) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(60)
 
 
-def ctracer_calls(lines, compared: set[str], returns_only: set[str],
+def all_do(tools: list[Bpftrace], pid: int, text: str, timeout: float = 300) -> bool:
+    """Trigger every bpftrace's control probe and wait until each printed ``text``."""
+    marks = [len(t.text()) for t in tools]
+    try:
+        os.getpgid(pid)
+    except ProcessLookupError:
+        pass
+    return all(t.wait_for(text, timeout, m) for t, m in zip(tools, marks))
+
+
+def ctracer_calls(columns: dict, functions: dict, compared: set[str], returns_only: set[str],
                   window: tuple[int, int]) -> tuple[collections.Counter, int]:
-    """Calls per (function, object) in ctracer's JSON Lines export: entries with an
-    object, or for a function whose object is its return value, exits; only the
-    ``compared`` functions, in the ``window``; and the events read."""
+    """Calls per (function, object) in a trace's event columns (`Trace.event_columns`):
+    entries with an object, or for a function whose object is its return value, exits;
+    only the ``compared`` functions, in the ``window``; and the events read."""
+    import numpy as np
+    fid, phase, obj, ts = (columns["function_id"], columns["phase"], columns["object"],
+                           columns["ts_ns"])
+    wanted_phase = np.full(max(functions, default=0) + 1, 255, np.uint8)
+    for k, row in functions.items():
+        if row.name in compared:
+            wanted_phase[k] = 1 if row.name in returns_only else 0
+    keep = ((phase == wanted_phase[fid]) & (obj != 0) & (ts >= window[0]) & (ts <= window[1]))
+    pairs, counts = np.unique(np.stack([fid[keep].astype(np.uint64), obj[keep]]), axis=1,
+                              return_counts=True)
     ours: collections.Counter = collections.Counter()
-    events = 0
-    for line in lines:
-        e = json.loads(line)
-        events += 1
-        func = e["function"]
-        if func not in compared or not window[0] <= e["time_ns"] <= window[1]:
-            continue
-        obj = e["object"]   # hex text; null where the way gave none (a return's entry)
-        obj = int(obj, 16) if isinstance(obj, str) else int(obj or 0)
-        if obj and (e["phase"] == "exit") == (func in returns_only):
-            ours[(func, obj)] += 1
-    return ours, events
+    for k, o, n in zip(pairs[0].tolist(), pairs[1].tolist(), counts.tolist()):
+        ours[(functions[k].name, int(o))] += int(n)
+    return ours, len(fid)
+
+
+def run_unit() -> float:
+    start = time.monotonic()
+    done = subprocess.run([TCPLOOP, *UNIT], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"tcploop failed: {done.stderr.strip()}")
+    return time.monotonic() - start
+
+
+def timed(label: str, seconds: float) -> dict:
+    """The workload's unit run again and again for ``seconds`` (at least twice)."""
+    runs = []
+    start = time.monotonic()
+    while len(runs) < 2 or time.monotonic() - start < seconds:
+        runs.append(run_unit())
+    mean = sum(runs) / len(runs)
+    print(f"{label}: {len(runs)} runs of tcploop {' '.join(UNIT)}, {mean:.3f} s each",
+          flush=True)
+    return {"runs": len(runs), "mean_s": round(mean, 4), "each_s": [round(r, 3) for r in runs]}
 
 
 def main() -> int:
@@ -171,102 +288,143 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument("--struct", default="sock")
     p.add_argument("--functions", nargs="*", default=[])
-    p.add_argument("--probes", default="fentry.multi")
-    p.add_argument("--connections", type=int, default=4)
-    p.add_argument("--messages", type=int, default=3)
+    p.add_argument("--probes", default="auto")
+    p.add_argument("--seconds", type=float, default=30, help="the compared window's load")
+    p.add_argument("--timing", action="store_true", help="time the workload untraced, "
+                   "under ctracer alone and under bpftrace alone")
+    p.add_argument("--timing-seconds", type=float, default=20)
+    p.add_argument("--label", default="run")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     shutil.rmtree(LOCAL, ignore_errors=True)
     os.makedirs(LOCAL)
-    result: dict = {"kernel": os.uname().release, "probes": args.probes}
+    result: dict = {"kernel": os.uname().release, "probes": args.probes,
+                    "functions_asked": args.functions, "unit": UNIT}
     clock = time.monotonic()
+
+    def save() -> None:
+        with open(os.path.join(args.out, f"result-{args.label}.json"), "w") as f:
+            json.dump(result, f, indent=1)
 
     listed = subprocess.run(CTRACER + ["functions", "struct", args.struct, "--json"],
                             capture_output=True, text=True, check=True)
     methods = [m for m in json.loads(listed.stdout)["methods"]
                if not m["tracepoint"] and m["probeable"]]
     if args.functions:
-        import fnmatch
         methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
                                              for g in args.functions)]
     names = {m["function"] for m in methods} & _kallsyms_once()
     names -= _blacklisted()
     names &= traceable()
-    print(f"{len(names)} functions for bpftrace after {time.monotonic() - clock:.0f} s",
-          flush=True)
-    bt_out = os.path.join(LOCAL, "bpftrace.txt")
-    dropped: list[str] = []
-    for attempt in range(8):
-        ways = ways_of(methods, names)
-        probed = set(ways)
-        bt = start_bpftrace(bpftrace_script(ways), bt_out, len(probed))
-        # every method of sock (3,771 probes) took bpftrace about 30 minutes to attach
-        # in a loaded TCG guest
-        if wait_for(bt_out, "ready", bt, 3600):
-            break
-        text = open(bt_out, errors="replace").read()
-        bad = set(re.findall(r"Error attaching probe: 'k(?:ret)?probe:([\w.]+)'", text)) & names
-        if bt.poll() is None:
-            bt.kill()
-        bt.wait()
-        if not bad:
-            print(f"bpftrace did not start: {text[-1500:]}", file=sys.stderr)
-            return 2
-        dropped += sorted(bad)
-        names -= bad
-        print(f"bpftrace refused {sorted(bad)}: started again", flush=True)
-    else:
-        print(f"bpftrace refused a function each of 8 times: {dropped}", file=sys.stderr)
-        return 2
-    result["bpftrace_probed"] = len(probed)
-    result["bpftrace_refused"] = dropped
-    result["bpftrace_attach_s"] = round(time.monotonic() - clock, 1)
-    print(f"bpftrace: {len(probed)} functions ready after {result['bpftrace_attach_s']} s "
-          f"(refused: {dropped})", flush=True)
 
     trace = os.path.join(LOCAL, "t.ctrace")
     log = os.path.join(LOCAL, "ctracer.log")
     cmd = CTRACER + ["trace", "struct", args.struct, "--function-probes", args.probes,
-                     "-d", "3600", "-o", trace]
+                     "-d", "7200", "-o", trace]
     if args.functions:
         cmd += ["--functions", *args.functions]
     ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    if not wait_for(log, f"recording struct {args.struct}", ct, 2400):
-        print(f"ctracer did not start recording: {open(log).read()[-2000:]}", file=sys.stderr)
-        shutil.copy(log, args.out)
+    while f"recording struct {args.struct}" not in open(log).read():
+        if ct.poll() is not None or time.monotonic() - clock > 2400:
+            print(f"ctracer did not start recording: {open(log).read()[-2000:]}", file=sys.stderr)
+            shutil.copy(log, args.out)
+            return 2
+        time.sleep(0.5)
+    result["ctracer_ready_s"] = round(time.monotonic() - clock, 1)
+    result["ctracer_plan"] = [ln for ln in open(log).read().splitlines() if "probes" in ln][:3]
+    print(f"ctracer recording after {result['ctracer_ready_s']} s: {result['ctracer_plan']}",
+          flush=True)
+    if args.timing:
+        result["time_ctracer"] = timed("under ctracer alone", args.timing_seconds)
+        save()
+
+    ways = ways_of(methods, names)
+    groups = groups_of(ways)
+    scripts = bpftrace_scripts(groups)
+    import resource
+    # a named probe holds files of its own (3,771 of them: "Too many open files")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 18, 1 << 18))
+    started = time.monotonic()
+    tools = [Bpftrace(i, s, n, len(n) or s.count("probe:")) for i, (s, n) in enumerate(scripts)]
+    ready = [t.wait_for("ready", 3600) for t in tools]
+    result["bpftrace_processes"] = len(tools)
+    result["bpftrace_groups"] = [len(n) or s.count("probe:") for s, n in scripts]
+    result["bpftrace_attach_s"] = round(time.monotonic() - started, 1)
+    print(f"bpftrace: {len(ways)} functions in {len(tools)} processes "
+          f"({result['bpftrace_groups']}), ready {ready} after "
+          f"{result['bpftrace_attach_s']} s", flush=True)
+    if not all(ready):
+        for t in tools:
+            t.stop(60)
+        ct.send_signal(signal.SIGINT)
+        ct.wait(900)
+        for i, t in enumerate(tools):
+            if not ready[i]:
+                print(f"bpftrace {i} did not start: {t.text()[-1500:]}", file=sys.stderr)
+                shutil.copy(t.out, args.out)
         return 2
+
+    if not all_do(tools, CLEAR_PID, "cleared"):
+        print("bpftrace did not clear its maps", file=sys.stderr)
+    time.sleep(1)
     begin = time.monotonic_ns()
-    work = subprocess.run([TCPLOOP, "--connections", str(args.connections), "--messages",
-                           str(args.messages), "--bytes", "100"], capture_output=True, text=True,
-                          timeout=600)
+    loops = 0
+    while loops == 0 or (time.monotonic_ns() - begin) / 1e9 < args.seconds:
+        run_unit()
+        loops += 1
     time.sleep(1)
     end = time.monotonic_ns()
-    ct.send_signal(signal.SIGINT)
-    ct.wait(900)
-    bt.send_signal(signal.SIGINT)
-    try:
-        bt.wait(900)
-    except subprocess.TimeoutExpired:
-        bt.kill()
-    result["tcploop"] = work.returncode
-    result["ctracer_exit"] = ct.returncode
-    ctracer_log = open(log).read()
-    result["ctracer_summary"] = [line for line in ctracer_log.splitlines()
-                                 if "probes" in line or "events" in line][-4:]
-    print("\n".join(result["ctracer_summary"]), flush=True)
+    printed = all_do(tools, PRINT_PID, "printed", 900)
+    result["window_s"] = round((end - begin) / 1e9, 1)
+    result["window_units"] = loops
+    print(f"window: {loops} runs of tcploop in {result['window_s']} s; printed {printed}",
+          flush=True)
 
-    db = sqlite3.connect(trace)
+    stop = time.monotonic()
+    ct.send_signal(signal.SIGINT)
+    ct.wait(1800)
+    result["ctracer_stop_s"] = round(time.monotonic() - stop, 1)
+    ctracer_log = open(log).read()
+    result["ctracer_exit"] = ct.returncode
+    result["ctracer_summary"] = [ln for ln in ctracer_log.splitlines()
+                                 if "probes" in ln or "events" in ln or "lost" in ln][-6:]
+    print("\n".join(result["ctracer_summary"]), flush=True)
+    got = re.search(r"([\d,]+) events, .*?([\d,]+) lost", ctracer_log)
+    if got:
+        result["events_written"] = int(got.group(1).replace(",", ""))
+        result["events_lost"] = int(got.group(2).replace(",", ""))
+        total = result["events_written"] + result["events_lost"]
+        result["lost_percent"] = round(100 * result["events_lost"] / max(total, 1), 3)
+    result["trace_bytes"] = sum(os.path.getsize(trace + s) for s in ("", "-wal")
+                                if os.path.exists(trace + s))
+    if args.timing:
+        result["time_bpftrace"] = timed("under bpftrace alone", args.timing_seconds)
+    bt_texts = [t.text() for t in tools]
+    stop = time.monotonic()
+    for t in tools:
+        t.stop()
+    result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
+    if args.timing:
+        result["time_untraced"] = timed("untraced", args.timing_seconds)
+        base = result["time_untraced"]["mean_s"]
+        result["slowdown_ctracer"] = round(result["time_ctracer"]["mean_s"] / base, 2)
+        result["slowdown_bpftrace"] = round(result["time_bpftrace"]["mean_s"] / base, 2)
+        result["ctracer_over_bpftrace"] = round(result["time_ctracer"]["mean_s"] /
+                                                result["time_bpftrace"]["mean_s"], 2)
+    save()
+
+    from ctracer.tracefile import Trace
+    opened = Trace(trace)
     rows: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
-    for name, reach, state in db.execute("SELECT name, reach, attached FROM functions "
-                                         "WHERE reach != 'tracepoint'"):
-        rows[name].append((reach, state or ""))
-    db.close()
+    for row in opened.functions.values():
+        if row.route_kind != "tracepoint":
+            rows[row.name].append((row.route_kind, row.attached))
 
     def whole(name: str) -> bool:
         return bool(rows.get(name)) and all(s and not s.startswith(
             ("failed", "skipped", "entry only")) for _, s in rows[name])
     ours_attached = {n for n in rows if whole(n)}
-    # compared: both attached, with as many ways each (ctracer keeps 8 a function)
+    probed = set(ways)
     compared = {f for f in probed & ours_attached if len(rows[f]) == len(ways[f])}
     result["ctracer_functions"] = len(rows)
     result["ctracer_attached"] = len(ours_attached)
@@ -278,42 +436,39 @@ def main() -> int:
         "ctracer only": len(ours_attached - probed),
         "ways differ": sorted(f for f in probed & ours_attached if len(rows[f]) != len(ways[f]))}
     result["compared_functions"] = len(compared)
-
-    returns_only = {f for f, w in ways.items() if set(w) == {"ret"}}
+    returns_only = {f for f, w in ways.items() if counted_ways(w) == ("ret",)}
+    columns = opened.event_columns()
+    ours, events = ctracer_calls(columns, opened.functions, compared, returns_only,
+                                 (begin, end))
+    opened.close()
     theirs: collections.Counter = collections.Counter()
-    lost = 0
-    for line in open(bt_out, errors="replace"):
-        parts = line.split()
-        if len(parts) == 4 and parts[0] in ("e", "x"):
-            phase, ns, func, obj = parts
-            if func not in compared or not begin <= int(ns) <= end:
-                continue
-            if (phase == "x") == (func in returns_only):
-                theirs[(func, int(obj))] += 1
-        elif "Lost" in line:
-            lost += int(re.findall(r"\d+", line)[0])
-    result["bpftrace_lost"] = lost
-
-    jsonl = os.path.join(LOCAL, "t.jsonl")
-    subprocess.run(CTRACER + ["export", trace, "--format", "jsonl", "-o", jsonl], check=True,
-                   capture_output=True)
-    with open(jsonl) as f:
-        ours, events = ctracer_calls(f, compared, returns_only, (begin, end))
+    for text in bt_texts:
+        for (f, o), n in parse_counts(text).items():
+            if f in compared:
+                theirs[(f, o)] += n
     result["events"] = events
+    if result.get("trace_bytes") and events:
+        result["bytes_per_event"] = round(result["trace_bytes"] / events, 1)
+        entries = int((columns["phase"] == 0).sum())
+        result["calls_recorded"] = entries
+        result["bytes_per_call"] = round(result["trace_bytes"] / max(entries, 1), 1)
     result["calls_ctracer"] = sum(ours.values())
     result["calls_bpftrace"] = sum(theirs.values())
     result["pairs"] = len(set(ours) | set(theirs))
     differ = {f"{f} {o:#x}": [ours.get((f, o), 0), theirs.get((f, o), 0)]
               for f, o in sorted(set(ours) | set(theirs)) if ours.get((f, o)) != theirs.get((f, o))}
     result["differing_pairs"] = len(differ)
-    result["differ"] = dict(list(differ.items())[:200])
+    result["differing_functions"] = dict(collections.Counter(k.split()[0] for k in differ))
+    result["differ"] = dict(list(differ.items())[:300])
     result["functions_called"] = len({f for f, _ in set(ours) | set(theirs)})
     result["objects"] = len({o for _, o in set(ours) | set(theirs)})
     result["seconds"] = round(time.monotonic() - clock, 1)
-    for name in ("ctracer.log", "counts.bt"):
-        shutil.copy(os.path.join(LOCAL, name), args.out)
-    with open(os.path.join(args.out, "result.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    shutil.copy(log, os.path.join(args.out, f"{args.label}-ctracer.log"))
+    for i, (t, text) in enumerate(zip(tools, bt_texts)):
+        head = text[:text.find("counts\n")] if "counts\n" in text else text[-4000:]
+        with open(os.path.join(args.out, f"{args.label}-bpftrace-{i}.txt"), "w") as f:
+            f.write(t.script + "\n---\n" + head[-4000:])
+    save()
     print(json.dumps({k: v for k, v in result.items() if k not in ("differ",)}, indent=1))
     return 0 if not differ and result["calls_ctracer"] else 1
 
