@@ -77,9 +77,10 @@ def test_functions_sharing_their_ways_are_one_wildcard_probe_and_the_small_group
 def test_bpftraces_printed_map_is_read_from_its_last_print_keeping_each_functions_ways():
     mc = _module()
     text = ("ready\ncleared\ncounts\n@c[tcp_close, 1]: 9\nprinted\ncounts\n"
-            "@c[tcp_sendmsg, 18446612682367027200]: 3\n@c[tcp_sendmsg+4, 18446612682367027200]: 1\n"
+            "@c[tcp_sendmsg, -131391342524416]: 3\n@c[tcp_sendmsg+4, -131391342524416]: 1\n"
             "@c[sk_alloc, 5]: 2\n@c[c, 1, 77]: 3\n@c[c, 0, 77]: 5\n\nprinted\n")
-    assert mc.parse_counts(text, {"c": {1}}) == {("tcp_sendmsg", 18446612682367027200): 4,
+    # bpftrace 0.17 prints a u64 key signed (this host, 2026-12-05): a kernel address < 0
+    assert mc.parse_counts(text, {"c": {1}}) == {("tcp_sendmsg", 0xFFFF888011B3C800): 4,
                                                  ("sk_alloc", 5): 2, ("c", 77): 3}
     assert mc.parse_counts("ready\n", {}) == {}
 

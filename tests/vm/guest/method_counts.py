@@ -207,16 +207,17 @@ def traceable() -> set[str]:
 def parse_counts(text: str, kept: dict[str, set[int]]) -> collections.Counter:
     """The calls per (function, object) bpftrace printed last ("counts" ... "printed"):
     ``@c[func, address]``, or ``@c[func, way, address]`` counted only where the function
-    has that way (``kept``)."""
+    has that way (``kept``).  bpftrace 0.17 prints a 64-bit key as a signed number (a
+    kernel address is negative)."""
     start = text.rfind("counts\n")
     counts: collections.Counter = collections.Counter()
     if start < 0:
         return counts
-    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (?:(\d+), )?(\d+)\]: (\d+)$", text[start:],
-                         re.M):
+    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (?:(\d+), )?(-?\d+)\]: (\d+)$",
+                         text[start:], re.M):
         func, way = m.group(1), m.group(2)
         if way is None or int(way) in kept.get(func, ()):
-            counts[(func, int(m.group(3)))] += int(m.group(4))
+            counts[(func, int(m.group(3)) & 0xFFFFFFFFFFFFFFFF)] += int(m.group(4))
     return counts
 
 
@@ -426,10 +427,10 @@ def main() -> int:
     result["ctracer_summary"] = [ln for ln in ctracer_log.splitlines()
                                  if "probes" in ln or "events" in ln or "lost" in ln][-6:]
     print("\n".join(result["ctracer_summary"]), flush=True)
-    got = re.search(r"([\d,]+) events, .*?([\d,]+) lost", ctracer_log)
+    got = (re.findall(r"([\d,]+) events, .*?([\d,]+) lost", ctracer_log) or [None])[-1]
     if got:
-        result["events_written"] = int(got.group(1).replace(",", ""))
-        result["events_lost"] = int(got.group(2).replace(",", ""))
+        result["events_written"] = int(got[0].replace(",", ""))
+        result["events_lost"] = int(got[1].replace(",", ""))
         total = result["events_written"] + result["events_lost"]
         result["lost_percent"] = round(100 * result["events_lost"] / max(total, 1), 3)
     result["trace_bytes"] = sum(os.path.getsize(trace + s) for s in ("", "-wal")
@@ -502,9 +503,8 @@ def main() -> int:
     result["seconds"] = round(time.monotonic() - clock, 1)
     shutil.copy(log, os.path.join(args.out, f"{args.label}-ctracer.log"))
     for i, (t, text) in enumerate(zip(tools, bt_texts)):
-        head = text[:text.find("counts\n")] if "counts\n" in text else text[-4000:]
         with open(os.path.join(args.out, f"{args.label}-bpftrace-{i}.txt"), "w") as f:
-            f.write(t.script + "\n---\n" + head[-4000:])
+            f.write(t.script + "\n---\n" + text[:6000])
     save()
     print(json.dumps({k: v for k, v in result.items() if k not in ("differ",)}, indent=1))
     return 0 if not differ and result["calls_ctracer"] else 1
