@@ -71,3 +71,12 @@ def build_c(tmp_path):
         return out
 
     return build
+
+
+@pytest.fixture(scope="session")
+def busy_kernel_trace(bpf, tmp_path_factory):
+    """About 2M events of 4 busy sockets, every field (`support.busy_trace`), recorded
+    once for the memory-limit tests of the render and the exports: (path, events)."""
+    from support.busy_trace import record
+
+    return record(tmp_path_factory.mktemp("busy-kernel"))

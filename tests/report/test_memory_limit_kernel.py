@@ -16,48 +16,17 @@ Needs root (BPF and cgroups); skipped, saying why, where either is missing.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 
-import pytest
-
-from support.memcgroup import cgroup_unavailable, run_limited
-
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
-TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
+from support.busy_trace import ctracer as _ctracer
+from support.memcgroup import run_limited
 
 MB = 1 << 20
 LIMIT = 256 * MB
 
 
-def _ctracer(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ctracer", *args]
-
-
-@pytest.fixture(scope="module")
-def kernel_trace(bpf, tmp_path_factory):
-    """About 2M events of 4 sockets (tcploop 4 x 28,000 messages), every field."""
-    why = cgroup_unavailable()
-    if why:
-        pytest.skip(why)
-    if not os.access(TCPLOOP, os.X_OK):
-        pytest.skip(f"the loopback sample is not built ({TCPLOOP}: scripts/setup.sh)")
-    path = str(tmp_path_factory.mktemp("kernel") / "tcp.ctrace")
-    done = subprocess.run(_ctracer("trace", "struct", "sock", "--buffer-mb", "64", "-o", path,
-                                   "-q", "--", TCPLOOP, "--connections", "4", "--messages",
-                                   "28000"), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    line = next(ln for ln in done.stderr.splitlines() if " events, " in ln)
-    events, objects = (int(n) for n in
-                       re.search(r"(\d+) events, (\d+) object addresses", line).groups())
-    assert events > 1_500_000 and objects <= 16, line
-    return path, events
-
-
 def test_a_kernel_trace_of_few_busy_objects_renders_inside_a_limit_it_exceeds(
-        kernel_trace, tmp_path):
-    path, events = kernel_trace
+        busy_kernel_trace, tmp_path):
+    path, events = busy_kernel_trace
     from ctracer.tracefile import Trace
 
     trace = Trace(path)
