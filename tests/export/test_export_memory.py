@@ -6,8 +6,6 @@ progress on a terminal, none otherwise.
 tests/export/test_export_memory_limit.py.)"""
 
 import os
-import pty
-import select
 import subprocess
 import sys
 
@@ -19,6 +17,7 @@ from ctracer.cli import main
 from ctracer.export import table, text
 from ctracer.export.table import BATCH_ROWS, MIN_BATCH_ROWS, event_table, rows_at_once
 from support.synthetic_trace import write_synthetic_trace
+from support.terminal import run_on_a_terminal
 
 MB = 1 << 20
 
@@ -87,29 +86,10 @@ def test_a_small_limit_writes_the_same_bytes_in_more_batches(trace, tmp_path, mo
     assert small.read_bytes() == whole.read_bytes()
 
 
-def _on_a_terminal(argv: list[str], timeout: float = 120) -> tuple[int, str]:
-    """Run ``argv`` with its stdout and stderr on a pseudo-terminal; (status, output)."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
-                            close_fds=True)
-    os.close(follower)
-    chunks = []
-    while select.select([leader], [], [], timeout)[0]:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the terminal's other side closed: the command is done
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    return proc.wait(timeout=timeout), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_progress_on_a_terminal_and_quiet_otherwise(trace, tmp_path):
     n = len(analysis.load(trace).events)
     argv = [sys.executable, "-m", "ctracer", "export", trace, "--format", "parquet", "-o"]
-    status, shown = _on_a_terminal(argv + [str(tmp_path / "tty.parquet")])
+    status, shown = run_on_a_terminal(argv + [str(tmp_path / "tty.parquet")])
     assert status == 0, shown
     for stage in ("reading events", f"read {n} events", "finding field changes",
                   f"writing events: {n} of {n} (100%)"):

@@ -17,15 +17,14 @@ controller, a read-only cgroup hierarchy): `support.memcgroup.cgroup_unavailable
 from __future__ import annotations
 
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
 
 import pytest
 
 from support.memcgroup import cgroup_unavailable, run_limited
+from support.terminal import run_on_a_terminal
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -95,32 +94,9 @@ def test_out_of_memory_is_one_line_and_no_finished_report(cgroups, big_trace, tm
     assert "This report is incomplete" in (out / "index.html").read_text()
 
 
-def _on_a_terminal(argv: list[str], env: dict, timeout: float = 900) -> tuple[int, str]:
-    """Run ``argv`` with its stdout and stderr on a pseudo-terminal; (status, output)."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
-                            env=env, close_fds=True)
-    os.close(follower)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([leader], [], [], timeout)
-        if not ready:
-            proc.kill()
-            break
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the terminal's other side closed: the command is done
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    return proc.wait(), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_progress_on_a_terminal_and_quiet_otherwise(big_trace, tmp_path):
     argv = _ctracer("report", big_trace, "-o", str(tmp_path / "tty"), "--max-objects", "50")
-    status, shown = _on_a_terminal(argv, _env(tmp_path))
+    status, shown = run_on_a_terminal(argv, _env(tmp_path), timeout=900)
     assert status == 0, shown
     for stage in ("reading events", "read 2011340 events", "paired", "finding field changes",
                   "2011340 events, 2000 objects", "laying out", "writing pages: "):
