@@ -221,10 +221,7 @@ class MappedRing:
         if room is not None and len(room):
             copied, taken = self.take_into(room, limit)
             if copied:
-                if self.objects is not None:
-                    on_event.taken(copied, self.starts, objects=self.objects)
-                else:
-                    on_event.taken(copied, self.starts)
+                on_event.taken(copied, self.starts, objects=self.objects)
             return taken
         events, taken = self.take(limit)
         if events:

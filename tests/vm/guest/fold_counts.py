@@ -40,63 +40,14 @@ import subprocess
 import sys
 import time
 
+from method_counts import attachable, ways_of   # this script's folder is on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CTRACER = [sys.executable, "-m", "ctracer"]
 TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
 LOCAL = "/var/tmp/fold-counts"   # the guest's tmpfs
 #: the prctl option that opens (arg 1) and closes (arg 0) bpftrace's counting window
 WINDOW_OPTION = 0x43540F01
-
-
-def _attachable() -> set[str]:
-    """Functions named once in kallsyms, hookable by ftrace, not on the kprobe deny list."""
-    seen: collections.Counter = collections.Counter()
-    with open("/proc/kallsyms") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "tT":
-                seen[parts[2]] += 1
-    names = {n for n, c in seen.items() if c == 1}
-    with open("/sys/kernel/tracing/available_filter_functions") as f:
-        names &= {line.split()[0] for line in f if line.strip()}
-    if not os.path.exists("/sys/kernel/debug/kprobes"):
-        subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"],
-                       capture_output=True)
-    try:
-        with open("/sys/kernel/debug/kprobes/blacklist") as f:
-            names -= {line.split()[1] for line in f if len(line.split()) > 1}
-    except OSError:
-        pass
-    return names
-
-
-def _address(way: dict) -> str:
-    """bpftrace's expression of the object's address for one way of a function."""
-    e = f"(uint64)arg{way['param_index']}"
-    for step in way["path"]:
-        if step["op"] == "deref":
-            e = f"(uint64)*(uint64 *)({e} + {step['offset']})"
-        else:
-            e = f"({e} + {step['offset']})"
-    return e
-
-
-def ways_of(methods: list[dict], names: set[str]) -> dict[str, list[str]]:
-    """Each function's ways to the object as bpftrace expressions ("ret": the return
-    value); a function with a way past the sixth register is left out."""
-    ways: dict[str, list[str]] = collections.defaultdict(list)
-    out_of_reach = set()
-    for m in methods:
-        f = m["function"]
-        if f not in names:
-            continue
-        if m["reach"] == "returns":
-            ways[f].append("ret")
-        elif m["param_index"] is not None and m["param_index"] < 6:
-            ways[f].append(_address(m))
-        else:
-            out_of_reach.add(f)
-    return {f: w for f, w in ways.items() if f not in out_of_reach}
 
 
 def bpftrace_script(ways: dict[str, list[str]], pid: int) -> str:
@@ -242,7 +193,7 @@ def main() -> int:
     if args.functions:
         methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
                                              for g in args.functions)]
-    ways = ways_of(methods, {m["function"] for m in methods} & _attachable())
+    ways = ways_of(methods, {m["function"] for m in methods} & attachable())
     returns_only = {f for f, w in ways.items() if set(w) == {"ret"}}
 
     import resource

@@ -204,6 +204,12 @@ def traceable() -> set[str]:
     return set()
 
 
+def attachable() -> set[str]:
+    """Functions named once in kallsyms, hookable by ftrace, not on the kprobe deny list
+    (what both tools can attach to by name)."""
+    return (_kallsyms_once() - _blacklisted()) & traceable()
+
+
 def parse_counts(text: str, kept: dict[str, set[int]]) -> collections.Counter:
     """The calls per (function, object) bpftrace printed last ("counts" ... "printed"):
     ``@c[func, address]``, or ``@c[func, way, address]`` counted only where the function
@@ -350,9 +356,7 @@ def main() -> int:
     if args.functions:
         methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
                                              for g in args.functions)]
-    names = {m["function"] for m in methods} & _kallsyms_once()
-    names -= _blacklisted()
-    names &= traceable()
+    names = {m["function"] for m in methods} & attachable()
 
     trace = os.path.join(LOCAL, "t.ctrace")
     log = os.path.join(LOCAL, "ctracer.log")
