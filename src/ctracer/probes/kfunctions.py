@@ -481,18 +481,43 @@ _TAKE_SCRATCH = """\
 	__builtin_memset(kw, 0, sizeof(*kw));"""
 
 
+@dataclass(frozen=True)
+class _CallState:
+    """Where a program's C keeps the call's state: locals on the stack, or this CPU's
+    ``ctracer_kprobe_work`` (``scratch``, `uses_scratch`)."""
+
+    scratch: bool
+    nargs: int
+
+    def name(self, local: str) -> str:
+        """The C of the state's member ``local`` (``call``, ``args``, ``regs``)."""
+        return f"kw->{local}" if self.scratch else local
+
+    @property
+    def declaration(self) -> str:
+        """The declaration of the call: the buffer's pointer, or the call itself."""
+        return ("\tstruct ctracer_kprobe_work *kw;" if self.scratch else
+                "\tstruct ctracer_kcall call = {};")
+
+    def arrays(self, regs: bool) -> str:
+        """The declarations of the arguments (and the registers) kept on the stack."""
+        if self.scratch:
+            return ""
+        return f"\tu64 args[{max(self.nargs, 1)}] = {{}};\n" + \
+            ("\tu64 regs[8] = {};\n" if regs else "")
+
+    @property
+    def opening(self) -> str:
+        """`_OPENING`, and with the buffer, the buffer taken."""
+        return _OPENING + "\n" + _TAKE_SCRATCH if self.scratch else _OPENING
+
+
 def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
                    fold: bool = False) -> str:
     fentry = int(kind == "fentry")
-    scratch = uses_scratch(kind, fold)
+    state_of_call = _CallState(uses_scratch(kind, fold), nargs)
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
-    # the call's state: on the stack, or in this CPU's work buffer
-    call = "kw->call" if scratch else "call"
-    args = "kw->args" if scratch else "args"
-    regs = "kw->regs" if scratch else "regs"
-    locals_ = ("\tstruct ctracer_kprobe_work *kw;" if scratch else
-               f"\tstruct ctracer_kcall call = {{}};")
-    arrays = "" if scratch else f"\tu64 args[{max(nargs, 1)}] = {{}};\n\tu64 regs[8] = {{}};\n"
+    call, args, regs = (state_of_call.name(n) for n in ("call", "args", "regs"))
     reg = "ctracer_fentry_reg(ctx, s->reg)" if fentry else f"{regs}[s->reg & 7]"
     if task_storage:
         # NULL when the kernel cannot give it now (task storage busy on this CPU,
@@ -530,7 +555,7 @@ def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True
     frame = "\n".join("\t" + line for line in folding.frame_statements(
         "(u32)pid_tgid", "depth", "fn->route[0].row", f"{call}.object[0]",
         f"{call}.object[1 & (CTRACER_MAX_ROUTES - 1)]",
-        in_buffer="kw" if scratch else None)) if fold else ""
+        in_buffer="kw" if state_of_call.scratch else None)) if fold else ""
     return f"""\
 int {program_name(kind, routes, task_storage)}({ctx})
 {{
@@ -538,10 +563,10 @@ int {program_name(kind, routes, task_storage)}({ctx})
 	u8 *stopped = ctracer_stopped.lookup(&zero);
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct ctracer_kfn *fn;
-{locals_}
+{state_of_call.declaration}
 {state}
-{arrays}
-{_OPENING + chr(10) + _TAKE_SCRATCH if scratch else _OPENING}
+{state_of_call.arrays(regs=True)}
+{state_of_call.opening}
 	{"" if fentry else f"ctracer_kprobe_regs(ctx, {regs});"}
 {count}
 	{call}.fn = fi;
@@ -584,9 +609,8 @@ def _take_hashed(tid: str, indent: str, call: str = "call") -> str:
 def _exit_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
                   fold: bool = False) -> str:
     fexit = int(kind == "fexit")
-    scratch = uses_scratch(kind, fold)
-    call = "kw->call" if scratch else "call"
-    args = "kw->args" if scratch else "args"
+    state_of_call = _CallState(uses_scratch(kind, fold), nargs)
+    call, args = state_of_call.name("call"), state_of_call.name("args")
     ctx = "void *ctx" if fexit else "struct pt_regs *ctx"
     ret = "bpf_get_func_ret(ctx, &raw);" if fexit else "raw = PT_REGS_RC(ctx);"
     # an exit is written for what its entry wrote: the object the entry saw (a holder
@@ -628,9 +652,6 @@ def _exit_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
 	if (counter)
 		*counter = depth;
 """ + _take_hashed("tid", "\t", call)
-    locals_ = ("\tstruct ctracer_kprobe_work *kw;" if scratch else
-               "\tstruct ctracer_kcall call = {};")
-    arrays = "" if scratch else f"\tu64 args[{max(nargs, 1)}] = {{}};\n"
     return f"""\
 int {program_name(kind, routes, task_storage)}({ctx})
 {{
@@ -638,15 +659,15 @@ int {program_name(kind, routes, task_storage)}({ctx})
 	u8 *stopped = ctracer_stopped.lookup(&zero);
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct ctracer_kfn *fn;
-{locals_}
+{state_of_call.declaration}
 	struct ctracer_kcall *saved;
 {state}
-{arrays}	u64 raw = 0;
+{state_of_call.arrays(regs=False)}	u64 raw = 0;
 	s64 ret;
 	u8 flags = 0;
 	int have = 0;
 
-{_OPENING + chr(10) + _TAKE_SCRATCH if scratch else _OPENING}
+{state_of_call.opening}
 {take}
 	if (!have)
 		flags = {FLAG_NO_ENTRY};
