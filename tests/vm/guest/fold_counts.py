@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import ctypes
-import fnmatch
 import json
 import os
 import re
@@ -40,7 +39,7 @@ import subprocess
 import sys
 import time
 
-from method_counts import attachable, ways_of   # this script's folder is on sys.path
+from method_counts import attachable, probeable_methods, ways_of   # this script's folder is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CTRACER = [sys.executable, "-m", "ctracer"]
@@ -186,13 +185,7 @@ def main() -> int:
     os.makedirs(LOCAL)
     result: dict = {"kernel": os.uname().release, "probes": args.probes,
                     "functions": args.functions, "workload": [args.connections, args.messages]}
-    listed = subprocess.run(CTRACER + ["functions", "struct", "sock", "--json"],
-                            capture_output=True, text=True, check=True)
-    methods = [m for m in json.loads(listed.stdout)["methods"]
-               if not m["tracepoint"] and m["probeable"]]
-    if args.functions:
-        methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
-                                             for g in args.functions)]
+    methods = probeable_methods("sock", args.functions)
     ways = ways_of(methods, {m["function"] for m in methods} & attachable())
     returns_only = {f for f, w in ways.items() if set(w) == {"ret"}}
 

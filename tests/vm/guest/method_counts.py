@@ -204,6 +204,19 @@ def traceable() -> set[str]:
     return set()
 
 
+def probeable_methods(struct: str, functions: list[str]) -> list[dict]:
+    """The probeable functions of ``struct`` (``ctracer functions --json``'s methods, one
+    a way; tracepoints left out), of those matching ``functions`` (globs) when given."""
+    listed = subprocess.run(CTRACER + ["functions", "struct", struct, "--json"],
+                            capture_output=True, text=True, check=True)
+    methods = [m for m in json.loads(listed.stdout)["methods"]
+               if not m["tracepoint"] and m["probeable"]]
+    if functions:
+        methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
+                                             for g in functions)]
+    return methods
+
+
 def attachable() -> set[str]:
     """Functions named once in kallsyms, hookable by ftrace, not on the kprobe deny list
     (what both tools can attach to by name)."""
@@ -349,13 +362,7 @@ def main() -> int:
         with open(os.path.join(args.out, f"result-{args.label}.json"), "w") as f:
             json.dump(result, f, indent=1)
 
-    listed = subprocess.run(CTRACER + ["functions", "struct", args.struct, "--json"],
-                            capture_output=True, text=True, check=True)
-    methods = [m for m in json.loads(listed.stdout)["methods"]
-               if not m["tracepoint"] and m["probeable"]]
-    if args.functions:
-        methods = [m for m in methods if any(fnmatch.fnmatchcase(m["function"], g)
-                                             for g in args.functions)]
+    methods = probeable_methods(args.struct, args.functions)
     names = {m["function"] for m in methods} & attachable()
 
     trace = os.path.join(LOCAL, "t.ctrace")
