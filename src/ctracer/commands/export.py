@@ -102,12 +102,12 @@ def run(args: argparse.Namespace) -> int:
 
     progress = export_progress(args)
 
-    def on_killed(why: str) -> str:
+    def on_killed(why: str, out_of_memory: bool) -> str:
         if progress:
             print("\r\033[K", end="", file=sys.stderr)
         return (f"{why}; the output was not written (an export is renamed into place "
                 "only when complete; its partial copy is in a .ctracer-* directory beside "
-                "it, to delete); try more memory")
+                "it, to delete)" + ("; try more memory" if out_of_memory else ""))
 
     def work() -> int:
         try:

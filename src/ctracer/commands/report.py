@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         args.output = os.path.join("callgraph", safe_component(struct_name, "struct"))
 
-    def on_killed(why: str) -> str:
+    def on_killed(why: str, out_of_memory: bool) -> str:
         from ctracer.report.html import mark_killed
 
         if progress:
@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             left = f"; the report in {args.output} is incomplete (its index.html says so)"
         except OSError:
             left = ""
+        if not out_of_memory:
+            return f"{why}{left}"
         return (f"{why}{left}; try --max-objects N (pages for the N busiest objects only), "
                 "--no-plots, or more memory")
 

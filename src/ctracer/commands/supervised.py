@@ -37,10 +37,11 @@ class OutOfMemory(CtracerError):
 
 
 def run_supervised(work: Callable[[], int], what: str,
-                   on_killed: Callable[[str], str]) -> int:
-    """``work()`` in a forked child; its exit status.  When the child is killed by
-    SIGKILL, ``on_killed(why)`` says what is left and what to try, raised as one
-    `OutOfMemory` line; any other signal's death is said the same way."""
+                   on_killed: Callable[[str, bool], str]) -> int:
+    """``work()`` in a forked child; its exit status.  When the child is killed,
+    ``on_killed(why, out_of_memory)`` says what is left (and, when the death was
+    SIGKILL, most likely the OOM killer's, what to try), raised as one `OutOfMemory`
+    line with the exit status of that signal's death."""
     if os.environ.get("CTRACER_NO_SUPERVISOR") or not hasattr(os, "fork") \
             or not _real_streams():
         return work()
@@ -84,8 +85,8 @@ def run_supervised(work: Callable[[], int], what: str,
             else:
                 why = (f"{what} was killed (SIGKILL), most likely by the kernel's OOM "
                        f"killer: out of memory{_limit_text()}")
-            raise OutOfMemory(on_killed(why))
-        error = OutOfMemory(on_killed(f"{what} was killed by signal {number}"))
+            raise OutOfMemory(on_killed(why, True))
+        error = OutOfMemory(on_killed(f"{what} was killed by signal {number}", False))
         error.exit_status = 128 + number
         raise error
     return os.waitstatus_to_exitcode(status)

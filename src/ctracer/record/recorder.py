@@ -13,7 +13,6 @@ trace renders on any machine.
 
 from __future__ import annotations
 
-import datetime
 import errno
 import json
 import os
@@ -35,6 +34,7 @@ from ctracer.event import (FLAG_READ_FAILED, HEADER, RING_HEADER_BYTES, Function
 from ctracer.probes import ProbeProgram
 from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
+from ctracer.tracefile.format import now_iso
 from ctracer.record.folds import FoldDrain
 
 if TYPE_CHECKING:
@@ -481,10 +481,6 @@ def _process_alive(pid: int) -> bool:
         return False
 
 
-def _now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: dict,
            command: Optional[Sequence[str]] = None, pid: Optional[int] = None,
            duration: Optional[float] = None, progress: Optional[Progress] = None,
@@ -514,7 +510,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     devices = netdevs.read() if kernel else None  # named again at the end (netdevs)
     try:
         writer.set_meta(**meta, return_value_functions=sorted(program.rows_with_return_value()),
-                        start_time=_now_iso(),
+                        start_time=now_iso(),
                         start_monotonic_ns=time.monotonic_ns(),
                         host=socket.gethostname(), kernel_release=os.uname().release,
                         command=list(command) if command else None, pid=pid,
@@ -545,7 +541,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         stopped_by = "ctrl-c"
     finally:
         seconds = time.monotonic() - started
-        end_time, end_ns = _now_iso(), time.monotonic_ns()
+        end_time, end_ns = now_iso(), time.monotonic_ns()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish writing first
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
