@@ -39,3 +39,31 @@ def test_a_child_killed_by_a_signal_is_one_line_with_its_status(name, status, me
     assert ("try more memory" in lines[0]) == memory, lines[0]
     if not memory:
         assert lines[0] == "the work was killed by signal 15"
+
+
+LEFT = """
+import os, signal, sys
+sys.path.insert(0, {src!r})
+from ctracer.commands.supervised import run_supervised
+from ctracer.files import private_temp_dir
+
+def work():
+    for prefix in (".ctracer-", "ctracer-export-"):
+        path = private_temp_dir(prefix, {parent!r})
+        open(os.path.join(path, "out"), "w").write("partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+try:
+    run_supervised(work, "the work", lambda why, oom: why)
+except Exception as e:
+    sys.exit(e.exit_status)
+"""
+
+
+def test_what_a_killed_child_staged_is_removed(tmp_path):
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = {k: v for k, v in os.environ.items() if k != "CTRACER_NO_SUPERVISOR"}
+    p = subprocess.run([sys.executable, "-c", LEFT.format(src=src, parent=str(tmp_path))],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 137, p.stderr
+    assert os.listdir(tmp_path) == []

@@ -144,6 +144,54 @@ def make_private_dir(path: str) -> str:
     return path
 
 
+#: where `private_temp_dir` lists what it makes, for a supervising process to remove
+#: after a SIGKILL (which runs no cleanup); a file descriptor, or None
+_leftovers_fd: Optional[int] = None
+
+
+def private_temp_dir(prefix: str, parent: Optional[str] = None) -> str:
+    """A new private directory (``tempfile.mkdtemp``) for scratch or staged files, which
+    its user removes when done; listed for `remove_leftovers` too."""
+    import tempfile
+
+    with private_umask():
+        path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    if _leftovers_fd is not None:
+        os.write(_leftovers_fd, os.fsencode(path) + b"\0")
+    return path
+
+
+def list_leftovers() -> int:
+    """From now on (in this process and the children it forks), `private_temp_dir`
+    lists the directories it makes; the list's file descriptor, for
+    `remove_leftovers`."""
+    import tempfile
+
+    global _leftovers_fd
+    with tempfile.TemporaryFile() as f:
+        _leftovers_fd = os.dup(f.fileno())
+    return _leftovers_fd
+
+
+def remove_leftovers(fd: int) -> None:
+    """Remove every listed directory that still exists (those of a child killed before
+    its own cleanup ran), and stop listing."""
+    import shutil
+
+    global _leftovers_fd
+    listed = b""
+    while True:
+        chunk = os.pread(fd, 1 << 16, len(listed))
+        if not chunk:
+            break
+        listed += chunk
+    for path in filter(None, listed.split(b"\0")):
+        shutil.rmtree(path, ignore_errors=True)
+    os.close(fd)
+    if _leftovers_fd == fd:
+        _leftovers_fd = None
+
+
 @contextlib.contextmanager
 def staged_output(path: str) -> Iterator[str]:
     """Write ``path`` through a name in a private directory beside it: the caller (or a
@@ -151,7 +199,6 @@ def staged_output(path: str) -> Iterator[str]:
     renamed into place (a rename replaces a symlink, never follows it), an existing
     ``path`` kept as ``path.old``.  Nothing is left behind on failure."""
     import shutil
-    import tempfile
 
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) and not os.path.islink(path):
@@ -159,8 +206,7 @@ def staged_output(path: str) -> Iterator[str]:
     if not os.path.isdir(parent):
         raise OutputError(f"cannot write {path}: no directory {parent}")
     try:
-        with private_umask():
-            stage = tempfile.mkdtemp(prefix=".ctracer-", dir=parent)
+        stage = private_temp_dir(".ctracer-", parent)
     except OSError as e:
         raise _explain(path, e) from None
     try:

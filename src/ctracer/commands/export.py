@@ -106,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         if progress:
             print("\r\033[K", end="", file=sys.stderr)
         return (f"{why}; the output was not written (an export is renamed into place "
-                "only when complete; its partial copy is in a .ctracer-* directory beside "
-                "it, to delete)" + ("; try more memory" if out_of_memory else ""))
+                "only when complete)" + ("; try more memory" if out_of_memory else ""))
 
     def work() -> int:
         try:

@@ -6,10 +6,12 @@ the kernel's OOM killer ends the process that holds the most memory with SIGKILL
 handler runs, nothing is printed, and a user sees the shell's "Killed" at best.  Here the
 work runs in a child (which asks to be the OOM killer's first choice, ``oom_score_adj``);
 the parent holds only what ctracer's start-up loaded, waits, and when the child was
-killed says in one line that memory ran out and what to try (``hint``), with a non-zero
-exit (137, as a shell says for SIGKILL).  The child's own result (its exit status) or
-error (a `CtracerError`, Ctrl-C) comes back through a pipe and is raised here, so the
-CLI prints it as it always did.
+killed says in one line that memory ran out and what to try (``on_killed``'s words),
+with a non-zero exit (137, as a shell says for SIGKILL).  Either way it removes the
+private directories the child made and could not remove itself (a staged output, a
+scratch folder).  The child's own result (its exit status) or error (a `CtracerError`,
+Ctrl-C) comes back through a pipe and is raised here, so the CLI prints it as it
+always did.
 
 ``CTRACER_NO_SUPERVISOR=1`` runs the work in the process itself (for debugging), as
 does a caller whose stdout or stderr is not a file (an in-memory capture).
@@ -24,6 +26,7 @@ import sys
 from typing import Callable, Optional
 
 from ctracer.errors import CtracerError
+from ctracer.files import list_leftovers, remove_leftovers
 
 #: the child's ``oom_score_adj``: chosen before the parent (and before anything else in
 #: the same limit that did not ask)
@@ -50,6 +53,7 @@ def run_supervised(work: Callable[[], int], what: str,
     others = set(_own_children())
     sys.stdout.flush()
     sys.stderr.flush()
+    leftovers = list_leftovers()
     reader, writer = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: do the work, say how it ended, never return
@@ -65,6 +69,7 @@ def run_supervised(work: Callable[[], int], what: str,
         # message; helpers the child forked may hold the pipe open a little longer
         _, status = os.waitpid(pid, 0)
         _end_orphans(others)
+        remove_leftovers(leftovers)  # a killed child's staged output and scratch
         os.set_blocking(reader, False)
         with os.fdopen(reader, "rb") as f:
             message = f.read() or b""

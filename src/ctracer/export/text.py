@@ -21,14 +21,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from typing import BinaryIO, Iterable, Optional, Union
 
 from ctracer.analysis.memory import memory_limit
 from ctracer.errors import CtracerError
 from ctracer.export.schema import ENUM_NAME, RAW, as_shown, enum_names, pointers_as_hex
 from ctracer.export.table import EVENT_COLUMNS, EventTable
-from ctracer.files import let_go, private_umask, staged_output
+from ctracer.files import let_go, private_temp_dir, staged_output
 
 
 def quote(name: str) -> str:
@@ -157,8 +156,7 @@ def _copy_to(tables: Iterable[EventTable], fmt: str, out: BinaryIO) -> None:
     comes once).  A batch is let go of before the next is made."""
     import duckdb
 
-    with private_umask():
-        scratch = tempfile.mkdtemp(prefix="ctracer-export-")
+    scratch = private_temp_dir("ctracer-export-")
     try:
         con = _connect(scratch)
         try:
