@@ -6,6 +6,7 @@ project's venv, under the bench lock:
 
     flock LOCK .venv/bin/python bench/bench_reader.py [--rate 2000000] [--seconds 3]
         [--also-rates 1000000,500000] [--rounds 2] [--profile] [--numpy]
+        [--reader-priority realtime|normal]
 
 1. A template: ``ctracer trace struct sock`` of the bundled loopback workload
    (samples/tcp), whose spool holds compact ring records as the ring held them; a run of
@@ -31,9 +32,12 @@ project's venv, under the bench lock:
      `ctracer.deltas.RecordShape`, the fallback), copied straight into the rows of the recorder's
      `EventSink`, which counts events and objects), `TraceWriter.add_raw` committing
      them to a trace file with the template's meta.
+   Both readers run as ctracer reads while recording: at realtime priority (SCHED_FIFO 1,
+   `ctracer.record.priority`; ``--reader-priority normal``: both at normal priority).
    For each: records written, lost, events/s, the CPU time (user + system, the whole
    process: ctracer's includes the writer's checkpoint thread) per record, and how long
-   its threads waited for a CPU (other work on the machine); then ctracer's CPU per
+   its threads waited for a CPU (other work on the machine), for ctracer's the most it
+   found waiting in the ring at a take; then ctracer's CPU per
    record against the C consumer's at the same rate (goal: at most 5x).  ``--profile``
    adds a paced run of ctracer's reader under cProfile, timed by the reading thread's
    CPU time.
@@ -70,6 +74,8 @@ from ctracer.deltas import RecordShape, offsets, record_end  # noqa: E402
 from ctracer.event import RING_HEADER_BYTES, Layout, event_size  # noqa: E402
 from ctracer.probes import ctext  # noqa: E402
 from ctracer.record import bpf_runtime, recorder, ringbuf  # noqa: E402
+from ctracer.record import priority  # noqa: E402
+from ctracer.record.priority import ReaderPriority  # noqa: E402
 from ctracer.tracefile import TraceWriter  # noqa: E402
 
 TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
@@ -79,6 +85,8 @@ DEFAULT_RING_MB = 16
 ALONE_RECORDS = 3_000_000
 #: `--numpy`: ctracer's reader finds the records with numpy, not the C walk
 NUMPY_FINDER = False
+#: `--reader-priority`: how both consumers' reading threads are scheduled
+READER_PRIORITY = "realtime"
 #: meta entries a recording writes for itself, not copied from the template
 OWN_META = {"schema_version", "state", "recorder_pid", "trace_id", "events", "lost_events",
             "end_time", "end_monotonic_ns", "stopped_by", "detach_seconds", "start_time",
@@ -473,6 +481,9 @@ class Run:
     #: minor page faults (memory the process touched for the first time)
     faults: int
     thread_cpu_s: Optional[float] = None
+    #: the most the reader found waiting in the ring at a take, a fraction of the
+    #: ring (ctracer's only)
+    fullest: Optional[float] = None
 
     @property
     def cpu_s(self) -> float:
@@ -499,7 +510,9 @@ class Run:
                 f"({100 * self.lost / max(self.produced, 1):.1f}%); CPU "
                 f"{self.cpu_s:.2f} s (user {self.user_s:.2f}, system {self.sys_s:.2f}) = "
                 f"{self.cpu_ns:.0f} ns a record{thread}; {self.faults:,} page faults; "
-                f"waited for a CPU {self.waited_s:.2f} s in {self.wall_s:.2f} s")
+                f"waited for a CPU {self.waited_s:.2f} s in {self.wall_s:.2f} s"
+                + (f"; the ring at its fullest {100 * self.fullest:.1f}%"
+                   if self.fullest is not None else ""))
 
 
 def _cpu(usage) -> float:
@@ -539,6 +552,9 @@ def c_consumer_run(producer: Producer, consumer_exe: str, trigger_exe: str, work
     proc = subprocess.Popen([consumer_exe, str(producer.map_fd), out],
                             pass_fds=[producer.map_fd], stdout=subprocess.PIPE, text=True)
     try:
+        if READER_PRIORITY == "realtime":   # as ctracer's reading thread runs
+            os.sched_setscheduler(proc.pid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                                  os.sched_param(priority.REALTIME_PRIORITY))
         if proc.stdout.readline().strip() != "ready":
             raise BenchFailure("the C consumer did not start")
         producer.reset()
@@ -606,13 +622,19 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
         start = time.perf_counter()
         if profiler:
             profiler.enable()
-        with recorder.StopRequest(session) as stop:
-            trigger.gated.release()
-            stopped_by = recorder._poll_until_done(
-                session, counts, recorder.Progress(enabled=False), trigger.gated, None, None,
-                time.monotonic(), stop, watch)
-        session.drain()
-        stopped_by = recorder._commit(sink, stopped_by)
+        reading = ReaderPriority(READER_PRIORITY)   # as `recorder.record` reads
+        reading.begin()
+        try:
+            with recorder.StopRequest(session) as stop:
+                trigger.gated.release()
+                stopped_by = recorder._poll_until_done(
+                    session, counts, recorder.Progress(enabled=False), trigger.gated, None,
+                    None, time.monotonic(), stop, watch)
+            session.drain()
+            stopped_by = recorder._commit(sink, stopped_by)
+        finally:
+            reading.end()
+        fullest = session._ring.fullest / producer.ring_bytes
         if profiler:
             profiler.disable()
         wall = time.perf_counter() - start
@@ -643,7 +665,7 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
                            f"holds {written:,}")
     return Run("ctracer reader", hit_rate > 0, produced, lost, written, nbytes, trigger.seconds(),
                wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
-               waited, after.ru_minflt - before.ru_minflt, thread_cpu), out
+               waited, after.ru_minflt - before.ru_minflt, thread_cpu, fullest), out
 
 
 def check_counts(run: Run, fatal_loss: bool) -> list[str]:
@@ -716,6 +738,10 @@ def main() -> int:
     parser.add_argument("--numpy", action="store_true",
                         help="ctracer's reader finds the records with numpy even where "
                         "scripts/setup.sh built the C walk (ringwalk.c): the fallback's cost")
+    parser.add_argument("--reader-priority", choices=priority.CHOICES,
+                        default=priority.CHOICES[0],
+                        help="how both consumers' reading threads are scheduled: realtime "
+                        "(SCHED_FIFO 1, ctracer's default while recording) or normal")
     parser.add_argument("--dir", default=None, help="where the files are written "
                         "(default: the system's temporary directory)")
     args = parser.parse_args()
@@ -731,8 +757,9 @@ def main() -> int:
         print("bench_reader: --templates must be a power of two, --per-hit at least 1",
               file=sys.stderr)
         return 1
-    global NUMPY_FINDER
+    global NUMPY_FINDER, READER_PRIORITY
     NUMPY_FINDER = args.numpy
+    READER_PRIORITY = args.reader_priority
     try:
         return run(args)
     except BenchFailure as e:
@@ -746,7 +773,9 @@ def run(args) -> int:
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "samples")], check=True)
     problems: list[str] = []
     print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-          + f" ({len(cpus)} CPUs; the trigger on CPU {trigger_cpu})")
+          + f" ({len(cpus)} CPUs; the trigger on CPU {trigger_cpu}); both readers at "
+          + ("realtime priority (SCHED_FIFO 1)" if READER_PRIORITY == "realtime"
+             else "normal priority"))
     with tempfile.TemporaryDirectory(prefix="bench_reader.", dir=args.dir) as work:
         trigger_exe = os.path.join(work, "trigger")
         consumer_exe = os.path.join(work, "consumer")

@@ -157,6 +157,11 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                      help="print the generated BPF C program and exit (needs no root)")
     out.add_argument("--buffer-mb", type=int, default=16, metavar="MB",
                      help="ring buffer size, a power of two (default 16)")
+    out.add_argument("--reader-priority", choices=("realtime", "normal"), default="realtime",
+                     help="realtime (default): the thread reading the ring buffer runs "
+                          "under SCHED_FIFO 1 while recording (only that thread; the "
+                          "command does not), so a busy machine does not keep it from "
+                          "emptying the ring; normal: it keeps ctracer's priority")
     out.add_argument("--full-snapshots", action="store_true",
                      help="every event carries the object's whole snapshot (by default "
                           "an event carries only the 8-byte words of the snapshot that "
@@ -448,7 +453,8 @@ def record_built(built, args: argparse.Namespace, kind, name: str, *, out=None):
                          command=args.command or None, pid=args.pid,
                          duration=args.duration, progress=progress, on_attached=announce,
                          tail=tail, watch_plan=built.watch,
-                         vmlinux=getattr(args, "vmlinux", None))
+                         vmlinux=getattr(args, "vmlinux", None),
+                         reader_priority=getattr(args, "reader_priority", "realtime"))
 
 
 def print_summary(result, out=None) -> None:

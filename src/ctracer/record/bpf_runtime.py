@@ -663,6 +663,12 @@ class ProbeSession:
         misses (`ctracer.record.kattach.KernelLinks.missed`); {} without functions."""
         return self.kernel_links.missed() if self.kernel_links is not None else {}
 
+    def ring_fullest(self) -> Optional[int]:
+        """The most bytes the reader found waiting in the ring buffer at a take
+        (`ctracer.record.ringbuf.MappedRing.fullest`); None where libbpf's consumer reads
+        it."""
+        return self._ring.fullest if self._ring is not None else None
+
     def lost(self) -> int:
         """Events the programs could not write to the ring buffer (their ``ctracer_lost``
         counter)."""

@@ -36,6 +36,7 @@ from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
 from ctracer.tracefile.format import now_iso
 from ctracer.record.folds import FoldDrain
+from ctracer.record.priority import ReaderPriority
 
 if TYPE_CHECKING:
     from ctracer.plan.watch import WatchPlan
@@ -87,6 +88,8 @@ class RecordResult:
     calls: str = "all"
     folded: int = 0
     folds_refused: int = 0
+    #: what the reading thread ran with (`ctracer.record.priority.ReaderPriority`)
+    reader_priority: str = ""
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -486,9 +489,10 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
            duration: Optional[float] = None, progress: Optional[Progress] = None,
            on_attached: Optional[Callable[[], None]] = None,
            tail: Optional["Tail"] = None, watch_plan: Optional["WatchPlan"] = None,
-           vmlinux: Optional[str] = None) -> RecordResult:
+           vmlinux: Optional[str] = None, reader_priority: str = "realtime") -> RecordResult:
     """Record until the command exits / the process goes away / ``duration`` seconds /
-    Ctrl-C, and write the trace file at ``output``."""
+    Ctrl-C, and write the trace file at ``output``.  While recording, the calling thread
+    reads the ring buffer at ``reader_priority`` (`ctracer.record.priority`)."""
     from ctracer.record import bpf_runtime
 
     if pid is not None and not _process_alive(pid):
@@ -506,6 +510,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
     stopped_by = "ctrl-c"
     started = time.monotonic()
     recording = False
+    priority = ReaderPriority(reader_priority)
     previous_term = signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     devices = netdevs.read() if kernel else None  # named again at the end (netdevs)
     try:
@@ -531,6 +536,7 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 on_attached()
             started = time.monotonic()
             progress.start()
+            priority.begin()   # the command (forked already) and new threads: normal
             if gated:
                 gated.release()
             stopped_by = _poll_until_done(session, counts, progress, gated, pid, duration,
@@ -546,9 +552,13 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             detaching = time.monotonic()
-            if recording:
-                stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
+            try:
+                if recording:
+                    stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
+            finally:
+                priority.end()   # finishing the file is no race with the probes
             misses = session.misses() if recording else {}
+            fullest = session.ring_fullest()
             watched = _finish_watch(session, watcher, writer, kernel, seconds, vmlinux) \
                 if recording and stopped_by != DISK_FULL else None
             status = gated.stop() if gated else None
@@ -562,7 +572,10 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
                                 lost_events=counts.lost, stopped_by=stopped_by,
                                 warnings=watch.warnings(counts.events, command, pid),
-                                probe_misses=misses, detach_seconds=round(detach_seconds, 3))
+                                probe_misses=misses, detach_seconds=round(detach_seconds, 3),
+                                reader_priority=priority.description,
+                                ring_bytes=program.ring_bytes,
+                                ring_fullest_bytes=fullest)
                 writer.flush()
                 writer.set_meta(events=writer.events_written + writer.events_spooled)
                 _name_kernel_text(writer, meta)
@@ -577,9 +590,11 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                   writer.kept_old, watch.warnings(counts.events, command, pid),
-                   detach_seconds, misses, watched, sink.folds)
+    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                     writer.kept_old, watch.warnings(counts.events, command, pid),
+                     detach_seconds, misses, watched, sink.folds)
+    result.reader_priority = priority.description
+    return result
 
 
 def _compile(session, program: ProbeProgram, plan, kernel: bool):
@@ -878,7 +893,9 @@ def summary_lines(result: RecordResult) -> list[str]:
         from ctracer.record.watcher import summary_line
         lines.append(summary_line(result.watch))
     if result.lost:
-        lines.append(f"warning: {result.lost} events were lost (ring buffer full); "
+        slow = (f" (the reader ran at {result.reader_priority})"
+                if result.reader_priority.startswith("normal (the kernel") else "")
+        lines.append(f"warning: {result.lost} events were lost (ring buffer full{slow}); "
                      "a larger --buffer-mb or fewer --functions helps")
     if result.stopped_by == DISK_FULL:
         lines.append(f"warning: the disk filled up, so the recording stopped: the trace "

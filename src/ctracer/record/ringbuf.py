@@ -127,6 +127,9 @@ class MappedRing:
         self.shape = shape
         #: whether the last `take` left no record reserved before it behind
         self.drained = False
+        #: the most bytes a take found reserved in the ring (between the consumer's and
+        #: the producer's positions): how close the reader came to losing records
+        self.fullest = 0
         #: where each record the last `take` returned starts in it (its ring header),
         #: when numpy or the C walk found them; None after a walk in Python
         self.starts = None
@@ -189,7 +192,9 @@ class MappedRing:
         if self.whole:
             return self._take_whole(limit)
         consumer = self._consumer_pos.value
-        reserved = (self._producer_pos.value - consumer) // self.stride
+        producer = self._producer_pos.value
+        self.fullest = max(self.fullest, producer - consumer)
+        reserved = (producer - consumer) // self.stride
         count = min(reserved, limit) if limit else reserved
         self.drained = count == reserved
         if count <= 0:
@@ -256,6 +261,7 @@ class MappedRing:
         if producer == consumer:
             self.drained = True
             return 0, 0
+        self.fullest = max(self.fullest, producer - consumer)
         room = len(out)
         if len(self._native_starts) < room // 8 + 1:
             self._native_starts = np.empty(room // 8 + 1, np.int64)
@@ -301,6 +307,7 @@ class MappedRing:
             self.drained = True
             return None
         span = producer - consumer
+        self.fullest = max(self.fullest, span)
         window = span
         if limit:  # look only as far as ``limit`` records are likely to reach
             window = min(span, int(limit * self._record_guess * 1.25) + 4096 & ~7)
