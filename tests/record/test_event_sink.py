@@ -144,14 +144,20 @@ def test_full_rows_wait_for_the_commit_and_are_filled_again(reading):
         assert 0 < ROW - used < sink.max_record and events * record == used
     assert b"".join(bytes(row[:used]) for row, used, *_ in sink.waiting) \
         + bytes(sink.row[:sink.row_used]) == sent
-    sink.flush()   # before COMMIT_S: nothing committed yet
-    assert not spool(reading.trace)
+    waiting = len(sink.waiting)
+    sink.flush()   # before COMMIT_S: one full row written, nothing committed yet
+    assert len(sink.waiting) == waiting - 1 and len(sink.spare_rows) == 1
+    assert not spool(reading.trace) and reading.writer.events_spooled == 0
     sink.flush(commit=True)
     assert b"".join(spool(reading.trace)) == sent and not sink.waiting
-    rows = {id(sink.row)} | {id(r) for r in sink.spare_rows}
-    for i in range(200):   # the same rows are filled again: no new memory
+    assert reading.writer.events_spooled == 60
+    rows = None
+    for i in range(250):   # the same rows are filled again: no new memory
         reading.put(event(i, 0xa0, WORDS))
         if i % 50 == 49:
             reading.drain()
+            sink.flush()
             sink.flush(commit=True)
+            if rows is None:   # the rows one commit's records need, made once
+                rows = {id(sink.row)} | {id(r) for r in sink.spare_rows}
     assert {id(sink.row)} | {id(r) for r in sink.spare_rows} == rows

@@ -72,6 +72,7 @@ class TraceWriter:
         self._checkpointer: Optional[_Checkpointer] = None
         self.events_written = 0   # decoded into the events table
         self.events_spooled = 0   # raw, committed, not decoded yet
+        self._uncommitted = 0     # raw, written by `add_raw` without committing
         self.set_meta(schema_version=SCHEMA_VERSION, state=STATE_RECORDING,
                       recorder_pid=os.getpid(), trace_id=uuid.uuid4().hex)
 
@@ -138,13 +139,15 @@ class TraceWriter:
             self._decoder = RawDecoder.from_meta(self._meta)
 
     def add_raw(self, raw, events: Optional[int] = None,
-                starts: Optional[Any] = None) -> None:
+                starts: Optional[Any] = None, commit: bool = True) -> None:
         """Commit raw events (the ring buffer's bytes, back to back: bytes or any
         bytes-like object, copied before this returns) to the spool; ``events``: how
         many records ``raw`` holds when the caller knows (a compact batch of at most
         `SPOOL_ROW_BYTES` is then committed in one row, not counted again); ``starts``:
         where each of its ring records starts, when known (a longer compact batch is
-        then cut into rows without finding its records again)."""
+        then cut into rows without finding its records again).  ``commit`` False: the
+        rows are written into the open transaction and `commit` commits them (a
+        SIGKILL before that loses them, as it loses what the caller still holds)."""
         if not len(raw):
             return
         self.expect_raw()
@@ -166,8 +169,20 @@ class TraceWriter:
                                      (len(row),))
             with self.db.blobopen("spool", "raw", cursor.lastrowid) as blob:
                 blob.write(row)
-            self.db.commit()
-            self.events_spooled += count if count is not None else self._decoder.count(row)
+            self._uncommitted += count if count is not None else self._decoder.count(row)
+            if commit:
+                self.commit()
+
+    def commit(self) -> None:
+        """Commit the rows `add_raw` wrote without committing."""
+        self.db.commit()
+        self.events_spooled += self._uncommitted
+        self._uncommitted = 0
+
+    def rollback(self) -> None:
+        """Give up what was written since the last commit (a full disk)."""
+        self.db.rollback()
+        self._uncommitted = 0
 
     def _compact_rows(self, raw, events: Optional[int],
                       starts: Optional[Any]) -> list[tuple[Any, Any]]:
@@ -207,7 +222,7 @@ class TraceWriter:
             self.db.executemany(INSERT_EVENTS, self._pending)
             self.events_written += len(self._pending)
             self._pending.clear()
-        self.db.commit()
+        self.commit()
 
     def close(self) -> None:
         """Mark the file finished and fold the log back in."""
