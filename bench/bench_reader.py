@@ -77,6 +77,7 @@ from ctracer.record import bpf_runtime, recorder, ringbuf  # noqa: E402
 from ctracer.record import priority  # noqa: E402
 from ctracer.record.priority import ReaderPriority  # noqa: E402
 from ctracer.tracefile import TraceWriter  # noqa: E402
+from ctracer.tracefile.format import now_iso  # noqa: E402
 
 TCPLOOP = os.path.join(ROOT, "samples", "tcp", "build", "tcploop")
 CTRACER = [sys.executable, "-m", "ctracer"]
@@ -593,7 +594,7 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
                               ring_bytes=producer.ring_bytes, filtered=False)
     writer = TraceWriter(out)
     writer.set_meta(**{k: v for k, v in template.meta.items() if k not in OWN_META},
-                    start_time=recorder._now_iso(), start_monotonic_ns=time.monotonic_ns())
+                    start_time=now_iso(), start_monotonic_ns=time.monotonic_ns())
     writer.expect_raw()
     writer.checkpoint_in_background()
     counts = recorder.ProgressCounts()
@@ -642,7 +643,7 @@ def ctracer_run(producer: Producer, trigger_exe: str, work: str, cpu: int, hits:
         waited = _waited() - waited_before   # the checkpoint thread's waits in it
         after = resource.getrusage(resource.RUSAGE_SELF)
         produced, lost = producer.counts()
-        writer.set_meta(end_time=recorder._now_iso(), end_monotonic_ns=time.monotonic_ns(),
+        writer.set_meta(end_time=now_iso(), end_monotonic_ns=time.monotonic_ns(),
                         lost_events=lost, stopped_by=stopped_by,
                         events=writer.events_written + writer.events_spooled)
         written = writer.events_spooled
