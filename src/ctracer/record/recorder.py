@@ -565,13 +565,9 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             detaching = time.monotonic()
-            try:
-                if recording:
-                    stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by)
-            finally:
-                priority.end()   # finishing the file is no race with the probes
-            misses = session.misses() if recording else {}
-            fullest = session.ring_fullest()
+            if recording:
+                stopped_by = _stop_and_drain(session, sink, counts, watch, stopped_by, priority)
+            misses, fullest = (session.misses() if recording else {}), session.ring_fullest()
             watched = _finish_watch(session, watcher, writer, kernel, seconds, vmlinux) \
                 if recording and stopped_by != DISK_FULL else None
             status = gated.stop() if gated else None
@@ -582,18 +578,12 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
                 _finish_on_full_disk(writer, counts, end_time=end_time, end_ns=end_ns)
             elif recording:
                 progress.done()
-                writer.set_meta(end_time=end_time, end_monotonic_ns=end_ns,
-                                lost_events=counts.lost, stopped_by=stopped_by,
-                                warnings=watch.warnings(counts.events, command, pid),
-                                probe_misses=misses, detach_seconds=round(detach_seconds, 3),
-                                reader_priority=priority.description,
-                                ring_bytes=program.ring_bytes,
-                                ring_fullest_bytes=fullest)
-                writer.flush()
-                writer.set_meta(events=writer.events_written + writer.events_spooled)
-                _name_kernel_text(writer, meta)
-                if kernel:
-                    writer.set_meta(net_devices=netdevs.merged(devices, netdevs.read()))
+                _finish_meta(writer, meta, devices, end_time=end_time, end_monotonic_ns=end_ns,
+                             lost_events=counts.lost, stopped_by=stopped_by,
+                             warnings=watch.warnings(counts.events, command, pid),
+                             probe_misses=misses, detach_seconds=round(detach_seconds, 3),
+                             reader_priority=priority.description,
+                             ring_bytes=program.ring_bytes, ring_fullest_bytes=fullest)
             if stopped_by != DISK_FULL:
                 writer.close()
             if not recording:
@@ -603,11 +593,9 @@ def record(program: ProbeProgram, binary: Optional[str], output: str, *, meta: d
             signal.signal(signal.SIGTERM, previous_term)
             progress.done()
     kept = writer.events_written + writer.events_spooled
-    result = _result(output, program, session, counts, kept, seconds, stopped_by, status,
-                     writer.kept_old, watch.warnings(counts.events, command, pid),
-                     detach_seconds, misses, watched, sink.folds)
-    result.reader_priority = priority.description
-    return result
+    return _result(output, program, session, counts, kept, seconds, stopped_by, status,
+                   writer.kept_old, watch.warnings(counts.events, command, pid),
+                   detach_seconds, misses, watched, sink.folds, priority.description)
 
 
 def _compile(session, program: ProbeProgram, plan, kernel: bool):
@@ -664,7 +652,7 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
 def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts, kept: int,
             seconds: float, stopped_by: str, status, kept_old, warnings: list[str],
             detach_seconds: float, misses: dict, watched: Optional[dict] = None,
-            folds: Optional[FoldDrain] = None) -> RecordResult:
+            folds: Optional[FoldDrain] = None, reader_priority: str = "") -> RecordResult:
     from ctracer.record import bpf_runtime
 
     results = session.results
@@ -676,7 +664,8 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         [f"{r.function.name}: {r.attached}" for r in results if not r.complete],
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
         _thread_state_fallback(session), watched,
-        *(("changes", folds.calls, folds.refused) if folds is not None else ()))
+        *(("changes", folds.calls, folds.refused) if folds is not None else ()),
+        reader_priority=reader_priority)
 
 
 def _thread_state_fallback(session) -> str:
@@ -687,28 +676,43 @@ def _thread_state_fallback(session) -> str:
 
 
 def _stop_and_drain(session, sink: "EventSink", counts: ProgressCounts, watch: "MappingWatch",
-                    stopped_by: str) -> str:
+                    stopped_by: str, priority: ReaderPriority) -> str:
     """Stop every probe at once, take what the ring buffer holds and commit it while the
     probes are being detached, then what the last probes in flight left; why the
-    recording stopped (a full disk met only now included)."""
-    watcher = sink.watcher
-    if watcher is not None:
-        watcher.close()
-    closing = session.begin_stop()
+    recording stopped (a full disk met only now included).  The reading thread then
+    leaves its ``priority``: finishing the file is no race with the probes."""
     try:
+        if sink.watcher is not None:
+            sink.watcher.close()
+        closing = session.begin_stop()
+        try:
+            session.drain()
+            session.take_writes()
+            stopped_by = _commit(sink, stopped_by)
+        finally:
+            closing.join()
         session.drain()
         session.take_writes()
         stopped_by = _commit(sink, stopped_by)
     finally:
-        closing.join()
-    session.drain()
-    session.take_writes()
-    stopped_by = _commit(sink, stopped_by)
+        priority.end()
     counts.lost = session.lost()
     if sink.folds is not None and stopped_by != DISK_FULL:
         sink.writer.set_meta(folded_calls=sink.folds.calls, folds_refused=sink.folds.refused)
     watch.check()
     return stopped_by
+
+
+def _finish_meta(writer: TraceWriter, meta: dict, devices, **entries) -> None:
+    """The meta ``entries`` of a recording that stopped, then its events counted, the
+    kernel's code addresses named and its network devices (``devices``: those read when
+    it started; None: not a kernel trace) named again."""
+    writer.set_meta(**entries)
+    writer.flush()
+    writer.set_meta(events=writer.events_written + writer.events_spooled)
+    _name_kernel_text(writer, meta)
+    if devices is not None:
+        writer.set_meta(net_devices=netdevs.merged(devices, netdevs.read()))
 
 
 def _name_kernel_text(writer: TraceWriter, meta: dict) -> None:
