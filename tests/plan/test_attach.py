@@ -102,6 +102,23 @@ def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     assert left.kind is None and "variable arguments" in left.reason
 
 
+def test_more_arguments_than_a_trampoline_takes_is_left_out_of_fentry_not_of_kprobes():
+    def with_params(n):
+        f = FunctionInfo(f"send_{n}", tuple(Parameter(f"a{i}", SOCK) for i in range(n)), VOID)
+        return Method(f, "direct", "struct sock", 0, "a0", "struct sock *",
+                      route_form="struct sock")
+    methods = [with_params(12), with_params(14)]
+    symbols = SYMBOLS | {"send_12", "send_14"}
+    for multi in (YES, NO):
+        plan = plan_probes(methods, facts(fentry=YES, kprobes=YES, tracing_multi=multi,
+                                          symbols=symbols)).by_function()
+        (left,) = plan["send_14"]
+        assert left.kind is None and "14 arguments" in left.reason and "at most 12" in left.reason
+        assert plan["send_12"][0].kind in ("fentry", "fentry.multi") and plan["send_12"][0].placed
+    kprobe = plan_probes(methods, facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
+    assert kinds(kprobe)["send_14"] == ["kprobe", "kretprobe"]
+
+
 def test_kprobes_when_fentry_is_refused_saying_whether_kprobe_multi_links():
     multi = plan_probes(METHODS, facts(kprobes=YES, kprobe_multi=YES)).by_function()["sk_free"]
     single = plan_probes(METHODS, facts(kprobes=YES)).by_function()["sk_free"]

@@ -30,12 +30,22 @@ TARGETS = {f.index: ((MODULE_FD if f.index >= 32 else 0), 1000 + f.index) for f 
 @pytest.fixture
 def kernel(monkeypatch):
     """``refuse``: (attach type, BTF id) the kernel will not link; ``links``: each link
-    made, as (attach type, BTF object fd, sorted BTF ids), closed ones removed."""
-    state = {"refuse": set(), "links": {}, "tries": 0}
+    made, as (attach type, BTF object fd, sorted BTF ids), closed ones removed;
+    ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
+    with its verifier line; ``asked``: the functions such a load was tried on."""
+    state = {"refuse": set(), "links": {}, "tries": 0, "asked": [], "too_many_args": set()}
     programs: dict[int, tuple[int, int]] = {}
 
     def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
-        assert btf_id == 0, "a multi program names no function when loaded"
+        if btf_id:   # a plain fentry/fexit asked why a function was refused
+            assert attach_type in (kattach._TRACE_FENTRY, kattach._TRACE_FEXIT)
+            assert insns == kattach.RETURN_ZERO and TARGETS[btf_id - 1000][0] == btf_obj_fd
+            state["asked"].append(btf_id - 1000)
+            if btf_id - 1000 in state["too_many_args"]:
+                return -1, ("the kernel refused to load it (EINVAL: Invalid argument): "
+                            f"The function f{btf_id - 1000} has 14 arguments. Too many.")
+            fd = os.open(os.devnull, os.O_RDONLY)
+            return fd, ""
         fd = os.open(os.devnull, os.O_RDONLY)
         programs[fd] = (attach_type, btf_obj_fd)
         return fd, ""
@@ -110,3 +120,21 @@ def test_functions_the_kernel_refuses_are_found_and_named_the_others_attached(ke
     finally:
         links.close()
     assert not kernel["links"], "closing leaves nothing linked"
+
+
+def test_a_refused_function_is_named_with_the_kernels_own_reason(kernel):
+    kernel["refuse"] |= {(ENTRY, 1003), (ENTRY, 1017)}
+    kernel["too_many_args"] |= {3}
+    links = _attach()
+    try:
+        failed = {r.function.index: r for r in links.results if not r.complete}
+        assert set(failed) == {3, 17}
+        assert failed[3].entry == ("the kernel refused it on a tracing_multi link (EINVAL: "
+                                   "Invalid argument): The function f3 has 14 arguments. "
+                                   "Too many.")
+        # a plain load that passes adds nothing: the link's errno is all there is
+        assert failed[17].entry.endswith("(EINVAL: Invalid argument)")
+        # asked only for the functions refused alone, not for every half of the split
+        assert sorted(kernel["asked"]) == [3, 17]
+    finally:
+        links.close()

@@ -97,8 +97,8 @@ _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "
                 "s390x": 351, "i686": 357, "i386": 357, "armv7l": 386, "loongarch64": 280}
 
 
-# r0 = 0; exit
-_RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
+#: an empty program (r0 = 0; exit): what trial loads load
+RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
 
 
 def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
@@ -115,7 +115,7 @@ def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
 
 
 def load_trial_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0,
-                       code: bytes = _RETURN_ZERO) -> tuple[int, int]:
+                       code: bytes = RETURN_ZERO) -> tuple[int, int]:
     """Load a trial program, ``code`` (``r0 = 0; exit``), to see what the kernel
     accepts; (fd, 0) or (-1, errno).  The checks here and
     `ctracer.record.breakpoints.refusal` (a perf_event program on a test breakpoint)

@@ -228,13 +228,22 @@ def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
                         "its BTF prototype (btf_trace_*) carries the struct", True, methods)
 
 
+#: the most arguments a BPF trampoline takes (the kernel's ``MAX_BPF_FUNC_ARGS``)
+TRAMPOLINE_MAX_ARGS = 12
+
+
 def _fentry_refuses(function) -> str:
     """Why the kernel's BTF check refuses fentry/fexit on this function ("" when it does
     not): a struct or union returned by value (the verifier's "return type STRUCT is
-    unsupported"), variable arguments ("with variable args is unsupported"); kprobes
-    take such functions."""
+    unsupported"), variable arguments ("with variable args is unsupported"), more than
+    `TRAMPOLINE_MAX_ARGS` arguments ("has 14 arguments. Too many."); kprobes take such
+    functions.  tracing_multi links run the same check."""
     if getattr(function, "variadic", False):
         return "fentry cannot take a function with variable arguments (--function-probes kprobe can)"
+    params = len(getattr(function, "params", ()))
+    if params > TRAMPOLINE_MAX_ARGS:
+        return (f"fentry cannot take a function of {params} arguments (BPF trampolines take "
+                f"at most {TRAMPOLINE_MAX_ARGS}; --function-probes kprobe can)")
     returns = getattr(function, "returns", None)
     if returns is not None and not returns.pointers and \
             returns.kind in (ShapeKind.STRUCT, ShapeKind.UNION):

@@ -12,8 +12,10 @@ loads the instructions bcc produced and links them.
   linked to all of them with one tracing_multi link, the BTF ids of the functions and
   their indexes as cookies.  The kernel takes such a link whole or not at all: where it
   refuses one, the functions are split in halves and each half linked apart, down to
-  the single functions it refuses (named with its reason); each function's entry and
-  exit are both attached or neither.
+  the single functions it refuses (named with its reason: a link carries no verifier
+  log, so an empty plain fentry/fexit is loaded on such a function to read the kernel's
+  words, e.g. "The function tcp_v6_send_response has 14 arguments. Too many."); each
+  function's entry and exit are both attached or neither.
 * kprobe/kretprobe: each program is loaded once; with kprobe.multi one link per
   program carries every function's symbol and cookie; without it, one perf kprobe per
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
@@ -42,9 +44,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.probes.kfunctions import KINDS, KernelFunction
-from ctracer.host.features import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI,
-                                   TRACE_FEXIT_MULTI, bpf_syscall, errno_text,
-                                   tracing_multi_link)
+from ctracer.host.features import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
+                                   TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI, bpf_syscall,
+                                   errno_text, tracing_multi_link)
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -635,11 +637,27 @@ class KernelLinks:
             return [(link, members)]
         if len(members) == 1:
             self._set_multi(members[0], kind,
-                            f"the kernel refused it on a tracing_multi link ({errno_text(err)})")
+                            f"the kernel refused it on a tracing_multi link ({errno_text(err)})"
+                            + self._single_refusal(kind, members[0].function))
             return []
         half = len(members) // 2
         return (self._bisect_link(prog_fd, kind, members[:half]) +
                 self._bisect_link(prog_fd, kind, members[half:]))
+
+    def _single_refusal(self, kind: str, function: KernelFunction) -> str:
+        """The kernel's words for refusing ``function`` on a tracing_multi link: a link
+        carries no verifier log, so an empty program is loaded as a plain fentry or fexit
+        on the function, whose load runs the same check of the target (its BTF
+        prototype: at most 12 arguments, no struct returned by value) and logs why
+        (": <the verifier's line>"; "" when that load passes)."""
+        obj_fd, btf_id = self.btf_target(function)  # type: ignore[misc]
+        single = _TRACE_FENTRY if kind == "fentry.multi" else _TRACE_FEXIT
+        fd, why = load_program(RETURN_ZERO, _PROG_TYPE_TRACING, single, btf_id, obj_fd,
+                               b"ctracer_why")
+        if fd >= 0:
+            os.close(fd)
+            return ""
+        return ": " + why.split("): ", 1)[1] if "): " in why else ""
 
     def _set_multi(self, r: AttachResult, kind: str, why: str) -> None:
         if kind == "fentry.multi":
