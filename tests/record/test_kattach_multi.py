@@ -31,9 +31,10 @@ TARGETS = {f.index: ((MODULE_FD if f.index >= 32 else 0), 1000 + f.index) for f 
 def kernel(monkeypatch):
     """``refuse``: (attach type, BTF id) the kernel will not link; ``links``: each link
     made, as (attach type, BTF object fd, sorted BTF ids), closed ones removed;
-    ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
+    ``closed``: the links closed, in order; ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
     with its verifier line; ``asked``: the functions such a load was tried on."""
-    state = {"refuse": set(), "links": {}, "tries": 0, "asked": [], "too_many_args": set()}
+    state = {"refuse": set(), "links": {}, "tries": 0, "asked": [], "too_many_args": set(),
+             "closed": []}
     programs: dict[int, tuple[int, int]] = {}
 
     def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
@@ -66,7 +67,8 @@ def kernel(monkeypatch):
     real_close = os.close
 
     def close(fd):
-        state["links"].pop(fd, None)
+        if fd in state["links"]:
+            state["closed"].append(state["links"].pop(fd))
         real_close(fd)
 
     monkeypatch.setattr(kattach, "load_program", load_program)
@@ -138,3 +140,28 @@ def test_a_refused_function_is_named_with_the_kernels_own_reason(kernel):
         assert sorted(kernel["asked"]) == [3, 17]
     finally:
         links.close()
+
+
+def test_links_close_entry_then_the_exits_it_frees_biggest_first(kernel):
+    links = _attach()
+    links.close()
+    assert [(t, len(ids)) for t, _, ids in kernel["closed"]] == \
+        [(ENTRY, 32), (EXIT, 32), (ENTRY, 8), (EXIT, 8)]
+
+
+def test_close_order_never_leaves_an_exit_link_waiting_on_an_open_entry():
+    a, b = frozenset(range(0, 30)), frozenset(range(30, 40))
+    links = {10: (True, b), 11: (True, a),                       # entries, the small one first
+             20: (False, frozenset(range(0, 15))), 21: (False, frozenset(range(15, 30))),
+             22: (False, frozenset(range(25, 35))),              # spans both entry links
+             23: (False, frozenset(range(35, 40)))}
+    order = kattach.tracing_multi_close_order(links)
+    assert sorted(order) == sorted(links)
+    assert order == [11, 20, 21, 10, 22, 23]
+    open_entries: set = {10, 11}
+    for fd in order:
+        entry, functions = links[fd]
+        if entry:
+            open_entries.discard(fd)
+        else:
+            assert not any(functions & links[e][1] for e in open_entries)

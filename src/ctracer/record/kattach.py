@@ -28,8 +28,10 @@ variant, so one place counts each thread's depth (`KernelLinks.thread_state` say
 and why).
 
 Every function that cannot be loaded or attached is kept with the kernel's reason;
-nothing is dropped silently.  `KernelLinks.close` closes every link from parallel
-threads (each close waits for a grace period; closes at the same time share one).
+nothing is dropped silently.  `KernelLinks.close` closes the tracing_multi links one at
+a time in the order the kernel rewrites the fewest call sites in
+(`tracing_multi_close_order`), every other link from parallel threads (each close waits
+for a grace period; closes at the same time share one).
 """
 
 from __future__ import annotations
@@ -379,6 +381,8 @@ class KernelLinks:
     _storage: bool = False
     #: the tracing_multi links of entry programs: (link fd, its functions, program fd)
     _multi_entry_links: list = field(default_factory=list)
+    #: every tracing_multi link: link fd -> (is an entry link, the functions' indexes)
+    _multi_links: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
@@ -594,6 +598,7 @@ class KernelLinks:
                 continue
             os.close(link_fd)
             self.link_fds.remove(link_fd)
+            del self._multi_links[link_fd]
             again = [r for r in members if id(r) in with_exit]
             if again:
                 self._bisect_link(prog_fd, "fentry.multi", again)
@@ -632,6 +637,8 @@ class KernelLinks:
                                        [r.function.index for r in members])
         if link >= 0:
             self.link_fds.append(link)
+            self._multi_links[link] = (kind == "fentry.multi",
+                                       frozenset(r.function.index for r in members))
             if kind == "fentry.multi":
                 self._multi_entry_links.append((link, members, prog_fd))
             return [(link, members)]
@@ -748,11 +755,47 @@ class KernelLinks:
                 "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
     def close(self) -> None:
-        """Detach: close every link, then the programs."""
+        """Detach: close every link, then the programs.  tracing_multi links are closed
+        one at a time in `tracing_multi_close_order`; the others from parallel threads."""
         links, self.link_fds, self.multi_fds, self.perf_fds = self.link_fds, [], [], []
-        close_in_parallel(links)
+        multi, self._multi_links = self._multi_links, {}
+        for fd in tracing_multi_close_order(multi):
+            os.close(fd)
+        close_in_parallel([fd for fd in links if fd not in multi])
         progs, self.prog_fds = self.prog_fds, []
         close_in_parallel(progs)
+
+
+def tracing_multi_close_order(links: dict[int, tuple[bool, frozenset]]) -> list[int]:
+    """The order to close tracing_multi links in (``links``: fd -> (is an entry link, its
+    functions)), the cheapest for the kernel.
+
+    All of them share one ftrace direct ops.  Closing a link whose functions keep
+    another program (an entry link while their exit link stays) rebuilds those
+    functions' trampolines, and the kernel's ``update_ftrace_direct_mod`` registers a
+    temporary ftrace ops on every function the direct ops holds and removes it again:
+    two passes over all the call sites still attached, whichever link it is.  Closing
+    a link whose functions keep nothing only removes its own call sites.  So: the entry
+    link of the most functions first, then every exit link none of whose functions
+    keeps an entry link, and so on; each rewrite then walks only the sites left.
+    (Every link closed at once from many threads costs the same rewrites: the kernel
+    takes all its trampoline locks for each link.)"""
+    entries = sorted((fd for fd, (entry, _) in links.items() if entry),
+                     key=lambda fd: (-len(links[fd][1]), fd))
+    exits = [fd for fd, (entry, _) in links.items() if not entry]
+    order: list[int] = []
+    entered: dict[int, int] = {}   # function -> entry links still open on it
+    for fd in entries:
+        for f in links[fd][1]:
+            entered[f] = entered.get(f, 0) + 1
+    for fd in entries:
+        order.append(fd)
+        for f in links[fd][1]:
+            entered[f] -= 1
+        free = [x for x in exits if not any(entered.get(f) for f in links[x][1])]
+        order += sorted(free)
+        exits = [x for x in exits if x not in free]
+    return order + sorted(exits)
 
 
 #: threads closing probe fds at once (each close waits for an RCU grace period; waiters
