@@ -31,10 +31,11 @@ TARGETS = {f.index: ((MODULE_FD if f.index >= 32 else 0), 1000 + f.index) for f 
 def kernel(monkeypatch):
     """``refuse``: (attach type, BTF id) the kernel will not link; ``links``: each link
     made, as (attach type, BTF object fd, sorted BTF ids), closed ones removed;
-    ``closed``: the links closed, in order; ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
+    ``made`` and ``closed``: the links made and closed, in order; ``loads``: the
+    programs loaded (attach type, BTF object fd); ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
     with its verifier line; ``asked``: the functions such a load was tried on."""
     state = {"refuse": set(), "links": {}, "tries": 0, "asked": [], "too_many_args": set(),
-             "closed": []}
+             "closed": [], "made": [], "loads": []}
     programs: dict[int, tuple[int, int]] = {}
 
     def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
@@ -49,6 +50,7 @@ def kernel(monkeypatch):
             return fd, ""
         fd = os.open(os.devnull, os.O_RDONLY)
         programs[fd] = (attach_type, btf_obj_fd)
+        state["loads"].append((attach_type, btf_obj_fd))
         return fd, ""
 
     def tracing_multi_link(prog_fd, attach_type, btf_ids, cookies):
@@ -62,6 +64,7 @@ def kernel(monkeypatch):
             return -1, errno.EINVAL
         fd = os.open(os.devnull, os.O_RDONLY)
         state["links"][fd] = (attach_type, obj, sorted(btf_ids))
+        state["made"].append(state["links"][fd])
         return fd, 0
 
     real_close = os.close
@@ -165,3 +168,15 @@ def test_close_order_never_leaves_an_exit_link_waiting_on_an_open_entry():
             open_entries.discard(fd)
         else:
             assert not any(functions & links[e][1] for e in open_entries)
+
+
+def test_links_made_a_group_at_a_time_its_exits_after_its_entries_smallest_first(kernel):
+    links = _attach()
+    try:
+        assert [(t, obj, len(ids)) for t, obj, ids in kernel["made"]] == \
+            [(ENTRY, MODULE_FD, 8), (EXIT, MODULE_FD, 8), (ENTRY, 0, 32), (EXIT, 0, 32)]
+        # each program loaded once per BTF object, not once per group it serves
+        assert sorted(kernel["loads"]) == sorted([(ENTRY, MODULE_FD), (EXIT, MODULE_FD),
+                                                  (ENTRY, 0), (EXIT, 0)])
+    finally:
+        links.close()

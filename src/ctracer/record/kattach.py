@@ -569,9 +569,10 @@ class KernelLinks:
     # -- tracing_multi ----------------------------------------------------------
 
     def _attach_tracing_multi(self) -> None:
-        """Every function's fentry and fexit program on tracing_multi links: entries
-        first, exits on the functions whose entry linked, then the entry links holding a
-        function whose exit the kernel refused linked again without it."""
+        """Every function's fentry and fexit program on tracing_multi links: per entry
+        program and BTF object, the entries, then the exits of the functions whose entry
+        linked; then the entry links holding a function whose exit the kernel refused
+        linked again without it."""
         self.how = ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
                     "object (split where the kernel refused a function)")
         ready = []
@@ -580,10 +581,21 @@ class KernelLinks:
                 r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
             else:
                 ready.append(r)
-        entries = self._link_tracing_multi("fentry.multi", ready)
-        linked = {id(r) for _, members in entries for r in members}
-        exits = self._link_tracing_multi("fexit.multi", [r for r in ready if id(r) in linked])
-        with_exit = {id(r) for _, members in exits for r in members}
+        # one (entry program, BTF object) at a time, its exits right after its entries,
+        # the group of the fewest functions first: each exit link rewrites every call
+        # site attached so far (`tracing_multi_close_order` says why)
+        groups: dict[tuple[str, int], list[AttachResult]] = {}
+        for r in ready:
+            obj_fd = self.btf_target(r.function)[0]  # type: ignore[index]
+            groups.setdefault((self._program(r.function, "fentry.multi"), obj_fd), []).append(r)
+        linked: set[int] = set()
+        with_exit: set[int] = set()
+        for _, members in sorted(groups.items(), key=lambda g: (len(g[1]), g[0])):
+            entries = self._link_tracing_multi("fentry.multi", members)
+            now = {id(r) for _, linked_members in entries for r in linked_members}
+            exits = self._link_tracing_multi("fexit.multi", [r for r in members if id(r) in now])
+            linked |= now
+            with_exit |= {id(r) for _, linked_members in exits for r in linked_members}
         for r in ready:
             if id(r) not in linked:
                 r.exit = "entry failed"
