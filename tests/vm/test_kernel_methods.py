@@ -261,6 +261,38 @@ def test_7_2_calls_returns_and_states_equal_bpftrace(vm_kernel, multi_run):
     assert _attached_ctracer_programs() == []
 
 
+def _ctracer_links() -> set[int]:
+    """The ids of the links holding a program of ctracer's."""
+    def rows(what: str) -> list[dict]:
+        out = subprocess.run(["bpftool", "-j", what, "show"], capture_output=True,
+                             text=True).stdout
+        return json.loads(out or "[]")
+    ours = {p["id"] for p in rows("prog") if "ctracer_" in str(p.get("name", ""))}
+    return {link["id"] for link in rows("link") if link.get("prog_id") in ours}
+
+
+@pytest.mark.vm(kernels=("7.2",))
+def test_7_2_sigkill_leaves_no_tracing_multi_link_or_program(vm_kernel, tmp_path):
+    """A recording on tracing_multi links killed with SIGKILL (no detach of its own):
+    the kernel frees every link and program with the process."""
+    log = tmp_path / "ctracer.log"
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--functions", "tcp_sendmsg",
+                                     "tcp_recvmsg", "-d", "600", "-o", str(tmp_path / "k.ctrace")],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    wait_for_text(log, "recording struct sock", ct, 1800)
+    assert "fentry.multi/fexit.multi on 2 functions" in log.read_text(), log.read_text()
+    links = _ctracer_links()
+    # an entry and an exit link at least, besides the raw tracepoints' links
+    assert len(links) >= 2 and _attached_ctracer_programs(), links
+    ct.kill()
+    ct.wait(60)
+    deadline = time.monotonic() + 60
+    while (_ctracer_links() or _attached_ctracer_programs()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _ctracer_links() == set()
+    assert _attached_ctracer_programs() == []
+
+
 @pytest.mark.vm(kernels=("7.2",))
 def test_7_2_runs_an_fsession_program_on_a_tracing_multi_link(vm_kernel):
     """7.2 loads an fsession.multi program, links it with a tracing_multi link, and the
