@@ -180,3 +180,21 @@ def test_links_made_a_group_at_a_time_its_exits_after_its_entries_smallest_first
                                                   (ENTRY, 0), (EXIT, 0)])
     finally:
         links.close()
+
+
+@pytest.mark.bpf   # imports the bcc runtime module; loads nothing
+def test_the_runtime_detaches_through_the_links_order_and_closes_each_link_once(kernel):
+    """The recorder's stop (`ProbeSession.begin_stop`) detaches the kernel functions'
+    links; unloading them afterwards (`KernelLinks.close`) closes no link again (a link
+    fd closed twice fails with EBADF, or closes whatever reused the number)."""
+    import types
+    from ctracer.record import bpf_runtime
+    links = _attach()
+    session = types.SimpleNamespace(_stop_emitting=lambda: None, _links=[], bpf=None,
+                                    kernel_links=links)
+    bpf_runtime.ProbeSession.begin_stop(session).join()
+    assert not kernel["links"]
+    assert [(t, len(ids)) for t, _, ids in kernel["closed"]] == \
+        [(ENTRY, 32), (EXIT, 32), (ENTRY, 8), (EXIT, 8)]
+    links.close()
+    assert len(kernel["closed"]) == 4

@@ -587,15 +587,13 @@ class ProbeSession:
         """Stop every probe, now: the ``ctracer_stopped`` flag ends emission at once (the
         uprobe programs read it); a thread then detaches every probe at the same time
         (uprobe.multi links, raw tracepoints, the fork-following tracepoints: each close
-        waits for a grace period, and closes at the same time share one), while the
+        waits for a grace period, and closes at the same time share one; the kernel
+        functions' links as `KernelLinks.close_links` orders them), while the
         caller takes what the ring buffer holds.  Perf-event uprobes are disabled
         (`close` detaches them).  Join the thread returned: once it has ended no probe
         runs, so nothing more reaches the ring buffer."""
         self._stop_emitting()
         fds, self._links = self._links, []
-        if self.kernel_links is not None:
-            fds += self.kernel_links.link_fds
-            self.kernel_links.link_fds = []
         if self.bpf is not None:
             for attached in (self.bpf.raw_tracepoint_fds, self.bpf.tracepoint_fds):
                 fds += attached.values()  # closed here: bcc's cleanup must not again
@@ -605,8 +603,20 @@ class ProbeSession:
                     fcntl.ioctl(fd, _PERF_EVENT_IOC_DISABLE, 0)
                 except OSError:
                     pass
-        closing = threading.Thread(target=close_in_parallel, args=(fds,),
-                                   name="ctracer-detach", daemon=True)
+        kernel_links = self.kernel_links
+
+        def detach() -> None:
+            if kernel_links is None:
+                close_in_parallel(fds)
+                return
+            # the kernel functions' links in their own order (`KernelLinks.close_links`)
+            # while the rest close beside them
+            rest = threading.Thread(target=close_in_parallel, args=(fds,), daemon=True)
+            rest.start()
+            kernel_links.close_links()
+            rest.join()
+
+        closing = threading.Thread(target=detach, name="ctracer-detach", daemon=True)
         closing.start()
         return closing
 

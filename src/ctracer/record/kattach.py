@@ -766,14 +766,24 @@ class KernelLinks:
                 "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds),
                 "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
-    def close(self) -> None:
-        """Detach: close every link, then the programs.  tracing_multi links are closed
-        one at a time in `tracing_multi_close_order`; the others from parallel threads."""
-        links, self.link_fds, self.multi_fds, self.perf_fds = self.link_fds, [], [], []
+    def close_links(self) -> None:
+        """Detach: close every link (once: the programs stay loaded).  tracing_multi
+        links one at a time in `tracing_multi_close_order`, meanwhile the others from
+        parallel threads."""
+        links, self.link_fds = self.link_fds, []
         multi, self._multi_links = self._multi_links, {}
+        others = threading.Thread(target=close_in_parallel,
+                                  args=([fd for fd in links if fd not in multi],),
+                                  name="ctracer-detach-links", daemon=True)
+        others.start()
         for fd in tracing_multi_close_order(multi):
             os.close(fd)
-        close_in_parallel([fd for fd in links if fd not in multi])
+        others.join()
+
+    def close(self) -> None:
+        """Detach (`close_links`, where not done yet), then unload the programs."""
+        self.close_links()
+        self.multi_fds, self.perf_fds = [], []
         progs, self.prog_fds = self.prog_fds, []
         close_in_parallel(progs)
 
