@@ -336,12 +336,264 @@ def timed(label: str, seconds: float) -> dict:
     return {"runs": len(runs), "mean_s": round(mean, 4), "each_s": [round(r, 3) for r in runs]}
 
 
+def missed_runs() -> dict[str, int]:
+    """Each loaded BPF program's runs the kernel skipped (bpftool's ``recursion_misses``:
+    a kprobe-type program does not run while another runs on its CPU), summed by name."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    try:
+        progs = json.loads(out.stdout or "[]")
+    except ValueError:
+        return {}
+    missed: collections.Counter = collections.Counter()
+    for p in progs:
+        if p.get("recursion_misses"):
+            missed[p.get("name", "?")] += int(p["recursion_misses"])
+    return dict(missed)
+
+
+def parse_way_counts(text: str) -> collections.Counter:
+    """bpftrace's last printed counts of the shared process, per (function, way number,
+    object): what each way of a function counted (`parse_counts` sums the kept ones)."""
+    start = text.rfind("counts\n")
+    out: collections.Counter = collections.Counter()
+    if start < 0:
+        return out
+    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (\d+), (-?\d+)\]: (\d+)$", text[start:], re.M):
+        out[(m.group(1), int(m.group(2)), int(m.group(3)) & 0xFFFFFFFFFFFFFFFF)] += int(m.group(4))
+    return out
+
+
+def start_bpftrace(scripts: list[tuple[str, list[str]]], timeout: float = 3600
+                   ) -> tuple[list[Bpftrace], list[float]]:
+    """Start one bpftrace per script; each one's seconds until ready (None: never)."""
+    started = time.monotonic()
+    tools = [Bpftrace(i, s, n, len(n)) for i, (s, n) in enumerate(scripts)]
+    ready: list = [None] * len(tools)
+    while any(r is None for r in ready) and time.monotonic() - started < timeout:
+        for i, t in enumerate(tools):
+            if ready[i] is None and "ready" in t.text():
+                ready[i] = round(time.monotonic() - started, 1)
+        if any(ready[i] is None and t.proc.poll() is not None for i, t in enumerate(tools)):
+            break
+        time.sleep(0.5)
+    return tools, ready
+
+
+class Recording:
+    """One ``ctracer trace struct S --calls MODE`` into the guest's tmpfs."""
+
+    def __init__(self, args: argparse.Namespace, mode: str):
+        self.mode = mode
+        self.trace = os.path.join(LOCAL, f"{mode}.ctrace")
+        self.log = os.path.join(LOCAL, f"ctracer-{mode}.log")
+        cmd = CTRACER + ["trace", "struct", args.struct, "--function-probes", args.probes,
+                         "--calls", mode, "-d", "7200", "-o", self.trace]
+        if args.functions:
+            cmd += ["--functions", *args.functions]
+        self.struct = args.struct
+        self.clock = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.result: dict = {"calls": mode}
+
+    def text(self) -> str:
+        return open(self.log, errors="replace").read()
+
+    def wait_ready(self, timeout: float = 2400) -> bool:
+        while f"recording struct {self.struct}" not in self.text():
+            if self.proc.poll() is not None or time.monotonic() - self.clock > timeout:
+                return False
+            time.sleep(0.5)
+        self.result["ready_s"] = round(time.monotonic() - self.clock, 1)
+        self.result["plan"] = [ln for ln in self.text().splitlines() if "probes" in ln][:3]
+        print(f"ctracer --calls {self.mode} recording after {self.result['ready_s']} s: "
+              f"{self.result['plan']}", flush=True)
+        return True
+
+    def stop(self) -> None:
+        """SIGINT, wait, and what its summary says (events, lost, bytes)."""
+        stop = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(1800)
+        r = self.result
+        r["stop_s"] = round(time.monotonic() - stop, 1)
+        r["exit"] = self.proc.returncode
+        log = self.text()
+        r["summary"] = [ln for ln in log.splitlines() if ln.startswith("ctracer:")][-8:]
+        print("\n".join(r["summary"]), flush=True)
+        got = (re.findall(r"([\d,]+) events, .*?([\d,]+) lost", log) or [None])[-1]
+        if got:
+            r["events_written"] = int(got[0].replace(",", ""))
+            r["events_lost"] = int(got[1].replace(",", ""))
+            total = r["events_written"] + r["events_lost"]
+            r["lost_percent"] = round(100 * r["events_lost"] / max(total, 1), 3)
+        r["trace_bytes"] = sum(os.path.getsize(self.trace + s) for s in ("", "-wal")
+                               if os.path.exists(self.trace + s))
+
+
+def window(tools: list[Bpftrace], seconds: float) -> dict:
+    """bpftrace's maps cleared, the workload looped for ``seconds`` between a second of
+    quiet on each side, the maps printed: the window's bounds (monotonic ns, the clock of
+    ctracer's events), the margins' outer bounds, each bpftrace's printed text, the BPF
+    programs' runs skipped in it."""
+    missed_before = missed_runs()
+    outer_begin = time.monotonic_ns()
+    cleared = all_do(tools, CLEAR_PID, "cleared")
+    time.sleep(1)
+    begin = time.monotonic_ns()
+    loops = 0
+    while loops == 0 or (time.monotonic_ns() - begin) / 1e9 < seconds:
+        run_unit()
+        loops += 1
+    time.sleep(1)
+    end = time.monotonic_ns()
+    printed = all_do(tools, PRINT_PID, "printed", 900)
+    outer_end = time.monotonic_ns()
+    missed_after = missed_runs()
+    w = {"begin": begin, "end": end, "outer": (outer_begin, outer_end), "loops": loops,
+         "cleared": cleared, "printed": printed, "texts": [t.text() for t in tools],
+         "missed_runs": {k: v - missed_before.get(k, 0) for k, v in missed_after.items()
+                         if v - missed_before.get(k, 0)}}
+    print(f"window: {loops} runs of tcploop in {(end - begin) / 1e9:.1f} s; cleared "
+          f"{cleared}, printed {printed}; runs skipped {w['missed_runs']}", flush=True)
+    return w
+
+
+def folded_calls(db, functions: dict, compared: set[str], returns_only: set[str],
+                 span: tuple[int, int]) -> tuple[collections.Counter, int]:
+    """Calls ``--calls changes`` folded (the trace's ``folded_calls``) per (function,
+    object) in rows whose first and last call are inside ``span``, and the calls of rows
+    crossing its bounds (read from neither side).  As for the written calls
+    (`ctracer_calls`), a function's calls through its return value count only for a
+    function reaching the object by nothing else."""
+    from ctracer.tracefile.folds import read
+    table = read(db)
+    inside: collections.Counter = collections.Counter()
+    crossing = 0
+    for obj, fid, calls, first, last in zip(
+            table["object"].tolist(), table["function_id"].tolist(), table["calls"].tolist(),
+            table["first_ns"].tolist(), table["last_ns"].tolist()):
+        row = functions.get(fid)
+        if row is None or row.name not in compared or not obj:
+            continue
+        if (row.route_kind == "returns") != (row.name in returns_only):
+            continue
+        if span[0] <= first and last <= span[1]:
+            inside[(row.name, int(obj))] += calls
+        elif first <= span[1] and last >= span[0]:
+            crossing += calls
+    return inside, crossing
+
+
+def compare(rec: Recording, w: dict, ways: dict[str, list[str]], kept: dict[str, set[int]]
+            ) -> dict:
+    """One recording's calls per (function, object) in the window against bpftrace's."""
+    import numpy as np
+    from ctracer.tracefile import Trace
+    r = rec.result
+    opened = Trace(rec.trace)
+    rows: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+    for row in opened.functions.values():
+        if row.route_kind != "tracepoint":
+            rows[row.name].append((row.route_kind, row.attached))
+
+    def whole(name: str) -> bool:
+        return bool(rows.get(name)) and all(s and not s.startswith(
+            ("failed", "skipped", "entry only")) for _, s in rows[name])
+    ours_attached = {n for n in rows if whole(n)}
+    probed = set(ways)
+    compared = {f for f in probed & ours_attached if len(rows[f]) == len(ways[f])}
+    r["functions"] = len(rows)
+    r["attached"] = len(ours_attached)
+    r["refused"] = {n: [s for _, s in rs if s.startswith(("failed", "entry only"))][0]
+                    for n, rs in rows.items()
+                    if any(s.startswith(("failed", "entry only")) for _, s in rs)}
+    r["not_compared"] = {
+        "bpftrace only": len(probed - set(rows)),
+        "ctracer only": len(ours_attached - probed),
+        "ways differ": sorted(f for f in probed & ours_attached if len(rows[f]) != len(ways[f]))}
+    r["compared_functions"] = len(compared)
+    returns_only = {f for f, wy in ways.items() if counted_ways(wy) == ("ret",)}
+    columns = opened.event_columns()
+    written, events = ctracer_calls(columns, opened.functions, compared, returns_only,
+                                    (w["begin"], w["end"]))
+    folded, crossing = folded_calls(opened.db, opened.functions, compared, returns_only,
+                                    (w["begin"], w["end"]))
+    # what ctracer saw in the quiet seconds bpftrace's window holds and the compared one not
+    margin_written = (ctracer_calls(columns, opened.functions, compared, returns_only,
+                                    (w["outer"][0], w["begin"] - 1))[0] +
+                      ctracer_calls(columns, opened.functions, compared, returns_only,
+                                    (w["end"] + 1, w["outer"][1]))[0])
+    margin_folded = (folded_calls(opened.db, opened.functions, compared, returns_only,
+                                  (w["outer"][0], w["begin"] - 1))[0] +
+                     folded_calls(opened.db, opened.functions, compared, returns_only,
+                                  (w["end"] + 1, w["outer"][1]))[0])
+    margin = margin_written + margin_folded
+    # per way: ctracer's rows (their route) and bpftrace's way numbers, for differing pairs
+    fid, phase, obj, ts = (columns["function_id"], columns["phase"], columns["object"],
+                           columns["ts_ns"])
+    entries = int((phase == 0).sum())
+    opened_functions = opened.functions
+    opened.close()
+    theirs: collections.Counter = collections.Counter()
+    their_ways: collections.Counter = collections.Counter()
+    for text in w["texts"]:
+        for (f, o), n in parse_counts(text, kept).items():
+            if f in compared:
+                theirs[(f, o)] += n
+        their_ways.update(parse_way_counts(text))
+    ours = written + folded
+    r["events"] = events
+    r["calls_written"] = sum(written.values())
+    r["calls_folded"] = sum(folded.values())
+    r["folded_rows_crossing_window_calls"] = crossing
+    r["calls_ctracer"] = sum(ours.values())
+    r["calls_bpftrace"] = sum(theirs.values())
+    r["pairs"] = len(set(ours) | set(theirs))
+    differ = {(f, o): [ours.get((f, o), 0), theirs.get((f, o), 0)]
+              for f, o in sorted(set(ours) | set(theirs)) if ours.get((f, o)) != theirs.get((f, o))}
+    r["differing_pairs"] = len(differ)
+    r["differing_functions"] = dict(collections.Counter(f for f, _ in differ))
+    r["differ"] = {f"{f} {o:#x}": v + ([f"margin {margin[(f, o)]}"] if margin.get((f, o)) else [])
+                   for (f, o), v in list(differ.items())[:300]}
+    if differ:
+        diff_functions = {f for f, _ in differ}
+        per_row: collections.Counter = collections.Counter()
+        inside = (ts >= w["begin"]) & (ts <= w["end"]) & (obj != 0)
+        for k, row in opened_functions.items():
+            if row.name in diff_functions:
+                sel = inside & (fid == k)
+                for p in (0, 1):
+                    for o, n in zip(*np.unique(obj[sel & (phase == p)], return_counts=True)):
+                        if (row.name, int(o)) in differ:
+                            per_row[f"{row.name} {int(o):#x} {row.route_kind} "
+                                    f"{row.route_text} {'entry' if p == 0 else 'exit'}"] += int(n)
+        r["differ_ctracer_rows"] = dict(sorted(per_row.items())[:400])
+        r["differ_bpftrace_ways"] = {f"{f} {o:#x} way {n}": c
+                                     for (f, n, o), c in sorted(their_ways.items())
+                                     if (f, o) in differ}
+    r["margin_calls"] = sum(margin.values())
+    r["functions_called"] = len({f for f, _ in set(ours) | set(theirs)})
+    r["objects"] = len({o for _, o in set(ours) | set(theirs)})
+    r["window_s"] = round((w["end"] - w["begin"]) / 1e9, 1)
+    r["window_units"] = w["loops"]
+    r["missed_runs"] = w["missed_runs"]
+    if r.get("trace_bytes") and events:
+        calls = entries + r["calls_folded"]
+        r["calls_recorded"] = entries
+        r["bytes_per_event"] = round(r["trace_bytes"] / events, 1)
+        r["bytes_per_call"] = round(r["trace_bytes"] / max(calls, 1), 1)
+    return r
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--struct", default="sock")
     p.add_argument("--functions", nargs="*", default=[])
     p.add_argument("--probes", default="auto")
+    p.add_argument("--calls", nargs="+", choices=("all", "changes"), default=["all"],
+                   help="record once per mode given, in this order, bpftrace attached once")
     p.add_argument("--seconds", type=float, default=30, help="the compared window's load")
     p.add_argument("--timing", action="store_true", help="time the workload untraced, "
                    "under ctracer alone and under bpftrace alone")
@@ -355,7 +607,7 @@ def main() -> int:
     shutil.rmtree(LOCAL, ignore_errors=True)
     os.makedirs(LOCAL)
     result: dict = {"kernel": os.uname().release, "probes": args.probes,
-                    "functions_asked": args.functions, "unit": UNIT}
+                    "functions_asked": args.functions, "unit": UNIT, "runs": {}}
     clock = time.monotonic()
 
     def save() -> None:
@@ -364,161 +616,102 @@ def main() -> int:
 
     methods = probeable_methods(args.struct, args.functions)
     names = {m["function"] for m in methods} & attachable()
-
-    trace = os.path.join(LOCAL, "t.ctrace")
-    log = os.path.join(LOCAL, "ctracer.log")
-    cmd = CTRACER + ["trace", "struct", args.struct, "--function-probes", args.probes,
-                     "-d", "7200", "-o", trace]
-    if args.functions:
-        cmd += ["--functions", *args.functions]
-    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    while f"recording struct {args.struct}" not in open(log).read():
-        if ct.poll() is not None or time.monotonic() - clock > 2400:
-            print(f"ctracer did not start recording: {open(log).read()[-2000:]}", file=sys.stderr)
-            shutil.copy(log, args.out)
-            return 2
-        time.sleep(0.5)
-    result["ctracer_ready_s"] = round(time.monotonic() - clock, 1)
-    result["ctracer_plan"] = [ln for ln in open(log).read().splitlines() if "probes" in ln][:3]
-    print(f"ctracer recording after {result['ctracer_ready_s']} s: {result['ctracer_plan']}",
-          flush=True)
-    if args.timing:
-        result["time_ctracer"] = timed("under ctracer alone", args.timing_seconds)
-        save()
-
     ways = ways_of(methods, names)
     groups = groups_of(ways)
     scripts = bpftrace_scripts(groups)
+    kept = kept_ways(groups)
     import resource
     # a named probe holds files of its own (3,771 of them: "Too many open files")
     resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 18, 1 << 18))
-    started = time.monotonic()
-    kept = kept_ways(groups)
-    tools = [Bpftrace(i, s, n, len(n)) for i, (s, n) in enumerate(scripts)]
-    ready = [t.wait_for("ready", 3600) for t in tools]
-    result["bpftrace_processes"] = len(tools)
-    result["bpftrace_groups"] = [len(n) for _, n in scripts]
-    result["bpftrace_attach_s"] = round(time.monotonic() - started, 1)
-    print(f"bpftrace: {len(ways)} functions in {len(tools)} processes "
-          f"({result['bpftrace_groups']}), ready {ready} after "
-          f"{result['bpftrace_attach_s']} s", flush=True)
-    if not all(ready):
-        for t in tools:
-            t.stop(60)
-        ct.send_signal(signal.SIGINT)
-        ct.wait(900)
-        for i, t in enumerate(tools):
-            if not ready[i]:
-                print(f"bpftrace {i} did not start: {t.text()[-1500:]}", file=sys.stderr)
-                shutil.copy(t.out, args.out)
-        return 2
 
-    if not all_do(tools, CLEAR_PID, "cleared"):
-        print("bpftrace did not clear its maps", file=sys.stderr)
-    time.sleep(1)
-    begin = time.monotonic_ns()
-    loops = 0
-    while loops == 0 or (time.monotonic_ns() - begin) / 1e9 < args.seconds:
-        run_unit()
-        loops += 1
-    time.sleep(1)
-    end = time.monotonic_ns()
-    printed = all_do(tools, PRINT_PID, "printed", 900)
-    result["window_s"] = round((end - begin) / 1e9, 1)
-    result["window_units"] = loops
-    print(f"window: {loops} runs of tcploop in {result['window_s']} s; printed {printed}",
-          flush=True)
-
-    stop = time.monotonic()
-    ct.send_signal(signal.SIGINT)
-    ct.wait(1800)
-    result["ctracer_stop_s"] = round(time.monotonic() - stop, 1)
-    ctracer_log = open(log).read()
-    result["ctracer_exit"] = ct.returncode
-    result["ctracer_summary"] = [ln for ln in ctracer_log.splitlines()
-                                 if "probes" in ln or "events" in ln or "lost" in ln][-6:]
-    print("\n".join(result["ctracer_summary"]), flush=True)
-    got = (re.findall(r"([\d,]+) events, .*?([\d,]+) lost", ctracer_log) or [None])[-1]
-    if got:
-        result["events_written"] = int(got[0].replace(",", ""))
-        result["events_lost"] = int(got[1].replace(",", ""))
-        total = result["events_written"] + result["events_lost"]
-        result["lost_percent"] = round(100 * result["events_lost"] / max(total, 1), 3)
-    result["trace_bytes"] = sum(os.path.getsize(trace + s) for s in ("", "-wal")
-                                if os.path.exists(trace + s))
-    if args.timing:
-        result["time_bpftrace"] = timed("under bpftrace alone", args.timing_seconds)
-    bt_texts = [t.text() for t in tools]
-    stop = time.monotonic()
+    tools: list[Bpftrace] = []
+    done: list[tuple[Recording, dict]] = []
+    status = 0
+    for k, mode in enumerate(args.calls):
+        last = k == len(args.calls) - 1
+        rec = Recording(args, mode)
+        result["runs"][mode] = rec.result
+        if not rec.wait_ready():
+            print(f"ctracer --calls {mode} did not start recording: {rec.text()[-2000:]}",
+                  file=sys.stderr)
+            shutil.copy(rec.log, args.out)
+            status = 2
+            break
+        if args.timing and k == 0:
+            rec.result["time_alone"] = timed(f"under ctracer --calls {mode} alone",
+                                             args.timing_seconds)
+            save()
+        if k == 0:
+            tools, ready = start_bpftrace(scripts)
+            result["bpftrace_processes"] = len(tools)
+            result["bpftrace_groups"] = [len(n) for _, n in scripts]
+            result["bpftrace_functions"] = len(ways)
+            result["bpftrace_ready_s"] = ready
+            print(f"bpftrace: {len(ways)} functions in {len(tools)} processes "
+                  f"({result['bpftrace_groups']}), ready after {ready} s", flush=True)
+            save()
+            if any(r is None for r in ready):
+                for i, t in enumerate(tools):
+                    if ready[i] is None:
+                        print(f"bpftrace {i} did not start: {t.text()[-1500:]}", file=sys.stderr)
+                        shutil.copy(t.out, args.out)
+                    t.stop(60)
+                rec.stop()
+                return 2
+        w = window(tools, args.seconds)
+        if last and k > 0:
+            stop = time.monotonic()
+            for t in tools:
+                t.stop()
+            result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
+            if args.timing:
+                rec.result["time_alone"] = timed(f"under ctracer --calls {mode} alone",
+                                                 args.timing_seconds)
+            rec.stop()
+        else:
+            rec.stop()
+            if k == 0 and args.timing:
+                result["time_bpftrace"] = timed("under bpftrace alone", args.timing_seconds)
+            if last:
+                stop = time.monotonic()
+                for t in tools:
+                    t.stop()
+                result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
+        done.append((rec, w))
+        save()
     for t in tools:
-        t.stop()
-    result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
-    if args.timing:
+        t.stop(60)
+    if args.timing and status == 0:
         result["time_untraced"] = timed("untraced", args.timing_seconds)
         base = result["time_untraced"]["mean_s"]
-        result["slowdown_ctracer"] = round(result["time_ctracer"]["mean_s"] / base, 2)
         result["slowdown_bpftrace"] = round(result["time_bpftrace"]["mean_s"] / base, 2)
-        result["ctracer_over_bpftrace"] = round(result["time_ctracer"]["mean_s"] /
-                                                result["time_bpftrace"]["mean_s"], 2)
+        for rec, _w in done:
+            mean = rec.result["time_alone"]["mean_s"]
+            rec.result["slowdown"] = round(mean / base, 2)
+            rec.result["over_bpftrace"] = round(mean / result["time_bpftrace"]["mean_s"], 2)
     save()
-
-    from ctracer.tracefile import Trace
-    opened = Trace(trace)
-    rows: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
-    for row in opened.functions.values():
-        if row.route_kind != "tracepoint":
-            rows[row.name].append((row.route_kind, row.attached))
-
-    def whole(name: str) -> bool:
-        return bool(rows.get(name)) and all(s and not s.startswith(
-            ("failed", "skipped", "entry only")) for _, s in rows[name])
-    ours_attached = {n for n in rows if whole(n)}
-    probed = set(ways)
-    compared = {f for f in probed & ours_attached if len(rows[f]) == len(ways[f])}
-    result["ctracer_functions"] = len(rows)
-    result["ctracer_attached"] = len(ours_attached)
-    result["ctracer_refused"] = {n: [s for _, s in r if s.startswith(("failed", "entry only"))][0]
-                                 for n, r in rows.items()
-                                 if any(s.startswith(("failed", "entry only")) for _, s in r)}
-    result["not_compared"] = {
-        "bpftrace only": len(probed - set(rows)),
-        "ctracer only": len(ours_attached - probed),
-        "ways differ": sorted(f for f in probed & ours_attached if len(rows[f]) != len(ways[f]))}
-    result["compared_functions"] = len(compared)
-    returns_only = {f for f, w in ways.items() if counted_ways(w) == ("ret",)}
-    columns = opened.event_columns()
-    ours, events = ctracer_calls(columns, opened.functions, compared, returns_only,
-                                 (begin, end))
-    opened.close()
-    theirs: collections.Counter = collections.Counter()
-    for text in bt_texts:
-        for (f, o), n in parse_counts(text, kept).items():
-            if f in compared:
-                theirs[(f, o)] += n
-    result["events"] = events
-    if result.get("trace_bytes") and events:
-        result["bytes_per_event"] = round(result["trace_bytes"] / events, 1)
-        entries = int((columns["phase"] == 0).sum())
-        result["calls_recorded"] = entries
-        result["bytes_per_call"] = round(result["trace_bytes"] / max(entries, 1), 1)
-    result["calls_ctracer"] = sum(ours.values())
-    result["calls_bpftrace"] = sum(theirs.values())
-    result["pairs"] = len(set(ours) | set(theirs))
-    differ = {f"{f} {o:#x}": [ours.get((f, o), 0), theirs.get((f, o), 0)]
-              for f, o in sorted(set(ours) | set(theirs)) if ours.get((f, o)) != theirs.get((f, o))}
-    result["differing_pairs"] = len(differ)
-    result["differing_functions"] = dict(collections.Counter(k.split()[0] for k in differ))
-    result["differ"] = dict(list(differ.items())[:300])
-    result["functions_called"] = len({f for f, _ in set(ours) | set(theirs)})
-    result["objects"] = len({o for _, o in set(ours) | set(theirs)})
+    for rec, w in done:
+        r = compare(rec, w, ways, kept)
+        shutil.copy(rec.log, os.path.join(args.out, f"{args.label}-ctracer-{rec.mode}.log"))
+        for i, text in enumerate(w["texts"]):
+            with open(os.path.join(args.out, f"{args.label}-bpftrace-{i}-{rec.mode}.txt"),
+                      "w") as f:
+                f.write(scripts[i][0] + "\n---\n" + text[-6000:])
+        print(f"--calls {rec.mode}: {r['events']} events ({r.get('lost_percent')}% lost), "
+              f"{r['calls_written']} calls written and {r['calls_folded']} folded in the window; "
+              f"ctracer {r['calls_ctracer']} calls, bpftrace {r['calls_bpftrace']} over "
+              f"{r['pairs']} (function, object) pairs; {r['differing_pairs']} differ", flush=True)
+        if r["differing_pairs"] or not r["calls_ctracer"]:
+            status = max(status, 1)
+        save()
     result["seconds"] = round(time.monotonic() - clock, 1)
-    shutil.copy(log, os.path.join(args.out, f"{args.label}-ctracer.log"))
-    for i, (t, text) in enumerate(zip(tools, bt_texts)):
-        with open(os.path.join(args.out, f"{args.label}-bpftrace-{i}.txt"), "w") as f:
-            f.write(t.script + "\n---\n" + text[:6000])
     save()
-    print(json.dumps({k: v for k, v in result.items() if k not in ("differ",)}, indent=1))
-    return 0 if not differ and result["calls_ctracer"] else 1
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+    for mode, r in result["runs"].items():
+        print(mode, json.dumps({k: v for k, v in r.items()
+                                if k not in ("differ", "differ_ctracer_rows",
+                                             "differ_bpftrace_ways", "refused")}, indent=1))
+    return status
 
 
 if __name__ == "__main__":
