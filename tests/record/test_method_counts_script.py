@@ -107,3 +107,43 @@ def test_ctracer_calls_count_entries_with_objects_and_returning_functions_exits(
     assert events == len(rows)
     assert ours == {("tcp_sendmsg", 0xFF01): 2, ("sk_alloc", 0xFF02): 1,
                     ("inet_csk_clone", 0xFF03): 1}
+
+
+def test_each_ways_counts_and_the_printed_keys_are_read_from_the_last_print():
+    """The shared process's counts per way (kept for a differing pair's evidence), and
+    how many keys the last print had (a map that full may have refused updates)."""
+    mc = _module()
+    text = ("counts\n@c[c, 1, 77]: 9\nprinted\ncounts\n@c[c, 1, 77]: 3\n@c[c, 0, -8]: 5\n"
+            "@c[tcp_ack, 77]: 2\nprinted\n")
+    assert mc.parse_way_counts(text) == {("c", 1, 77): 3, ("c", 0, (1 << 64) - 8): 5}
+    assert mc.printed_keys(text) == 3 and mc.printed_keys("ready\n") == 0
+
+
+def test_folded_calls_count_inside_the_window_and_crossing_rows_apart():
+    """``--calls changes``: a row's calls count when its first and last call are inside
+    the window; a row crossing a bound is counted apart, read from neither side; a
+    function reaching the object by its return value and by an argument counts the
+    argument's calls only (as bpftrace counts it), a returns-only function its
+    returned objects."""
+    import sqlite3
+    from ctracer.event import FunctionRow
+    from ctracer.tracefile import folds
+    mc = _module()
+    db = sqlite3.connect(":memory:")
+    folds.create(db)
+    functions = {1: FunctionRow(1, "tcp_sendmsg"), 2: FunctionRow(2, "sk_alloc", route_kind="returns"),
+                 3: FunctionRow(3, "clone", route_kind="returns"), 4: FunctionRow(4, "clone"),
+                 5: FunctionRow(5, "other")}
+    #      object, function, caller, caller object, calls, total, max, first, last, since
+    folds.add(db, [(0xFF01, 1, 0, 0, 4, 0, 0, 100, 200, 0),
+                   (0xFF01, 1, 0, 0, 2, 0, 0, 300, 900, 0),     # inside
+                   (0xFF01, 1, 0, 0, 7, 0, 0, 50, 150, 0),      # crosses the start
+                   (0xFF02, 2, 0, 0, 1, 0, 0, 120, 120, 0),
+                   (0xFF03, 3, 0, 0, 5, 0, 0, 120, 120, 0),     # clone's return value
+                   (0xFF04, 4, 0, 0, 6, 0, 0, 120, 120, 0),
+                   (0xFF05, 5, 0, 0, 8, 0, 0, 120, 120, 0),     # not compared
+                   (0xFF01, 1, 0, 0, 9, 0, 0, 2000, 3000, 0)])  # after
+    inside, crossing = mc.folded_calls(db, functions, {"tcp_sendmsg", "sk_alloc", "clone"},
+                                       {"sk_alloc"}, (100, 1000))
+    assert inside == {("tcp_sendmsg", 0xFF01): 6, ("sk_alloc", 0xFF02): 1, ("clone", 0xFF04): 6}
+    assert crossing == 7

@@ -62,6 +62,10 @@ MULTI_GROUP = 40
 CLEAR_PID, PRINT_PID = 1999999001, 1999999002
 #: distinct (function, object) keys a bpftrace map holds
 MAP_KEYS = 262144
+#: the same for the process sharing the small groups: its every way is read on every
+#: call of each of its functions, and a way through another function's pointer reads
+#: whatever is there (counted under a key no function has, left out when read)
+SHARED_MAP_KEYS = 1 << 20
 
 
 def _kallsyms_once() -> set[str]:
@@ -245,12 +249,13 @@ class Bpftrace:
     ftrace can hook (a mount namespace of its own)."""
 
     def __init__(self, index: int, script: str, names: list[str], probes: int):
+        self.map_keys = SHARED_MAP_KEYS if re.search(r"@c\[func, \d+, ", script) else MAP_KEYS
         self.out = os.path.join(LOCAL, f"bpftrace-{index}.txt")
         path = os.path.join(LOCAL, f"counts-{index}.bt")
         with open(path, "w") as f:
             f.write(script)
         env = dict(os.environ, BPFTRACE_MAX_PROBES=str(probes + 100),
-                   BPFTRACE_MAP_KEYS_MAX=str(MAP_KEYS))
+                   BPFTRACE_MAP_KEYS_MAX=str(self.map_keys))
         listed = os.path.join(LOCAL, f"functions-{index}.txt")
         with open(listed, "w") as f:
             f.write("\n".join(names) + "\n")
@@ -349,6 +354,13 @@ def missed_runs() -> dict[str, int]:
         if p.get("recursion_misses"):
             missed[p.get("name", "?")] += int(p["recursion_misses"])
     return dict(missed)
+
+
+def printed_keys(text: str) -> int:
+    """How many keys bpftrace's last print of ``@c`` had (a map as full as its size
+    may have refused some calls' updates)."""
+    start = text.rfind("counts\n")
+    return 0 if start < 0 else len(re.findall(r"^@c\[", text[start:], re.M))
 
 
 def parse_way_counts(text: str) -> collections.Counter:
@@ -452,6 +464,7 @@ def window(tools: list[Bpftrace], seconds: float) -> dict:
     missed_after = missed_runs()
     w = {"begin": begin, "end": end, "outer": (outer_begin, outer_end), "loops": loops,
          "cleared": cleared, "printed": printed, "texts": [t.text() for t in tools],
+         "map_keys": [t.map_keys for t in tools],
          "missed_runs": {k: v - missed_before.get(k, 0) for k, v in missed_after.items()
                          if v - missed_before.get(k, 0)}}
     print(f"window: {loops} runs of tcploop in {(end - begin) / 1e9:.1f} s; cleared "
@@ -543,6 +556,9 @@ def compare(rec: Recording, w: dict, ways: dict[str, list[str]], kept: dict[str,
                 theirs[(f, o)] += n
         their_ways.update(parse_way_counts(text))
     ours = written + folded
+    r["bpftrace_map_keys"] = [[printed_keys(text), size]
+                              for text, size in zip(w["texts"], w["map_keys"])]
+    r["bpftrace_map_full"] = any(n >= size for n, size in r["bpftrace_map_keys"])
     r["events"] = events
     r["calls_written"] = sum(written.values())
     r["calls_folded"] = sum(folded.values())
@@ -701,7 +717,7 @@ def main() -> int:
               f"{r['calls_written']} calls written and {r['calls_folded']} folded in the window; "
               f"ctracer {r['calls_ctracer']} calls, bpftrace {r['calls_bpftrace']} over "
               f"{r['pairs']} (function, object) pairs; {r['differing_pairs']} differ", flush=True)
-        if r["differing_pairs"] or not r["calls_ctracer"]:
+        if r["differing_pairs"] or not r["calls_ctracer"] or r["bpftrace_map_full"]:
             status = max(status, 1)
         save()
     result["seconds"] = round(time.monotonic() - clock, 1)
