@@ -5,7 +5,8 @@ same run around the loopback workload; the calls per (function, object) side by 
 and with ``--timing`` the workload's slowdown under each tool alone.
 
     scripts/vm-run --kernel 6.12 --out OUT -- .venv/bin/python tests/vm/guest/method_counts.py
-        OUT [--struct sock] [--functions GLOB...] [--probes auto] [--seconds 30] [--timing]
+        OUT [--struct sock] [--functions GLOB...] [--probes auto] [--calls all [changes]]
+        [--seconds 30] [--timing]
 
 The ways each function reaches the object come from ``ctracer functions --json`` (the
 parameter, then each step: a read of the pointer at an offset or an added offset).
@@ -22,16 +23,25 @@ have is left out when read): a perf kprobe a function took bpftrace longer to at
 than a guest's 40 minutes.  Nothing of ctracer's probe code is shared: bpftrace reads
 the registers and the memory itself.
 
-In one recording (``ctracer trace struct S`` to the guest's tmpfs, ``--function-probes
-PROBES``, default settings otherwise): with ``--timing`` the workload is first timed
-under ctracer alone; then bpftrace starts, its maps are cleared, the workload runs in a
-loop for ``--seconds``, and bpftrace prints its maps (a trigger: a ``getpgid`` of a
-pid no process has, which bpftrace's tracepoint probe watches).  ctracer's calls in that
-window are compared with bpftrace's over the functions both attached.  Then ctracer
-stops, the workload is timed under bpftrace alone, bpftrace stops, and the workload is
-timed untraced.  OUT gets result.json (counts, the differing pairs, ctracer's summary,
-events, lost, bytes written per event and per call, the timings), both tools' logs.
-Exit status 0 when every count is equal, 1 when some differ.
+The recordings (``ctracer trace struct S --calls MODE`` to the guest's tmpfs,
+``--function-probes PROBES``, default settings otherwise), one per mode ``--calls``
+gives, in its order, bpftrace attached once for all of them: the first recording starts
+and, with ``--timing``, the workload is timed under it alone; then bpftrace starts.  In
+each recording bpftrace's maps are cleared, the workload runs in a loop for ``--seconds``
+between a quiet second on each side, and bpftrace prints its maps (a trigger: a
+``getpgid`` of a pid no process has, which bpftrace's tracepoint probe watches).
+ctracer's calls in that window, its entry events (exits for a function reached only
+through its return value) plus, with ``--calls changes``, the calls it folded in the
+kernel (rows whose first and last call are inside the window), are compared with
+bpftrace's over the functions both attached.  The first recording stops, the workload
+is timed under bpftrace alone; the next recordings start with bpftrace attached; before
+the last one stops, bpftrace stops and the workload is timed under that recording
+alone; at the end, untraced.  OUT gets result-LABEL.json (per mode: counts, the
+differing pairs with each way's counts on both sides and the calls ctracer saw in the
+quiet seconds, ctracer's summary, events, lost, bytes written per event and per call,
+the BPF programs' skipped runs; the timings), both tools' logs.
+Exit status 0 when every count is equal, 1 when some differ (or a bpftrace map was
+full), 2 when a tool did not start.
 """
 
 from __future__ import annotations
@@ -288,6 +298,23 @@ class Bpftrace:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(60)
+
+
+def stop_all(tools: list[Bpftrace], timeout: float = 240) -> dict:
+    """Ctrl-C every bpftrace at once; the seconds until all exited, and how many did
+    not within ``timeout`` (killed: one did not exit in 600 s in the 7.2 guest)."""
+    start = time.monotonic()
+    for t in tools:
+        if t.proc.poll() is None:
+            t.proc.send_signal(signal.SIGINT)
+    while any(t.proc.poll() is None for t in tools) and time.monotonic() - start < timeout:
+        time.sleep(0.5)
+    killed = [t for t in tools if t.proc.poll() is None]
+    for t in killed:
+        t.proc.kill()
+        t.proc.wait(60)
+    print(f"bpftrace stopped in {time.monotonic() - start:.1f} s, {len(killed)} killed", flush=True)
+    return {"s": round(time.monotonic() - start, 1), "killed": len(killed)}
 
 
 def all_do(tools: list[Bpftrace], pid: int, text: str, timeout: float = 300) -> bool:
@@ -676,10 +703,7 @@ def main() -> int:
                 return 2
         w = window(tools, args.seconds)
         if last and k > 0:
-            stop = time.monotonic()
-            for t in tools:
-                t.stop()
-            result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
+            result["bpftrace_stop"] = stop_all(tools)
             if args.timing:
                 rec.result["time_alone"] = timed(f"under ctracer --calls {mode} alone",
                                                  args.timing_seconds)
@@ -689,10 +713,7 @@ def main() -> int:
             if k == 0 and args.timing:
                 result["time_bpftrace"] = timed("under bpftrace alone", args.timing_seconds)
             if last:
-                stop = time.monotonic()
-                for t in tools:
-                    t.stop()
-                result["bpftrace_stop_s"] = round(time.monotonic() - stop, 1)
+                result["bpftrace_stop"] = stop_all(tools)
         done.append((rec, w))
         save()
     for t in tools:
