@@ -144,7 +144,7 @@ def test_folded_calls_count_inside_the_window_and_crossing_rows_apart():
                    (0xFF04, 4, 0, 0, 6, 0, 0, 120, 120, 0),
                    (0xFF05, 5, 0, 0, 8, 0, 0, 120, 120, 0),     # not compared
                    (0xFF01, 1, 0, 0, 9, 0, 0, 2000, 3000, 0)])  # after
-    inside, crossing = mc.folded_calls(db, functions, {"tcp_sendmsg", "sk_alloc", "clone"},
+    inside, crossing = mc.folded_calls(folds.read(db), functions, {"tcp_sendmsg", "sk_alloc", "clone"},
                                        {"sk_alloc"}, (100, 1000))
     assert inside == {("tcp_sendmsg", 0xFF01): 6, ("sk_alloc", 0xFF02): 1, ("clone", 0xFF04): 6}
     assert crossing == 7

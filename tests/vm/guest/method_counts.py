@@ -502,15 +502,14 @@ def window(tools: list[Bpftrace], seconds: float) -> dict:
     return w
 
 
-def folded_calls(db, functions: dict, compared: set[str], returns_only: set[str],
+def folded_calls(table: dict, functions: dict, compared: set[str], returns_only: set[str],
                  span: tuple[int, int]) -> tuple[collections.Counter, int]:
     """Calls ``--calls changes`` folded (the trace's ``folded_calls``) per (function,
-    object) in rows whose first and last call are inside ``span``, and the calls of rows
+    object) in rows (``table``: `ctracer.tracefile.folds.read`'s columns) whose first
+    and last call are inside ``span``, and the calls of rows
     crossing its bounds (read from neither side).  As for the written calls
     (`ctracer_calls`), a function's calls through its return value count only for a
     function reaching the object by nothing else."""
-    from ctracer.tracefile.folds import read
-    table = read(db)
     inside: collections.Counter = collections.Counter()
     crossing = 0
     for obj, fid, calls, first, last in zip(
@@ -560,16 +559,18 @@ def compare(rec: Recording, w: dict, ways: dict[str, list[str]], kept: dict[str,
     columns = opened.event_columns()
     written, events = ctracer_calls(columns, opened.functions, compared, returns_only,
                                     (w["begin"], w["end"]))
-    folded, crossing = folded_calls(opened.db, opened.functions, compared, returns_only,
+    from ctracer.tracefile.folds import read
+    table = read(opened.db)
+    folded, crossing = folded_calls(table, opened.functions, compared, returns_only,
                                     (w["begin"], w["end"]))
     # what ctracer saw in the quiet seconds bpftrace's window holds and the compared one not
     margin_written = (ctracer_calls(columns, opened.functions, compared, returns_only,
                                     (w["outer"][0], w["begin"] - 1))[0] +
                       ctracer_calls(columns, opened.functions, compared, returns_only,
                                     (w["end"] + 1, w["outer"][1]))[0])
-    margin_folded = (folded_calls(opened.db, opened.functions, compared, returns_only,
+    margin_folded = (folded_calls(table, opened.functions, compared, returns_only,
                                   (w["outer"][0], w["begin"] - 1))[0] +
-                     folded_calls(opened.db, opened.functions, compared, returns_only,
+                     folded_calls(table, opened.functions, compared, returns_only,
                                   (w["end"] + 1, w["outer"][1]))[0])
     margin = margin_written + margin_folded
     # per way: ctracer's rows (their route) and bpftrace's way numbers, for differing pairs
