@@ -626,8 +626,9 @@ def compare(rec: Recording, w: dict, ways: dict[str, list[str]], kept: dict[str,
     r["window_units"] = w["loops"]
     r["missed_runs"] = w["missed_runs"]
     if r.get("trace_bytes") and events:
-        calls = entries + r["calls_folded"]
+        calls = entries + int(table["calls"].sum())   # the whole trace's, as the bytes
         r["calls_recorded"] = entries
+        r["calls_folded_in_trace"] = calls - entries
         r["bytes_per_event"] = round(r["trace_bytes"] / events, 1)
         r["bytes_per_call"] = round(r["trace_bytes"] / max(calls, 1), 1)
     return r
