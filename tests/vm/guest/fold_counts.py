@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 
-from method_counts import attachable, probeable_methods, ways_of   # this script's folder is on sys.path
+from method_counts import attachable, missed_runs, probeable_methods, ways_of   # this script's folder is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CTRACER = [sys.executable, "-m", "ctracer"]
@@ -90,20 +90,6 @@ def _wait_for(path: str, text: str, proc: subprocess.Popen, timeout: float,
             return False
         time.sleep(0.3)
     return True
-
-
-def _missed() -> dict[str, int]:
-    """Each loaded program's missed runs (bpftool's ``recursion_misses``), by name."""
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
-    try:
-        progs = json.loads(out.stdout or "[]")
-    except ValueError:
-        return {}
-    missed: collections.Counter = collections.Counter()
-    for p in progs:
-        if p.get("recursion_misses"):
-            missed[p.get("name", "?")] += int(p["recursion_misses"])
-    return dict(missed)
 
 
 def ctracer_calls(trace: str, compared: set[str], returns_only: set[str]
@@ -160,7 +146,7 @@ def record(calls: str, args, bt: subprocess.Popen, bt_out: str, closed: int) -> 
     _window(False)
     if not _wait_for(bt_out, "window closed", bt, 600, closed + 1):
         raise RuntimeError("bpftrace did not print its counts")
-    missed = _missed()
+    missed = missed_runs()
     ct.send_signal(signal.SIGINT)
     ct.wait(1200)
     shutil.copy(log, args.out)
