@@ -11,8 +11,11 @@ and with ``--timing`` the workload's slowdown under each tool alone.
 The ways each function reaches the object come from ``ctracer functions --json`` (the
 parameter, then each step: a read of the pointer at an offset or an added offset).
 bpftrace computes the same address from ``argN`` (or the return value, for a function
-whose object is what it returns) and counts calls in a map, ``@c[func, address] =
-count()``: one map update a call and way, nothing printed per call.  Functions sharing
+whose object is what it returns) and counts calls in a map, ``@c[probe, address] =
+count()``: one map update a call and way, nothing printed per call.  The key is the
+probe's name (``kprobe:F``, ``kretprobe:F``), not ``func``: in a kretprobe bpftrace
+0.17's ``func`` names the caller the function returned into (6.12 guest, 2026-12-05:
+``sk_prot_alloc``'s returns were counted as ``sk_alloc``'s and ``sk_clone_lock``'s).  Functions sharing
 their ways are one group; a group of `MULTI_GROUP` functions or more is one bpftrace
 process whose ``kprobe:*`` attaches the group as one kprobe.multi link (bpftrace 0.17
 multi-attaches only a wildcard, matched against ftrace's ``available_filter_functions``:
@@ -147,8 +150,8 @@ def groups_of(ways: dict[str, list[str]]) -> dict[tuple[str, ...], list[str]]:
 
 def _body(exprs: tuple[str, ...]) -> str:
     if exprs == ("ret",):
-        return "if (retval != 0) { @c[func, (uint64)retval] = count(); }"
-    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ @c[func, $o{i}] = count(); }}"
+        return "if (retval != 0) { @c[probe, (uint64)retval] = count(); }"
+    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ @c[probe, $o{i}] = count(); }}"
                     for i, e in enumerate(exprs))
 
 
@@ -166,7 +169,7 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
     match).  A big group's script is one wildcard probe, ``kprobe:*`` (``kretprobe:*``
     for objects returned), one map update a call and way.  The small groups share one
     script whose ``kprobe:*`` computes every way of theirs and counts each under its way's
-    number, ``@c[func, WAY, address]`` (the counts of ways a function does not have are
+    number, ``@c[probe, WAY, address]`` (the counts of ways a function does not have are
     left out when read, `parse_counts`): named probes, one perf kprobe each, took bpftrace
     longer to attach than the guest's 40 minutes (6.12, every method of sock, loaded
     TCG guest, 2026-12-05)."""
@@ -185,10 +188,10 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
         probes = []
         if entry:
             probes.append("kprobe:* { " + " ".join(
-                f"$o{n} = {e}; if ($o{n} != 0) {{ @c[func, {n}, $o{n}] = count(); }}"
+                f"$o{n} = {e}; if ($o{n} != 0) {{ @c[probe, {n}, $o{n}] = count(); }}"
                 for e, n in entry) + " }")
         if "ret" in numbered:
-            probes.append(f"kretprobe:* {{ if (retval != 0) {{ @c[func, {numbered['ret']}, "
+            probes.append(f"kretprobe:* {{ if (retval != 0) {{ @c[probe, {numbered['ret']}, "
                           "(uint64)retval] = count(); } }")
         scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL + "\n".join(probes) +
                         "\n", sorted(f for _, fs in small for f in fs)))
@@ -241,14 +244,14 @@ def attachable() -> set[str]:
 
 def parse_counts(text: str, kept: dict[str, set[int]]) -> collections.Counter:
     """The calls per (function, object) bpftrace printed last ("counts" ... "printed"):
-    ``@c[func, address]``, or ``@c[func, way, address]`` counted only where the function
+    ``@c[probe, address]``, or ``@c[probe, way, address]`` counted only where the function
     has that way (``kept``).  bpftrace 0.17 prints a 64-bit key as a signed number (a
     kernel address is negative)."""
     start = text.rfind("counts\n")
     counts: collections.Counter = collections.Counter()
     if start < 0:
         return counts
-    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (?:(\d+), )?(-?\d+)\]: (\d+)$",
+    for m in re.finditer(r"^@c\[(?:kretprobe:|kprobe:)?([\w.]+)(?:\+\d+)?, (?:(\d+), )?(-?\d+)\]: (\d+)$",
                          text[start:], re.M):
         func, way = m.group(1), m.group(2)
         if way is None or int(way) in kept.get(func, ()):
@@ -261,7 +264,7 @@ class Bpftrace:
     ftrace can hook (a mount namespace of its own)."""
 
     def __init__(self, index: int, script: str, names: list[str], probes: int):
-        self.map_keys = SHARED_MAP_KEYS if re.search(r"@c\[func, \d+, ", script) else MAP_KEYS
+        self.map_keys = SHARED_MAP_KEYS if re.search(r"@c\[probe, \d+, ", script) else MAP_KEYS
         self.out = os.path.join(LOCAL, f"bpftrace-{index}.txt")
         path = os.path.join(LOCAL, f"counts-{index}.bt")
         with open(path, "w") as f:
