@@ -147,6 +147,8 @@ def _add_object_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    from ctracer.record.priority import CHOICES as reader_priorities
+
     out = parser.add_argument_group("output")
     out.add_argument("-o", "--output", metavar="FILE",
                      help="trace file to write (default: NAME.ctrace in the current directory)")
@@ -157,7 +159,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
                      help="print the generated BPF C program and exit (needs no root)")
     out.add_argument("--buffer-mb", type=int, default=16, metavar="MB",
                      help="ring buffer size, a power of two (default 16)")
-    out.add_argument("--reader-priority", choices=("realtime", "normal"), default="realtime",
+    out.add_argument("--reader-priority", choices=reader_priorities, default=reader_priorities[0],
                      help="realtime (default): the thread reading the ring buffer runs "
                           "under SCHED_FIFO 1 while recording (only that thread; the "
                           "command does not), so a busy machine does not keep it from "

@@ -38,6 +38,8 @@ from typing import Optional
 CHOICES = ("realtime", "normal")
 #: the realtime priority of the reading thread: the lowest (1..99)
 REALTIME_PRIORITY = 1
+#: how `ReaderPriority.description` begins where the kernel refused the realtime policy
+REFUSED = "normal (the kernel refused realtime"
 
 
 class ReaderPriority:
@@ -69,7 +71,7 @@ class ReaderPriority:
             os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
                                   os.sched_param(REALTIME_PRIORITY))
         except OSError as e:
-            self.description = f"normal (the kernel refused realtime: {e.strerror})"
+            self.description = f"{REFUSED}: {e.strerror})"
             return
         self._previous = previous
         self.description = f"realtime (SCHED_FIFO {REALTIME_PRIORITY})"

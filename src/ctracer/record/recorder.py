@@ -36,7 +36,7 @@ from ctracer.host import netdevs
 from ctracer.tracefile import TraceWriter
 from ctracer.tracefile.format import now_iso
 from ctracer.record.folds import FoldDrain
-from ctracer.record.priority import ReaderPriority
+from ctracer.record.priority import REFUSED as priority_refused, ReaderPriority
 
 if TYPE_CHECKING:
     from ctracer.plan.watch import WatchPlan
@@ -911,7 +911,7 @@ def summary_lines(result: RecordResult) -> list[str]:
         lines.append(summary_line(result.watch))
     if result.lost:
         slow = (f" (the reader ran at {result.reader_priority})"
-                if result.reader_priority.startswith("normal (the kernel") else "")
+                if result.reader_priority.startswith(priority_refused) else "")
         lines.append(f"warning: {result.lost} events were lost (ring buffer full{slow}); "
                      "a larger --buffer-mb or fewer --functions helps")
     if result.stopped_by == DISK_FULL:
