@@ -96,9 +96,8 @@ class KernelProgram:
         if not self.entry_kind:
             return []
         storage = self.task_storage if task_storage is None else task_storage and self.task_storage
-        exit_kind = kfunctions.KINDS[self.entry_kind]
         return sorted({f.program(k, storage) for f in self.kfunctions
-                       for k in (self.entry_kind, exit_kind)})
+                       for k in kfunctions.probe_kinds(self.entry_kind)})
 
 
 def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
@@ -134,7 +133,7 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         arch = arch or host_arch()
         frows, functions = kfunctions.plan_kernel_functions(
             function_methods, arch, first_row=len(rows) + 1,
-            max_regs=12 if kfunctions.program_kind(entry_kind) == "fentry"
+            max_regs=12 if kfunctions.reads_like_fentry(entry_kind)
             else arch.register_args,
             ending={r.function for r in rules if r.probe == "function" and r.effect == "ends"})
         rows = rows + frows

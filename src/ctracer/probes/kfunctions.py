@@ -60,7 +60,7 @@ from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
 from ctracer.plan.discovery import Method
 from ctracer.plan.lifetime_rules import creates_objects
-from ctracer.probes import ctext, folding
+from ctracer.probes import ctext, folding, kfunc_calls
 from ctracer.probes.arguments import Argument, argument_of
 from ctracer.probes.uprobe import Arch, register_index
 from ctracer.event import FunctionRow
@@ -73,17 +73,34 @@ MAX_STEPS = ctext.MAX_STEPS
 #: register arguments each event records
 NARGS = 6
 #: entry kinds and the exit kind each goes with
-KINDS = {"fentry.multi": "fexit.multi", "fentry": "fexit", "kprobe": "kretprobe"}
+KINDS = {"fsession.multi": "fsession.multi", "fentry.multi": "fexit.multi",
+         "fentry": "fexit", "kprobe": "kretprobe"}
+#: the kinds whose one program runs at both entry and exit (a session program: the
+#: entry's body where ``bpf_session_is_return`` says entry, the exit's at return)
+SESSION_KINDS = ("fsession.multi",)
 #: the kinds whose programs are another kind's: fentry.multi and fexit.multi run the
 #: fentry and fexit programs (arguments and return value through bpf_get_func_arg and
 #: bpf_get_func_ret, the function by the link's cookie), only loaded and linked
 #: differently (`ctracer.record.kattach`)
-_SAME_PROGRAMS = {"fentry.multi": "fentry", "fexit.multi": "fexit"}
+_SAME_PROGRAMS = {"fentry.multi": "fentry", "fexit.multi": "fexit",
+                  "fsession.multi": "fsession"}
 
 
 def program_kind(kind: str) -> str:
     """The kind whose C program probes as ``kind`` (``fentry.multi``: ``fentry``)."""
     return _SAME_PROGRAMS.get(kind, kind)
+
+
+def reads_like_fentry(kind: str) -> bool:
+    """Whether ``kind``'s programs read arguments and return values the fentry way
+    (``bpf_get_func_arg``/``bpf_get_func_ret``, up to 12 arguments)."""
+    return program_kind(kind) in ("fentry", "fexit", "fsession")
+
+
+def probe_kinds(entry_kind: str) -> tuple[str, ...]:
+    """The kinds a function probed with ``entry_kind`` is attached as: its entry kind and
+    its exit kind, or the session kind alone."""
+    return tuple(dict.fromkeys((entry_kind, KINDS[entry_kind])))
 
 _FLAG_STARTS, _FLAG_ENDS = 1, 2
 #: calls deep a thread's task storage keeps entries for (a power of two; 32 saved calls
@@ -513,7 +530,9 @@ class _CallState:
 
 
 def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
-                   fold: bool = False) -> str:
+                   fold: bool = False, inline_as: str = "") -> str:
+    """An entry program's C; with ``inline_as``, an inline function of that name for a
+    session program (`_session_program`)."""
     fentry = int(kind == "fentry")
     state_of_call = _CallState(uses_scratch(kind, fold), nargs)
     ctx = "void *ctx" if fentry else "struct pt_regs *ctx"
@@ -557,7 +576,7 @@ def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True
         f"{call}.object[1 & (CTRACER_MAX_ROUTES - 1)]",
         in_buffer="kw" if state_of_call.scratch else None)) if fold else ""
     return f"""\
-int {program_name(kind, routes, task_storage)}({ctx})
+{_header(kind, routes, task_storage, ctx, inline_as)}
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -607,7 +626,9 @@ def _take_hashed(tid: str, indent: str, call: str = "call") -> str:
 
 
 def _exit_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
-                  fold: bool = False) -> str:
+                  fold: bool = False, inline_as: str = "") -> str:
+    """An exit program's C; with ``inline_as``, an inline function of that name for a
+    session program (`_session_program`)."""
     fexit = int(kind == "fexit")
     state_of_call = _CallState(uses_scratch(kind, fold), nargs)
     call, args = state_of_call.name("call"), state_of_call.name("args")
@@ -653,7 +674,7 @@ def _exit_program(kind: str, routes: int, nargs: int, task_storage: bool = True,
 		*counter = depth;
 """ + _take_hashed("tid", "\t", call)
     return f"""\
-int {program_name(kind, routes, task_storage)}({ctx})
+{_header(kind, routes, task_storage, ctx, inline_as)}
 {{
 	u32 zero = 0, fi, depth = 0;
 	u8 *stopped = ctracer_stopped.lookup(&zero);
@@ -692,6 +713,34 @@ int {program_name(kind, routes, task_storage)}({ctx})
 """
 
 
+def _header(kind: str, routes: int, task_storage: bool, ctx: str, inline_as: str) -> str:
+    if inline_as:
+        return f"static __always_inline int {inline_as}({ctx})"
+    return f"int {program_name(kind, routes, task_storage)}({ctx})"
+
+
+def _session_program(routes: int, nargs: int, task_storage: bool = True,
+                     fold: bool = False) -> str:
+    """One program for a function's entry and exit (fsession): the fentry program's body
+    where ``bpf_session_is_return`` says entry, the fexit program's at the return; the
+    thread's task storage (or LRU hashes) hands the entry's state to the exit as with a
+    pair of programs."""
+    name = program_name("fsession.multi", routes, task_storage)
+    entry, exit_ = f"{name}_entry", f"{name}_exit"
+    is_return = kfunc_calls.C_NAMES["bpf_session_is_return"]
+    return "\n".join([
+        _entry_program("fentry", routes, nargs, task_storage, fold, inline_as=entry),
+        _exit_program("fexit", routes, nargs, task_storage, fold, inline_as=exit_),
+        f"""\
+int {name}(void *ctx)
+{{
+	if ({is_return}(ctx))
+		return {exit_}(ctx);
+	return {entry}(ctx);
+}}
+"""])
+
+
 def variants(task_storage: bool) -> tuple[bool, ...]:
     """The thread-state variants a text holds (True: task storage, False: the LRU
     hashes): with task storage, the LRU-hash one too, loaded where a verifier refuses
@@ -701,8 +750,9 @@ def variants(task_storage: bool) -> tuple[bool, ...]:
 
 def programs_c(kinds: Sequence[str], route_counts: Sequence[int], nargs: int,
                task_storage: bool = True, fold: bool = False) -> str:
-    """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``)
-    for each route count, in each of the `variants`: with ``task_storage`` each thread's
+    """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``),
+    or of the session program (``fsession.multi``: `_session_program`), for each route
+    count, in each of the `variants`: with ``task_storage`` each thread's
     depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
     the LRU hashes; else in the LRU hashes only."""
     t = ctext.Text()
@@ -710,10 +760,16 @@ def programs_c(kinds: Sequence[str], route_counts: Sequence[int], nargs: int,
     if any(uses_scratch(kind, fold) for kind in kinds):
         t("")
         t.block(scratch_definition(nargs))
+    if any(kind in SESSION_KINDS for kind in kinds):
+        t("")
+        t.block(kfunc_calls.declarations())
     for kind in dict.fromkeys(map(program_kind, kinds)):
         for storage in variants(task_storage):
             for n in route_counts:
                 t("")
+                if kind == "fsession":
+                    t.block(_session_program(n, nargs, storage, fold))
+                    continue
                 t.block(_entry_program(kind, n, nargs, storage, fold))
                 t("")
                 t.block(_exit_program(KINDS[kind], n, nargs, storage, fold))
