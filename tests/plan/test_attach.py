@@ -85,6 +85,28 @@ def test_fentry_multi_is_preferred_where_tracing_multi_links_work():
                                             tracing_multi=NO)))["sk_free"] == ["fentry", "fexit"]
 
 
+def test_fsession_multi_is_preferred_where_tracing_multi_links_run_session_programs():
+    """One session probe a function (its program runs at entry and exit); the pair
+    where the session trial failed, saying why; either asked for by name."""
+    both = dict(fentry=YES, kprobes=YES, kprobe_multi=YES, tracing_multi=YES)
+    plan = plan_probes(METHODS, facts(**both, fsession_multi=YES))
+    assert kinds(plan)["sk_free"] == ["fsession.multi"]
+    assert plan.by_function()["sk_free"][0].attachable
+    assert "session programs work here" in plan.by_function()["sk_free"][0].reason
+    pair = plan_probes(METHODS, facts(**both, fsession_multi=Mechanism(False, "no kfunc")))
+    assert kinds(pair)["sk_free"] == ["fentry.multi", "fexit.multi"]
+    assert "no session programs: no kfunc" in pair.by_function()["sk_free"][0].reason
+    forced = plan_probes(METHODS, facts(**both, fsession_multi=YES), prefer="fentry.multi")
+    assert kinds(forced)["sk_free"] == ["fentry.multi", "fexit.multi"]
+    refused = plan_probes(METHODS, facts(**both, fsession_multi=Mechanism(False, "no kfunc")),
+                          prefer="fsession.multi").by_function()["sk_free"]
+    assert [p.kind for p in refused] == ["fsession.multi"]
+    assert refused[0].attachable is False and "no kfunc" in refused[0].reason
+    # without tracing_multi, no session either
+    assert kinds(plan_probes(METHODS, facts(fentry=YES, kprobes=YES, tracing_multi=NO,
+                                            fsession_multi=YES)))["sk_free"] == ["fentry", "fexit"]
+
+
 def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
     batch = TypeShape(ShapeKind.STRUCT, "desc_batch", 0, text="struct desc_batch")
     f = FunctionInfo("xsk_peek_batch", (Parameter("sk", SOCK),), batch)
@@ -183,6 +205,7 @@ def test_user_space_functions_get_uprobes():
 
 
 def test_every_kind_is_a_known_probe_kind():
-    for f in (facts(), facts(fentry=YES), facts(kprobes=YES)):
+    for f in (facts(), facts(fentry=YES), facts(kprobes=YES),
+              facts(tracing_multi=YES, fsession_multi=YES)):
         plan = plan_probes(METHODS, f)
         assert {p.kind for p in plan.probes} - {None} <= set(PROBE_KINDS)

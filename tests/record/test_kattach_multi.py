@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 
 import pytest
 
@@ -198,3 +199,90 @@ def test_the_runtime_detaches_through_the_links_order_and_closes_each_link_once(
         [(ENTRY, 32), (EXIT, 32), (ENTRY, 8), (EXIT, 8)]
     links.close()
     assert len(kernel["closed"]) == 4
+
+
+# ------------------------------------------------------------------ fsession.multi
+
+SESSION = kattach.TRACE_FSESSION_MULTI
+IS_RETURN_ID = 4242
+
+
+def _session_code(name: str) -> bytes:
+    """What bcc makes of a session program: a placeholder call of bpf_session_is_return
+    (any other program: no such call)."""
+    from ctracer.probes import kfunc_calls
+    if "fsession" not in name:
+        return name.encode().ljust(8, b"\0")[:8]
+    insn = struct.Struct("<BBhi")
+    return (insn.pack(0xBF, 0x16, 0, 0) +
+            insn.pack(0x85, 0, 0, kfunc_calls.PLACEHOLDERS["bpf_session_is_return"]) +
+            insn.pack(0x95, 0, 0, 0))
+
+
+@pytest.fixture
+def session_kernel(kernel, monkeypatch):
+    """The fake kernel, whose BTF has ``bpf_session_is_return`` (unless ``kfunc`` is
+    False), and which loads a session program only with its kfunc call written in."""
+    from ctracer.host import fsession
+    kernel["kfunc"] = True
+    monkeypatch.setattr(fsession, "kernel_func_ids",
+                        lambda names: {"bpf_session_is_return": IS_RETURN_ID}
+                        if kernel["kfunc"] else {})
+    fake_load = kattach.load_program
+
+    def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
+        if attach_type == SESSION:
+            call = struct.unpack_from("<BBhi", insns, 8)
+            assert call == (0x85, 2 << 4, 0, IS_RETURN_ID), "loaded with the kfunc call"
+        return fake_load(insns, prog_type, attach_type, btf_id, btf_obj_fd, name)
+
+    monkeypatch.setattr(kattach, "load_program", load_program)
+    return kernel
+
+
+def _attach_session() -> kattach.KernelLinks:
+    links = kattach.KernelLinks("fsession.multi", FUNCTIONS, _session_code,
+                                lambda f: TARGETS[f.index], task_storage=False)
+    links.attach()
+    return links
+
+
+def test_one_session_link_per_program_and_btf_object(session_kernel):
+    links = _attach_session()
+    try:
+        assert all(r.complete for r in links.results)
+        assert {r.kind for r in links.results} == {"fsession.multi"}
+        assert sorted((t, obj, len(ids)) for t, obj, ids in session_kernel["links"].values()) \
+            == [(SESSION, 0, 32), (SESSION, MODULE_FD, 8)]
+        assert sorted(session_kernel["loads"]) == [(SESSION, 0), (SESSION, MODULE_FD)]
+        assert links.how.startswith("fsession.multi")
+    finally:
+        links.close()
+    assert not session_kernel["links"]
+
+
+def test_a_function_refused_on_a_session_link_is_named_the_others_attached(session_kernel):
+    session_kernel["refuse"] |= {(SESSION, 1005), (SESSION, 1034)}
+    session_kernel["too_many_args"] |= {5}
+    links = _attach_session()
+    try:
+        failed = {r.function.index: r for r in links.results if not r.complete}
+        assert set(failed) == {5, 34}
+        assert failed[5].entry == failed[5].exit == (
+            "the kernel refused it on a tracing_multi link (EINVAL: Invalid argument): "
+            "The function f5 has 14 arguments. Too many.")
+        assert _linked(session_kernel, SESSION) == {f.index for f in FUNCTIONS} - {5, 34}
+        assert len(session_kernel["links"]) < 20
+    finally:
+        links.close()
+
+
+def test_no_kfunc_in_the_kernels_btf_fails_every_function_saying_so(session_kernel):
+    session_kernel["kfunc"] = False
+    links = _attach_session()
+    try:
+        assert not any(r.ok for r in links.results)
+        assert all("no kfunc bpf_session_is_return" in r.entry for r in links.results)
+        assert not session_kernel["links"] and not session_kernel["loads"]
+    finally:
+        links.close()

@@ -13,12 +13,14 @@ from ctracer.plan.lifetime_rules import row_roles
 
 
 def attached_fully(attached: str) -> bool:
-    """Every probe the function needs attached: entry and exit of a function, or the one
-    program of a tracepoint (which has no exit)."""
+    """Every probe the function needs attached: entry and exit of a function (or its one
+    session program, which runs at both), or the one program of a tracepoint (which has
+    no exit)."""
     parts = {p.strip() for p in attached.split(",")}
     return any(pair <= parts for pair in ({"entry", "exit"}, {"fentry", "fexit"},
                                           {"fentry.multi", "fexit.multi"},
-                                          {"kprobe", "kretprobe"})) or parts == {"raw_tracepoint"}
+                                          {"kprobe", "kretprobe"})) or \
+        parts in ({"raw_tracepoint"}, {"fsession.multi"})
 
 
 def _display_names(functions: dict[int, FunctionRow], canon: dict[int, int]) -> dict[int, str]:

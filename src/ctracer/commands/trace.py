@@ -8,8 +8,9 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
   the time, CPU, process, thread, function, entry or exit, the object's address, its
   call depth, the return value on exit and the mini snapshot of the object.
 * The kernel: every function taking the struct, on entry and exit, wherever the kernel
-  allows it (`ctracer plan` shows what it allows): fentry/fexit on tracing_multi links
-  (fentry.multi) where the kernel has them, else fentry/fexit, or kprobes and
+  allows it (`ctracer plan` shows what it allows): one session program on tracing_multi
+  links (fsession.multi) where the kernel has them and runs session programs, else
+  fentry/fexit on tracing_multi links (fentry.multi), else fentry/fexit, or kprobes and
   kretprobes (kprobe.multi links where the kernel has them, else one perf kprobe a
   function; without tracing_multi, kprobe.multi over fentry above 256 functions, whose
   links attach and detach all at once); plus the raw tracepoints whose arguments carry
@@ -88,12 +89,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="GLOB",
                      help="leave out the methods whose name matches")
     run.add_argument("--function-probes", default="auto",
-                     choices=("auto", "fentry.multi", "fentry", "kprobe", "none"),
-                     help="how kernel functions are probed: auto (default) takes fentry/fexit "
-                          "on tracing_multi links (fentry.multi) where the kernel has them, "
+                     choices=("auto", "fsession.multi", "fentry.multi", "fentry", "kprobe",
+                              "none"),
+                     help="how kernel functions are probed: auto (default) takes one session "
+                          "program on tracing_multi links (fsession.multi) where the kernel "
+                          "runs them, else fentry/fexit on tracing_multi links "
+                          "(fentry.multi) where the kernel has them, "
                           "else fentry/fexit where the kernel accepts them, kprobes otherwise, "
                           "and kprobes on kprobe.multi links above 256 functions where the "
-                          "kernel has them; fentry.multi, fentry or kprobe forces one; none: "
+                          "kernel has them; fsession.multi, fentry.multi, fentry or kprobe "
+                          "forces one; none: "
                           "tracepoints only")
     run.add_argument("--max-functions", type=int, metavar="N",
                      help="refuse to probe more than N kernel functions (a guard: every "

@@ -45,6 +45,9 @@ class KernelFacts:
     #: whether tracing_multi links work: one fentry (or fexit) program attached to many
     #: functions in one system call (the probe kind ``fentry.multi``)
     tracing_multi: Mechanism = UNKNOWN
+    #: whether an fsession.multi program runs on a tracing_multi link: one program at
+    #: each function's entry and return (the probe kind ``fsession.multi``)
+    fsession_multi: Mechanism = UNKNOWN
     symbols: Optional[frozenset[str]] = None
     symbols_source: str = ""
     notrace: frozenset[str] = frozenset()
@@ -59,7 +62,7 @@ class KernelFacts:
         return {"fentry": self.fentry, "kprobes": self.kprobes,
                 "kprobe_multi": self.kprobe_multi, "raw_tracepoints": self.raw_tracepoints,
                 "uprobes": self.uprobes, "kprobe_programs": self.kprobe_programs,
-                "tracing_multi": self.tracing_multi}
+                "tracing_multi": self.tracing_multi, "fsession_multi": self.fsession_multi}
 
     def to_json(self) -> dict:
         """The facts as ``ctracer plan --json`` prints them."""

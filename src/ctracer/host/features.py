@@ -54,13 +54,16 @@ class ProbeSupport:
     kprobe_programs: Mechanism = Mechanism(None, "not tried")
     #: a tracing_multi link (one fentry or fexit program on many functions in one call)
     tracing_multi: Mechanism = Mechanism(None, "not tried")
+    #: an fsession.multi program (entry and exit in one program) on a tracing_multi link
+    fsession_multi: Mechanism = Mechanism(None, "not tried")
 
     def summary(self) -> str:
         """One line: each mechanism with yes, no or unknown."""
         def word(s: Mechanism) -> str:
             return {True: "yes", False: "no", None: "unknown"}[s.works]
         return ", ".join(f"{name}: {word(getattr(self, name))}" for name in
-                         ("kprobes", "kprobe_multi", "fentry", "tracing_multi", "uprobes",
+                         ("kprobes", "kprobe_multi", "fentry", "tracing_multi",
+                          "fsession_multi", "uprobes",
                           "tracepoints", "raw_tracepoints", "kprobe_programs"))
 
 
@@ -91,6 +94,8 @@ _TRACE_FENTRY = 24
 
 #: BPF_TRACE_FENTRY_MULTI and BPF_TRACE_FEXIT_MULTI (kernels with tracing_multi links)
 TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI = 59, 60
+#: BPF_TRACE_FSESSION_MULTI: one program at entry and return (a session) on such links
+TRACE_FSESSION_MULTI = 61
 
 
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
@@ -315,8 +320,8 @@ _TASK_STORAGE_TRIED: dict[str, Mechanism] = {}
 
 
 def task_storage_works(kind: str) -> Mechanism:
-    """Whether ``kind``'s programs ("kprobe", "fentry" or "fentry.multi") may keep a
-    thread's state in task storage (`ctracer.probes.kfunctions`): a task storage map
+    """Whether ``kind``'s programs ("kprobe", "fentry", "fentry.multi" or
+    "fsession.multi") may keep a thread's state in task storage (`ctracer.probes.kfunctions`): a task storage map
     created and a program of that kind calling ``bpf_task_storage_get`` on the current
     task loaded (fentry on a vmlinux function; fentry.multi on none), nothing attached.
     Tried once per process."""
@@ -335,7 +340,9 @@ def task_storage_works(kind: str) -> Mechanism:
                 btf_id, attach = (target[1] if target else 0), _TRACE_FENTRY
             elif kind == "fentry.multi":
                 btf_id, attach = MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI
-            tracing = kind in ("fentry", "fentry.multi")
+            elif kind == "fsession.multi":
+                btf_id, attach = MULTI_ATTACH_BTF_ID, TRACE_FSESSION_MULTI
+            tracing = kind in ("fentry", "fentry.multi", "fsession.multi")
             found = _load_insns(_task_storage_program(map_fd),
                                 _PROG_TYPE_TRACING if tracing else _PROG_TYPE_KPROBE,
                                 attach, btf_id, f"{kind} program using task storage")
@@ -418,7 +425,7 @@ def probe_support() -> ProbeSupport:
         False, "no tracepoint events in tracefs and no tracepoint PMU")
 
     if os.geteuid() != 0:
-        raw = fentry = multi = programs = tracing = Mechanism(
+        raw = fentry = multi = programs = tracing = session = Mechanism(
             None, "loading BPF programs to find out needs root")
     else:
         raw = _try_attach(_PROG_TYPE_RAW_TRACEPOINT, "raw tracepoint", b"sys_enter")
@@ -430,7 +437,17 @@ def probe_support() -> ProbeSupport:
             else _try_kprobe_multi(target[0])
         tracing = Mechanism(None, "no kernel BTF to name a function to link") \
             if target is None else _try_tracing_multi(target)
-    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs, tracing)
+        session = Mechanism(False, f"no tracing_multi links ({tracing.why})") \
+            if not tracing.works else _try_fsession_multi()
+    return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs, tracing,
+                        session)
+
+
+def _try_fsession_multi() -> Mechanism:
+    """`ctracer.host.fsession.try_fsession_multi`: a session program linked to a
+    function, its entry's cookie read at its return."""
+    from ctracer.host.fsession import try_fsession_multi
+    return try_fsession_multi()
 
 
 def tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:
@@ -473,6 +490,7 @@ def kernel_facts(functions: Iterable[str] = (), tracepoints: Iterable[str] = (),
         fentry=support.fentry, kprobes=support.kprobes, kprobe_multi=support.kprobe_multi,
         raw_tracepoints=support.raw_tracepoints, uprobes=support.uprobes,
         kprobe_programs=support.kprobe_programs, tracing_multi=support.tracing_multi,
+        fsession_multi=support.fsession_multi,
         symbols=frozenset(names) if names is not None else None,
         symbols_source=symbols.source if symbols is not None else "",
         notrace=notrace_names(symbols, functions) if symbols is not None else frozenset(),

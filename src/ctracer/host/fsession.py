@@ -19,10 +19,8 @@ import os
 import struct
 from typing import Callable, Optional
 
-from ctracer.host.features import (Mechanism, bpf_syscall, errno_text, tracing_multi_link)
-
-#: BPF_TRACE_FSESSION_MULTI (include/uapi/linux/bpf.h of kernels with tracing_multi)
-TRACE_FSESSION_MULTI = 61
+from ctracer.host.features import (TRACE_FSESSION_MULTI, Mechanism, bpf_syscall, errno_text,
+                                   tracing_multi_link)
 _PROG_TYPE_TRACING = 26
 _BPF_MAP_CREATE, _BPF_MAP_LOOKUP_ELEM, _BPF_PROG_LOAD = 0, 1, 5
 _MAP_TYPE_ARRAY = 2

@@ -9,9 +9,12 @@ the whole plan.
 
 Kinds, in the order they are preferred for kernel functions:
 
+``fsession.multi``          one session program on tracing_multi links running each
+                            function's entry and exit (one probe per function), where
+                            the kernel has the links and runs session programs on them;
 ``fentry.multi``/``fexit.multi``  the fentry/fexit programs on tracing_multi links (one
                             link per program carries every function), where the kernel
-                            has them;
+                            has the links but no session programs (or when asked for);
 ``fentry``/``fexit``        BPF trampolines, where the kernel loads them;
 ``kprobe``/``kretprobe``    else (one program attached to many functions through a
                             kprobe.multi link where the kernel has one);
@@ -39,13 +42,15 @@ from ctracer.debuginfo.catalog import ShapeKind
 from ctracer.host.facts import KernelFacts, Mechanism
 from ctracer.plan.discovery import Method
 
-PROBE_KINDS = ("fentry.multi", "fexit.multi", "fentry", "fexit", "kprobe", "kretprobe",
+PROBE_KINDS = ("fsession.multi", "fentry.multi", "fexit.multi", "fentry", "fexit", "kprobe",
+               "kretprobe",
                "raw_tracepoint", "uprobe", "uretprobe")
-#: the exit probe that goes with each entry kind
-EXIT_KIND = {"fentry.multi": "fexit.multi", "fentry": "fexit", "kprobe": "kretprobe",
-             "uprobe": "uretprobe"}
+#: the exit probe that goes with each entry kind (a session kind is its own exit: one
+#: probe a function)
+EXIT_KIND = {"fsession.multi": "fsession.multi", "fentry.multi": "fexit.multi",
+             "fentry": "fexit", "kprobe": "kretprobe", "uprobe": "uretprobe"}
 #: the entry kinds of kernel functions
-KERNEL_ENTRY_KINDS = ("fentry.multi", "fentry", "kprobe")
+KERNEL_ENTRY_KINDS = ("fsession.multi", "fentry.multi", "fentry", "kprobe")
 
 #: name prefixes of kernel functions that are never probed, and why
 _LEFT_OUT_PREFIXES = (
@@ -135,7 +140,8 @@ def _word(m: Mechanism) -> str:
 def _kernel_function_kind(facts: KernelFacts,
                           prefer: Optional[str] = None) -> tuple[str, Optional[bool], str]:
     """(entry kind, attachable, reason) for kernel functions on this kernel; ``prefer``
-    ("fentry.multi", "fentry" or "kprobe") asks for that kind where the kernel takes it."""
+    ("fsession.multi", "fentry.multi", "fentry" or "kprobe") asks for that kind where the
+    kernel takes it."""
     here = True if facts.running_kernel else None
     elsewhere = "" if facts.running_kernel else (
         "; not the running kernel's types: whether its functions attach is not known here")
@@ -146,13 +152,24 @@ def _kernel_function_kind(facts: KernelFacts,
     if prefer == "fentry" and not facts.fentry.works:
         return "fentry", False if facts.fentry.works is False else None, \
             f"fentry asked for, but {facts.fentry.why}"
-    if prefer == "fentry.multi" and not facts.tracing_multi.works:
-        return "fentry.multi", False if facts.tracing_multi.works is False else None, \
-            f"fentry.multi asked for, but {facts.tracing_multi.why}"
+    if prefer in ("fentry.multi", "fsession.multi") and not facts.tracing_multi.works:
+        return prefer, False if facts.tracing_multi.works is False else None, \
+            f"{prefer} asked for, but {facts.tracing_multi.why}"
+    if prefer == "fsession.multi" and not facts.fsession_multi.works:
+        return prefer, False if facts.fsession_multi.works is False else None, \
+            f"fsession.multi asked for, but {facts.fsession_multi.why}"
+    if prefer in (None, "fsession.multi") and facts.tracing_multi.works and \
+            facts.fsession_multi.works:
+        why = ("fsession.multi asked for" if prefer else
+               "tracing_multi links and session programs work here: one program runs "
+               "each function's entry and exit, one link per program and BTF object (a "
+               "detach rebuilds each function's trampoline once, not twice as for an "
+               "fentry and an fexit link)")
+        return "fsession.multi", here, why + elsewhere
     if prefer in (None, "fentry.multi") and facts.tracing_multi.works:
         why = ("fentry.multi asked for" if prefer else
                "tracing_multi links work here: fentry/fexit programs attached to every "
-               "function at once")
+               f"function at once (no session programs: {facts.fsession_multi.why})")
         return "fentry.multi", here, why + elsewhere
     if facts.fentry.works:
         return "fentry", here, "fentry programs load and attach here" + elsewhere
@@ -256,7 +273,8 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
                 space: str = "kernel", prefer: Optional[str] = None) -> ProbePlan:
     """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
     the running kernel, a vmlinux or a module, ``user`` for a program or library;
-    ``prefer``: the kernel functions' kind asked for ("fentry.multi", "fentry", "kprobe")."""
+    ``prefer``: the kernel functions' kind asked for ("fsession.multi", "fentry.multi",
+    "fentry", "kprobe")."""
     if space not in ("kernel", "user"):
         raise ValueError(f"unknown address space {space!r}")
     grouped: dict[str, list[Method]] = {}
@@ -285,13 +303,14 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
             probes.append(PlannedProbe(key, name, None, why_not, False, ms))
             continue
         kind, ok, why = function_kind
-        if kind in ("fentry", "fentry.multi") and ok is not False:
+        if kind in ("fentry", "fentry.multi", "fsession.multi") and ok is not False:
             refused = _fentry_refuses(ms[0].function)
             if refused:
                 probes.append(PlannedProbe(key, name, None, refused, False, ms))
                 continue
         probes.append(PlannedProbe(key, name, kind, why, ok, ms))
-        probes.append(PlannedProbe(key, name, EXIT_KIND[kind], why, ok, ms))
+        if EXIT_KIND[kind] != kind:
+            probes.append(PlannedProbe(key, name, EXIT_KIND[kind], why, ok, ms))
     return ProbePlan(space, facts, tuple(probes))
 
 

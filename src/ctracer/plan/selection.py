@@ -55,7 +55,7 @@ class KernelChoice:
     note: dict
 
 
-FUNCTION_PROBES = ("auto", "fentry.multi", "fentry", "kprobe", "none")
+FUNCTION_PROBES = ("auto", "fsession.multi", "fentry.multi", "fentry", "kprobe", "none")
 
 
 #: above this many functions, ``auto`` takes kprobe.multi links over fentry where the
@@ -73,8 +73,8 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     with what the running kernel was seen to accept): the tracepoints the plan gives a
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
-    "none": no function; "auto": fentry.multi where tracing_multi links work, whatever
-    the count, else fentry, unless more than `FENTRY_AUTO_MAX` functions — ``selected``
+    "none": no function; "auto": fsession.multi where tracing_multi links run session
+    programs, else fentry.multi where tracing_multi links work, whatever the count, else fentry, unless more than `FENTRY_AUTO_MAX` functions — ``selected``
     counts those the trace keeps of the methods placed — would be probed and kprobe.multi
     links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""

@@ -16,6 +16,13 @@ loads the instructions bcc produced and links them.
   log, so an empty plain fentry/fexit is loaded on such a function to read the kernel's
   words, e.g. "The function tcp_v6_send_response has 14 arguments. Too many."); each
   function's entry and exit are both attached or neither.
+* fsession.multi: one session program per route count running a function's entry and
+  exit (`ctracer.probes.kfunctions`), its ``bpf_session_is_return`` placeholder call
+  rewritten into the kfunc's call (`ctracer.probes.kfunc_calls`), loaded once per BTF
+  object and linked like fentry.multi: one link per (program, BTF object), split where
+  the kernel refuses a function (asked as an fexit for its words).  A detach closes one
+  link per function instead of an entry link and an exit link, each of which rebuilds
+  the function's trampoline.
 * kprobe/kretprobe: each program is loaded once; with kprobe.multi one link per
   program carries every function's symbol and cookie; without it, one perf kprobe per
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
@@ -45,10 +52,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ctracer.probes.kfunctions import KINDS, KernelFunction
+from ctracer.errors import CtracerError
+from ctracer.probes import kfunc_calls
+from ctracer.probes.kfunctions import SESSION_KINDS, KernelFunction, probe_kinds
 from ctracer.host.features import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
-                                   TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI, bpf_syscall,
-                                   errno_text, tracing_multi_link)
+                                   TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI,
+                                   TRACE_FSESSION_MULTI, bpf_syscall, errno_text,
+                                   tracing_multi_link)
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -63,8 +73,9 @@ _PERF_EVENT = 41
 _TRACE_KPROBE_MULTI = 42
 _KPROBE_MULTI_RETURN = 1
 _ATTACH_TYPE = {"fentry": _TRACE_FENTRY, "fexit": _TRACE_FEXIT,
-                "fentry.multi": TRACE_FENTRY_MULTI, "fexit.multi": TRACE_FEXIT_MULTI}
-_MULTI_KINDS = ("fentry.multi", "fexit.multi")
+                "fentry.multi": TRACE_FENTRY_MULTI, "fexit.multi": TRACE_FEXIT_MULTI,
+                "fsession.multi": TRACE_FSESSION_MULTI}
+_MULTI_KINDS = ("fentry.multi", "fexit.multi", "fsession.multi")
 _NR_PERF_EVENT_OPEN = 298  # x86_64
 _PMU_DIR = "/sys/bus/event_source/devices/kprobe"
 #: threads loading and linking fentry clones at once
@@ -81,7 +92,7 @@ class AttachResult:
     entry: str = ""
     exit: str = ""
     #: what an attached function got: "entry,exit" (uprobes), "raw_tracepoint",
-    #: "fentry.multi,fexit.multi", "fentry,fexit", "kprobe,kretprobe"
+    #: "fsession.multi", "fentry.multi,fexit.multi", "fentry,fexit", "kprobe,kretprobe"
     kind: str = "entry,exit"
 
     @property
@@ -383,6 +394,8 @@ class KernelLinks:
     _multi_entry_links: list = field(default_factory=list)
     #: every tracing_multi link: link fd -> (is an entry link, the functions' indexes)
     _multi_links: dict = field(default_factory=dict)
+    #: the running kernel's BTF ids of the kfuncs the session programs call (found once)
+    _kfunc_ids: Optional[dict] = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
@@ -393,11 +406,13 @@ class KernelLinks:
         points = self._attach_context_probes()
         points += [self._attach_tracepoint(tp) for tp in self.tracepoints]
         if self.functions:
-            kind = f"{self.entry_kind},{KINDS[self.entry_kind]}"
+            kind = ",".join(probe_kinds(self.entry_kind))
             self.results = [AttachResult(f, "not tried", "not tried", kind)
                             for f in self.functions]
             self._storage = self._choose_thread_state()
-            if self.entry_kind == "fentry.multi":
+            if self.entry_kind == "fsession.multi":
+                self._attach_fsession_multi()
+            elif self.entry_kind == "fentry.multi":
                 self._attach_tracing_multi()
             elif self.entry_kind == "fentry":
                 self._attach_fentry()
@@ -435,7 +450,7 @@ class KernelLinks:
         loaded once, nothing attached (fentry and fexit on their first functions with a
         BTF target, a refusal of that target by both variants being the function's
         own)."""
-        for kind in (self.entry_kind, KINDS[self.entry_kind]):
+        for kind in probe_kinds(self.entry_kind):
             users: dict[str, list[KernelFunction]] = {}
             for f in self.functions:
                 users.setdefault(f.program(kind), []).append(f)
@@ -461,8 +476,9 @@ class KernelLinks:
         """Why the kernel refuses to load program ``name`` as ``kind`` ("" when it
         loads: closed again at once)."""
         if kind in _MULTI_KINDS:
-            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
-                                   _ATTACH_TYPE[kind], MULTI_ATTACH_BTF_ID, 0, name.encode())
+            code, why = self._code(kind, name)
+            fd, why = load_program(code, _PROG_TYPE_TRACING, _ATTACH_TYPE[kind],
+                                   MULTI_ATTACH_BTF_ID, 0, name.encode()) if code else (-1, why)
         elif target is None:
             fd, why = load_program(self.instructions(name), _PROG_TYPE_KPROBE,
                                    name=name.encode())
@@ -568,6 +584,38 @@ class KernelLinks:
 
     # -- tracing_multi ----------------------------------------------------------
 
+    def _code(self, kind: str, name: str) -> tuple[bytes, str]:
+        """The instructions of program ``name`` to load as ``kind``: a session
+        program's with its kfunc calls written in (`ctracer.probes.kfunc_calls`), every
+        other as bcc compiled it; (b"", why) when they cannot be."""
+        insns = self.instructions(name)
+        if kind not in SESSION_KINDS:
+            return insns, ""
+        if self._kfunc_ids is None:
+            from ctracer.host.fsession import kernel_func_ids
+            self._kfunc_ids = kernel_func_ids(tuple(kfunc_calls.PLACEHOLDERS))
+        try:
+            return kfunc_calls.patch(insns, self._kfunc_ids), ""
+        except CtracerError as e:
+            return b"", f"its kfunc calls cannot be written in: {e}"
+
+    def _attach_fsession_multi(self) -> None:
+        """Every function's session program on tracing_multi links: one link per
+        (program, BTF object), split where the kernel refuses a function; a function's
+        entry and exit are one program on one link, attached together or not at all."""
+        self.how = ("fsession.multi: one session program (entry and exit) on one "
+                    "tracing_multi link per program and BTF object (split where the "
+                    "kernel refused a function)")
+        ready = []
+        for r in self.results:
+            if self.btf_target(r.function) is None:
+                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
+            else:
+                ready.append(r)
+        for _, members in self._link_tracing_multi("fsession.multi", ready):
+            for r in members:
+                r.entry = r.exit = ""
+
     def _attach_tracing_multi(self) -> None:
         """Every function's fentry and fexit program on tracing_multi links: per entry
         program and BTF object, the entries, then the exits of the functions whose entry
@@ -627,9 +675,10 @@ class KernelLinks:
             groups.setdefault((self._program(r.function, kind), obj_fd), []).append(r)
         made: list[tuple[int, list[AttachResult]]] = []
         for (name, obj_fd), members in sorted(groups.items(), key=lambda g: g[0]):
-            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
-                                   _ATTACH_TYPE[kind], MULTI_ATTACH_BTF_ID, obj_fd,
-                                   name.encode())
+            code, why = self._code(kind, name)
+            fd, why = load_program(code, _PROG_TYPE_TRACING, _ATTACH_TYPE[kind],
+                                   MULTI_ATTACH_BTF_ID, obj_fd, name.encode()) \
+                if code else (-1, why)
             if fd < 0:
                 for r in members:
                     self._set_multi(r, kind, why)
@@ -668,7 +717,8 @@ class KernelLinks:
         carries no verifier log, so an empty program is loaded as a plain fentry or fexit
         on the function, whose load runs the same check of the target (its BTF
         prototype: at most 12 arguments, no struct returned by value) and logs why
-        (": <the verifier's line>"; "" when that load passes)."""
+        (": <the verifier's line>"; "" when that load passes).  A session program runs
+        at the return too: asked as an fexit."""
         obj_fd, btf_id = self.btf_target(function)  # type: ignore[misc]
         single = _TRACE_FENTRY if kind == "fentry.multi" else _TRACE_FEXIT
         fd, why = load_program(RETURN_ZERO, _PROG_TYPE_TRACING, single, btf_id, obj_fd,
@@ -679,7 +729,9 @@ class KernelLinks:
         return ": " + why.split("): ", 1)[1] if "): " in why else ""
 
     def _set_multi(self, r: AttachResult, kind: str, why: str) -> None:
-        if kind == "fentry.multi":
+        if kind in SESSION_KINDS:
+            r.entry = r.exit = why
+        elif kind == "fentry.multi":
             r.entry = why
         else:
             r.exit = why

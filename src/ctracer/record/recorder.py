@@ -90,6 +90,9 @@ class RecordResult:
     folds_refused: int = 0
     #: what the reading thread ran with (`ctracer.record.priority.ReaderPriority`)
     reader_priority: str = ""
+    #: the kinds the kernel functions were probed as ("fsession.multi",
+    #: "fentry.multi/fexit.multi", ...; "" without kernel functions)
+    kernel_kinds: str = ""
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -665,7 +668,16 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
         _thread_state_fallback(session), watched,
         *(("changes", folds.calls, folds.refused) if folds is not None else ()),
-        reader_priority=reader_priority)
+        reader_priority=reader_priority, kernel_kinds=_kernel_kinds(session))
+
+
+def _kernel_kinds(session) -> str:
+    """The kinds the kernel functions were probed as ("" without any)."""
+    from ctracer.probes.kfunctions import probe_kinds
+    links = getattr(session, "kernel_links", None)
+    if links is None or not links.functions or not links.entry_kind:
+        return ""
+    return "/".join(probe_kinds(links.entry_kind))
 
 
 def _thread_state_fallback(session) -> str:
@@ -891,7 +903,8 @@ def summary_lines(result: RecordResult) -> list[str]:
     else:
         lines.append("calls: all: every call's entry and exit written")
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
-    lines.append(f"probes on {result.attached} functions, {result.failed} failed{skipped} "
+    kinds = f" ({result.kernel_kinds})" if result.kernel_kinds else ""
+    lines.append(f"probes on {result.attached} functions{kinds}, {result.failed} failed{skipped} "
                  f"(bcc compile {result.compile_seconds:.1f} s, attach "
                  f"{result.attach_seconds:.1f} s, detach {result.detach_seconds:.1f} s)")
     missed = {k: v for k, v in result.misses.items() if v}

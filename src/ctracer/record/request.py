@@ -117,8 +117,8 @@ def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
     reason = choice.note["reason"]
     if program.kfunctions:
         kind = program.entry_kind
-        from ctracer.probes.kfunctions import KINDS
-        line = (f"{kind}/{KINDS[kind]} on "
+        from ctracer.probes.kfunctions import probe_kinds
+        line = (f"{'/'.join(probe_kinds(kind))} on "
                 f"{len(program.kfunctions)} functions ({reason})")
     elif choice.note["function_probes"] == "none":
         line = "no function probes (--function-probes none)"
