@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""fentry.multi (tracing_multi links) against kprobe.multi on the same functions, in one
-boot (needs root and a kernel with both: Debian's 7.2 guest):
+"""fsession.multi and fentry.multi (tracing_multi links) against kprobe.multi on the same
+functions, in one boot (needs root and a kernel with all three: Debian's 7.2 guest):
 
     scripts/vm-run --kernel 7.2 -- .venv/bin/python bench/bench_tracing_multi.py
         [--struct sock] [--functions GLOB...] [--rounds N] [--messages N]
+        [--kinds fsession.multi fentry.multi kprobe]
 
 * attach and detach: ``ctracer trace struct S -d 1`` over every method the plan places,
-  ``--function-probes fentry.multi`` and ``--function-probes kprobe`` (kprobe.multi links)
+  ``--function-probes fsession.multi`` (one session program a function),
+  ``fentry.multi`` (an fentry and an fexit program) and ``kprobe`` (kprobe.multi links)
   taking turns, ``--rounds`` times; the attach and detach seconds from each summary line,
-  the best of each kind, and fentry.multi's over kprobe.multi's (goal: <= 1);
+  the best of each kind, and each tracing_multi kind's over kprobe.multi's (goal: <= 1);
 * per call: the loopback workload (tcploop, small messages) untraced, then under each kind
   tracing the functions it runs through (`bench_kmethods.HOT`), every field and two
   fields: the BPF programs' own run time per run (``kernel.bpf_stats_enabled``: entry or
   exit, the program only, not the trampoline or the kprobe around it) and the whole
   workload's added time per traced call (the probe machinery, the program and ctracer's
-  reader), fentry.multi's over kprobe.multi's.
+  reader), each tracing_multi kind's over kprobe.multi's.  A session program runs twice
+  a call too (at entry and at return), so runs count alike for every kind.
 
 Ratios are between the two kinds measured in the same boot; nothing is asserted.  In a
 TCG guest a figure counts emulated steps, not a real CPU's cost.
@@ -31,8 +34,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_kmethods as km  # noqa: E402
 
-KINDS = ("fentry.multi", "kprobe")
-LABEL = {"fentry.multi": "fentry.multi", "kprobe": "kprobe.multi"}
+KINDS = ("fsession.multi", "fentry.multi", "kprobe")
+LABEL = {"fsession.multi": "fsession.multi", "fentry.multi": "fentry.multi",
+         "kprobe": "kprobe.multi"}
+#: the anchor every kind is compared with
+ANCHOR = "kprobe"
 
 
 def attach_detach(args, tmp: str) -> dict[str, dict]:
@@ -40,7 +46,7 @@ def attach_detach(args, tmp: str) -> dict[str, dict]:
     turns, the first kind alternating)."""
     best: dict[str, dict] = {}
     for round_ in range(args.rounds):
-        for kind in (KINDS if round_ % 2 == 0 else KINDS[::-1]):
+        for kind in (args.kinds if round_ % 2 == 0 else args.kinds[::-1]):
             got = km._ctracer_attach(args.struct, args.functions,
                                      os.path.join(tmp, f"a-{kind}-{round_}.ctrace"), kind)
             for leftover in os.listdir(tmp):
@@ -52,15 +58,20 @@ def attach_detach(args, tmp: str) -> dict[str, dict]:
             old = best.get(kind)
             if old is None or got["attach"] + got["detach"] < old["attach"] + old["detach"]:
                 best[kind] = got
-    f, k = best["fentry.multi"], best["kprobe"]
-    print(f"attach + detach, best of {args.rounds}: fentry.multi {f['attach']:.1f} + "
-          f"{f['detach']:.1f} = {f['attach'] + f['detach']:.1f} s on {f['functions']} functions; "
-          f"kprobe.multi {k['attach']:.1f} + {k['detach']:.1f} = {k['attach'] + k['detach']:.1f} s "
-          f"on {k['functions']}; fentry.multi/kprobe.multi: attach "
-          f"{f['attach'] / max(k['attach'], 1e-3):.2f}x, detach "
-          f"{f['detach'] / max(k['detach'], 1e-3):.2f}x, both "
-          f"{(f['attach'] + f['detach']) / max(k['attach'] + k['detach'], 1e-3):.2f}x "
-          f"(goal <= 1)", flush=True)
+    k = best[ANCHOR]
+    for kind in args.kinds:
+        if kind == ANCHOR:
+            continue
+        f = best[kind]
+        print(f"attach + detach, best of {args.rounds}: {LABEL[kind]} {f['attach']:.1f} + "
+              f"{f['detach']:.1f} = {f['attach'] + f['detach']:.1f} s on {f['functions']} "
+              f"functions; kprobe.multi {k['attach']:.1f} + {k['detach']:.1f} = "
+              f"{k['attach'] + k['detach']:.1f} s on {k['functions']}; "
+              f"{LABEL[kind]}/kprobe.multi: attach "
+              f"{f['attach'] / max(k['attach'], 1e-3):.2f}x, detach "
+              f"{f['detach'] / max(k['detach'], 1e-3):.2f}x, both "
+              f"{(f['attach'] + f['detach']) / max(k['attach'] + k['detach'], 1e-3):.2f}x "
+              f"(goal <= 1)", flush=True)
     return best
 
 
@@ -97,7 +108,7 @@ def per_call(args, tmp: str) -> None:
     subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
     for fields in ([], ["skc_state", "sk_sndbuf"]):
         got = {}
-        for kind in KINDS:
+        for kind in args.kinds:
             r = got[kind] = traced(args, kind, hot, fields, tmp)
             calls = max(r["runs"] // 2 // args.rounds, 1)
             r["program_ns"] = r["ns"] / max(r["runs"], 1)
@@ -107,11 +118,15 @@ def per_call(args, tmp: str) -> None:
                   f"{r['seconds']:.2f} s (rounds {', '.join(f'{s:.2f}' for s in r['rounds'])}), "
                   f"~{r['call_ns']:.0f} ns added per traced call ({calls} calls a run); "
                   f"{r['written']} events, {r['lost']} lost", flush=True)
-        f, k = got["fentry.multi"], got["kprobe"]
-        print(f"per call, {', '.join(fields) or 'every field'}: fentry.multi/kprobe.multi: "
-              f"program run time {f['program_ns'] / max(k['program_ns'], 1e-9):.2f}x, "
-              f"whole added cost per call {f['call_ns'] / max(k['call_ns'], 1e-9):.2f}x",
-              flush=True)
+        k = got[ANCHOR]
+        for kind in args.kinds:
+            if kind == ANCHOR:
+                continue
+            f = got[kind]
+            print(f"per call, {', '.join(fields) or 'every field'}: {LABEL[kind]}/kprobe.multi: "
+                  f"program run time {f['program_ns'] / max(k['program_ns'], 1e-9):.2f}x, "
+                  f"whole added cost per call {f['call_ns'] / max(k['call_ns'], 1e-9):.2f}x",
+                  flush=True)
 
 
 def main() -> int:
@@ -122,9 +137,13 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--messages", type=int, default=2000)
     p.add_argument("--buffer-mb", type=int, default=256)
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                   help="the kinds compared (kprobe, the anchor, always among them)")
     p.add_argument("--skip-attach", action="store_true")
     p.add_argument("--skip-per-call", action="store_true")
     args = p.parse_args()
+    if ANCHOR not in args.kinds:
+        args.kinds.append(ANCHOR)
     if os.geteuid() != 0:
         print("bench_tracing_multi: needs root", file=sys.stderr)
         return 2

@@ -200,10 +200,10 @@ def test_7_2_module_functions_on_tracing_multi_links(vm_kernel, nfs_mount, tmp_p
     assert {f: modules.get(f) for f in MODULE_FUNCTIONS if f in unique} == MODULE_FUNCTIONS
     r = _record_against_bpftrace(nfs_mount, tmp_path, dict.fromkeys(MODULE_FUNCTIONS),
                                  tuple(MODULE_FUNCTIONS))
-    assert f"probes: fentry.multi/fexit.multi on {len(MODULE_FUNCTIONS)} functions" in r["log"], \
+    assert f"probes: fsession.multi on {len(MODULE_FUNCTIONS)} functions" in r["log"], \
         r["log"]
     assert " 0 failed" in r["log"], r["log"]
-    in_modules = _each_function_attached_or_named(r["trace"], "fentry.multi,fexit.multi")
+    in_modules = _each_function_attached_or_named(r["trace"], "fsession.multi")
     assert in_modules == collections.Counter(MODULE_FUNCTIONS.values()), in_modules
     assert set(r["theirs"]) == set(MODULE_FUNCTIONS), r["theirs"]
     assert r["ours"] == r["theirs"]

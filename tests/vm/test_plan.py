@@ -2,8 +2,9 @@
 tried (a bpf(2) load and attach of each mechanism, never a version check) says fentry
 and fexit work on every kernel, kprobe.multi only where the kernel was built with
 CONFIG_FPROBE — read from the booted kernel's own config file, beside its image — which
-Debian sets on 6.12 and 7.2 and not on 6.1, and tracing_multi links only on 7.2; and
-fentry/fexit (on 7.2 fentry.multi/fexit.multi) are placed on thousands of
+Debian sets on 6.12 and 7.2 and not on 6.1, and tracing_multi links (and session programs
+on them) only on 7.2; and fentry/fexit (on 7.2 one fsession.multi probe a function) are
+placed on thousands of
 struct sock methods (3,339 on 6.1, 3,620 on 6.12, 3,663 on 7.2 when this was written).
 On every kernel: a plan takes seconds, and what each kernel accepts is what the rest of
 the vm tests build on."""
@@ -48,17 +49,20 @@ def test_fentry_and_kprobe_multi_as_tried(vm_kernel, plan):
     assert kernel["kprobe_multi"]["works"] is fprobe, kernel["kprobe_multi"]
     # tracing_multi links (merged in 2026): 7.2 has them, Debian 12's kernels do not
     assert kernel["tracing_multi"]["works"] is (vm_kernel == "7.2"), kernel["tracing_multi"]
+    # and session programs on them: the same kernels
+    assert kernel["fsession_multi"]["works"] is (vm_kernel == "7.2"), kernel["fsession_multi"]
     print(f"{vm_kernel}: fentry: {kernel['fentry']['why']}; "
           f"kprobe.multi: {kernel['kprobe_multi']['why']}; "
           f"tracing_multi: {kernel['tracing_multi']['why']}")
 
 
 def test_fentry_and_fexit_are_placed_on_thousands_of_methods(vm_kernel, plan):
-    """fentry/fexit, on tracing_multi links (fentry.multi) where the kernel has them."""
+    """fentry/fexit, on tracing_multi links as one session program (fsession.multi)
+    where the kernel has them."""
     counts = plan["kernel"]["counts"]
-    kind, exit_kind = ("fentry.multi", "fexit.multi") if vm_kernel == "7.2" else \
+    kind, exit_kind = ("fsession.multi", "fsession.multi") if vm_kernel == "7.2" else \
         ("fentry", "fexit")
-    assert not ({"fentry", "fentry.multi"} - {kind}) & set(counts), counts   # one kind
+    assert not ({"fentry", "fentry.multi", "fsession.multi"} - {kind}) & set(counts), counts
     fentry, fexit = counts[kind], counts[exit_kind]
     print(f"{vm_kernel}: {json.dumps(counts)}")
     assert fentry["attachable"] > 2000, counts
