@@ -162,9 +162,9 @@ def _kernel_function_kind(facts: KernelFacts,
             facts.fsession_multi.works:
         why = ("fsession.multi asked for" if prefer else
                "tracing_multi links and session programs work here: one program runs "
-               "each function's entry and exit, one link per program and BTF object (a "
-               "detach rebuilds each function's trampoline once, not twice as for an "
-               "fentry and an fexit link)")
+               "each function's entry and exit, one link per program and BTF object; a "
+               "detach rebuilds each function's trampoline once, where an fentry and an "
+               "fexit link rebuild it twice")
         return "fsession.multi", here, why + elsewhere
     if prefer in (None, "fentry.multi") and facts.tracing_multi.works:
         why = ("fentry.multi asked for" if prefer else
