@@ -146,45 +146,8 @@ def test_a_refused_function_is_named_with_the_kernels_own_reason(kernel):
         links.close()
 
 
-def test_links_close_entry_then_the_exits_it_frees_biggest_first(kernel):
-    links = _attach()
-    links.close()
-    assert [(t, len(ids)) for t, _, ids in kernel["closed"]] == \
-        [(ENTRY, 32), (EXIT, 32), (ENTRY, 8), (EXIT, 8)]
-
-
-def test_close_order_never_leaves_an_exit_link_waiting_on_an_open_entry():
-    a, b = frozenset(range(0, 30)), frozenset(range(30, 40))
-    links = {10: (True, b), 11: (True, a),                       # entries, the small one first
-             20: (False, frozenset(range(0, 15))), 21: (False, frozenset(range(15, 30))),
-             22: (False, frozenset(range(25, 35))),              # spans both entry links
-             23: (False, frozenset(range(35, 40)))}
-    order = kattach.tracing_multi_close_order(links)
-    assert sorted(order) == sorted(links)
-    assert order == [11, 20, 21, 10, 22, 23]
-    open_entries: set = {10, 11}
-    for fd in order:
-        entry, functions = links[fd]
-        if entry:
-            open_entries.discard(fd)
-        else:
-            assert not any(functions & links[e][1] for e in open_entries)
-
-
-def test_links_made_a_group_at_a_time_its_exits_after_its_entries_smallest_first(kernel):
-    links = _attach()
-    try:
-        assert [(t, obj, len(ids)) for t, obj, ids in kernel["made"]] == \
-            [(ENTRY, MODULE_FD, 8), (EXIT, MODULE_FD, 8), (ENTRY, 0, 32), (EXIT, 0, 32)]
-        # each program loaded once per BTF object, not once per group it serves
-        assert sorted(kernel["loads"]) == sorted([(ENTRY, MODULE_FD), (EXIT, MODULE_FD),
-                                                  (ENTRY, 0), (EXIT, 0)])
-    finally:
-        links.close()
-
-
 @pytest.mark.bpf   # imports the bcc runtime module; loads nothing
-def test_the_runtime_detaches_through_the_links_order_and_closes_each_link_once(kernel):
+def test_the_runtime_detaches_through_the_links_and_closes_each_link_once(kernel):
     """The recorder's stop (`ProbeSession.begin_stop`) detaches the kernel functions'
     links; unloading them afterwards (`KernelLinks.close`) closes no link again (a link
     fd closed twice fails with EBADF, or closes whatever reused the number)."""
@@ -195,8 +158,8 @@ def test_the_runtime_detaches_through_the_links_order_and_closes_each_link_once(
                                     kernel_links=links)
     bpf_runtime.ProbeSession.begin_stop(session).join()
     assert not kernel["links"]
-    assert [(t, len(ids)) for t, _, ids in kernel["closed"]] == \
-        [(ENTRY, 32), (EXIT, 32), (ENTRY, 8), (EXIT, 8)]
+    assert sorted((t, len(ids)) for t, _, ids in kernel["closed"]) == \
+        [(ENTRY, 8), (ENTRY, 32), (EXIT, 8), (EXIT, 32)]
     links.close()
     assert len(kernel["closed"]) == 4
 

@@ -35,10 +35,10 @@ variant, so one place counts each thread's depth (`KernelLinks.thread_state` say
 and why).
 
 Every function that cannot be loaded or attached is kept with the kernel's reason;
-nothing is dropped silently.  `KernelLinks.close` closes the tracing_multi links one at
-a time in the order the kernel rewrites the fewest call sites in
-(`tracing_multi_close_order`), every other link from parallel threads (each close waits
-for a grace period; closes at the same time share one).
+nothing is dropped silently.  `KernelLinks.close` closes the links from parallel threads
+(each close waits for a grace period; closes at the same time share one; the kernel
+takes tracing_multi links one at a time whatever the order, and an order of its own
+measured no gain on 7.2: docs/tracing-the-kernel.md).
 """
 
 from __future__ import annotations
@@ -392,8 +392,6 @@ class KernelLinks:
     _storage: bool = False
     #: the tracing_multi links of entry programs: (link fd, its functions, program fd)
     _multi_entry_links: list = field(default_factory=list)
-    #: every tracing_multi link: link fd -> (is an entry link, the functions' indexes)
-    _multi_links: dict = field(default_factory=dict)
     #: the running kernel's BTF ids of the kfuncs the session programs call (found once)
     _kfunc_ids: Optional[dict] = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -629,21 +627,10 @@ class KernelLinks:
                 r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
             else:
                 ready.append(r)
-        # one (entry program, BTF object) at a time, its exits right after its entries,
-        # the group of the fewest functions first: each exit link rewrites every call
-        # site attached so far (`tracing_multi_close_order` says why)
-        groups: dict[tuple[str, int], list[AttachResult]] = {}
-        for r in ready:
-            obj_fd = self.btf_target(r.function)[0]  # type: ignore[index]
-            groups.setdefault((self._program(r.function, "fentry.multi"), obj_fd), []).append(r)
-        linked: set[int] = set()
-        with_exit: set[int] = set()
-        for _, members in sorted(groups.items(), key=lambda g: (len(g[1]), g[0])):
-            entries = self._link_tracing_multi("fentry.multi", members)
-            now = {id(r) for _, linked_members in entries for r in linked_members}
-            exits = self._link_tracing_multi("fexit.multi", [r for r in members if id(r) in now])
-            linked |= now
-            with_exit |= {id(r) for _, linked_members in exits for r in linked_members}
+        entries = self._link_tracing_multi("fentry.multi", ready)
+        linked = {id(r) for _, members in entries for r in members}
+        exits = self._link_tracing_multi("fexit.multi", [r for r in ready if id(r) in linked])
+        with_exit = {id(r) for _, members in exits for r in members}
         for r in ready:
             if id(r) not in linked:
                 r.exit = "entry failed"
@@ -658,7 +645,6 @@ class KernelLinks:
                 continue
             os.close(link_fd)
             self.link_fds.remove(link_fd)
-            del self._multi_links[link_fd]
             again = [r for r in members if id(r) in with_exit]
             if again:
                 self._bisect_link(prog_fd, "fentry.multi", again)
@@ -698,8 +684,6 @@ class KernelLinks:
                                        [r.function.index for r in members])
         if link >= 0:
             self.link_fds.append(link)
-            self._multi_links[link] = (kind == "fentry.multi",
-                                       frozenset(r.function.index for r in members))
             if kind == "fentry.multi":
                 self._multi_entry_links.append((link, members, prog_fd))
             return [(link, members)]
@@ -819,18 +803,10 @@ class KernelLinks:
                 "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
     def close_links(self) -> None:
-        """Detach: close every link (once: the programs stay loaded).  tracing_multi
-        links one at a time in `tracing_multi_close_order`, meanwhile the others from
-        parallel threads."""
+        """Detach: close every link (once: the programs stay loaded), from parallel
+        threads."""
         links, self.link_fds = self.link_fds, []
-        multi, self._multi_links = self._multi_links, {}
-        others = threading.Thread(target=close_in_parallel,
-                                  args=([fd for fd in links if fd not in multi],),
-                                  name="ctracer-detach-links", daemon=True)
-        others.start()
-        for fd in tracing_multi_close_order(multi):
-            os.close(fd)
-        others.join()
+        close_in_parallel(links)
 
     def close(self) -> None:
         """Detach (`close_links`, where not done yet), then unload the programs."""
@@ -838,40 +814,6 @@ class KernelLinks:
         self.multi_fds, self.perf_fds = [], []
         progs, self.prog_fds = self.prog_fds, []
         close_in_parallel(progs)
-
-
-def tracing_multi_close_order(links: dict[int, tuple[bool, frozenset]]) -> list[int]:
-    """The order to close tracing_multi links in (``links``: fd -> (is an entry link, its
-    functions)), the cheapest for the kernel.
-
-    All of them share one ftrace direct ops.  Closing a link whose functions keep
-    another program (an entry link while their exit link stays) rebuilds those
-    functions' trampolines, and the kernel's ``update_ftrace_direct_mod`` registers a
-    temporary ftrace ops on every function the direct ops holds and removes it again:
-    two passes over all the call sites still attached, whichever link it is.  Closing
-    a link whose functions keep nothing only removes its own call sites.  So: the entry
-    link of the most functions first, then every exit link none of whose functions
-    keeps an entry link, and so on; each rewrite then walks only the sites left.
-    (Every link closed at once from many threads costs the same rewrites: the kernel
-    takes all its trampoline locks for each link.)  Measured on 7.2 with empty
-    programs on 3,660 functions, this order and parallel closes took the same time:
-    the bulk is each function's trampoline rebuilt, which no order avoids."""
-    entries = sorted((fd for fd, (entry, _) in links.items() if entry),
-                     key=lambda fd: (-len(links[fd][1]), fd))
-    exits = [fd for fd, (entry, _) in links.items() if not entry]
-    order: list[int] = []
-    entered: dict[int, int] = {}   # function -> entry links still open on it
-    for fd in entries:
-        for f in links[fd][1]:
-            entered[f] = entered.get(f, 0) + 1
-    for fd in entries:
-        order.append(fd)
-        for f in links[fd][1]:
-            entered[f] -= 1
-        free = [x for x in exits if not any(entered.get(f) for f in links[x][1])]
-        order += sorted(free)
-        exits = [x for x in exits if x not in free]
-    return order + sorted(exits)
 
 
 #: threads closing probe fds at once (each close waits for an RCU grace period; waiters
