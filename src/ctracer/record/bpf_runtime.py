@@ -588,7 +588,7 @@ class ProbeSession:
         uprobe programs read it); a thread then detaches every probe at the same time
         (uprobe.multi links, raw tracepoints, the fork-following tracepoints: each close
         waits for a grace period, and closes at the same time share one; the kernel
-        functions' links as `KernelLinks.close_links` orders them), while the
+        functions' links through `KernelLinks.close_links`), while the
         caller takes what the ring buffer holds.  Perf-event uprobes are disabled
         (`close` detaches them).  Join the thread returned: once it has ended no probe
         runs, so nothing more reaches the ring buffer."""
@@ -609,7 +609,7 @@ class ProbeSession:
             if kernel_links is None:
                 close_in_parallel(fds)
                 return
-            # the kernel functions' links in their own order (`KernelLinks.close_links`)
+            # the kernel functions' links (`KernelLinks.close_links`)
             # while the rest close beside them
             rest = threading.Thread(target=close_in_parallel, args=(fds,), daemon=True)
             rest.start()

@@ -615,10 +615,9 @@ class KernelLinks:
                 r.entry = r.exit = ""
 
     def _attach_tracing_multi(self) -> None:
-        """Every function's fentry and fexit program on tracing_multi links: per entry
-        program and BTF object, the entries, then the exits of the functions whose entry
-        linked; then the entry links holding a function whose exit the kernel refused
-        linked again without it."""
+        """Every function's fentry and fexit program on tracing_multi links: the entries,
+        then the exits of the functions whose entry linked; then the entry links holding
+        a function whose exit the kernel refused linked again without it."""
         self.how = ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
                     "object (split where the kernel refused a function)")
         ready = []
