@@ -118,8 +118,8 @@ def test_each_ways_counts_and_the_printed_keys_are_read_from_the_last_print():
     """The shared process's counts per way (kept for a differing pair's evidence), and
     how many keys the last print had (a map that full may have refused updates)."""
     mc = _module()
-    text = ("counts\n@c[c, 1, 77]: 9\nprinted\ncounts\n@c[c, 1, 77]: 3\n@c[c, 0, -8]: 5\n"
-            "@c[tcp_ack, 77]: 2\nprinted\n")
+    text = ("counts\n@c[kprobe:c, 1, 77]: 9\nprinted\ncounts\n@c[kprobe:c, 1, 77]: 3\n"
+            "@c[kretprobe:c, 0, -8]: 5\n@c[kprobe:tcp_ack, 77]: 2\nprinted\n")
     assert mc.parse_way_counts(text) == {("c", 1, 77): 3, ("c", 0, (1 << 64) - 8): 5}
     assert mc.printed_keys(text) == 3 and mc.printed_keys("ready\n") == 0
 

@@ -39,7 +39,8 @@ import subprocess
 import sys
 import time
 
-from method_counts import attachable, missed_runs, probeable_methods, ways_of   # this script's folder is on sys.path
+from method_counts import (PROBE_KEY, attachable, count_body, groups_of, missed_runs,
+                           probeable_methods, ways_of)   # this script's folder is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CTRACER = [sys.executable, "-m", "ctracer"]
@@ -51,29 +52,38 @@ WINDOW_OPTION = 0x43540F01
 
 def bpftrace_script(ways: dict[str, list[str]], pid: int) -> str:
     """Count calls per (function, object) in ``@calls`` while the window is open; print
-    and clear the map when it closes."""
+    and clear the map when it closes.  The ways counted and the key are
+    method_counts.py's (`groups_of`, `count_body`): a kretprobe only for a function
+    reaching the object by its return value alone, and the key the probe's name, since
+    in a kretprobe bpftrace 0.17's ``func`` names the caller returned into."""
     lines = ["BEGIN { printf(\"ready\\n\"); }",
              f"tracepoint:syscalls:sys_enter_prctl /pid == {pid} && args->option == "
              f"{WINDOW_OPTION}/ {{ if (args->arg2 == 1) {{ @on = 1; printf(\"window open\\n\"); }} "
              "else { @on = 0; print(@calls); clear(@calls); printf(\"window closed\\n\"); } }"]
-    bodies: dict[tuple[str, ...], list[str]] = collections.defaultdict(list)
-    for f, exprs in ways.items():
-        exprs = tuple(e for e in exprs if e != "ret")
-        if exprs:
-            bodies[exprs].append(f)
-    for exprs, functions in sorted(bodies.items()):
-        body = " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ @calls[func, $o{i}] = count(); }}"
-                        for i, e in enumerate(exprs))
-        lines.append(",".join(f"kprobe:{f}" for f in sorted(functions)) + " /@on/ { " + body + " }")
-    returns = sorted(f for f, w in ways.items() if "ret" in w)
-    if returns:
-        lines.append(",".join(f"kretprobe:{f}" for f in returns) +
-                     " /@on/ { if (retval != 0) { @calls[func, (uint64)retval] = count(); } }")
+    for exprs, functions in sorted(groups_of(ways).items()):
+        kind = "kretprobe" if exprs == ("ret",) else "kprobe"
+        lines.append(",".join(f"{kind}:{f}" for f in functions) + " /@on/ { " +
+                     count_body(exprs, "@calls") + " }")
     lines.append("END { clear(@calls); clear(@on); }")
     return "\n".join(lines) + "\n"
 
 
-_MAP_LINE = re.compile(r"^@calls\[([\w.]+), (-?\d+)\]: (\d+)$")
+_MAP_LINE = re.compile(rf"^@calls\[{PROBE_KEY}, (-?\d+)\]: (\d+)$")
+
+
+def window_counts(text: str) -> list[collections.Counter]:
+    """bpftrace's counts per (function, object) of each window, in order (a window's
+    map is printed before its "window closed"; a kernel address is printed signed)."""
+    windows: list[collections.Counter] = []
+    current: collections.Counter = collections.Counter()
+    for line in text.splitlines():
+        m = _MAP_LINE.match(line.strip())
+        if m:
+            current[(m.group(1), int(m.group(2)) % (1 << 64))] += int(m.group(3))
+        elif line.startswith("window closed"):
+            windows.append(current)
+            current = collections.Counter()
+    return windows
 
 
 def _window(open_it: bool) -> None:
@@ -210,15 +220,7 @@ def main() -> int:
     except subprocess.TimeoutExpired:
         bt.kill()
     shutil.copy(bt_out, args.out)
-    windows: list[collections.Counter] = []
-    current: collections.Counter = collections.Counter()
-    for line in open(bt_out, errors="replace"):
-        m = _MAP_LINE.match(line.strip())
-        if m:
-            current[(m.group(1), int(m.group(2)) % (1 << 64))] += int(m.group(3))
-        elif line.startswith("window closed"):
-            windows.append(current)
-            current = collections.Counter()
+    windows = window_counts(open(bt_out, errors="replace").read())
     compared = set(ways)
     for run, theirs in zip(runs, windows):
         written, folded, events = ctracer_calls(run.pop("trace"), compared, returns_only)

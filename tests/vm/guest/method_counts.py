@@ -148,10 +148,17 @@ def groups_of(ways: dict[str, list[str]]) -> dict[tuple[str, ...], list[str]]:
     return {k: sorted(v) for k, v in groups.items()}
 
 
-def _body(exprs: tuple[str, ...]) -> str:
+#: a key bpftrace printed for a function counted: the probe's name (``kprobe:F``,
+#: ``kretprobe:F``; a bare name and an offset are read too), the function its group
+PROBE_KEY = r"(?:kretprobe:|kprobe:)?([\w.]+)(?:\+\d+)?"
+
+
+def count_body(exprs: tuple[str, ...], counter: str = "@c") -> str:
+    """bpftrace's action adding one to ``counter[probe, address]`` for each way's object
+    address (``exprs``, or ``("ret",)``: the return value), a null address left out."""
     if exprs == ("ret",):
-        return "if (retval != 0) { @c[probe, (uint64)retval] = count(); }"
-    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ @c[probe, $o{i}] = count(); }}"
+        return f"if (retval != 0) {{ {counter}[probe, (uint64)retval] = count(); }}"
+    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ {counter}[probe, $o{i}] = count(); }}"
                     for i, e in enumerate(exprs))
 
 
@@ -179,7 +186,7 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
         kind = "kretprobe" if exprs == ("ret",) else "kprobe"
         if len(functions) >= multi_group:
             scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL +
-                            f"{kind}:* {{ {_body(exprs)} }}\n", functions))
+                            f"{kind}:* {{ {count_body(exprs)} }}\n", functions))
         else:
             small.append((exprs, functions))
     if small:
@@ -251,8 +258,7 @@ def parse_counts(text: str, kept: dict[str, set[int]]) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
     if start < 0:
         return counts
-    for m in re.finditer(r"^@c\[(?:kretprobe:|kprobe:)?([\w.]+)(?:\+\d+)?, (?:(\d+), )?(-?\d+)\]: (\d+)$",
-                         text[start:], re.M):
+    for m in re.finditer(rf"^@c\[{PROBE_KEY}, (?:(\d+), )?(-?\d+)\]: (\d+)$", text[start:], re.M):
         func, way = m.group(1), m.group(2)
         if way is None or int(way) in kept.get(func, ()):
             counts[(func, int(m.group(3)) & 0xFFFFFFFFFFFFFFFF)] += int(m.group(4))
@@ -402,7 +408,7 @@ def parse_way_counts(text: str) -> collections.Counter:
     out: collections.Counter = collections.Counter()
     if start < 0:
         return out
-    for m in re.finditer(r"^@c\[([\w.]+)(?:\+\d+)?, (\d+), (-?\d+)\]: (\d+)$", text[start:], re.M):
+    for m in re.finditer(rf"^@c\[{PROBE_KEY}, (\d+), (-?\d+)\]: (\d+)$", text[start:], re.M):
         out[(m.group(1), int(m.group(2)), int(m.group(3)) & 0xFFFFFFFFFFFFFFFF)] += int(m.group(4))
     return out
 
