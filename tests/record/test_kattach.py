@@ -143,3 +143,31 @@ def test_the_last_line_says_when_more_than_a_few_functions_failed():
     assert summary_lines(many)[-1] == (
         "warning: 369 of 448 functions could not be probed: their calls are not in the "
         "trace (the kernel's reasons above and in the trace's functions table)")
+
+
+def test_the_links_misses_are_read_before_the_links_close(kernel, monkeypatch):
+    """The recorder asks for the misses after the detach: a kprobe.multi link's and a
+    perf kprobe's misses live in the link, so they are read as the links close (a closed
+    link's number answers nothing, or is soon another file's)."""
+    import fcntl
+
+    def is_open(fd):
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+            return True
+        except OSError:
+            return False
+
+    monkeypatch.setattr(kattach, "perf_link_missed", lambda fd: 3 if is_open(fd) else 0)
+    monkeypatch.setattr(kattach, "prog_recursion_misses", lambda fd: 0)
+    links = _attach()
+    try:
+        assert links.missed() == {"recursion": 0, "kprobe_multi": 0,
+                                  "kprobe": 3 * 2 * len(FUNCTIONS)}
+        closed = list(links.perf_fds)
+        links.close_links()
+        assert not any(is_open(fd) for fd in closed)
+        assert links.missed()["kprobe"] == 3 * 2 * len(FUNCTIONS)
+    finally:
+        links.close()
+    assert links.missed()["kprobe"] == 3 * 2 * len(FUNCTIONS)

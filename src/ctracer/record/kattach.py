@@ -395,6 +395,8 @@ class KernelLinks:
     #: the running kernel's BTF ids of the kfuncs the session programs call (found once)
     _kfunc_ids: Optional[dict] = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: the links' misses (`missed`) read as they were closed; None while they are open
+    _link_misses: Optional[dict] = None
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
         """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
@@ -796,21 +798,28 @@ class KernelLinks:
     def missed(self) -> dict[str, int]:
         """What the kernel did not run: fentry/fexit and raw tracepoint recursion (program
         stats),
-        kprobe.multi misses and perf kprobes' (kretprobe maxactive) misses (link info)."""
-        return {"recursion": sum(prog_recursion_misses(fd) for fd in self.prog_fds),
-                "kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds),
+        kprobe.multi misses and perf kprobes' (kretprobe maxactive) misses (link info,
+        read as the links closed once `close_links` has run)."""
+        links = self._link_misses if self._link_misses is not None else self._read_link_misses()
+        return {"recursion": sum(prog_recursion_misses(fd) for fd in self.prog_fds), **links}
+
+    def _read_link_misses(self) -> dict[str, int]:
+        return {"kprobe_multi": sum(link_missed(fd) for fd in self.multi_fds),
                 "kprobe": sum(perf_link_missed(fd) for fd in self.perf_fds)}
 
     def close_links(self) -> None:
         """Detach: close every link (once: the programs stay loaded), from parallel
-        threads."""
+        threads.  The links' misses are read first: they live in the links, and a
+        closed link's number may soon be another file's."""
+        if self.link_fds:
+            self._link_misses = self._read_link_misses()
+        self.multi_fds, self.perf_fds = [], []
         links, self.link_fds = self.link_fds, []
         close_in_parallel(links)
 
     def close(self) -> None:
         """Detach (`close_links`, where not done yet), then unload the programs."""
         self.close_links()
-        self.multi_fds, self.perf_fds = [], []
         progs, self.prog_fds = self.prog_fds, []
         close_in_parallel(progs)
 
