@@ -11,6 +11,14 @@ functions, in one boot (needs root and a kernel with all three: Debian's 7.2 gue
   ``fentry.multi`` (an fentry and an fexit program) and ``kprobe`` (kprobe.multi links)
   taking turns, ``--rounds`` times; the attach and detach seconds from each summary line,
   the best of each kind, and each tracing_multi kind's over kprobe.multi's (goal: <= 1);
+* bpftrace on the same functions: bpftrace 0.17 attaching an empty ``kprobe:*`` and
+  ``kretprobe:*`` whose wildcards match exactly the planned functions it can name (each
+  a kprobe.multi link: ``available_filter_functions`` bind-mounted over by their names in
+  a mount namespace of its own, as tests/vm/guest/method_counts.py does), ``--rounds``
+  times: start to "Attaching N probes" (its compile), to ready (its BEGIN's line: every
+  probe attached), Ctrl-C to exit; each kind of ctracer's over bpftrace's (attach
+  against "Attaching" to ready, detach against Ctrl-C to exit, and the whole command
+  with bcc's compile against start to ready plus exit);
 * per call: the loopback workload (tcploop, small messages) untraced, then under each kind
   tracing the functions it runs through (`bench_kmethods.HOT`), every field and two
   fields: the BPF programs' own run time per run (``kernel.bpf_stats_enabled``: entry or
@@ -30,9 +38,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_kmethods as km  # noqa: E402
+
+#: tests/vm/guest: method_counts.py's bpftrace process whose wildcards match given names
+GUEST_SCRIPTS = os.path.join(km.ROOT, "tests", "vm", "guest")
 
 KINDS = ("fsession.multi", "fentry.multi", "kprobe")
 LABEL = {"fsession.multi": "fsession.multi", "fentry.multi": "fentry.multi",
@@ -73,6 +85,60 @@ def attach_detach(args, tmp: str) -> dict[str, dict]:
               f"{(f['attach'] + f['detach']) / max(k['attach'] + k['detach'], 1e-3):.2f}x "
               f"(goal <= 1)", flush=True)
     return best
+
+
+def bpftrace_attach_detach(args, ours: dict[str, dict]) -> None:
+    """bpftrace's empty kprobe and kretprobe on the planned functions, each a kprobe.multi
+    link, ``--rounds`` times: the best start to ready plus Ctrl-C to exit, against
+    ``ours`` (each kind's best from `attach_detach`)."""
+    import json
+    sys.path.insert(0, GUEST_SCRIPTS)
+    import method_counts as mc
+    names = sorted(set(km._planned(args.struct, args.functions)) & mc.attachable())
+    os.makedirs(mc.LOCAL, exist_ok=True)
+    script = 'BEGIN { printf("ready\\n"); }\nkprobe:* { }\nkretprobe:* { }\n'
+    best = None
+    for round_ in range(args.rounds):
+        start = time.monotonic()
+        bt = mc.Bpftrace(round_, script, names, 2 * len(names))
+        attaching = ready = None
+        while ready is None and bt.proc.poll() is None and time.monotonic() - start < 1800:
+            text = bt.text()
+            if attaching is None and "Attaching" in text:
+                attaching = time.monotonic() - start
+            if "ready" in text:
+                ready = time.monotonic() - start
+            time.sleep(0.1)
+        if ready is None:
+            bt.stop(60)
+            print(f"bpftrace did not attach: {bt.text()[-800:]!r}", flush=True)
+            return
+        links = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True,
+                               text=True).stdout
+        types: dict[str, int] = {}
+        for link in json.loads(links or "[]"):
+            types[link.get("type", "?")] = types.get(link.get("type", "?"), 0) + 1
+        stopping = time.monotonic()
+        bt.stop(900)
+        got = {"attaching": attaching, "ready": ready, "exit": time.monotonic() - stopping,
+               "announced": next((ln for ln in bt.text().splitlines() if "Attaching" in ln), "")}
+        print(f"round {round_ + 1}, bpftrace: {len(names)} functions, {got['announced']!r}: "
+              f"start to 'Attaching' {attaching:.1f} s, to ready {ready:.1f} s "
+              f"({ready - attaching:.1f} s attaching), Ctrl-C to exit {got['exit']:.1f} s; "
+              f"links while attached: {types}", flush=True)
+        if best is None or ready + got["exit"] < best["ready"] + best["exit"]:
+            best = got
+    theirs_attach = best["ready"] - best["attaching"]
+    for kind, o in ours.items():
+        print(f"{LABEL[kind]}/bpftrace, best of {args.rounds}: attach {o['attach']:.1f} s / "
+              f"{theirs_attach:.1f} s = {o['attach'] / max(theirs_attach, 1e-3):.2f}x, detach "
+              f"{o['detach']:.1f} s / {best['exit']:.1f} s = "
+              f"{o['detach'] / max(best['exit'], 1e-3):.2f}x, both "
+              f"{(o['attach'] + o['detach']) / max(theirs_attach + best['exit'], 1e-3):.2f}x; "
+              f"with the compile (bcc {o['compile']:.1f} s; bpftrace's start to 'Attaching' "
+              f"{best['attaching']:.1f} s) "
+              f"{(o['compile'] + o['attach'] + o['detach']) / max(best['ready'] + best['exit'], 1e-3):.2f}x",
+              flush=True)
 
 
 def traced(args, kind: str, hot: list[str], fields: list[str], tmp: str) -> dict:
@@ -141,6 +207,8 @@ def main() -> int:
                    help="the kinds compared (kprobe, the anchor, always among them)")
     p.add_argument("--skip-attach", action="store_true")
     p.add_argument("--skip-per-call", action="store_true")
+    p.add_argument("--skip-bpftrace", action="store_true",
+                   help="leave out bpftrace's attach and detach on the same functions")
     args = p.parse_args()
     if ANCHOR not in args.kinds:
         args.kinds.append(ANCHOR)
@@ -151,7 +219,9 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-tmulti-", dir="/var/tmp")
     print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}", flush=True)
     if not args.skip_attach:
-        attach_detach(args, tmp)
+        ours = attach_detach(args, tmp)
+        if not args.skip_bpftrace:
+            bpftrace_attach_detach(args, ours)
     if not args.skip_per_call:
         per_call(args, tmp)
     return 0
