@@ -64,9 +64,12 @@ def test_functions_sharing_their_ways_are_one_wildcard_probe_and_the_small_group
     assert len(scripts) == 2
     (big, names), (small, small_names) = scripts
     assert names == [f"big{i}" for i in range(5)] and small_names == ["c", "d", "e", "f"]
-    assert "kprobe:* { $o0 = (uint64)arg0; if ($o0 != 0) { @c[probe, $o0] = count(); } }" in big
+    # an entry keyed by func (with probe bpftrace makes a perf kprobe of each function the
+    # wildcard matches, no kprobe.multi link), a return by probe (a kretprobe's func names
+    # the caller returned into)
+    assert "kprobe:* { $o0 = (uint64)arg0; if ($o0 != 0) { @c[func, $o0] = count(); } }" in big
     assert "kprobe:*" in small and "kretprobe:* { if (retval != 0) { @c[probe, 2, " in small
-    assert "@c[probe, 0, $o0]" in small and "@c[probe, 1, $o1]" in small
+    assert "@c[func, 0, $o0]" in small and "@c[func, 1, $o1]" in small
     assert ":c" not in small and "printf(\"e " not in big + small   # no named probe, no line a call
     for script in (big, small):
         assert f"args->pid == {mc.CLEAR_PID}/ {{ clear(@c)" in script
@@ -79,7 +82,7 @@ def test_bpftraces_printed_map_is_read_from_its_last_print_keeping_each_function
     mc = _module()
     # keyed by the probe's name: in a kretprobe bpftrace 0.17's ``func`` names the caller
     # returned into (6.12 guest, 2026-12-05: sk_prot_alloc's returns came as sk_alloc's)
-    text = ("ready\ncleared\ncounts\n@c[kprobe:tcp_close, 1]: 9\nprinted\ncounts\n"
+    text = ("ready\ncleared\ncounts\n@c[tcp_close, 1]: 9\nprinted\ncounts\n"
             "@c[kprobe:tcp_sendmsg, -131391342524416]: 3\n"
             "@c[tcp_sendmsg, -131391342524416]: 1\n"
             "@c[kretprobe:sk_alloc, 5]: 2\n@c[kretprobe:c, 1, 77]: 3\n@c[kprobe:c, 0, 77]: 5\n"
@@ -118,8 +121,8 @@ def test_each_ways_counts_and_the_printed_keys_are_read_from_the_last_print():
     """The shared process's counts per way (kept for a differing pair's evidence), and
     how many keys the last print had (a map that full may have refused updates)."""
     mc = _module()
-    text = ("counts\n@c[kprobe:c, 1, 77]: 9\nprinted\ncounts\n@c[kprobe:c, 1, 77]: 3\n"
-            "@c[kretprobe:c, 0, -8]: 5\n@c[kprobe:tcp_ack, 77]: 2\nprinted\n")
+    text = ("counts\n@c[c, 1, 77]: 9\nprinted\ncounts\n@c[c, 1, 77]: 3\n"
+            "@c[kretprobe:c, 0, -8]: 5\n@c[tcp_ack, 77]: 2\nprinted\n")
     assert mc.parse_way_counts(text) == {("c", 1, 77): 3, ("c", 0, (1 << 64) - 8): 5}
     assert mc.printed_keys(text) == 3 and mc.printed_keys("ready\n") == 0
 

@@ -6,11 +6,11 @@ the same run around the loopback workload.
     scripts/vm-run --kernel 6.12 --out OUT -- .venv/bin/python tests/vm/guest/fold_counts.py
         OUT [--functions GLOB...] [--probes kprobe] [--calls all changes]
 
-One bpftrace runs for every recording: a kprobe per function (and a kretprobe for the
-functions whose object is their return value) computing each way's object address from
-``argN`` itself (``ctracer functions --json`` says the parameter and the steps), adding
-one to ``@calls[func, address]`` only while the window is open.  The window is opened
-and closed by this script (a ``prctl`` with an option no kernel knows, seen by bpftrace's
+One bpftrace runs for every recording: a kprobe per function (a kretprobe instead for
+the functions whose object is only their return value) computing each way's object
+address from ``argN`` itself (``ctracer functions --json`` says the parameter and the
+steps), adding one to ``@calls[func, address]`` (``probe`` in a kretprobe) only while
+the window is open.  The window is opened and closed by this script (a ``prctl`` with an option no kernel knows, seen by bpftrace's
 ``sys_enter_prctl``): open once ctracer says it is recording, closed before ctracer is
 stopped, so every call bpftrace counts is inside ctracer's recording.  At the close
 bpftrace prints its map and clears it.  Counting in the kernel, bpftrace loses nothing
@@ -54,8 +54,9 @@ def bpftrace_script(ways: dict[str, list[str]], pid: int) -> str:
     """Count calls per (function, object) in ``@calls`` while the window is open; print
     and clear the map when it closes.  The ways counted and the key are
     method_counts.py's (`groups_of`, `count_body`): a kretprobe only for a function
-    reaching the object by its return value alone, and the key the probe's name, since
-    in a kretprobe bpftrace 0.17's ``func`` names the caller returned into."""
+    reaching the object by its return value alone, keyed by the probe's name (in a
+    kretprobe bpftrace 0.17's ``func`` names the caller returned into), an entry by
+    ``func``."""
     lines = ["BEGIN { printf(\"ready\\n\"); }",
              f"tracepoint:syscalls:sys_enter_prctl /pid == {pid} && args->option == "
              f"{WINDOW_OPTION}/ {{ if (args->arg2 == 1) {{ @on = 1; printf(\"window open\\n\"); }} "

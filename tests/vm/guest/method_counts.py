@@ -11,11 +11,15 @@ and with ``--timing`` the workload's slowdown under each tool alone.
 The ways each function reaches the object come from ``ctracer functions --json`` (the
 parameter, then each step: a read of the pointer at an offset or an added offset).
 bpftrace computes the same address from ``argN`` (or the return value, for a function
-whose object is what it returns) and counts calls in a map, ``@c[probe, address] =
-count()``: one map update a call and way, nothing printed per call.  The key is the
-probe's name (``kprobe:F``, ``kretprobe:F``), not ``func``: in a kretprobe bpftrace
-0.17's ``func`` names the caller the function returned into (6.12 guest, 2026-12-05:
-``sk_prot_alloc``'s returns were counted as ``sk_alloc``'s and ``sk_clone_lock``'s).  Functions sharing
+whose object is what it returns) and counts calls in a map, ``@c[func, address] =
+count()``: one map update a call and way, nothing printed per call.  A return is keyed by
+the probe's name (``kretprobe:F``), not ``func``: in a kretprobe bpftrace 0.17's ``func``
+names the caller the function returned into (6.12 guest, 2026-12-05: ``sk_prot_alloc``'s
+returns were counted as ``sk_alloc``'s and ``sk_clone_lock``'s).  An entry keeps
+``func`` (right in a kprobe): with ``probe`` bpftrace makes a program and a perf kprobe
+of each function a wildcard matches, no kprobe.multi link (6.12 guest, 2026-12-05:
+``kprobe:tcp_v4_*`` keyed by ``func`` was one kprobe.multi link, by ``probe`` 27 perf
+kprobes).  Functions sharing
 their ways are one group; a group of `MULTI_GROUP` functions or more is one bpftrace
 process whose ``kprobe:*`` attaches the group as one kprobe.multi link (bpftrace 0.17
 multi-attaches only a wildcard, matched against ftrace's ``available_filter_functions``:
@@ -148,17 +152,19 @@ def groups_of(ways: dict[str, list[str]]) -> dict[tuple[str, ...], list[str]]:
     return {k: sorted(v) for k, v in groups.items()}
 
 
-#: a key bpftrace printed for a function counted: the probe's name (``kprobe:F``,
-#: ``kretprobe:F``; a bare name and an offset are read too), the function its group
+#: a key bpftrace printed for a function counted: ``func`` (an entry's) or the probe's name
+#: (``kretprobe:F``, a return's; ``kprobe:F`` and an offset are read too), the function
+#: its group
 PROBE_KEY = r"(?:kretprobe:|kprobe:)?([\w.]+)(?:\+\d+)?"
 
 
 def count_body(exprs: tuple[str, ...], counter: str = "@c") -> str:
-    """bpftrace's action adding one to ``counter[probe, address]`` for each way's object
-    address (``exprs``, or ``("ret",)``: the return value), a null address left out."""
+    """bpftrace's action adding one to ``counter[KEY, address]`` for each way's object
+    address (``exprs``, or ``("ret",)``: the return value), a null address left out;
+    KEY is ``func`` at entry, the probe's name at return (`PROBE_KEY`)."""
     if exprs == ("ret",):
         return f"if (retval != 0) {{ {counter}[probe, (uint64)retval] = count(); }}"
-    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ {counter}[probe, $o{i}] = count(); }}"
+    return " ".join(f"$o{i} = {e}; if ($o{i} != 0) {{ {counter}[func, $o{i}] = count(); }}"
                     for i, e in enumerate(exprs))
 
 
@@ -176,7 +182,7 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
     match).  A big group's script is one wildcard probe, ``kprobe:*`` (``kretprobe:*``
     for objects returned), one map update a call and way.  The small groups share one
     script whose ``kprobe:*`` computes every way of theirs and counts each under its way's
-    number, ``@c[probe, WAY, address]`` (the counts of ways a function does not have are
+    number, ``@c[func, WAY, address]`` (``probe`` at return: `count_body`; the counts of ways a function does not have are
     left out when read, `parse_counts`): named probes, one perf kprobe each, took bpftrace
     longer to attach than the guest's 40 minutes (6.12, every method of sock, loaded
     TCG guest, 2026-12-05)."""
@@ -195,7 +201,7 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
         probes = []
         if entry:
             probes.append("kprobe:* { " + " ".join(
-                f"$o{n} = {e}; if ($o{n} != 0) {{ @c[probe, {n}, $o{n}] = count(); }}"
+                f"$o{n} = {e}; if ($o{n} != 0) {{ @c[func, {n}, $o{n}] = count(); }}"
                 for e, n in entry) + " }")
         if "ret" in numbered:
             probes.append(f"kretprobe:* {{ if (retval != 0) {{ @c[probe, {numbered['ret']}, "
@@ -251,7 +257,7 @@ def attachable() -> set[str]:
 
 def parse_counts(text: str, kept: dict[str, set[int]]) -> collections.Counter:
     """The calls per (function, object) bpftrace printed last ("counts" ... "printed"):
-    ``@c[probe, address]``, or ``@c[probe, way, address]`` counted only where the function
+    ``@c[KEY, address]``, or ``@c[KEY, way, address]`` (`PROBE_KEY`) counted only where the function
     has that way (``kept``).  bpftrace 0.17 prints a 64-bit key as a signed number (a
     kernel address is negative)."""
     start = text.rfind("counts\n")
@@ -270,7 +276,7 @@ class Bpftrace:
     ftrace can hook (a mount namespace of its own)."""
 
     def __init__(self, index: int, script: str, names: list[str], probes: int):
-        self.map_keys = SHARED_MAP_KEYS if re.search(r"@c\[probe, \d+, ", script) else MAP_KEYS
+        self.map_keys = SHARED_MAP_KEYS if re.search(r"@c\[(?:func|probe), \d+, ", script) else MAP_KEYS
         self.out = os.path.join(LOCAL, f"bpftrace-{index}.txt")
         path = os.path.join(LOCAL, f"counts-{index}.bt")
         with open(path, "w") as f:
