@@ -50,9 +50,10 @@ def test_each_way_is_bpftraces_own_address_expression():
 def test_functions_sharing_their_ways_are_one_wildcard_probe_and_the_small_groups_another():
     """A big group is one bpftrace process whose ``kprobe:*`` the group's names match
     (one kprobe.multi link, one map update a call); a function reached also through its
-    return value is counted at entry, one reached only so at return; the small groups
-    share one process whose wildcards count every way of theirs under its number (no
-    perf kprobe a function: those took longer to attach than a guest's 40 minutes)."""
+    return value is counted at entry, one reached only so at return, in a process of its
+    own whatever their number; the other small groups share one process whose wildcard
+    counts every way of theirs under its number (no perf kprobe a function: those took
+    longer to attach than a guest's 40 minutes)."""
     mc = _module()
     ways = {f"big{i}": ["(uint64)arg0"] for i in range(5)}
     ways.update({"c": ["(uint64)arg1", "ret"], "d": ["ret"], "e": ["ret"],
@@ -61,21 +62,24 @@ def test_functions_sharing_their_ways_are_one_wildcard_probe_and_the_small_group
     assert groups[("(uint64)arg0",)] == [f"big{i}" for i in range(5)]
     assert groups[("(uint64)arg1",)] == ["c"] and groups[("ret",)] == ["d", "e"]
     scripts = mc.bpftrace_scripts(groups, multi_group=5)
-    assert len(scripts) == 2
-    (big, names), (small, small_names) = scripts
-    assert names == [f"big{i}" for i in range(5)] and small_names == ["c", "d", "e", "f"]
+    assert len(scripts) == 3
+    (big, names), (returns, return_names), (small, small_names) = scripts
+    assert names == [f"big{i}" for i in range(5)] and small_names == ["c", "f"]
     # an entry keyed by func (with probe bpftrace makes a perf kprobe of each function the
     # wildcard matches, no kprobe.multi link), a return by probe (a kretprobe's func names
-    # the caller returned into)
+    # the caller returned into): so the kretprobe's wildcard matches the returning
+    # functions only
     assert "kprobe:* { $o0 = (uint64)arg0; if ($o0 != 0) { @c[func, $o0] = count(); } }" in big
-    assert "kprobe:*" in small and "kretprobe:* { if (retval != 0) { @c[probe, 2, " in small
+    assert return_names == ["d", "e"]
+    assert "kretprobe:* { if (retval != 0) { @c[probe, (uint64)retval] = count(); } }" in returns
+    assert "kretprobe" not in big + small and "probe," not in big + small
     assert "@c[func, 0, $o0]" in small and "@c[func, 1, $o1]" in small
     assert ":c" not in small and "printf(\"e " not in big + small   # no named probe, no line a call
-    for script in (big, small):
+    for script in (big, returns, small):
         assert f"args->pid == {mc.CLEAR_PID}/ {{ clear(@c)" in script
         assert f"args->pid == {mc.PRINT_PID}/ {{ printf(\"counts\\n\"); print(@c)" in script
         assert "END { clear(@c); }" in script   # no map printed at exit (it took minutes)
-    assert mc.kept_ways(groups, multi_group=5) == {"c": {1}, "d": {2}, "e": {2}, "f": {0, 1}}
+    assert mc.kept_ways(groups, multi_group=5) == {"c": {1}, "f": {0, 1}}
 
 
 def test_bpftraces_printed_map_is_read_from_its_last_print_keeping_each_functions_ways():

@@ -19,15 +19,16 @@ returns were counted as ``sk_alloc``'s and ``sk_clone_lock``'s).  An entry keeps
 ``func`` (right in a kprobe): with ``probe`` bpftrace makes a program and a perf kprobe
 of each function a wildcard matches, no kprobe.multi link (6.12 guest, 2026-12-05:
 ``kprobe:tcp_v4_*`` keyed by ``func`` was one kprobe.multi link, by ``probe`` 27 perf
-kprobes).  Functions sharing
-their ways are one group; a group of `MULTI_GROUP` functions or more is one bpftrace
-process whose ``kprobe:*`` attaches the group as one kprobe.multi link (bpftrace 0.17
-multi-attaches only a wildcard, matched against ftrace's ``available_filter_functions``:
-each such process sees, in a mount namespace of its own, that file bind-mounted over by
-the group's names).  The smaller groups share one more such process, whose wildcards
-compute every way of theirs and count each under its number (a way a function does not
-have is left out when read): a perf kprobe a function took bpftrace longer to attach
-than a guest's 40 minutes.  Nothing of ctracer's probe code is shared: bpftrace reads
+kprobes).  Functions sharing their ways are one group; a group of `MULTI_GROUP`
+functions or more is one bpftrace process whose ``kprobe:*`` attaches the group as one
+kprobe.multi link (bpftrace 0.17 multi-attaches only a wildcard, matched against
+ftrace's ``available_filter_functions``: each such process sees, in a mount namespace of
+its own, that file bind-mounted over by the group's names).  The functions reached only
+by their return value are one more process whatever their number (a perf kretprobe each,
+for ``probe``: few functions).  The other smaller groups share one more such process,
+whose wildcard computes every way of theirs and counts each under its number (a way a
+function does not have is left out when read): a perf kprobe a function took bpftrace
+longer to attach than a guest's 40 minutes.  Nothing of ctracer's probe code is shared: bpftrace reads
 the registers and the memory itself.
 
 The recordings (``ctracer trace struct S --calls MODE`` to the guest's tmpfs,
@@ -182,32 +183,26 @@ def bpftrace_scripts(groups: dict[tuple[str, ...], list[str]],
     match).  A big group's script is one wildcard probe, ``kprobe:*`` (``kretprobe:*``
     for objects returned), one map update a call and way.  The small groups share one
     script whose ``kprobe:*`` computes every way of theirs and counts each under its way's
-    number, ``@c[func, WAY, address]`` (``probe`` at return: `count_body`; the counts of ways a function does not have are
+    number, ``@c[func, WAY, address]`` (the counts of ways a function does not have are
     left out when read, `parse_counts`): named probes, one perf kprobe each, took bpftrace
     longer to attach than the guest's 40 minutes (6.12, every method of sock, loaded
-    TCG guest, 2026-12-05)."""
+    TCG guest, 2026-12-05).  The functions reached only by their return value are a
+    process of their own whatever their number: keyed by ``probe`` (`count_body`), its
+    ``kretprobe:*`` is a perf kretprobe a function matched, so it matches those only."""
     scripts = []
     small: list[tuple[tuple[str, ...], list[str]]] = []
     for exprs, functions in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         kind = "kretprobe" if exprs == ("ret",) else "kprobe"
-        if len(functions) >= multi_group:
+        if len(functions) >= multi_group or exprs == ("ret",):
             scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL +
                             f"{kind}:* {{ {count_body(exprs)} }}\n", functions))
         else:
             small.append((exprs, functions))
     if small:
         numbered = way_numbers(dict(small))
-        entry = [(e, n) for e, n in numbered.items() if e != "ret"]
-        probes = []
-        if entry:
-            probes.append("kprobe:* { " + " ".join(
-                f"$o{n} = {e}; if ($o{n} != 0) {{ @c[func, {n}, $o{n}] = count(); }}"
-                for e, n in entry) + " }")
-        if "ret" in numbered:
-            probes.append(f"kretprobe:* {{ if (retval != 0) {{ @c[probe, {numbered['ret']}, "
-                          "(uint64)retval] = count(); } }")
-        scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL + "\n".join(probes) +
-                        "\n", sorted(f for _, fs in small for f in fs)))
+        scripts.append(("BEGIN { printf(\"ready\\n\"); }\n" + CONTROL + "kprobe:* { " + " ".join(
+            f"$o{n} = {e}; if ($o{n} != 0) {{ @c[func, {n}, $o{n}] = count(); }}"
+            for e, n in numbered.items()) + " }\n", sorted(f for _, fs in small for f in fs)))
     return scripts
 
 
@@ -219,7 +214,7 @@ def way_numbers(groups: dict[tuple[str, ...], list[str]]) -> dict[str, int]:
 def kept_ways(groups: dict[tuple[str, ...], list[str]],
               multi_group: int = MULTI_GROUP) -> dict[str, set[int]]:
     """For the functions of the small groups, the numbers of the ways they have."""
-    small = {k: v for k, v in groups.items() if len(v) < multi_group}
+    small = {k: v for k, v in groups.items() if len(v) < multi_group and k != ("ret",)}
     numbered = way_numbers(small)
     return {f: {numbered[e] for e in exprs} for exprs, fs in small.items() for f in fs}
 
