@@ -4,7 +4,7 @@ function is left out."""
 
 from ctracer.debuginfo.catalog import FunctionInfo, Inline, Parameter, ShapeKind, TracepointInfo, TypeShape
 from ctracer.host.facts import KernelFacts, Mechanism
-from ctracer.plan.attach import PROBE_KINDS, plan_probes
+from ctracer.plan.attach import PROBE_KINDS, mixed_in, plan_probes
 from ctracer.plan.discovery import Method
 
 YES, NO = Mechanism(True, "tried: works"), Mechanism(False, "tried: refused")
@@ -107,24 +107,39 @@ def test_fsession_multi_is_preferred_where_tracing_multi_links_run_session_progr
                                             fsession_multi=YES)))["sk_free"] == ["fentry", "fexit"]
 
 
-def test_a_struct_returned_by_value_is_left_out_of_fentry_not_of_kprobes():
+def test_a_struct_returned_by_value_goes_on_kprobes_beside_fentry():
     batch = TypeShape(ShapeKind.STRUCT, "desc_batch", 0, text="struct desc_batch")
     f = FunctionInfo("xsk_peek_batch", (Parameter("sk", SOCK),), batch)
     m = Method(f, "direct", "struct sock", 0, "sk", "struct sock *", route_form="struct sock")
     symbols = SYMBOLS | {"xsk_peek_batch"}
-    fentry = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols))
-    (left,) = fentry.by_function()["xsk_peek_batch"]
+    mixed = plan_probes([m, method("tcp_close")], facts(fentry=YES, kprobes=YES, symbols=symbols))
+    entry, exit_ = mixed.by_function()["xsk_peek_batch"]
+    assert (entry.kind, exit_.kind) == ("kprobe", "kretprobe") and entry.placed
+    assert "returning a struct by value: kprobes instead" in entry.reason and mixed_in(entry)
+    assert kinds(mixed)["tcp_close"] == ["fentry", "fexit"]
+    assert not mixed_in(mixed.by_function()["tcp_close"][0])
+    # the kind asked for is kept to: left out, saying auto traces it
+    asked = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="fentry")
+    (left,) = asked.by_function()["xsk_peek_batch"]
     assert left.kind is None and "returning a struct by value" in left.reason
+    assert "--function-probes fentry asked for it alone; auto traces it" in left.reason
+    # no kprobes here: left out, saying so
+    (left,) = plan_probes([m], facts(fentry=YES, kprobes=NO, symbols=symbols)
+                          ).by_function()["xsk_peek_batch"]
+    assert left.kind is None and "kprobes are refused here" in left.reason
     kprobe = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
     assert kinds(kprobe)["xsk_peek_batch"] == ["kprobe", "kretprobe"]
+    assert not mixed_in(kprobe.by_function()["xsk_peek_batch"][0])
     logf = FunctionInfo("nf_log_packet", (Parameter("sk", SOCK),), VOID, variadic=True)
     m = Method(logf, "direct", "struct sock", 0, "sk", "struct sock *", route_form="struct sock")
-    plan = plan_probes([m], facts(fentry=YES, kprobes=YES, symbols=SYMBOLS | {"nf_log_packet"}))
-    (left,) = plan.by_function()["nf_log_packet"]
-    assert left.kind is None and "variable arguments" in left.reason
+    plan = plan_probes([m], facts(fentry=YES, kprobes=YES, kprobe_multi=YES,
+                                  symbols=SYMBOLS | {"nf_log_packet"}))
+    entry = plan.by_function()["nf_log_packet"][0]
+    assert entry.kind == "kprobe" and "variable arguments" in entry.reason
+    assert "through a kprobe.multi link" in entry.reason
 
 
-def test_more_arguments_than_a_trampoline_takes_is_left_out_of_fentry_not_of_kprobes():
+def test_more_arguments_than_a_trampoline_takes_go_on_kprobes_beside_it():
     def with_params(n):
         f = FunctionInfo(f"send_{n}", tuple(Parameter(f"a{i}", SOCK) for i in range(n)), VOID)
         return Method(f, "direct", "struct sock", 0, "a0", "struct sock *",
@@ -134,11 +149,27 @@ def test_more_arguments_than_a_trampoline_takes_is_left_out_of_fentry_not_of_kpr
     for multi in (YES, NO):
         plan = plan_probes(methods, facts(fentry=YES, kprobes=YES, tracing_multi=multi,
                                           symbols=symbols)).by_function()
-        (left,) = plan["send_14"]
-        assert left.kind is None and "14 arguments" in left.reason and "at most 12" in left.reason
+        entry = plan["send_14"][0]
+        assert entry.kind == "kprobe" and entry.placed and mixed_in(entry)
+        assert "14 arguments" in entry.reason and "at most 12" in entry.reason
+        assert "one perf kprobe each" in entry.reason   # no kprobe.multi in these facts
         assert plan["send_12"][0].kind in ("fentry", "fentry.multi") and plan["send_12"][0].placed
+        asked = plan_probes(methods, facts(fentry=YES, kprobes=YES, tracing_multi=multi,
+                                           symbols=symbols),
+                            prefer="fentry.multi" if multi is YES else "fentry").by_function()
+        (left,) = asked["send_14"]
+        assert left.kind is None and "14 arguments" in left.reason and "auto traces it" in left.reason
+    session = plan_probes(methods, facts(fentry=YES, kprobes=YES, tracing_multi=YES,
+                                         fsession_multi=YES, symbols=symbols)).by_function()
+    assert kinds_of_plan(session) == {"send_12": ["fsession.multi"],
+                                      "send_14": ["kprobe", "kretprobe"]}
+    assert mixed_in(session["send_14"][0])
     kprobe = plan_probes(methods, facts(fentry=YES, kprobes=YES, symbols=symbols), prefer="kprobe")
     assert kinds(kprobe)["send_14"] == ["kprobe", "kretprobe"]
+
+
+def kinds_of_plan(by_function):
+    return {f: [p.kind for p in ps] for f, ps in by_function.items()}
 
 
 def test_kprobes_when_fentry_is_refused_saying_whether_kprobe_multi_links():

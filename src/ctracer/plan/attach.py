@@ -22,6 +22,11 @@ Kinds, in the order they are preferred for kernel functions:
                             carries the struct;
 ``uprobe``/``uretprobe``    for functions of user-space programs.
 
+One plan may mix two kinds: under the trampoline kinds, the functions a BPF trampoline
+cannot take (more than 12 arguments, a struct returned by value, variable arguments: BTF
+says so before anything is loaded) get kprobe/kretprobe where the kernel attaches kprobes
+(`plan_probes`, `mixed_in`).
+
 Where neither fentry nor kprobes work the functions still get kprobe/kretprobe entries
 (the programs a kprobe kernel would load; ``ctracer plan --verify`` loads them through the
 verifier) marked not attachable, with the reason.  Functions are left out (``kind`` None)
@@ -51,6 +56,9 @@ EXIT_KIND = {"fsession.multi": "fsession.multi", "fentry.multi": "fexit.multi",
              "fentry": "fexit", "kprobe": "kretprobe", "uprobe": "uretprobe"}
 #: the entry kinds of kernel functions
 KERNEL_ENTRY_KINDS = ("fsession.multi", "fentry.multi", "fentry", "kprobe")
+#: the kernel-function kinds run by BPF trampolines (at most 12 arguments, no struct
+#: returned by value, no variable arguments: `fentry_refuses`)
+TRAMPOLINE_KINDS = ("fsession.multi", "fentry.multi", "fentry")
 
 #: name prefixes of kernel functions that are never probed, and why
 _LEFT_OUT_PREFIXES = (
@@ -249,24 +257,46 @@ def _tracepoint_probe(key: str, name: str, methods: tuple[Method, ...],
 TRAMPOLINE_MAX_ARGS = 12
 
 
-def _fentry_refuses(function) -> str:
+def fentry_refuses(function) -> str:
     """Why the kernel's BTF check refuses fentry/fexit on this function ("" when it does
     not): a struct or union returned by value (the verifier's "return type STRUCT is
     unsupported"), variable arguments ("with variable args is unsupported"), more than
     `TRAMPOLINE_MAX_ARGS` arguments ("has 14 arguments. Too many."); kprobes take such
     functions.  tracing_multi links run the same check."""
     if getattr(function, "variadic", False):
-        return "fentry cannot take a function with variable arguments (--function-probes kprobe can)"
+        return "fentry cannot take a function with variable arguments"
     params = len(getattr(function, "params", ()))
     if params > TRAMPOLINE_MAX_ARGS:
         return (f"fentry cannot take a function of {params} arguments (BPF trampolines take "
-                f"at most {TRAMPOLINE_MAX_ARGS}; --function-probes kprobe can)")
+                f"at most {TRAMPOLINE_MAX_ARGS})")
     returns = getattr(function, "returns", None)
     if returns is not None and not returns.pointers and \
             returns.kind in (ShapeKind.STRUCT, ShapeKind.UNION):
-        return (f"fexit cannot take a function returning a {returns.kind.value} by value "
-                "(--function-probes kprobe can)")
+        return f"fexit cannot take a function returning a {returns.kind.value} by value"
     return ""
+
+
+#: the words a function placed on kprobes in a trampoline kind's plan carries in its
+#: reason (`mixed_in`)
+INSTEAD = "kprobes instead"
+
+
+def _kprobes_instead(refused: str, facts: KernelFacts) -> Optional[tuple[Optional[bool], str]]:
+    """(attachable, reason) of kprobe/kretprobe on a function the trampoline kind the
+    plan chose cannot take (``refused``: `fentry_refuses`), where this kernel attaches
+    kprobes; None where it does not (the function is then left out)."""
+    if facts.kprobes.works is False:
+        return None
+    how = ("a kprobe.multi link" if facts.kprobe_multi.works
+           else "one perf kprobe each (no kprobe.multi link here)")
+    here = True if facts.running_kernel and facts.kprobes.works else None
+    return here, f"{refused}: {INSTEAD}, through {how}"
+
+
+def mixed_in(probe: "PlannedProbe") -> bool:
+    """Whether ``probe`` is a kprobe the plan placed beside a trampoline kind, on a
+    function that kind cannot take (`plan_probes` under ``auto``)."""
+    return probe.kind in ("kprobe", "kretprobe") and INSTEAD in probe.reason
 
 
 def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
@@ -274,7 +304,14 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
     """The plan for ``methods`` (see the module docstring); ``space`` is ``kernel`` for
     the running kernel, a vmlinux or a module, ``user`` for a program or library;
     ``prefer``: the kernel functions' kind asked for ("fsession.multi", "fentry.multi",
-    "fentry", "kprobe")."""
+    "fentry", "kprobe").
+
+    Where the kind chosen is a trampoline one (fsession.multi, fentry.multi, fentry) and
+    nothing was asked for, a function it cannot take (`fentry_refuses`: more than 12
+    arguments, a struct returned by value, variable arguments) goes on kprobe/kretprobe
+    where the kernel attaches kprobes, its reason saying so (`mixed_in`): one recording
+    then uses both kinds.  A kind asked for is kept to: such functions are left out, the
+    reason saying that ``auto`` traces them."""
     if space not in ("kernel", "user"):
         raise ValueError(f"unknown address space {space!r}")
     grouped: dict[str, list[Method]] = {}
@@ -303,11 +340,17 @@ def plan_probes(methods: Iterable[Method], facts: KernelFacts, *,
             probes.append(PlannedProbe(key, name, None, why_not, False, ms))
             continue
         kind, ok, why = function_kind
-        if kind in ("fentry", "fentry.multi", "fsession.multi") and ok is not False:
-            refused = _fentry_refuses(ms[0].function)
-            if refused:
-                probes.append(PlannedProbe(key, name, None, refused, False, ms))
+        if kind in TRAMPOLINE_KINDS and ok is not False:
+            refused = fentry_refuses(ms[0].function)
+            instead = _kprobes_instead(refused, facts) if refused and prefer is None else None
+            if refused and instead is None:
+                probes.append(PlannedProbe(key, name, None, refused + (
+                    f" (--function-probes {prefer} asked for it alone; auto traces it with "
+                    "kprobes)" if prefer else f" (and kprobes are refused here: "
+                    f"{facts.kprobes.why})"), False, ms))
                 continue
+            if instead is not None:
+                kind, ok, why = ("kprobe",) + instead
         probes.append(PlannedProbe(key, name, kind, why, ok, ms))
         if EXIT_KIND[kind] != kind:
             probes.append(PlannedProbe(key, name, EXIT_KIND[kind], why, ok, ms))

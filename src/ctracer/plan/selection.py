@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ctracer.debuginfo.catalog import ShapeKind
@@ -53,6 +53,13 @@ class KernelChoice:
     functions: list
     entry_kind: Optional[str]
     note: dict
+    #: each function's entry kind by method key, where it is not ``entry_kind``: the
+    #: functions the trampoline kind cannot take, on kprobes (`ctracer.plan.attach.mixed_in`)
+    function_kinds: dict = field(default_factory=dict)
+    #: the kind tried, after the others are attached, on the functions the kernel
+    #: refuses ``entry_kind`` for (kprobe under ``auto`` with a trampoline kind, where
+    #: kprobes attach); None: none
+    fallback_kind: Optional[str] = None
 
 
 FUNCTION_PROBES = ("auto", "fsession.multi", "fentry.multi", "fentry", "kprobe", "none")
@@ -78,7 +85,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     counts those the trace keeps of the methods placed — would be probed and kprobe.multi
     links work).  Probes that could not be tried (without root, for
     ``--print-bpf``) are kept."""
-    from ctracer.plan.attach import KERNEL_ENTRY_KINDS, plan_probes
+    from ctracer.plan.attach import KERNEL_ENTRY_KINDS, mixed_in, plan_probes
     from ctracer.host.features import kernel_facts
     if function_probes not in FUNCTION_PROBES:
         raise UsageError(f"--function-probes {function_probes!r}: one of "
@@ -97,7 +104,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
             chosen.extend(p.methods)
     entries = plan.of_kind(*KERNEL_ENTRY_KINDS)
     usable = [p for p in entries if p.attachable is not False]
-    kind = usable[0].kind if usable else None
+    kind = _main_kind(usable)
     picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
     many = selected(chosen + picked) if function_probes == "auto" and kind == "fentry" else 0
     if many > FENTRY_AUTO_MAX and facts.kprobe_multi.works and facts.kprobes.works:
@@ -108,20 +115,36 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
                       f"one by one (--function-probes fentry for fentry)")
             for p in plan.of_kind(*KERNEL_ENTRY_KINDS)]
         usable = [p for p in entries if p.attachable is not False]
-        kind = usable[0].kind if usable else None
+        kind = _main_kind(usable)
         picked = [m for p in usable for m in p.methods]
     if not chosen and not picked:
         why = refused[0] if refused else (entries[0].reason if entries else
                                           "no tracepoint or function to probe")
         raise CtracerError(f"nothing can be traced here ({why})")
+    mixed = [p for p in usable if mixed_in(p)] if picked else []
+    main_reason = next((p.reason for p in entries if p.kind == kind and not mixed_in(p)),
+                       entries[0].reason if entries else "no function takes the struct")
+    fallback = ("kprobe" if picked and function_probes == "auto" and
+                kind in ("fentry", "fentry.multi") and facts.kprobes.works else None)
     note = {"counts": plan.counts(), "kernel": facts.to_json(),
             "tracepoints_refused": refused,
             "functions_planned": len({p.function for p in entries}),
             "functions_left_out": [[p.function, p.reason] for p in plan.left_out()][:200],
             "entry_kind": kind if picked else None,
-            "reason": entries[0].reason if entries else "no function takes the struct",
-            "function_probes": function_probes}
-    return KernelChoice(chosen, picked, kind if picked else None, note)
+            "reason": main_reason,
+            "function_probes": function_probes,
+            "mixed": [[p.function, p.kind, p.reason] for p in mixed][:200],
+            "fallback_kind": fallback}
+    return KernelChoice(chosen, picked, kind if picked else None, note,
+                        {m.key: p.kind for p in mixed for m in p.methods}, fallback)
+
+
+def _main_kind(usable: Sequence) -> Optional[str]:
+    """The entry kind of a plan's functions: the kind of those not placed on kprobes
+    beside a trampoline kind (`ctracer.plan.attach.mixed_in`), else of the first."""
+    from ctracer.plan.attach import mixed_in
+    return next((p.kind for p in usable if not mixed_in(p)),
+                usable[0].kind if usable else None)
 
 
 def check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequence) -> None:

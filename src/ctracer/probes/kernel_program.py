@@ -10,7 +10,7 @@ functions'), writes the C and returns a `KernelProgram` that `ctracer.record` ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ctracer.debuginfo.catalog import Catalog
 from ctracer.event import Layout
@@ -46,6 +46,10 @@ class KernelProgram:
     #: "fentry" or "kprobe"; its exit kind is `kfunctions.KINDS`'s)
     kfunctions: tuple[KernelFunction, ...] = ()
     entry_kind: Optional[str] = None
+    #: the kind whose programs the text also holds for the functions the kernel refuses
+    #: ``entry_kind`` on, tried once the others are attached (`ctracer.record.kattach`);
+    #: None: none
+    fallback_kind: Optional[str] = None
     #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
     context_probes: tuple[tracepoint.ContextProbe, ...] = ()
     #: the functions' programs keep each thread's depth and saved calls in task storage,
@@ -97,7 +101,20 @@ class KernelProgram:
             return []
         storage = self.task_storage if task_storage is None else task_storage and self.task_storage
         return sorted({f.program(k, storage) for f in self.kfunctions
-                       for k in kfunctions.probe_kinds(self.entry_kind)})
+                       for k in self.kinds_of(f)})
+
+    def kinds_of(self, f: KernelFunction) -> tuple[str, ...]:
+        """The kinds whose programs ``f`` may run (`kinds_of`)."""
+        return kinds_of(f, self.entry_kind, self.fallback_kind)
+
+    @property
+    def entry_kinds(self) -> dict[str, int]:
+        """Functions per entry kind planned, the program's own kind first."""
+        out: dict[str, int] = {}
+        for f in sorted(self.kfunctions, key=lambda f: (f.kind or self.entry_kind) != self.entry_kind):
+            kind = f.kind or self.entry_kind or ""
+            out[kind] = out.get(kind, 0) + 1
+        return out
 
 
 def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catalog, *,
@@ -111,13 +128,18 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          format_fields: Optional[tracepoint.FormatFields] = None,
                          task_storage: bool = True,
                          compact: bool = False,
-                         calls: str = "all"
+                         calls: str = "all",
+                         function_kinds: Mapping[str, str] = {},
+                         fallback_kind: Optional[str] = None
                          ) -> KernelProgram:
     """Raw tracepoint probes for the tracepoint ``methods`` and ``entry_kind`` probes
     (fentry.multi/fexit.multi, fentry/fexit or kprobe/kretprobe) for ``function_methods``, recording ``mini``;
     ``task_storage``: the functions' per-thread state in task storage (what the
     running kernel takes for the kind: `ctracer.host.features.task_storage_works`),
-    else in LRU hashes."""
+    else in LRU hashes.  ``function_kinds``: the entry kind of the functions (by method
+    key) not on ``entry_kind`` (kprobes beside a trampoline kind); ``fallback_kind``: a
+    kind whose programs the text holds too, for the functions the kernel refuses
+    ``entry_kind`` on (those it can read: `KernelFunction.kprobe_ready`)."""
     ctext.check_ring_bytes(ring_bytes)
     folding.check_calls(calls)
     fold = calls == "changes"
@@ -131,24 +153,62 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         if entry_kind not in kfunctions.KINDS:
             raise ValueError(f"kernel functions need an entry kind, not {entry_kind!r}")
         arch = arch or host_arch()
+        for other in set(function_kinds.values()) | {fallback_kind} - {None}:
+            if other not in kfunctions.KINDS:
+                raise ValueError(f"kernel functions need an entry kind, not {other!r}")
         frows, functions = kfunctions.plan_kernel_functions(
             function_methods, arch, first_row=len(rows) + 1,
             max_regs=12 if kfunctions.reads_like_fentry(entry_kind)
             else arch.register_args,
-            ending={r.function for r in rules if r.probe == "function" and r.effect == "ends"})
+            ending={r.function for r in rules if r.probe == "function" and r.effect == "ends"},
+            kinds=function_kinds, kind=entry_kind, struct_size=_struct_size(catalog))
         rows = rows + frows
     nargs = max((len(tp.args) for tp in tracepoints), default=0)
     functions_c = ("", "")
     if functions:
         nargs = max(nargs, kfunctions.NARGS)
-        counts = sorted({f.route_count for f in functions})
+        counts: dict[str, set[int]] = {}
+        for f in functions:
+            for kind in entry_kinds_of(f, entry_kind, fallback_kind):
+                counts.setdefault(kind, set()).add(f.route_count)
         functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
-                       kfunctions.programs_c([entry_kind], counts, nargs, task_storage, fold))
+                       kfunctions.programs_c(list(counts), (), nargs, task_storage, fold,
+                                             routes_by_kind={k: sorted(v) for k, v
+                                                             in counts.items()}))
     compact = compact and mini.size > 0
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
                                         functions_c, compact, fold)
     return KernelProgram(text, mini, tracepoints, rows, admission, ring_bytes, nargs,
                          tuple(rules), head, functions, entry_kind if functions else None,
+                         fallback_kind if functions else None,
                          tracepoint.CONTEXT_PROBES if tracepoint.needs_context(admission)
                          else (), task_storage=bool(functions and task_storage),
                          compact=compact, calls=calls)
+
+
+def entry_kinds_of(f: KernelFunction, entry_kind: Optional[str],
+                   fallback_kind: Optional[str]) -> tuple[str, ...]:
+    """The entry kinds ``f`` may be attached with: its own (``entry_kind`` unless it has
+    one: `KernelFunction.kind`), then the fallback kind where that kind can read what it
+    needs (`KernelFunction.kprobe_ready`)."""
+    own = f.kind or entry_kind
+    if fallback_kind and fallback_kind != own and f.kprobe_ready:
+        return (own, fallback_kind)
+    return (own,)
+
+
+def kinds_of(f: KernelFunction, entry_kind: Optional[str],
+             fallback_kind: Optional[str]) -> tuple[str, ...]:
+    """The kinds whose programs ``f`` may run (`entry_kinds_of`, each with its exit kind
+    unless it is a session kind: `kfunctions.probe_kinds`)."""
+    return tuple(k for entry in entry_kinds_of(f, entry_kind, fallback_kind)
+                 for k in kfunctions.probe_kinds(entry))
+
+
+def _struct_size(catalog: Optional[Catalog]):
+    """A returned struct's or union's bytes from the catalog (None when not known)."""
+    def size(shape) -> Optional[int]:
+        found = catalog.struct(shape.name, shape.kind) if catalog is not None and shape.name \
+            else None
+        return found.size if found is not None else None
+    return size

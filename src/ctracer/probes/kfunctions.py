@@ -54,7 +54,7 @@ the recorder (`ctracer.record.kattach`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Optional, Sequence
+from typing import Callable, Collection, Mapping, Optional, Sequence
 
 from ctracer.debuginfo.catalog import FunctionInfo, ShapeKind, TypeShape
 from ctracer.event import FLAG_NO_ENTRY, PHASE_ENTRY, PHASE_EXIT
@@ -72,6 +72,12 @@ MAX_ROUTES = ROUTE_COUNTS[-1]
 MAX_STEPS = ctext.MAX_STEPS
 #: register arguments each event records
 NARGS = 6
+#: the integer argument registers a kprobe program reads (x86-64's six: later
+#: arguments are on the stack, which the programs do not read)
+KPROBE_REGS = 6
+#: the largest struct or union a function returns in registers (x86-64: larger ones
+#: through a hidden pointer the caller passes as the first argument)
+RETURNED_IN_REGISTERS = 16
 #: entry kinds and the exit kind each goes with
 KINDS = {"fsession.multi": "fsession.multi", "fentry.multi": "fexit.multi",
          "fentry": "fexit", "kprobe": "kretprobe"}
@@ -138,6 +144,17 @@ class KernelFunction:
     arg_widths: tuple[tuple[int, bool], ...]
     #: how the return value reads: "pointer", "int", "uint", "bool", "enum" ("" none)
     return_kind: str = ""
+    #: the entry kind it is planned on ("": the program's `KernelProgram.entry_kind`);
+    #: one recording may mix two (`ctracer.plan.attach.mixed_in`)
+    kind: str = ""
+
+    @property
+    def kprobe_ready(self) -> bool:
+        """Whether kprobe programs can read what it needs: every way's argument is in a
+        kprobe's register arguments (or is the return value).  A function planned for a
+        trampoline kind (its routes counted on up to 12 registers) falls back to kprobes
+        only then (`ctracer.record.kattach`)."""
+        return all(s.reg < KPROBE_REGS for s in self.routes)
 
     @property
     def route_count(self) -> int:
@@ -213,13 +230,38 @@ def _lifetime_flags(m: Method, ending: Collection[str]) -> tuple[bool, bool]:
     return starts, ends
 
 
+def _hidden_return_pointer(f: FunctionInfo,
+                           struct_size: Callable[[TypeShape], Optional[int]]
+                           ) -> tuple[int, str]:
+    """(registers the caller's hidden return pointer takes before the arguments, or -1
+    when that cannot be told, and why): a struct or union returned by value and larger
+    than `RETURNED_IN_REGISTERS` bytes is written through a pointer passed as the first
+    integer argument (x86-64), so every argument moves one register on.  Only kprobes
+    meet such functions (BPF trampolines refuse them)."""
+    r = f.returns
+    if r.pointers or r.kind not in (ShapeKind.STRUCT, ShapeKind.UNION):
+        return 0, ""
+    size = struct_size(r)
+    if size is None:
+        return -1, (f"cannot locate the arguments: it returns {r.kind.value} {r.name} by "
+                    "value, of a size the debug info does not give")
+    return int(size > RETURNED_IN_REGISTERS), ""
+
+
 def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: int = 1,
-                          max_regs: int = 6, ending: Collection[str] = ()
+                          max_regs: int = 6, ending: Collection[str] = (),
+                          kinds: Mapping[str, str] = {}, kind: str = "",
+                          struct_size: Callable[[TypeShape], Optional[int]] = lambda s: None
                           ) -> tuple[tuple[FunctionRow, ...], tuple[KernelFunction, ...]]:
     """Function-table rows (ids from ``first_row``, one per method, ``attached`` saying
     why one is not probed) and the functions to probe, in key order.  ``max_regs``: the
-    registers the argument can be in (6 for kprobes; fentry programs read more);
-    ``ending``: the functions whose exit ends the object's life (lifetime rules)."""
+    registers the argument can be in for ``kind`` (6 for kprobes; fentry programs read
+    more); ``kinds``: the entry kind of the functions (by method key) not on ``kind``
+    (kprobes beside a trampoline kind: `ctracer.plan.attach.mixed_in`), whose arguments
+    are then found in `KPROBE_REGS` registers, after the hidden return pointer of a large
+    struct returned by value (``struct_size`` gives a returned struct's bytes, None when
+    unknown); ``ending``: the functions whose exit ends the object's life (lifetime
+    rules)."""
     ordered = sorted(methods, key=lambda m: (m.key, m.param_index is None, m.param_index or 0))
     rows: list[FunctionRow] = []
     grouped: dict[str, list[KernelRoute]] = {}
@@ -228,6 +270,9 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
         row_id = first_row + len(rows)
         f = m.function
         why, reg = "", -1
+        own = kinds.get(m.key, kind)
+        on_kprobes = program_kind(own) == "kprobe" if own else max_regs <= KPROBE_REGS
+        regs = min(max_regs, KPROBE_REGS) if on_kprobes and own != kind else max_regs
         if m.is_tracepoint or not isinstance(f, FunctionInfo):
             why = "skipped: not a kernel function"
         elif not m.probeable:
@@ -236,12 +281,18 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
             why = f"skipped: the object is more than {MAX_STEPS} steps from the argument"
         elif m.param_index is not None:
             found, reason = register_index(f, m.param_index)
+            hidden, hidden_why = (_hidden_return_pointer(f, struct_size) if on_kprobes
+                                  else (0, ""))
             if found is None:
                 why = f"skipped: {reason}"
-            elif found >= max_regs:
-                why = f"skipped: the argument is not in the first {max_regs} registers"
+            elif hidden < 0:
+                why = f"skipped: {hidden_why}"
+            elif found + hidden >= regs:
+                why = (f"skipped: the argument is not in the first {regs} registers"
+                       + (" (later ones are on the stack, which kprobe programs do not "
+                          "read)" if on_kprobes else ""))
             else:
-                reg = found
+                reg = found + hidden
         if not why and len(grouped.get(m.key, ())) >= MAX_ROUTES:
             why = f"skipped: the function reaches the object more than {MAX_ROUTES} ways"
         rows.append(FunctionRow(row_id, m.name, getattr(f, "unit", "") or "", m.route_kind,
@@ -256,7 +307,10 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
         f = infos[key]
         args, widths = [], []
         names = [p.name for p in f.params]
-        reg = 0
+        own = kinds.get(key, kind)
+        on_kprobes = program_kind(own) == "kprobe" if own else max_regs <= KPROBE_REGS
+        # behind a hidden return pointer the arguments are one register on: none recorded
+        reg = NARGS if on_kprobes and _hidden_return_pointer(f, struct_size)[0] else 0
         for i, p in enumerate(f.params):
             width = _width(p.shape)
             if width is None or reg >= NARGS:
@@ -266,7 +320,7 @@ def plan_kernel_functions(methods: Sequence[Method], arch: Arch, *, first_row: i
             reg += 1
         functions.append(KernelFunction(index, key, f.name, tuple(grouped[key]),
                                         _width(f.returns), tuple(args), tuple(widths),
-                                        _return_kind(f.returns)))
+                                        _return_kind(f.returns), kinds.get(key, kind)))
     return tuple(rows), tuple(functions)
 
 
@@ -749,12 +803,14 @@ def variants(task_storage: bool) -> tuple[bool, ...]:
 
 
 def programs_c(kinds: Sequence[str], route_counts: Sequence[int], nargs: int,
-               task_storage: bool = True, fold: bool = False) -> str:
+               task_storage: bool = True, fold: bool = False,
+               routes_by_kind: Optional[Mapping[str, Sequence[int]]] = None) -> str:
     """The C of the entry and exit programs of each entry kind (``fentry``, ``kprobe``),
     or of the session program (``fsession.multi``: `_session_program`), for each route
-    count, in each of the `variants`: with ``task_storage`` each thread's
-    depth and saved calls in task storage (`struct_definitions`) and, as a fallback, in
-    the LRU hashes; else in the LRU hashes only."""
+    count (``routes_by_kind``: each kind's own), in each of the `variants`: with
+    ``task_storage`` each thread's depth and saved calls in task storage
+    (`struct_definitions`) and, as a fallback, in the LRU hashes; else in the LRU hashes
+    only."""
     t = ctext.Text()
     t.block(_HELPERS)
     if any(uses_scratch(kind, fold) for kind in kinds):
@@ -763,9 +819,13 @@ def programs_c(kinds: Sequence[str], route_counts: Sequence[int], nargs: int,
     if any(kind in SESSION_KINDS for kind in kinds):
         t("")
         t.block(kfunc_calls.declarations())
-    for kind in dict.fromkeys(map(program_kind, kinds)):
+    counts: dict[str, set[int]] = {}
+    for kind in kinds:
+        counts.setdefault(program_kind(kind), set()).update(
+            routes_by_kind[kind] if routes_by_kind is not None else route_counts)
+    for kind, kind_counts in counts.items():
         for storage in variants(task_storage):
-            for n in route_counts:
+            for n in sorted(kind_counts):
                 t("")
                 if kind == "fsession":
                     t.block(_session_program(n, nargs, storage, fold))
