@@ -249,3 +249,98 @@ def test_no_kfunc_in_the_kernels_btf_fails_every_function_saying_so(session_kern
         assert not session_kernel["links"] and not session_kernel["loads"]
     finally:
         links.close()
+
+
+# -- a recording mixing kinds: kprobes beside fentry.multi ------------------------
+
+
+def _routed(index: int, reg: int = 0, kind: str = "") -> KernelFunction:
+    from ctracer.probes.kfunctions import KernelRoute
+    return KernelFunction(index, f"f{index}", f"f{index}", (KernelRoute(index, None, reg),),
+                          None, (), (), kind=kind)
+
+
+@pytest.fixture
+def kprobe_links(kernel, monkeypatch):
+    """The kprobe.multi links made: (kprobe or kretprobe, sorted function indexes);
+    ``refuse_kprobe``: function indexes the kernel refuses kprobes on."""
+    kernel["kprobe_links"], kernel["refuse_kprobe"] = [], set()
+
+    def kprobe_multi_link(prog_fd, kind, results):
+        if any(r.function.index in kernel["refuse_kprobe"] for r in results):
+            return -1, errno.EINVAL
+        kernel["kprobe_links"].append((kind, sorted(r.function.index for r in results)))
+        return os.open(os.devnull, os.O_RDONLY), 0
+
+    monkeypatch.setattr(kattach, "_kprobe_multi_link", kprobe_multi_link)
+    return kernel
+
+
+def _attach_mixed(functions, fallback="kprobe") -> kattach.KernelLinks:
+    links = kattach.KernelLinks("fentry.multi", functions, lambda name: name.encode(),
+                                lambda f: TARGETS[f.index], task_storage=False,
+                                fallback_kind=fallback)
+    links.attach()
+    return links
+
+
+def test_functions_planned_on_kprobes_attach_after_the_tracing_multi_links(kprobe_links):
+    kernel = kprobe_links
+    functions = tuple(_routed(i) for i in range(6)) + (_routed(6, kind="kprobe"),
+                                                       _routed(7, kind="kprobe"))
+    links = _attach_mixed(functions, fallback=None)
+    try:
+        by = {r.function.index: r for r in links.results}
+        assert all(r.complete for r in by.values())
+        assert {i for i, r in by.items() if r.kind == "kprobe,kretprobe"} == {6, 7}
+        assert {i for i, r in by.items() if r.kind == "fentry.multi,fexit.multi"} == set(range(6))
+        assert _linked(kernel, ENTRY) == set(range(6)) == _linked(kernel, EXIT)
+        assert sorted(kernel["kprobe_links"]) == [("kprobe", [6, 7]), ("kretprobe", [6, 7])]
+        assert "tracing_multi" in links.how and "kprobe.multi" in links.how
+        assert "(2 of 2 functions)" in links.how and not links.fell_back_from
+    finally:
+        links.close()
+
+
+def test_a_function_the_kernel_refuses_on_the_trampoline_is_tried_once_on_kprobes(kprobe_links):
+    kernel = kprobe_links
+    kernel["refuse"] |= {(ENTRY, 1003), (ENTRY, 1005)}
+    kernel["too_many_args"] |= {3}
+    # f5's object is in the 8th register: a kprobe program cannot read it
+    functions = tuple(_routed(i, reg=7 if i == 5 else 0) for i in range(6)) + \
+        (_routed(6, kind="kprobe"),)
+    links = _attach_mixed(functions)
+    try:
+        by = {r.function.index: r for r in links.results}
+        assert by[3].complete and by[3].kind == "kprobe,kretprobe"
+        assert links.fell_back_from == [("f3", "failed: the kernel refused it on a "
+                                         "tracing_multi link (EINVAL: Invalid argument): "
+                                         "The function f3 has 14 arguments. Too many.")]
+        assert not by[5].complete and by[5].kind == "fentry.multi,fexit.multi"
+        assert "tracing_multi link" in by[5].entry
+        assert sorted(kernel["kprobe_links"]) == [("kprobe", [3, 6]), ("kretprobe", [3, 6])]
+        assert _linked(kernel, ENTRY) == {0, 1, 2, 4} == _linked(kernel, EXIT)
+    finally:
+        links.close()
+    # without a fallback kind the refused function stays refused
+    kernel["kprobe_links"].clear()
+    links = _attach_mixed(functions, fallback=None)
+    try:
+        assert not {r.function.index: r for r in links.results}[3].complete
+        assert kernel["kprobe_links"] == [("kprobe", [6]), ("kretprobe", [6])]
+    finally:
+        links.close()
+
+
+def test_a_function_refused_on_both_kinds_names_both_refusals(kprobe_links):
+    kernel = kprobe_links
+    kernel["refuse"] |= {(ENTRY, 1002)}
+    kernel["refuse_kprobe"] |= {2}
+    links = _attach_mixed(tuple(_routed(i) for i in range(4)))
+    try:
+        (failed,) = [r for r in links.results if not r.complete]
+        assert failed.function.index == 2 and failed.kind == "kprobe,kretprobe"
+        assert failed.entry.startswith("the kernel refused it on a tracing_multi link (EINVAL")
+        assert "; then on kprobes: the kernel refused the kprobe.multi link (EINVAL" in failed.entry
+    finally:
+        links.close()

@@ -487,7 +487,9 @@ class ProbeSession:
                                             context_probes=getattr(self.program,
                                                                    "context_probes", ()),
                                             task_storage=getattr(self.program,
-                                                                 "task_storage", False))
+                                                                 "task_storage", False),
+                                            fallback_kind=getattr(self.program,
+                                                                  "fallback_kind", None))
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)

@@ -340,6 +340,12 @@ def raise_open_files(wanted: int) -> int:
     return target
 
 
+def _pair(entry_kind: str) -> str:
+    """What a function attached on ``entry_kind`` got: ``kprobe,kretprobe``
+    (``fsession.multi`` alone: `probe_kinds`)."""
+    return ",".join(probe_kinds(entry_kind))
+
+
 def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult]) -> tuple[int, int]:
     """One kprobe.multi link of the program on the functions' symbols, each with its
     index as cookie; (fd, 0) or (-1, errno)."""
@@ -397,20 +403,31 @@ class KernelLinks:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: the links' misses (`missed`) read as they were closed; None while they are open
     _link_misses: Optional[dict] = None
+    #: the kind tried on the functions the kernel refused ``entry_kind`` on, once the
+    #: others are attached (`ctracer.probes.kernel_program.KernelProgram.fallback_kind`)
+    fallback_kind: Optional[str] = None
+    #: (function, why the kernel refused ``entry_kind`` on it) of each function then
+    #: tried on ``fallback_kind`` (its result says how that went)
+    fell_back_from: list = field(default_factory=list)
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
         """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
-        links (None: try them, fall back to perf kprobes)."""
+        links (None: try them, fall back to perf kprobes).  The functions planned on
+        another kind than ``entry_kind`` (kprobes beside a trampoline kind), and those the
+        kernel refused ``entry_kind`` on where ``fallback_kind`` can take them, are
+        attached after the others (`_attach_remainder`)."""
         start = time.monotonic()
         raise_open_files(4 * len(self.functions) + 2 * len(self.tracepoints) + 1024)
         points = self._attach_context_probes()
         points += [self._attach_tracepoint(tp) for tp in self.tracepoints]
         if self.functions:
-            kind = ",".join(probe_kinds(self.entry_kind))
-            self.results = [AttachResult(f, "not tried", "not tried", kind)
-                            for f in self.functions]
+            everything = [AttachResult(f, "not tried", "not tried", _pair(self._kind(f)))
+                          for f in self.functions]
             self._storage = self._choose_thread_state()
-            if self.entry_kind == "fsession.multi":
+            self.results = [r for r in everything if self._kind(r.function) == self.entry_kind]
+            if not self.results:
+                pass
+            elif self.entry_kind == "fsession.multi":
                 self._attach_fsession_multi()
             elif self.entry_kind == "fentry.multi":
                 self._attach_tracing_multi()
@@ -418,9 +435,52 @@ class KernelLinks:
                 self._attach_fentry()
             else:
                 self._attach_kprobes(use_multi)
+            self._attach_remainder(everything, use_multi)
+            self.results = everything
         self.results = points + self.results
         self.seconds = time.monotonic() - start
         return self.results
+
+    def _kind(self, f: KernelFunction) -> str:
+        """The entry kind ``f`` is planned on."""
+        return f.kind or self.entry_kind  # type: ignore[return-value]
+
+    def _attach_remainder(self, everything: list[AttachResult],
+                          use_multi: Optional[bool]) -> None:
+        """After ``entry_kind``'s links: the functions planned on another kind, and
+        those the kernel refused ``entry_kind`` on that ``fallback_kind`` can read
+        (`KernelFunction.kprobe_ready`, tried once; the kernel's first refusal is kept in
+        `fell_back_from`), attached with that kind's programs."""
+        from ctracer.probes.kernel_program import kinds_of
+        main_how = self.how
+        groups: dict[str, list[AttachResult]] = {}
+        for r in everything:
+            kind = self._kind(r.function)
+            if kind != self.entry_kind:
+                groups.setdefault(kind, []).append(r)
+            elif not r.complete and self.fallback_kind in kinds_of(
+                    r.function, self.entry_kind, self.fallback_kind):
+                self.fell_back_from.append((r.function.name, r.attached))
+                r.entry, r.exit, r.kind = "not tried", "not tried", _pair(self.fallback_kind)
+                groups.setdefault(self.fallback_kind, []).append(r)
+        hows = [main_how] if main_how else []
+        for kind, members in groups.items():
+            if kind != "kprobe":
+                for r in members:
+                    r.entry = r.exit = f"{kind} cannot be attached beside {self.entry_kind}"
+                continue
+            self.results = members
+            self._attach_kprobes(use_multi)
+            first = dict(self.fell_back_from)
+            for r in members:
+                refused = first.get(r.function.name)
+                if refused and not r.complete:
+                    # both refusals said: the trampoline kind's, then the kprobes'
+                    r.entry = (f"{refused.removeprefix('failed: ')}; then on kprobes: "
+                               f"{r.entry or 'entry attached, exit refused: ' + r.exit}")
+            attached = sum(1 for r in members if r.ok)
+            hows.append(f"{self.how} ({attached} of {len(members)} functions)")
+        self.how = "; ".join(hows)
 
     # -- thread state -----------------------------------------------------------
 
@@ -450,10 +510,14 @@ class KernelLinks:
         loaded once, nothing attached (fentry and fexit on their first functions with a
         BTF target, a refusal of that target by both variants being the function's
         own)."""
-        for kind in probe_kinds(self.entry_kind):
+        from ctracer.probes.kernel_program import kinds_of
+        pairs = [(kind, f) for f in self.functions
+                 for kind in kinds_of(f, self.entry_kind, self.fallback_kind)]
+        for kind in dict.fromkeys(kind for kind, _ in pairs):
             users: dict[str, list[KernelFunction]] = {}
-            for f in self.functions:
-                users.setdefault(f.program(kind), []).append(f)
+            for k, f in pairs:
+                if k == kind:
+                    users.setdefault(f.program(kind), []).append(f)
             for name, functions in sorted(users.items()):
                 for target in self._trial_targets(kind, functions):
                     refused = self._trial_load(kind, name, target)

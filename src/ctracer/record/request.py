@@ -100,26 +100,34 @@ class BuiltTrace:
         return self.binary is None
 
 
-def _task_storage(entry_kind: Optional[str]):
-    """Whether the running kernel lets ``entry_kind``'s programs keep each thread's call
-    depth and saved entries in task storage (tried: `ctracer.host.
+def _task_storage(entry_kind: Optional[str], *others: Optional[str]):
+    """Whether the running kernel lets ``entry_kind``'s programs (and those of the
+    ``others`` kinds one recording mixes in: every function's depth in one place) keep
+    each thread's call depth and saved entries in task storage (tried: `ctracer.host.
     task_storage_works`); where it cannot be tried (not root: ``--print-bpf``) the
     programs are written with it."""
     from ctracer.host.facts import Mechanism
     if entry_kind is None:
         return Mechanism(None, "no kernel function probed")
     from ctracer.host.features import task_storage_works
-    return task_storage_works(entry_kind)
+    found = [task_storage_works(k) for k in dict.fromkeys((entry_kind,) + others) if k]
+    return next((m for m in found if m.works is False), found[0])
 
 
 def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
     """Which probe kinds a kernel trace uses and why the others are not, in one line."""
     reason = choice.note["reason"]
     if program.kfunctions:
-        kind = program.entry_kind
         from ctracer.probes.kfunctions import probe_kinds
-        line = (f"{'/'.join(probe_kinds(kind))} on "
-                f"{len(program.kfunctions)} functions ({reason})")
+        parts = []
+        for kind, n in program.entry_kinds.items():
+            why = reason if kind == program.entry_kind else _mixed_reason(program, kind)
+            parts.append(f"{'/'.join(probe_kinds(kind))} on {n} "
+                         f"function{'s' if n != 1 else ''} ({why})")
+        line = "; ".join(parts)
+        if program.fallback_kind:
+            line += (f"; {program.fallback_kind} tried on any the kernel refuses "
+                     f"{program.entry_kind} on")
     elif choice.note["function_probes"] == "none":
         line = "no function probes (--function-probes none)"
     elif choice.functions:
@@ -127,6 +135,15 @@ def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
     else:
         line = f"no function probes ({reason})"
     return line + f"; raw tracepoints on {tracepoints}"
+
+
+def _mixed_reason(program, kind: str) -> str:
+    """Why functions are on ``kind`` beside the program's own kind: what the trampoline
+    cannot take, with up to three of their names."""
+    names = [f.name for f in program.kfunctions if f.kind == kind]
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (f"{program.entry_kind} cannot take them: more than 12 arguments, a struct "
+            f"returned by value or variable arguments: {shown}")
 
 
 def _ring_bytes(buffer_mb: int) -> int:
@@ -361,7 +378,10 @@ def build(request: TraceRequest) -> BuiltTrace:
         with _project_rule_lines(request):
             rules = _lifetime_rules(request, name, model, methods + function_methods)
         head = heads.head_read_for(name, graph, built.layout, model)
-        storage = _task_storage(choice.entry_kind if function_methods else None)
+        kinds = {m.key: choice.function_kinds[m.key] for m in function_methods
+                 if m.key in choice.function_kinds}
+        storage = _task_storage(choice.entry_kind if function_methods else None,
+                                *set(kinds.values()), choice.fallback_kind)
         note = dict(note, thread_state=storage.to_json())
         program = build_kernel_program(methods, built.layout, catalog,
                                        function_methods=function_methods,
@@ -371,11 +391,13 @@ def build(request: TraceRequest) -> BuiltTrace:
                                        format_fields=_format_fields(source),
                                        task_storage=storage.works is not False,
                                        compact=not request.full_snapshots,
-                                       calls=request.calls)
+                                       calls=request.calls, function_kinds=kinds,
+                                       fallback_kind=choice.fallback_kind)
         with _project_rule_lines(request):
             lifetime_rules.check_arguments(rules, {tp.name: [a.name for a in tp.args]
                                               for tp in program.tracepoints})
-        note = dict(note, kinds=_kinds_line(program, choice, len(program.tracepoints)))
+        note = dict(note, kinds=_kinds_line(program, choice, len(program.tracepoints)),
+                    function_kinds=program.entry_kinds)
         extra = dict(
             traced="kernel", type_source=source.describe(), event_nargs=program.nargs,
             return_kinds={str(k): v for k, v in program.return_kinds().items()},
