@@ -171,3 +171,29 @@ def test_the_links_misses_are_read_before_the_links_close(kernel, monkeypatch):
     finally:
         links.close()
     assert links.missed()["kprobe"] == 3 * 2 * len(FUNCTIONS)
+
+
+def test_the_summary_names_the_kinds_of_a_mixed_recording_and_what_fell_back():
+    """Kernel functions on two entry kinds are counted per kind in the probes line;
+    one kind alone is not (the probes line before recording names it); a function the
+    kernel refused the trampoline on and then took on kprobes is named with its
+    refusal."""
+    from types import SimpleNamespace as NS
+    from ctracer.record.recorder import RecordResult, attached_kinds, summary_lines
+    results = [NS(kind="fentry.multi,fexit.multi", ok=True)] * 3 + [
+        NS(kind="kprobe,kretprobe", ok=True), NS(kind="kprobe,kretprobe", ok=False),
+        NS(kind="raw_tracepoint", ok=True)]
+    assert attached_kinds(results) == {"fentry.multi": 3, "kprobe": 1}
+    refused = ("failed: the kernel refused it on a tracing_multi link (EINVAL: Invalid "
+               "argument): The function f has 14 arguments. Too many.")
+    mixed = RecordResult("t.ctrace", 1, 1, 0, 5, 1, 0, 1.0, 1.0, 2.0, "ctrl-c",
+                         kinds=attached_kinds(results), fell_back=[("f", refused)])
+    lines = summary_lines(mixed)
+    assert lines[2].startswith("probes on 5 functions (kernel functions: 3 on fentry.multi, "
+                               "1 on kprobe), 1 failed (")
+    assert lines[3] == ("  f: on kprobes, as the kernel refused the trampoline: the kernel "
+                        "refused it on a tracing_multi link (EINVAL: Invalid argument): "
+                        "The function f has 14 arguments. Too many.")
+    one = RecordResult("t.ctrace", 1, 1, 0, 5, 0, 0, 1.0, 1.0, 2.0, "ctrl-c",
+                       kinds={"fentry.multi": 4})
+    assert summary_lines(one)[2].startswith("probes on 5 functions, 0 failed (")

@@ -168,6 +168,7 @@ def as_json(plan, verdicts) -> dict:
     kernel = plan.facts.to_json()
     kernel["space"] = plan.space
     kernel["counts"] = plan.counts()
+    kernel["mixed"] = [[p.function, p.reason] for p in _mixed(plan)]
     if verdicts is not None:
         kernel["verifier"] = {**verdicts.counts(), "programs": verdicts.programs,
                               "compile_seconds": round(verdicts.compile_seconds, 1),
@@ -230,8 +231,28 @@ def as_text(found, description: str, plan, verdicts) -> str:
     placed = plan.placed()
     lines.append(f"placed here: {len(placed)} probes "
                  f"({', '.join(f'{k} {n}' for k, n in _kind_counts(placed).items()) or 'none'})")
+    lines.extend(_mixed_note(plan))
     lines.extend(_trace_kind_note(plan))
     return "\n".join(lines) + "\n"
+
+
+def _mixed(plan) -> list:
+    """The entry probes placed on kprobes beside a trampoline kind."""
+    from ctracer.plan.attach import mixed_in
+    return [p for p in plan.of_kind("kprobe") if mixed_in(p)]
+
+
+def _mixed_note(plan) -> list[str]:
+    """Which functions go on kprobes beside the trampoline kind, and why, in a line."""
+    mixed = _mixed(plan)
+    if not mixed:
+        return []
+    main = next((p.kind for p in plan.of_kind("fentry.multi", "fentry")), "fentry")
+    names = ", ".join(p.function for p in mixed[:5]) + (", ..." if len(mixed) > 5 else "")
+    return [f"mixed: {len(mixed)} function{'s' if len(mixed) != 1 else ''} on "
+            f"kprobe/kretprobe beside {main}, which cannot take them (more than 12 "
+            f"arguments, a struct returned by value, variable arguments): {names}; "
+            f"--function-probes {main} leaves them out"]
 
 
 def _trace_kind_note(plan) -> list[str]:

@@ -93,6 +93,11 @@ class RecordResult:
     #: the kinds the kernel functions were probed as ("fsession.multi",
     #: "fentry.multi/fexit.multi", ...; "" without kernel functions)
     kernel_kinds: str = ""
+    #: functions attached per entry kind (`attached_kinds`), said when there are several
+    kinds: dict = field(default_factory=dict)
+    #: (function, why the kernel refused the trampoline kind) of each function then put
+    #: on kprobes (`ctracer.record.kattach.KernelLinks.fell_back_from`)
+    fell_back: list = field(default_factory=list)
 
 
 #: `RecordResult.stopped_by` when writing the trace file failed for lack of space
@@ -647,6 +652,9 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
     links = getattr(session, "kernel_links", None)
     if links is not None and links.thread_state:
         writer.set_meta(thread_state=links.thread_state)
+    if links is not None and links.functions:
+        writer.set_meta(attached_kinds=attached_kinds(results),
+                        kprobes_after_refusal=[list(p) for p in links.fell_back_from])
     attached_text = bpf_runtime.row_attachments(program, results)
     writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.route_kind, r.route_text, r.address,
                                      attached_text[r.id]) for r in program.rows)
@@ -668,7 +676,9 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         kept_old, warnings, max(0, counts.events - kept), detach_seconds, misses,
         _thread_state_fallback(session), watched,
         *(("changes", folds.calls, folds.refused) if folds is not None else ()),
-        reader_priority=reader_priority, kernel_kinds=_kernel_kinds(session))
+        reader_priority=reader_priority, kernel_kinds=_kernel_kinds(session),
+        kinds=attached_kinds(results),
+        fell_back=list(getattr(getattr(session, "kernel_links", None), "fell_back_from", [])))
 
 
 def _kernel_kinds(session) -> str:
@@ -678,6 +688,17 @@ def _kernel_kinds(session) -> str:
     if links is None or not links.functions or not links.entry_kind:
         return ""
     return "/".join(probe_kinds(links.entry_kind))
+
+
+def attached_kinds(results) -> dict[str, int]:
+    """Kernel functions whose entry attached, per entry kind (``fentry.multi``,
+    ``kprobe``...; one recording may mix two: `ctracer.plan.attach.mixed_in`)."""
+    out: dict[str, int] = {}
+    for r in results:
+        kind = r.kind.split(",")[0]
+        if r.ok and kind not in ("raw_tracepoint", "entry"):
+            out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 def _thread_state_fallback(session) -> str:
@@ -904,9 +925,18 @@ def summary_lines(result: RecordResult) -> list[str]:
         lines.append("calls: all: every call's entry and exit written")
     skipped = f", {result.skipped} not probeable" if result.skipped else ""
     kinds = f" ({result.kernel_kinds})" if result.kernel_kinds else ""
+    if len(result.kinds) > 1:   # one recording on several kinds: the functions of each
+        kinds = (" (kernel functions: " + ", ".join(f"{n} on {k}"
+                                                    for k, n in result.kinds.items()) + ")")
     lines.append(f"probes on {result.attached} functions{kinds}, {result.failed} failed{skipped} "
                  f"(bcc compile {result.compile_seconds:.1f} s, attach "
                  f"{result.attach_seconds:.1f} s, detach {result.detach_seconds:.1f} s)")
+    for name, why in result.fell_back[:5]:
+        lines.append(f"  {name}: on kprobes, as the kernel refused the trampoline: "
+                     f"{why.removeprefix('failed: ')}")
+    if len(result.fell_back) > 5:
+        lines.append(f"  ... and {len(result.fell_back) - 5} more on kprobes (the trace's "
+                     "meta kprobes_after_refusal)")
     missed = {k: v for k, v in result.misses.items() if v}
     if missed:
         lines.append("warning: the kernel skipped probes on some calls ("
