@@ -125,7 +125,7 @@ def _kinds_line(program, choice: KernelChoice, tracepoints: int) -> str:
             parts.append(f"{'/'.join(probe_kinds(kind))} on {n} "
                          f"function{'s' if n != 1 else ''} ({why})")
         line = "; ".join(parts)
-        if program.fallback_kind:
+        if program.fallback_kind and program.entry_kind in program.entry_kinds:
             line += (f"; {program.fallback_kind} tried on any the kernel refuses "
                      f"{program.entry_kind} on")
     elif choice.note["function_probes"] == "none":

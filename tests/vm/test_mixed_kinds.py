@@ -1,0 +1,206 @@
+"""One recording on two function-probe kinds, in the 7.2 guest: fentry.multi for the
+functions a BPF trampoline takes, kprobes (a kprobe.multi link) for those it cannot —
+``tcp_v6_send_response`` (14 arguments: trampolines take 12) and the functions returning
+``union tcp_seq_and_ts_off`` by value — against bpftrace's kprobes counting the same
+functions per socket in the same run.
+
+A workload on IPv6 loopback reaches them: each connection's sequence number and
+timestamp offset (``tcp_v6_init_seq_and_ts_off``, ``secure_tcpv6_seq_and_ts_off``,
+whose socket is the network namespace's ``net->rtnl`` and its other netlink sockets),
+then data sent to a peer that closed (its socket in time-wait answers with a reset:
+``tcp_v6_send_reset`` → ``tcp_v6_send_response`` with the time-wait socket), and a
+connect to a closed port (a reset with no socket).  Checked: ``auto`` plans the mix and
+says so before and after recording, every function attaches, the calls per (function,
+socket) are bpftrace's, ``--function-probes fentry.multi`` (a kind asked for) refuses
+the kprobe ones rather than mixing, and nothing stays attached.
+
+7.2 only: it is the kernel of tracing_multi links (on 6.1 and 6.12 ``auto`` mixes
+per-function fentry with perf kprobes or kprobe.multi the same way, through the same
+attach step; the union-returning functions are 7.2's)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support.kernelrun import stop_bpftrace, wait_for_text
+
+pytestmark = pytest.mark.vm(kernels=("7.2",))
+
+CTRACER = [sys.executable, "-m", "ctracer"]
+#: on fentry.multi
+TRAMPOLINED = ("tcp_sendmsg", "tcp_close")
+#: what a trampoline cannot take, if the kernel has it out of line
+CANDIDATES = ("tcp_v6_send_response", "tcp_v6_init_seq_and_ts_off",
+              "secure_tcpv6_seq_and_ts_off")
+#: the network namespace's sockets the seq-and-timestamp functions reach the object by
+NET_SOCKETS = ("rtnl", "genl_sock", "diag_nlsk", "crypto_nlsk")
+CONNECTIONS = 3
+
+
+def _attached_ctracer_programs() -> list[str]:
+    out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "ctracer_" in line]
+
+
+def _plan(functions) -> dict:
+    r = subprocess.run(CTRACER + ["plan", "struct", "sock", "--json", "--functions",
+                                  *functions], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _workload() -> None:
+    """IPv6 loopback: connections that send, a peer that closes and then gets data (its
+    time-wait socket resets), and a connect to a closed port."""
+    for _ in range(CONNECTIONS):
+        server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        server.bind(("::1", 0))
+        server.listen()
+        client = socket.create_connection(("::1", server.getsockname()[1]), timeout=10)
+        peer, _ = server.accept()
+        client.sendall(b"x" * 100)
+        assert len(peer.recv(100)) == 100
+        peer.close()          # FIN; once acknowledged, an orphan in time-wait
+        time.sleep(0.5)
+        try:
+            client.sendall(b"y" * 100)   # data after the peer's close: a reset
+            time.sleep(0.5)
+            client.sendall(b"z")
+        except OSError:
+            pass
+        client.close()
+        server.close()
+    closed = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    closed.bind(("::1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    try:
+        socket.create_connection(("::1", port), timeout=10).close()
+    except OSError:
+        pass
+
+
+def _bpftrace_script(kprobed) -> str:
+    line = 'printf("call %llu %s %llu\\n", nsecs, '
+    parts = [",".join(f"kprobe:{f}" for f in TRAMPOLINED) +
+             f" {{ {line}probe, (uint64)arg0); }}"]
+    if "tcp_v6_send_response" in kprobed:
+        parts.append("kprobe:tcp_v6_send_response { "
+                     f'{line}"tcp_v6_send_response", (uint64)arg0); '
+                     f'{line}"tcp_v6_send_response", '
+                     "(uint64)((struct sk_buff *)arg1)->sk); }")
+    for f in ("tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"):
+        if f in kprobed:
+            body = " ".join(f'{line}"{f}", (uint64)((struct net *)arg0)->{s});'
+                            for s in NET_SOCKETS)
+            if f == "tcp_v6_init_seq_and_ts_off":
+                body += f' {line}"{f}", (uint64)((struct sk_buff *)arg1)->sk);'
+            parts.append(f"kprobe:{f} {{ {body} }}")
+    return " ".join(parts)
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mixed")
+    plan = _plan(TRAMPOLINED + CANDIDATES)
+    kinds = {p["function"]: p["kind"] for p in plan["probes"]}
+    kprobed = [f for f in CANDIDATES if kinds.get(f) == "kprobe"]
+    bt_out = tmp / "bpftrace.txt"
+    bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", _bpftrace_script(kprobed)],
+                          stdout=open(bt_out, "w"), stderr=subprocess.STDOUT)
+    wait_for_text(bt_out, "Attaching", bt, 900)
+    trace, log = tmp / "sock.ctrace", tmp / "ctracer.log"
+    ct = subprocess.Popen(CTRACER + ["trace", "struct", "sock", "--functions", *TRAMPOLINED,
+                                     *kprobed, "-d", "900", "-o", str(trace)],
+                          stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    wait_for_text(log, "recording struct sock", ct, 1800)
+    begin = time.monotonic_ns()
+    _workload()
+    time.sleep(1)
+    end = time.monotonic_ns()
+    ct.send_signal(signal.SIGINT)
+    assert ct.wait(300) == 130, log.read_text()
+    stop_bpftrace(bt, bt_out)
+    calls: collections.Counter = collections.Counter()
+    for line in bt_out.read_text().splitlines():
+        if line.startswith("call "):
+            _, ns, func, address = line.split()
+            func = func.removeprefix("kprobe:")
+            if begin <= int(ns) <= end and int(address):
+                calls[(func, int(address))] += 1
+    jsonl = tmp / "sock.jsonl"
+    done = subprocess.run(CTRACER + ["export", str(trace), "--format", "jsonl", "-o",
+                                     str(jsonl)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    from ctracer.tracefile import Trace
+    t = Trace(str(trace))
+    meta = {"attached_kinds": t.meta_json("attached_kinds"),
+            "function_kinds": (t.meta_json("probe_plan") or {}).get("function_kinds")}
+    t.close()
+    print(log.read_text())
+    return {"plan": plan, "kinds": kinds, "kprobed": kprobed, "calls": calls,
+            "events": events, "log": log.read_text(), "window": (begin, end),
+            "meta": meta}
+
+
+def test_auto_plans_kprobes_beside_fentry_multi_for_what_a_trampoline_cannot_take(
+        vm_kernel, mixed_run):
+    kinds, kprobed = mixed_run["kinds"], mixed_run["kprobed"]
+    assert all(kinds[f] == "fentry.multi" for f in TRAMPOLINED), kinds
+    assert "tcp_v6_send_response" in kprobed, kinds
+    assert {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"} & set(kprobed), kinds
+    mixed = dict(mixed_run["plan"]["kernel"]["mixed"])
+    assert "14 arguments" in mixed["tcp_v6_send_response"]
+    assert "kprobes instead, through a kprobe.multi link" in mixed["tcp_v6_send_response"]
+    log = mixed_run["log"]
+    n = len(kprobed)
+    assert "probes: fentry.multi/fexit.multi on 2 functions (tracing_multi links work" in log, log
+    assert f"; kprobe/kretprobe on {n} functions (fentry.multi cannot take them" in log, log
+    assert f"(kernel functions: 2 on fentry.multi, {n} on kprobe), 0 failed" in log, log
+    assert mixed_run["meta"] == {"attached_kinds": {"fentry.multi": 2, "kprobe": n},
+                                 "function_kinds": {"fentry.multi": 2, "kprobe": n}}
+
+
+def test_the_calls_per_socket_on_both_kinds_are_bpftraces(vm_kernel, mixed_run):
+    begin, end = mixed_run["window"]
+    counted = set(TRAMPOLINED) | set(mixed_run["kprobed"])
+    ours = collections.Counter((e["function"], int(e["object"], 16))
+                               for e in mixed_run["events"]
+                               if e["phase"] == "entry" and e["function"] in counted
+                               and begin <= e["time_ns"] <= end)
+    theirs = mixed_run["calls"]
+    reached = {f for f, _ in theirs}
+    assert "tcp_v6_send_response" in reached, theirs
+    assert reached & {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"}, theirs
+    assert ours == theirs
+    # each kprobe-traced call has its exit (the kretprobe found the entry's saved state)
+    exits = collections.Counter((e["function"], int(e["object"], 16))
+                                for e in mixed_run["events"]
+                                if e["phase"] == "exit" and e["function"] in mixed_run["kprobed"]
+                                and begin <= e["time_ns"] <= end)
+    assert exits and all(exits[k] >= 1 for k in ours if k[0] in mixed_run["kprobed"]), exits
+    assert _attached_ctracer_programs() == []
+
+
+def test_a_kind_asked_for_leaves_the_others_out_rather_than_mixing(vm_kernel, tmp_path):
+    r = subprocess.run(CTRACER + ["trace", "struct", "sock", "--function-probes",
+                                  "fentry.multi", "--functions", "tcp_v6_send_response",
+                                  "-d", "1", "-o", str(tmp_path / "k.ctrace")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode != 0 and "tcp_v6_send_response cannot be probed here" in r.stderr, r
+    assert "Traceback" not in r.stderr
+    text = subprocess.run(CTRACER + ["plan", "struct", "sock", "--functions",
+                                     "tcp_v6_send_response", "tcp_sendmsg"],
+                          capture_output=True, text=True, timeout=900).stdout
+    assert "mixed: 1 function on kprobe/kretprobe beside fentry.multi" in text, text
