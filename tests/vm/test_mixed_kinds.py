@@ -113,7 +113,9 @@ def _bpftrace_script(kprobed) -> str:
 def mixed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mixed")
     plan = _plan(TRAMPOLINED + CANDIDATES)
-    kinds = {p["function"]: p["kind"] for p in plan["probes"]}
+    kinds: dict = {}
+    for p in plan["probes"]:   # the entry probe first, then the exit's
+        kinds.setdefault(p["function"], p["kind"])
     kprobed = [f for f in CANDIDATES if kinds.get(f) == "kprobe"]
     bt_out = tmp / "bpftrace.txt"
     bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", _bpftrace_script(kprobed)],

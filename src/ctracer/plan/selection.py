@@ -158,8 +158,10 @@ def check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequ
                         if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
         if known:
             shown = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
+            left_out = dict((f, why) for f, why in choice.note.get("functions_left_out", ()))
+            why = left_out.get(known[0], choice.note["reason"])
             raise CtracerError(f"--functions {pat!r}: {shown} cannot be probed here "
-                               f"({choice.note['reason']}; `ctracer plan` says why)")
+                               f"({why}; `ctracer plan` says why)")
 
 
 def _module_methods(name: str, kind: ShapeKind, use_cache: bool, found=None,

@@ -82,7 +82,7 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
     if plan.space == "user":
         _verify_user(plan, layout, binary, verdicts)
     else:
-        _verify_kernel(plan, layout, verdicts, progress)
+        _verify_kernel(plan, layout, verdicts, progress, catalog)
         if catalog is not None and plan.facts.raw_tracepoints.works is not False:
             _verify_tracepoints(plan, layout, catalog, verdicts)
     c = verdicts.counts()
@@ -92,7 +92,8 @@ def verify_plan(plan: ProbePlan, graph, *, binary: Optional[str] = None, catalog
     return verdicts
 
 
-def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Optional[Callable[[str], None]]) -> None:
+def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts,
+                   progress: Optional[Callable[[str], None]], catalog=None) -> None:
     """The kprobe and kretprobe programs a recording would attach
     (`ctracer.probes.kfunctions`: one per route count, shared by every function), loaded
     through the verifier; a function's verdict is that of the programs it would use."""
@@ -103,7 +104,9 @@ def _verify_kernel(plan: ProbePlan, layout, verdicts: Verdicts, progress: Option
     if not entries:
         return
     from ctracer.host.features import task_storage_works
-    program = build_kernel_program((), layout, None, entry_kind="kprobe",
+    # the catalog gives the size of a struct returned by value (a large one moves the
+    # arguments a register on: `ctracer.probes.kfunctions.plan_kernel_functions`)
+    program = build_kernel_program((), layout, catalog, entry_kind="kprobe",
                                    function_methods=[m for p in entries for m in p.methods],
                                    task_storage=task_storage_works("kprobe").works is not False)
     began = time.monotonic()
