@@ -202,3 +202,45 @@ def test_normalise_gives_each_width_and_sign_its_c_value(tmp_path):
         return low & (2 ** 64 - 1)
 
     assert got == [expected(*c) for c in cases]
+
+
+def test_kprobe_registers_count_the_hidden_pointer_of_a_large_struct_returned_by_value():
+    """x86-64 returns a struct over 16 bytes through a pointer the caller passes first:
+    a kprobe finds every argument one register on (and records none); 16 bytes or less
+    come back in registers and move nothing; an unknown size is skipped, saying so.
+    Past six registers a kprobe function is skipped (the stack is not read); a function
+    planned on kprobes beside fentry.multi gets kprobe's limits, not fentry's."""
+    from ctracer.debuginfo.catalog import FunctionInfo, Parameter, ShapeKind, TypeShape
+    from ctracer.plan.discovery import Method
+    sock = TypeShape(ShapeKind.STRUCT, "sock", 1, text="struct sock *")
+    u32 = TypeShape(ShapeKind.BASE, "u32", 0, text="u32")
+    sizes = {"big": 24, "small": 8}
+
+    def method(name, returns, params=(sock,), index=0):
+        shape = TypeShape(ShapeKind.STRUCT, returns, 0, text=f"struct {returns}")
+        f = FunctionInfo(name, tuple(Parameter(f"a{i}", p) for i, p in enumerate(params)), shape)
+        return Method(f, "direct", "struct sock", index, f"a{index}", "struct sock *",
+                      route_form="struct sock")
+
+    methods = [method("ret_big", "big"), method("ret_small", "small"),
+               method("ret_unknown", "mystery"),
+               method("seventh", "small", (u32,) * 6 + (sock,), index=6)]
+    size = lambda shape: sizes.get(shape.name)   # noqa: E731
+    rows, functions = kfunctions.plan_kernel_functions(methods, X86, max_regs=6, kind="kprobe",
+                                                       struct_size=size)
+    by = {f.name: f for f in functions}
+    assert by["ret_big"].routes[0].reg == 1 and by["ret_big"].args == ()
+    assert by["ret_small"].routes[0].reg == 0 and len(by["ret_small"].args) == 1
+    skipped = {r.name: r.attached for r in rows if r.attached}
+    assert skipped["ret_unknown"].startswith("skipped: cannot locate the arguments: it returns "
+                                             "struct mystery by value")
+    assert "not in the first 6 registers (later ones are on the stack" in skipped["seventh"]
+    # beside fentry.multi: the same function on kprobes is held to kprobe's registers
+    rows, functions = kfunctions.plan_kernel_functions(
+        methods[3:], X86, max_regs=12, kind="fentry.multi", struct_size=size,
+        kinds={"seventh": "kprobe"})
+    assert not functions and "on the stack" in rows[0].attached
+    rows, functions = kfunctions.plan_kernel_functions(methods[3:], X86, max_regs=12,
+                                                       kind="fentry.multi", struct_size=size)
+    assert functions[0].routes[0].reg == 6 and not functions[0].kprobe_ready
+    assert functions[0].kind == "fentry.multi"
