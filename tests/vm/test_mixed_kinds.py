@@ -1,7 +1,8 @@
-"""One recording on two function-probe kinds, in the 7.2 guest: fentry.multi for the
-functions a BPF trampoline takes, kprobes (a kprobe.multi link) for those it cannot —
+"""One recording on two function-probe kinds, in the 7.2 and 6.12 guests: fentry.multi
+(7.2) or per-function fentry (6.12) for the functions a BPF trampoline takes, kprobes (a
+kprobe.multi link) for those it cannot —
 ``tcp_v6_send_response`` (14 arguments: trampolines take 12) and the functions returning
-``union tcp_seq_and_ts_off`` by value — against bpftrace's kprobes counting the same
+``union tcp_seq_and_ts_off`` by value (7.2's) — against bpftrace's kprobes counting the same
 functions per socket in the same run.
 
 A workload on IPv6 loopback reaches them: each connection's sequence number and
@@ -14,9 +15,9 @@ says so before and after recording, every function attaches, the calls per (func
 socket) are bpftrace's, ``--function-probes fentry.multi`` (a kind asked for) refuses
 the kprobe ones rather than mixing, and nothing stays attached.
 
-7.2 only: it is the kernel of tracing_multi links (on 6.1 and 6.12 ``auto`` mixes
-per-function fentry with perf kprobes or kprobe.multi the same way, through the same
-attach step; the union-returning functions are 7.2's)."""
+Two kernels: 7.2 for tracing_multi links, 6.12 for per-function fentry (each function's
+own trampoline) beside a kprobe.multi link; 6.1 mixes per-function fentry with perf
+kprobes through the same attach step and is left out to keep CI short."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import pytest
 
 from support.kernelrun import stop_bpftrace, wait_for_text
 
-pytestmark = pytest.mark.vm(kernels=("7.2",))
+pytestmark = pytest.mark.vm(kernels=("6.12", "7.2"))
 
 CTRACER = [sys.executable, "-m", "ctracer"]
 #: on fentry.multi
@@ -156,22 +157,30 @@ def mixed_run(tmp_path_factory):
             "meta": meta}
 
 
-def test_auto_plans_kprobes_beside_fentry_multi_for_what_a_trampoline_cannot_take(
+def _trampoline(kernel: str) -> str:
+    return "fentry.multi" if kernel == "7.2" else "fentry"
+
+
+def test_auto_plans_kprobes_beside_the_trampoline_kind_for_what_it_cannot_take(
         vm_kernel, mixed_run):
     kinds, kprobed = mixed_run["kinds"], mixed_run["kprobed"]
-    assert all(kinds[f] == "fentry.multi" for f in TRAMPOLINED), kinds
+    main = _trampoline(vm_kernel)
+    assert all(kinds[f] == main for f in TRAMPOLINED), kinds
     assert "tcp_v6_send_response" in kprobed, kinds
-    assert {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"} & set(kprobed), kinds
+    if vm_kernel == "7.2":
+        assert {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"} & set(kprobed), kinds
     mixed = dict(mixed_run["plan"]["kernel"]["mixed"])
     assert "14 arguments" in mixed["tcp_v6_send_response"]
     assert "kprobes instead, through a kprobe.multi link" in mixed["tcp_v6_send_response"]
     log = mixed_run["log"]
     n = len(kprobed)
-    assert "probes: fentry.multi/fexit.multi on 2 functions (tracing_multi links work" in log, log
-    assert f"; kprobe/kretprobe on {n} functions (fentry.multi cannot take them" in log, log
-    assert f"(kernel functions: 2 on fentry.multi, {n} on kprobe), 0 failed" in log, log
-    assert mixed_run["meta"] == {"attached_kinds": {"fentry.multi": 2, "kprobe": n},
-                                 "function_kinds": {"fentry.multi": 2, "kprobe": n}}
+    exit_kind = {"fentry.multi": "fexit.multi", "fentry": "fexit"}[main]
+    assert f"probes: {main}/{exit_kind} on 2 functions (" in log, log
+    plural = "s" if n != 1 else ""
+    assert f"; kprobe/kretprobe on {n} function{plural} ({main} cannot take them" in log, log
+    assert f"(kernel functions: 2 on {main}, {n} on kprobe), 0 failed" in log, log
+    assert mixed_run["meta"] == {"attached_kinds": {main: 2, "kprobe": n},
+                                 "function_kinds": {main: 2, "kprobe": n}}
 
 
 def test_the_calls_per_socket_on_both_kinds_are_bpftraces(vm_kernel, mixed_run):
@@ -184,7 +193,8 @@ def test_the_calls_per_socket_on_both_kinds_are_bpftraces(vm_kernel, mixed_run):
     theirs = mixed_run["calls"]
     reached = {f for f, _ in theirs}
     assert "tcp_v6_send_response" in reached, theirs
-    assert reached & {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"}, theirs
+    if vm_kernel == "7.2":
+        assert reached & {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"}, theirs
     assert ours == theirs
     # each kprobe-traced call has its exit (the kretprobe found the entry's saved state)
     exits = collections.Counter((e["function"], int(e["object"], 16))
@@ -196,8 +206,9 @@ def test_the_calls_per_socket_on_both_kinds_are_bpftraces(vm_kernel, mixed_run):
 
 
 def test_a_kind_asked_for_leaves_the_others_out_rather_than_mixing(vm_kernel, tmp_path):
+    main = _trampoline(vm_kernel)
     r = subprocess.run(CTRACER + ["trace", "struct", "sock", "--function-probes",
-                                  "fentry.multi", "--functions", "tcp_v6_send_response",
+                                  main, "--functions", "tcp_v6_send_response",
                                   "-d", "1", "-o", str(tmp_path / "k.ctrace")],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode != 0 and "tcp_v6_send_response cannot be probed here" in r.stderr, r
@@ -205,4 +216,6 @@ def test_a_kind_asked_for_leaves_the_others_out_rather_than_mixing(vm_kernel, tm
     text = subprocess.run(CTRACER + ["plan", "struct", "sock", "--functions",
                                      "tcp_v6_send_response", "tcp_sendmsg"],
                           capture_output=True, text=True, timeout=900).stdout
-    assert "mixed: 1 function on kprobe/kretprobe beside fentry.multi" in text, text
+    assert f"mixed: 1 function on kprobe/kretprobe beside {main}" in text, text
+    assert f"--function-probes {main} asked for it alone; auto traces it with kprobes" in \
+        r.stderr, r.stderr
