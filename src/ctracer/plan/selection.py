@@ -83,8 +83,11 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     "none": no function; "auto": fsession.multi where tracing_multi links run session
     programs, else fentry.multi where tracing_multi links work, whatever the count, else fentry, unless more than `FENTRY_AUTO_MAX` functions — ``selected``
     counts those the trace keeps of the methods placed — would be probed and kprobe.multi
-    links work).  Probes that could not be tried (without root, for
-    ``--print-bpf``) are kept."""
+    links work).  Under "auto" with a trampoline kind, the functions the plan put on
+    kprobes beside it (`ctracer.plan.attach.mixed_in`) keep that kind
+    (`KernelChoice.function_kinds`), and kprobes are the `KernelChoice.fallback_kind`
+    tried on what the kernel refuses at attach, where kprobes attach.  Probes that could
+    not be tried (without root, for ``--print-bpf``) are kept."""
     from ctracer.plan.attach import KERNEL_ENTRY_KINDS, mixed_in, plan_probes
     from ctracer.host.features import kernel_facts
     if function_probes not in FUNCTION_PROBES:

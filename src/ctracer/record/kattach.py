@@ -26,6 +26,12 @@ loads the instructions bcc produced and links them.
 * kprobe/kretprobe: each program is loaded once; with kprobe.multi one link per
   program carries every function's symbol and cookie; without it, one perf kprobe per
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
+* two kinds in one recording: once the trampoline kind's links are up, the functions
+  planned on kprobes beside it (more than 12 arguments, a struct returned by value,
+  variable arguments) and those the kernel refused the trampoline kind on (where the
+  text has the fallback kind's programs and a kprobe program can read the function:
+  `KernelFunction.kprobe_ready`) are attached with the kprobe programs, as above
+  (`KernelLinks._attach_remainder`); the first refusal is kept (`fell_back_from`).
 
 Where the text keeps the thread state in task storage (`ctracer.probes.kfunctions`), each
 task-storage program the functions use is loaded once first, nothing attached: if the
