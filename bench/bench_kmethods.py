@@ -71,6 +71,8 @@ def _ctracer_attach(struct: str, globs: list[str], out: str, kind: str) -> dict:
     start = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - start
+    # "(fsession.multi)", or "(kernel functions: N on fentry.multi, M on kprobe)" when one
+    # recording mixes kinds
     m = re.search(r"probes on (\d+) functions(?: \([^)]*\))?, (\d+) failed.*bcc compile "
                   r"([\d.]+) s, attach "
                   r"([\d.]+) s, detach ([\d.]+) s", r.stderr)
