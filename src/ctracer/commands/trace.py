@@ -97,8 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(fentry.multi) where the kernel has them, "
                           "else fentry/fexit where the kernel accepts them, kprobes otherwise, "
                           "and kprobes on kprobe.multi links above 256 functions where the "
-                          "kernel has them; fsession.multi, fentry.multi, fentry or kprobe "
-                          "forces one; none: "
+                          "kernel has them; beside a trampoline kind (fsession.multi, "
+                          "fentry.multi, fentry), kprobes for the functions a trampoline "
+                          "cannot take or the kernel refuses it on; fsession.multi, "
+                          "fentry.multi, fentry or kprobe forces that kind alone; none: "
                           "tracepoints only")
     run.add_argument("--max-functions", type=int, metavar="N",
                      help="refuse to probe more than N kernel functions (a guard: every "
