@@ -112,3 +112,26 @@ def test_both_kinds_compile_in_one_text_and_the_kprobe_ones_pass_the_verifier(bp
     assert kprobe_names and len(kprobe_names) < len(names)
     results = bpf_runtime.verify_programs(program.text, kprobe_names)
     assert results and all(v == "" for v in results.values()), results
+
+
+@pytest.mark.kernel
+def test_the_probes_line_names_each_kind_and_why(sock):
+    """What ``ctracer trace`` says before recording: the trampoline kind with the plan's
+    reason, the kprobe functions with the trampoline's limits and their names, and the
+    fallback tried on what the kernel refuses."""
+    from ctracer.plan.selection import KernelChoice
+    from ctracer.record.request import _kinds_line
+    methods, layout, catalog = sock
+    _, kinds, program = _program(methods, layout, catalog)
+    choice = KernelChoice([], [], "fentry.multi", {"reason": "tracing_multi links work here",
+                                                   "function_probes": "auto"})
+    line = _kinds_line(program, choice, 7)
+    n = program.entry_kinds
+    assert line.startswith(f"fentry.multi/fexit.multi on {n['fentry.multi']} functions "
+                           "(tracing_multi links work here); kprobe/kretprobe on "
+                           f"{n['kprobe']} function")
+    assert "(fentry.multi cannot take them: more than 12 arguments" in line
+    assert line.endswith("; kprobe tried on any the kernel refuses fentry.multi on; raw "
+                         "tracepoints on 7")
+    shown = [f.name for f in program.kfunctions if f.kind == "kprobe"][:3]
+    assert all(name in line for name in shown)
