@@ -344,3 +344,26 @@ def test_a_function_refused_on_both_kinds_names_both_refusals(kprobe_links):
         assert "; then on kprobes: the kernel refused the kprobe.multi link (EINVAL" in failed.entry
     finally:
         links.close()
+
+
+def test_kprobes_beside_session_links(session_kernel, kprobe_links):
+    """fsession.multi (7.2's default) with functions planned on kprobes beside it: the
+    session links first, then one kprobe.multi link per program; a function refused on
+    the session link is tried on kprobes."""
+    kernel = session_kernel
+    kernel["refuse"] |= {(SESSION, 1002)}
+    functions = tuple(_routed(i) for i in range(4)) + (_routed(4, kind="kprobe"),)
+    links = kattach.KernelLinks("fsession.multi", functions, _session_code,
+                                lambda f: TARGETS[f.index], task_storage=False,
+                                fallback_kind="kprobe")
+    links.attach()
+    try:
+        by = {r.function.index: r for r in links.results}
+        assert all(r.complete for r in by.values())
+        assert {i for i, r in by.items() if r.kind == "fsession.multi"} == {0, 1, 3}
+        assert {i for i, r in by.items() if r.kind == "kprobe,kretprobe"} == {2, 4}
+        assert _linked(kernel, SESSION) == {0, 1, 3}
+        assert sorted(kernel["kprobe_links"]) == [("kprobe", [2, 4]), ("kretprobe", [2, 4])]
+        assert [name for name, _ in links.fell_back_from] == ["f2"]
+    finally:
+        links.close()

@@ -1,5 +1,5 @@
-"""One recording on two function-probe kinds, in the 7.2 and 6.12 guests: fentry.multi
-(7.2) or per-function fentry (6.12) for the functions a BPF trampoline takes, kprobes (a
+"""One recording on two function-probe kinds, in the 7.2 and 6.12 guests: fsession.multi
+(7.2's default, on tracing_multi links) or per-function fentry (6.12) for the functions a BPF trampoline takes, kprobes (a
 kprobe.multi link) for those it cannot —
 ``tcp_v6_send_response`` (14 arguments: trampolines take 12) and the functions returning
 ``union tcp_seq_and_ts_off`` by value (7.2's) — against bpftrace's kprobes counting the same
@@ -12,7 +12,7 @@ then data sent to a peer that closed (its socket in time-wait answers with a res
 ``tcp_v6_send_reset`` → ``tcp_v6_send_response`` with the time-wait socket), and a
 connect to a closed port (a reset with no socket).  Checked: ``auto`` plans the mix and
 says so before and after recording, every function attaches, the calls per (function,
-socket) are bpftrace's, ``--function-probes fentry.multi`` (a kind asked for) refuses
+socket) are bpftrace's, ``--function-probes`` naming the trampoline kind refuses
 the kprobe ones rather than mixing, and nothing stays attached.
 
 Two kernels: 7.2 for tracing_multi links, 6.12 for per-function fentry (each function's
@@ -38,7 +38,7 @@ from support.kernelrun import stop_bpftrace, wait_for_text
 pytestmark = pytest.mark.vm(kernels=("6.12", "7.2"))
 
 CTRACER = [sys.executable, "-m", "ctracer"]
-#: on fentry.multi
+#: on the trampoline kind
 TRAMPOLINED = ("tcp_sendmsg", "tcp_close")
 #: what a trampoline cannot take, if the kernel has it out of line
 CANDIDATES = ("tcp_v6_send_response", "tcp_v6_init_seq_and_ts_off",
@@ -158,7 +158,7 @@ def mixed_run(tmp_path_factory):
 
 
 def _trampoline(kernel: str) -> str:
-    return "fentry.multi" if kernel == "7.2" else "fentry"
+    return "fsession.multi" if kernel == "7.2" else "fentry"
 
 
 def test_auto_plans_kprobes_beside_the_trampoline_kind_for_what_it_cannot_take(
@@ -174,8 +174,8 @@ def test_auto_plans_kprobes_beside_the_trampoline_kind_for_what_it_cannot_take(
     assert "kprobes instead, through a kprobe.multi link" in mixed["tcp_v6_send_response"]
     log = mixed_run["log"]
     n = len(kprobed)
-    exit_kind = {"fentry.multi": "fexit.multi", "fentry": "fexit"}[main]
-    assert f"probes: {main}/{exit_kind} on 2 functions (" in log, log
+    named = {"fsession.multi": "fsession.multi", "fentry": "fentry/fexit"}[main]
+    assert f"probes: {named} on 2 functions (" in log, log
     plural = "s" if n != 1 else ""
     assert f"; kprobe/kretprobe on {n} function{plural} ({main} cannot take them" in log, log
     assert f"(kernel functions: 2 on {main}, {n} on kprobe), 0 failed" in log, log

@@ -247,7 +247,8 @@ def _mixed_note(plan) -> list[str]:
     mixed = _mixed(plan)
     if not mixed:
         return []
-    main = next((p.kind for p in plan.of_kind("fentry.multi", "fentry")), "fentry")
+    from ctracer.plan.attach import TRAMPOLINE_KINDS
+    main = next((p.kind for p in plan.of_kind(*TRAMPOLINE_KINDS)), "fentry")
     names = ", ".join(p.function for p in mixed[:5]) + (", ..." if len(mixed) > 5 else "")
     return [f"mixed: {len(mixed)} function{'s' if len(mixed) != 1 else ''} on "
             f"kprobe/kretprobe beside {main}, which cannot take them (more than 12 "

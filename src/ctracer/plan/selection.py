@@ -88,7 +88,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     (`KernelChoice.function_kinds`), and kprobes are the `KernelChoice.fallback_kind`
     tried on what the kernel refuses at attach, where kprobes attach.  Probes that could
     not be tried (without root, for ``--print-bpf``) are kept."""
-    from ctracer.plan.attach import KERNEL_ENTRY_KINDS, mixed_in, plan_probes
+    from ctracer.plan.attach import KERNEL_ENTRY_KINDS, TRAMPOLINE_KINDS, mixed_in, plan_probes
     from ctracer.host.features import kernel_facts
     if function_probes not in FUNCTION_PROBES:
         raise UsageError(f"--function-probes {function_probes!r}: one of "
@@ -128,7 +128,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     main_reason = next((p.reason for p in entries if p.kind == kind and not mixed_in(p)),
                        entries[0].reason if entries else "no function takes the struct")
     fallback = ("kprobe" if picked and function_probes == "auto" and
-                kind in ("fentry", "fentry.multi") and facts.kprobes.works else None)
+                kind in TRAMPOLINE_KINDS and facts.kprobes.works else None)
     note = {"counts": plan.counts(), "kernel": facts.to_json(),
             "tracepoints_refused": refused,
             "functions_planned": len({p.function for p in entries}),
