@@ -184,6 +184,9 @@ def test_the_summary_names_the_kinds_of_a_mixed_recording_and_what_fell_back():
         NS(kind="kprobe,kretprobe", ok=True), NS(kind="kprobe,kretprobe", ok=False),
         NS(kind="raw_tracepoint", ok=True)]
     assert attached_kinds(results) == {"fentry.multi": 3, "kprobe": 1}
+    # the recording's own kind first, whatever order the functions came in
+    assert list(attached_kinds(results[3:] + results[:3], "fentry.multi")) == \
+        ["fentry.multi", "kprobe"]
     refused = ("failed: the kernel refused it on a tracing_multi link (EINVAL: Invalid "
                "argument): The function f has 14 arguments. Too many.")
     mixed = RecordResult("t.ctrace", 1, 1, 0, 5, 1, 0, 1.0, 1.0, 2.0, "ctrl-c",

@@ -185,16 +185,22 @@ def test_auto_plans_kprobes_beside_the_trampoline_kind_for_what_it_cannot_take(
 
 def test_the_calls_per_socket_on_both_kinds_are_bpftraces(vm_kernel, mixed_run):
     begin, end = mixed_run["window"]
-    counted = set(TRAMPOLINED) | set(mixed_run["kprobed"])
+    # the functions whose object is an argument itself (bpftrace 0.17 read net->rtnl of
+    # the seq-and-timestamp functions at other offsets than 7.2's BTF gives: a kernel
+    # text address, in the 7.2 guest on 2026-12-05; those are left out of the comparison)
+    counted = set(TRAMPOLINED) | ({"tcp_v6_send_response"} & set(mixed_run["kprobed"]))
     ours = collections.Counter((e["function"], int(e["object"], 16))
                                for e in mixed_run["events"]
                                if e["phase"] == "entry" and e["function"] in counted
                                and begin <= e["time_ns"] <= end)
-    theirs = mixed_run["calls"]
+    theirs = collections.Counter({k: n for k, n in mixed_run["calls"].items()
+                                  if k[0] in counted})
+    seq = {f for f, _ in mixed_run["calls"]} & {"tcp_v6_init_seq_and_ts_off",
+                                                 "secure_tcpv6_seq_and_ts_off"}
     reached = {f for f, _ in theirs}
     assert "tcp_v6_send_response" in reached, theirs
-    if vm_kernel == "7.2":
-        assert reached & {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"}, theirs
+    if vm_kernel == "7.2":   # reached, and recorded on kprobes
+        assert seq and seq <= {e["function"] for e in mixed_run["events"]}, seq
     assert ours == theirs
     # each kprobe-traced call has its exit (the kretprobe found the entry's saved state)
     exits = collections.Counter((e["function"], int(e["object"], 16))

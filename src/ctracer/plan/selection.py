@@ -161,7 +161,9 @@ def check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequ
                         if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
         if known:
             shown = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
-            left_out = dict((f, why) for f, why in choice.note.get("functions_left_out", ()))
+            # by name: a static function's key carries its compile unit (name@unit)
+            left_out = dict((f.split("@")[0], why)
+                            for f, why in choice.note.get("functions_left_out", ()))
             why = left_out.get(known[0], choice.note["reason"])
             raise CtracerError(f"--functions {pat!r}: {shown} cannot be probed here "
                                f"({why}; `ctracer plan` says why)")

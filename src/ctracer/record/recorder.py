@@ -653,7 +653,7 @@ def _write_attached(session, program: ProbeProgram, writer: TraceWriter, results
     if links is not None and links.thread_state:
         writer.set_meta(thread_state=links.thread_state)
     if links is not None and links.functions:
-        writer.set_meta(attached_kinds=attached_kinds(results),
+        writer.set_meta(attached_kinds=attached_kinds(results, links.entry_kind),
                         kprobes_after_refusal=[list(p) for p in links.fell_back_from])
     attached_text = bpf_runtime.row_attachments(program, results)
     writer.add_functions(FunctionRow(r.id, r.name, r.unit, r.route_kind, r.route_text, r.address,
@@ -677,7 +677,8 @@ def _result(output: str, program: ProbeProgram, session, counts: ProgressCounts,
         _thread_state_fallback(session), watched,
         *(("changes", folds.calls, folds.refused) if folds is not None else ()),
         reader_priority=reader_priority, kernel_kinds=_kernel_kinds(session),
-        kinds=attached_kinds(results),
+        kinds=attached_kinds(results, getattr(getattr(session, "kernel_links", None),
+                                              "entry_kind", None)),
         fell_back=list(getattr(getattr(session, "kernel_links", None), "fell_back_from", [])))
 
 
@@ -690,15 +691,16 @@ def _kernel_kinds(session) -> str:
     return "/".join(probe_kinds(links.entry_kind))
 
 
-def attached_kinds(results) -> dict[str, int]:
+def attached_kinds(results, first: Optional[str] = None) -> dict[str, int]:
     """Kernel functions whose entry attached, per entry kind (``fentry.multi``,
-    ``kprobe``...; one recording may mix two: `ctracer.plan.attach.mixed_in`)."""
-    out: dict[str, int] = {}
+    ``kprobe``...; one recording may mix two: `ctracer.plan.attach.mixed_in`), the
+    recording's own kind (``first``) first."""
+    out: dict[str, int] = {first: 0} if first else {}
     for r in results:
         kind = r.kind.split(",")[0]
         if r.ok and kind not in ("raw_tracepoint", "entry"):
             out[kind] = out.get(kind, 0) + 1
-    return out
+    return {k: n for k, n in out.items() if n}
 
 
 def _thread_state_fallback(session) -> str:
