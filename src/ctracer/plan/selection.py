@@ -60,6 +60,8 @@ class KernelChoice:
     #: refuses ``entry_kind`` for (kprobe under ``auto`` with a trampoline kind, where
     #: kprobes attach); None: none
     fallback_kind: Optional[str] = None
+    #: why each function left out is (by name; the note keeps the first 200 only)
+    left_out: dict = field(default_factory=dict)
 
 
 FUNCTION_PROBES = ("auto", "fsession.multi", "fentry.multi", "fentry", "kprobe", "none")
@@ -139,7 +141,8 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
             "mixed": [[p.function, p.kind, p.reason] for p in mixed][:200],
             "fallback_kind": fallback}
     return KernelChoice(chosen, picked, kind if picked else None, note,
-                        {m.key: p.kind for p in mixed for m in p.methods}, fallback)
+                        {m.key: p.kind for p in mixed for m in p.methods}, fallback,
+                        {p.function.split("@")[0]: p.reason for p in plan.left_out()})
 
 
 def _main_kind(usable: Sequence) -> Optional[str]:
@@ -161,10 +164,7 @@ def check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequ
                         if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
         if known:
             shown = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
-            # by name: a static function's key carries its compile unit (name@unit)
-            left_out = dict((f.split("@")[0], why)
-                            for f, why in choice.note.get("functions_left_out", ()))
-            why = left_out.get(known[0], choice.note["reason"])
+            why = choice.left_out.get(known[0], choice.note["reason"])
             raise CtracerError(f"--functions {pat!r}: {shown} cannot be probed here "
                                f"({why}; `ctracer plan` says why)")
 
