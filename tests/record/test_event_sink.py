@@ -161,3 +161,18 @@ def test_full_rows_wait_for_the_commit_and_are_filled_again(reading):
             if rows is None:   # the rows one commit's records need, made once
                 rows = {id(sink.row)} | {id(r) for r in sink.spare_rows}
     assert {id(sink.row)} | {id(r) for r in sink.spare_rows} == rows
+
+
+def test_a_row_is_committed_as_it_is_written_when_the_disk_is_nearly_full(reading):
+    """Where the trace's file system has little room left, each row written between
+    commits is committed at once: SQLite gives up a whole open transaction when a row
+    does not fit, and a full disk must keep the rows before it."""
+    sink, writer = reading.sink, reading.writer
+    writer.SHORT_ROOM_BYTES = 1 << 62   # more than any file system has left
+    for i in range(60):
+        reading.put(event(i, 0xa0, WORDS))
+    reading.drain()
+    assert len(sink.waiting) > 1
+    first_row = sink.waiting[0][2]
+    sink.flush()   # before COMMIT_S: one full row written, and committed at once
+    assert writer.events_spooled == first_row and len(spool(reading.trace)) == 1
