@@ -44,9 +44,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "src"))
 
-from ctracer.host.features import (MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI,  # noqa: E402
-                                   TRACE_FEXIT_MULTI, bpf_syscall, errno_text,
-                                   tracing_multi_link)
+from ctracer.host.bpf_calls import (MULTI_ATTACH_BTF_ID, TRACE_FENTRY_MULTI,  # noqa: E402
+                                    TRACE_FEXIT_MULTI, bpf_syscall, errno_text,
+                                    tracing_multi_link)
 from ctracer.host.fsession import TRACE_FSESSION_MULTI, kernel_func_ids  # noqa: E402
 from ctracer.record.kattach import load_program, prog_run_stats  # noqa: E402
 

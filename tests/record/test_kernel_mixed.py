@@ -4,7 +4,7 @@ value, variable arguments) planned on kprobes beside fentry.multi, their descrip
 read by kprobe programs, and one text holding both kinds' programs (and the kprobe ones
 again for the functions the kernel may refuse the trampoline on) that bcc compiles and
 whose kprobe programs this kernel's verifier takes.  The load and attach of both kinds
-is proven in the 7.2 guest (tests/vm/test_kernel_methods.py)."""
+is proven in the 7.2 guest (tests/vm/test_mixed_kinds.py)."""
 
 from __future__ import annotations
 

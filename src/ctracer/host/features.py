@@ -14,23 +14,21 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF
 from ctracer.errors import CtracerError
+from ctracer.host.bpf_calls import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
+                                    TRACE_FENTRY_MULTI, TRACE_FSESSION_MULTI, bpf_syscall,
+                                    errno_text, tracing_multi_link)
 from ctracer.host.facts import KernelFacts, Mechanism
+from ctracer.host.fsession import try_fsession_multi
 from ctracer.host.kallsyms import KernelSymbols, kernel_symbols, notrace_names
 from ctracer.host.tracefs import ensure_tracefs, tracepoint_names
 
 
 EVENT_SOURCE_DEVICES = "/sys/bus/event_source/devices"
-
-
-def errno_text(err: int) -> str:
-    """An errno as the kernel's refusals are quoted: ``E2BIG: Argument list too long``."""
-    return f"{errno.errorcode.get(err, err)}: {os.strerror(err)}"
 
 
 def kernel_release() -> str:
@@ -67,14 +65,11 @@ class ProbeSupport:
                           "tracepoints", "raw_tracepoints", "kprobe_programs"))
 
 
-# bpf(2) numbers, from include/uapi/linux/bpf.h (BPF_LINK_CREATE for the runtime too)
+# bpf(2) numbers, from include/uapi/linux/bpf.h
 _BPF_PROG_LOAD = 5
 
 
 _BPF_RAW_TRACEPOINT_OPEN = 17
-
-
-BPF_LINK_CREATE = 28
 
 
 _PROG_TYPE_KPROBE = 2
@@ -90,33 +85,6 @@ _PROG_TYPE_TRACING = 26
 
 
 _TRACE_FENTRY = 24
-
-
-#: BPF_TRACE_FENTRY_MULTI and BPF_TRACE_FEXIT_MULTI (kernels with tracing_multi links)
-TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI = 59, 60
-#: BPF_TRACE_FSESSION_MULTI: one program at entry and return (a session) on such links
-TRACE_FSESSION_MULTI = 61
-
-
-_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "ppc64le": 361, "ppc64": 361,
-                "s390x": 351, "i686": 357, "i386": 357, "armv7l": 386, "loongarch64": 280}
-
-
-#: an empty program (r0 = 0; exit): what trial loads load
-RETURN_ZERO = bytes([0xB7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0])
-
-
-def bpf_syscall(cmd: int, attr: ctypes.Array) -> tuple[int, int]:
-    """bpf(2) without bcc: (its result, 0) or (-1, errno); the runtime links uprobe.multi
-    programs with it too (`ctracer.record.bpf_runtime`)."""
-    nr = _BPF_SYSCALL.get(platform.machine())
-    if nr is None:
-        return -1, errno.ENOSYS
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    ret = libc.syscall(ctypes.c_long(nr), ctypes.c_int(cmd), attr,
-                       ctypes.c_uint(len(attr)))
-    return int(ret), (ctypes.get_errno() if ret < 0 else 0)
 
 
 def load_trial_program(prog_type: int, attach_type: int = 0, attach_btf_id: int = 0,
@@ -194,24 +162,6 @@ def _try_kprobe_multi(symbol: str) -> Mechanism:
         os.close(fd)
 
 
-def tracing_multi_link(prog_fd: int, attach_type: int, btf_ids: list[int],
-                       cookies: list[int]) -> tuple[int, int]:
-    """One tracing_multi link of an fentry.multi or fexit.multi program on the functions
-    of the BTF FUNC ids ``btf_ids`` (of the BTF object the program was loaded against),
-    each with its cookie; (fd, 0) or (-1, errno)."""
-    ids = (ctypes.c_uint32 * len(btf_ids))(*btf_ids)
-    marks = (ctypes.c_uint64 * len(cookies))(*cookies)
-    attr = ctypes.create_string_buffer(64)
-    # link_create: prog_fd @0, target_fd @4, attach_type @8, flags @12;
-    # tracing_multi: ids @16 (u32 BTF ids), cookies @24 (u64), cnt @32
-    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
-    ctypes.c_uint32.from_buffer(attr, 8).value = attach_type
-    ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(ids)
-    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(marks)
-    ctypes.c_uint32.from_buffer(attr, 32).value = len(btf_ids)
-    return bpf_syscall(BPF_LINK_CREATE, attr)
-
-
 def _try_tracing_multi(target: tuple[str, int]) -> Mechanism:
     """Load an fentry.multi program and link it to the function ``target`` names (its
     name, its vmlinux BTF id) through a tracing_multi link (then close both)."""
@@ -230,11 +180,6 @@ def _try_tracing_multi(target: tuple[str, int]) -> Mechanism:
                                "through a tracing_multi link")
     finally:
         os.close(fd)
-
-
-#: the attach_btf_id an fentry.multi or fexit.multi program is loaded with: none (its
-#: functions are named by the link)
-MULTI_ATTACH_BTF_ID = 0
 
 
 def _try_load(prog_type: int, what: str) -> Mechanism:
@@ -438,16 +383,9 @@ def probe_support() -> ProbeSupport:
         tracing = Mechanism(None, "no kernel BTF to name a function to link") \
             if target is None else _try_tracing_multi(target)
         session = Mechanism(False, f"no tracing_multi links ({tracing.why})") \
-            if not tracing.works else _try_fsession_multi()
+            if not tracing.works else try_fsession_multi()
     return ProbeSupport(kprobes, fentry, uprobes, tracepoints, raw, multi, programs, tracing,
                         session)
-
-
-def _try_fsession_multi() -> Mechanism:
-    """`ctracer.host.fsession.try_fsession_multi`: a session program linked to a
-    function, its entry's cookie read at its return."""
-    from ctracer.host.fsession import try_fsession_multi
-    return try_fsession_multi()
 
 
 def tracepoints_attachable(names: Iterable[str]) -> Optional[dict[str, bool]]:

@@ -19,8 +19,9 @@ import os
 import struct
 from typing import Callable, Optional
 
-from ctracer.host.features import (TRACE_FSESSION_MULTI, Mechanism, bpf_syscall, errno_text,
-                                   tracing_multi_link)
+from ctracer.host.bpf_calls import (TRACE_FSESSION_MULTI, bpf_syscall, errno_text,
+                                    tracing_multi_link)
+from ctracer.host.facts import Mechanism
 _PROG_TYPE_TRACING = 26
 _BPF_MAP_CREATE, _BPF_MAP_LOOKUP_ELEM, _BPF_PROG_LOAD = 0, 1, 5
 _MAP_TYPE_ARRAY = 2

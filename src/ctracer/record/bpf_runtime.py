@@ -51,7 +51,7 @@ from ctracer.probes import ProbeProgram
 from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
 from ctracer.record import ringbuf
 from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
-from ctracer.host.features import BPF_LINK_CREATE, bpf_syscall
+from ctracer.host.bpf_calls import BPF_LINK_CREATE, bpf_syscall
 
 _CAP_SYS_ADMIN, _CAP_PERFMON, _CAP_BPF = 21, 38, 39
 _PERF_EVENT_IOC_DISABLE = 0x2401

@@ -61,10 +61,10 @@ from typing import Callable, Optional, Sequence
 from ctracer.errors import CtracerError
 from ctracer.probes import kfunc_calls
 from ctracer.probes.kfunctions import SESSION_KINDS, KernelFunction, probe_kinds
-from ctracer.host.features import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
-                                   TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI,
-                                   TRACE_FSESSION_MULTI, bpf_syscall, errno_text,
-                                   tracing_multi_link)
+from ctracer.host.bpf_calls import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
+                                    TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI,
+                                    TRACE_FSESSION_MULTI, bpf_syscall, errno_text,
+                                    tracing_multi_link)
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15

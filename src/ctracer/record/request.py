@@ -320,6 +320,15 @@ def _full_layout(graph, model) -> str:
         return f"/* layout unavailable: {e} */\n"
 
 
+def _refuse_over_max_functions(request: TraceRequest, function_methods: list) -> None:
+    """``--max-functions N``: more functions than N probed is a usage error."""
+    probed = len({m.key for m in function_methods})
+    if request.max_functions is not None and probed > request.max_functions:
+        raise UsageError(f"{probed} functions would be probed, more than --max-functions "
+                         f"{request.max_functions}: choose them with --functions or "
+                         "--exclude, or raise the limit")
+
+
 def build(request: TraceRequest) -> BuiltTrace:
     """Types, methods, mini struct, probes and meta for the request; every option is
     checked against the struct before any C is generated."""
@@ -368,11 +377,7 @@ def build(request: TraceRequest) -> BuiltTrace:
                                f"{kind.value} {name} is left once --exclude has dropped "
                                "what it names: nothing to probe")
         function_methods = [m for m in methods if not m.is_tracepoint]
-        probed = len({m.key for m in function_methods})
-        if request.max_functions is not None and probed > request.max_functions:
-            raise UsageError(f"{probed} functions would be probed, more than --max-functions "
-                             f"{request.max_functions}: choose them with --functions or "
-                             "--exclude, or raise the limit")
+        _refuse_over_max_functions(request, function_methods)
         methods = [m for m in methods if m.is_tracepoint]
         admission = _admission(request, built.layout)
         with _project_rule_lines(request):
