@@ -669,6 +669,17 @@ class KernelLinks:
         except CtracerError as e:
             return b"", f"its kfunc calls cannot be written in: {e}"
 
+    def _named_in_btf(self) -> list[AttachResult]:
+        """The functions a tracing_multi link can name (a BTF FUNC); the others are
+        marked failed, with why."""
+        ready = []
+        for r in self.results:
+            if self.btf_target(r.function) is None:
+                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
+            else:
+                ready.append(r)
+        return ready
+
     def _attach_fsession_multi(self) -> None:
         """Every function's session program on tracing_multi links: one link per
         (program, BTF object), split where the kernel refuses a function; a function's
@@ -676,12 +687,7 @@ class KernelLinks:
         self.how = ("fsession.multi: one session program (entry and exit) on one "
                     "tracing_multi link per program and BTF object (split where the "
                     "kernel refused a function)")
-        ready = []
-        for r in self.results:
-            if self.btf_target(r.function) is None:
-                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
-            else:
-                ready.append(r)
+        ready = self._named_in_btf()
         for _, members in self._link_tracing_multi("fsession.multi", ready):
             for r in members:
                 r.entry = r.exit = ""
@@ -692,12 +698,7 @@ class KernelLinks:
         a function whose exit the kernel refused linked again without it."""
         self.how = ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
                     "object (split where the kernel refused a function)")
-        ready = []
-        for r in self.results:
-            if self.btf_target(r.function) is None:
-                r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
-            else:
-                ready.append(r)
+        ready = self._named_in_btf()
         entries = self._link_tracing_multi("fentry.multi", ready)
         linked = {id(r) for _, members in entries for r in members}
         exits = self._link_tracing_multi("fexit.multi", [r for r in ready if id(r) in linked])
