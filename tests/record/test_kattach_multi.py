@@ -367,3 +367,38 @@ def test_kprobes_beside_session_links(session_kernel, kprobe_links):
         assert [name for name, _ in links.fell_back_from] == ["f2"]
     finally:
         links.close()
+
+
+def test_per_function_fentry_beside_kprobes_loads_only_its_own_functions_programs(monkeypatch):
+    """Per-function fentry (6.1, 6.12) with a function planned on kprobes beside it whose
+    route count no fentry function has: the text holds no fentry program of that count,
+    and none is asked for (the 6.12 guest failed with "no program ctracer_fexit_r8")."""
+    from ctracer.errors import CtracerError
+    from ctracer.probes.kfunctions import KernelRoute
+    wide = KernelFunction(9, "f9", "f9", (KernelRoute(9, None, 0), KernelRoute(10, None, 1)),
+                          None, (), (), kind="kprobe")
+    functions = (_routed(0), _routed(1), wide)
+    compiled = {f.program(k, False) for f in functions[:2] for k in ("fentry", "fexit")} | \
+        {wide.program(k, False) for k in ("kprobe", "kretprobe")}
+
+    def instructions(name: str) -> bytes:
+        if name not in compiled:
+            raise CtracerError(f"the compiled probes have no program {name}")
+        return name.encode()
+
+    def opened(*args, **kwargs):
+        return os.open(os.devnull, os.O_RDONLY), 0
+
+    monkeypatch.setattr(kattach, "load_program", lambda *a, **k: (opened()[0], ""))
+    monkeypatch.setattr(kattach, "_link", opened)
+    monkeypatch.setattr(kattach, "_kprobe_multi_link", opened)
+    monkeypatch.setattr(kattach, "raise_open_files", lambda wanted: wanted)
+    links = kattach.KernelLinks("fentry", functions, instructions,
+                                lambda f: TARGETS[f.index], task_storage=False)
+    links.attach()
+    try:
+        by = {r.function.index: r for r in links.results}
+        assert all(r.complete for r in by.values()), [r.entry for r in by.values()]
+        assert by[9].kind == "kprobe,kretprobe" and by[0].kind == by[1].kind == "fentry,fexit"
+    finally:
+        links.close()

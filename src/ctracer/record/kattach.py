@@ -615,8 +615,11 @@ class KernelLinks:
 
     def _attach_fentry(self) -> None:
         self.how = "fentry/fexit: one loaded clone per function, linked with its cookie"
+        # the programs of the functions on fentry only: one planned on kprobes beside
+        # them may have a route count no fentry program was compiled for
         code = {name: self.instructions(name) for name in
-                {self._program(f, k) for f in self.functions for k in ("fentry", "fexit")}}
+                {self._program(r.function, k) for r in self.results
+                 for k in ("fentry", "fexit")}}
 
         def one(r: AttachResult) -> None:
             f = r.function
