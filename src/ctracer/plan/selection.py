@@ -87,8 +87,9 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     counts those the trace keeps of the methods placed — would be probed and kprobe.multi
     links work).  Under "auto" with a trampoline kind, the functions the plan put on
     kprobes beside it (`ctracer.plan.attach.mixed_in`) keep that kind
-    (`KernelChoice.function_kinds`), and kprobes are the `KernelChoice.fallback_kind`
-    tried on what the kernel refuses at attach, where kprobes attach.  Probes that could
+    (`KernelChoice.function_kinds`), and beside tracing_multi kinds kprobes are the
+    `KernelChoice.fallback_kind` tried on what the kernel refuses at attach, where
+    kprobes attach.  Probes that could
     not be tried (without root, for ``--print-bpf``) are kept."""
     from ctracer.plan.attach import KERNEL_ENTRY_KINDS, TRAMPOLINE_KINDS, mixed_in, plan_probes
     from ctracer.host.features import kernel_facts
@@ -129,8 +130,13 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     mixed = [p for p in usable if mixed_in(p)] if picked else []
     main_reason = next((p.reason for p in entries if p.kind == kind and not mixed_in(p)),
                        entries[0].reason if entries else "no function takes the struct")
+    # only beside tracing_multi links, which the kernel refuses whole for one function:
+    # per-function fentry loads refuse one function at a time, and carrying kprobe
+    # programs in every fentry recording cost each one's bcc compile (the 6.12 guest's
+    # tests took ~460 s more in all)
     fallback = ("kprobe" if picked and function_probes == "auto" and
-                kind in TRAMPOLINE_KINDS and facts.kprobes.works else None)
+                kind in TRAMPOLINE_KINDS and kind != "fentry" and facts.kprobes.works
+                else None)
     note = {"counts": plan.counts(), "kernel": facts.to_json(),
             "tracepoints_refused": refused,
             "functions_planned": len({p.function for p in entries}),
