@@ -132,8 +132,7 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
                        entries[0].reason if entries else "no function takes the struct")
     # only beside tracing_multi links, which the kernel refuses whole for one function:
     # per-function fentry loads refuse one function at a time, and carrying kprobe
-    # programs in every fentry recording cost each one's bcc compile (the 6.12 guest's
-    # tests took ~460 s more in all)
+    # programs in every fentry recording would lengthen each one's bcc compile
     fallback = ("kprobe" if picked and function_probes == "auto" and
                 kind in TRAMPOLINE_KINDS and kind != "fentry" and facts.kprobes.works
                 else None)
