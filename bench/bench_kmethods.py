@@ -17,6 +17,12 @@ root and a kernel with fentry and kprobes: run it in a guest):
   <= 1.3x the empty probes' cost over the untraced run; best of ``--rounds``);
 * events written: ctracer's events per second, 0 lost, against bpftrace printing the same
   functions' entries and exits with two fields of the object (goal >= 2x).
+* per call against a peer (``--peer-rounds N``, e.g. on 7.2 with ``--kinds
+  fsession.multi fentry.multi kprobe``): ctracer recording two fields of the object on
+  the hot functions, entry and exit, against bpftrace recording the same two fields with
+  the time, thread and object on the same functions (printed lines; kfunc/kretfunc and
+  kprobe/kretprobe, ``--peers``), N rounds in one boot with the variants' order
+  rotating: the workload's added time a call and the BPF programs' run time a call.
 Ratios are against anchors measured in the same run; nothing is asserted.
 """
 
@@ -264,6 +270,175 @@ def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
           f"thread): {(traced - base) / max(empty - base, 1e-3):.2f}x", flush=True)
 
 
+#: the two fields the events figure and the peer comparison record
+TWO_FIELDS = ["skc_state", "sk_sndbuf"]
+
+
+def _peer_script(hot: list[str], family: str) -> str:
+    """bpftrace recording what ctracer's two-field recording keeps of each call: at entry
+    and at return the time, the thread, the object's address and its two fields, one
+    printed line each (not the return value: bpftrace refuses ``retval`` of a void
+    function). ``family``: "fentry" (kfunc/kretfunc) or
+    "kprobe" (kprobe/kretprobe, the entry's object kept for its return in a map of the
+    function's own, keyed by thread)."""
+    fields = "$s->__sk_common.skc_state, $s->sk_sndbuf"
+    probes = []
+    for i, f in enumerate(hot):
+        if family == "fentry":
+            probes.append(f"kfunc:{f} {{ $s = args->sk; printf(\"{f} e %llu %d %p %d %d\\n\", "
+                          f"nsecs, tid, $s, {fields}); }}")
+            probes.append(f"kretfunc:{f} {{ $s = args->sk; printf(\"{f} x %llu %d %p %d %d\\n\", "
+                          f"nsecs, tid, $s, {fields}); }}")
+        else:
+            probes.append(f"kprobe:{f} {{ $s = (struct sock *)arg0; @o{i}[tid] = arg0; "
+                          f"printf(\"{f} e %llu %d %p %d %d\\n\", nsecs, tid, $s, {fields}); }}")
+            probes.append(f"kretprobe:{f} {{ $s = (struct sock *)@o{i}[tid]; "
+                          f"delete(@o{i}[tid]); printf(\"{f} x %llu %d %p %d %d\\n\", "
+                          f"nsecs, tid, $s, {fields}); }}")
+    return " ".join(probes)
+
+
+def _bpftrace_recording(hot: list[str], family: str, tmp: str, args) -> dict:
+    """The workload under bpftrace recording the two fields (``_peer_script``): best of
+    ``--rounds`` runs, the lines printed and lost, its programs' run time and runs."""
+    before = _program_ids()
+    # a perf ring as large as ctracer's (--buffer-mb over the guest's CPUs): with
+    # bpftrace's default most lines of a run were lost
+    pages = args.buffer_mb * 256 // max(os.cpu_count() or 1, 1)
+    bt, out, _ = _bpftrace(_peer_script(hot, family),
+                           {"BPFTRACE_PERF_RB_PAGES": str(1 << max(pages.bit_length() - 1, 0))})
+    theirs = _settled(before)
+    start_ns, start_cnt = _program_stats(theirs)
+    runs = [_workload(args.messages) for _ in range(args.rounds)]
+    _drained(out, time.monotonic())
+    ns, cnt = _program_stats(theirs)
+    _stop(bt)
+    text = open(out).read()
+    os.remove(out)
+    lines = sum(1 for line in text.splitlines() if line.startswith(tuple(hot)))
+    lost = sum(int(m) for m in re.findall(r"Lost (\d+) events", text))
+    return {"runs": runs, "calls": lines // 2, "lost": lost, "ns": ns - start_ns,
+            "prog_runs": cnt - start_cnt, "programs": len(theirs)}
+
+
+def _program_table(ids: set[int]) -> list[dict]:
+    """Name, runs, run time and sizes of the BPF programs of ``ids``."""
+    import json
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    return [{"id": int(p["id"]), "name": p.get("name", "?"), "type": p.get("type", "?"),
+             "run_cnt": int(p.get("run_cnt", 0)), "run_time_ns": int(p.get("run_time_ns", 0)),
+             "xlated": int(p.get("bytes_xlated", 0)), "jited": int(p.get("bytes_jited", 0))}
+            for p in json.loads(r.stdout or "[]") if int(p["id"]) in ids]
+
+
+def _ctracer_recording(struct: str, hot: list[str], kind: str, fields: list[str],
+                       tmp: str, args, tag: str) -> dict:
+    """The workload under ctracer recording ``hot`` with ``kind`` (``fields``; every
+    field when empty): best of ``--rounds`` runs, events written and lost, its programs'
+    run time and runs, and its programs one by one."""
+    name = f"peer-{kind}-{len(fields) or 'all'}-{tag}"
+    log = os.path.join(args.logs or tmp, f"{name}.log")
+    trace = os.path.join(tmp, f"{name}.ctrace")
+    cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o", trace,
+                     "-d", "3600", "--buffer-mb", str(args.buffer_mb),
+                     "--function-probes", kind, "--lifetime-rule", "none"]
+    if fields:
+        cmd += ["--fields", *fields]
+    before = _program_ids()
+    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _started(ct, log)
+    ours = _program_ids() - before
+    start = {p["id"]: p for p in _program_table(ours)}
+    runs = [_workload(args.messages) for _ in range(args.rounds)]
+    table = _program_table(ours)
+    _stop(ct, "ctracer")
+    text = open(log).read()
+    written, lost = _written_and_lost(text)
+    for leftover in (trace, trace + "-wal"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    probes = re.search(r"probes on .*", text)
+    # the functions' programs (entry and exit, or one session program run at both): a
+    # call is two runs of them; the events written hold other records too
+    funcs = [p for p in table if p["type"] in ("tracing", "kprobe")]
+    ns = sum(p["run_time_ns"] - start.get(p["id"], {}).get("run_time_ns", 0) for p in funcs)
+    cnt = sum(p["run_cnt"] - start.get(p["id"], {}).get("run_cnt", 0) for p in funcs)
+    return {"runs": runs, "calls": cnt // 2, "lost": lost, "ns": ns, "events": written,
+            "prog_runs": cnt, "programs": len(funcs), "table": table,
+            "probes": probes.group(0)[:200] if probes else "?"}
+
+
+def _peer_rounds(struct: str, hot: list[str], tmp: str, args) -> None:
+    """Per traced call, ctracer's kinds (``--kinds``) against bpftrace recording the same
+    two fields on the same functions (``--peers``), ``--peer-rounds`` rounds in one boot,
+    the variants' order rotating each round; each variant's figures per round and the
+    medians. A call's added time: the workload's best run traced minus the round's best
+    untraced run, over the calls of one run; BPF time a call: the programs' run time
+    (``bpf_stats``, counted from the first workload run) over the calls recorded."""
+    import statistics
+    variants = [("ctracer", k, "two") for k in args.kinds] + \
+        [("ctracer", k, "all") for k in args.all_fields_kinds] + \
+        [("bpftrace", fam, "two") for fam in args.peers]
+    results: dict[tuple, list[dict]] = {v: [] for v in variants}
+    for r in range(args.peer_rounds):
+        base = min(_workload(args.messages) for _ in range(args.rounds))
+        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        print(f"round {r + 1}: untraced {base:.3f} s (best of {args.rounds}), load "
+              f"{os.getloadavg()[0]:.1f}; order {', '.join(f'{v[0]} {v[1]} {v[2]}' for v in order)}",
+              flush=True)
+        for v in order:
+            who, kind, fset = v
+            try:
+                if who == "ctracer":
+                    got = _ctracer_recording(struct, hot, kind,
+                                             TWO_FIELDS if fset == "two" else [], tmp,
+                                             args, f"r{r + 1}")
+                else:
+                    got = _bpftrace_recording(hot, kind, tmp, args)
+            except SystemExit as e:
+                print(f"  {who} {kind} {fset} fields: could not run: {e}", flush=True)
+                continue
+            per_run = got["calls"] / args.rounds
+            got["added_us"] = (min(got["runs"]) - base) * 1e6 / max(per_run, 1)
+            got["bpf_ns"] = got["ns"] / max(got["calls"], 1)
+            results[v].append(got)
+            print(f"  {who} {kind}, {fset} fields: runs "
+                  f"{', '.join(f'{x:.3f}' for x in got['runs'])} s, {got['calls']} calls "
+                  f"recorded ({per_run:.0f} a run), {got['lost']} lost; added "
+                  f"{got['added_us']:.2f} us a call; BPF {got['bpf_ns']:.0f} ns a call "
+                  f"({got['prog_runs']} program runs = {got['prog_runs'] / max(got['calls'], 1):.2f} "
+                  f"a call, {got['programs']} programs)", flush=True)
+            if who == "ctracer":
+                print(f"    {got['probes']}", flush=True)
+                for p in sorted(got["table"], key=lambda p: -p["run_time_ns"])[:6]:
+                    print(f"    {p['name']} {p['type']}: {p['run_cnt']} runs, "
+                          f"{p['run_time_ns'] / max(p['run_cnt'], 1):.0f} ns a run, "
+                          f"xlated {p['xlated']} B, jited {p['jited']} B", flush=True)
+    print("medians over the rounds (added time a call, BPF time a call):", flush=True)
+    med = {}
+    for v in variants:
+        if results[v]:
+            med[v] = (statistics.median(g["added_us"] for g in results[v]),
+                      statistics.median(g["bpf_ns"] for g in results[v]))
+            print(f"  {v[0]} {v[1]} {v[2]} fields: {med[v][0]:.2f} us, {med[v][1]:.0f} ns "
+                  f"({len(results[v])} rounds)", flush=True)
+    peers = [v for v in variants if v[0] == "bpftrace" and v in med]
+    for v in variants:
+        if v[0] != "ctracer" or v not in med:
+            continue
+        for p in peers:
+            print(f"  ctracer {v[1]} {v[2]} fields / bpftrace {p[1]} two fields: added "
+                  f"{med[v][0] / max(med[p][0], 1e-9):.2f}x, BPF {med[v][1] / max(med[p][1], 1e-9):.2f}x",
+                  flush=True)
+    for fset in ("two", "all"):
+        s, f = ("ctracer", "fsession.multi", fset), ("ctracer", "fentry.multi", fset)
+        if s in med and f in med:
+            pairs = [(a["added_us"] / max(b["added_us"], 1e-9), a["bpf_ns"] / max(b["bpf_ns"], 1e-9))
+                     for a, b in zip(results[s], results[f])]
+            print(f"  fsession.multi / fentry.multi, {fset} fields, per round: "
+                  f"{'; '.join(f'added {a:.2f}x, BPF {b:.2f}x' for a, b in pairs)}", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--struct", default="sock")
@@ -282,6 +457,16 @@ def main() -> int:
     p.add_argument("--kinds", nargs="*", default=["fentry", "kprobe"],
                    help="ctracer's probe kinds for attach + detach and per call "
                         "(none: only the events figure)")
+    p.add_argument("--peer-rounds", type=int, default=0,
+                   help="per call against bpftrace recording the same two fields: rounds "
+                        "in one boot, the variants' order rotating (replaces the per-call "
+                        "and events figures)")
+    p.add_argument("--peers", nargs="*", default=["fentry", "kprobe"],
+                   help="bpftrace's probe families for --peer-rounds (fentry: kfunc/"
+                        "kretfunc; kprobe: kprobe/kretprobe)")
+    p.add_argument("--all-fields-kinds", nargs="*", default=[],
+                   help="for --peer-rounds, ctracer's kinds recording every field too "
+                        "(--kinds record the two fields skc_state and sk_sndbuf)")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench_kmethods: needs root", file=sys.stderr)
@@ -312,6 +497,10 @@ def main() -> int:
                   f"{(total + ours['compile']) / theirs:.2f})", flush=True)
 
     if args.attach_only:
+        return 0
+    if args.peer_rounds:
+        subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
+        _peer_rounds(args.struct, _unique_in_kallsyms(list(HOT)), tmp, args)
         return 0
     base = min(_workload(args.messages) for _ in range(args.rounds))
     print(f"per call: tcploop {args.messages} messages x 2 connections untraced "
