@@ -351,6 +351,14 @@ def _ctracer_recording(struct: str, hot: list[str], kind: str, fields: list[str]
     start = {p["id"]: p for p in _program_table(ours)}
     runs = [_workload(args.messages) for _ in range(args.rounds)]
     table = _program_table(ours)
+    if args.logs and tag == "r1":
+        # what the verifier and the JIT made of each program, to read beside the figures
+        for p in table:
+            for what in ("xlated", "jited"):
+                with open(os.path.join(args.logs, f"{name}-{p['id']}-{p['name']}.{what}"),
+                          "w") as f:
+                    subprocess.run(["bpftool", "prog", "dump", what, "id", str(p["id"])],
+                                   stdout=f, stderr=subprocess.STDOUT)
     _stop(ct, "ctracer")
     text = open(log).read()
     written, lost = _written_and_lost(text)
