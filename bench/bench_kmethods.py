@@ -460,6 +460,8 @@ def main() -> int:
                    help="ctracer's ring for the per-call runs (a lost event skips its "
                         "snapshot and flatters the figure: make it hold a run's events)")
     p.add_argument("--logs", help="where ctracer's output goes (e.g. vm-run's --out)")
+    p.add_argument("--events-messages", type=int,
+                   help="tcploop's messages for the events figure (default --messages)")
     p.add_argument("--skip-events", action="store_true",
                    help="leave out the events-written figure (per call only)")
     p.add_argument("--kinds", nargs="*", default=["fentry", "kprobe"],
@@ -468,7 +470,7 @@ def main() -> int:
     p.add_argument("--peer-rounds", type=int, default=0,
                    help="per call against bpftrace recording the same two fields: rounds "
                         "in one boot, the variants' order rotating (replaces the per-call "
-                        "and events figures)")
+                        "figures against the empty probes)")
     p.add_argument("--peers", nargs="*", default=["fentry", "kprobe"],
                    help="bpftrace's probe families for --peer-rounds (fentry: kfunc/"
                         "kretfunc; kprobe: kprobe/kretprobe)")
@@ -509,7 +511,7 @@ def main() -> int:
     if args.peer_rounds:
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=True)
         _peer_rounds(args.struct, _unique_in_kallsyms(list(HOT)), tmp, args)
-        return 0
+        return 0 if args.skip_events else _events(args, tmp)
     base = min(_workload(args.messages) for _ in range(args.rounds))
     print(f"per call: tcploop {args.messages} messages x 2 connections untraced "
           f"{base:.2f} s (best of {args.rounds})", flush=True)
@@ -520,10 +522,17 @@ def main() -> int:
             _per_call(args.struct, hot, kind, base, tmp, args, fields)
     if args.skip_events:
         return 0
+    return _events(args, tmp)
+
+
+def _events(args, tmp: str) -> int:
+    """Events written: ctracer on six functions, two fields, against bpftrace printing
+    the same."""
+    messages = args.events_messages or args.messages
     six = _unique_in_kallsyms(["tcp_sendmsg", "tcp_recvmsg", "tcp_rcv_established", "tcp_ack",
                                "tcp_data_queue", "tcp_v4_do_rcv"])
     traced, events, lost = _traced_run(args.struct, six, ["skc_state", "sk_sndbuf"], tmp, "e",
-                                       args.messages)
+                                       messages)
     print(f"events: ctracer on {len(six)} functions (entry and exit), 2 fields: {events} "
           f"events, {lost} lost, in {traced:.2f} s ({events / traced:.0f}/s)", flush=True)
     # bpftrace 0.17 refuses the func builtin in kfunc/kretfunc probes: the name is
@@ -535,7 +544,7 @@ def main() -> int:
     try:
         bt, out, _ = _bpftrace(script, {})
         start = time.monotonic()
-        _workload(args.messages)
+        _workload(messages)
         printed_time = _drained(out, start)
         _stop(bt)
         text = open(out).read()
