@@ -339,6 +339,7 @@ def _ctracer_recording(struct: str, hot: list[str], kind: str, fields: list[str]
     name = f"peer-{kind}-{len(fields) or 'all'}-{tag}"
     log = os.path.join(args.logs or tmp, f"{name}.log")
     trace = os.path.join(tmp, f"{name}.ctrace")
+    # no lifetime rules: the peer follows no lifetimes either
     cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o", trace,
                      "-d", "3600", "--buffer-mb", str(args.buffer_mb),
                      "--function-probes", kind, "--lifetime-rule", "none"]
