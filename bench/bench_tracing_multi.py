@@ -34,11 +34,13 @@ TCG guest a figure counts emulated steps, not a real CPU's cost.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_kmethods as km  # noqa: E402
@@ -51,15 +53,115 @@ LABEL = {"fsession.multi": "fsession.multi", "fentry.multi": "fentry.multi",
          "kprobe": "kprobe.multi"}
 #: the anchor every kind is compared with
 ANCHOR = "kprobe"
+PROG_TYPE_KPROBE = 2
+TRACE_KPROBE_MULTI = 42
 
 
-def attach_detach(args, tmp: str) -> dict[str, dict]:
+def _plan_functions(struct: str, globs: list[str]) -> tuple[str, list[str]]:
+    """The kind the plan puts most functions on (7.2: fsession.multi) and those functions
+    (a function beside them on another kind, e.g. kprobes where a tracing_multi link
+    refused it, is left out: every kind compared can take the set)."""
+    import collections
+    import json
+    cmd = km.CTRACER + ["plan", "struct", struct, "--json"]
+    if globs:
+        cmd += ["--functions", *globs]
+    doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    probes = [p for p in doc["probes"] if p["kind"] not in (None, "raw_tracepoint", "kretprobe")]
+    kind = collections.Counter(p["kind"] for p in probes).most_common(1)[0][0]
+    return kind, sorted({p["function"].split("@")[0] for p in probes if p["kind"] == kind})
+
+
+def _multi_link(prog_fd: int, names: list[str], ret: bool) -> int:
+    """0 when one kprobe.multi (``ret``: kretprobe.multi) link of ``prog_fd`` on the
+    names' symbols is made (then closed), else the kernel's errno."""
+    import ctypes
+    from ctracer.host.bpf_calls import BPF_LINK_CREATE, bpf_syscall
+    bufs = [ctypes.create_string_buffer(n.encode()) for n in names]
+    syms = (ctypes.c_uint64 * len(bufs))(*[ctypes.addressof(b) for b in bufs])
+    attr = ctypes.create_string_buffer(64)
+    # link_create: prog_fd @0, attach_type @8; kprobe_multi: flags @16, cnt @20, syms @24
+    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
+    ctypes.c_uint32.from_buffer(attr, 8).value = TRACE_KPROBE_MULTI
+    ctypes.c_uint32.from_buffer(attr, 16).value = 1 if ret else 0   # BPF_F_KPROBE_MULTI_RETURN
+    ctypes.c_uint32.from_buffer(attr, 20).value = len(bufs)
+    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
+    fd, err = bpf_syscall(BPF_LINK_CREATE, attr)
+    if fd >= 0:
+        os.close(fd)
+        return 0
+    return err
+
+
+def refused_by_links(names: list[str]) -> dict[str, str]:
+    """The names that one kprobe.multi or kretprobe.multi link of an empty program (what
+    bpftrace's ``kprobe:*`` and ``kretprobe:*`` are) is refused on, each with the errno:
+    a refused link is split in halves down to the names refused alone."""
+    from ctracer.host.bpf_calls import RETURN_ZERO, errno_text
+    from ctracer.record.kattach import load_program
+    fd, why = load_program(RETURN_ZERO, PROG_TYPE_KPROBE, TRACE_KPROBE_MULTI, name=b"empty")
+    if fd < 0:
+        raise SystemExit(f"bench_tracing_multi: an empty kprobe.multi program: {why}")
+    refused: dict[str, str] = {}
+
+    def split(part: list[str], ret: bool, err: int) -> None:
+        if err in (errno.EOPNOTSUPP, 524):   # 524: the kernel's ENOTSUPP
+            raise SystemExit(f"bench_tracing_multi: no kprobe.multi links here ({errno_text(err)})")
+        if len(part) == 1:
+            refused.setdefault(part[0], f"{'kretprobe' if ret else 'kprobe'}.multi: "
+                                        f"{errno_text(err)}")
+            return
+        halves = [part[:len(part) // 2], part[len(part) // 2:]]
+        errs = [_multi_link(fd, h, ret) for h in halves]
+        for h, e in zip(halves, errs):
+            if e:
+                split(h, ret, e)
+        if not any(errs):
+            refused.setdefault(f"<{len(part)} names together>",
+                               f"{'kretprobe' if ret else 'kprobe'}.multi: {errno_text(err)} "
+                               f"on the whole, its halves linked")
+
+    try:
+        for ret in (True, False):   # bpftrace links its kretprobe:* first
+            err = _multi_link(fd, names, ret) if names else 0
+            if err:
+                split(names, ret, err)
+    finally:
+        os.close(fd)
+    return refused
+
+
+def bpftrace_set(args) -> list[str]:
+    """The functions every kind and bpftrace are timed on: those the plan puts on its
+    main kind that bpftrace can name and whose kprobe.multi and kretprobe.multi links the
+    kernel accepts; one line saying how many were left out and why."""
+    sys.path.insert(0, GUEST_SCRIPTS)
+    import method_counts as mc
+    kind, planned = _plan_functions(args.struct, args.functions)
+    once, traceable, denied = mc._kallsyms_once(), mc.traceable(), mc._blacklisted()
+    why = {"named more than once in kallsyms or in a module": [n for n in planned if n not in once],
+           "not in available_filter_functions": [n for n in planned if n in once and n not in traceable],
+           "on the kprobe deny list": [n for n in planned if n in once and n in traceable and n in denied]}
+    named = sorted(set(planned) & mc.attachable())
+    refused = refused_by_links(named)
+    names = [n for n in named if n not in refused]
+    parts = [f"{len(v)} {k}" + (f" ({', '.join(v[:4])}{', ...' if len(v) > 4 else ''})" if v else "")
+             for k, v in why.items()]
+    parts.append(f"{len(refused)} refused by a link of an empty program"
+                 + (f" ({'; '.join(f'{n}: {e}' for n, e in list(refused.items())[:6])})"
+                    if refused else ""))
+    print(f"function set: {len(names)} of the {len(planned)} functions the plan puts on "
+          f"{kind}; left out: {', '.join(parts)}", flush=True)
+    return names
+
+
+def attach_detach(args, tmp: str, names: Optional[list[str]] = None) -> dict[str, dict]:
     """The best attach and detach seconds of each kind over the rounds (kinds taking
-    turns, the first kind alternating)."""
+    turns, the first kind alternating), on ``names`` when given (else ``--functions``)."""
     best: dict[str, dict] = {}
     for round_ in range(args.rounds):
         for kind in (args.kinds if round_ % 2 == 0 else args.kinds[::-1]):
-            got = km._ctracer_attach(args.struct, args.functions,
+            got = km._ctracer_attach(args.struct, names or args.functions,
                                      os.path.join(tmp, f"a-{kind}-{round_}.ctrace"), kind)
             for leftover in os.listdir(tmp):
                 if leftover.startswith(f"a-{kind}-{round_}"):
@@ -87,14 +189,13 @@ def attach_detach(args, tmp: str) -> dict[str, dict]:
     return best
 
 
-def bpftrace_attach_detach(args, ours: dict[str, dict]) -> None:
-    """bpftrace's empty kprobe and kretprobe on the planned functions, each a kprobe.multi
-    link, ``--rounds`` times: the best start to ready plus Ctrl-C to exit, against
-    ``ours`` (each kind's best from `attach_detach`)."""
+def bpftrace_attach_detach(args, ours: dict[str, dict], names: list[str]) -> None:
+    """bpftrace's empty kprobe and kretprobe on ``names``, each a kprobe.multi link,
+    ``--rounds`` times: the best start to ready plus Ctrl-C to exit, against ``ours``
+    (each kind's best from `attach_detach`, on the same functions)."""
     import json
     sys.path.insert(0, GUEST_SCRIPTS)
     import method_counts as mc
-    names = sorted(set(km._planned(args.struct, args.functions)) & mc.attachable())
     os.makedirs(mc.LOCAL, exist_ok=True)
     script = 'BEGIN { printf("ready\\n"); }\nkprobe:* { }\nkretprobe:* { }\n'
     best = None
@@ -111,7 +212,14 @@ def bpftrace_attach_detach(args, ours: dict[str, dict]) -> None:
             time.sleep(0.1)
         if ready is None:
             bt.stop(60)
-            print(f"bpftrace did not attach: {bt.text()[-800:]!r}", flush=True)
+            error = next((ln for ln in bt.text().splitlines() if "ERROR" in ln),
+                         bt.text().strip().splitlines()[-1:] or ["no output"])
+            now = refused_by_links(names)
+            print(f"bpftrace did not attach on {len(names)} functions in round {round_ + 1}: "
+                  f"{error if isinstance(error, str) else error[0]}; an empty program's "
+                  f"links on them now: "
+                  f"{'; '.join(f'{n}: {e}' for n, e in list(now.items())[:6]) or 'made'}",
+                  flush=True)
             return
         links = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True,
                                text=True).stdout
@@ -219,9 +327,15 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-tmulti-", dir="/var/tmp")
     print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}", flush=True)
     if not args.skip_attach:
-        ours = attach_detach(args, tmp)
-        if not args.skip_bpftrace:
-            bpftrace_attach_detach(args, ours)
+        if args.skip_bpftrace:
+            ours = attach_detach(args, tmp)
+        else:
+            names = bpftrace_set(args)
+            if not names:
+                print("bench_tracing_multi: no function both can attach", file=sys.stderr)
+                return 1
+            ours = attach_detach(args, tmp, names)
+            bpftrace_attach_detach(args, ours, names)
     if not args.skip_per_call:
         per_call(args, tmp)
     return 0

@@ -19,6 +19,19 @@ from ctracer.debuginfo.sources import TypeSource
 from ctracer.errors import CtracerError, UnknownType, UsageError
 
 
+class _Globs:
+    """Globs matched against names; the plain names among them (no ``*?[``) by a set
+    lookup, so thousands of exact names (a script's list) cost no more than a few globs."""
+
+    def __init__(self, patterns: Sequence[str]):
+        self.plain = {p for p in patterns if not any(c in p for c in "*?[")}
+        self.globs = [p for p in patterns if p not in self.plain]
+
+    def matches(self, names: Sequence[str]) -> bool:
+        return any(n in self.plain or any(fnmatch.fnmatchcase(n, p) for p in self.globs)
+                   for n in names)
+
+
 def select_methods(methods: Sequence, patterns: Sequence[str],
                    exclude: Sequence[str] = ()) -> list:
     """The methods whose function name (or name@unit, or tp:name) matches a glob (all
@@ -29,17 +42,16 @@ def select_methods(methods: Sequence, patterns: Sequence[str],
         return (m.name, m.key)
 
     every = sorted({n for m in methods for n in names_of(m)})
+    known = set(every)
     for option, globs in (("--functions", patterns), ("--exclude", exclude)):
         for pat in globs:
-            if not any(fnmatch.fnmatchcase(n, pat) for n in every):
+            if pat not in known and not any(fnmatch.fnmatchcase(n, pat) for n in every):
                 close = difflib.get_close_matches(pat, every, n=5, cutoff=0.5)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 raise UsageError(f"{option} {pat!r} matches no method{hint}")
-    kept = [m for m in methods
-            if not patterns or any(fnmatch.fnmatchcase(n, p) for n in names_of(m)
-                                   for p in patterns)]
-    return [m for m in kept
-            if not any(fnmatch.fnmatchcase(n, p) for n in names_of(m) for p in exclude)]
+    keep, drop = _Globs(patterns), _Globs(exclude)
+    kept = [m for m in methods if not patterns or keep.matches(names_of(m))]
+    return [m for m in kept if not drop.matches(names_of(m))]
 
 
 @dataclass(frozen=True)
@@ -163,7 +175,7 @@ def check_placeable(patterns: Sequence[str], choice: KernelChoice, methods: Sequ
     (rather than that it matches no method)."""
     placed = {n for m in choice.tracepoints + choice.functions for n in (m.name, m.key)}
     for pat in patterns:
-        if any(fnmatch.fnmatchcase(n, pat) for n in placed):
+        if pat in placed or any(fnmatch.fnmatchcase(n, pat) for n in placed):
             continue
         known = sorted({m.name for m in methods
                         if fnmatch.fnmatchcase(m.name, pat) or fnmatch.fnmatchcase(m.key, pat)})
