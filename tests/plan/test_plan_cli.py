@@ -143,3 +143,21 @@ def test_verify_as_an_unprivileged_user_says_it_needs_root_in_one_line():
     assert r.stderr.strip().splitlines() == [
         "ctracer: error: --verify loads BPF programs through the kernel's verifier, which "
         "needs root (or CAP_BPF and CAP_PERFMON): run it as root, e.g. with sudo"]
+
+
+@pytest.mark.kernel
+def test_plain_names_select_what_a_glob_does(sock_plan):
+    """--functions and --exclude given exact names (looked up, not matched as globs)
+    select the same methods as a glob covering them."""
+    names = sorted({p["function"] for p in sock_plan["probes"]
+                    if p["function"].startswith("tcp_")})   # no tracepoint: tp:NAME
+    assert len(names) > 2
+    by_glob = ctracer("plan", "struct", "sock", "--json", "--functions", "tcp_*",
+                      "--exclude", names[0])
+    by_names = ctracer("plan", "struct", "sock", "--json", "--functions", *names[1:])
+    assert by_glob.returncode == 0 and by_names.returncode == 0, by_glob.stderr + by_names.stderr
+    # the glob also matches the tracepoints named tcp_*, listed as tp:NAME
+    functions = [[p for p in json.loads(r.stdout)["probes"] if not p["function"].startswith("tp:")]
+                 for r in (by_glob, by_names)]
+    assert functions[0] == functions[1] and len(functions[0]) >= len(names) - 1
+    assert names[0] not in {p["function"] for p in functions[1]}
