@@ -41,7 +41,7 @@ PROG_TYPE_KPROBE = 2
 TRACE_KPROBE_MULTI = 42
 MULTI_RETURN = 1
 
-OUT = sys.argv[1]
+OUT = sys.argv[1]   # then --methods: every probeable method, not only the planned ones
 LOG = open(os.path.join(OUT, "log.txt"), "a")
 
 
@@ -170,6 +170,11 @@ def main() -> int:
     say(f"plan kinds: {kinds}")
     planned = sorted({p["function"].split("@")[0] for p in doc["probes"]
                       if p["kind"] not in (None, "raw_tracepoint")})
+    if "--methods" in sys.argv:   # every probeable method, whatever the plan's kind
+        planned = sorted({m["function"].split("@")[0] for m in mc.probeable_methods("sock", [])})
+        left = [p for p in doc["probes"] if p["kind"] is None]
+        say(f"--methods: {len(planned)} probeable methods; the plan leaves out {len(left)}: "
+            + "; ".join(f"{p['function']}: {p['error']}" for p in left))
     names = sorted(set(planned) & mc.attachable())
     say(f"planned {len(planned)}, given to bpftrace {len(names)}")
     with open(os.path.join(OUT, "names.json"), "w") as f:
