@@ -12,13 +12,20 @@ functions, in one boot (needs root and a kernel with all three: Debian's 7.2 gue
   taking turns, ``--rounds`` times; the attach and detach seconds from each summary line,
   the best of each kind, and each tracing_multi kind's over kprobe.multi's (goal: <= 1);
 * bpftrace on the same functions: bpftrace 0.17 attaching an empty ``kprobe:*`` and
-  ``kretprobe:*`` whose wildcards match exactly the planned functions it can name (each
-  a kprobe.multi link: ``available_filter_functions`` bind-mounted over by their names in
-  a mount namespace of its own, as tests/vm/guest/method_counts.py does), ``--rounds``
-  times: start to "Attaching N probes" (its compile), to ready (its BEGIN's line: every
-  probe attached), Ctrl-C to exit; each kind of ctracer's over bpftrace's (attach
-  against "Attaching" to ready, detach against Ctrl-C to exit, and the whole command
-  with bcc's compile against start to ready plus exit);
+  ``kretprobe:*`` whose wildcards match exactly the function set (each a kprobe.multi
+  link: ``available_filter_functions`` bind-mounted over by their names in a mount
+  namespace of its own, as tests/vm/guest/method_counts.py does), ``--rounds`` times:
+  start to "Attaching N probes" (its compile), to ready (its BEGIN's line: every probe
+  attached), Ctrl-C to exit; each kind of ctracer's over bpftrace's (attach against
+  "Attaching" to ready, detach against Ctrl-C to exit, and the whole command with bcc's
+  compile against start to ready plus exit).  The function set, for every kind and
+  bpftrace alike (``--functions`` naming them): the functions the plan puts on its main
+  kind (7.2: fsession.multi) that bpftrace can name (in kallsyms once, in
+  ``available_filter_functions``, not on the kprobe deny list) and on which an empty
+  program's kprobe.multi and kretprobe.multi links are made (a refused link split in
+  halves down to the names refused alone); one line says what was left out and why.
+  bpftrace failing to attach is one line, with the empty program's links tried again;
+  ``--skip-bpftrace``: every method, as the plan places it for each kind;
 * per call: the loopback workload (tcploop, small messages) untraced, then under each kind
   tracing the functions it runs through (`bench_kmethods.HOT`), every field and two
   fields: the BPF programs' own run time per run (``kernel.bpf_stats_enabled``: entry or
