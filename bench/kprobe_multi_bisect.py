@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Which of the functions bench_tracing_multi.py gives bpftrace make a kprobe.multi or
 kretprobe.multi link fail, and why (root, in a guest: ``scripts/vm-run --kernel 7.2 --out
-OUT -- .venv/bin/python -u bench/kprobe_multi_bisect.py OUT``):
+OUT -- .venv/bin/python -u bench/kprobe_multi_bisect.py OUT [--methods]``):
 
-* the names: every planned method of ``--struct`` that kallsyms holds once, ftrace can
-  hook and kprobes do not deny (what the bench gives bpftrace);
+* the names: every method of ``struct sock`` the plan places (``--methods``: every
+  probeable one, those the plan leaves out too, listed with its reasons) that kallsyms
+  holds once, ftrace can hook and kprobes do not deny;
 * one empty program linked to all of them in one kprobe.multi link, entry and return,
   with and without cookies, the entry link held while the return link is made (bpftrace's
   order); a link refused is split in halves until the names that fail alone are found
