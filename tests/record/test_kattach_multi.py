@@ -36,7 +36,7 @@ def kernel(monkeypatch):
     programs loaded (attach type, BTF object fd); ``too_many_args``: function indexes whose plain fentry/fexit load the kernel refuses
     with its verifier line; ``asked``: the functions such a load was tried on."""
     state = {"refuse": set(), "links": {}, "tries": 0, "asked": [], "too_many_args": set(),
-             "closed": [], "made": [], "loads": []}
+             "closed": [], "made": [], "loads": [], "code": []}
     programs: dict[int, tuple[int, int]] = {}
 
     def load_program(insns, prog_type, attach_type=0, btf_id=0, btf_obj_fd=0, name=b""):
@@ -52,6 +52,7 @@ def kernel(monkeypatch):
         fd = os.open(os.devnull, os.O_RDONLY)
         programs[fd] = (attach_type, btf_obj_fd)
         state["loads"].append((attach_type, btf_obj_fd))
+        state["code"].append(insns)
         return fd, ""
 
     def tracing_multi_link(prog_fd, attach_type, btf_ids, cookies):
@@ -276,12 +277,68 @@ def kprobe_links(kernel, monkeypatch):
     return kernel
 
 
-def _attach_mixed(functions, fallback="kprobe") -> kattach.KernelLinks:
+def _attach_mixed(functions, fallback="kprobe", fallback_code=None) -> kattach.KernelLinks:
     links = kattach.KernelLinks("fentry.multi", functions, lambda name: name.encode(),
                                 lambda f: TARGETS[f.index], task_storage=False,
-                                fallback_kind=fallback)
+                                fallback_kind=fallback, fallback_code=fallback_code)
     links.attach()
     return links
+
+
+def test_the_fallbacks_programs_are_compiled_only_once_the_kernel_refuses_functions(
+        kprobe_links):
+    """Nothing refused: no fallback compile (the text's kprobe programs serve the
+    functions planned on kprobes).  One refused: its kprobe programs compiled for it
+    alone, after the trampoline's links, and loaded; a compile that fails leaves it
+    failed with both reasons, and the planned kprobes attached."""
+    from ctracer.errors import CtracerError
+    kernel = kprobe_links
+    asked: list[list[int]] = []
+
+    def fallback_code(functions):
+        asked.append(sorted(f.index for f in functions))
+        return {f.program(k, False): b"fallback " + f.program(k, False).encode()
+                for f in functions for k in ("kprobe", "kretprobe")}
+
+    functions = tuple(_routed(i) for i in range(4)) + (_routed(4, kind="kprobe"),)
+    links = _attach_mixed(functions, fallback_code=fallback_code)
+    try:
+        assert asked == [] and all(r.complete for r in links.results)
+        assert not any(code.startswith(b"fallback") for code in kernel["code"])
+    finally:
+        links.close()
+    kernel["refuse"] |= {(ENTRY, 1002)}
+    kernel["kprobe_links"].clear()
+    links = _attach_mixed(functions, fallback_code=fallback_code)
+    try:
+        assert asked == [[2]] and all(r.complete for r in links.results)
+        by = {r.function.index: r.kind for r in links.results}
+        assert by == {0: "fentry.multi,fexit.multi", 1: "fentry.multi,fexit.multi",
+                      2: "kprobe,kretprobe", 3: "fentry.multi,fexit.multi",
+                      4: "kprobe,kretprobe"}
+        assert sorted(kernel["kprobe_links"]) == [("kprobe", [2, 4]), ("kretprobe", [2, 4])]
+        assert [name for name, _ in links.fell_back_from] == ["f2"]
+        # f2's programs are f4's (one route): the fallback's compile of them is loaded
+        assert {c for c in kernel["code"] if c.startswith(b"fallback")} == \
+            {b"fallback " + functions[2].program(k, False).encode()
+             for k in ("kprobe", "kretprobe")}
+    finally:
+        links.close()
+
+    def failing(functions):
+        raise CtracerError("bcc could not compile the fallback's programs: an error")
+
+    kernel["kprobe_links"].clear()
+    links = _attach_mixed(functions, fallback_code=failing)
+    try:
+        by = {r.function.index: r for r in links.results}
+        assert [i for i, r in by.items() if not r.complete] == [2]
+        assert by[2].entry.startswith("the kernel refused it on a tracing_multi link (EINVAL")
+        assert by[2].entry.endswith("; then on kprobes: bcc could not compile the fallback's "
+                                    "programs: an error")
+        assert sorted(kernel["kprobe_links"]) == [("kprobe", [4]), ("kretprobe", [4])]
+    finally:
+        links.close()
 
 
 def test_functions_planned_on_kprobes_attach_after_the_tracing_multi_links(kprobe_links):

@@ -1,12 +1,15 @@
 """One recording on two function-probe kinds, on this host's struct sock (its BTF): the
 functions a BPF trampoline cannot take (more than 12 arguments, a struct returned by
 value, variable arguments) planned on kprobes beside fentry.multi, their descriptors
-read by kprobe programs, and one text holding both kinds' programs (and the kprobe ones
-again for the functions the kernel may refuse the trampoline on) that bcc compiles and
-whose kprobe programs this kernel's verifier takes.  The load and attach of both kinds
+read by kprobe programs, one text holding both kinds' programs that bcc compiles and
+whose kprobe programs this kernel's verifier takes, and the fallback's kprobe programs
+for the functions the kernel refuses the trampoline on, compiled apart on the
+recording's maps.  The load and attach of both kinds
 is proven in the 7.2 guest (tests/vm/test_mixed_kinds.py)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -65,18 +68,42 @@ def test_the_trampolines_refusals_go_on_kprobes_with_registers_kprobes_read(sock
             continue
         assert f.kind == "kprobe" and f.kprobe_ready
         assert program.kinds_of(f) == ("kprobe", "kretprobe")
-    # the others run fentry.multi's programs, and kprobes' too where they can read them
+    # the others run fentry.multi's programs only: the text holds the kprobe programs of
+    # the functions planned on kprobes, not the fallback's (`fallback_text`)
     others = [f for f in program.kfunctions if f.key not in kinds]
     assert others and all(f.kind == "fentry.multi" for f in others)
-    assert all(program.kinds_of(f)[:2] == ("fentry.multi", "fexit.multi") for f in others)
-    ready = [f for f in others if f.kprobe_ready]
-    assert ready and all(program.kinds_of(f)[2:] == ("kprobe", "kretprobe") for f in ready)
+    assert all(program.kinds_of(f) == ("fentry.multi", "fexit.multi") for f in others)
     assert program.entry_kinds == {"fentry.multi": len(others),
                                    "kprobe": len(program.kfunctions) - len(others)}
     names = program.program_names()
     assert any(n.startswith("ctracer_fentry_r") for n in names)
-    assert any(n.startswith("ctracer_kprobe_r") for n in names)
-    assert any(n.startswith("ctracer_kretprobe_r") for n in names)
+    planned = {f.program(k) for f in program.kfunctions if f.kind == "kprobe"
+               for k in ("kprobe", "kretprobe")}
+    assert planned and {n for n in names if n.startswith("ctracer_k")} == planned
+    assert all(f"{n}(" in program.text for n in names)
+
+
+@pytest.mark.kernel
+def test_the_fallbacks_text_holds_the_kprobe_programs_of_the_refused_functions_only(sock):
+    """`fallback_text`: kprobe and kretprobe programs for the route counts of the
+    functions given, with the text's maps, and no tracepoint or trampoline program;
+    the recording's text holds none of those the planned kprobes do not use."""
+    import re
+    methods, layout, catalog = sock
+    _, kinds, program = _program(methods, layout, catalog)
+    ready = [f for f in program.kfunctions if f.key not in kinds and f.kprobe_ready]
+    widest = max(ready, key=lambda f: f.route_count)
+    text = program.fallback_text([widest])
+    defined = set(re.findall(r"^int (ctracer_\w+)\(", text, re.M))
+    assert defined == {widest.program(k, storage) for k in ("kprobe", "kretprobe")
+                       for storage in (True, False)}, defined
+    maps = set(re.findall(r"^BPF_\w+\((?:\"\w+\", [^,]+, [^,]+, )?(ctracer_\w+)", program.text,
+                          re.M))
+    assert maps and maps == set(re.findall(
+        r"^BPF_\w+\((?:\"\w+\", [^,]+, [^,]+, )?(ctracer_\w+)", text, re.M))
+    planned = {f.route_count for f in program.kfunctions if f.kind == "kprobe"}
+    if widest.route_count not in planned:
+        assert f"{widest.program('kprobe')}(" not in program.text
 
 
 @pytest.mark.kernel
@@ -135,3 +162,41 @@ def test_the_probes_line_names_each_kind_and_why(sock):
                          "tracepoints on 7")
     shown = [f.name for f in program.kfunctions if f.kind == "kprobe"][:3]
     assert all(name in line for name in shown)
+
+
+@pytest.mark.kernel
+@pytest.mark.bpf
+def test_the_fallbacks_programs_compile_apart_on_the_recordings_maps(bpf, sock):
+    """What a recording compiles once the kernel has refused functions
+    (`ProbeSession.fallback_instructions`): a second, small bcc compile whose programs
+    refer only to the session's own maps (the ring buffer, the functions' table...), whose
+    time counts as compile time, and whose kprobe programs this kernel's verifier takes
+    as they will be loaded."""
+    from ctracer.host import features
+    from ctracer.probes import map_refs
+    from ctracer.record import bpf_runtime
+    from ctracer.record.kattach import load_program
+    methods, layout, catalog = sock
+    _, kinds, program = _program(methods, layout, catalog)
+    ready = [f for f in program.kfunctions if f.key not in kinds and f.kprobe_ready]
+    refused = [max(ready, key=lambda f: f.route_count), min(ready, key=lambda f: f.route_count)]
+    session = bpf_runtime.ProbeSession(program, None, lambda *a, **k: None)
+    session.compile()
+    try:
+        before = session.compile_seconds
+        code = session.fallback_instructions(refused)
+        assert session.compile_seconds > before
+        assert set(code) == {f.program(k, s) for f in refused for k in ("kprobe", "kretprobe")
+                             for s in (True, False)}
+        ours = {bpf_runtime._table_fd(session.bpf, n): n
+                for n in bpf_runtime._table_names(session.bpf)}
+        used = {ours.get(fd, fd) for insns in code.values() for _, fd in map_refs.map_fds(insns)}
+        assert {"ctracer_events", "ctracer_kfns", "ctracer_stopped"} <= used <= set(ours.values())
+        if not features.probe_support().kprobe_programs.works:
+            pytest.skip("kprobe-type programs do not load here")
+        for name, insns in sorted(code.items()):
+            fd, why = load_program(insns, 2, name=name.encode())
+            assert fd >= 0, (name, why)
+            os.close(fd)
+    finally:
+        session.close()

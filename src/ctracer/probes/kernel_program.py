@@ -46,9 +46,9 @@ class KernelProgram:
     #: "fentry" or "kprobe"; its exit kind is `kfunctions.KINDS`'s)
     kfunctions: tuple[KernelFunction, ...] = ()
     entry_kind: Optional[str] = None
-    #: the kind whose programs the text also holds for the functions the kernel refuses
-    #: ``entry_kind`` on, tried once the others are attached (`ctracer.record.kattach`);
-    #: None: none
+    #: the kind tried on the functions the kernel refuses ``entry_kind`` on, once the
+    #: others are attached (`ctracer.record.kattach`); its programs are not in ``text``:
+    #: `fallback_text` writes them for the functions refused; None: none
     fallback_kind: Optional[str] = None
     #: raw tracepoints probed to know the CPU's context (`tracepoint.CONTEXT_PROBES`)
     context_probes: tuple[tracepoint.ContextProbe, ...] = ()
@@ -104,8 +104,22 @@ class KernelProgram:
                        for k in self.kinds_of(f)})
 
     def kinds_of(self, f: KernelFunction) -> tuple[str, ...]:
-        """The kinds whose programs ``f`` may run (`kinds_of`)."""
-        return kinds_of(f, self.entry_kind, self.fallback_kind)
+        """The kinds whose programs of ``text`` ``f`` runs (`kinds_of`)."""
+        return kinds_of(f, self.entry_kind)
+
+    def fallback_text(self, functions: Sequence[KernelFunction]) -> str:
+        """The C of `fallback_kind`'s programs for ``functions`` (some of `kfunctions`, which
+        the kernel refused ``entry_kind`` on), with the maps, emitter and definitions of
+        ``text``: compiled apart, only when the kernel refused functions, its programs
+        sharing the recording's maps (`ctracer.probes.map_refs`).  No tracepoint program."""
+        if not self.fallback_kind or not functions:
+            raise ValueError("the fallback's programs need a fallback kind and functions")
+        fold = self.calls == "changes"
+        routes = {self.fallback_kind: sorted({f.route_count for f in functions})}
+        return tracepoint.emit_tracepoint_c(
+            (), self.mini, self.admission, self.nargs, self.ring_bytes, self.head,
+            _functions_c(len(self.kfunctions), routes, self.nargs, self.task_storage, fold),
+            self.compact, fold)
 
     @property
     def entry_kinds(self) -> dict[str, int]:
@@ -138,8 +152,9 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
     running kernel takes for the kind: `ctracer.host.features.task_storage_works`),
     else in LRU hashes.  ``function_kinds``: the entry kind of the functions (by method
     key) not on ``entry_kind`` (kprobes beside a trampoline kind); ``fallback_kind``: a
-    kind whose programs the text holds too, for the functions the kernel refuses
-    ``entry_kind`` on (those it can read: `KernelFunction.kprobe_ready`)."""
+    kind tried on the functions the kernel refuses ``entry_kind`` on (those it can read:
+    `KernelFunction.kprobe_ready`), whose programs `KernelProgram.fallback_text` writes
+    once the kernel has refused some."""
     ctext.check_ring_bytes(ring_bytes)
     folding.check_calls(calls)
     fold = calls == "changes"
@@ -169,12 +184,9 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
         nargs = max(nargs, kfunctions.NARGS)
         counts: dict[str, set[int]] = {}
         for f in functions:
-            for kind in entry_kinds_of(f, entry_kind, fallback_kind):
-                counts.setdefault(kind, set()).add(f.route_count)
-        functions_c = (kfunctions.struct_definitions(len(functions), task_storage),
-                       kfunctions.programs_c(list(counts), (), nargs, task_storage, fold,
-                                             routes_by_kind={k: sorted(v) for k, v
-                                                             in counts.items()}))
+            counts.setdefault(f.kind or entry_kind, set()).add(f.route_count)
+        functions_c = _functions_c(len(functions), {k: sorted(v) for k, v in counts.items()},
+                                   nargs, task_storage, fold)
     compact = compact and mini.size > 0
     text = tracepoint.emit_tracepoint_c(tracepoints, mini, admission, nargs, ring_bytes, head,
                                         functions_c, compact, fold)
@@ -186,23 +198,20 @@ def build_kernel_program(methods: Sequence[Method], mini: Layout, catalog: Catal
                          compact=compact, calls=calls)
 
 
-def entry_kinds_of(f: KernelFunction, entry_kind: Optional[str],
-                   fallback_kind: Optional[str]) -> tuple[str, ...]:
-    """The entry kinds ``f`` may be attached with: its own (``entry_kind`` unless it has
-    one: `KernelFunction.kind`), then the fallback kind where that kind can read what it
-    needs (`KernelFunction.kprobe_ready`)."""
-    own = f.kind or entry_kind
-    if fallback_kind and fallback_kind != own and f.kprobe_ready:
-        return (own, fallback_kind)
-    return (own,)
+def _functions_c(functions: int, routes_by_kind: Mapping[str, Sequence[int]], nargs: int,
+                 task_storage: bool, fold: bool) -> tuple[str, str]:
+    """The maps and definitions of ``functions`` kernel functions, and the programs of
+    each kind for its route counts (`kfunctions.programs_c`)."""
+    return (kfunctions.struct_definitions(functions, task_storage),
+            kfunctions.programs_c(list(routes_by_kind), (), nargs, task_storage, fold,
+                                  routes_by_kind=dict(routes_by_kind)))
 
 
-def kinds_of(f: KernelFunction, entry_kind: Optional[str],
-             fallback_kind: Optional[str]) -> tuple[str, ...]:
-    """The kinds whose programs ``f`` may run (`entry_kinds_of`, each with its exit kind
-    unless it is a session kind: `kfunctions.probe_kinds`)."""
-    return tuple(k for entry in entry_kinds_of(f, entry_kind, fallback_kind)
-                 for k in kfunctions.probe_kinds(entry))
+def kinds_of(f: KernelFunction, entry_kind: Optional[str]) -> tuple[str, ...]:
+    """The kinds whose programs ``f`` runs: its entry kind's (``entry_kind`` unless it
+    has one: `KernelFunction.kind`) and its exit kind's unless it is a session kind
+    (`kfunctions.probe_kinds`)."""
+    return kfunctions.probe_kinds(f.kind or entry_kind)
 
 
 def _struct_size(catalog: Optional[Catalog]):

@@ -319,6 +319,8 @@ class ProbeSession:
         self.results: list[AttachResult] = []
         self.compile_seconds = 0.0
         self.attach_seconds = 0.0
+        #: of `compile_seconds`: the fallback's compile, made while attaching
+        self._fallback_seconds = 0.0
         self._callback = None
         #: events delivered since the current poll began, and when a poll must yield
         self._delivered = 0
@@ -399,11 +401,30 @@ class ProbeSession:
 
     def instructions(self, name: str) -> bytes:
         """The compiled, map-relocated instructions of one program of the text."""
-        lib = _import_bcc().libbcc.lib
-        start = lib.bpf_function_start(self.bpf.module, name.encode())
-        if not start:
-            raise CtracerError(f"the compiled probes have no program {name}")
-        return ctypes.string_at(start, lib.bpf_function_size(self.bpf.module, name.encode()))
+        return _instructions(self.bpf, name)
+
+    def fallback_instructions(self, functions: Sequence) -> dict[str, bytes]:
+        """The fallback kind's programs for the kernel ``functions`` the kernel refused
+        the recording's kind on (`ctracer.probes.kernel_program.KernelProgram.
+        fallback_text`), by name: compiled now, apart, their map references pointed at
+        this session's maps (`ctracer.probes.map_refs`), the maps that compile made
+        freed at once.  The compile's time counts in `compile_seconds` (and not in
+        `attach_seconds`)."""
+        from ctracer.probes import map_refs
+        start = time.monotonic()
+        extra = _compile(_import_bcc(), self.program.fallback_text(functions), [],
+                         "bcc could not compile the fallback's programs")
+        try:
+            ours = {name: _table_fd(self.bpf, name) for name in _table_names(extra)}
+            fds = {_table_fd(extra, name): fd for name, fd in ours.items() if fd >= 0}
+            code = {name: map_refs.repoint(_instructions(extra, name), fds)
+                    for name in _function_names(extra)}
+        finally:
+            extra.cleanup()
+            spent = time.monotonic() - start
+            self.compile_seconds += spent
+            self._fallback_seconds += spent
+        return code
 
     # -- write breakpoints (--watch) -------------------------------------------
 
@@ -489,7 +510,8 @@ class ProbeSession:
                                             task_storage=getattr(self.program,
                                                                  "task_storage", False),
                                             fallback_kind=getattr(self.program,
-                                                                  "fallback_kind", None))
+                                                                  "fallback_kind", None),
+                                            fallback_code=self.fallback_instructions)
             self.results.extend(self.kernel_links.attach())
         for f in self.program.functions:
             r = AttachResult(f)
@@ -497,7 +519,7 @@ class ProbeSession:
             if not r.entry:
                 r.exit = self._attach_one(f, f.exit_probe, retprobe=True)
             self.results.append(r)
-        self.attach_seconds = time.monotonic() - start
+        self.attach_seconds = time.monotonic() - start - self._fallback_seconds
         self._set_stopped(False)
         if self.results and not any(r.ok for r in self.results):
             first = self.results[0]
@@ -752,6 +774,39 @@ class ProbeSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _instructions(bpf, name: str) -> bytes:
+    """The compiled, map-relocated instructions of program ``name`` of a bcc module."""
+    lib = _import_bcc().libbcc.lib
+    start = lib.bpf_function_start(bpf.module, name.encode())
+    if not start:
+        raise CtracerError(f"the compiled probes have no program {name}")
+    return ctypes.string_at(start, lib.bpf_function_size(bpf.module, name.encode()))
+
+
+def _table_names(bpf) -> list[str]:
+    """The names of a bcc module's maps (libbcc's calls for them, which bcc's Python
+    module does not type)."""
+    lib = _import_bcc().libbcc.lib
+    lib.bpf_num_tables.restype = ctypes.c_size_t
+    lib.bpf_num_tables.argtypes = [ctypes.c_void_p]
+    lib.bpf_table_name.restype = ctypes.c_char_p
+    lib.bpf_table_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return [lib.bpf_table_name(bpf.module, i).decode()
+            for i in range(lib.bpf_num_tables(bpf.module))]
+
+
+def _function_names(bpf) -> list[str]:
+    """The names of a bcc module's programs."""
+    lib = _import_bcc().libbcc.lib
+    return [lib.bpf_function_name(bpf.module, i).decode()
+            for i in range(lib.bpf_num_functions(bpf.module))]
+
+
+def _table_fd(bpf, name: str) -> int:
+    """The fd of a bcc module's map ``name`` (-1 when it has none)."""
+    return _import_bcc().libbcc.lib.bpf_table_fd(bpf.module, name.encode())
 
 
 def _link_uprobe_multi(prog_fd: int, path: str, offset: int,

@@ -28,10 +28,13 @@ loads the instructions bcc produced and links them.
   function (``perf_event_open`` on the kprobe PMU) linked with its cookie.
 * two kinds in one recording: once the trampoline kind's links are up, the functions
   planned on kprobes beside it (more than 12 arguments, a struct returned by value,
-  variable arguments) and those the kernel refused the trampoline kind on (where the
-  text has the fallback kind's programs and a kprobe program can read the function:
+  variable arguments) and those the kernel refused the trampoline kind on (where
+  kprobes are the fallback kind and a kprobe program can read the function:
   `KernelFunction.kprobe_ready`) are attached with the kprobe programs, as above
-  (`KernelLinks._attach_remainder`); the first refusal is kept (`fell_back_from`).
+  (`KernelLinks._attach_functions`); the first refusal is kept (`fell_back_from`).
+  The text holds the kprobe programs of the functions planned on kprobes only: those of
+  the refused functions are compiled then, apart, and only if the kernel refused any
+  (`KernelLinks.fallback_code`).
 
 Where the text keeps the thread state in task storage (`ctracer.probes.kfunctions`), each
 task-storage program the functions use is loaded once first, nothing attached: if the
@@ -370,6 +373,20 @@ def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult])
     return bpf_syscall(BPF_LINK_CREATE, attr)
 
 
+def _untried(function: KernelFunction, entry_kind: str) -> AttachResult:
+    return AttachResult(function, "not tried", "not tried", _pair(entry_kind))
+
+
+def _both_refusals(retried: Sequence[AttachResult], first: Sequence[str]) -> None:
+    """Each function tried on kprobes after a refusal (``first``: that refusal, in the
+    same order) that kprobes did not take either says both: the trampoline kind's
+    refusal, then the kprobes'."""
+    for r, refused in zip(retried, first):
+        if not r.complete:
+            r.entry = (f"{refused.removeprefix('failed: ')}; then on kprobes: "
+                       f"{r.entry or 'entry attached, exit refused: ' + r.exit}")
+
+
 # ------------------------------------------------------------------ the links
 
 @dataclass
@@ -415,35 +432,27 @@ class KernelLinks:
     #: (function, why the kernel refused ``entry_kind`` on it) of each function then
     #: tried on ``fallback_kind`` (its result says how that went)
     fell_back_from: list = field(default_factory=list)
+    #: the fallback kind's programs for the functions given (those the kernel refused
+    #: ``entry_kind`` on), by name, compiled when it has refused some (bcc: the session's
+    #: `ctracer.record.bpf_runtime.ProbeSession.fallback_instructions`); None: the
+    #: instructions of ``instructions`` serve
+    fallback_code: Optional[Callable[[Sequence[KernelFunction]], dict]] = None
 
     def attach(self, use_multi: Optional[bool] = None) -> list[AttachResult]:
         """Attach every function's entry and exit; ``use_multi`` for kprobes: kprobe.multi
         links (None: try them, fall back to perf kprobes).  The functions planned on
         another kind than ``entry_kind`` (kprobes beside a trampoline kind), and those the
         kernel refused ``entry_kind`` on where ``fallback_kind`` can take them, are
-        attached after the others (`_attach_remainder`)."""
+        attached after the others (`_attach_functions`)."""
         start = time.monotonic()
         raise_open_files(4 * len(self.functions) + 2 * len(self.tracepoints) + 1024)
         points = self._attach_context_probes()
         points += [self._attach_tracepoint(tp) for tp in self.tracepoints]
+        functions: list[AttachResult] = []
         if self.functions:
-            everything = [AttachResult(f, "not tried", "not tried", _pair(self._kind(f)))
-                          for f in self.functions]
             self._storage = self._choose_thread_state()
-            self.results = [r for r in everything if self._kind(r.function) == self.entry_kind]
-            if not self.results:
-                pass
-            elif self.entry_kind == "fsession.multi":
-                self._attach_fsession_multi()
-            elif self.entry_kind == "fentry.multi":
-                self._attach_tracing_multi()
-            elif self.entry_kind == "fentry":
-                self._attach_fentry()
-            else:
-                self._attach_kprobes(use_multi)
-            self._attach_remainder(everything, use_multi)
-            self.results = everything
-        self.results = points + self.results
+            functions = self._attach_functions(use_multi)
+        self.results = points + functions
         self.seconds = time.monotonic() - start
         return self.results
 
@@ -451,42 +460,68 @@ class KernelLinks:
         """The entry kind ``f`` is planned on."""
         return f.kind or self.entry_kind  # type: ignore[return-value]
 
-    def _attach_remainder(self, everything: list[AttachResult],
-                          use_multi: Optional[bool]) -> None:
-        """After ``entry_kind``'s links: the functions planned on another kind, and
-        those the kernel refused ``entry_kind`` on that ``fallback_kind`` can read
-        (`KernelFunction.kprobe_ready`, tried once; the kernel's first refusal is kept in
-        `fell_back_from`), attached with that kind's programs."""
-        from ctracer.probes.kernel_program import kinds_of
-        main_how = self.how
-        groups: dict[str, list[AttachResult]] = {}
-        for r in everything:
-            kind = self._kind(r.function)
-            if kind != self.entry_kind:
-                groups.setdefault(kind, []).append(r)
-            elif not r.complete and self.fallback_kind in kinds_of(
-                    r.function, self.entry_kind, self.fallback_kind):
-                self.fell_back_from.append((r.function.name, r.attached))
-                r.entry, r.exit, r.kind = "not tried", "not tried", _pair(self.fallback_kind)
-                groups.setdefault(self.fallback_kind, []).append(r)
-        hows = [main_how] if main_how else []
-        for kind, members in groups.items():
-            if kind != "kprobe":
-                for r in members:
-                    r.entry = r.exit = f"{kind} cannot be attached beside {self.entry_kind}"
-                continue
-            self.results = members
-            self._attach_kprobes(use_multi)
-            first = dict(self.fell_back_from)
+    def _attach_functions(self, use_multi: Optional[bool]) -> list[AttachResult]:
+        """Every function's result, in `functions`' order: ``entry_kind``'s first; then,
+        together, the functions planned on kprobes and those the kernel refused
+        ``entry_kind`` on that kprobes can read (`_refused_to_retry`; their programs
+        compiled only now: `_kprobe_code`), both refusals named where the kprobes are
+        refused too (`_both_refusals`).  Sets `how` and `fell_back_from`."""
+        planned: dict[str, list[AttachResult]] = {}
+        for f in self.functions:
+            planned.setdefault(self._kind(f), []).append(_untried(f, self._kind(f)))
+        own = planned.pop(self.entry_kind, [])  # type: ignore[arg-type]
+        hows = [self._attach_own_kind(own, use_multi)] if own else []
+        refused = self._refused_to_retry(own)
+        self.fell_back_from = [(r.function.name, r.attached) for r in refused]
+        retried = [_untried(r.function, "kprobe") for r in refused]
+        code, failed = self._kprobe_code(retried)
+        for r in retried if failed else ():
+            r.entry = r.exit = failed
+        kprobes = planned.pop("kprobe", []) + ([] if failed else retried)
+        if kprobes:
+            how = self._attach_kprobes(kprobes, use_multi, code)
+            hows.append(f"{how} ({sum(1 for r in kprobes if r.ok)} of {len(kprobes)} "
+                        "functions)")
+        _both_refusals(retried, [why for _, why in self.fell_back_from])
+        for kind, members in planned.items():
             for r in members:
-                refused = first.get(r.function.name)
-                if refused and not r.complete:
-                    # both refusals said: the trampoline kind's, then the kprobes'
-                    r.entry = (f"{refused.removeprefix('failed: ')}; then on kprobes: "
-                               f"{r.entry or 'entry attached, exit refused: ' + r.exit}")
-            attached = sum(1 for r in members if r.ok)
-            hows.append(f"{self.how} ({attached} of {len(members)} functions)")
+                r.entry = r.exit = f"{kind} cannot be attached beside {self.entry_kind}"
         self.how = "; ".join(hows)
+        latest = {id(r.function): r
+                  for r in own + kprobes + retried + [r for m in planned.values() for r in m]}
+        return [latest[id(f)] for f in self.functions]
+
+    def _attach_own_kind(self, results: list[AttachResult], use_multi: Optional[bool]) -> str:
+        """``results``' functions attached on ``entry_kind``; how."""
+        if self.entry_kind == "fsession.multi":
+            return self._attach_fsession_multi(results)
+        if self.entry_kind == "fentry.multi":
+            return self._attach_tracing_multi(results)
+        if self.entry_kind == "fentry":
+            return self._attach_fentry(results)
+        return self._attach_kprobes(results, use_multi, self.instructions)
+
+    def _refused_to_retry(self, results: list[AttachResult]) -> list[AttachResult]:
+        """The functions the kernel refused ``entry_kind`` on that are tried on kprobes:
+        where kprobes are the ``fallback_kind`` and a kprobe program can read what the
+        function is probed for (`KernelFunction.kprobe_ready`)."""
+        if self.fallback_kind != "kprobe" or self.entry_kind == "kprobe":
+            return []
+        return [r for r in results if not r.complete and r.function.kprobe_ready]
+
+    def _kprobe_code(self, retried: list[AttachResult]
+                     ) -> tuple[Callable[[str], bytes], str]:
+        """Where the kprobe programs' instructions come from: the text's (the functions
+        planned on kprobes) and, for ``retried``, the fallback's, compiled now
+        (``fallback_code``; not at all when the kernel refused nothing); and why that
+        compile failed ("" when it did not)."""
+        if not retried or self.fallback_code is None:
+            return self.instructions, ""
+        try:
+            compiled = self.fallback_code([r.function for r in retried])
+        except CtracerError as e:
+            return self.instructions, str(e)
+        return (lambda name: compiled[name] if name in compiled else self.instructions(name)), ""
 
     # -- thread state -----------------------------------------------------------
 
@@ -515,23 +550,36 @@ class KernelLinks:
         loads that program's LRU-hash variant ("" when it refuses none that way): each
         loaded once, nothing attached (fentry and fexit on their first functions with a
         BTF target, a refusal of that target by both variants being the function's
-        own)."""
-        from ctracer.probes.kernel_program import kinds_of
-        pairs = [(kind, f) for f in self.functions
-                 for kind in kinds_of(f, self.entry_kind, self.fallback_kind)]
-        for kind in dict.fromkeys(kind for kind, _ in pairs):
-            users: dict[str, list[KernelFunction]] = {}
-            for k, f in pairs:
-                if k == kind:
-                    users.setdefault(f.program(kind), []).append(f)
+        own).  The fallback's programs, compiled only once the kernel has refused
+        functions, are not tried: they get the variant chosen here."""
+        for kind, users in self._programs_in_use().items():
             for name, functions in sorted(users.items()):
-                for target in self._trial_targets(kind, functions):
-                    refused = self._trial_load(kind, name, target)
-                    if not refused:
-                        break
-                    hashed = self._trial_load(kind, functions[0].program(kind, False), target)
-                    if not hashed:
-                        return f"the kernel refused {name}: {refused}"
+                why = self._refused_with_storage_only(kind, name, functions)
+                if why:
+                    return f"the kernel refused {name}: {why}"
+        return ""
+
+    def _programs_in_use(self) -> dict[str, dict[str, list[KernelFunction]]]:
+        """The task-storage programs of the text the functions run, per kind (in the
+        order the functions first use them) and name, with the functions running each."""
+        from ctracer.probes.kernel_program import kinds_of
+        out: dict[str, dict[str, list[KernelFunction]]] = {}
+        for f in self.functions:
+            for kind in kinds_of(f, self.entry_kind):
+                out.setdefault(kind, {}).setdefault(f.program(kind), []).append(f)
+        return out
+
+    def _refused_with_storage_only(self, kind: str, name: str,
+                                   functions: Sequence[KernelFunction]) -> str:
+        """Why the kernel refuses program ``name`` (task storage) where it loads its
+        LRU-hash variant, on one of a few of ``functions``' targets ("" when it does
+        not: refused by both, the refusal is the target's own)."""
+        for target in self._trial_targets(kind, functions):
+            refused = self._trial_load(kind, name, target)
+            if not refused:
+                return ""
+            if not self._trial_load(kind, functions[0].program(kind, False), target):
+                return refused
         return ""
 
     def _trial_targets(self, kind: str, functions: Sequence[KernelFunction]) -> list:
@@ -613,12 +661,12 @@ class KernelLinks:
 
     # -- fentry -----------------------------------------------------------------
 
-    def _attach_fentry(self) -> None:
-        self.how = "fentry/fexit: one loaded clone per function, linked with its cookie"
+    def _attach_fentry(self, results: list[AttachResult]) -> str:
+        """Each of ``results``' functions on its own fentry and fexit clones; how."""
         # the programs of the functions on fentry only: one planned on kprobes beside
         # them may have a route count no fentry program was compiled for
         code = {name: self.instructions(name) for name in
-                {self._program(r.function, k) for r in self.results
+                {self._program(r.function, k) for r in results
                  for k in ("fentry", "fexit")}}
 
         def one(r: AttachResult) -> None:
@@ -653,7 +701,8 @@ class KernelLinks:
                 self.link_fds.extend(made[1::2])
 
         with ThreadPoolExecutor(LOADERS) as pool:
-            list(pool.map(one, self.results))
+            list(pool.map(one, results))
+        return "fentry/fexit: one loaded clone per function, linked with its cookie"
 
     # -- tracing_multi ----------------------------------------------------------
 
@@ -672,36 +721,36 @@ class KernelLinks:
         except CtracerError as e:
             return b"", f"its kfunc calls cannot be written in: {e}"
 
-    def _named_in_btf(self) -> list[AttachResult]:
-        """The functions a tracing_multi link can name (a BTF FUNC); the others are
-        marked failed, with why."""
+    def _named_in_btf(self, results: list[AttachResult]) -> list[AttachResult]:
+        """Those of ``results`` a tracing_multi link can name (a BTF FUNC); the others
+        are marked failed, with why."""
         ready = []
-        for r in self.results:
+        for r in results:
             if self.btf_target(r.function) is None:
                 r.entry = r.exit = "no BTF FUNC of that name in the kernel's BTF"
             else:
                 ready.append(r)
         return ready
 
-    def _attach_fsession_multi(self) -> None:
-        """Every function's session program on tracing_multi links: one link per
-        (program, BTF object), split where the kernel refuses a function; a function's
-        entry and exit are one program on one link, attached together or not at all."""
-        self.how = ("fsession.multi: one session program (entry and exit) on one "
-                    "tracing_multi link per program and BTF object (split where the "
-                    "kernel refused a function)")
-        ready = self._named_in_btf()
+    def _attach_fsession_multi(self, results: list[AttachResult]) -> str:
+        """Each of ``results``' functions' session program on tracing_multi links: one
+        link per (program, BTF object), split where the kernel refuses a function; a
+        function's entry and exit are one program on one link, attached together or not
+        at all.  How."""
+        ready = self._named_in_btf(results)
         for _, members in self._link_tracing_multi("fsession.multi", ready):
             for r in members:
                 r.entry = r.exit = ""
+        return ("fsession.multi: one session program (entry and exit) on one "
+                "tracing_multi link per program and BTF object (split where the "
+                "kernel refused a function)")
 
-    def _attach_tracing_multi(self) -> None:
-        """Every function's fentry and fexit program on tracing_multi links: the entries,
-        then the exits of the functions whose entry linked; then the entry links holding
-        a function whose exit the kernel refused linked again without it."""
-        self.how = ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
-                    "object (split where the kernel refused a function)")
-        ready = self._named_in_btf()
+    def _attach_tracing_multi(self, results: list[AttachResult]) -> str:
+        """Each of ``results``' functions' fentry and fexit program on tracing_multi
+        links: the entries, then the exits of the functions whose entry linked; then the
+        entry links holding a function whose exit the kernel refused linked again
+        without it.  How."""
+        ready = self._named_in_btf(results)
         entries = self._link_tracing_multi("fentry.multi", ready)
         linked = {id(r) for _, members in entries for r in members}
         exits = self._link_tracing_multi("fexit.multi", [r for r in ready if id(r) in linked])
@@ -724,6 +773,8 @@ class KernelLinks:
             if again:
                 self._bisect_link(prog_fd, "fentry.multi", again)
         self._multi_entry_links = []
+        return ("fentry.multi/fexit.multi: one tracing_multi link per program and BTF "
+                "object (split where the kernel refused a function)")
 
     def _link_tracing_multi(self, kind: str, results: list[AttachResult]
                             ) -> list[tuple[int, list[AttachResult]]]:
@@ -797,22 +848,26 @@ class KernelLinks:
 
     # -- kprobes ----------------------------------------------------------------
 
-    def _attach_kprobes(self, use_multi: Optional[bool]) -> None:
+    def _attach_kprobes(self, results: list[AttachResult], use_multi: Optional[bool],
+                        code: Callable[[str], bytes]) -> str:
+        """Each of ``results``' functions on kprobe and kretprobe programs (their
+        instructions from ``code``): one kprobe.multi link per program, or one perf
+        kprobe per function (`attach`'s ``use_multi``).  How."""
         by_program: dict[tuple[str, str], list[AttachResult]] = {}
-        for r in self.results:
+        for r in results:
             for kind in ("kprobe", "kretprobe"):
                 by_program.setdefault((kind, self._program(r.function, kind)), []).append(r)
         multi = use_multi is not False
-        for (kind, name), results in sorted(by_program.items()):
-            insns = self.instructions(name)
+        for (kind, name), members in sorted(by_program.items()):
+            insns = code(name)
             if multi:
-                done = self._link_multi(kind, name, insns, results)
+                done = self._link_multi(kind, name, insns, members)
                 if done or use_multi:
                     continue
                 multi = False
-            self._link_perf(kind, name, insns, results)
-        self.how = ("kprobe/kretprobe: one kprobe.multi link per program" if multi else
-                    "kprobe/kretprobe: one perf kprobe per function")
+            self._link_perf(kind, name, insns, members)
+        return ("kprobe/kretprobe: one kprobe.multi link per program" if multi else
+                "kprobe/kretprobe: one perf kprobe per function")
 
     def _set(self, r: AttachResult, kind: str, why: str) -> None:
         if kind == "kprobe":
