@@ -143,8 +143,8 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     main_reason = next((p.reason for p in entries if p.kind == kind and not mixed_in(p)),
                        entries[0].reason if entries else "no function takes the struct")
     # only beside tracing_multi links, which the kernel refuses whole for one function:
-    # per-function fentry loads refuse one function at a time, and carrying kprobe
-    # programs in every fentry recording would lengthen each one's bcc compile
+    # per-function fentry loads refuse one function at a time (the fallback's programs
+    # are compiled only once the kernel has refused functions: `ctracer.record.kattach`)
     fallback = ("kprobe" if picked and function_probes == "auto" and
                 kind in TRAMPOLINE_KINDS and kind != "fentry" and facts.kprobes.works
                 else None)
