@@ -475,8 +475,9 @@ class KernelLinks:
         self.fell_back_from = [(r.function.name, r.attached) for r in refused]
         retried = [_untried(r.function, "kprobe") for r in refused]
         code, failed = self._kprobe_code(retried)
-        for r in retried if failed else ():
-            r.entry = r.exit = failed
+        if failed:
+            for r in retried:
+                r.entry = r.exit = failed
         kprobes = planned.pop("kprobe", []) + ([] if failed else retried)
         if kprobes:
             how = self._attach_kprobes(kprobes, use_multi, code)
