@@ -1,6 +1,7 @@
-"""One recording on two function-probe kinds, in the 7.2 and 6.12 guests: fsession.multi
-(7.2's default, on tracing_multi links) or per-function fentry (6.12) for the functions a BPF trampoline takes, kprobes (a
-kprobe.multi link) for those it cannot —
+"""One recording on two function-probe kinds, in the 7.2, 6.12 and 6.1 guests:
+fsession.multi (7.2's default, on tracing_multi links) or per-function fentry (6.12, 6.1)
+for the functions a BPF trampoline takes, kprobes (a kprobe.multi link; 6.1: perf kprobes)
+for those it cannot —
 ``tcp_v6_send_response`` (14 arguments: trampolines take 12) and the functions returning
 ``union tcp_seq_and_ts_off`` by value (7.2's) — against bpftrace's kprobes counting the same
 functions per socket in the same run.
@@ -11,13 +12,16 @@ whose socket is the network namespace's ``net->rtnl`` and its other netlink sock
 then data sent to a peer that closed (its socket in time-wait answers with a reset:
 ``tcp_v6_send_reset`` → ``tcp_v6_send_response`` with the time-wait socket), and a
 connect to a closed port (a reset with no socket).  Checked: ``auto`` plans the mix and
-says so before and after recording, every function attaches, the calls per (function,
-socket) are bpftrace's, ``--function-probes`` naming the trampoline kind refuses
-the kprobe ones rather than mixing, and nothing stays attached.
+says so before and after recording, every function attaches (or is said refused:
+`TOO_COMPLEX`), the calls per (function, socket) are bpftrace's, ``--function-probes``
+naming the trampoline kind refuses the kprobe ones rather than mixing, and nothing stays
+attached.
 
-Two kernels: 7.2 for tracing_multi links, 6.12 for per-function fentry (each function's
-own trampoline) beside a kprobe.multi link; 6.1 mixes per-function fentry with perf
-kprobes through the same attach step and is left out to keep CI short."""
+Three kernels: 7.2 for tracing_multi links, 6.12 for per-function fentry (each function's
+own trampoline) beside a kprobe.multi link, 6.1 for per-function fentry beside one perf
+kprobe per function (no kprobe.multi link there), where the verifier refuses the kprobe
+entry program of 8 ways to the object (`TOO_COMPLEX`): that function is said failed, with
+the kernel's reason, and the others record."""
 
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import pytest
 
 from support.kernelrun import stop_bpftrace, wait_for_text
 
-pytestmark = pytest.mark.vm(kernels=("6.12", "7.2"))
+pytestmark = pytest.mark.vm(kernels=("6.1", "6.12", "7.2"))
 
 CTRACER = [sys.executable, "-m", "ctracer"]
 #: on the trampoline kind
@@ -46,6 +50,12 @@ CANDIDATES = ("tcp_v6_send_response", "tcp_v6_init_seq_and_ts_off",
 #: the network namespace's sockets the seq-and-timestamp functions reach the object by
 NET_SOCKETS = ("rtnl", "genl_sock", "diag_nlsk", "crypto_nlsk")
 CONNECTIONS = 3
+#: functions whose kprobe entry program the kernel's verifier refuses as too complex:
+#: 6.1's walks more than its million instructions in the program of 8 ways to the object
+#: (both thread-state variants; 4 ways load, and the kretprobe of 8), and
+#: tcp_v6_init_seq_and_ts_off reaches a sock 5 ways (skb->sk and the namespace's four
+#: netlink sockets): seen in the 6.1 guest on 2026-12-07, with kprobes alone too
+TOO_COMPLEX = {"6.1": ("tcp_v6_init_seq_and_ts_off",)}
 
 
 def _attached_ctracer_programs() -> list[str]:
@@ -171,15 +181,20 @@ def test_auto_plans_kprobes_beside_the_trampoline_kind_for_what_it_cannot_take(
         assert {"tcp_v6_init_seq_and_ts_off", "secure_tcpv6_seq_and_ts_off"} & set(kprobed), kinds
     mixed = dict(mixed_run["plan"]["kernel"]["mixed"])
     assert "14 arguments" in mixed["tcp_v6_send_response"]
-    assert "kprobes instead, through a kprobe.multi link" in mixed["tcp_v6_send_response"]
+    link = "one perf kprobe each" if vm_kernel == "6.1" else "a kprobe.multi link"
+    assert f"kprobes instead, through {link}" in mixed["tcp_v6_send_response"]
     log = mixed_run["log"]
     n = len(kprobed)
     named = {"fsession.multi": "fsession.multi", "fentry": "fentry/fexit"}[main]
     assert f"probes: {named} on 2 functions (" in log, log
     plural = "s" if n != 1 else ""
     assert f"; kprobe/kretprobe on {n} function{plural} ({main} cannot take them" in log, log
-    assert f"(kernel functions: 2 on {main}, {n} on kprobe), 0 failed" in log, log
-    assert mixed_run["meta"] == {"attached_kinds": {main: 2, "kprobe": n},
+    refused = sorted(set(TOO_COMPLEX.get(vm_kernel, ())) & set(kprobed))
+    for f in refused:   # said, with the verifier's reason, not dropped
+        assert f"  {f}: failed: the kernel refused to load it (E2BIG" in log, log
+    k = n - len(refused)
+    assert f"(kernel functions: 2 on {main}, {k} on kprobe), {len(refused)} failed" in log, log
+    assert mixed_run["meta"] == {"attached_kinds": {main: 2, "kprobe": k},
                                  "function_kinds": {main: 2, "kprobe": n}}
 
 
