@@ -47,7 +47,7 @@ Every function that cannot be loaded or attached is kept with the kernel's reaso
 nothing is dropped silently.  `KernelLinks.close` closes the links from parallel threads
 (each close waits for a grace period; closes at the same time share one; the kernel
 takes tracing_multi links one at a time whatever the order, and an order of its own
-measured no gain on 7.2: docs/tracing-the-kernel.md).
+measured no gain on 7.2: docs/kernel-measurements.md).
 """
 
 from __future__ import annotations
