@@ -220,6 +220,23 @@ def _settled(before: set[int], quiet: float = 5.0, limit: float = 600.0) -> set[
     return ids
 
 
+def _start_recording(struct: str, hot: list[str], kind: str, fields: list[str], tmp: str,
+                     args, name: str, *extra: str) -> tuple[subprocess.Popen, str, str, set[int]]:
+    """ctracer recording ``hot`` with ``kind`` (``fields``; every field when empty), once
+    it records: the process, its log, its trace file and the ids of its BPF programs."""
+    log = os.path.join(args.logs or tmp, f"{name}.log")
+    trace = os.path.join(tmp, f"{name}.ctrace")
+    cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o", trace,
+                     "-d", "3600", "--buffer-mb", str(args.buffer_mb),
+                     "--function-probes", kind, *extra]
+    if fields:
+        cmd += ["--fields", *fields]
+    before = _program_ids()
+    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    _started(ct, log)
+    return ct, log, trace, _program_ids() - before
+
+
 def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
               fields: list[str]) -> None:
     """Cost per traced call: the workload under bpftrace's empty entry+exit probes of
@@ -236,16 +253,7 @@ def _per_call(struct: str, hot: list, kind: str, base: float, tmp: str, args,
     empty_ns, empty_cnt = _program_stats(theirs)
     _stop(bt)
     name = f"percall-{kind}-{len(fields) or 'all'}"
-    log = os.path.join(args.logs or tmp, f"{name}.log")
-    cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o",
-                     os.path.join(tmp, f"{name}.ctrace"), "-d", "3600",
-                     "--buffer-mb", str(args.buffer_mb), "--function-probes", kind]
-    if fields:
-        cmd += ["--fields", *fields]
-    before = _program_ids()
-    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _started(ct, log)
-    ours = _program_ids() - before
+    ct, log, _, ours = _start_recording(struct, hot, kind, fields, tmp, args, name)
     rounds = [_workload(args.messages) for _ in range(args.rounds)]
     ours_ns, ours_cnt = _program_stats(ours)
     _stop(ct, "ctracer")
@@ -337,18 +345,9 @@ def _ctracer_recording(struct: str, hot: list[str], kind: str, fields: list[str]
     field when empty): best of ``--rounds`` runs, events written and lost, its programs'
     run time and runs, and its programs one by one."""
     name = f"peer-{kind}-{len(fields) or 'all'}-{tag}"
-    log = os.path.join(args.logs or tmp, f"{name}.log")
-    trace = os.path.join(tmp, f"{name}.ctrace")
     # no lifetime rules: the peer follows no lifetimes either
-    cmd = CTRACER + ["trace", "struct", struct, "--functions", *hot, "-o", trace,
-                     "-d", "3600", "--buffer-mb", str(args.buffer_mb),
-                     "--function-probes", kind, "--lifetime-rule", "none"]
-    if fields:
-        cmd += ["--fields", *fields]
-    before = _program_ids()
-    ct = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    _started(ct, log)
-    ours = _program_ids() - before
+    ct, log, trace, ours = _start_recording(struct, hot, kind, fields, tmp, args, name,
+                                            "--lifetime-rule", "none")
     start = {p["id"]: p for p in _program_table(ours)}
     runs = [_workload(args.messages) for _ in range(args.rounds)]
     table = _program_table(ours)
