@@ -61,7 +61,6 @@ LABEL = {"fsession.multi": "fsession.multi", "fentry.multi": "fentry.multi",
 #: the anchor every kind is compared with
 ANCHOR = "kprobe"
 PROG_TYPE_KPROBE = 2
-TRACE_KPROBE_MULTI = 42
 
 
 def _plan_functions(struct: str, globs: list[str]) -> tuple[str, list[str]]:
@@ -82,18 +81,8 @@ def _plan_functions(struct: str, globs: list[str]) -> tuple[str, list[str]]:
 def _multi_link(prog_fd: int, names: list[str], ret: bool) -> int:
     """0 when one kprobe.multi (``ret``: kretprobe.multi) link of ``prog_fd`` on the
     names' symbols is made (then closed), else the kernel's errno."""
-    import ctypes
-    from ctracer.host.bpf_calls import BPF_LINK_CREATE, bpf_syscall
-    bufs = [ctypes.create_string_buffer(n.encode()) for n in names]
-    syms = (ctypes.c_uint64 * len(bufs))(*[ctypes.addressof(b) for b in bufs])
-    attr = ctypes.create_string_buffer(64)
-    # link_create: prog_fd @0, attach_type @8; kprobe_multi: flags @16, cnt @20, syms @24
-    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
-    ctypes.c_uint32.from_buffer(attr, 8).value = TRACE_KPROBE_MULTI
-    ctypes.c_uint32.from_buffer(attr, 16).value = 1 if ret else 0   # BPF_F_KPROBE_MULTI_RETURN
-    ctypes.c_uint32.from_buffer(attr, 20).value = len(bufs)
-    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-    fd, err = bpf_syscall(BPF_LINK_CREATE, attr)
+    from ctracer.host.bpf_calls import kprobe_multi_link
+    fd, err = kprobe_multi_link(prog_fd, names, ret)
     if fd >= 0:
         os.close(fd)
         return 0
@@ -104,7 +93,7 @@ def refused_by_links(names: list[str]) -> dict[str, str]:
     """The names that one kprobe.multi or kretprobe.multi link of an empty program (what
     bpftrace's ``kprobe:*`` and ``kretprobe:*`` are) is refused on, each with the errno:
     a refused link is split in halves down to the names refused alone."""
-    from ctracer.host.bpf_calls import RETURN_ZERO, errno_text
+    from ctracer.host.bpf_calls import RETURN_ZERO, TRACE_KPROBE_MULTI, errno_text
     from ctracer.record.kattach import load_program
     fd, why = load_program(RETURN_ZERO, PROG_TYPE_KPROBE, TRACE_KPROBE_MULTI, name=b"empty")
     if fd < 0:

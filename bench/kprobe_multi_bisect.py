@@ -20,7 +20,6 @@ kernel log's new lines).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -35,12 +34,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "vm", "guest"))
 
 import bench_kmethods as km  # noqa: E402
 import method_counts as mc  # noqa: E402
-from ctracer.host.bpf_calls import BPF_LINK_CREATE, RETURN_ZERO, bpf_syscall, errno_text  # noqa: E402
+from ctracer.host.bpf_calls import (RETURN_ZERO, TRACE_KPROBE_MULTI, errno_text,  # noqa: E402
+                                    kprobe_multi_link)
 from ctracer.record.kattach import load_program  # noqa: E402
 
 PROG_TYPE_KPROBE = 2
-TRACE_KPROBE_MULTI = 42
-MULTI_RETURN = 1
 
 OUT = sys.argv[1]   # then --methods: every probeable method, not only the planned ones
 LOG = open(os.path.join(OUT, "log.txt"), "a")
@@ -54,18 +52,8 @@ def say(text: str) -> None:
 
 
 def link(prog_fd: int, names: list[str], ret: bool, cookies: bool) -> tuple[int, int]:
-    bufs = [ctypes.create_string_buffer(n.encode()) for n in names]
-    syms = (ctypes.c_uint64 * len(bufs))(*[ctypes.addressof(b) for b in bufs])
-    cks = (ctypes.c_uint64 * len(bufs))(*range(1, len(bufs) + 1))
-    attr = ctypes.create_string_buffer(64)
-    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
-    ctypes.c_uint32.from_buffer(attr, 8).value = TRACE_KPROBE_MULTI
-    ctypes.c_uint32.from_buffer(attr, 16).value = MULTI_RETURN if ret else 0
-    ctypes.c_uint32.from_buffer(attr, 20).value = len(bufs)
-    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-    if cookies:
-        ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cks)
-    return bpf_syscall(BPF_LINK_CREATE, attr)
+    return kprobe_multi_link(prog_fd, names, ret,
+                             list(range(1, len(names) + 1)) if cookies else None)
 
 
 def try_link(prog_fd: int, names: list[str], ret: bool, cookies: bool = False) -> int:

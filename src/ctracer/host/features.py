@@ -19,9 +19,10 @@ from typing import Iterable, Optional
 
 from ctracer.debuginfo.btf import KERNEL_BTF
 from ctracer.errors import CtracerError
-from ctracer.host.bpf_calls import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
-                                    TRACE_FENTRY_MULTI, TRACE_FSESSION_MULTI, bpf_syscall,
-                                    errno_text, tracing_multi_link)
+from ctracer.host.bpf_calls import (MULTI_ATTACH_BTF_ID, RETURN_ZERO,
+                                    TRACE_FENTRY_MULTI, TRACE_FSESSION_MULTI,
+                                    TRACE_KPROBE_MULTI, bpf_syscall, errno_text,
+                                    kprobe_multi_link, tracing_multi_link)
 from ctracer.host.facts import KernelFacts, Mechanism
 from ctracer.host.fsession import try_fsession_multi
 from ctracer.host.kallsyms import KernelSymbols, kernel_symbols, notrace_names
@@ -76,9 +77,6 @@ _PROG_TYPE_KPROBE = 2
 
 
 _PROG_TYPE_RAW_TRACEPOINT = 17
-
-
-_TRACE_KPROBE_MULTI = 42
 
 
 _PROG_TYPE_TRACING = 26
@@ -137,21 +135,12 @@ def _try_attach(prog_type: int, what: str, name: Optional[bytes], attach_type: i
 
 def _try_kprobe_multi(symbol: str) -> Mechanism:
     """Load a kprobe.multi program and link it to ``symbol`` (then close both)."""
-    fd, err = load_trial_program(_PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI)
+    fd, err = load_trial_program(_PROG_TYPE_KPROBE, TRACE_KPROBE_MULTI)
     if fd < 0:
         return Mechanism(False, f"the kernel refused to load a kprobe.multi program "
                                 f"({errno_text(err)})")
     try:
-        name = ctypes.create_string_buffer(symbol.encode())
-        syms = (ctypes.c_uint64 * 1)(ctypes.addressof(name))
-        attr = ctypes.create_string_buffer(128)
-        # link_create: prog_fd @0, target_fd @4, attach_type @8, flags @12,
-        # kprobe_multi: flags @16, cnt @20, syms @24, addrs @32, cookies @40
-        ctypes.c_uint32.from_buffer(attr, 0).value = fd
-        ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
-        ctypes.c_uint32.from_buffer(attr, 20).value = 1
-        ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-        link, err = bpf_syscall(BPF_LINK_CREATE, attr)
+        link, err = kprobe_multi_link(fd, [symbol])
         if link < 0:
             return Mechanism(False, f"a kprobe.multi program loaded but linking it to "
                                     f"{symbol} was refused "

@@ -66,8 +66,8 @@ from ctracer.probes import kfunc_calls
 from ctracer.probes.kfunctions import SESSION_KINDS, KernelFunction, probe_kinds
 from ctracer.host.bpf_calls import (BPF_LINK_CREATE, MULTI_ATTACH_BTF_ID, RETURN_ZERO,
                                     TRACE_FENTRY_MULTI, TRACE_FEXIT_MULTI,
-                                    TRACE_FSESSION_MULTI, bpf_syscall, errno_text,
-                                    tracing_multi_link)
+                                    TRACE_FSESSION_MULTI, TRACE_KPROBE_MULTI, bpf_syscall,
+                                    errno_text, kprobe_multi_link, tracing_multi_link)
 
 _BPF_PROG_LOAD = 5
 _BPF_OBJ_GET_INFO_BY_FD = 15
@@ -79,8 +79,6 @@ _PROG_TYPE_RAW_TRACEPOINT = 17
 _BPF_RAW_TRACEPOINT_OPEN = 17
 _TRACE_FENTRY, _TRACE_FEXIT = 24, 25
 _PERF_EVENT = 41
-_TRACE_KPROBE_MULTI = 42
-_KPROBE_MULTI_RETURN = 1
 _ATTACH_TYPE = {"fentry": _TRACE_FENTRY, "fexit": _TRACE_FEXIT,
                 "fentry.multi": TRACE_FENTRY_MULTI, "fexit.multi": TRACE_FEXIT_MULTI,
                 "fsession.multi": TRACE_FSESSION_MULTI}
@@ -358,19 +356,8 @@ def _pair(entry_kind: str) -> str:
 def _kprobe_multi_link(prog_fd: int, kind: str, results: Sequence[AttachResult]) -> tuple[int, int]:
     """One kprobe.multi link of the program on the functions' symbols, each with its
     index as cookie; (fd, 0) or (-1, errno)."""
-    names = [ctypes.create_string_buffer(r.function.name.encode()) for r in results]
-    syms = (ctypes.c_uint64 * len(names))(*[ctypes.addressof(n) for n in names])
-    cookies = (ctypes.c_uint64 * len(names))(*[r.function.index for r in results])
-    attr = ctypes.create_string_buffer(64)
-    # link_create: prog_fd @0, attach_type @8; kprobe_multi: flags @16, cnt @20,
-    # syms @24, addrs @32, cookies @40
-    ctypes.c_uint32.from_buffer(attr, 0).value = prog_fd
-    ctypes.c_uint32.from_buffer(attr, 8).value = _TRACE_KPROBE_MULTI
-    ctypes.c_uint32.from_buffer(attr, 16).value = _KPROBE_MULTI_RETURN if kind == "kretprobe" else 0
-    ctypes.c_uint32.from_buffer(attr, 20).value = len(names)
-    ctypes.c_uint64.from_buffer(attr, 24).value = ctypes.addressof(syms)
-    ctypes.c_uint64.from_buffer(attr, 40).value = ctypes.addressof(cookies)
-    return bpf_syscall(BPF_LINK_CREATE, attr)
+    return kprobe_multi_link(prog_fd, [r.function.name for r in results], kind == "kretprobe",
+                             [r.function.index for r in results])
 
 
 def _untried(function: KernelFunction, entry_kind: str) -> AttachResult:
@@ -879,7 +866,7 @@ class KernelLinks:
     def _link_multi(self, kind: str, name: str, insns: bytes,
                     results: list[AttachResult]) -> bool:
         """One kprobe.multi link for ``results``; False when the kernel has none."""
-        fd, why = load_program(insns, _PROG_TYPE_KPROBE, _TRACE_KPROBE_MULTI,
+        fd, why = load_program(insns, _PROG_TYPE_KPROBE, TRACE_KPROBE_MULTI,
                                name=name.encode())
         if fd < 0:
             return False
