@@ -47,7 +47,7 @@ from ctracer.debuginfo.elf import uprobe_offset
 from ctracer.errors import BPFUnavailable, CtracerError
 from ctracer.deltas import RecordShape
 from ctracer.event import event_size
-from ctracer.probes import ProbeProgram
+from ctracer.probes import ProbeProgram, map_refs
 from ctracer.probes.uprobe import ProbedFunction, UprobeProgram
 from ctracer.record import ringbuf
 from ctracer.record.kattach import AttachResult, KernelLinks, close_in_parallel
@@ -410,7 +410,6 @@ class ProbeSession:
         this session's maps (`ctracer.probes.map_refs`), the maps that compile made
         freed at once.  The compile's time counts in `compile_seconds` (and not in
         `attach_seconds`)."""
-        from ctracer.probes import map_refs
         start = time.monotonic()
         extra = _compile(_import_bcc(), self.program.fallback_text(functions), [],
                          "bcc could not compile the fallback's programs")
