@@ -475,9 +475,12 @@ class KernelLinks:
             for r in members:
                 r.entry = r.exit = f"{kind} cannot be attached beside {self.entry_kind}"
         self.how = "; ".join(hows)
-        latest = {id(r.function): r
-                  for r in own + kprobes + retried + [r for m in planned.values() for r in m]}
-        return [latest[id(f)] for f in self.functions]
+        results = {id(r.function): r
+                   for r in own + kprobes + [r for m in planned.values() for r in m]}
+        # a refused function's retry on kprobes (or why it could not be made) replaces
+        # its refusal on entry_kind
+        results.update((id(r.function), r) for r in retried)
+        return [results[id(f)] for f in self.functions]
 
     def _attach_own_kind(self, results: list[AttachResult], use_multi: Optional[bool]) -> str:
         """``results``' functions attached on ``entry_kind``; how."""
