@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_kmethods as km  # noqa: E402
@@ -89,39 +89,47 @@ def _multi_link(prog_fd: int, names: list[str], ret: bool) -> int:
     return err
 
 
+def refused_parts(names: list[str], attempt: Callable[[list[str]], int],
+                  err: int) -> list[tuple[list[str], int]]:
+    """The parts of ``names`` that a link refuses, from one link of all of them refused
+    with errno ``err``: split in halves down to the names refused alone, or to a part
+    whose halves both link (only the whole is refused); each part with its errno.
+    ``attempt(part)`` makes a link on ``part`` (and closes it): 0, else the errno."""
+    if len(names) <= 1:
+        return [(names, err)]
+    halves = [names[:len(names) // 2], names[len(names) // 2:]]
+    errs = [attempt(h) for h in halves]
+    if not any(errs):
+        return [(names, err)]
+    return [part for h, e in zip(halves, errs) if e for part in refused_parts(h, attempt, e)]
+
+
 def refused_by_links(names: list[str]) -> dict[str, str]:
     """The names that one kprobe.multi or kretprobe.multi link of an empty program (what
-    bpftrace's ``kprobe:*`` and ``kretprobe:*`` are) is refused on, each with the errno:
-    a refused link is split in halves down to the names refused alone."""
+    bpftrace's ``kprobe:*`` and ``kretprobe:*`` are) is refused on, each with the errno
+    (`refused_parts`)."""
     from ctracer.host.bpf_calls import RETURN_ZERO, TRACE_KPROBE_MULTI, errno_text
     from ctracer.record.kattach import load_program
     fd, why = load_program(RETURN_ZERO, PROG_TYPE_KPROBE, TRACE_KPROBE_MULTI, name=b"empty")
     if fd < 0:
         raise SystemExit(f"bench_tracing_multi: an empty kprobe.multi program: {why}")
     refused: dict[str, str] = {}
-
-    def split(part: list[str], ret: bool, err: int) -> None:
-        if err in (errno.EOPNOTSUPP, 524):   # 524: the kernel's ENOTSUPP
-            raise SystemExit(f"bench_tracing_multi: no kprobe.multi links here ({errno_text(err)})")
-        if len(part) == 1:
-            refused.setdefault(part[0], f"{'kretprobe' if ret else 'kprobe'}.multi: "
-                                        f"{errno_text(err)}")
-            return
-        halves = [part[:len(part) // 2], part[len(part) // 2:]]
-        errs = [_multi_link(fd, h, ret) for h in halves]
-        for h, e in zip(halves, errs):
-            if e:
-                split(h, ret, e)
-        if not any(errs):
-            refused.setdefault(f"<{len(part)} names together>",
-                               f"{'kretprobe' if ret else 'kprobe'}.multi: {errno_text(err)} "
-                               f"on the whole, its halves linked")
-
     try:
         for ret in (True, False):   # bpftrace links its kretprobe:* first
             err = _multi_link(fd, names, ret) if names else 0
-            if err:
-                split(names, ret, err)
+            if not err:
+                continue
+            if err in (errno.EOPNOTSUPP, 524):   # 524: the kernel's ENOTSUPP
+                raise SystemExit(f"bench_tracing_multi: no kprobe.multi links here "
+                                 f"({errno_text(err)})")
+            kind = "kretprobe.multi" if ret else "kprobe.multi"
+            for part, e in refused_parts(names, lambda p: _multi_link(fd, p, ret), err):
+                if len(part) == 1:
+                    refused.setdefault(part[0], f"{kind}: {errno_text(e)}")
+                else:
+                    refused.setdefault(f"<{len(part)} names together>",
+                                       f"{kind}: {errno_text(e)} on the whole, its halves "
+                                       f"linked")
     finally:
         os.close(fd)
     return refused

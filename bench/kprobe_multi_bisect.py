@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "vm", "guest"))
 
 import bench_kmethods as km  # noqa: E402
+import bench_tracing_multi as tm  # noqa: E402
 import method_counts as mc  # noqa: E402
 from ctracer.host.bpf_calls import (RETURN_ZERO, TRACE_KPROBE_MULTI, errno_text,  # noqa: E402
                                     kprobe_multi_link)
@@ -65,28 +66,30 @@ def try_link(prog_fd: int, names: list[str], ret: bool, cookies: bool = False) -
     return err
 
 
-def failing(prog_fd: int, names: list[str], ret: bool, found: list, calls: list) -> None:
-    """Split ``names`` (one link refused) until the names refused alone are found."""
-    if len(names) <= 1:
-        found.extend((n, calls[-1] if calls else 0) for n in names)
-        return
-    half = len(names) // 2
-    parts = [names[:half], names[half:]]
-    results = []
-    for part in parts:
-        err = try_link(prog_fd, part, ret)
-        calls.append(err)
-        results.append(err)
-        if err:
-            failing(prog_fd, part, ret, found, calls)
-    if not any(results):
-        lo, hi = half, len(names)   # the longest prefix that links
+def failing(prog_fd: int, names: list[str], ret: bool, err: int) -> tuple[list, int]:
+    """The names refused alone, each with its errno, from one link of ``names`` refused
+    with ``err`` (`bench_tracing_multi.refused_parts`; for a part whose halves both link,
+    the longest prefix of it that links is said); and how many links were tried."""
+    tried = 0
+
+    def attempt(part: list[str]) -> int:
+        nonlocal tried
+        tried += 1
+        return try_link(prog_fd, part, ret)
+
+    found = []
+    for part, e in tm.refused_parts(names, attempt, err):
+        if len(part) == 1:
+            found.append((part[0], e))
+            continue
+        lo, hi = len(part) // 2, len(part)   # the longest prefix that links
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if try_link(prog_fd, names[:mid], ret) == 0 else (lo, mid)
-        say(f"  both halves of {len(names)} names link, the whole does not; the longest "
-            f"prefix that links: {lo} names (up to {names[lo - 1]}, then {names[lo]})")
-        found.append((f"<whole of {len(names)}: {names[0]}..{names[-1]}>", 0))
+            lo, hi = (mid, hi) if attempt(part[:mid]) == 0 else (lo, mid)
+        say(f"  both halves of {len(part)} names link, the whole does not; the longest "
+            f"prefix that links: {lo} names (up to {part[lo - 1]}, then {part[lo]})")
+        found.append((f"<whole of {len(part)}: {part[0]}..{part[-1]}>", e))
+    return found, tried
 
 
 def kernel_log(tag: str) -> None:
@@ -189,13 +192,12 @@ def main() -> int:
     kernel_log("links")
     bad: dict[bool, list] = {}
     for ret in (False, True):
-        if try_link(fd, names, ret) == 0:
+        err = try_link(fd, names, ret)
+        if err == 0:
             continue
-        found: list = []
-        calls: list = []
-        failing(fd, names, ret, found, calls)
+        found, tried = failing(fd, names, ret, err)
         bad[ret] = found
-        say(f"{'kretprobe' if ret else 'kprobe'}.multi: {len(calls)} links tried, refused "
+        say(f"{'kretprobe' if ret else 'kprobe'}.multi: {tried + 1} links tried, refused "
             f"alone: {[(n, errno_text(e) if e else '') for n, e in found]}")
         for n, _ in found:
             if not n.startswith("<"):
