@@ -10,6 +10,11 @@ root and a kernel with fentry and kprobes: run it in a guest):
   and detach seconds) against bpftrace attaching a kprobe to each of the same functions
   (those kallsyms names once) and detaching (goal: ctracer's attach + detach no slower:
   ratio <= 1);
+* attach + detach by size (``--sizes 50 200 --all-kinds kprobe``, e.g. on 6.1, where
+  fentry attaches a function at a time): each of ``--kinds`` on the same evenly spaced
+  subsets of the planned functions of at most ``--max-routes`` routes (6.1's verifier
+  refuses the kprobe entry program of more), and ``--all-kinds`` on every one of them;
+  the kinds' seconds a function and their ratio at each size;
 * cost per traced call: the loopback workload (tcploop, many small messages) untraced,
   under ctracer tracing the struct's functions the workload runs through (every field,
   entry and exit), and under bpftrace's empty probes on the same functions, entry and
@@ -67,6 +72,56 @@ def _unique_in_kallsyms(names: list[str]) -> list[str]:
             if len(parts) >= 3 and parts[1] in "tT":
                 seen[parts[2]] = seen.get(parts[2], 0) + 1
     return [n for n in names if seen.get(n) == 1]
+
+
+def _few_routes(struct: str, most: int) -> set[str]:
+    """The functions reaching the struct by at most ``most`` routes (`ctracer functions`)."""
+    import json
+    from collections import Counter
+    doc = json.loads(subprocess.run(CTRACER + ["functions", "struct", struct, "--json"],
+                                    capture_output=True, text=True, check=True).stdout)
+    routes = Counter(m["function"] for m in doc["methods"] if not m["tracepoint"])
+    return {f for f, n in routes.items() if n <= most}
+
+
+def _spread(names: list[str], size: int) -> list[str]:
+    """``size`` of ``names`` evenly spaced through them (all when ``size`` is 0 or more)."""
+    if not size or size >= len(names):
+        return list(names)
+    return [names[i * len(names) // size] for i in range(size)]
+
+
+def _by_size(args, tmp: str) -> None:
+    """Attach + detach of each kind on the same subsets, smallest first (`_spread`)."""
+    few = _few_routes(args.struct, args.max_routes)
+    names = [f for f in _unique_in_kallsyms(_planned(args.struct, args.functions)) if f in few]
+    print(f"by size: {len(names)} planned functions of at most {args.max_routes} routes "
+          f"that kallsyms names once", flush=True)
+    runs = [(size, kind) for size in sorted(args.sizes) for kind in args.kinds]
+    runs += [(0, kind) for kind in args.all_kinds]
+    seen: dict[int, dict] = {}
+    for size, kind in runs:
+        subset = _spread(names, size)
+        try:
+            got = _ctracer_attach(args.struct, subset, os.path.join(tmp, f"s{size}-{kind}.ctrace"),
+                                  kind)
+        except SystemExit as e:
+            print(f"  {len(subset)} functions, {kind}: could not run: {e}", flush=True)
+            continue
+        total = got["attach"] + got["detach"]
+        each = total / max(got["functions"] - got["failed"], 1)
+        seen.setdefault(len(subset), {})[kind] = total
+        print(f"  {len(subset)} functions, --function-probes {kind}: {got['functions']} "
+              f"probed, {got['failed']} failed; attach {got['attach']:.1f} s + detach "
+              f"{got['detach']:.1f} s = {total:.1f} s ({each:.3f} s a function; bcc compile "
+              f"{got['compile']:.1f} s more; the whole command {got['wall']:.1f} s; load "
+              f"{os.getloadavg()[0]:.1f})", flush=True)
+    for n, kinds in sorted(seen.items()):
+        if len(kinds) > 1:
+            first = args.kinds[0]
+            print(f"  {n} functions: " + ", ".join(
+                f"{k}/{first} {t / max(kinds.get(first, 0), 1e-9):.3f}x"
+                for k, t in kinds.items() if k != first), flush=True)
 
 
 def _ctracer_attach(struct: str, globs: list[str], out: str, kind: str) -> dict:
@@ -456,6 +511,15 @@ def main() -> int:
     p.add_argument("--skip-attach", action="store_true")
     p.add_argument("--attach-only", action="store_true")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--sizes", nargs="*", type=int, default=[],
+                   help="attach + detach of each of --kinds on this many of the planned "
+                        "functions, evenly spaced (instead of every method against bpftrace)")
+    p.add_argument("--all-kinds", nargs="*", default=[],
+                   help="with --sizes: the kinds also run on every planned function of at "
+                        "most --max-routes routes")
+    p.add_argument("--max-routes", type=int, default=4,
+                   help="with --sizes: only functions of at most this many routes (6.1's "
+                        "verifier refuses the kprobe entry program of 5-8)")
     p.add_argument("--buffer-mb", type=int, default=64,
                    help="ctracer's ring for the per-call runs (a lost event skips its "
                         "snapshot and flatters the figure: make it hold a run's events)")
@@ -485,7 +549,9 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-kmethods-", dir="/var/tmp")
     print(f"kernel {os.uname().release}, load {os.getloadavg()[0]:.1f}")
 
-    if not args.skip_attach:
+    if args.sizes or args.all_kinds:
+        _by_size(args, tmp)
+    elif not args.skip_attach:
         functions = _unique_in_kallsyms(_planned(args.struct, args.functions))
         probes = ",".join(f"kprobe:{f}" for f in functions)
         bt, _, bt_attach = _bpftrace(probes + " { }",

@@ -87,7 +87,8 @@ def test_a_function_this_kernel_cannot_probe_is_said_so():
 @pytest.mark.parametrize("multi, functions, probes, expected, tracing", [
     (True, (), "auto", "kprobe", False),            # thousands: kprobe.multi's two links
     (True, ("tcp_send*",), "auto", "fentry", False),  # a few: fentry's cheaper calls
-    (False, (), "auto", "fentry", False),           # no kprobe.multi: fentry still
+    (False, (), "auto", "kprobe", False),           # no kprobe.multi (6.1): perf kprobes
+    (False, ("tcp_send*",), "auto", "fentry", False),  # a few there: fentry still
     (True, (), "fentry", "fentry", False),          # asked for
     # tracing_multi links: fentry's programs on two links, whatever the count
     (True, (), "auto", "fentry.multi", True),
@@ -115,7 +116,9 @@ def test_auto_takes_kprobe_multi_for_thousands_of_functions(monkeypatch, multi, 
     assert (count > selection.FENTRY_AUTO_MAX) == (not functions)
     kinds = built.meta["probe_plan"]["kinds"]
     assert ("kprobe.multi links attach and detach them all at once" in kinds) == \
-        (expected == "kprobe" and probes == "auto"), kinds
+        (expected == "kprobe" and probes == "auto" and multi), kinds
+    assert ("functions: one perf kprobe each (no kprobe.multi link here) attaches" in kinds) \
+        == (expected == "kprobe" and probes == "auto" and not multi), kinds
     assert kinds.startswith(f"{expected}/")
     if expected == "fentry.multi":
         assert "fentry.multi/fexit.multi on" in kinds and "tracing_multi links" in kinds

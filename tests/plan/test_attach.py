@@ -240,3 +240,29 @@ def test_every_kind_is_a_known_probe_kind():
               facts(tracing_multi=YES, fsession_multi=YES)):
         plan = plan_probes(METHODS, f)
         assert {p.kind for p in plan.probes} - {None} <= set(PROBE_KINDS)
+
+
+def test_auto_takes_kprobes_over_per_function_fentry_above_the_counts():
+    """Where fentry attaches a function at a time, ``auto`` takes kprobe.multi links
+    above FENTRY_AUTO_MAX functions, and without them (6.1) perf kprobes above
+    FENTRY_AUTO_MAX_PERF_KPROBES, with the reason; never where kprobes do not attach;
+    and `ctracer plan` says what the trace will do."""
+    from ctracer.commands.plan import _trace_kind_note
+    from ctracer.plan import selection
+    multi = facts(fentry=YES, kprobes=YES, kprobe_multi=YES)
+    perf = facts(fentry=YES, kprobes=YES)
+    top = selection.FENTRY_AUTO_MAX_PERF_KPROBES
+    assert selection.auto_kprobes_instead(selection.FENTRY_AUTO_MAX, multi) is None
+    assert "kprobe.multi links attach and detach them all at once" in \
+        selection.auto_kprobes_instead(selection.FENTRY_AUTO_MAX + 1, multi)
+    assert selection.auto_kprobes_instead(top, perf) is None
+    why = selection.auto_kprobes_instead(top + 1, perf)
+    assert why.startswith(f"{top + 1} functions: one perf kprobe each (no kprobe.multi link")
+    assert selection.auto_kprobes_instead(10 ** 4, facts(fentry=YES)) is None
+    many = [method(f"sk_f{i}") for i in range(top + 1)]
+    names = SYMBOLS | {m.name for m in many}
+    named = facts(fentry=YES, kprobes=YES, symbols=names)
+    assert _trace_kind_note(plan_probes(many, named)) == [
+        f"ctracer trace probes these functions with perf kprobes and kretprobes by default "
+        f"({why})"]
+    assert _trace_kind_note(plan_probes(many[:top], named)) == []

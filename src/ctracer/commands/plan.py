@@ -258,14 +258,14 @@ def _mixed_note(plan) -> list[str]:
 
 def _trace_kind_note(plan) -> list[str]:
     """What ``ctracer trace`` does by default where it differs from the plan's kind."""
-    from ctracer.plan.selection import FENTRY_AUTO_MAX
-    facts = plan.facts
+    from ctracer.plan.selection import auto_kprobes_instead
     fentry = {p.function for p in plan.of_kind("fentry") if p.attachable}
-    if len(fentry) <= FENTRY_AUTO_MAX or not (facts.kprobe_multi.works and facts.kprobes.works):
+    why = auto_kprobes_instead(len(fentry), plan.facts) if fentry else None
+    if not why:
         return []
-    return [f"ctracer trace probes these {len(fentry)} functions with kprobe.multi links by "
-            f"default (more than {FENTRY_AUTO_MAX}: fentry loads, attaches and detaches them "
-            "one by one; --function-probes fentry asks for fentry)"]
+    how = ("kprobe.multi links" if plan.facts.kprobe_multi.works
+           else "perf kprobes and kretprobes")
+    return [f"ctracer trace probes these functions with {how} by default ({why})"]
 
 
 def _kind_counts(probes) -> dict[str, int]:

@@ -85,6 +85,32 @@ FUNCTION_PROBES = ("auto", "fsession.multi", "fentry.multi", "fentry", "kprobe",
 #: kernel's text patching and an RCU-tasks grace period: minutes for thousands)
 FENTRY_AUTO_MAX = 256
 
+#: above this many functions, ``auto`` takes one perf kprobe and kretprobe a function
+#: over fentry where the kernel has no kprobe.multi link (6.1): the kprobes' programs
+#: are shared by the functions' routes and each perf kprobe attaches in a fraction of an
+#: fentry program's load and attach (docs/kernel-measurements.md, 6.1 guest)
+FENTRY_AUTO_MAX_PERF_KPROBES = FENTRY_AUTO_MAX
+
+
+def auto_kprobes_instead(many: int, facts) -> Optional[str]:
+    """Why ``auto`` probes ``many`` functions with kprobes rather than per-function
+    fentry on a kernel of these facts (`ctracer.host.facts.KernelFacts`), or None where
+    it keeps fentry: kprobe.multi links above `FENTRY_AUTO_MAX` functions, else perf
+    kprobes above `FENTRY_AUTO_MAX_PERF_KPROBES`, where kprobes attach."""
+    if not facts.kprobes.works:
+        return None
+    if facts.kprobe_multi.works:
+        if many <= FENTRY_AUTO_MAX:
+            return None
+        return (f"{many} functions: kprobe.multi links attach and detach them all at "
+                f"once, where fentry loads a program per function and detaches them "
+                f"one by one (--function-probes fentry for fentry)")
+    if many <= FENTRY_AUTO_MAX_PERF_KPROBES:
+        return None
+    return (f"{many} functions: one perf kprobe each (no kprobe.multi link here) attaches "
+            f"and detaches them faster than fentry, which loads and attaches a program per "
+            f"function (--function-probes fentry for fentry)")
+
 
 def choose_kernel_probes(methods: Sequence, space: str = "kernel",
                          function_probes: str = "auto",
@@ -95,9 +121,9 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
     "none": no function; "auto": fsession.multi where tracing_multi links run session
-    programs, else fentry.multi where tracing_multi links work, whatever the count, else fentry, unless more than `FENTRY_AUTO_MAX` functions — ``selected``
-    counts those the trace keeps of the methods placed — would be probed and kprobe.multi
-    links work).  Under "auto" with a trampoline kind, the functions the plan put on
+    programs, else fentry.multi where tracing_multi links work, whatever the count, else fentry,
+    unless so many functions — ``selected`` counts those the trace keeps of the methods
+    placed — would be probed that kprobes attach them faster: `auto_kprobes_instead`).  Under "auto" with a trampoline kind, the functions the plan put on
     kprobes beside it (`ctracer.plan.attach.mixed_in`) keep that kind
     (`KernelChoice.function_kinds`), and beside tracing_multi kinds kprobes are the
     `KernelChoice.fallback_kind` tried on what the kernel refuses at attach, where
@@ -125,13 +151,11 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     kind = _main_kind(usable)
     picked = [m for p in usable for m in p.methods] if function_probes != "none" else []
     many = selected(chosen + picked) if function_probes == "auto" and kind == "fentry" else 0
-    if many > FENTRY_AUTO_MAX and facts.kprobe_multi.works and facts.kprobes.works:
+    instead = auto_kprobes_instead(many, facts) if many else None
+    if instead:
         plan = plan_probes(methods, facts, space=space, prefer="kprobe")
-        entries = [dataclasses.replace(
-            p, reason=f"{many} functions: kprobe.multi links attach and detach them all at "
-                      f"once, where fentry loads a program per function and detaches them "
-                      f"one by one (--function-probes fentry for fentry)")
-            for p in plan.of_kind(*KERNEL_ENTRY_KINDS)]
+        entries = [dataclasses.replace(p, reason=instead)
+                   for p in plan.of_kind(*KERNEL_ENTRY_KINDS)]
         usable = [p for p in entries if p.attachable is not False]
         kind = _main_kind(usable)
         picked = [m for p in usable for m in p.methods]
