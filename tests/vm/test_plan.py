@@ -74,3 +74,21 @@ def test_fentry_and_fexit_are_placed_on_thousands_of_methods(vm_kernel, plan):
     assert counts.get("kprobe", {}).get("not attachable", 0) == 0, counts
     # tracepoints carrying the struct get raw tracepoint programs
     assert counts["raw_tracepoint"]["attachable"] > 20, counts
+
+
+def test_the_plan_says_which_kind_a_trace_takes_for_many_functions(vm_kernel, plan):
+    """Above its count of functions a trace under ``auto`` takes kprobes over fentry where
+    tracing_multi links are missing: kprobe.multi links on 6.12, perf kprobes on 6.1 (no
+    kprobe.multi), said with the reason; 7.2 keeps fsession.multi, whatever the count."""
+    r = subprocess.run([sys.executable, "-m", "ctracer", "plan", "struct", "sock"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    line = [x for x in r.stdout.splitlines() if "ctracer trace probes these functions" in x]
+    print(f"{vm_kernel}: {line}")
+    if vm_kernel == "7.2":
+        assert not line, r.stdout
+        return
+    how = "perf kprobes and kretprobes" if vm_kernel == "6.1" else "kprobe.multi links"
+    assert len(line) == 1 and f"with {how} by default (" in line[0], r.stdout
+    assert ("one perf kprobe each (no kprobe.multi link here)" in line[0]) == \
+        (vm_kernel == "6.1"), line

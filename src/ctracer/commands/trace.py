@@ -12,8 +12,9 @@ functions`), builds the mini struct (see `ctracer struct --mini`) and records ev
   links (fsession.multi) where the kernel has them and runs session programs, else
   fentry/fexit on tracing_multi links (fentry.multi), else fentry/fexit, or kprobes and
   kretprobes (kprobe.multi links where the kernel has them, else one perf kprobe a
-  function; without tracing_multi, kprobe.multi over fentry above 256 functions, whose
-  links attach and detach all at once); plus the raw tracepoints whose arguments carry
+  function; without tracing_multi, kprobes over fentry above 256 functions: kprobe.multi
+  links attach and detach them all at once, and perf kprobes, without kprobe.multi,
+  still faster than a program per function); plus the raw tracepoints whose arguments carry
   the struct (on a kernel that attaches neither fentry nor kprobes, the only way in).
   A function's hit records a snapshot of the object at entry and at exit, read at the
   offsets of the kernel's BTF, and its return value; a tracepoint's hit one snapshot
@@ -96,8 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "runs them, else fentry/fexit on tracing_multi links "
                           "(fentry.multi) where the kernel has them, "
                           "else fentry/fexit where the kernel accepts them, kprobes otherwise, "
-                          "and kprobes on kprobe.multi links above 256 functions where the "
-                          "kernel has them; beside a trampoline kind (fsession.multi, "
+                          "and kprobes above 256 functions where the kernel attaches them "
+                          "(kprobe.multi links, else perf kprobes); beside a trampoline kind (fsession.multi, "
                           "fentry.multi, fentry), kprobes for the functions a trampoline "
                           "cannot take or the kernel refuses it on; fsession.multi, "
                           "fentry.multi, fentry or kprobe forces that kind alone; none: "
