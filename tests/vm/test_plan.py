@@ -76,7 +76,7 @@ def test_fentry_and_fexit_are_placed_on_thousands_of_methods(vm_kernel, plan):
     assert counts["raw_tracepoint"]["attachable"] > 20, counts
 
 
-def test_the_plan_says_which_kind_a_trace_takes_for_many_functions(vm_kernel, plan):
+def test_the_plan_says_which_kind_a_trace_takes_for_many_functions(vm_kernel):
     """Above its count of functions a trace under ``auto`` takes kprobes over fentry where
     tracing_multi links are missing: kprobe.multi links on 6.12, perf kprobes on 6.1 (no
     kprobe.multi), said with the reason; 7.2 keeps fsession.multi, whatever the count."""

@@ -98,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(fentry.multi) where the kernel has them, "
                           "else fentry/fexit where the kernel accepts them, kprobes otherwise, "
                           "and kprobes above 256 functions where the kernel attaches them "
-                          "(kprobe.multi links, else perf kprobes); beside a trampoline kind (fsession.multi, "
-                          "fentry.multi, fentry), kprobes for the functions a trampoline "
+                          "(kprobe.multi links, else perf kprobes); beside a trampoline "
+                          "kind (fsession.multi, fentry.multi, fentry), kprobes for the functions a trampoline "
                           "cannot take or the kernel refuses it on; fsession.multi, "
                           "fentry.multi, fentry or kprobe forces that kind alone; none: "
                           "tracepoints only")

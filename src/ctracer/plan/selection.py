@@ -87,8 +87,9 @@ FENTRY_AUTO_MAX = 256
 
 #: above this many functions, ``auto`` takes one perf kprobe and kretprobe a function
 #: over fentry where the kernel has no kprobe.multi link (6.1): the kprobes' programs
-#: are shared by the functions' routes and each perf kprobe attaches in a fraction of an
-#: fentry program's load and attach (docs/kernel-measurements.md, 6.1 guest)
+#: are shared by the functions' routes, and attach + detach took 0.31-0.41x fentry's
+#: time at 50 and 200 functions in the 6.1 guest (docs/kernel-measurements.md); below
+#: it fentry stays, as on 6.12
 FENTRY_AUTO_MAX_PERF_KPROBES = FENTRY_AUTO_MAX
 
 
@@ -121,10 +122,11 @@ def choose_kernel_probes(methods: Sequence, space: str = "kernel",
     raw tracepoint probe that the kernel accepts, and the functions it places (their
     kind: the plan's, or the one ``function_probes`` forces where the kernel takes it;
     "none": no function; "auto": fsession.multi where tracing_multi links run session
-    programs, else fentry.multi where tracing_multi links work, whatever the count, else fentry,
-    unless so many functions — ``selected`` counts those the trace keeps of the methods
-    placed — would be probed that kprobes attach them faster: `auto_kprobes_instead`).  Under "auto" with a trampoline kind, the functions the plan put on
-    kprobes beside it (`ctracer.plan.attach.mixed_in`) keep that kind
+    programs, else fentry.multi where tracing_multi links work, whatever the count, else
+    fentry, unless so many functions — ``selected`` counts those the trace keeps of the
+    methods placed — would be probed that kprobes attach them faster:
+    `auto_kprobes_instead`).  Under "auto" with a trampoline kind, the functions the plan
+    put on kprobes beside it (`ctracer.plan.attach.mixed_in`) keep that kind
     (`KernelChoice.function_kinds`), and beside tracing_multi kinds kprobes are the
     `KernelChoice.fallback_kind` tried on what the kernel refuses at attach, where
     kprobes attach.  Probes that could
