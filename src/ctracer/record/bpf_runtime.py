@@ -170,6 +170,25 @@ def verify_programs(text: str, names: Sequence[str], *,
     return out
 
 
+@contextmanager
+def compiled(text: str) -> Iterator[Callable[[str], bytes]]:
+    """``text`` compiled once by bcc, loading nothing: yields a function giving the
+    map-relocated instructions of each program of it by name (for loads of another
+    type than bcc's, like fentry programs bound to a function); the maps bcc made are
+    freed on leaving.  A text bcc cannot compile raises `BPFUnavailable`."""
+    prepare()
+    flags = [] if "BPF_TASK_STORAGE(" in text else ["-g0"]
+    b = _compile(_import_bcc(), text, flags, "bcc could not compile the programs")
+    try:
+        yield lambda name: _instructions(b, name)
+    finally:
+        with _captured_output():
+            try:
+                b.cleanup()
+            except Exception:
+                pass
+
+
 def _load_one(b, kind: int, name: str, keep: bool) -> str:
     with _captured_output() as diagnostics:
         try:

@@ -154,6 +154,17 @@ def load_program(insns: bytes, prog_type: int, attach_type: int = 0, btf_id: int
     return -1, "unreachable"
 
 
+def load_per_function(kind: str, insns: bytes, name: str,
+                      target: Optional[tuple[int, int]] = None) -> tuple[int, str]:
+    """`load_program` of a kprobe or kretprobe program (``target`` None), or of an
+    fentry or fexit program bound to ``target`` (its BTF object's fd, the function's BTF
+    id: `btf_targets`)."""
+    if target is None:
+        return load_program(insns, _PROG_TYPE_KPROBE, name=name.encode())
+    return load_program(insns, _PROG_TYPE_TRACING, _ATTACH_TYPE[kind], target[1], target[0],
+                        name.encode())
+
+
 def _link(prog_fd: int, attach_type: int, target_fd: int = 0, *,
           cookie: Optional[int] = None, cookie_at: int = 24) -> tuple[int, int]:
     attr = ctypes.create_string_buffer(64)
@@ -588,12 +599,8 @@ class KernelLinks:
             code, why = self._code(kind, name)
             fd, why = load_program(code, _PROG_TYPE_TRACING, _ATTACH_TYPE[kind],
                                    MULTI_ATTACH_BTF_ID, 0, name.encode()) if code else (-1, why)
-        elif target is None:
-            fd, why = load_program(self.instructions(name), _PROG_TYPE_KPROBE,
-                                   name=name.encode())
         else:
-            fd, why = load_program(self.instructions(name), _PROG_TYPE_TRACING,
-                                   _ATTACH_TYPE[kind], target[1], target[0], name.encode())
+            fd, why = load_per_function(kind, self.instructions(name), name, target)
         if fd >= 0:
             os.close(fd)
         return why
