@@ -41,7 +41,7 @@ lookup and a delete at exit; measured in the 6.12 guest: see bench/RESULTS.md's
 bench_kmethods rows).  A text with task storage holds each program's LRU-hash variant
 too (named with `HASHED_SUFFIX`): a verifier may refuse the task-storage programs
 (none known today; 6.1's refused the entry programs of 8 routes in both variants, E2BIG,
-until `_entry_program` read each object back at an index it cannot know) and the recorder
+until `_entry_program` hid from it which objects were NULL) and the recorder
 then loads the LRU-hash variants of every program of the kind instead
 (`ctracer.record.kattach.KernelLinks`: every function's depth in one place).
 
@@ -659,14 +659,13 @@ def _entry_program(kind: str, routes: int, nargs: int, task_storage: bool = True
 		s = &fn->route[i & (CTRACER_MAX_ROUTES - 1)];
 		if (s->reg != 255)
 			obj = ctracer_follow({reg}, s);
+		/* the same value, which the verifier no longer knows (the descriptor's
+		 * unknown_zero is 0): a NULL it knew from ctracer_follow decided the branch
+		 * below, which made the saved objects precise, so the states of each way
+		 * multiplied (6.1: 12,814, 32,948 and 134,257 instructions processed for 1,
+		 * 2 and 4 ways, past its million for 8, E2BIG) */
+		obj ^= s->unknown_zero;
 		{call}.object[i & (CTRACER_MAX_ROUTES - 1)] = obj;
-		/* the same value, read back at an index the verifier cannot know (the
-		 * descriptor's unknown_zero is 0): a NULL it knew from ctracer_follow
-		 * decided the branch below, which made the saved objects precise, so the
-		 * states of each way multiplied (6.1: 12,814, 32,948 and 134,257
-		 * instructions processed for 1, 2 and 4 ways, past its million for 8,
-		 * E2BIG; with this read 9,826, 18,623, 39,019 and 85,038) */
-		obj = {call}.object[(i + s->unknown_zero) & (CTRACER_MAX_ROUTES - 1)];
 		if (obj || s->reg == 255)
 			ctracer_hit(s->row, {PHASE_ENTRY}, obj, 0, depth, 0, {args}, pid_tgid, 0, 0, 0);
 	}}
