@@ -162,11 +162,7 @@ def verify_programs(text: str, names: Sequence[str], *,
             timing.compile_seconds += compiled - began
             timing.load_seconds += time.monotonic() - compiled
     finally:
-        with _captured_output():
-            try:
-                b.cleanup()
-            except Exception:
-                pass
+        _free(b)
     return out
 
 
@@ -182,11 +178,17 @@ def compiled(text: str) -> Iterator[Callable[[str], bytes]]:
     try:
         yield lambda name: _instructions(b, name)
     finally:
-        with _captured_output():
-            try:
-                b.cleanup()
-            except Exception:
-                pass
+        _free(b)
+
+
+def _free(b) -> None:
+    """A bcc module's maps and programs freed; what bcc prints or raises while freeing
+    is not the user's concern (the recording is over or never began)."""
+    with _captured_output():
+        try:
+            b.cleanup()
+        except Exception:
+            pass
 
 
 def _load_one(b, kind: int, name: str, keep: bool) -> str:
@@ -781,11 +783,7 @@ class ProbeSession:
             self.kernel_links.close()
         close_in_parallel(list(bpf.uprobe_fds.values()))
         bpf.uprobe_fds.clear()
-        with _captured_output():
-            try:
-                bpf.cleanup()
-            except Exception:
-                pass
+        _free(bpf)
 
     def __enter__(self) -> "ProbeSession":
         return self
