@@ -116,11 +116,11 @@ def _by_size(args, tmp: str) -> None:
               f"{got['detach']:.1f} s = {total:.1f} s ({each:.3f} s a function; bcc compile "
               f"{got['compile']:.1f} s more; the whole command {got['wall']:.1f} s; load "
               f"{os.getloadavg()[0]:.1f})", flush=True)
+    first = args.kinds[0]
     for n, kinds in sorted(seen.items()):
-        if len(kinds) > 1:
-            first = args.kinds[0]
+        if first in kinds and len(kinds) > 1:
             print(f"  {n} functions: " + ", ".join(
-                f"{k}/{first} {t / max(kinds.get(first, 0), 1e-9):.3f}x"
+                f"{k}/{first} {t / max(kinds[first], 1e-9):.3f}x"
                 for k, t in kinds.items() if k != first), flush=True)
 
 

@@ -143,10 +143,7 @@ def verify_programs(text: str, names: Sequence[str], *,
     bcc = _import_bcc()
     kind = getattr(bcc.BPF, _PROGRAM_TYPES[program_type])
     began = time.monotonic()
-    # without debug info (BTF line info): half the compile time, same bytecode; a task
-    # storage map needs the BTF of its types, so a text declaring one keeps it
-    flags = [] if "BPF_TASK_STORAGE(" in text else ["-g0"]
-    b = _compile(bcc, text, flags, "bcc could not compile the programs to verify")
+    b = _compile(bcc, text, _verify_flags(text), "bcc could not compile the programs to verify")
     compiled = time.monotonic()
     out: dict[str, str] = {}
     try:
@@ -166,6 +163,13 @@ def verify_programs(text: str, names: Sequence[str], *,
     return out
 
 
+def _verify_flags(text: str) -> list[str]:
+    """bcc's flags for a text compiled to be loaded, not recorded with: without debug
+    info (BTF line info), half the compile time, the same bytecode; a task storage map
+    needs the BTF of its types, so a text declaring one keeps it."""
+    return [] if "BPF_TASK_STORAGE(" in text else ["-g0"]
+
+
 @contextmanager
 def compiled(text: str) -> Iterator[Callable[[str], bytes]]:
     """``text`` compiled once by bcc, loading nothing: yields a function giving the
@@ -173,8 +177,7 @@ def compiled(text: str) -> Iterator[Callable[[str], bytes]]:
     type than bcc's, like fentry programs bound to a function); the maps bcc made are
     freed on leaving.  A text bcc cannot compile raises `BPFUnavailable`."""
     prepare()
-    flags = [] if "BPF_TASK_STORAGE(" in text else ["-g0"]
-    b = _compile(_import_bcc(), text, flags, "bcc could not compile the programs")
+    b = _compile(_import_bcc(), text, _verify_flags(text), "bcc could not compile the programs")
     try:
         yield lambda name: _instructions(b, name)
     finally:
