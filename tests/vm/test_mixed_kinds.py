@@ -24,8 +24,8 @@ reaches a sock 5 ways (its skb's owner and the namespace's four netlink sockets)
 runs the kprobe entry program of 8 ways, which 6.1's verifier refused until 2026-12-07
 (E2BIG): it is recorded there and its calls per socket are bpftrace's.  Every kprobe,
 kretprobe, fentry and fexit program of 1 to 8 ways, in both thread-state variants, is
-loaded on each kernel too (one compile, loads only), a refusal named with the verifier's
-reason."""
+loaded on 6.1 too, the oldest verifier (one compile, loads only), a refusal named with the
+verifier's reason."""
 
 from __future__ import annotations
 
